@@ -1,0 +1,142 @@
+"""The one place connections are made.
+
+Every connection harness_mem (and harness_loop) opens comes from :func:`connect`: it picks the SQLite
+driver once per process, sets the pragmas that make several writers safe on one file, and loads
+sqlite-vec. Nothing else in the code base imports a SQLite driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3 as _stdlib_sqlite3
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .errors import ExtensionError, StorageError
+
+# Writers wait this long for the lock before giving up. Long on purpose: an import holding the
+# write lock for a batch must not surface "database is locked" to a concurrent `add`.
+BUSY_TIMEOUT_MS = 30_000
+CACHE_SIZE_KIB = 64 * 1024
+MMAP_SIZE_BYTES = 256 * 1024 * 1024
+
+Connection = Any  # sqlite3.Connection of whichever driver was chosen
+
+
+@cache
+def driver() -> ModuleType:
+    """The DB-API module used for every connection in this process.
+
+    The standard ``sqlite3`` when it can load extensions, else ``pysqlite3``. One driver per process:
+    two SQLite libraries in one process fight over file locks.
+    """
+    if _can_load_extensions(_stdlib_sqlite3):
+        return _stdlib_sqlite3
+    try:
+        import pysqlite3.dbapi2 as pysqlite3  # type: ignore[import-not-found]
+    except ImportError:
+        raise ExtensionError(
+            "this Python's sqlite3 cannot load extensions and pysqlite3 is not installed"
+            " — pip install pysqlite3-binary (or use a Python built with extension loading)"
+        ) from None
+    return pysqlite3
+
+
+def _can_load_extensions(module: ModuleType) -> bool:
+    if not hasattr(module.Connection, "enable_load_extension"):
+        return False
+    conn = module.connect(":memory:")
+    try:
+        conn.enable_load_extension(True)
+        return True
+    except Exception:
+        return False
+    finally:
+        conn.close()
+
+
+def sqlite_version() -> str:
+    return str(driver().sqlite_version)
+
+
+def connect(path: str | os.PathLike[str]) -> Connection:
+    """Open ``path`` (created if missing) with WAL, a busy timeout, foreign keys and sqlite-vec.
+
+    The connection is in autocommit mode: writes go through :func:`write_transaction`.
+    """
+    sqlite = driver()
+    target = str(path)
+    if target != ":memory:":
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite.connect(target, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if target != ":memory:":
+            conn.execute("PRAGMA journal_mode = WAL")
+        # NORMAL is durable across process crashes in WAL mode; only power loss can drop the last commit.
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute(f"PRAGMA cache_size = -{CACHE_SIZE_KIB}")
+        conn.execute(f"PRAGMA mmap_size = {MMAP_SIZE_BYTES}")
+        conn.execute("PRAGMA temp_store = MEMORY")
+        _load_sqlite_vec(conn)
+    except sqlite.DatabaseError as exc:
+        conn.close()
+        raise StorageError(f"{target} is not a usable SQLite database ({exc})") from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _load_sqlite_vec(conn: Connection) -> None:
+    try:
+        import sqlite_vec  # type: ignore[import-untyped]
+    except ImportError:
+        raise ExtensionError("sqlite-vec is not installed — pip install sqlite-vec") from None
+    try:
+        conn.enable_load_extension(True)
+        sqlite_vec.load(conn)
+        conn.enable_load_extension(False)
+    except Exception as exc:
+        raise ExtensionError(
+            f"could not load sqlite-vec ({exc}) — reinstall sqlite-vec for this platform"
+            " (pip install --force-reinstall sqlite-vec)"
+        ) from None
+
+
+@contextlib.contextmanager
+def write_transaction(conn: Connection) -> Iterator[Connection]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any exception.
+
+    IMMEDIATE takes the write lock up front, so a read-then-write transaction cannot fail halfway
+    with SQLITE_BUSY when another process writes first; the busy timeout makes it wait instead.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def default_path() -> Path:
+    """``$HARNESS_MEM_DB``, else ``memory.db`` in ``$HARNESS_MEM_HOME`` or the user's data directory."""
+    explicit = os.environ.get("HARNESS_MEM_DB")
+    if explicit:
+        return Path(explicit).expanduser()
+    return home_dir() / "memory.db"
+
+
+def home_dir() -> Path:
+    home = os.environ.get("HARNESS_MEM_HOME")
+    if home:
+        return Path(home).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return base / "harness-mem"

@@ -1,0 +1,90 @@
+"""Keyword recall: what goes into the FTS5 index, and how user text becomes a safe MATCH.
+
+User text never reaches MATCH raw. A query is cut into word tokens, stop words and one-letter
+tokens are dropped, and each surviving token is double-quoted and OR-ed, so quotes, ``NEAR(``,
+``*``, ``-`` or ``AND`` in a question are just words (or nothing) and cannot raise a syntax error.
+
+CJK scripts have no spaces, and unicode61 would index a whole Chinese clause as one token. The
+indexed text therefore spells every CJK run as its overlapping bigrams ("手冲咖啡" → "手冲 冲咖 咖啡"),
+and a CJK query becomes the phrase of its bigrams: a phrase of consecutive bigrams is exactly a
+substring match, so a two-character word is found inside a longer run.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Han (with extensions and compatibility ideographs), Hiragana and Katakana: scripts written without
+# spaces. Hangul is spaced, so unicode61 handles it as it is.
+_CJK_RUN = re.compile(
+    r"[\u3040-\u309f\u30a0-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef]+"
+)
+_WORD = re.compile(r"\w+")
+
+# Enough terms to express any real question; a 10 kB paste must not become a 2,000-term OR.
+MAX_QUERY_TERMS = 48
+
+STOP_WORDS = frozenset(
+    """
+    a about above after again against all am an and any are aren't as at be because been before being
+    below between both but by can could did didn't do does doesn't doing don't down during each few for
+    from further had hadn't has hasn't have haven't having he her here hers herself him himself his how
+    i if in into is isn't it it's its itself just let me more most my myself no nor not now of off on
+    once only or other our ours ourselves out over own same she should so some such than that that's the
+    their theirs them themselves then there these they this those through to too under until up very was
+    wasn't we were weren't what what's when where which while who whom why will with would you your yours
+    yourself yourselves s t d ll m o re ve y also ever did does get got go going like really would yes
+    """.split()
+)
+
+
+def _bigrams(run: str) -> list[str]:
+    if len(run) == 1:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def index_text(content: str, role: str | None = None) -> str:
+    """The text the keyword index holds for an entry: ``"role: content"``, CJK runs as bigrams."""
+    text = f"{role}: {content}" if role else content
+    return _CJK_RUN.sub(lambda m: " " + " ".join(_bigrams(m.group())) + " ", text)
+
+
+def query_terms(query: str) -> list[str]:
+    """The FTS5 terms for a query, already quoted and safe to OR together (may be empty)."""
+    words: list[str] = []
+    phrases: list[str] = []
+    for part in _CJK_RUN.split(query):
+        words.extend(w.lower() for w in _WORD.findall(part))
+    for run in _CJK_RUN.findall(query):
+        if len(run) == 1:
+            phrases.append(f'"{run}"*')  # a lone character: any bigram that starts with it
+        else:
+            phrases.append('"' + " ".join(_bigrams(run)) + '"')
+    content_words = [w for w in words if len(w) > 1 and w not in STOP_WORDS]
+    # A query made only of stop words ("who is she") still means something: keep them then.
+    chosen = content_words or words
+    terms = [f'"{w}"' for w in dict.fromkeys(chosen)] + list(dict.fromkeys(phrases))
+    return terms[:MAX_QUERY_TERMS]
+
+
+def match_expression(query: str) -> str | None:
+    """An FTS5 MATCH expression for ``query``, or None when it has nothing searchable."""
+    terms = query_terms(query)
+    return " OR ".join(terms) if terms else None
+
+
+def snippet(content: str, query: str, width: int = 160) -> str:
+    """About ``width`` characters of ``content`` around the first place a query word occurs."""
+    if len(content) <= width:
+        return content
+    needles = [w for w in (m.lower() for m in _WORD.findall(query)) if len(w) > 1 and w not in STOP_WORDS]
+    needles += _CJK_RUN.findall(query)
+    lowered = content.lower()
+    # Match a word's first five characters so that "painting" finds "paint" (the index stems too).
+    positions = [p for p in (lowered.find(n[:5]) for n in needles) if p >= 0]
+    start = max(0, min(positions) - width // 3) if positions else 0
+    end = min(len(content), start + width)
+    start = max(0, end - width)
+    text = content[start:end].strip()
+    return ("…" if start > 0 else "") + text + ("…" if end < len(content) else "")
