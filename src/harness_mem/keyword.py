@@ -6,8 +6,9 @@ tokens are dropped, and each surviving token is double-quoted and OR-ed, so quot
 
 CJK scripts have no spaces, and unicode61 would index a whole Chinese clause as one token. The
 indexed text therefore spells every CJK run as its overlapping bigrams ("手冲咖啡" → "手冲 冲咖 咖啡"),
-and a CJK query becomes the phrase of its bigrams: a phrase of consecutive bigrams is exactly a
-substring match, so a two-character word is found inside a longer run.
+and a CJK query becomes its bigrams (so a sentence finds entries that share a word with it) plus
+the phrase of all of them: a phrase of consecutive bigrams is exactly a substring match, so an
+entry containing the whole query ranks first and a two-character word is found inside a longer run.
 """
 
 from __future__ import annotations
@@ -59,7 +60,11 @@ def query_terms(query: str) -> list[str]:
     for run in _CJK_RUN.findall(query):
         if len(run) == 1:
             phrases.append(f'"{run}"*')  # a lone character: any bigram that starts with it
-        else:
+            continue
+        # Each bigram on its own, so a CJK sentence finds entries sharing its words ("咖啡"),
+        # and the whole run as a phrase, so an exact substring match ranks first.
+        phrases.extend(f'"{bigram}"' for bigram in _bigrams(run))
+        if len(run) > 2:
             phrases.append('"' + " ".join(_bigrams(run)) + '"')
     content_words = [w for w in words if len(w) > 1 and w not in STOP_WORDS]
     # A query made only of stop words ("who is she") still means something: keep them then.

@@ -151,10 +151,23 @@ def parse_time(value: str | datetime | int | float, *, now: datetime | None = No
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise InvalidInputError(
-            f"cannot read a time from {value!r} — use ISO-8601 (2024-05-01T12:00:00Z) or an age (7d, 24h)"
-        ) from None
+        parsed = _parse_spoken(text)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+# Chat exports often stamp turns the way people say them: "1:56 pm on 8 May, 2023".
+_SPOKEN_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B %Y", "%B %d, %Y", "%d %B, %Y")
+
+
+def _parse_spoken(text: str) -> datetime:
+    for fmt in _SPOKEN_FORMATS:
+        try:
+            return datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+    raise InvalidInputError(
+        f"cannot read a time from {text!r} — use ISO-8601 (2024-05-01T12:00:00Z) or an age (7d, 24h)"
+    )
 
 
 def to_ms(moment: datetime) -> int:

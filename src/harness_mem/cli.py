@@ -1,0 +1,478 @@
+"""The ``harness-mem`` command: a thin layer over :mod:`harness_mem`.
+
+Each command parses its options, calls one library function and prints the result: readable text
+by default, one JSON object per line with ``--json``. Data goes to stdout; progress and errors to
+stderr. Library errors become one ``Error: …`` line and exit status 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import migrations
+from .db import connect, default_path
+from .errors import HarnessMemError
+from .models import Entry, Hit, dumps, format_time
+from .store import MemoryStore
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+# Imports shorter than this finish before a progress bar would be worth drawing.
+PROGRESS_MIN_BYTES = 256 * 1024
+
+
+class HarnessGroup(click.Group):
+    """Turns library errors into one clean line; anything unexpected gets a short hint too."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HarnessMemError as exc:
+            raise click.ClickException(str(exc)) from None
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+            raise
+        except BrokenPipeError:
+            # `harness-mem list | head` closes our stdout early: that is not an error.
+            sys.stderr.close()
+            raise click.exceptions.Exit(0) from None
+        except Exception as exc:
+            if os.environ.get("HARNESS_MEM_RAISE_ERRORS"):
+                raise
+            raise click.ClickException(
+                f"unexpected {type(exc).__name__}: {exc} — set HARNESS_MEM_RAISE_ERRORS=1 for a traceback"
+                " and report it"
+            ) from None
+
+
+@click.group(cls=HarnessGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(package_name="harness-mem")
+@click.option(
+    "--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), envvar="HARNESS_MEM_DB",
+    help="Database file [env: HARNESS_MEM_DB; default: memory.db in the user data dir].",
+)
+@click.option("--namespace", "-N", default="default", show_default=True, envvar="HARNESS_MEM_NAMESPACE",
+              help="Tenant to read and write.")
+@click.pass_context
+def cli(ctx: click.Context, db_path: Path | None, namespace: str) -> None:
+    """Long-term memory for LLM agents, in one SQLite file.
+
+    \b
+    Example:
+        harness-mem add "we chose argon2id for password hashing" --tag decision
+        harness-mem recall "password hashing"
+    """
+    ctx.obj = {"db": db_path or default_path(), "namespace": namespace}
+
+
+@contextmanager
+def open_store(ctx: click.Context) -> Iterator[MemoryStore]:
+    store = MemoryStore(ctx.obj["db"], namespace=ctx.obj["namespace"])
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")(f)
+
+
+def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The filters shared by recall and list."""
+    options = [
+        click.option("--kind", help="note, turn, episode, fact or summary."),
+        click.option("--role", help="Only turns by this role/speaker."),
+        click.option("--session", help="Only this session."),
+        click.option("--session-prefix", help="Only sessions whose id starts with this."),
+        click.option("--tag", "tags", multiple=True, help="Must carry this tag (repeatable: all of them)."),
+        click.option("--since", help="Created at or after: ISO-8601 or an age like 7d, 24h."),
+        click.option("--until", help="Created at or before: ISO-8601 or an age."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def echo_json(data: Any) -> None:
+    click.echo(dumps(data))
+
+
+def _describe(entry: Entry) -> str:
+    parts = [entry.kind, entry.id, format_time(entry.created_at)[:16].replace("T", " ")]
+    who = " · ".join(x for x in (entry.role, entry.session) if x)
+    if who:
+        parts.append(f"({who})")
+    if entry.tags:
+        parts.append(" ".join(f"#{t}" for t in entry.tags))
+    return "  ".join(parts)
+
+
+# ---- setup and inspection ----------------------------------------------------------------------
+
+
+@cli.command()
+@click.pass_context
+def init(ctx: click.Context) -> None:
+    """Create the database (and apply migrations); harmless when it exists.
+
+    \b
+    Example:
+        harness-mem --db agent.db init
+    """
+    with open_store(ctx) as store:
+        click.echo(f"Ready: {store.path} (schema {store.stats()['schema_version']:04d})")
+
+
+@cli.group()
+def db() -> None:
+    """About the database file."""
+
+
+@db.command("path")
+@click.pass_context
+def db_path_command(ctx: click.Context) -> None:
+    """Print the database path in use.
+
+    \b
+    Example:
+        harness-mem db path
+    """
+    click.echo(str(ctx.obj["db"]))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@click.pass_context
+def doctor(ctx: click.Context, as_json: bool) -> None:
+    """Check SQLite, FTS5, sqlite-vec, the schema and the file's integrity.
+
+    \b
+    Example:
+        harness-mem doctor
+    """
+    with open_store(ctx) as store:
+        report = store.diagnose()
+    if as_json:
+        echo_json(report)
+    else:
+        for check in report["checks"]:
+            mark = "ok  " if check["ok"] else "FAIL"
+            click.echo(f"{mark}  {check['name']}: {check['detail']}")
+    if not all(check["ok"] for check in report["checks"]):
+        ctx.exit(1)
+
+
+@cli.command()
+@click.option("--list", "list_", is_flag=True, help="List migrations and whether each is applied (read-only).")
+@click.pass_context
+def migrate(ctx: click.Context, list_: bool) -> None:
+    """Apply pending schema migrations (opening the store does this too).
+
+    \b
+    Example:
+        harness-mem migrate --list
+    """
+    if list_:
+        conn = connect(ctx.obj["db"])
+        try:
+            for status in migrations.status(conn):
+                click.echo(f"{'applied ' + status.applied_at if status.applied_at else 'pending':<34} {status.name}")
+        finally:
+            conn.close()
+        return
+    with open_store(ctx) as store:
+        click.echo(f"Schema is at {store.stats()['schema_version']:04d}")
+
+
+# ---- writing -----------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("text")
+@click.option("--kind", help="note (default), turn (default with --role), episode, fact, summary.")
+@click.option("--role", help="Who said it: user, assistant, tool, or a speaker's name.")
+@click.option("--session", help="Session (conversation) id.")
+@click.option("--tag", "tags", multiple=True, help="Tag (repeatable).")
+@click.option("--source", help="Where it came from.")
+@click.option("--ttl-days", type=float, help="Forget it after this many days.")
+@click.option("--id", "entry_id", help="Your own id (unique per namespace).")
+@json_option
+@click.pass_context
+def add(ctx: click.Context, text: str, kind: str | None, role: str | None, session: str | None,
+        tags: tuple[str, ...], source: str | None, ttl_days: float | None, entry_id: str | None,
+        as_json: bool) -> None:
+    """Remember TEXT (use - to read it from stdin).
+
+    \b
+    Example:
+        harness-mem add "deploys happen on Tuesdays" --tag ops
+        echo "the build needs node 20" | harness-mem add - --kind fact
+    """
+    if text == "-":
+        text = _read_stdin_text()
+    with open_store(ctx) as store:
+        entry = store.add(text, kind=kind, role=role, session=session, tags=tags, source=source,
+                          ttl_days=ttl_days, id=entry_id)
+    if as_json:
+        echo_json(entry.to_dict())
+    else:
+        click.echo(entry.id)
+
+
+def _read_stdin_text() -> str:
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(f"stdin is not valid UTF-8 (byte {exc.start}) — convert it to UTF-8") from None
+
+
+@cli.command("import")
+@click.argument("source", type=click.File("rb"))
+@click.option("--replace", is_flag=True, help="Replace entries whose id is already stored (default: skip them).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.pass_context
+def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool) -> None:
+    """Import entries from a JSON Lines FILE (or - for stdin).
+
+    One object a line: {"id"?, "text"|"content", "kind"?, "role"?, "session"?, "tags"?,
+    "timestamp"?, "metadata"?}. Good lines are kept; every bad line is reported with its number,
+    and the exit status is 1 if any line was rejected. Re-importing is harmless: known ids are skipped.
+
+    \b
+    Example:
+        harness-mem import turns.jsonl
+        cat turns.jsonl | harness-mem import -
+    """
+    from .jsonl import import_jsonl
+
+    size = _file_size(source)
+    show_bar = not quiet and size is not None and size >= PROGRESS_MIN_BYTES
+    with open_store(ctx) as store:
+        if show_bar:
+            with click.progressbar(length=size, label="Importing", file=sys.stderr) as bar:
+                lines = _tracked_lines(source, bar.update)
+                report = import_jsonl(store, lines, on_conflict="replace" if replace else "ignore")
+        else:
+            report = import_jsonl(store, source, on_conflict="replace" if replace else "ignore")
+    for error in report.errors:
+        click.echo(f"Error: {error}", err=True)
+    click.echo(
+        f"Imported {report.added} entries from {report.lines} lines"
+        f" ({report.skipped} already stored, {len(report.errors)} rejected)",
+        err=True,
+    )
+    if report.errors:
+        ctx.exit(1)
+
+
+def _file_size(stream: Any) -> int | None:
+    try:
+        return os.fstat(stream.fileno()).st_size or None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _tracked_lines(stream: Any, advance: Callable[[int], None]) -> Iterator[bytes]:
+    for line in stream:
+        advance(len(line))
+        yield line
+
+
+@cli.command()
+@click.argument("entry_id")
+@click.pass_context
+def delete(ctx: click.Context, entry_id: str) -> None:
+    """Forget the entry ENTRY_ID (its index rows go too).
+
+    \b
+    Example:
+        harness-mem delete 01J0Z3V6Q4XK8M2N5P7R9S1T3V
+    """
+    with open_store(ctx) as store:
+        if not store.delete(entry_id):
+            raise click.ClickException(
+                f"no entry with id {entry_id!r} in namespace {store.namespace!r} — `harness-mem list` shows ids"
+            )
+    click.echo(f"Deleted {entry_id}", err=True)
+
+
+# ---- reading -----------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("query")
+@click.option("-k", "k", default=10, show_default=True, type=click.IntRange(1, 1000), help="How many hits.")
+@click.option("--mode", type=click.Choice(["hybrid", "keyword", "semantic"]),
+              help="How to rank [default: hybrid when an embedder is available, else keyword].")
+@filter_options
+@click.option("--explain", is_flag=True, help="Show each retriever's rank and score for every hit.")
+@json_option
+@click.pass_context
+def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str | None, role: str | None,
+           session: str | None, session_prefix: str | None, tags: tuple[str, ...], since: str | None,
+           until: str | None, explain: bool, as_json: bool) -> None:
+    """Find the entries most relevant to QUERY, best first.
+
+    \b
+    Example:
+        harness-mem recall "what did we decide about the auth refactor"
+        harness-mem recall "deploy" --tag ops --since 7d --json
+    """
+    with open_store(ctx) as store:
+        hits = store.recall(query, k=k, mode=mode, kind=kind, role=role, session=session,  # type: ignore[arg-type]
+                            session_prefix=session_prefix, tags=tags, since=since, until=until,
+                            explain=explain)
+    if as_json:
+        for hit in hits:
+            echo_json(hit.to_dict())
+        return
+    if not hits:
+        click.echo("No matches.", err=True)
+    for rank, hit in enumerate(hits, start=1):
+        _print_hit(rank, hit)
+
+
+def _print_hit(rank: int, hit: Hit) -> None:
+    click.echo(f"{rank:>2}. [{hit.score:.4g}] {_describe(hit.entry)}")
+    click.echo(f"    {hit.snippet}")
+    if hit.components:
+        detail = ", ".join(
+            f"{name} #{int(c['rank'])} ({c['score']:.4g})" for name, c in hit.components.items()
+        )
+        click.echo(f"    ↳ {detail}")
+
+
+@cli.command()
+@click.argument("entry_id")
+@json_option
+@click.pass_context
+def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
+    """Show the entry ENTRY_ID.
+
+    \b
+    Example:
+        harness-mem get 01J0Z3V6Q4XK8M2N5P7R9S1T3V --json
+    """
+    with open_store(ctx) as store:
+        entry = store.get(entry_id)
+    if as_json:
+        echo_json(entry.to_dict())
+        return
+    click.echo(_describe(entry))
+    if entry.source:
+        click.echo(f"source: {entry.source}")
+    if entry.expires_at:
+        click.echo(f"expires: {format_time(entry.expires_at)}")
+    if entry.metadata:
+        click.echo(f"metadata: {dumps(entry.metadata)}")
+    click.echo("")
+    click.echo(entry.content)
+
+
+@cli.command("list")
+@filter_options
+@click.option("--limit", "-n", type=click.IntRange(min=1), help="At most this many.")
+@click.option("--newest-first", is_flag=True, help="Newest entries first.")
+@json_option
+@click.pass_context
+def list_(ctx: click.Context, kind: str | None, role: str | None, session: str | None,
+          session_prefix: str | None, tags: tuple[str, ...], since: str | None, until: str | None,
+          limit: int | None, newest_first: bool, as_json: bool) -> None:
+    """List entries, oldest first.
+
+    \b
+    Example:
+        harness-mem list --kind turn --session s-42 --limit 20
+    """
+    with open_store(ctx) as store:
+        for entry in store.list(kind=kind, role=role, session=session, session_prefix=session_prefix,
+                                tags=tags, since=since, until=until, limit=limit, newest_first=newest_first):
+            if as_json:
+                echo_json(entry.to_dict())
+            else:
+                content = " ".join(entry.content.split())
+                click.echo(f"{_describe(entry)}\n    {content[:160]}{'…' if len(content) > 160 else ''}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@click.pass_context
+def stats(ctx: click.Context, as_json: bool) -> None:
+    """Counts by kind and role, sessions, and the file's size.
+
+    \b
+    Example:
+        harness-mem stats
+    """
+    with open_store(ctx) as store:
+        report = store.stats()
+    if as_json:
+        echo_json(report)
+        return
+    for key, value in report.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+        elif isinstance(value, list):
+            value = ", ".join(map(str, value)) or "-"
+        click.echo(f"{key:<22} {value}")
+
+
+@cli.command()
+@click.option("--output", "-o", type=click.File("w", encoding="utf-8"), default="-",
+              help="Write here instead of stdout.")
+@click.pass_context
+def export(ctx: click.Context, output: Any) -> None:
+    """Write every entry as JSON Lines; `import` reads it back into an identical store.
+
+    \b
+    Example:
+        harness-mem export > backup.jsonl
+        harness-mem --db copy.db import backup.jsonl
+    """
+    from .jsonl import export_jsonl
+
+    with open_store(ctx) as store:
+        count = export_jsonl(store, output)
+    click.echo(f"Exported {count} entries", err=True)
+
+
+@cli.command("eval")
+@click.argument("queries", type=click.File("rb"))
+@click.option("--mode", type=click.Choice(["hybrid", "keyword", "semantic"]), help="Ranking to measure.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@click.pass_context
+def eval_(ctx: click.Context, queries: Any, mode: str | None, as_json: bool) -> None:
+    """Measure recall@5, recall@10 and MRR@10 of a labelled QUERIES file on this database.
+
+    Each line: {"question", "evidence": [entry ids], "conversation"?, "category"?}.
+
+    \b
+    Example:
+        harness-mem eval locomo_queries.jsonl --mode keyword
+    """
+    from .evaluate import evaluate, parse_queries
+
+    parsed = parse_queries(queries)
+    with open_store(ctx) as store:
+        report = evaluate(store, parsed, mode=mode)  # type: ignore[arg-type]
+    if as_json:
+        echo_json(report.to_dict())
+        return
+    click.echo(f"mode: {report.mode}   queries: {report.overall.queries}   skipped: {report.skipped}")
+    click.echo(f"{'category':<14} {'n':>5} {'R@5':>7} {'R@10':>7} {'MRR@10':>7}")
+    for name, metrics in [("overall", report.overall), *report.by_category.items()]:
+        click.echo(f"{name:<14} {metrics.queries:>5} {metrics.recall_at_5:>7.3f} {metrics.recall_at_10:>7.3f}"
+                   f" {metrics.mrr_at_10:>7.3f}")
+    click.echo(f"latency p50 {report.latency_ms_p50:.2f} ms, p95 {report.latency_ms_p95:.2f} ms")
+
+
+def main() -> None:
+    cli(prog_name="harness-mem")
+

@@ -1,0 +1,151 @@
+"""Retrieval quality of a store on a labelled query set: recall@5, recall@10, MRR@10, latency.
+
+A query is ``{"question", "evidence": [entry ids], "conversation"?|"session_prefix"?, "category"?,
+"category_name"?}``. A query with a conversation searches only that conversation's sessions (ids
+``"<conversation>:…"``), which is how LoCoMo is measured. recall@k is the share of a question's
+evidence entries found in its top k, averaged over questions; MRR@10 is 1/rank of the first
+evidence entry in the top 10 (0 when none is there).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidInputError
+from .store import MemoryStore, Mode
+
+CUTOFFS = (5, 10)
+
+
+@dataclass(frozen=True)
+class Query:
+    question: str
+    evidence: tuple[str, ...]
+    session_prefix: str | None = None
+    category: str = "all"
+    qid: str | None = None
+
+
+@dataclass
+class Metrics:
+    queries: int = 0
+    recall_at_5: float = 0.0
+    recall_at_10: float = 0.0
+    mrr_at_10: float = 0.0
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {
+            "queries": self.queries,
+            "recall@5": round(self.recall_at_5, 4),
+            "recall@10": round(self.recall_at_10, 4),
+            "mrr@10": round(self.mrr_at_10, 4),
+        }
+
+
+@dataclass
+class EvalReport:
+    mode: str
+    overall: Metrics
+    by_category: dict[str, Metrics]
+    latency_ms_p50: float
+    latency_ms_p95: float
+    skipped: int = 0  # queries without evidence
+    per_query: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "overall": self.overall.to_dict(),
+            "by_category": {name: m.to_dict() for name, m in self.by_category.items()},
+            "latency_ms": {"p50": round(self.latency_ms_p50, 3), "p95": round(self.latency_ms_p95, 3)},
+            "skipped": self.skipped,
+        }
+
+
+def parse_queries(lines: Iterable[bytes | str]) -> list[Query]:
+    """Queries from JSON Lines; a bad line raises InvalidInputError naming its number."""
+    queries = []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+            if not text.strip():
+                continue
+            data = json.loads(text)
+            question, evidence = data["question"], data.get("evidence") or []
+            if not isinstance(question, str) or not isinstance(evidence, list):
+                raise TypeError("question must be a string and evidence a list")
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            reason = "missing 'question'" if isinstance(exc, KeyError) else str(exc)
+            raise InvalidInputError(f"query line {number}: {reason}") from None
+        prefix = data.get("session_prefix") or (f"{data['conversation']}:" if data.get("conversation") else None)
+        category = data.get("category_name") or str(data.get("category", "all"))
+        queries.append(Query(question, tuple(map(str, evidence)), prefix, category, data.get("qid")))
+    return queries
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def evaluate(
+    store: MemoryStore,
+    queries: Sequence[Query],
+    *,
+    mode: Mode | None = None,
+    progress: Callable[[int], None] | None = None,
+    keep_per_query: bool = False,
+) -> EvalReport:
+    """Run every query against ``store`` and score the rankings against the evidence ids."""
+    sums: dict[str, list[float]] = {}
+    counts: dict[str, int] = {}
+    latencies: list[float] = []
+    per_query: list[dict[str, Any]] = []
+    skipped = 0
+    depth = max(CUTOFFS)
+    for query in queries:
+        if progress is not None:
+            progress(1)
+        if not query.evidence:
+            skipped += 1
+            continue
+        started = time.perf_counter()
+        hits = store.recall(query.question, k=depth, mode=mode, session_prefix=query.session_prefix)
+        latencies.append((time.perf_counter() - started) * 1000)
+        ranked = [hit.entry.id for hit in hits]
+        evidence = set(query.evidence)
+        scores = [len(evidence & set(ranked[:cutoff])) / len(evidence) for cutoff in CUTOFFS]
+        first = next((i for i, hit_id in enumerate(ranked[:10], start=1) if hit_id in evidence), None)
+        scores.append(1.0 / first if first else 0.0)
+        for bucket in ("all", query.category):
+            totals = sums.setdefault(bucket, [0.0] * len(scores))
+            for i, value in enumerate(scores):
+                totals[i] += value
+            counts[bucket] = counts.get(bucket, 0) + 1
+        if keep_per_query:
+            per_query.append({"qid": query.qid, "category": query.category, "ranked": ranked, "scores": scores})
+
+    def metrics(bucket: str) -> Metrics:
+        n = counts.get(bucket, 0)
+        if not n:
+            return Metrics()
+        r5, r10, mrr = (value / n for value in sums[bucket])
+        return Metrics(n, r5, r10, mrr)
+
+    latencies.sort()
+    categories = sorted(b for b in counts if b != "all")
+    return EvalReport(
+        mode=mode or "default",
+        overall=metrics("all"),
+        by_category={name: metrics(name) for name in categories},
+        latency_ms_p50=_percentile(latencies, 0.5),
+        latency_ms_p95=_percentile(latencies, 0.95),
+        skipped=skipped,
+        per_query=per_query,
+    )

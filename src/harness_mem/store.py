@@ -1,0 +1,532 @@
+"""``MemoryStore``: the facade over one SQLite file.
+
+Canonical rows live in ``entries``; the keyword index (``entries_fts``) is derived from them and is
+written and deleted in the same transaction, so a crash can never leave an entry half-indexed.
+Every write takes the lock up front (``BEGIN IMMEDIATE``), so several processes can share a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from . import keyword, migrations
+from .db import Connection, connect, default_path, driver, sqlite_version, write_transaction
+from .errors import DuplicateIdError, InvalidInputError, NotFoundError, StorageError
+from .models import (
+    Entry,
+    Hit,
+    check_kind,
+    clean_tags,
+    content_hash,
+    dumps,
+    from_ms,
+    new_id,
+    parse_time,
+    to_ms,
+)
+
+OnConflict = Literal["error", "ignore", "replace"]
+Mode = Literal["keyword", "semantic", "hybrid"]
+
+# An entry is a memory, not a document store: past this, callers should split or summarise.
+MAX_CONTENT_CHARS = 1_000_000
+DEFAULT_BATCH_SIZE = 500
+
+_COLUMNS = "pk, id, namespace, kind, content, role, session, tags, source, metadata, created_at, expires_at, content_hash"
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Conditions every recalled or listed entry must meet; all optional and combinable."""
+
+    kind: str | Sequence[str] | None = None
+    role: str | None = None
+    session: str | None = None
+    session_prefix: str | None = None
+    tags: Sequence[str] = ()       # all of these
+    any_tags: Sequence[str] = ()   # at least one of these
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def sql(self, namespace: str, now_ms: int, alias: str = "e") -> tuple[str, list[Any]]:
+        """A WHERE clause (without the keyword) and its parameters."""
+        clauses = [f"{alias}.namespace = ?", f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)"]
+        params: list[Any] = [namespace, now_ms]
+        if self.kind is not None:
+            kinds = [self.kind] if isinstance(self.kind, str) else list(self.kind)
+            clauses.append(f"{alias}.kind IN ({', '.join('?' * len(kinds))})")
+            params.extend(kinds)
+        for column in ("role", "session"):
+            value = getattr(self, column)
+            if value is not None:
+                clauses.append(f"{alias}.{column} = ?")
+                params.append(value)
+        if self.session_prefix:
+            clauses.append(f"substr({alias}.session, 1, ?) = ?")
+            params.extend([len(self.session_prefix), self.session_prefix])
+        if self.tags:
+            clauses.append(
+                f"NOT EXISTS (SELECT 1 FROM json_each(?) AS wanted WHERE wanted.value NOT IN"
+                f" (SELECT value FROM json_each({alias}.tags)))"
+            )
+            params.append(json.dumps(list(self.tags)))
+        if self.any_tags:
+            clauses.append(
+                f"EXISTS (SELECT 1 FROM json_each({alias}.tags) AS have WHERE have.value IN"
+                f" (SELECT value FROM json_each(?)))"
+            )
+            params.append(json.dumps(list(self.any_tags)))
+        if self.since is not None:
+            clauses.append(f"{alias}.created_at >= ?")
+            params.append(to_ms(self.since))
+        if self.until is not None:
+            clauses.append(f"{alias}.created_at <= ?")
+            params.append(to_ms(self.until))
+        return " AND ".join(clauses), params
+
+
+def make_filters(
+    kind: str | Sequence[str] | None = None,
+    role: str | None = None,
+    session: str | None = None,
+    session_prefix: str | None = None,
+    tags: Sequence[str] | str = (),
+    any_tags: Sequence[str] | str = (),
+    since: str | datetime | None = None,
+    until: str | datetime | None = None,
+) -> Filters:
+    """Filters from loosely typed arguments (times as ISO strings or ages like ``7d``)."""
+    if kind is not None:
+        for k in [kind] if isinstance(kind, str) else kind:
+            check_kind(k)
+    return Filters(
+        kind=kind,
+        role=role,
+        session=session,
+        session_prefix=session_prefix,
+        tags=clean_tags(tags),
+        any_tags=clean_tags(any_tags),
+        since=parse_time(since) if since is not None else None,
+        until=parse_time(until) if until is not None else None,
+    )
+
+
+class MemoryStore:
+    """Memory entries in one SQLite file: add, recall, get, delete, list.
+
+    Opening a store creates the file if needed and applies pending migrations::
+
+        with MemoryStore("agent.db") as store:
+            store.add("we chose argon2id for password hashing", tags=["decision"])
+            hits = store.recall("password hashing decision")
+
+    :param path: the database file (``":memory:"`` for a throwaway store); defaults to
+        ``$HARNESS_MEM_DB`` or ``memory.db`` in the user's data directory.
+    :param namespace: the tenant every read and write is confined to.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, namespace: str = "default") -> None:
+        if not namespace or not isinstance(namespace, str):
+            raise InvalidInputError("namespace must be a non-empty string")
+        if path is None:
+            path = default_path()
+        self.path: Path | str = ":memory:" if str(path) == ":memory:" else Path(path)
+        self.namespace = namespace
+        self.conn: Connection = connect(self.path)
+        try:
+            migrations.migrate(self.conn)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<MemoryStore {str(self.path)!r} namespace={self.namespace!r}>"
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def add(
+        self,
+        content: str,
+        *,
+        kind: str | None = None,
+        role: str | None = None,
+        session: str | None = None,
+        tags: Iterable[str] = (),
+        source: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        id: str | None = None,
+        created_at: str | datetime | None = None,
+        expires_at: str | datetime | None = None,
+        ttl_days: float | None = None,
+        on_conflict: OnConflict = "error",
+    ) -> Entry:
+        """Store one entry and return it as stored.
+
+        ``kind`` defaults to ``"turn"`` when a role is given, else ``"note"``. ``id`` defaults to a
+        new sortable id; an id that already exists raises :class:`DuplicateIdError` unless
+        ``on_conflict`` is ``"ignore"`` (keep the old entry) or ``"replace"``.
+        """
+        item = dict(
+            content=content, kind=kind, role=role, session=session, tags=tags, source=source,
+            metadata=metadata, id=id, created_at=created_at, expires_at=expires_at, ttl_days=ttl_days,
+        )
+        stored = self.add_many([item], on_conflict=on_conflict)
+        if stored:
+            return stored[0]
+        return self.get(item["id"])  # type: ignore[arg-type]  # ignored: the existing entry
+
+    def add_many(
+        self,
+        items: Iterable[Mapping[str, Any] | Entry],
+        *,
+        on_conflict: OnConflict = "error",
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        on_invalid: Callable[[int, InvalidInputError], None] | None = None,
+    ) -> list[Entry]:
+        """Store many entries, one transaction per ``batch_size``; returns those written.
+
+        Each item is an :class:`Entry` or a mapping with the keyword arguments of :meth:`add`
+        (``content`` or ``text``). A bad item raises before its batch is written, unless
+        ``on_invalid(index, error)`` is given: then it is reported there and skipped.
+        """
+        written: list[Entry] = []
+        batch: list[Entry] = []
+        for index, item in enumerate(items):
+            try:
+                batch.append(self._prepare(item))
+            except InvalidInputError as exc:
+                if on_invalid is None:
+                    raise
+                on_invalid(index, exc)
+                continue
+            if len(batch) >= batch_size:
+                written.extend(self._write(batch, on_conflict))
+                batch = []
+        if batch:
+            written.extend(self._write(batch, on_conflict))
+        return written
+
+    def _prepare(self, item: Mapping[str, Any] | Entry) -> Entry:
+        """Validate and normalise one item into the entry that will be stored."""
+        if isinstance(item, Entry):
+            item = {**item.to_dict(), "namespace": item.namespace}
+        content = item.get("content", item.get("text"))
+        if not isinstance(content, str):
+            raise InvalidInputError("an entry needs its text as a string in 'content' (or 'text')")
+        if not content.strip():
+            raise InvalidInputError("an entry's content cannot be empty")
+        if len(content) > MAX_CONTENT_CHARS:
+            raise InvalidInputError(
+                f"content is {len(content):,} characters; the limit is {MAX_CONTENT_CHARS:,} — split it into several entries"
+            )
+        try:
+            content.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInputError("content is not valid Unicode (it contains a lone surrogate)") from None
+        role, session = _optional_str(item, "role"), _optional_str(item, "session")
+        kind = item.get("kind") or ("turn" if role else "note")
+        check_kind(kind)
+        metadata = item.get("metadata") or {}
+        if not isinstance(metadata, Mapping):
+            raise InvalidInputError(f"metadata must be a JSON object, not {type(metadata).__name__}")
+        try:
+            metadata = json.loads(dumps(metadata))
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"metadata is not JSON-serialisable ({exc})") from None
+        entry_id = item.get("id") or new_id()
+        if not isinstance(entry_id, str) or not entry_id.strip():
+            raise InvalidInputError(f"an id must be a non-empty string, not {entry_id!r}")
+        created = parse_time(item["created_at"]) if item.get("created_at") else datetime.now(UTC)
+        expires = parse_time(item["expires_at"]) if item.get("expires_at") else None
+        ttl_days = item.get("ttl_days")
+        if ttl_days is not None:
+            if not isinstance(ttl_days, (int, float)) or ttl_days <= 0:
+                raise InvalidInputError(f"ttl_days must be a positive number, not {ttl_days!r}")
+            expires = datetime.now(UTC) + timedelta(days=ttl_days)
+        return Entry(
+            id=entry_id,
+            content=content,
+            kind=kind,
+            namespace=item.get("namespace") or self.namespace,
+            role=role,
+            session=session,
+            tags=clean_tags(item.get("tags")),
+            source=_optional_str(item, "source"),
+            metadata=metadata,
+            created_at=created,
+            expires_at=expires,
+            content_hash=content_hash(content),
+        )
+
+    def _write(self, batch: list[Entry], on_conflict: OnConflict) -> list[Entry]:
+        written: list[Entry] = []
+        with write_transaction(self.conn):
+            for entry in batch:
+                existing = self.conn.execute(
+                    "SELECT pk FROM entries WHERE namespace = ? AND id = ?", (entry.namespace, entry.id)
+                ).fetchone()
+                if existing:
+                    if on_conflict == "ignore":
+                        continue
+                    if on_conflict == "error":
+                        raise DuplicateIdError(
+                            f"an entry with id {entry.id!r} already exists in namespace {entry.namespace!r}"
+                            " — choose another id, or replace it"
+                        )
+                    self._delete_pk(existing[0])
+                pk = self.conn.execute(
+                    "INSERT INTO entries (id, namespace, kind, content, role, session, tags, source, metadata,"
+                    " created_at, expires_at, content_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        entry.id, entry.namespace, entry.kind, entry.content, entry.role, entry.session,
+                        dumps(list(entry.tags)), entry.source, dumps(entry.metadata), to_ms(entry.created_at),
+                        to_ms(entry.expires_at) if entry.expires_at else None, entry.content_hash,
+                    ),
+                ).lastrowid
+                self.conn.execute(
+                    "INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
+                    (pk, keyword.index_text(entry.content, entry.role)),
+                )
+                written.append(entry)
+        return written
+
+    def delete(self, id: str) -> bool:
+        """Delete an entry and its derived rows; False when there was none."""
+        with write_transaction(self.conn):
+            row = self.conn.execute(
+                "SELECT pk FROM entries WHERE namespace = ? AND id = ?", (self.namespace, id)
+            ).fetchone()
+            if row is None:
+                return False
+            self._delete_pk(row[0])
+        return True
+
+    def _delete_pk(self, pk: int) -> None:
+        self.conn.execute("DELETE FROM entries_fts WHERE rowid = ?", (pk,))
+        self.conn.execute("DELETE FROM entries WHERE pk = ?", (pk,))
+
+    def purge_expired(self) -> int:
+        """Delete every expired entry (in all namespaces); returns how many went."""
+        with write_transaction(self.conn):
+            pks = [r[0] for r in self.conn.execute(
+                "SELECT pk FROM entries WHERE expires_at IS NOT NULL AND expires_at <= ?", (_now_ms(),)
+            )]
+            for pk in pks:
+                self._delete_pk(pk)
+        return len(pks)
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def get(self, id: str) -> Entry:
+        """The entry with this id; raises :class:`NotFoundError` (also for an expired one)."""
+        row = self.conn.execute(
+            f"SELECT {_COLUMNS} FROM entries e WHERE e.namespace = ? AND e.id = ?"
+            " AND (e.expires_at IS NULL OR e.expires_at > ?)",
+            (self.namespace, id, _now_ms()),
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(
+                f"no entry with id {id!r} in namespace {self.namespace!r} — `harness-mem list` shows the ids"
+            )
+        return _entry(row)
+
+    def list(self, *, limit: int | None = None, newest_first: bool = False, **filters: Any) -> Iterator[Entry]:
+        """Entries in creation order (or newest first), filtered like :meth:`recall`."""
+        where, params = make_filters(**filters).sql(self.namespace, _now_ms())
+        order = "DESC" if newest_first else "ASC"
+        sql = f"SELECT {_COLUMNS} FROM entries e WHERE {where} ORDER BY e.created_at {order}, e.pk {order}"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        for row in self.conn.execute(sql, params):
+            yield _entry(row)
+
+    def count(self, **filters: Any) -> int:
+        where, params = make_filters(**filters).sql(self.namespace, _now_ms())
+        return int(self.conn.execute(f"SELECT count(*) FROM entries e WHERE {where}", params).fetchone()[0])
+
+    def recall(
+        self,
+        query: str,
+        k: int = 10,
+        mode: Mode | None = None,
+        *,
+        kind: str | Sequence[str] | None = None,
+        role: str | None = None,
+        session: str | None = None,
+        session_prefix: str | None = None,
+        tags: Sequence[str] | str = (),
+        any_tags: Sequence[str] | str = (),
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        explain: bool = False,
+    ) -> list[Hit]:
+        """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
+
+        Filters apply before the top-``k`` cut: a filtered query still returns ``k`` hits when
+        ``k`` entries match. Any text is a valid query: it is never passed raw to FTS5.
+        """
+        if mode not in (None, "keyword"):
+            raise InvalidInputError(f"unknown recall mode {mode!r} — use keyword")
+        if not isinstance(query, str):
+            raise InvalidInputError("a query must be a string")
+        if k <= 0:
+            return []
+        filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until)
+        ranked = self._keyword_ranking(query, k, filters)
+        hits = []
+        for rank, (entry, score) in enumerate(ranked, start=1):
+            components = {"keyword": {"rank": rank, "score": score}} if explain else None
+            hits.append(Hit(entry, score, keyword.snippet(entry.content, query), components))
+        return hits
+
+    def _keyword_ranking(self, query: str, k: int, filters: Filters) -> list[tuple[Entry, float]]:
+        """(entry, score) by BM25, best first; the score is ``-bm25`` so that higher is better."""
+        expression = keyword.match_expression(query)
+        if expression is None:
+            return []
+        where, params = filters.sql(self.namespace, _now_ms())
+        # Ask FTS5 for a shortlist first: ORDER BY rank LIMIT lets it skip sorting every match.
+        # If filters leave fewer than k of the shortlist, fall back to ranking all matches.
+        shortlist = max(4 * k, 64)
+        for limit in (shortlist, -1):
+            rows = self.conn.execute(
+                f"SELECT {_COLUMNS}, f.rank FROM"
+                " (SELECT rowid, rank FROM entries_fts WHERE entries_fts MATCH ? ORDER BY rank LIMIT ?) AS f"
+                f" JOIN entries e ON e.pk = f.rowid WHERE {where} ORDER BY f.rank LIMIT ?",
+                [expression, limit, *params, k],
+            ).fetchall()
+            if len(rows) >= k or limit == -1:
+                break
+            if self._match_count(expression) <= shortlist:
+                break
+        return [(_entry(row), -float(row[-1])) for row in rows]
+
+    def _match_count(self, expression: str) -> int:
+        return int(self.conn.execute(
+            "SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (expression,)
+        ).fetchone()[0])
+
+    def stats(self) -> dict[str, Any]:
+        """Counts by kind and role, sessions, the file's size, and the schema version."""
+        ns, now = self.namespace, _now_ms()
+        live = "namespace = ? AND (expires_at IS NULL OR expires_at > ?)"
+        by_kind = dict(self.conn.execute(
+            f"SELECT kind, count(*) FROM entries WHERE {live} GROUP BY kind ORDER BY kind", (ns, now)
+        ).fetchall())
+        by_role = dict(self.conn.execute(
+            f"SELECT role, count(*) FROM entries WHERE {live} AND role IS NOT NULL GROUP BY role ORDER BY 2 DESC",
+            (ns, now),
+        ).fetchall())
+        sessions = self.conn.execute(
+            f"SELECT count(DISTINCT session) FROM entries WHERE {live}", (ns, now)
+        ).fetchone()[0]
+        expired = self.conn.execute(
+            "SELECT count(*) FROM entries WHERE namespace = ? AND expires_at <= ?", (ns, now)
+        ).fetchone()[0]
+        namespaces = [r[0] for r in self.conn.execute("SELECT DISTINCT namespace FROM entries ORDER BY 1")]
+        applied = [s for s in migrations.status(self.conn) if s.applied_at]
+        return {
+            "path": str(self.path),
+            "namespace": ns,
+            "entries": sum(by_kind.values()),
+            "by_kind": by_kind,
+            "by_role": by_role,
+            "sessions": sessions,
+            "expired_pending_purge": expired,
+            "namespaces": namespaces,
+            "schema_version": applied[-1].number if applied else 0,
+            "file_bytes": self._file_bytes(),
+        }
+
+    def _file_bytes(self) -> int:
+        if not isinstance(self.path, Path):
+            return 0
+        return sum(
+            p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists()
+        )
+
+    def export(self) -> Iterator[dict[str, Any]]:
+        """Every live entry of the namespace as a JSON-ready dict, oldest first.
+
+        Importing the output (``harness-mem import``) into an empty file rebuilds an identical store.
+        """
+        for entry in self.list():
+            yield entry.to_dict()
+
+    def diagnose(self) -> dict[str, Any]:
+        """What ``harness-mem doctor`` reports: each check with ok and a detail line."""
+        checks: list[dict[str, Any]] = []
+
+        def check(name: str, probe: Callable[[], str]) -> None:
+            try:
+                checks.append({"name": name, "ok": True, "detail": probe()})
+            except Exception as exc:  # a doctor reports failures; it does not stop at the first
+                checks.append({"name": name, "ok": False, "detail": f"{type(exc).__name__}: {exc}"})
+
+        def integrity() -> str:
+            problems = self.integrity_check()
+            if problems:
+                raise StorageError("; ".join(problems[:5]))
+            return "ok"
+
+        check("sqlite", lambda: f"{sqlite_version()} via {driver().__name__}")
+        check("fts5", lambda: str(self.conn.execute("SELECT count(*) FROM entries_fts").fetchone()[0]) + " rows indexed")
+        check("sqlite-vec", lambda: str(self.conn.execute("SELECT vec_version()").fetchone()[0]))
+        check("schema", lambda: f"{self.stats()['schema_version']:04d}, all migrations applied")
+        check("integrity", integrity)
+        return {"path": str(self.path), "checks": checks}
+
+    def integrity_check(self) -> list[str]:
+        """Problems SQLite finds in the file (an empty list when it is sound)."""
+        rows = [r[0] for r in self.conn.execute("PRAGMA integrity_check")]
+        return [] if rows == ["ok"] else rows
+
+
+def _optional_str(item: Mapping[str, Any], key: str) -> str | None:
+    value = item.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{key} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _now_ms() -> int:
+    return to_ms(datetime.now(UTC))
+
+
+def _entry(row: Sequence[Any]) -> Entry:
+    return Entry(
+        id=row[1],
+        namespace=row[2],
+        kind=row[3],
+        content=row[4],
+        role=row[5],
+        session=row[6],
+        tags=tuple(json.loads(row[7])),
+        source=row[8],
+        metadata=json.loads(row[9]),
+        created_at=from_ms(row[10]),
+        expires_at=from_ms(row[11]) if row[11] is not None else None,
+        content_hash=row[12],
+    )
+
+
