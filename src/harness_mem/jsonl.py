@@ -65,6 +65,7 @@ def parse_line(raw: bytes | str) -> dict[str, Any] | None:
         raise InvalidInputError(f"expected a JSON object, got {type(data).__name__}")
     if "content" not in data and "text" not in data:
         raise InvalidInputError('no "text" or "content" field')
+    data.pop("content_hash", None)  # derived: recomputed from the content, as in an export
     item = {k: v for k, v in data.items() if k in KNOWN_KEYS}
     if "content" not in item:
         item["content"] = item.pop("text")

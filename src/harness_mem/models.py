@@ -170,8 +170,17 @@ def _parse_spoken(text: str) -> datetime:
     )
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def to_ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
+    """Whole milliseconds since the epoch (exact integer arithmetic, no float rounding)."""
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+def to_ms_precision(moment: datetime) -> datetime:
+    """``moment`` as the store keeps it: UTC, whole milliseconds."""
+    return from_ms(to_ms(moment))
 
 
 def from_ms(ms: int) -> datetime:

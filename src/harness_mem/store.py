@@ -29,6 +29,7 @@ from .models import (
     new_id,
     parse_time,
     to_ms,
+    to_ms_precision,
 )
 
 OnConflict = Literal["error", "ignore", "replace"]
@@ -270,8 +271,8 @@ class MemoryStore:
             tags=clean_tags(item.get("tags")),
             source=_optional_str(item, "source"),
             metadata=metadata,
-            created_at=created,
-            expires_at=expires,
+            created_at=to_ms_precision(created),
+            expires_at=to_ms_precision(expires) if expires else None,
             content_hash=content_hash(content),
         )
 

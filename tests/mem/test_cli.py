@@ -1,0 +1,175 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from harness_mem.cli import cli
+from harness_mem.store import MemoryStore
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample_conversation.jsonl"
+
+
+def run(db: Path, *args: str, input: str | bytes | None = None) -> object:
+    return CliRunner().invoke(cli, ["--db", str(db), *args], input=input, catch_exceptions=False)
+
+
+def test_add_then_recall_as_json(db_path: Path) -> None:
+    added = run(db_path, "add", "deploys happen on Tuesdays", "--tag", "ops", "--json")
+    assert added.exit_code == 0
+    entry = json.loads(added.stdout)
+    result = run(db_path, "recall", "when are deploys", "--json")
+    assert result.exit_code == 0
+    hits = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [h["id"] for h in hits] == [entry["id"]]
+    assert {"id", "score", "kind", "role", "session", "content", "created_at", "tags"} <= hits[0].keys()
+    assert hits[0]["tags"] == ["ops"]
+
+
+def test_readable_recall_shows_rank_score_and_snippet(db_path: Path) -> None:
+    run(db_path, "import", str(SAMPLE))
+    result = run(db_path, "recall", "bcrypt or argon2id", "-k", "2", "--explain")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(" 1. [") and "argon2id" in result.stdout
+    assert "keyword #1" in result.stdout
+
+
+def test_import_reports_bad_lines_keeps_good_ones_and_exits_non_zero(db_path: Path, tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b'{"id": "1", "text": "good one"}\n{"text": \n\xc3\x28\n{"id": "2", "text": "good two"}\n')
+    result = run(db_path, "import", str(source))
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "Error: line 2: not valid JSON (Expecting value at column 9)",
+        "Error: line 3: not valid UTF-8 (byte 0)",
+        "Imported 2 entries from 4 lines (0 already stored, 2 rejected)",
+    ]
+    again = run(db_path, "import", str(source))
+    assert "Imported 0 entries from 4 lines (2 already stored, 2 rejected)" in again.stderr
+
+
+def test_import_from_stdin_is_idempotent(db_path: Path) -> None:
+    data = SAMPLE.read_text(encoding="utf-8")
+    assert run(db_path, "import", "-", input=data).exit_code == 0
+    assert run(db_path, "import", "-", input=data).exit_code == 0
+    with MemoryStore(db_path) as store:
+        assert store.count() == len(data.splitlines())
+
+
+def test_get_list_delete_stats_export(db_path: Path) -> None:
+    entry_id = run(db_path, "add", "remember the milk", "--id", "milk", "--role", "user").stdout.strip()
+    assert entry_id == "milk"
+    shown = run(db_path, "get", "milk", "--json")
+    assert json.loads(shown.stdout)["content"] == "remember the milk"
+    listed = run(db_path, "list", "--json")
+    assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == ["milk"]
+    stats = json.loads(run(db_path, "stats", "--json").stdout)
+    assert stats["entries"] == 1 and stats["by_kind"] == {"turn": 1}
+    exported = run(db_path, "export")
+    assert json.loads(exported.stdout)["id"] == "milk"
+    assert run(db_path, "delete", "milk").exit_code == 0
+    assert run(db_path, "list").stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["get", "nope"], 1, "Error: no entry with id 'nope' in namespace 'default' — `harness-mem list` shows the ids"),
+        (["delete", "nope"], 1, "Error: no entry with id 'nope' in namespace 'default' — `harness-mem list` shows ids"),
+        (["add", "   "], 1, "Error: an entry's content cannot be empty"),
+        (["add", "x", "--kind", "memo"], 1, "Error: unknown kind 'memo' — use one of: note, turn, episode, fact, summary"),
+        (["recall", "x", "--since", "someday"], 1,
+         "Error: cannot read a time from 'someday' — use ISO-8601 (2024-05-01T12:00:00Z) or an age (7d, 24h)"),
+        (["add", "x", "--ttl-days", "0"], 1, "Error: ttl_days must be a positive number, not 0.0"),
+        (["import", "/no/such/file.jsonl"], 2, "No such file or directory"),
+        (["recall", "x", "-k", "0"], 2, "0 is not in the range"),
+    ],
+)
+def test_user_errors_are_one_line_with_a_fix(db_path: Path, args: list[str], code: int, message: str) -> None:
+    result = run(db_path, *args)
+    assert result.exit_code == code
+    assert message in result.stderr
+    if code == 1:
+        assert result.stderr.strip() == message  # exactly one line, nothing else
+    assert "Traceback" not in result.stderr
+
+
+def test_recall_of_fts_syntax_is_not_an_error(db_path: Path) -> None:
+    run(db_path, "add", "auth refactor plan")
+    for query in ['"', 'NEAR("auth"', "*", "-", "AND", "🙂", "x" * 10_000]:
+        result = run(db_path, "recall", query)
+        assert result.exit_code == 0, query
+
+
+def test_db_path_respects_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_MEM_DB", str(tmp_path / "env.db"))
+    result = CliRunner().invoke(cli, ["db", "path"], catch_exceptions=False)
+    assert result.stdout.strip() == str(tmp_path / "env.db")
+    monkeypatch.delenv("HARNESS_MEM_DB")
+    result = CliRunner().invoke(cli, ["db", "path"], catch_exceptions=False)
+    assert result.stdout.strip() == str(tmp_path / "home" / "memory.db")
+
+
+def test_doctor_and_migrate_list(db_path: Path) -> None:
+    doctor = run(db_path, "doctor")
+    assert doctor.exit_code == 0
+    assert [line.split()[0] for line in doctor.stdout.splitlines()] == ["ok"] * 5
+    listing = run(db_path, "migrate", "--list")
+    assert "0001_init" in listing.stdout and "applied" in listing.stdout
+
+
+def test_every_command_has_help_with_an_example() -> None:
+    import click
+
+    def walk(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+        found = []
+        for name, command in group.commands.items():
+            if isinstance(command, click.Group):
+                found += walk(command, (*prefix, name))
+            else:
+                found.append((*prefix, name))
+        return found
+
+    for path in walk(cli):
+        result = CliRunner().invoke(cli, [*path, "--help"], catch_exceptions=False)
+        assert result.exit_code == 0
+        assert "Example:" in result.stdout, path
+
+
+def _cli_subprocess(*args: str, db: Path, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_MEM_RAISE_ERRORS"}
+    return subprocess.run(
+        [sys.executable, "-m", "harness_mem", "--db", str(db), *args],
+        input=input, capture_output=True, env=env, timeout=120,
+    )
+
+
+def test_real_process_round_trip_and_errors(db_path: Path) -> None:
+    imported = _cli_subprocess("import", "-", db=db_path, input=SAMPLE.read_bytes())
+    assert imported.returncode == 0, imported.stderr
+    recalled = _cli_subprocess("recall", "deploy on Fridays", "--json", "-k", "3", db=db_path)
+    assert recalled.returncode == 0
+    first = json.loads(recalled.stdout.splitlines()[0])
+    assert "Friday" in first["content"]
+    broken = _cli_subprocess("import", "-", db=db_path, input=b'{"text": "ok"}\n{oops\n')
+    assert broken.returncode == 1
+    assert b"line 2: not valid JSON" in broken.stderr and b"Traceback" not in broken.stderr
+    missing = _cli_subprocess("get", "nope", db=db_path)
+    assert missing.returncode == 1 and missing.stderr.count(b"\n") == 1
+
+
+def test_keyword_commands_do_not_import_the_embedding_model(db_path: Path) -> None:
+    code = (
+        "import sys\nfrom harness_mem.cli import main\n"
+        f"sys.argv = ['harness-mem', '--db', {str(db_path)!r}, 'recall', 'x', '--mode', 'keyword']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "assert 'sentence_transformers' not in sys.modules and 'torch' not in sys.modules, 'heavy import'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness_mem.keyword import index_text, match_expression, query_terms, snippet
+from harness_mem.store import MemoryStore
+
+HOSTILE_QUERIES = [
+    '"', '""', '"unbalanced', "NEAR(", 'NEAR("a" "b", 2)', "*", "auth*", "-", "-auth", "AND", "OR", "NOT",
+    "a AND OR NOT b", "(", ")", "((auth)", "col:auth", "content:auth", "^auth", "{auth}", "auth + refactor",
+    "🙂", "🔥 auth 🔥", "\x00", "\\", "'", "%", "_", "auth\nrefactor", "\u200b", "x" * 10_000,
+    "auth " * 2_000, "手机 * NEAR(咖啡", "ɑuth rèfactor",
+]
+
+
+@pytest.fixture
+def filled(store: MemoryStore) -> MemoryStore:
+    store.add("refactor the auth module today", role="user", session="s1")
+    store.add("starting the auth refactor now", role="assistant", session="s1")
+    store.add("用户喜欢喝手冲咖啡，不加糖", tags=["pref"])
+    store.add("用户对花生过敏", tags=["health"])
+    return store
+
+
+@pytest.mark.parametrize("query", HOSTILE_QUERIES)
+def test_any_query_returns_results_or_none_never_an_error(filled: MemoryStore, query: str) -> None:
+    hits = filled.recall(query)
+    assert isinstance(hits, list)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(max_size=300))
+def test_generated_text_never_breaks_match(filled: MemoryStore, query: str) -> None:
+    filled.recall(query)  # must not raise
+
+
+def test_hostile_query_still_finds_its_words(filled: MemoryStore) -> None:
+    assert filled.recall('NEAR("auth" AND refactor*')[0].entry.content.startswith(("refactor", "starting"))
+
+
+def test_stop_words_do_not_drown_the_query(store: MemoryStore) -> None:
+    for i in range(30):
+        store.add(f"what is the weather like in the city {i}")
+    target = store.add("Caroline painted a sunrise by the lake")
+    hits = store.recall("What did Caroline paint in the morning by the lake?", k=3)
+    assert hits[0].entry.id == target.id
+    assert query_terms("what is the") == ['"what"', '"is"', '"the"']  # only stop words: keep them
+
+
+def test_the_speaker_is_indexed_with_the_text(store: MemoryStore) -> None:
+    turn = store.add("I love pottery classes", role="Melanie", session="conv:1")
+    store.add("I love cooking classes", role="Caroline", session="conv:1")
+    assert store.recall("What does Melanie love?", k=1)[0].entry.id == turn.id
+    assert index_text("hi", "Melanie") == "Melanie: hi"
+
+
+def test_cjk_text_is_searchable_including_two_character_words(filled: MemoryStore) -> None:
+    assert [h.entry.content for h in filled.recall("咖啡")] == ["用户喜欢喝手冲咖啡，不加糖"]
+    assert [h.entry.content for h in filled.recall("我平时喝什么咖啡？")][0] == "用户喜欢喝手冲咖啡，不加糖"
+    assert [h.entry.content for h in filled.recall("花生")] == ["用户对花生过敏"]
+    assert filled.recall("帮我订明天去上海的机票") == []  # unrelated: the allergy note must not come back
+    assert index_text("手冲咖啡") == " 手冲 冲咖 咖啡 "
+
+
+def test_cjk_glued_to_latin_text(store: MemoryStore) -> None:
+    entry = store.add("部署用Kubernetes集群")
+    assert store.recall("kubernetes")[0].entry.id == entry.id
+    assert store.recall("集群")[0].entry.id == entry.id
+
+
+def test_match_expression_quotes_every_term() -> None:
+    assert match_expression('auth" OR x NEAR(') == '"auth" OR "near"'
+    assert match_expression("🙂 *") is None
+    assert len(query_terms(" ".join(f"word{i}" for i in range(5000)))) == 48
+
+
+def test_filters_combine_and_apply_before_the_top_k_cut(store: MemoryStore) -> None:
+    for i in range(50):
+        store.add(f"deploy note number {i} about the deploy pipeline deploy", role="assistant", session="a:1")
+    wanted = [store.add(f"deploy remark {i}", role="user", session="b:1", tags=["ops"]) for i in range(3)]
+    hits = store.recall("deploy", k=3, role="user", tags=["ops"], session_prefix="b:")
+    assert sorted(h.entry.id for h in hits) == sorted(e.id for e in wanted)
+    assert store.recall("deploy", k=5, kind="fact") == []
+
+
+def test_hits_carry_entry_score_and_snippet(store: MemoryStore) -> None:
+    long_text = "filler " * 200 + "the migration to postgres sessions finished" + " filler" * 200
+    entry = store.add(long_text)
+    hit = store.recall("postgres sessions", explain=True)[0]
+    assert hit.entry.id == entry.id and hit.score > 0
+    assert "postgres sessions" in hit.snippet and len(hit.snippet) <= 162
+    assert hit.components == {"keyword": {"rank": 1, "score": hit.score}}
+
+
+def test_snippet_is_whole_content_when_short() -> None:
+    assert snippet("short text", "text") == "short text"
+
+
+def test_better_matches_rank_first(store: MemoryStore) -> None:
+    store.add("auth")
+    both = store.add("auth refactor plan")
+    store.add("refactor")
+    assert store.recall("auth refactor")[0].entry.id == both.id

@@ -1,0 +1,197 @@
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from harness_mem.errors import DuplicateIdError, InvalidInputError, NotFoundError
+from harness_mem.jsonl import export_jsonl, import_jsonl
+from harness_mem.models import new_id
+from harness_mem.store import MemoryStore
+
+
+def test_add_returns_the_stored_entry_and_get_reads_it_back(store: MemoryStore) -> None:
+    entry = store.add("we chose argon2id", tags=["decision", "security", "decision"], source="chat",
+                      metadata={"ticket": 42})
+    assert entry.kind == "note"
+    assert entry.tags == ("decision", "security")
+    assert entry.content_hash.startswith("h1:")
+    assert store.get(entry.id) == entry
+
+
+def test_kind_defaults_to_turn_when_a_role_is_given(store: MemoryStore) -> None:
+    assert store.add("hello", role="user", session="s1").kind == "turn"
+    assert store.add("hello", role="user", kind="fact").kind == "fact"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"content": ""}, "cannot be empty"),
+        ({"content": "   \n"}, "cannot be empty"),
+        ({"content": "x", "kind": "memo"}, "unknown kind 'memo'"),
+        ({"content": "x", "tags": [1]}, "tags must be strings"),
+        ({"content": "x", "metadata": [1, 2]}, "metadata must be a JSON object"),
+        ({"content": "x", "metadata": {"f": object()}}, "not JSON-serialisable"),
+        ({"content": "x", "created_at": "last tuesday-ish"}, "cannot read a time"),
+        ({"content": "x", "ttl_days": -1}, "ttl_days must be a positive number"),
+        ({"content": "bad \ud800 surrogate"}, "lone surrogate"),
+        ({"content": "x" * 1_000_001}, "limit is 1,000,000"),
+    ],
+)
+def test_bad_input_is_refused_with_a_reason_and_nothing_is_written(
+    store: MemoryStore, fields: dict[str, object], message: str
+) -> None:
+    content = fields.pop("content")
+    with pytest.raises(InvalidInputError, match=message):
+        store.add(content, **fields)  # type: ignore[arg-type]
+    assert store.count() == 0
+
+
+def test_ids_are_unique_per_namespace(db_path: Path) -> None:
+    with MemoryStore(db_path) as a, MemoryStore(db_path, namespace="other") as b:
+        a.add("first", id="x")
+        with pytest.raises(DuplicateIdError, match="already exists"):
+            a.add("second", id="x")
+        assert a.add("second", id="x", on_conflict="ignore").content == "first"
+        assert a.add("third", id="x", on_conflict="replace").content == "third"
+        assert a.recall("first") == []  # the replaced text left the index too
+        b.add("another tenant", id="x")  # same id, other namespace: fine
+        assert a.get("x").content == "third" and b.get("x").content == "another tenant"
+
+
+def test_namespaces_never_leak(db_path: Path) -> None:
+    with MemoryStore(db_path, namespace="alice") as alice, MemoryStore(db_path, namespace="bob") as bob:
+        secret = alice.add("alice's launch codes are in the blue folder")
+        assert bob.recall("launch codes") == []
+        assert list(bob.list()) == []
+        with pytest.raises(NotFoundError):
+            bob.get(secret.id)
+        assert bob.delete(secret.id) is False
+        assert alice.get(secret.id).content.startswith("alice")
+
+
+def test_generated_ids_sort_by_creation() -> None:
+    ids = [new_id() for _ in range(2000)]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 26 for i in ids)
+
+
+def test_delete_removes_entry_and_its_index_rows(store: MemoryStore) -> None:
+    entry = store.add("the staging password rotates monthly")
+    assert store.delete(entry.id) is True
+    assert store.delete(entry.id) is False
+    assert store.recall("staging password") == []
+    assert store.conn.execute("SELECT count(*) FROM entries_fts").fetchone()[0] == 0
+    with pytest.raises(NotFoundError):
+        store.get(entry.id)
+
+
+def test_expired_entries_are_never_returned(store: MemoryStore) -> None:
+    past = datetime.now(UTC) - timedelta(days=1)
+    gone = store.add("expired secret meeting", expires_at=past)
+    kept = store.add("current secret meeting", ttl_days=30)
+    assert [h.entry.id for h in store.recall("secret meeting")] == [kept.id]
+    assert [e.id for e in store.list()] == [kept.id]
+    assert [r["id"] for r in store.export()] == [kept.id]
+    with pytest.raises(NotFoundError):
+        store.get(gone.id)
+    assert store.stats()["expired_pending_purge"] == 1
+    assert store.purge_expired() == 1
+    assert store.conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 1
+
+
+def test_add_many_writes_each_batch_in_one_transaction(store: MemoryStore) -> None:
+    items = [{"text": f"turn {i}", "role": "user", "session": "s"} for i in range(10)]
+    items[7] = {"text": ""}  # invalid: the batch it is in must not be written at all
+    with pytest.raises(InvalidInputError):
+        store.add_many(items, batch_size=5)
+    assert store.count() == 5  # the first batch committed, the second never started
+    reported: list[int] = []
+    written = store.add_many(items, batch_size=5, on_invalid=lambda i, e: reported.append(i))
+    assert reported == [7] and len(written) == 9
+
+
+def test_list_filters_and_orders(store: MemoryStore) -> None:
+    base = datetime(2024, 5, 1, tzinfo=UTC)
+    for i in range(6):
+        store.add(f"msg {i}", role="user" if i % 2 else "assistant", session=f"conv-1:s{i // 3}",
+                  tags=["even"] if i % 2 == 0 else ["odd"], created_at=base + timedelta(hours=i))
+    assert [e.content for e in store.list(role="user")] == ["msg 1", "msg 3", "msg 5"]
+    assert [e.content for e in store.list(session="conv-1:s1")] == ["msg 3", "msg 4", "msg 5"]
+    assert len(list(store.list(session_prefix="conv-1:"))) == 6
+    assert [e.content for e in store.list(tags=["even"], since=base + timedelta(hours=2))] == ["msg 2", "msg 4"]
+    assert [e.content for e in store.list(newest_first=True, limit=2)] == ["msg 5", "msg 4"]
+    assert [e.content for e in store.list(until="2024-05-01T01:00:00Z")] == ["msg 0", "msg 1"]
+
+
+def test_export_then_import_rebuilds_an_identical_store(tmp_path: Path) -> None:
+    with MemoryStore(tmp_path / "a.db") as source:
+        source.add("note with everything", tags=["x", "y"], source="unit", metadata={"k": [1, "二"]},
+                   created_at="2024-01-02T03:04:05.678Z", expires_at="2999-01-01T00:00:00Z")
+        source.add("a turn", role="user", session="s-1", id="turn-1")
+        source.add("咖啡 note", kind="fact")
+        first = io.StringIO()
+        export_jsonl(source, first)
+    with MemoryStore(tmp_path / "b.db") as copy:
+        report = import_jsonl(copy, first.getvalue().splitlines())
+        assert (report.added, report.errors) == (3, [])
+        again = import_jsonl(copy, first.getvalue().splitlines())
+        assert (again.added, again.skipped) == (0, 3)  # idempotent by id
+        second = io.StringIO()
+        export_jsonl(copy, second)
+    assert second.getvalue() == first.getvalue()
+
+
+def test_import_keeps_good_lines_and_reports_every_bad_one(store: MemoryStore) -> None:
+    lines = [
+        b'{"id": "a", "text": "first good line", "role": "Caroline", "session": "c:1",'
+        b' "timestamp": "1:56 pm on 8 May, 2023", "dia_id": "D1:1"}',
+        b"{not json",
+        b"",
+        b"\xff\xfe broken bytes",
+        b"[1, 2]",
+        b'{"content": "second good line", "tags": "single-tag"}',
+        b'{"text": "bad kind", "kind": "diary"}',
+        b'{"id": "a", "text": "duplicate id is skipped"}',
+        b'{"nothing": "here"}',
+    ]
+    report = import_jsonl(store, lines)
+    assert report.added == 2 and report.skipped == 1 and report.lines == 9
+    assert [(e.line, e.reason.split(" (")[0]) for e in report.errors] == [
+        (2, "not valid JSON"),
+        (4, "not valid UTF-8"),
+        (5, "expected a JSON object, got list"),
+        (7, "unknown kind 'diary' — use one of: note, turn, episode, fact, summary"),
+        (9, 'no "text" or "content" field'),
+    ]
+    first = store.get("a")
+    assert first.created_at == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    assert first.metadata == {"dia_id": "D1:1"}  # unknown keys are kept, not dropped
+    assert first.kind == "turn"
+
+
+def test_stats_counts_what_is_there(store: MemoryStore) -> None:
+    store.add("a", role="user", session="s1")
+    store.add("b", role="assistant", session="s1")
+    store.add("c", kind="fact")
+    stats = store.stats()
+    assert stats["entries"] == 3
+    assert stats["by_kind"] == {"fact": 1, "turn": 2}
+    assert stats["by_role"] == {"assistant": 1, "user": 1}
+    assert stats["sessions"] == 1
+    assert stats["schema_version"] >= 1
+    assert stats["file_bytes"] > 0
+    json.dumps(stats)  # the CLI prints it as JSON
+
+
+def test_reopening_keeps_everything(db_path: Path) -> None:
+    with MemoryStore(db_path) as first:
+        entry = first.add("persisted across opens")
+    with MemoryStore(db_path) as second:
+        assert second.get(entry.id) == entry
+        assert second.integrity_check() == []
