@@ -69,8 +69,9 @@ class Hit:
         return data
 
 
-def content_hash(content: str) -> str:
-    return HASH_PREFIX + hashlib.sha256(content.encode("utf-8")).hexdigest()
+def content_hash(content: str | bytes) -> str:
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    return HASH_PREFIX + hashlib.sha256(data).hexdigest()
 
 
 def check_kind(kind: str) -> str:
@@ -137,6 +138,12 @@ def parse_time(value: str | datetime | int | float, *, now: datetime | None = No
 
     Ages count back from now (``30m``, ``24h``, ``7d``, ``2w``). Naive times are taken as UTC.
     """
+    if isinstance(value, str):
+        try:  # the common case first: an ISO-8601 stamp (3.11 reads a trailing Z too)
+            parsed = datetime.fromisoformat(value)
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        except ValueError:
+            pass
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -149,7 +156,7 @@ def parse_time(value: str | datetime | int | float, *, now: datetime | None = No
         seconds = float(relative.group(1)) * _UNIT_SECONDS[relative.group(2)]
         return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
     try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        parsed = datetime.fromisoformat(text.replace("z", "Z"))
     except ValueError:
         parsed = _parse_spoken(text)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
@@ -170,17 +177,14 @@ def _parse_spoken(text: str) -> datetime:
     )
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
 def to_ms(moment: datetime) -> int:
-    """Whole milliseconds since the epoch (exact integer arithmetic, no float rounding)."""
-    return (moment - _EPOCH) // timedelta(milliseconds=1)
+    """Whole milliseconds since the epoch, rounded down.
 
-
-def to_ms_precision(moment: datetime) -> datetime:
-    """``moment`` as the store keeps it: UTC, whole milliseconds."""
-    return from_ms(to_ms(moment))
+    Rounding to whole microseconds first makes the float exact for any date within centuries of now.
+    """
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return round(moment.timestamp() * 1_000_000) // 1000
 
 
 def from_ms(ms: int) -> datetime:
@@ -191,6 +195,9 @@ def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps(value: Any) -> str:
     """Canonical compact JSON: sorted keys, no spaces, real Unicode."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)

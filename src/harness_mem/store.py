@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +19,7 @@ from . import keyword, migrations
 from .db import Connection, connect, default_path, driver, sqlite_version, write_transaction
 from .errors import DuplicateIdError, InvalidInputError, NotFoundError, StorageError
 from .models import (
+    KINDS,
     Entry,
     Hit,
     check_kind,
@@ -29,7 +30,6 @@ from .models import (
     new_id,
     parse_time,
     to_ms,
-    to_ms_precision,
 )
 
 OnConflict = Literal["error", "ignore", "replace"]
@@ -40,6 +40,17 @@ MAX_CONTENT_CHARS = 1_000_000
 DEFAULT_BATCH_SIZE = 500
 
 _COLUMNS = "pk, id, namespace, kind, content, role, session, tags, source, metadata, created_at, expires_at, content_hash"
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A validated entry with its row values computed once."""
+
+    entry: Entry
+    created_ms: int
+    expires_ms: int | None
+    tags_json: str
+    metadata_json: str
 
 
 @dataclass(frozen=True)
@@ -208,7 +219,7 @@ class MemoryStore:
         ``on_invalid(index, error)`` is given: then it is reported there and skipped.
         """
         written: list[Entry] = []
-        batch: list[Entry] = []
+        batch: list[_Prepared] = []
         for index, item in enumerate(items):
             try:
                 batch.append(self._prepare(item))
@@ -224,89 +235,118 @@ class MemoryStore:
             written.extend(self._write(batch, on_conflict))
         return written
 
-    def _prepare(self, item: Mapping[str, Any] | Entry) -> Entry:
-        """Validate and normalise one item into the entry that will be stored."""
+    def _prepare(self, item: Mapping[str, Any] | Entry) -> _Prepared:
+        """Validate and normalise one item into the entry (and row values) that will be stored."""
         if isinstance(item, Entry):
             item = {**item.to_dict(), "namespace": item.namespace}
         content = item.get("content", item.get("text"))
         if not isinstance(content, str):
             raise InvalidInputError("an entry needs its text as a string in 'content' (or 'text')")
-        if not content.strip():
-            raise InvalidInputError("an entry's content cannot be empty")
         if len(content) > MAX_CONTENT_CHARS:
             raise InvalidInputError(
                 f"content is {len(content):,} characters; the limit is {MAX_CONTENT_CHARS:,} — split it into several entries"
             )
+        if not content.strip():
+            raise InvalidInputError("an entry's content cannot be empty")
         try:
-            content.encode("utf-8")
+            encoded = content.encode("utf-8")
         except UnicodeEncodeError:
             raise InvalidInputError("content is not valid Unicode (it contains a lone surrogate)") from None
         role, session = _optional_str(item, "role"), _optional_str(item, "session")
         kind = item.get("kind") or ("turn" if role else "note")
-        check_kind(kind)
+        if kind not in KINDS:
+            check_kind(kind)
         metadata = item.get("metadata") or {}
         if not isinstance(metadata, Mapping):
             raise InvalidInputError(f"metadata must be a JSON object, not {type(metadata).__name__}")
-        try:
-            metadata = json.loads(dumps(metadata))
-        except (TypeError, ValueError) as exc:
-            raise InvalidInputError(f"metadata is not JSON-serialisable ({exc})") from None
+        metadata_json = "{}"
+        if metadata:
+            try:
+                metadata_json = dumps(metadata)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"metadata is not JSON-serialisable ({exc})") from None
+            metadata = json.loads(metadata_json)  # a plain JSON copy: exactly what get() returns
         entry_id = item.get("id") or new_id()
         if not isinstance(entry_id, str) or not entry_id.strip():
             raise InvalidInputError(f"an id must be a non-empty string, not {entry_id!r}")
-        created = parse_time(item["created_at"]) if item.get("created_at") else datetime.now(UTC)
-        expires = parse_time(item["expires_at"]) if item.get("expires_at") else None
+        created = item.get("created_at")
+        created_ms = to_ms(parse_time(created)) if created else _now_ms()
+        expires = item.get("expires_at")
+        expires_ms = to_ms(parse_time(expires)) if expires else None
         ttl_days = item.get("ttl_days")
         if ttl_days is not None:
             if not isinstance(ttl_days, (int, float)) or ttl_days <= 0:
                 raise InvalidInputError(f"ttl_days must be a positive number, not {ttl_days!r}")
-            expires = datetime.now(UTC) + timedelta(days=ttl_days)
-        return Entry(
+            expires_ms = _now_ms() + int(ttl_days * 86_400_000)
+        tags = clean_tags(item.get("tags"))
+        entry = Entry(
             id=entry_id,
             content=content,
             kind=kind,
             namespace=item.get("namespace") or self.namespace,
             role=role,
             session=session,
-            tags=clean_tags(item.get("tags")),
+            tags=tags,
             source=_optional_str(item, "source"),
             metadata=metadata,
-            created_at=to_ms_precision(created),
-            expires_at=to_ms_precision(expires) if expires else None,
-            content_hash=content_hash(content),
+            created_at=from_ms(created_ms),
+            expires_at=from_ms(expires_ms) if expires_ms is not None else None,
+            content_hash=content_hash(encoded),
         )
+        return _Prepared(entry, created_ms, expires_ms, dumps(list(tags)) if tags else "[]", metadata_json)
 
-    def _write(self, batch: list[Entry], on_conflict: OnConflict) -> list[Entry]:
-        written: list[Entry] = []
+    def _write(self, batch: list[_Prepared], on_conflict: OnConflict) -> list[Entry]:
         with write_transaction(self.conn):
-            for entry in batch:
-                existing = self.conn.execute(
-                    "SELECT pk FROM entries WHERE namespace = ? AND id = ?", (entry.namespace, entry.id)
-                ).fetchone()
-                if existing:
-                    if on_conflict == "ignore":
-                        continue
-                    if on_conflict == "error":
-                        raise DuplicateIdError(
-                            f"an entry with id {entry.id!r} already exists in namespace {entry.namespace!r}"
-                            " — choose another id, or replace it"
-                        )
-                    self._delete_pk(existing[0])
-                pk = self.conn.execute(
-                    "INSERT INTO entries (id, namespace, kind, content, role, session, tags, source, metadata,"
-                    " created_at, expires_at, content_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            batch = self._resolve_conflicts(batch, on_conflict)
+            if not batch:
+                return []
+            # The write lock is ours until COMMIT, so no other writer can take these pks; choosing
+            # them here lets the rows and their index entries go in as two executemany calls.
+            first = self.conn.execute("SELECT coalesce(max(pk), 0) + 1 FROM entries").fetchone()[0]
+            pks = range(first, first + len(batch))
+            self.conn.executemany(
+                "INSERT INTO entries (pk, id, namespace, kind, content, role, session, tags, source, metadata,"
+                " created_at, expires_at, content_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
                     (
-                        entry.id, entry.namespace, entry.kind, entry.content, entry.role, entry.session,
-                        dumps(list(entry.tags)), entry.source, dumps(entry.metadata), to_ms(entry.created_at),
-                        to_ms(entry.expires_at) if entry.expires_at else None, entry.content_hash,
-                    ),
-                ).lastrowid
-                self.conn.execute(
-                    "INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
-                    (pk, keyword.index_text(entry.content, entry.role)),
-                )
-                written.append(entry)
-        return written
+                        pk, p.entry.id, p.entry.namespace, p.entry.kind, p.entry.content, p.entry.role,
+                        p.entry.session, p.tags_json, p.entry.source, p.metadata_json, p.created_ms,
+                        p.expires_ms, p.entry.content_hash,
+                    )
+                    for pk, p in zip(pks, batch, strict=True)
+                ],
+            )
+            self.conn.executemany(
+                "INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
+                [(pk, keyword.index_text(p.entry.content, p.entry.role)) for pk, p in zip(pks, batch, strict=True)],
+            )
+        return [p.entry for p in batch]
+
+    def _resolve_conflicts(self, batch: list[_Prepared], on_conflict: OnConflict) -> list[_Prepared]:
+        """The entries to insert once ids already stored (or repeated in the batch) are settled."""
+        unique: dict[tuple[str, str], _Prepared] = {}
+        for prepared in batch:
+            key = (prepared.entry.namespace, prepared.entry.id)
+            if key in unique:
+                if on_conflict == "error":
+                    raise _duplicate(prepared.entry)
+                if on_conflict == "ignore":
+                    continue
+            unique[key] = prepared
+        namespaces = {namespace for namespace, _ in unique}
+        for namespace in namespaces:
+            ids = [entry_id for ns, entry_id in unique if ns == namespace]
+            for entry_id, pk in self.conn.execute(
+                "SELECT id, pk FROM entries WHERE namespace = ? AND id IN (SELECT value FROM json_each(?))",
+                (namespace, json.dumps(ids)),
+            ).fetchall():
+                if on_conflict == "error":
+                    raise _duplicate(unique[(namespace, entry_id)].entry)
+                if on_conflict == "ignore":
+                    del unique[(namespace, entry_id)]
+                else:
+                    self._delete_pk(pk)
+        return list(unique.values())
 
     def delete(self, id: str) -> bool:
         """Delete an entry and its derived rows; False when there was none."""
@@ -501,13 +541,18 @@ class MemoryStore:
         return [] if rows == ["ok"] else rows
 
 
+def _duplicate(entry: Entry) -> DuplicateIdError:
+    return DuplicateIdError(
+        f"an entry with id {entry.id!r} already exists in namespace {entry.namespace!r}"
+        " — choose another id, or replace it"
+    )
+
+
 def _optional_str(item: Mapping[str, Any], key: str) -> str | None:
     value = item.get(key)
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{key} must be a string, not {type(value).__name__}")
-    return value
+    if value is None or value.__class__ is str:
+        return value or None
+    raise InvalidInputError(f"{key} must be a string, not {type(value).__name__}")
 
 
 def _now_ms() -> int:

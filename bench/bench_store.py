@@ -1,0 +1,186 @@
+"""Import throughput and keyword-recall latency at scale, against the raw engine in the same run.
+
+    python bench/bench_store.py            # 100k synthetic turns, 300 queries
+    python bench/bench_store.py --n 20000 --json
+
+Both sides use the same SQLite build (the driver harness_mem picks) and the same rows:
+- import: harness_mem's JSONL import (parse, validate, hash, index) vs the engine alone: the same
+  lines parsed with ``json.loads`` and inserted with ``executemany`` into the same schema (rows plus
+  their FTS5 rows) in one transaction;
+- recall: ``MemoryStore.recall(mode="keyword")`` vs the bare FTS5 query for the same terms
+  (``SELECT rowid, bm25 … MATCH … ORDER BY rank LIMIT k``), which returns ids only.
+The goals (issue 2) are ratios: import ≥ 0.5× raw, recall p50 ≤ 1.5× raw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from harness_mem import keyword, migrations
+from harness_mem.db import connect, driver
+from harness_mem.jsonl import import_jsonl
+from harness_mem.store import MemoryStore
+
+WORDS = (
+    "deploy auth session token cookie postgres redis migration rollback canary staging production build "
+    "test flaky checkout payment invoice refund customer ticket incident alert pager latency cache index "
+    "query schema backup restore cluster node pod container image registry secret rotate password hash "
+    "argon2 bcrypt login logout signup email phone address billing plan upgrade downgrade trial coupon "
+    "discount report dashboard metric trace log span error warning retry timeout queue worker job cron "
+    "schedule holiday travel lisbon berlin paris conference talk slide demo review merge branch commit "
+    "release tag version changelog docs readme guide tutorial onboarding team meeting standup retro "
+    "painting pottery guitar running hiking camping garden recipe coffee tea dinner birthday kids dog cat"
+).split()
+FILLER = "the a to of and in we it is that for on with this was you i be have are not at".split()
+ROLES = ("user", "assistant", "tool")
+START = datetime(2024, 1, 1, tzinfo=UTC)  # turns arrive in time order, as in a real transcript
+
+
+COLUMNS = "pk, id, namespace, kind, content, role, session, tags, source, metadata, created_at, expires_at, content_hash"
+
+
+def sentence(rng: random.Random) -> str:
+    # Zipf-like: a few words are very common, most are rare, like real chat.
+    n = rng.randint(8, 30)
+    out = []
+    for _ in range(n):
+        if rng.random() < 0.45:
+            out.append(rng.choice(FILLER))
+        else:
+            out.append(WORDS[min(int(rng.paretovariate(1.1)) - 1, len(WORDS) - 1) if rng.random() < 0.5
+                             else rng.randrange(len(WORDS))])
+    return " ".join(out).capitalize() + "."
+
+
+def make_rows(n: int, seed: int = 7) -> list[dict[str, object]]:
+    rng = random.Random(seed)
+    return [
+        {"id": f"t{i}", "text": sentence(rng), "role": ROLES[i % 3], "session": f"s{i // 50}",
+         "timestamp": (START + timedelta(seconds=17 * i)).isoformat()}
+        for i in range(n)
+    ]
+
+
+def make_queries(count: int, seed: int = 11) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.sample(WORDS, rng.randint(2, 5))) for _ in range(count)]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def raw_import(path: Path, lines: list[str], stored_rows: list[tuple[object, ...]]) -> float:
+    """The engine alone: parse the same lines, then insert the very rows harness_mem stored (and their
+    FTS rows) into the same schema with ``executemany``, in one transaction."""
+    conn = connect(path)
+    migrations.migrate(conn)
+    started = time.perf_counter()
+    parsed = [json.loads(line) for line in lines]
+    conn.execute("BEGIN")
+    placeholders = ", ".join("?" * len(COLUMNS.split(",")))
+    conn.executemany(f"INSERT INTO entries ({COLUMNS}) VALUES ({placeholders})", stored_rows)
+    conn.executemany(
+        "INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
+        [(row[0], f"{r['role']}: {r['text']}") for row, r in zip(stored_rows, parsed, strict=True)],
+    )
+    conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return elapsed
+
+
+def ours_import(path: Path, lines: list[str]) -> tuple[float, MemoryStore]:
+    store = MemoryStore(path)
+    started = time.perf_counter()
+    report = import_jsonl(store, lines, batch_size=5000)
+    elapsed = time.perf_counter() - started
+    assert report.added == len(lines) and not report.errors, report.errors[:3]
+    return elapsed, store
+
+
+def time_queries(run, queries: list[str], repeat: int) -> list[float]:
+    for q in queries[:20]:  # warm the page cache and statement cache
+        run(q)
+    samples = []
+    for _ in range(repeat):
+        for q in queries:
+            started = time.perf_counter()
+            run(q)
+            samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=100_000, help="turn entries to import")
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+
+    rows = make_rows(args.n)
+    queries = make_queries(args.queries)
+    with tempfile.TemporaryDirectory() as tmp:
+        lines = [json.dumps(r) for r in rows]
+        ours_seconds, store = ours_import(Path(tmp) / "ours.db", lines)
+        stored = store.conn.execute(f"SELECT {COLUMNS} FROM entries ORDER BY pk").fetchall()
+        raw_seconds = raw_import(Path(tmp) / "raw.db", lines, stored)
+
+        raw_conn = connect(Path(tmp) / "raw.db")
+        expressions = {q: keyword.match_expression(q) for q in queries}
+
+        def raw_query(q: str) -> list[object]:
+            return raw_conn.execute(
+                "SELECT rowid, bm25(entries_fts) FROM entries_fts WHERE entries_fts MATCH ? ORDER BY rank LIMIT ?",
+                (expressions[q], args.k),
+            ).fetchall()
+
+        def ours_query(q: str) -> list[object]:
+            return store.recall(q, k=args.k, mode="keyword")
+
+        # Interleave the two sides so that machine noise hits both alike.
+        raw_ms, ours_ms = [], []
+        for _ in range(args.repeat):
+            raw_ms += time_queries(raw_query, queries, 1)
+            ours_ms += time_queries(ours_query, queries, 1)
+        store.close()
+        raw_conn.close()
+
+    result = {
+        "entries": args.n,
+        "sqlite": f"{driver().sqlite_version} ({driver().__name__})",
+        "import_raw_rows_per_s": round(args.n / raw_seconds),
+        "import_ours_rows_per_s": round(args.n / ours_seconds),
+        "import_ratio": round(raw_seconds / ours_seconds, 3),
+        "recall_raw_p50_ms": round(statistics.median(raw_ms), 3),
+        "recall_raw_p95_ms": round(percentile(raw_ms, 0.95), 3),
+        "recall_ours_p50_ms": round(statistics.median(ours_ms), 3),
+        "recall_ours_p95_ms": round(percentile(ours_ms, 0.95), 3),
+        "recall_p50_ratio": round(statistics.median(ours_ms) / statistics.median(raw_ms), 3),
+    }
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"harness-mem store benchmark — {args.n:,} turns, {args.queries} queries × {args.repeat}, "
+          f"SQLite {result['sqlite']}")
+    print(f"  import   raw {result['import_raw_rows_per_s']:>9,} rows/s   ours {result['import_ours_rows_per_s']:>9,}"
+          f" rows/s   ours/raw = {result['import_ratio']:.2f}   (goal ≥ 0.50)")
+    print(f"  recall   raw p50 {result['recall_raw_p50_ms']:.2f} ms p95 {result['recall_raw_p95_ms']:.2f} ms   "
+          f"ours p50 {result['recall_ours_p50_ms']:.2f} ms p95 {result['recall_ours_p95_ms']:.2f} ms   "
+          f"ours/raw p50 = {result['recall_p50_ratio']:.2f}   (goal ≤ 1.50)")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The built wheel carries the migrations: install it into a clean venv and open a store there."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_wheel_installs_into_a_clean_venv_and_opens_a_store(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+        check=True, capture_output=True, timeout=300,
+    )
+    (wheel,) = dist.glob("harness_mem-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "harness_mem/migrations/0001_init.sql" in names
+    assert not any("locomo" in name.lower() for name in names)
+
+    clean = tmp_path / "clean"
+    venv.create(clean, with_pip=True)
+    python = clean / "bin" / "python"
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    # Dependencies (click, sqlite-vec, …) come from the test environment, placed *after* the clean
+    # site-packages so that harness_mem itself can only be the wheel's copy.
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    script = textwrap.dedent(
+        f"""
+        import harness_mem, harness_mem.store as s
+        assert harness_mem.__file__.startswith({str(clean)!r}), harness_mem.__file__
+        with s.MemoryStore({str(tmp_path / "w.db")!r}) as store:
+            store.add("shipped migrations work")
+            assert store.recall("migrations")[0].entry.content == "shipped migrations work"
+            print(store.stats()["schema_version"])
+        """
+    )
+    result = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    from harness_mem.migrations import known_migrations
+
+    assert int(result.stdout) == known_migrations()[-1].number
