@@ -8,10 +8,12 @@ Callers can catch at any level of the tree::
     │   ├── SchemaTooNewError     the file was migrated by a newer harness-mem
     │   └── MigrationError        a migration failed and was rolled back
     ├── InvalidInputError         the caller passed something we refuse (bad kind, bad time, ...)
-    │   └── DuplicateIdError      an id that already exists in the namespace
+    │   ├── DuplicateIdError      an id that already exists in the namespace
+    │   └── InvalidSkillError     a SKILL.md that is malformed or breaks the agentskills.io rules
     ├── NotFoundError             no entry (or run, or skill) with that id
     ├── EmbedderError             no embedder available, or a different one than the file was built with
     ├── BlockedError              redaction policy refused to store the content
+    │   └── WriteRefusedError     a GuardedMemory write was refused (reason: substring, policy, duplicate)
     └── ModelError                a text model call failed or answered nonsense
 
 Each message says what went wrong and, where there is one, how to fix it: the CLI prints it as is.
@@ -48,6 +50,10 @@ class DuplicateIdError(InvalidInputError):
     """An entry with this id already exists in the namespace."""
 
 
+class InvalidSkillError(InvalidInputError):
+    """A SKILL.md document is malformed or breaks the agentskills.io rules."""
+
+
 class NotFoundError(HarnessMemError, LookupError):
     """No row with that id."""
 
@@ -58,6 +64,23 @@ class EmbedderError(HarnessMemError):
 
 class BlockedError(HarnessMemError):
     """The redaction policy refused to store this content."""
+
+
+class WriteRefusedError(BlockedError):
+    """A guarded write stored nothing; ``reason`` is "blocked-substring", "policy" or "duplicate"."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str = "policy",
+        counts: dict[str, int] | None = None,
+        duplicate_of: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.counts = dict(counts or {})  # kinds that made the policy block, never values
+        self.duplicate_of = duplicate_of  # id of the stored entry this write duplicates
 
 
 class ModelError(HarnessMemError):

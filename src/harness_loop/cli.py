@@ -1,0 +1,218 @@
+"""``harness-loop``: run a task against an OpenAI-compatible server, replay a recording, show its trace.
+
+A thin layer: each command parses options, calls one library function, and formats the result.
+Known errors become one line ``Error: what — how to fix`` and exit 1; unexpected ones too, unless
+``HARNESS_LOOP_RAISE_ERRORS`` is set (then the traceback shows).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import anyio
+import click
+
+from harness_mem.errors import HarnessMemError
+
+from .builtin_tools import workspace_tools
+from .loop import AgentLoop, LoopConfig, Outcome
+from .openai_client import OpenAIChatModel
+from .record import SessionRecorder, format_trace, read_session, replay
+
+DEFAULT_SYSTEM = (
+    "You are a careful assistant working in a local workspace. Use the tools to look at files before "
+    "answering; never guess a file's content. Answer concisely when you are done."
+)
+
+
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    """Turn library errors into ``Error: …`` lines (and, unless asked not to, unexpected ones too)."""
+    try:
+        yield
+    except HarnessMemError as exc:
+        raise click.ClickException(str(exc)) from None
+    except (click.ClickException, click.exceptions.Exit, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if os.environ.get("HARNESS_LOOP_RAISE_ERRORS") or hasattr(sys, "_called_from_test"):
+            raise
+        raise click.ClickException(
+            f"unexpected {type(exc).__name__}: {exc} — rerun with HARNESS_LOOP_RAISE_ERRORS=1 for the traceback"
+        ) from None
+
+
+@click.group()
+def main() -> None:
+    """Run an agent loop against an OpenAI-compatible server; replay and trace its recordings."""
+
+
+def _describe(outcome: Outcome) -> str:
+    detail = ""
+    if reason := getattr(outcome, "reason", None):
+        detail = f": {reason}"
+    elif verdict := getattr(outcome, "verdict", None):
+        detail = f": {verdict.reason}" if verdict.reason else ""
+    elif getattr(outcome, "deadline_reached", False):
+        detail = ": time limit reached"
+    return f"{outcome.kind} after {outcome.iters} iterations and {outcome.tools_called} tool calls{detail}"
+
+
+@main.command()
+@click.argument("task")
+@click.option(
+    "--base-url",
+    envvar="HARNESS_LOOP_BASE_URL",
+    help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 [env HARNESS_LOOP_BASE_URL]",
+)
+@click.option(
+    "--model", "model_name", envvar="HARNESS_LOOP_MODEL", help="Model name [env HARNESS_LOOP_MODEL]"
+)
+@click.option(
+    "--api-key",
+    envvar="HARNESS_LOOP_API_KEY",
+    help="Bearer token, if the server wants one [env HARNESS_LOOP_API_KEY]",
+)
+@click.option(
+    "-w",
+    "--workspace",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Directory the tools may read",
+)
+@click.option("--max-iters", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=120.0,
+    show_default=True,
+    help="Seconds per model request",
+)
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Retries on 429/5xx/connection failures",
+)
+@click.option(
+    "--time-limit", type=click.FloatRange(min=0.1), default=None, help="Wall-clock seconds for the whole run"
+)
+@click.option("--system", default=DEFAULT_SYSTEM, help="System prompt")
+@click.option(
+    "--record-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the recording [default: WORKSPACE/.harness/sessions]",
+)
+@click.option("--no-record", is_flag=True, help="Do not record the run")
+def run(
+    task: str,
+    base_url: str | None,
+    model_name: str | None,
+    api_key: str | None,
+    workspace: Path,
+    max_iters: int,
+    timeout: float,
+    retries: int,
+    time_limit: float | None,
+    system: str,
+    record_dir: Path | None,
+    no_record: bool,
+) -> None:
+    """Run TASK with read-only workspace tools (read_file, list_dir, grep); print the answer.
+
+    \b
+    Example:
+        harness-loop run --base-url http://127.0.0.1:8000/v1 --model qwen3 "What does setup.py install?"
+    """
+    missing = [flag for flag, value in (("--base-url", base_url), ("--model", model_name)) if not value]
+    if missing:
+        raise click.ClickException(
+            f"no model server given ({' and '.join(missing)} missing) — pass --base-url and --model, "
+            "or set HARNESS_LOOP_BASE_URL and HARNESS_LOOP_MODEL"
+        )
+    if not workspace.is_dir():
+        raise click.ClickException(f"workspace {workspace} is not a directory — pass an existing one with -w")
+    assert base_url and model_name
+    with _user_errors():
+        recorder = (
+            None if no_record else SessionRecorder.create(record_dir or workspace / ".harness" / "sessions")
+        )
+
+        async def go() -> Outcome:
+            async with OpenAIChatModel(
+                base_url, model_name, api_key=api_key, timeout=timeout, max_retries=retries
+            ) as model:
+                loop = AgentLoop(
+                    model,
+                    workspace_tools(),
+                    system=system,
+                    workspace=workspace,
+                    config=LoopConfig(max_iters=max_iters, time_limit=time_limit),
+                    recorder=recorder,
+                )
+                return await loop.run(task)
+
+        try:
+            outcome = anyio.run(go)
+        finally:
+            if recorder is not None:
+                recorder.close()
+                click.echo(f"recording: {recorder.path}", err=True)
+    text = getattr(outcome, "text", None) or outcome.last_text
+    if text:
+        click.echo(text)
+    click.echo(_describe(outcome), err=True)
+    if not outcome.ok:
+        sys.exit(1)
+
+
+@main.command(name="replay")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+def replay_cmd(file: Path) -> None:
+    """Re-run a recording offline (no model, no tools) and report any divergence.
+
+    Exits 0 when the replay reproduced the recorded outcome, 1 when it diverged.
+
+    \b
+    Example:
+        harness-loop replay .harness/sessions/session-20260101T120000Z-1a2b3c4d.jsonl
+    """
+    with _user_errors():
+        report = anyio.run(replay, read_session(file))
+    if report.reproduced:
+        ending = _describe(report.outcome) if report.outcome else f"failed with {report.error}"
+        click.echo(
+            f"reproduced: {ending} "
+            f"({report.model_turns} model turns and {report.tool_results} tool results from the recording)"
+        )
+        return
+    click.echo(f"diverged ({len(report.divergences)}):")
+    for d in report.divergences:
+        click.echo(f"  {d}")
+    sys.exit(1)
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+def trace(file: Path) -> None:
+    """Show a recording's timeline: model turns, tool calls, guards, verdicts, totals.
+
+    Malformed lines are skipped with a warning naming their line numbers.
+
+    \b
+    Example:
+        harness-loop trace .harness/sessions/session-20260101T120000Z-1a2b3c4d.jsonl
+    """
+    with _user_errors():
+        session = read_session(file, strict=False)
+    for n, problem in session.bad_lines:
+        click.echo(f"Warning: line {n} skipped: {problem}", err=True)
+    for line in format_trace(session.records):
+        click.echo(line)

@@ -1,0 +1,217 @@
+"""`Job` — one node of a run's DAG — and its state machine, results and retry policy.
+
+A job is one unit of work (typically one sub-agent invocation) with dependencies on other jobs, a
+retry policy, and a place for its result. The two-level model (run + job) is what lets the
+orchestrator recover from a crash: a job caught ``running`` when the process died goes back to
+``pending`` on resume, while a ``succeeded`` job keeps its result and never runs again.
+
+States, labels and numbers follow the original (``harness-rs`` ``orchestrator/job.rs``): the
+stored name is snake_case (``dead_lettered``), the display label hyphenated (``dead-lettered``),
+exponential backoff is ``min(base * factor**(attempt-1), max)``, and a retry policy allows at
+least one attempt.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any, Literal
+
+from harness_mem.errors import InvalidInputError
+
+JobId = str
+
+
+class JobState(StrEnum):
+    """Lifecycle of one job; the value is the stored (serde) name."""
+
+    PENDING = "pending"  # waiting for its dependencies to succeed
+    QUEUED = "queued"  # dependencies satisfied, waiting for a concurrency slot
+    RUNNING = "running"  # an attempt is executing
+    SUCCEEDED = "succeeded"  # finished; `result` is set
+    FAILED = "failed"  # an attempt failed (transient: recorded in the event log)
+    RETRYING = "retrying"  # waiting out a backoff delay, holding no slot
+    DEAD_LETTERED = "dead_lettered"  # out of attempts (or a loop that would not converge)
+    CANCELLED = "cancelled"  # stopped: the run was cancelled, stopped, over budget, or a dep died
+
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+    def label(self) -> str:
+        """The display label: ``dead-lettered`` for ``dead_lettered``."""
+        return self.value.replace("_", "-")
+
+
+_TERMINAL = frozenset({JobState.SUCCEEDED, JobState.DEAD_LETTERED, JobState.CANCELLED})
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a job produced, and what producing it cost."""
+
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def with_tokens(self, input_tokens: int, output_tokens: int) -> JobResult:
+        return replace(self, input_tokens=input_tokens, output_tokens=output_tokens)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class JobFailure(Exception):
+    """Raise from a runner to fail an attempt and still charge the tokens it spent.
+
+    Any exception fails the attempt; this one also carries usage, so a model call that answered
+    nonsense counts against the run's budget (the original charged failed attempts nothing).
+    """
+
+    def __init__(self, message: str, *, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        super().__init__(message)
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How long to wait before a retry: none, a fixed delay, or exponential with a cap (seconds)."""
+
+    kind: Literal["none", "fixed", "exponential"] = "none"
+    delay_s: float = 0.0  # fixed
+    base_s: float = 0.0  # exponential
+    factor: int = 2
+    max_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("none", "fixed", "exponential"):
+            raise InvalidInputError(f"unknown backoff kind {self.kind!r} — use none, fixed or exponential")
+        if min(self.delay_s, self.base_s, self.max_s) < 0 or self.factor < 0:
+            raise InvalidInputError("backoff delays and factor must not be negative")
+
+    @classmethod
+    def none(cls) -> Backoff:
+        """Retry immediately."""
+        return cls()
+
+    @classmethod
+    def fixed(cls, delay_s: float) -> Backoff:
+        """Wait ``delay_s`` seconds before every retry."""
+        return cls("fixed", delay_s=delay_s)
+
+    @classmethod
+    def exponential(cls, base_s: float, factor: int, max_s: float) -> Backoff:
+        """``base_s * factor**(attempt-1)``, capped at ``max_s``."""
+        return cls("exponential", base_s=base_s, factor=factor, max_s=max_s)
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt`` (1-based: 1 precedes the 2nd run)."""
+        if self.kind == "fixed":
+            return self.delay_s
+        if self.kind == "exponential":
+            try:
+                grown = self.base_s * float(self.factor) ** max(attempt - 1, 0)
+            except OverflowError:  # saturate, as the original's saturating_pow does
+                grown = math.inf
+            return min(grown, self.max_s)
+        return 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.kind == "fixed":
+            return {"kind": "fixed", "delay_s": self.delay_s}
+        if self.kind == "exponential":
+            return {"kind": "exponential", "base_s": self.base_s, "factor": self.factor, "max_s": self.max_s}
+        return {"kind": "none"}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Backoff:
+        kind = data.get("kind", "none")
+        if kind == "fixed":
+            return cls.fixed(float(data["delay_s"]))
+        if kind == "exponential":
+            return cls.exponential(float(data["base_s"]), int(data["factor"]), float(data["max_s"]))
+        return cls(kind)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How many times a job may run (``max_attempts`` includes the first) and the wait between."""
+
+    max_attempts: int = 1
+    backoff: Backoff = field(default_factory=Backoff.none)
+
+    def __post_init__(self) -> None:
+        # At least one attempt, as the original's `RetryPolicy::new` guarantees.
+        object.__setattr__(self, "max_attempts", max(int(self.max_attempts), 1))
+
+    @classmethod
+    def once(cls) -> RetryPolicy:
+        """No retries."""
+        return cls()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_attempts": self.max_attempts, "backoff": self.backoff.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RetryPolicy:
+        return cls(int(data.get("max_attempts", 1)), Backoff.from_dict(data.get("backoff", {})))
+
+
+@dataclass
+class Job:
+    """One node of a run's DAG: a prompt, the jobs it waits for, and where it stands.
+
+    ``attempts`` counts runs within the current entry (retries); ``visits`` counts entries — one
+    for the first run, one more each time a router's ``Goto`` sends the graph back through it. A job
+    that fails twice then succeeds, and is re-entered once, has visited twice.
+    """
+
+    id: JobId
+    prompt: str
+    deps: Sequence[JobId] = ()  # any sequence in; stored as a tuple
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    state: JobState = JobState.PENDING
+    result: JobResult | None = None
+    attempts: int = 0
+    visits: int = 0
+    last_error: str | None = None
+    # What this job produced on its previous lap and why it was sent back (set by a Goto); both go
+    # in front of the prompt so the job improves on its answer instead of repeating it.
+    prior_attempt: str | None = None
+    feedback: str | None = None
+    spent_tokens: int = 0  # every attempt of every visit, failed ones included
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id.strip():
+            raise InvalidInputError(f"a job id must be a non-empty string, not {self.id!r}")
+        if isinstance(self.deps, str):
+            raise InvalidInputError(f"deps of {self.id!r} must be a list of job ids, not a string")
+        self.deps = tuple(self.deps)
+        self.state = JobState(self.state)
+
+    def with_deps(self, deps: Iterable[JobId]) -> Job:
+        return replace(self, deps=tuple(deps))
+
+    def with_retry(self, retry: RetryPolicy) -> Job:
+        return replace(self, retry=retry)
+
+
+def job_prompt(job: Job, upstream: Mapping[JobId, JobResult]) -> str:
+    """The text a runner hands its worker: feedback and prior attempt first, then upstream results.
+
+    The prefixes are the original's, byte for byte; upstream results follow ``job.deps`` order.
+    """
+    prefix = ""
+    if job.feedback is not None:
+        prefix += f"Your previous answer was rejected: {job.feedback}\n"
+    if job.prior_attempt is not None:
+        prefix += f"What you answered last time (do not repeat it — improve on it):\n{job.prior_attempt}\n\n"
+    if not upstream:
+        return prefix + job.prompt
+    order = [dep for dep in job.deps if dep in upstream] + [k for k in upstream if k not in job.deps]
+    body = "Results from upstream jobs you depend on:\n"
+    body += "".join(f"--- {dep} ---\n{upstream[dep].text}\n" for dep in order)
+    return prefix + body + "\nYour task:\n" + job.prompt
