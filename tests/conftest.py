@@ -27,7 +27,26 @@ def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def store(db_path: Path) -> Iterator[object]:
+    """A keyword-only store (no embedder): fast, for everything that is not about vectors."""
     from harness_mem.store import MemoryStore
 
-    with MemoryStore(db_path) as opened:
+    with MemoryStore(db_path, embedder=None) as opened:
+        yield opened
+
+
+@pytest.fixture(scope="session")
+def embedder() -> object:
+    """The real all-MiniLM-L6-v2 from the installed package, loaded once per test run."""
+    from harness_mem.embeddings import MiniLMEmbedder
+
+    model = MiniLMEmbedder()
+    model.embed(["warm up"])
+    return model
+
+
+@pytest.fixture
+def semantic_store(db_path: Path, embedder: object) -> Iterator[object]:
+    from harness_mem.store import MemoryStore
+
+    with MemoryStore(db_path, embedder=embedder) as opened:  # type: ignore[arg-type]
         yield opened

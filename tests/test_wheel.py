@@ -41,7 +41,7 @@ def test_wheel_installs_into_a_clean_venv_and_opens_a_store(tmp_path: Path) -> N
         f"""
         import harness_mem, harness_mem.store as s
         assert harness_mem.__file__.startswith({str(clean)!r}), harness_mem.__file__
-        with s.MemoryStore({str(tmp_path / "w.db")!r}) as store:
+        with s.MemoryStore({str(tmp_path / "w.db")!r}, embedder=None) as store:
             store.add("shipped migrations work")
             assert store.recall("migrations")[0].entry.content == "shipped migrations work"
             print(store.stats()["schema_version"])

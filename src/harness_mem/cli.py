@@ -58,8 +58,11 @@ class HarnessGroup(click.Group):
 )
 @click.option("--namespace", "-N", default="default", show_default=True, envvar="HARNESS_MEM_NAMESPACE",
               help="Tenant to read and write.")
+@click.option("--embedder", type=click.Choice(["auto", "none"]), default="auto", show_default=True,
+              envvar="HARNESS_MEM_EMBEDDER",
+              help="auto: the built-in model when installed; none: keyword only [env: HARNESS_MEM_EMBEDDER].")
 @click.pass_context
-def cli(ctx: click.Context, db_path: Path | None, namespace: str) -> None:
+def cli(ctx: click.Context, db_path: Path | None, namespace: str, embedder: str) -> None:
     """Long-term memory for LLM agents, in one SQLite file.
 
     \b
@@ -67,12 +70,12 @@ def cli(ctx: click.Context, db_path: Path | None, namespace: str) -> None:
         harness-mem add "we chose argon2id for password hashing" --tag decision
         harness-mem recall "password hashing"
     """
-    ctx.obj = {"db": db_path or default_path(), "namespace": namespace}
+    ctx.obj = {"db": db_path or default_path(), "namespace": namespace, "embedder": None if embedder == "none" else "auto"}
 
 
 @contextmanager
 def open_store(ctx: click.Context) -> Iterator[MemoryStore]:
-    store = MemoryStore(ctx.obj["db"], namespace=ctx.obj["namespace"])
+    store = MemoryStore(ctx.obj["db"], namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"])
     try:
         yield store
     finally:

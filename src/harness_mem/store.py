@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import json
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from . import keyword, migrations
+import numpy as np
+import numpy.typing as npt
+
+from . import fusion, keyword, migrations
 from .db import Connection, connect, default_path, driver, sqlite_version, write_transaction
-from .errors import DuplicateIdError, InvalidInputError, NotFoundError, StorageError
+from .embeddings import INSTALL_HINT, default_embedder
+from .errors import DuplicateIdError, EmbedderError, InvalidInputError, NotFoundError, StorageError
 from .models import (
     KINDS,
     Entry,
@@ -31,6 +37,8 @@ from .models import (
     parse_time,
     to_ms,
 )
+from .protocols import Embedder
+from .vectors import VectorIndex, bump_generation, embedding_text, has_vector_table
 
 OnConflict = Literal["error", "ignore", "replace"]
 Mode = Literal["keyword", "semantic", "hybrid"]
@@ -38,6 +46,7 @@ Mode = Literal["keyword", "semantic", "hybrid"]
 # An entry is a memory, not a document store: past this, callers should split or summarise.
 MAX_CONTENT_CHARS = 1_000_000
 DEFAULT_BATCH_SIZE = 500
+QUERY_CACHE_SIZE = 256
 
 _COLUMNS = "pk, id, namespace, kind, content, role, session, tags, source, metadata, created_at, expires_at, content_hash"
 
@@ -65,6 +74,12 @@ class Filters:
     any_tags: Sequence[str] = ()   # at least one of these
     since: datetime | None = None
     until: datetime | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        """True when only the namespace and expiry constrain the result."""
+        return (self.kind is None and self.role is None and self.session is None and not self.session_prefix
+                and not self.tags and not self.any_tags and self.since is None and self.until is None)
 
     def sql(self, namespace: str, now_ms: int, alias: str = "e") -> tuple[str, list[Any]]:
         """A WHERE clause (without the keyword) and its parameters."""
@@ -143,13 +158,25 @@ class MemoryStore:
     :param namespace: the tenant every read and write is confined to.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, namespace: str = "default") -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        namespace: str = "default",
+        embedder: Embedder | Literal["auto"] | None = "auto",
+    ) -> None:
         if not namespace or not isinstance(namespace, str):
             raise InvalidInputError("namespace must be a non-empty string")
         if path is None:
             path = default_path()
         self.path: Path | str = ":memory:" if str(path) == ":memory:" else Path(path)
         self.namespace = namespace
+        # "auto": the built-in model when its packages are installed. It loads on first use, so
+        # opening a store and keyword recall never pay for it.
+        self.embedder: Embedder | None = default_embedder() if embedder == "auto" else embedder
+        self._vectors: VectorIndex | None = None
+        self._vectors_touched = False
+        self._query_vectors: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self.conn: Connection = connect(self.path)
         try:
             migrations.migrate(self.conn)
@@ -296,14 +323,17 @@ class MemoryStore:
         return _Prepared(entry, created_ms, expires_ms, dumps(list(tags)) if tags else "[]", metadata_json)
 
     def _write(self, batch: list[_Prepared], on_conflict: OnConflict) -> list[Entry]:
-        with write_transaction(self.conn):
+        index = self._vector_index()
+        # Embed before taking the write lock: a model call must not hold up other writers.
+        vectors = self._embed_new(batch, on_conflict) if index else {}
+        with self._transaction():
             batch = self._resolve_conflicts(batch, on_conflict)
             if not batch:
                 return []
             # The write lock is ours until COMMIT, so no other writer can take these pks; choosing
             # them here lets the rows and their index entries go in as two executemany calls.
             first = self.conn.execute("SELECT coalesce(max(pk), 0) + 1 FROM entries").fetchone()[0]
-            pks = range(first, first + len(batch))
+            pks = list(range(first, first + len(batch)))
             self.conn.executemany(
                 "INSERT INTO entries (pk, id, namespace, kind, content, role, session, tags, source, metadata,"
                 " created_at, expires_at, content_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -320,7 +350,62 @@ class MemoryStore:
                 "INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
                 [(pk, keyword.index_text(p.entry.content, p.entry.role)) for pk, p in zip(pks, batch, strict=True)],
             )
+            if index is not None:
+                late = [p for p in batch if id(p) not in vectors]  # raced in since the pre-check: rare
+                if late:
+                    vectors.update(zip(map(id, late), index.embedder.embed([embedding_text(p.entry) for p in late]),
+                                       strict=True))
+                for namespace in {p.entry.namespace for p in batch}:
+                    rows = [(pk, p) for pk, p in zip(pks, batch, strict=True) if p.entry.namespace == namespace]
+                    index.write(namespace, [pk for pk, _ in rows], np.stack([vectors[id(p)] for _, p in rows]))
+                self._vectors_touched = True
         return [p.entry for p in batch]
+
+    def _embed_new(self, batch: list[_Prepared], on_conflict: OnConflict) -> dict[int, npt.NDArray[np.float32]]:
+        """Vectors for the entries of ``batch`` that will be inserted, in one model call."""
+        todo = batch
+        if on_conflict == "ignore":  # re-importing a file must not re-embed what is stored
+            stored = set()
+            for namespace in {p.entry.namespace for p in batch}:
+                ids = [p.entry.id for p in batch if p.entry.namespace == namespace]
+                stored |= {(namespace, row[0]) for row in self.conn.execute(
+                    "SELECT id FROM entries WHERE namespace = ? AND id IN (SELECT value FROM json_each(?))",
+                    (namespace, json.dumps(ids)),
+                )}
+            todo = [p for p in batch if (p.entry.namespace, p.entry.id) not in stored]
+        if not todo:
+            return {}
+        assert self._vectors is not None
+        matrix = self._vectors.embedder.embed([embedding_text(p.entry) for p in todo])
+        return {id(p): matrix[i] for i, p in enumerate(todo)}
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """A write transaction that also keeps this process's vector cache in step."""
+        self._vectors_touched = False
+        generation = None
+        try:
+            with write_transaction(self.conn):
+                yield
+                if self._vectors_touched:
+                    generation = bump_generation(self.conn)
+        except BaseException:
+            if self._vectors is not None:
+                self._vectors.rolled_back()
+            raise
+        if generation is not None and self._vectors is not None:
+            self._vectors.committed(generation)
+
+    def _vector_index(self) -> VectorIndex | None:
+        """The vector index for this store's embedder (attached on first use), or None without one."""
+        if self.embedder is None:
+            return None
+        if self._vectors is None:
+            index = VectorIndex(self.conn, self.embedder)
+            with write_transaction(self.conn):
+                index.attach()
+            self._vectors = index
+        return self._vectors
 
     def _resolve_conflicts(self, batch: list[_Prepared], on_conflict: OnConflict) -> list[_Prepared]:
         """The entries to insert once ids already stored (or repeated in the batch) are settled."""
@@ -350,7 +435,7 @@ class MemoryStore:
 
     def delete(self, id: str) -> bool:
         """Delete an entry and its derived rows; False when there was none."""
-        with write_transaction(self.conn):
+        with self._transaction():
             row = self.conn.execute(
                 "SELECT pk FROM entries WHERE namespace = ? AND id = ?", (self.namespace, id)
             ).fetchone()
@@ -361,11 +446,16 @@ class MemoryStore:
 
     def _delete_pk(self, pk: int) -> None:
         self.conn.execute("DELETE FROM entries_fts WHERE rowid = ?", (pk,))
-        self.conn.execute("DELETE FROM entries WHERE pk = ?", (pk,))
+        if self._vectors is not None:
+            self._vectors.delete(pk)
+        elif has_vector_table(self.conn):  # vectors made by another process's embedder: vec0 has no cascade
+            self.conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (pk,))
+        self.conn.execute("DELETE FROM entries WHERE pk = ?", (pk,))  # entry_bits goes by cascade
+        self._vectors_touched = True
 
     def purge_expired(self) -> int:
         """Delete every expired entry (in all namespaces); returns how many went."""
-        with write_transaction(self.conn):
+        with self._transaction():
             pks = [r[0] for r in self.conn.execute(
                 "SELECT pk FROM entries WHERE expires_at IS NOT NULL AND expires_at <= ?", (_now_ms(),)
             )]
@@ -421,25 +511,52 @@ class MemoryStore:
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
 
-        Filters apply before the top-``k`` cut: a filtered query still returns ``k`` hits when
-        ``k`` entries match. Any text is a valid query: it is never passed raw to FTS5.
+        ``mode`` is ``"keyword"`` (FTS5 BM25), ``"semantic"`` (embedding cosine) or ``"hybrid"`` (both,
+        fused); the default is hybrid when the store has an embedder, else keyword. Filters apply
+        before the top-``k`` cut: a filtered query still returns ``k`` hits when ``k`` entries match.
+        Any text is a valid query: it is never passed raw to FTS5.
         """
-        if mode not in (None, "keyword"):
-            raise InvalidInputError(f"unknown recall mode {mode!r} — use keyword")
         if not isinstance(query, str):
             raise InvalidInputError("a query must be a string")
+        mode = self._resolve_mode(mode)
         if k <= 0:
             return []
         filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until)
-        ranked = self._keyword_ranking(query, k, filters)
+        rankings: dict[str, list[tuple[int, float]]] = {}
+        if mode in ("keyword", "hybrid"):
+            rankings["keyword"] = self._keyword_ranking(query, fusion.depth(k) if mode == "hybrid" else k, filters)
+        if mode in ("semantic", "hybrid"):
+            rankings["semantic"] = self._semantic_ranking(query, fusion.depth(k) if mode == "hybrid" else k, filters)
+        ranked = fusion.fuse(rankings["keyword"], rankings["semantic"], k) if mode == "hybrid" else rankings[mode]
+        entries = self._entries_by_pk([pk for pk, _ in ranked])
         hits = []
-        for rank, (entry, score) in enumerate(ranked, start=1):
-            components = {"keyword": {"rank": rank, "score": score}} if explain else None
+        for pk, score in ranked:
+            components = None
+            if explain:
+                components = {
+                    name: {"rank": rank, "score": component_score}
+                    for name, ranking in rankings.items()
+                    for rank, (component_pk, component_score) in enumerate(ranking, start=1)
+                    if component_pk == pk
+                }
+            entry = entries[pk]
             hits.append(Hit(entry, score, keyword.snippet(entry.content, query), components))
         return hits
 
-    def _keyword_ranking(self, query: str, k: int, filters: Filters) -> list[tuple[Entry, float]]:
-        """(entry, score) by BM25, best first; the score is ``-bm25`` so that higher is better."""
+    def _resolve_mode(self, mode: str | None) -> Mode:
+        if mode is None:
+            return "hybrid" if self.embedder is not None else "keyword"
+        if mode not in ("keyword", "semantic", "hybrid"):
+            raise InvalidInputError(f"unknown recall mode {mode!r} — use keyword, semantic or hybrid")
+        if mode != "keyword" and self.embedder is None:
+            raise EmbedderError(
+                f"{mode} recall needs an embedding model and none is available"
+                f" — {INSTALL_HINT}, or use --mode keyword"
+            )
+        return mode  # type: ignore[return-value]
+
+    def _keyword_ranking(self, query: str, k: int, filters: Filters) -> list[tuple[int, float]]:
+        """(pk, score) by BM25, best first; the score is ``-bm25`` so that higher is better."""
         expression = keyword.match_expression(query)
         if expression is None:
             return []
@@ -449,7 +566,7 @@ class MemoryStore:
         shortlist = max(4 * k, 64)
         for limit in (shortlist, -1):
             rows = self.conn.execute(
-                f"SELECT {_COLUMNS}, f.rank FROM"
+                "SELECT e.pk, f.rank FROM"
                 " (SELECT rowid, rank FROM entries_fts WHERE entries_fts MATCH ? ORDER BY rank LIMIT ?) AS f"
                 f" JOIN entries e ON e.pk = f.rowid WHERE {where} ORDER BY f.rank LIMIT ?",
                 [expression, limit, *params, k],
@@ -458,12 +575,65 @@ class MemoryStore:
                 break
             if self._match_count(expression) <= shortlist:
                 break
-        return [(_entry(row), -float(row[-1])) for row in rows]
+        return [(pk, -float(rank)) for pk, rank in rows]
 
     def _match_count(self, expression: str) -> int:
         return int(self.conn.execute(
             "SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (expression,)
         ).fetchone()[0])
+
+    def _semantic_ranking(self, query: str, k: int, filters: Filters) -> list[tuple[int, float]]:
+        """(pk, cosine similarity), best first, among the entries that pass ``filters``."""
+        index = self._vector_index()
+        assert index is not None
+        self._check_vectors_complete(index)
+        if not query.strip():
+            return []
+        vector = self._query_vector(query)
+        where, params = filters.sql(self.namespace, _now_ms())
+        if filters.is_empty:
+            # The whole namespace: search the in-memory prefilter, then drop expired entries.
+            found = index.search(vector, k, self.namespace)
+            live = {pk for (pk,) in self.conn.execute(
+                f"SELECT e.pk FROM entries e WHERE {where} AND e.pk IN (SELECT value FROM json_each(?))",
+                [*params, json.dumps([pk for pk, _ in found])],
+            )}
+            if len(live) == len(found):
+                return found
+        candidates = [pk for (pk,) in self.conn.execute(f"SELECT e.pk FROM entries e WHERE {where}", params)]
+        return index.search(vector, k, self.namespace, candidates)
+
+    def _check_vectors_complete(self, index: VectorIndex) -> None:
+        if getattr(self, "_vectors_complete", False):
+            return
+        missing = index.missing()
+        if missing:
+            raise EmbedderError(
+                f"{missing} entries have no vector yet (stored without an embedder)"
+                " — run `harness-mem reindex` to embed them, or use --mode keyword"
+            )
+        self._vectors_complete = True
+
+    def _query_vector(self, query: str) -> npt.NDArray[np.float32]:
+        """The query's embedding; recent ones are cached (agents ask the same thing repeatedly)."""
+        cached = self._query_vectors.get(query)
+        if cached is not None:
+            self._query_vectors.move_to_end(query)
+            return cached
+        assert self.embedder is not None
+        vector = self.embedder.embed([query])[0]
+        self._query_vectors[query] = vector
+        if len(self._query_vectors) > QUERY_CACHE_SIZE:
+            self._query_vectors.popitem(last=False)
+        return vector
+
+    def _entries_by_pk(self, pks: list[int]) -> dict[int, Entry]:
+        if not pks:
+            return {}
+        rows = self.conn.execute(
+            f"SELECT {_COLUMNS} FROM entries e WHERE e.pk IN (SELECT value FROM json_each(?))", (json.dumps(pks),)
+        ).fetchall()
+        return {row[0]: _entry(row) for row in rows}
 
     def stats(self) -> dict[str, Any]:
         """Counts by kind and role, sessions, the file's size, and the schema version."""

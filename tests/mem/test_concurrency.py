@@ -22,7 +22,7 @@ WRITER = textwrap.dedent(
     import sys
     from harness_mem.store import MemoryStore
     path, worker, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    with MemoryStore(path) as store:
+    with MemoryStore(path, embedder=None) as store:
         for i in range(count):
             if i % 10 == 0:   # batches and single adds interleave across processes
                 store.add_many([{"text": f"batch {worker} {i} {j}", "id": f"{worker}-b{i}-{j}"} for j in range(5)])
@@ -41,14 +41,14 @@ def _spawn(script: str, *args: str) -> subprocess.Popen[str]:
 
 
 def test_concurrent_writer_processes_lose_nothing(db_path: Path) -> None:
-    MemoryStore(db_path).close()  # create and migrate once, then race
+    MemoryStore(db_path, embedder=None).close()  # create and migrate once, then race
     workers, per_worker = 4, 60
     procs = [_spawn(WRITER, str(db_path), str(w), str(per_worker)) for w in range(workers)]
     outputs = [p.communicate(timeout=240) for p in procs]
     for proc, (out, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
         assert "locked" not in err and out.strip() == "done"
-    with MemoryStore(db_path) as store:
+    with MemoryStore(db_path, embedder=None) as store:
         expected = workers * (per_worker * 2 + (per_worker // 10) * 5)
         assert store.count() == expected
         for w in range(workers):
@@ -59,12 +59,12 @@ def test_concurrent_writer_processes_lose_nothing(db_path: Path) -> None:
 
 def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
     path = tmp_path / "fresh.db"
-    opener = "import sys\nfrom harness_mem.store import MemoryStore\nMemoryStore(sys.argv[1]).add('hi')\nprint('done')"
+    opener = "import sys\nfrom harness_mem.store import MemoryStore\nMemoryStore(sys.argv[1], embedder=None).add('hi')\nprint('done')"
     procs = [_spawn(opener, str(path)) for _ in range(4)]
     for proc in procs:
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
-    with MemoryStore(path) as store:
+    with MemoryStore(path, embedder=None) as store:
         assert store.count() == 4
 
 
@@ -72,7 +72,7 @@ KILLED = textwrap.dedent(
     """
     import sys
     from harness_mem.store import MemoryStore
-    with MemoryStore(sys.argv[1]) as store:
+    with MemoryStore(sys.argv[1], embedder=None) as store:
         i = 0
         while True:
             store.add_many([{"text": f"entry {i} {j} " + "x" * 500, "id": f"{i}-{j}"} for j in range(20)])
@@ -83,7 +83,7 @@ KILLED = textwrap.dedent(
 
 
 def test_a_killed_writer_leaves_a_sound_file_with_every_committed_batch(db_path: Path) -> None:
-    MemoryStore(db_path).close()
+    MemoryStore(db_path, embedder=None).close()
     proc = _spawn(KILLED, str(db_path))
     committed = -1
     deadline = time.monotonic() + 60
@@ -92,7 +92,7 @@ def test_a_killed_writer_leaves_a_sound_file_with_every_committed_batch(db_path:
         committed = int(proc.stdout.readline())
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    with MemoryStore(db_path) as store:
+    with MemoryStore(db_path, embedder=None) as store:
         assert store.integrity_check() == []
         count = store.count()
         assert count % 20 == 0  # batches are all or nothing

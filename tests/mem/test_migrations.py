@@ -45,11 +45,11 @@ def test_migration_numbers_are_unique_and_increasing() -> None:
 
 
 def test_a_newer_database_is_refused_clearly(db_path: Path) -> None:
-    with MemoryStore(db_path) as store:
+    with MemoryStore(db_path, embedder=None) as store:
         store.add("kept safe")
         store.conn.execute("INSERT INTO _migrations VALUES (9999, '9999_from_the_future', '2030-01-01')")
     with pytest.raises(SchemaTooNewError, match="schema version 9999 .* upgrade harness-mem"):
-        MemoryStore(db_path)
+        MemoryStore(db_path, embedder=None)
 
 
 def test_a_failing_migration_rolls_back_with_its_bookkeeping(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,4 +85,4 @@ def test_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
     from harness_mem.errors import StorageError
 
     with pytest.raises(StorageError, match="not a usable SQLite database"):
-        MemoryStore(bogus)
+        MemoryStore(bogus, embedder=None)

@@ -52,7 +52,7 @@ def test_bad_input_is_refused_with_a_reason_and_nothing_is_written(
 
 
 def test_ids_are_unique_per_namespace(db_path: Path) -> None:
-    with MemoryStore(db_path) as a, MemoryStore(db_path, namespace="other") as b:
+    with MemoryStore(db_path, embedder=None) as a, MemoryStore(db_path, namespace="other", embedder=None) as b:
         a.add("first", id="x")
         with pytest.raises(DuplicateIdError, match="already exists"):
             a.add("second", id="x")
@@ -64,7 +64,8 @@ def test_ids_are_unique_per_namespace(db_path: Path) -> None:
 
 
 def test_namespaces_never_leak(db_path: Path) -> None:
-    with MemoryStore(db_path, namespace="alice") as alice, MemoryStore(db_path, namespace="bob") as bob:
+    with MemoryStore(db_path, namespace="alice", embedder=None) as alice, \
+            MemoryStore(db_path, namespace="bob", embedder=None) as bob:
         secret = alice.add("alice's launch codes are in the blue folder")
         assert bob.recall("launch codes") == []
         assert list(bob.list()) == []
@@ -130,14 +131,14 @@ def test_list_filters_and_orders(store: MemoryStore) -> None:
 
 
 def test_export_then_import_rebuilds_an_identical_store(tmp_path: Path) -> None:
-    with MemoryStore(tmp_path / "a.db") as source:
+    with MemoryStore(tmp_path / "a.db", embedder=None) as source:
         source.add("note with everything", tags=["x", "y"], source="unit", metadata={"k": [1, "二"]},
                    created_at="2024-01-02T03:04:05.678Z", expires_at="2999-01-01T00:00:00Z")
         source.add("a turn", role="user", session="s-1", id="turn-1")
         source.add("咖啡 note", kind="fact")
         first = io.StringIO()
         export_jsonl(source, first)
-    with MemoryStore(tmp_path / "b.db") as copy:
+    with MemoryStore(tmp_path / "b.db", embedder=None) as copy:
         report = import_jsonl(copy, first.getvalue().splitlines())
         assert (report.added, report.errors) == (3, [])
         again = import_jsonl(copy, first.getvalue().splitlines())
@@ -190,8 +191,8 @@ def test_stats_counts_what_is_there(store: MemoryStore) -> None:
 
 
 def test_reopening_keeps_everything(db_path: Path) -> None:
-    with MemoryStore(db_path) as first:
+    with MemoryStore(db_path, embedder=None) as first:
         entry = first.add("persisted across opens")
-    with MemoryStore(db_path) as second:
+    with MemoryStore(db_path, embedder=None) as second:
         assert second.get(entry.id) == entry
         assert second.integrity_check() == []
