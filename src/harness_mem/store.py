@@ -176,6 +176,7 @@ class MemoryStore:
         self.embedder: Embedder | None = default_embedder() if embedder == "auto" else embedder
         self._vectors: VectorIndex | None = None
         self._vectors_touched = False
+        self._vectors_complete = False  # checked once, on the first semantic query
         self._query_vectors: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self.conn: Connection = connect(self.path)
         try:
@@ -353,7 +354,7 @@ class MemoryStore:
             if index is not None:
                 late = [p for p in batch if id(p) not in vectors]  # raced in since the pre-check: rare
                 if late:
-                    vectors.update(zip(map(id, late), index.embedder.embed([embedding_text(p.entry) for p in late]),
+                    vectors.update(zip(map(id, late), index.embedder.embed([embedding_text(p.entry.content, p.entry.role) for p in late]),
                                        strict=True))
                 for namespace in {p.entry.namespace for p in batch}:
                     rows = [(pk, p) for pk, p in zip(pks, batch, strict=True) if p.entry.namespace == namespace]
@@ -376,7 +377,7 @@ class MemoryStore:
         if not todo:
             return {}
         assert self._vectors is not None
-        matrix = self._vectors.embedder.embed([embedding_text(p.entry) for p in todo])
+        matrix = self._vectors.embedder.embed([embedding_text(p.entry.content, p.entry.role) for p in todo])
         return {id(p): matrix[i] for i, p in enumerate(todo)}
 
     @contextmanager
@@ -508,13 +509,15 @@ class MemoryStore:
         since: str | datetime | None = None,
         until: str | datetime | None = None,
         explain: bool = False,
+        query_vector: npt.NDArray[np.float32] | None = None,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
 
         ``mode`` is ``"keyword"`` (FTS5 BM25), ``"semantic"`` (embedding cosine) or ``"hybrid"`` (both,
         fused); the default is hybrid when the store has an embedder, else keyword. Filters apply
         before the top-``k`` cut: a filtered query still returns ``k`` hits when ``k`` entries match.
-        Any text is a valid query: it is never passed raw to FTS5.
+        Any text is a valid query: it is never passed raw to FTS5. ``query_vector`` is the query's
+        embedding when the caller already has it (see :meth:`embed_queries`).
         """
         if not isinstance(query, str):
             raise InvalidInputError("a query must be a string")
@@ -526,7 +529,9 @@ class MemoryStore:
         if mode in ("keyword", "hybrid"):
             rankings["keyword"] = self._keyword_ranking(query, fusion.depth(k) if mode == "hybrid" else k, filters)
         if mode in ("semantic", "hybrid"):
-            rankings["semantic"] = self._semantic_ranking(query, fusion.depth(k) if mode == "hybrid" else k, filters)
+            rankings["semantic"] = self._semantic_ranking(
+                query, fusion.depth(k) if mode == "hybrid" else k, filters, query_vector
+            )
         ranked = fusion.fuse(rankings["keyword"], rankings["semantic"], k) if mode == "hybrid" else rankings[mode]
         entries = self._entries_by_pk([pk for pk, _ in ranked])
         hits = []
@@ -582,14 +587,17 @@ class MemoryStore:
             "SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (expression,)
         ).fetchone()[0])
 
-    def _semantic_ranking(self, query: str, k: int, filters: Filters) -> list[tuple[int, float]]:
+    def _semantic_ranking(
+        self, query: str, k: int, filters: Filters, vector: npt.NDArray[np.float32] | None = None
+    ) -> list[tuple[int, float]]:
         """(pk, cosine similarity), best first, among the entries that pass ``filters``."""
         index = self._vector_index()
         assert index is not None
         self._check_vectors_complete(index)
         if not query.strip():
             return []
-        vector = self._query_vector(query)
+        if vector is None:
+            vector = self._query_vector(query)
         where, params = filters.sql(self.namespace, _now_ms())
         if filters.is_empty:
             # The whole namespace: search the in-memory prefilter, then drop expired entries.
@@ -604,7 +612,7 @@ class MemoryStore:
         return index.search(vector, k, self.namespace, candidates)
 
     def _check_vectors_complete(self, index: VectorIndex) -> None:
-        if getattr(self, "_vectors_complete", False):
+        if self._vectors_complete:
             return
         missing = index.missing()
         if missing:
@@ -627,6 +635,12 @@ class MemoryStore:
             self._query_vectors.popitem(last=False)
         return vector
 
+    def embed_queries(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Embeddings of many queries in one model call (to pass to :meth:`recall` as ``query_vector``)."""
+        if self.embedder is None:
+            raise EmbedderError(f"no embedding model is available — {INSTALL_HINT}")
+        return self.embedder.embed(list(queries))
+
     def _entries_by_pk(self, pks: list[int]) -> dict[int, Entry]:
         if not pks:
             return {}
@@ -634,6 +648,54 @@ class MemoryStore:
             f"SELECT {_COLUMNS} FROM entries e WHERE e.pk IN (SELECT value FROM json_each(?))", (json.dumps(pks),)
         ).fetchall()
         return {row[0]: _entry(row) for row in rows}
+
+    def reindex(self, *, progress: Callable[[int], None] | None = None, batch_size: int = 256) -> dict[str, int]:
+        """Rebuild the derived rows from the canonical ones, in every namespace.
+
+        The keyword index is rebuilt in one transaction. Vectors made by another model are dropped;
+        then every entry without a vector is embedded, a batch per transaction, so an interrupted
+        reindex resumes where it stopped. ``progress(n)`` is called as entries are done.
+        """
+        total = self.conn.execute("SELECT count(*) FROM entries").fetchone()[0]
+        with self._transaction():
+            self.conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('delete-all')")
+            self.conn.executemany(
+                "INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
+                ((pk, keyword.index_text(content, role))
+                 for pk, content, role in self.conn.execute("SELECT pk, content, role FROM entries").fetchall()),
+            )
+        report = {"entries": total, "keyword_rows": total, "vectors_dropped": 0, "vectors_written": 0}
+        if self.embedder is None:
+            return report
+        fresh = VectorIndex(self.conn, self.embedder)
+        recorded = VectorIndex.recorded_model(self.conn)
+        if recorded is not None and recorded != fresh.identity():
+            with self._transaction():
+                report["vectors_dropped"] = fresh.count()
+                fresh.clear()
+                self._vectors_touched = True
+            self._vectors = None
+        index = self._vector_index()
+        assert index is not None
+        while True:
+            rows = self.conn.execute(
+                "SELECT pk, namespace, content, role FROM entries e WHERE NOT EXISTS"
+                " (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk) ORDER BY pk LIMIT ?",
+                (batch_size,),
+            ).fetchall()
+            if not rows:
+                break
+            vectors = index.embedder.embed([embedding_text(content, role) for _, _, content, role in rows])
+            with self._transaction():
+                for namespace in {row[1] for row in rows}:
+                    chosen = [i for i, row in enumerate(rows) if row[1] == namespace]
+                    index.write(namespace, [rows[i][0] for i in chosen], vectors[chosen])
+                self._vectors_touched = True
+            report["vectors_written"] += len(rows)
+            if progress is not None:
+                progress(len(rows))
+        self._vectors_complete = True
+        return report
 
     def stats(self) -> dict[str, Any]:
         """Counts by kind and role, sessions, the file's size, and the schema version."""

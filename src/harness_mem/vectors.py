@@ -1,23 +1,28 @@
-"""The vector index: sqlite-vec for the vectors, sign bits in memory to find candidates fast.
+"""The vector index: exact vectors in sqlite-vec, a two-stage search that reads a fraction of them.
 
 Every entry's embedding lives in a vec0 table (``entries_vec``, float32, cosine distance), keyed by the
-entry's internal pk and written or deleted in the same transaction as the entry. A brute-force vec0
-KNN reads every vector; at 100k entries that is tens of milliseconds. So a search first ranks all of a
-namespace's entries by the Hamming distance between the *signs* of their vectors and the query's (48
-bytes per 384-dimension vector, held in memory as uint64 words), keeps a shortlist, and then rescores
-only the shortlist with the exact float vectors read from vec0. The shortlist size was chosen on the
-benchmark (bench/bench_vectors.py) so that the top 10 agree with exact search.
+entry's internal pk and written or deleted in the same transaction as the entry: that is the exact
+index (:meth:`VectorIndex.exact_knn`). A brute-force vec0 KNN reads every vector, though, and a vec0
+point lookup costs tens of microseconds, so recall does not use it directly:
 
-The sign bits are stored too (``entry_bits``), so that a process can load them without reading every
-float vector, and a generation counter in ``settings`` tells each process when another one changed
-the vectors: it then reloads; its own writes update its cache in place.
+1. **Prefilter** — all of a namespace's entries are ranked by the Hamming distance between the *signs*
+   of their vectors and the query's (48 bytes per 384-dimension vector, held in memory as uint64
+   words); a shortlist of the nearest survives.
+2. **Rescore** — the shortlist is scored by cosine against a float16 copy of each vector, read in one
+   query from the plain table ``entry_vectors`` (microseconds a row). float16 keeps three significant
+   digits: rankings match float32 except for near-ties.
 
-When filters leave few candidates (a session, a conversation), the shortlist step is skipped and all of
-them are scored exactly: filters always apply before the top-k cut.
+The shortlist size was chosen on the benchmark (bench/bench_vectors.py) so that the top 10 agree with
+the exact vec0 KNN. ``entry_vectors`` also keeps the sign bits, so a process loads its prefilter
+without touching the float vectors, and a generation counter in ``settings`` tells each process when
+another one changed the vectors: it then reloads; its own writes update its cache in place.
+
+When filters leave few candidates (a session, a conversation), the prefilter is skipped and all of
+them are rescored: filters always apply before the top-k cut.
 """
-
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,11 +30,10 @@ import numpy.typing as npt
 
 from .db import Connection
 from .errors import EmbedderError
-from .models import Entry
 from .protocols import Embedder
 
-# Below this many candidates, score them all exactly (point lookups are cheaper than a wrong cut).
-EXACT_MAX_CANDIDATES = 512
+# Below this many candidates, rescore them all (a few ms) instead of cutting with the prefilter.
+EXACT_MAX_CANDIDATES = 2048
 # Shortlist = max(SHORTLIST_MIN, SHORTLIST_PER_HIT × k): chosen in bench/bench_vectors.py for ≥ 0.95
 # top-10 agreement with exact search on MiniLM vectors at 100k entries.
 SHORTLIST_MIN = 160
@@ -50,9 +54,9 @@ def has_vector_table(conn: Connection) -> bool:
     return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'entries_vec'").fetchone() is not None
 
 
-def embedding_text(entry: Entry) -> str:
+def embedding_text(content: str, role: str | None) -> str:
     """What is embedded for an entry: like the keyword index, the speaker goes with the text."""
-    return f"{entry.role}: {entry.content}" if entry.role else entry.content
+    return f"{role}: {content}" if role else content
 
 
 def pack_signs(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
@@ -127,9 +131,10 @@ class VectorIndex:
             "INSERT INTO entries_vec (rowid, embedding) VALUES (?, ?)",
             [(pk, vectors[i].tobytes()) for i, pk in enumerate(pks)],
         )
+        halves = vectors.astype(np.float16)
         self.conn.executemany(
-            "INSERT INTO entry_bits (pk, bits) VALUES (?, ?)",
-            [(pk, signs[i].tobytes()) for i, pk in enumerate(pks)],
+            "INSERT INTO entry_vectors (pk, bits, half) VALUES (?, ?, ?)",
+            [(pk, signs[i].tobytes(), halves[i].tobytes()) for i, pk in enumerate(pks)],
         )
         self._pending.added.append((namespace, np.asarray(pks, dtype=np.int64), signs))
 
@@ -167,7 +172,7 @@ class VectorIndex:
         cache = self._bits.get(namespace)
         if cache is None or cache.generation != generation:
             rows = self.conn.execute(
-                "SELECT b.pk, b.bits FROM entry_bits b JOIN entries e ON e.pk = b.pk WHERE e.namespace = ?",
+                "SELECT b.pk, b.bits FROM entry_vectors b JOIN entries e ON e.pk = b.pk WHERE e.namespace = ?",
                 (namespace,),
             ).fetchall()
             pks = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
@@ -202,18 +207,15 @@ class VectorIndex:
         return self.rescore(query, pks[nearest].tolist(), k)
 
     def rescore(self, query: npt.NDArray[np.float32], pks: list[int], k: int) -> list[tuple[int, float]]:
-        """Exact cosine similarity of ``query`` to each pk's stored vector; the k best."""
-        found: list[int] = []
-        blobs: list[bytes] = []
-        for pk in pks:
-            row = self.conn.execute("SELECT embedding FROM entries_vec WHERE rowid = ?", (pk,)).fetchone()
-            if row is not None:
-                found.append(pk)
-                blobs.append(row[0])
-        if not found:
+        """Cosine similarity of ``query`` to each pk's vector (float16 copy); the k best."""
+        rows = self.conn.execute(
+            "SELECT pk, half FROM entry_vectors WHERE pk IN (SELECT value FROM json_each(?))", (json.dumps(pks),)
+        ).fetchall()
+        if not rows:
             return []
-        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(found), self.dim)
-        similarity = matrix @ query.astype(np.float32)
+        found = [row[0] for row in rows]
+        matrix = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float16).reshape(len(rows), self.dim)
+        similarity = matrix.astype(np.float32) @ query.astype(np.float32)
         order = np.argsort(-similarity, kind="stable")[:k]
         return [(found[i], float(similarity[i])) for i in order]
 
@@ -228,15 +230,15 @@ class VectorIndex:
     def missing(self) -> int:
         """Entries (in any namespace) that have no vector yet: ``reindex`` embeds them."""
         return int(self.conn.execute(
-            "SELECT count(*) FROM entries e WHERE NOT EXISTS (SELECT 1 FROM entry_bits b WHERE b.pk = e.pk)"
+            "SELECT count(*) FROM entries e WHERE NOT EXISTS (SELECT 1 FROM entry_vectors b WHERE b.pk = e.pk)"
         ).fetchone()[0])
 
     def count(self) -> int:
-        return int(self.conn.execute("SELECT count(*) FROM entry_bits").fetchone()[0])
+        return int(self.conn.execute("SELECT count(*) FROM entry_vectors").fetchone()[0])
 
     def clear(self) -> None:
         """Drop every vector and the recorded model (inside a transaction): ``reindex`` starts over."""
         self.conn.execute("DROP TABLE IF EXISTS entries_vec")
-        self.conn.execute("DELETE FROM entry_bits")
+        self.conn.execute("DELETE FROM entry_vectors")
         self.conn.execute("DELETE FROM settings WHERE key LIKE 'embedder.%'")
         self._bits.clear()
