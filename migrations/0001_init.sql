@@ -16,6 +16,8 @@ CREATE TABLE entries (
     created_at INTEGER NOT NULL,   -- milliseconds since the Unix epoch, UTC
     expires_at INTEGER,            -- same unit; NULL = never
     content_hash TEXT NOT NULL,
+    -- What redaction replaced, by kind ({"EMAIL": 2}); never the values. NULL: stored with redaction off.
+    redactions TEXT CHECK (redactions IS NULL OR json_valid(redactions)),
     UNIQUE (namespace, id)
 );
 

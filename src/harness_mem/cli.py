@@ -7,12 +7,16 @@ stderr. Library errors become one ``Error: …`` line and exit status 1, never a
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,6 +25,11 @@ from .db import connect, default_path
 from .errors import HarnessMemError
 from .models import Entry, Hit, dumps, format_time
 from .store import MemoryStore
+
+if TYPE_CHECKING:
+    from .episode import Episode
+    from .experience import ExperienceStore
+    from .openai_text import OpenAITextModel
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 # Imports shorter than this finish before a progress bar would be worth drawing.
@@ -61,8 +70,10 @@ class HarnessGroup(click.Group):
 @click.option("--embedder", type=click.Choice(["auto", "none"]), default="auto", show_default=True,
               envvar="HARNESS_MEM_EMBEDDER",
               help="auto: the built-in model when installed; none: keyword only [env: HARNESS_MEM_EMBEDDER].")
+@click.option("--no-redact", is_flag=True,
+              help="Store text as given, without redacting PII and secrets (recorded on each entry).")
 @click.pass_context
-def cli(ctx: click.Context, db_path: Path | None, namespace: str, embedder: str) -> None:
+def cli(ctx: click.Context, db_path: Path | None, namespace: str, embedder: str, no_redact: bool) -> None:
     """Long-term memory for LLM agents, in one SQLite file.
 
     \b
@@ -70,12 +81,18 @@ def cli(ctx: click.Context, db_path: Path | None, namespace: str, embedder: str)
         harness-mem add "we chose argon2id for password hashing" --tag decision
         harness-mem recall "password hashing"
     """
-    ctx.obj = {"db": db_path or default_path(), "namespace": namespace, "embedder": None if embedder == "none" else "auto"}
+    ctx.obj = {
+        "db": db_path or default_path(),
+        "namespace": namespace,
+        "embedder": None if embedder == "none" else "auto",
+        "redactor": None if no_redact else "default",
+    }
 
 
 @contextmanager
 def open_store(ctx: click.Context) -> Iterator[MemoryStore]:
-    store = MemoryStore(ctx.obj["db"], namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"])
+    store = MemoryStore(ctx.obj["db"], namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
+                        redactor=ctx.obj["redactor"])
     try:
         yield store
     finally:
@@ -446,6 +463,59 @@ def export(ctx: click.Context, output: Any) -> None:
     click.echo(f"Exported {count} entries", err=True)
 
 
+@cli.command()
+@click.argument("text", required=False)
+@click.option("--policy", type=click.Choice(["default", "hygiene"]), default="default", show_default=True,
+              help="default: label PII, mask cards, keep money; hygiene: also refuse money and secrets.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: text, counts, blocked.")
+def redact(text: str | None, policy: str, as_json: bool) -> None:
+    """Redact TEXT (or stdin) the way the store does before writing, and print it.
+
+    Exit status 1 under --policy hygiene when the text would be refused.
+
+    \b
+    Example:
+        harness-mem redact "mail me at ada@example.com"
+        cat transcript.txt | harness-mem redact > clean.txt
+    """
+    from .redact import Redactor
+
+    source = text if text is not None else _read_stdin_text()
+    result = (Redactor.hygiene() if policy == "hygiene" else Redactor.default()).scrub(source)
+    if as_json:
+        echo_json({"text": result.text, "counts": result.counts, "blocked": result.blocked})
+    else:
+        click.echo(result.text, nl=text is not None)
+    if result.blocked:
+        raise click.exceptions.Exit(1)
+
+
+@cli.command()
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.pass_context
+def reindex(ctx: click.Context, quiet: bool) -> None:
+    """Rebuild the keyword index and embed every entry that has no vector (resumable).
+
+    Run it after changing the embedding model, or on a file written without one.
+
+    \b
+    Example:
+        harness-mem reindex
+    """
+    with open_store(ctx) as store:
+        missing = store.count_missing_vectors()
+        if quiet or not missing:
+            report = store.reindex()
+        else:
+            with click.progressbar(length=missing, label="Embedding", file=sys.stderr) as bar:
+                report = store.reindex(progress=bar.update)
+    click.echo(
+        f"Reindexed {report['entries']} entries: keyword index rebuilt,"
+        f" {report['vectors_written']} vectors written, {report['vectors_dropped']} stale vectors dropped",
+        err=True,
+    )
+
+
 @cli.command("eval")
 @click.argument("queries", type=click.File("rb"))
 @click.option("--mode", type=click.Choice(["hybrid", "keyword", "semantic"]), help="Ranking to measure.")
@@ -474,6 +544,408 @@ def eval_(ctx: click.Context, queries: Any, mode: str | None, as_json: bool) -> 
         click.echo(f"{name:<14} {metrics.queries:>5} {metrics.recall_at_5:>7.3f} {metrics.recall_at_10:>7.3f}"
                    f" {metrics.mrr_at_10:>7.3f}")
     click.echo(f"latency p50 {report.latency_ms_p50:.2f} ms, p95 {report.latency_ms_p95:.2f} ms")
+
+
+# ---- experience: episodes, skills, consolidation -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ModelSettings:
+    """The model options as given; :meth:`model` turns them into a text model (or a clear error)."""
+
+    url: str | None
+    name: str | None
+    api_key: str | None
+    timeout: float | None
+
+    def model(self, *, required: bool) -> OpenAITextModel | None:
+        from .openai_text import configured_text_model  # httpx is only worth importing when a model is used
+
+        return configured_text_model(self.url, self.name, api_key=self.api_key, timeout=self.timeout,
+                                     required=required)
+
+
+def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--model-url, --model, --api-key and --model-timeout, passed on as one ``model_settings``."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, model_url: str | None, model_name: str | None, api_key: str | None,
+                model_timeout: float | None, **kwargs: Any) -> Any:
+        return f(*args, model_settings=_ModelSettings(model_url, model_name, api_key, model_timeout), **kwargs)
+
+    options = [
+        click.option("--model-url", envvar="HARNESS_MEM_MODEL_URL",
+                     help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 [env: HARNESS_MEM_MODEL_URL]."),
+        click.option("--model", "model_name", envvar="HARNESS_MEM_MODEL", help="Model name [env: HARNESS_MEM_MODEL]."),
+        click.option("--api-key", envvar="HARNESS_MEM_API_KEY",
+                     help="Bearer token, if the server wants one [env: HARNESS_MEM_API_KEY]."),
+        click.option("--model-timeout", type=click.FloatRange(min=0, min_open=True),
+                     help="Seconds to wait for each model reply [default: 120]."),
+    ]
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def _experience(store: MemoryStore) -> ExperienceStore:
+    from .experience import ExperienceStore  # YAML and the skill rules: only experience commands pay
+
+    return ExperienceStore(store)
+
+
+def _result_word(success: bool | None) -> str:
+    return {True: "success", False: "failure", None: "unknown"}[success]
+
+
+def _one_line(text: str, limit: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _print_episode_line(episode_id: str, episode: Episode, created_at: Any, score: float | None = None) -> None:
+    lead = f"[{score:.4g}] " if score is not None else ""
+    when = format_time(created_at)[:16].replace("T", " ")
+    click.echo(f"{lead}{episode_id}  {when}  {_result_word(episode.success):<7}  {_one_line(episode.situation, 80)}")
+    click.echo(f"    tools: {', '.join(episode.tools) or '(none)'}")
+    if episode.outcome:
+        click.echo(f"    outcome: {_one_line(episode.outcome)}")
+
+
+@cli.group()
+def episodes() -> None:
+    """Episodes: what an agent faced, the tools it used, and how it went.
+
+    \b
+    Example:
+        harness-mem episodes list --success
+        harness-mem episodes recall "deploy the marketing site"
+    """
+
+
+@episodes.command("list")
+@click.option("--tool", help="Only episodes that called this tool.")
+@click.option("--skill", help="Only episodes that followed this skill.")
+@click.option("--success/--failure", "success", default=None, help="Only successes, or only failures.")
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many.")
+@json_option
+@click.pass_context
+def episodes_list(ctx: click.Context, tool: str | None, skill: str | None, success: bool | None, limit: int,
+                  as_json: bool) -> None:
+    """List recorded episodes, newest first.
+
+    \b
+    Example:
+        harness-mem episodes list --tool shell --failure -n 10
+    """
+    with open_store(ctx) as store:
+        found = _experience(store).list(limit=limit, tool=tool, skill=skill, success=success)
+    if not found and not as_json:
+        click.echo("No episodes.", err=True)
+    for stored in found:
+        if as_json:
+            echo_json(stored.to_dict())
+        else:
+            _print_episode_line(stored.id, stored.episode, stored.created_at)
+
+
+@episodes.command("show")
+@click.argument("episode_id")
+@json_option
+@click.pass_context
+def episodes_show(ctx: click.Context, episode_id: str, as_json: bool) -> None:
+    """Show the episode EPISODE_ID in the episode text format.
+
+    \b
+    Example:
+        harness-mem episodes show session:s-42
+    """
+    with open_store(ctx) as store:
+        stored = _experience(store).get(episode_id)
+    if as_json:
+        echo_json(stored.to_dict())
+        return
+    click.echo(f"episode {stored.id}  {format_time(stored.created_at)}")
+    if stored.episode.tags:
+        click.echo("tags: " + " ".join(f"#{t}" for t in stored.episode.tags))
+    click.echo("")
+    click.echo(stored.episode.render())
+
+
+@episodes.command("recall")
+@click.argument("situation")
+@click.option("-k", "k", default=3, show_default=True, type=click.IntRange(1, 100), help="How many episodes.")
+@click.option("--tool", help="Only episodes that called this tool.")
+@click.option("--skill", help="Only episodes that followed this skill.")
+@click.option("--success/--failure", "success", default=None, help="Only successes, or only failures.")
+@click.option("--mode", type=click.Choice(["hybrid", "keyword", "semantic"]),
+              help="How to rank [default: hybrid when an embedder is available, else keyword].")
+@json_option
+@click.pass_context
+def episodes_recall(ctx: click.Context, situation: str, k: int, tool: str | None, skill: str | None,
+                    success: bool | None, mode: str | None, as_json: bool) -> None:
+    """Find the past episodes most like SITUATION (successes first at equal relevance).
+
+    \b
+    Example:
+        harness-mem episodes recall "rotate the TLS certificates" -k 5 --json
+    """
+    with open_store(ctx) as store:
+        found = _experience(store).recall(situation, k, tool=tool, skill=skill, success=success, mode=mode)
+    if not found and not as_json:
+        click.echo("No matches.", err=True)
+    for recalled in found:
+        if as_json:
+            echo_json(recalled.to_dict())
+        else:
+            _print_episode_line(recalled.id, recalled.episode, recalled.created_at, recalled.score)
+
+
+@cli.group()
+def skills() -> None:
+    """Skills: SKILL.md procedures distilled from runs that worked, with their history.
+
+    \b
+    Example:
+        harness-mem skills list
+        harness-mem skills distill session:s-42 --save --model-url http://127.0.0.1:8000/v1 --model qwen3
+    """
+
+
+@skills.command("list")
+@json_option
+@click.pass_context
+def skills_list(ctx: click.Context, as_json: bool) -> None:
+    """List saved skills by name.
+
+    \b
+    Example:
+        harness-mem skills list --json
+    """
+    with open_store(ctx) as store:
+        records = _experience(store).list_skills()
+    if not records and not as_json:
+        click.echo("No skills.", err=True)
+    for record in records:
+        if as_json:
+            echo_json(record.to_dict())
+        else:
+            click.echo(f"{record.name}  v{record.version}  revision {record.skill.ledger.revision}"
+                       f"  {_one_line(record.skill.description, 80)}")
+
+
+@skills.command("show")
+@click.argument("name")
+@click.option("--history", is_flag=True, help="List every saved version with its origin and rationale.")
+@json_option
+@click.pass_context
+def skills_show(ctx: click.Context, name: str, history: bool, as_json: bool) -> None:
+    """Print the SKILL.md of skill NAME (or its history).
+
+    \b
+    Example:
+        harness-mem skills show deploy-static-site
+        harness-mem skills show deploy-static-site --history
+    """
+    with open_store(ctx) as store:
+        experience = _experience(store)
+        record = experience.get_skill(name)
+        versions = experience.skill_history(name) if history else []
+    if as_json:
+        data = record.to_dict()
+        if history:
+            data["history"] = [v.to_dict() for v in versions]
+        echo_json(data)
+    elif history:
+        for version in versions:
+            when = format_time(version.created_at)[:16].replace("T", " ")
+            episode = f"  episode {version.episode_id}" if version.episode_id else ""
+            click.echo(f"v{version.version}  {when}  {version.origin:<9}{episode}  {_one_line(version.rationale, 80)}")
+    else:
+        click.echo(record.skill.render(), nl=False)
+
+
+@skills.command("export")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--name", "names", multiple=True, help="Only this skill (repeatable) [default: all].")
+@click.pass_context
+def skills_export(ctx: click.Context, directory: Path, names: tuple[str, ...]) -> None:
+    """Write skills to DIRECTORY/<name>/SKILL.md (prints each path).
+
+    \b
+    Example:
+        harness-mem skills export ~/.agent/skills
+    """
+    with open_store(ctx) as store:
+        paths = _experience(store).export_skills(directory, names or None)
+    for path in paths:
+        click.echo(str(path))
+    click.echo(f"Exported {len(paths)} skills to {directory}", err=True)
+
+
+@skills.command("import")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@json_option
+@click.pass_context
+def skills_import(ctx: click.Context, directory: Path, as_json: bool) -> None:
+    """Save every valid DIRECTORY/<name>/SKILL.md; invalid ones are reported (exit status 1).
+
+    Re-importing is harmless: an identical skill adds no version.
+
+    \b
+    Example:
+        harness-mem skills import ~/.agent/skills
+    """
+    with open_store(ctx) as store:
+        report = _experience(store).import_skills(directory)
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        for name in report.saved:
+            click.echo(f"saved      {name}")
+        for name in report.unchanged:
+            click.echo(f"unchanged  {name}")
+    for path, error in report.invalid:
+        click.echo(f"Error: {path}: {error}", err=True)
+    click.echo(f"Imported {len(report.saved)} skills ({len(report.unchanged)} unchanged,"
+               f" {len(report.invalid)} invalid)", err=True)
+    if report.invalid:
+        ctx.exit(1)
+
+
+@skills.command("distill")
+@click.argument("episode_id")
+@click.option("--save", is_flag=True, help="Save the draft as a new skill (default: only print it).")
+@model_options
+@json_option
+@click.pass_context
+def skills_distill(ctx: click.Context, episode_id: str, save: bool, model_settings: _ModelSettings,
+                   as_json: bool) -> None:
+    """Draft a skill from the successful episode EPISODE_ID (one model call).
+
+    Episodes that should not become skills (failed, too few tools, a duplicate of a saved skill)
+    are refused without calling the model; the reason is printed and the exit status is 0.
+
+    \b
+    Example:
+        harness-mem skills distill session:s-42 --save --model-url http://127.0.0.1:8000/v1 --model qwen3
+    """
+    from .distill import Draft, distill_episode
+
+    model = model_settings.model(required=True)
+    assert model is not None
+    with model, open_store(ctx) as store:
+        experience = _experience(store)
+        result = distill_episode(experience, episode_id, model, save=save)
+        version = experience.get_skill(result.skill.name).version if save and isinstance(result, Draft) else None
+    if as_json:
+        echo_json({**result.to_dict(), "saved_version": version})
+    elif isinstance(result, Draft):
+        click.echo(result.skill.render(), nl=False)
+        saved = f"saved as version {version}" if version is not None else "not saved; pass --save to keep it"
+        click.echo(f"Drafted skill {result.skill.name} ({saved})", err=True)
+    else:
+        click.echo(f"Not distilled: {result.message}", err=True)
+
+
+@skills.command("revise")
+@click.argument("name")
+@click.argument("episode_id")
+@click.option("--complaint", default="", help="What went wrong, in your words [default: inferred from the outcome].")
+@click.option("--save", is_flag=True, help="Save the revision as the skill's next version (default: only print it).")
+@model_options
+@json_option
+@click.pass_context
+def skills_revise(ctx: click.Context, name: str, episode_id: str, complaint: str, save: bool,
+                  model_settings: _ModelSettings, as_json: bool) -> None:
+    """Revise skill NAME after the failed episode EPISODE_ID that followed it (one model call).
+
+    Refusals (the run succeeded, did not use the skill, or a revision cap is reached) cost no model
+    call; the reason is printed and the exit status is 0.
+
+    \b
+    Example:
+        harness-mem skills revise deploy-static-site session:s-43 --complaint "forgot the cache purge" --save
+    """
+    from .distill import Revision, revise_skill
+
+    model = model_settings.model(required=True)
+    assert model is not None
+    with model, open_store(ctx) as store:
+        experience = _experience(store)
+        result = revise_skill(experience, name, episode_id, model, complaint=complaint, save=save)
+        version = experience.get_skill(name).version if save and isinstance(result, Revision) else None
+    if as_json:
+        echo_json({**result.to_dict(), "saved_version": version})
+    elif isinstance(result, Revision):
+        click.echo(result.skill.render(), nl=False)
+        saved = f"saved as version {version}" if version is not None else "not saved; pass --save to keep it"
+        click.echo(f"Revised skill {name}: {result.rationale} ({saved})", err=True)
+    else:
+        click.echo(f"Not revised: {result.message}", err=True)
+
+
+@cli.command()
+@click.option("--session", help="Only this session (consolidated even if still active).")
+@click.option("--since", help="Only sessions with a turn at or after this time: ISO-8601 or an age like 7d.")
+@click.option("--idle", default="0", show_default=True,
+              help="A session is finished once quiet this long (an age like 10m; 0: every session).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+@model_options
+@json_option
+@click.pass_context
+def consolidate(ctx: click.Context, session: str | None, since: str | None, idle: str, quiet: bool,
+                model_settings: _ModelSettings, as_json: bool) -> None:
+    """Turn finished sessions' transcripts into episodes; with a model, also extract facts.
+
+    Each session gets one episode (situation: its first user turn; tools: its tool turns; outcome:
+    its last assistant turn), updated when new turns arrive. Running it again adds nothing. With
+    --model-url and --model, up to 3 durable facts per session are stored as kind "fact".
+
+    \b
+    Example:
+        harness-mem consolidate --idle 10m
+        harness-mem consolidate --session s-42 --model-url http://127.0.0.1:8000/v1 --model qwen3
+    """
+    from .consolidate import consolidate as run_consolidation
+
+    model = model_settings.model(required=False)
+    idle_value: float | str = float(idle) if _is_number(idle) else idle
+    with contextlib.ExitStack() as stack:
+        if model is not None:
+            stack.enter_context(model)
+        store = stack.enter_context(open_store(ctx))
+        report = run_consolidation(store, session=session, since=since, model=model, idle=idle_value,
+                                   progress=None if quiet else _ProgressLines("consolidated"))
+    for result in report.sessions:
+        if as_json:
+            echo_json(result.to_dict())
+        else:
+            click.echo(result.describe())
+    click.echo(f"Consolidated {report.summary()}", err=True)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+class _ProgressLines:
+    """Progress as lines on stderr: at most one a second, and always the last."""
+
+    def __init__(self, verb: str, interval: float = 1.0) -> None:
+        self.verb = verb
+        self.interval = interval
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int, item: str) -> None:
+        now = time.monotonic()
+        if done == total or now - self._last >= self.interval:
+            self._last = now
+            click.echo(f"{self.verb} {done}/{total} sessions ({item})", err=True)
+
 
 
 def main() -> None:

@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .errors import InvalidInputError
+from .errors import HarnessMemError, InvalidInputError
 from .models import dumps
 from .store import MemoryStore, OnConflict
 
 KNOWN_KEYS = frozenset(
     {"id", "text", "content", "kind", "role", "session", "tags", "timestamp", "created_at", "expires_at",
-     "ttl_days", "source", "metadata", "namespace"}
+     "ttl_days", "source", "metadata", "namespace", "redactions"}
 )
 
 
@@ -111,7 +111,7 @@ def import_jsonl(
 
     rejected_by_store: list[LineError] = []
 
-    def invalid(index: int, exc: InvalidInputError) -> None:
+    def invalid(index: int, exc: HarnessMemError) -> None:
         rejected_by_store.append(LineError(line_numbers[index], str(exc)))
 
     written = store.add_many(items(), on_conflict=on_conflict, batch_size=batch_size, on_invalid=invalid)

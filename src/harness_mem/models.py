@@ -36,6 +36,7 @@ class Entry:
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     expires_at: datetime | None = None
     content_hash: str = ""
+    redactions: dict[str, int] | None = None  # kinds redacted on write; None: written with redaction off
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; :meth:`from_dict` reads it back unchanged."""

@@ -576,7 +576,10 @@ def _locate_ipv6(match: re.Match[str]) -> tuple[int, int] | None:
         start -= 1
         if colon - start > 4:
             return None
-    if start and (text[start - 1] in _ALNUM or text[start - 1] in ":."):
+    if start == colon and not text.startswith("::", colon):
+        # "who:2001:db8::1", "ip:fe80::1": the first colon belongs to the word before the address.
+        start = colon + 1
+    elif start and (text[start - 1] in _ALNUM or text[start - 1] in ":."):
         return None
     value = text[start:end].rstrip(".")  # "… at fe80::1." ends a sentence
     colons = value.count(":")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -23,7 +24,16 @@ import numpy.typing as npt
 from . import fusion, keyword, migrations
 from .db import Connection, connect, default_path, driver, sqlite_version, write_transaction
 from .embeddings import INSTALL_HINT, default_embedder
-from .errors import DuplicateIdError, EmbedderError, InvalidInputError, NotFoundError, StorageError
+from .errors import (
+    BlockedError,
+    DuplicateIdError,
+    EmbedderError,
+    HarnessMemError,
+    InvalidInputError,
+    NotFoundError,
+    StorageError,
+    WriteRefusedError,
+)
 from .models import (
     KINDS,
     Entry,
@@ -38,6 +48,7 @@ from .models import (
     to_ms,
 )
 from .protocols import Embedder
+from .redact import Redactor
 from .vectors import VectorIndex, bump_generation, embedding_text, has_vector_table
 
 OnConflict = Literal["error", "ignore", "replace"]
@@ -48,7 +59,10 @@ MAX_CONTENT_CHARS = 1_000_000
 DEFAULT_BATCH_SIZE = 500
 QUERY_CACHE_SIZE = 256
 
-_COLUMNS = "pk, id, namespace, kind, content, role, session, tags, source, metadata, created_at, expires_at, content_hash"
+_COLUMNS = (
+    "pk, id, namespace, kind, content, role, session, tags, source, metadata, created_at, expires_at,"
+    " content_hash, redactions"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +74,7 @@ class _Prepared:
     expires_ms: int | None
     tags_json: str
     metadata_json: str
+    redactions_json: str | None
 
 
 @dataclass(frozen=True)
@@ -164,6 +179,7 @@ class MemoryStore:
         *,
         namespace: str = "default",
         embedder: Embedder | Literal["auto"] | None = "auto",
+        redactor: Redactor | Literal["default"] | None = "default",
     ) -> None:
         if not namespace or not isinstance(namespace, str):
             raise InvalidInputError("namespace must be a non-empty string")
@@ -181,9 +197,24 @@ class MemoryStore:
         self.conn: Connection = connect(self.path)
         try:
             migrations.migrate(self.conn)
+            # Nothing unredacted reaches the file unless the caller says so (redactor=None), and
+            # then every entry written records that it was not redacted.
+            self.redactor: Redactor | None = (
+                Redactor.default(secret=self._redaction_secret()) if redactor == "default" else redactor
+            )
         except BaseException:
             self.conn.close()
             raise
+
+    def _redaction_secret(self) -> str:
+        """This file's key for HASH pseudonyms (made once, on first open)."""
+        row = self.conn.execute("SELECT value FROM settings WHERE key = 'redaction.secret'").fetchone()
+        if row is None:
+            with write_transaction(self.conn):
+                self.conn.execute("INSERT OR IGNORE INTO settings (key, value) VALUES ('redaction.secret', ?)",
+                                  (secrets.token_hex(32),))
+            row = self.conn.execute("SELECT value FROM settings WHERE key = 'redaction.secret'").fetchone()
+        return str(row[0])
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -238,7 +269,7 @@ class MemoryStore:
         *,
         on_conflict: OnConflict = "error",
         batch_size: int = DEFAULT_BATCH_SIZE,
-        on_invalid: Callable[[int, InvalidInputError], None] | None = None,
+        on_invalid: Callable[[int, HarnessMemError], None] | None = None,
     ) -> list[Entry]:
         """Store many entries, one transaction per ``batch_size``; returns those written.
 
@@ -251,7 +282,7 @@ class MemoryStore:
         for index, item in enumerate(items):
             try:
                 batch.append(self._prepare(item))
-            except InvalidInputError as exc:
+            except (InvalidInputError, BlockedError) as exc:
                 if on_invalid is None:
                     raise
                 on_invalid(index, exc)
@@ -277,10 +308,11 @@ class MemoryStore:
         if not content.strip():
             raise InvalidInputError("an entry's content cannot be empty")
         try:
-            encoded = content.encode("utf-8")
+            content.encode("utf-8")
         except UnicodeEncodeError:
             raise InvalidInputError("content is not valid Unicode (it contains a lone surrogate)") from None
         role, session = _optional_str(item, "role"), _optional_str(item, "session")
+        tags, source = clean_tags(item.get("tags")), _optional_str(item, "source")
         kind = item.get("kind") or ("turn" if role else "note")
         if kind not in KINDS:
             check_kind(kind)
@@ -294,6 +326,25 @@ class MemoryStore:
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"metadata is not JSON-serialisable ({exc})") from None
             metadata = json.loads(metadata_json)  # a plain JSON copy: exactly what get() returns
+        redactions: dict[str, int] | None = None
+        if self.redactor is not None:
+            # Before anything is stored, indexed or embedded: content, tags, source, metadata.
+            carried = item.get("redactions") or {}  # counts an export carries over
+            if not isinstance(carried, Mapping) or not all(isinstance(n, int) for n in carried.values()):
+                raise InvalidInputError("redactions must be an object of counts, like {\"EMAIL\": 1}")
+            redactions = dict(carried)
+            scrubbed = self.redactor.scrub_value([content, list(tags), source, metadata])
+            for found, n in scrubbed.counts.items():
+                redactions[found] = redactions.get(found, 0) + n
+            if scrubbed.blocked:
+                raise WriteRefusedError(
+                    f"the redaction policy refuses to store this entry (found: {', '.join(sorted(scrubbed.counts))})",
+                    reason="policy", counts=scrubbed.counts,
+                )
+            content, scrubbed_tags, source, metadata = scrubbed.value
+            tags = clean_tags(scrubbed_tags)
+            if metadata:
+                metadata_json = dumps(metadata)
         entry_id = item.get("id") or new_id()
         if not isinstance(entry_id, str) or not entry_id.strip():
             raise InvalidInputError(f"an id must be a non-empty string, not {entry_id!r}")
@@ -306,7 +357,6 @@ class MemoryStore:
             if not isinstance(ttl_days, (int, float)) or ttl_days <= 0:
                 raise InvalidInputError(f"ttl_days must be a positive number, not {ttl_days!r}")
             expires_ms = _now_ms() + int(ttl_days * 86_400_000)
-        tags = clean_tags(item.get("tags"))
         entry = Entry(
             id=entry_id,
             content=content,
@@ -315,13 +365,15 @@ class MemoryStore:
             role=role,
             session=session,
             tags=tags,
-            source=_optional_str(item, "source"),
+            source=source,
             metadata=metadata,
             created_at=from_ms(created_ms),
             expires_at=from_ms(expires_ms) if expires_ms is not None else None,
-            content_hash=content_hash(encoded),
+            content_hash=content_hash(content),
+            redactions=redactions,
         )
-        return _Prepared(entry, created_ms, expires_ms, dumps(list(tags)) if tags else "[]", metadata_json)
+        return _Prepared(entry, created_ms, expires_ms, dumps(list(tags)) if tags else "[]", metadata_json,
+                         None if redactions is None else dumps(redactions))
 
     def _write(self, batch: list[_Prepared], on_conflict: OnConflict) -> list[Entry]:
         index = self._vector_index()
@@ -336,13 +388,12 @@ class MemoryStore:
             first = self.conn.execute("SELECT coalesce(max(pk), 0) + 1 FROM entries").fetchone()[0]
             pks = list(range(first, first + len(batch)))
             self.conn.executemany(
-                "INSERT INTO entries (pk, id, namespace, kind, content, role, session, tags, source, metadata,"
-                " created_at, expires_at, content_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO entries ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         pk, p.entry.id, p.entry.namespace, p.entry.kind, p.entry.content, p.entry.role,
                         p.entry.session, p.tags_json, p.entry.source, p.metadata_json, p.created_ms,
-                        p.expires_ms, p.entry.content_hash,
+                        p.expires_ms, p.entry.content_hash, p.redactions_json,
                     )
                     for pk, p in zip(pks, batch, strict=True)
                 ],
@@ -697,6 +748,14 @@ class MemoryStore:
         self._vectors_complete = True
         return report
 
+    def count_missing_vectors(self) -> int:
+        """Entries (in every namespace) that ``reindex`` would embed; 0 without an embedder."""
+        if self.embedder is None:
+            return 0
+        return int(self.conn.execute(
+            "SELECT count(*) FROM entries e WHERE NOT EXISTS (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk)"
+        ).fetchone()[0])
+
     def stats(self) -> dict[str, Any]:
         """Counts by kind and role, sessions, the file's size, and the schema version."""
         ns, now = self.namespace, _now_ms()
@@ -714,6 +773,13 @@ class MemoryStore:
         expired = self.conn.execute(
             "SELECT count(*) FROM entries WHERE namespace = ? AND expires_at <= ?", (ns, now)
         ).fetchone()[0]
+        redacted = dict(self.conn.execute(
+            f"SELECT j.key, sum(j.value) FROM entries, json_each(entries.redactions) AS j WHERE {live}"
+            " GROUP BY j.key ORDER BY 2 DESC, 1", (ns, now),
+        ).fetchall())
+        unredacted = self.conn.execute(
+            f"SELECT count(*) FROM entries WHERE {live} AND redactions IS NULL", (ns, now)
+        ).fetchone()[0]
         namespaces = [r[0] for r in self.conn.execute("SELECT DISTINCT namespace FROM entries ORDER BY 1")]
         applied = [s for s in migrations.status(self.conn) if s.applied_at]
         return {
@@ -724,6 +790,8 @@ class MemoryStore:
             "by_role": by_role,
             "sessions": sessions,
             "expired_pending_purge": expired,
+            "redacted": redacted,
+            "written_without_redaction": unredacted,
             "namespaces": namespaces,
             "schema_version": applied[-1].number if applied else 0,
             "file_bytes": self._file_bytes(),
@@ -805,6 +873,7 @@ def _entry(row: Sequence[Any]) -> Entry:
         created_at=from_ms(row[10]),
         expires_at=from_ms(row[11]) if row[11] is not None else None,
         content_hash=row[12],
+        redactions=json.loads(row[13]) if row[13] is not None else None,
     )
 
 

@@ -1007,3 +1007,9 @@ def test_property_hygiene_never_lets_a_value_through(value: str, before: str, af
     assume(not is_version_context(before + " ", value))
     out = Redactor.hygiene(secret=SECRET).scrub(f"{before} {value} {after}").text
     assert value not in out
+
+
+def test_ipv6_after_a_word_and_a_colon(red: Redactor) -> None:
+    # Found by the store's property test: a "key:value" tag whose value is an address.
+    assert red.scrub("who:2001:db8:0000:0000::1").text == "who:<IP_ADDRESS>"
+    assert red.scrub("key:value:x at 12:30:45").text == "key:value:x at 12:30:45"
