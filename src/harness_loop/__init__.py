@@ -1,3 +1,65 @@
-"""harness-loop: an agent loop and a DAG orchestrator that keep their state in harness-mem's file."""
+"""harness-loop: an agent loop and a DAG orchestrator that keep their state in harness-mem's file.
 
-__all__: list[str] = []
+A consumer of :mod:`harness_mem`: it reaches memory only through that package's public API, and
+harness_mem never imports it.
+"""
+
+from .dag import Dag
+from .hooks import Deny, Event, HookBus, HookEvent
+from .job import Backoff, Job, JobResult, JobState, RetryPolicy
+from .loop import AgentLoop, BudgetExhausted, Cancelled, Done, LoopConfig, Outcome, Stuck, Unverified
+from .models import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
+from .openai_client import OpenAIChatModel, OpenAITextModel
+from .orchestrator import JobRunner, Orchestrator
+from .planner import Planner, StaticPlanner
+from .record import SessionRecorder, replay
+from .route import Next
+from .runs import Run, RunBudget, RunReport, RunState
+from .subagent import SubagentSpec, SubagentStatus, run_subagent
+from .tools import Tool, ToolRegistry, tool
+
+__all__ = [
+    "AgentLoop",
+    "Backoff",
+    "BudgetExhausted",
+    "Cancelled",
+    "Dag",
+    "Deny",
+    "Done",
+    "Event",
+    "HookBus",
+    "HookEvent",
+    "Job",
+    "JobResult",
+    "JobRunner",
+    "JobState",
+    "LoopConfig",
+    "Message",
+    "Model",
+    "ModelOutput",
+    "Next",
+    "OpenAIChatModel",
+    "OpenAITextModel",
+    "Orchestrator",
+    "Outcome",
+    "Planner",
+    "RetryPolicy",
+    "Run",
+    "RunBudget",
+    "RunReport",
+    "RunState",
+    "ScriptedModel",
+    "SessionRecorder",
+    "StaticPlanner",
+    "Stuck",
+    "SubagentSpec",
+    "SubagentStatus",
+    "Tool",
+    "ToolCall",
+    "ToolRegistry",
+    "Unverified",
+    "Usage",
+    "replay",
+    "run_subagent",
+    "tool",
+]

@@ -7,6 +7,7 @@ Every write takes the lock up front (``BEGIN IMMEDIATE``), so several processes 
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import secrets
@@ -540,6 +541,9 @@ class MemoryStore:
             params.append(limit)
         for row in self.conn.execute(sql, params):
             yield _entry(row)
+
+    def _list_all(self, **filters: Any) -> builtins.list[Entry]:
+        return builtins.list(self.list(**filters))
 
     def count(self, **filters: Any) -> int:
         where, params = make_filters(**filters).sql(self.namespace, _now_ms())

@@ -1,0 +1,56 @@
+"""The public surface: honest ``__all__``, one-way imports, no heavy import at start-up."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import harness_loop
+import harness_mem
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+@pytest.mark.parametrize("package", [harness_mem, harness_loop])
+def test_all_lists_exactly_the_exported_names(package: types.ModuleType) -> None:
+    exported = {
+        name for name, value in vars(package).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType) and name != "annotations"
+    }
+    assert set(package.__all__) == exported
+    assert package.__all__ == sorted(package.__all__, key=str.lower) or package.__all__ == sorted(package.__all__)
+
+
+def test_harness_mem_never_imports_harness_loop() -> None:
+    importing = re.compile(r"^\s*(from|import)\s+harness_loop\b", re.MULTILINE)
+    offenders = [p.name for p in (SRC / "harness_mem").rglob("*.py") if importing.search(p.read_text())]
+    assert offenders == []
+
+
+def test_importing_the_library_does_not_load_the_model() -> None:
+    code = "import harness_mem, harness_loop, sys; print('torch' in sys.modules or 'sentence_transformers' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+@pytest.mark.anyio
+async def test_async_store_round_trip(tmp_path: Path) -> None:
+    async with harness_mem.AsyncMemoryStore(tmp_path / "a.db", embedder=None) as store:
+        entry = await store.add("the user prefers short answers", kind="fact")
+        await store.add_many([{"text": f"turn {i}", "role": "user"} for i in range(3)])
+        hits = await store.recall("short answers")
+        assert [h.entry.id for h in hits] == [entry.id]
+        assert len(await store.list(kind="turn")) == 3
+        assert (await store.get(entry.id)).content == entry.content
+        assert await store.delete(entry.id)
+        assert (await store.stats())["entries"] == 3
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
