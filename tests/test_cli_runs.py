@@ -1,0 +1,54 @@
+"""`harness-mem runs …` over runs written by the real orchestrator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+from click.testing import CliRunner
+
+from harness_loop import Job, JobResult, Orchestrator
+from harness_mem.cli import cli
+from harness_mem.runs import RunStore
+
+
+def _run_a_dag(db: Path) -> str:
+    async def runner(job: Job, upstream: dict[str, JobResult]) -> JobResult:
+        if job.id == "broken":
+            raise RuntimeError("the build server is down")
+        return JobResult(text=f"did {job.id}", input_tokens=3, output_tokens=2)
+
+    async def main() -> str:
+        with RunStore.open(db) as store:
+            orchestrator = Orchestrator(runner, store=store)
+            report = await orchestrator.run("ship it", [Job("plan", "plan it"), Job("build", "build it", deps=["plan"]), Job("broken", "try it")],
+                                            run_id="run-1")
+            return report.run_id
+
+    return anyio.run(main)
+
+
+def invoke(db: Path, *args: str) -> object:
+    return CliRunner().invoke(cli, ["--db", str(db), "--embedder", "none", *args], catch_exceptions=False)
+
+
+def test_runs_list_show_and_events(db_path: Path) -> None:
+    run_id = _run_a_dag(db_path)
+    listed = invoke(db_path, "runs", "list")
+    assert listed.exit_code == 0 and run_id in listed.stdout and "failed" in listed.stdout
+    shown = invoke(db_path, "runs", "show", run_id)
+    assert "  - build: succeeded (entered 1×, attempts 1, tokens 5) — did build" in shown.stdout
+    assert "  - broken: dead-lettered" in shown.stdout and "failed: the build server is down" in shown.stdout
+    as_json = json.loads(invoke(db_path, "runs", "show", run_id, "--json").stdout)
+    assert {job["id"] for job in as_json["jobs"]} == {"plan", "build", "broken"}
+    events = [json.loads(line) for line in invoke(db_path, "runs", "events", run_id, "--json").stdout.splitlines()]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+
+
+@pytest.mark.parametrize("args", [["runs", "show", "nope"], ["runs", "events", "nope"]])
+def test_unknown_run_is_one_line_error(db_path: Path, args: list[str]) -> None:
+    result = invoke(db_path, *args)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: no run 'nope'") and result.stderr.count("\n") == 1
