@@ -13,7 +13,7 @@ from harness_mem.store import MemoryStore
 EXPECTED_ENTRY_COLUMNS = {
     "pk": "INTEGER", "id": "TEXT", "namespace": "TEXT", "kind": "TEXT", "content": "TEXT", "role": "TEXT",
     "session": "TEXT", "tags": "TEXT", "source": "TEXT", "metadata": "TEXT", "created_at": "INTEGER",
-    "expires_at": "INTEGER", "content_hash": "TEXT",
+    "expires_at": "INTEGER", "content_hash": "TEXT", "redactions": "TEXT",
 }
 
 
