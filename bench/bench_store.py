@@ -4,12 +4,13 @@
     python bench/bench_store.py --n 20000 --json
 
 Both sides use the same SQLite build (the driver harness_mem picks) and the same rows:
-- import: harness_mem's JSONL import (parse, validate, hash, index) vs the engine alone: the same
+- import: harness_mem's JSONL import (parse, validate, redact, hash, index; keyword-only store) vs the engine alone: the same
   lines parsed with ``json.loads`` and inserted with ``executemany`` into the same schema (rows plus
   their FTS5 rows) in one transaction;
 - recall: ``MemoryStore.recall(mode="keyword")`` vs the bare FTS5 query for the same terms
   (``SELECT rowid, bm25 … MATCH … ORDER BY rank LIMIT k``), which returns ids only.
-The goals (issue 2) are ratios: import ≥ 0.5× raw, recall p50 ≤ 1.5× raw.
+The goals (issue 2) are ratios: import ≥ 0.5× raw, recall p50 ≤ 1.5× raw. The same import with
+redaction off gives redaction's share of import time (issue 4: ≤ 20%).
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ def raw_import(path: Path, lines: list[str], stored_rows: list[tuple[object, ...
     return elapsed
 
 
-def ours_import(path: Path, lines: list[str]) -> tuple[float, MemoryStore]:
-    store = MemoryStore(path)
+def ours_import(path: Path, lines: list[str], *, redact: bool = True) -> tuple[float, MemoryStore]:
+    store = MemoryStore(path, embedder=None, redactor="default" if redact else None)
     started = time.perf_counter()
     report = import_jsonl(store, lines, batch_size=5000)
     elapsed = time.perf_counter() - started
@@ -134,6 +135,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         lines = [json.dumps(r) for r in rows]
         ours_seconds, store = ours_import(Path(tmp) / "ours.db", lines)
+        unredacted_seconds, unredacted = ours_import(Path(tmp) / "plain.db", lines, redact=False)
+        unredacted.close()
         stored = store.conn.execute(f"SELECT {COLUMNS} FROM entries ORDER BY pk").fetchall()
         raw_seconds = raw_import(Path(tmp) / "raw.db", lines, stored)
 
@@ -163,6 +166,8 @@ def main() -> None:
         "import_raw_rows_per_s": round(args.n / raw_seconds),
         "import_ours_rows_per_s": round(args.n / ours_seconds),
         "import_ratio": round(raw_seconds / ours_seconds, 3),
+        "import_without_redaction_rows_per_s": round(args.n / unredacted_seconds),
+        "redaction_share_of_import": round(max(0.0, ours_seconds - unredacted_seconds) / ours_seconds, 3),
         "recall_raw_p50_ms": round(statistics.median(raw_ms), 3),
         "recall_raw_p95_ms": round(percentile(raw_ms, 0.95), 3),
         "recall_ours_p50_ms": round(statistics.median(ours_ms), 3),
@@ -176,6 +181,8 @@ def main() -> None:
           f"SQLite {result['sqlite']}")
     print(f"  import   raw {result['import_raw_rows_per_s']:>9,} rows/s   ours {result['import_ours_rows_per_s']:>9,}"
           f" rows/s   ours/raw = {result['import_ratio']:.2f}   (goal ≥ 0.50)")
+    print(f"  redaction  import without it {result['import_without_redaction_rows_per_s']:,} rows/s;"
+          f" its share of import time = {result['redaction_share_of_import']:.0%}   (goal ≤ 20%)")
     print(f"  recall   raw p50 {result['recall_raw_p50_ms']:.2f} ms p95 {result['recall_raw_p95_ms']:.2f} ms   "
           f"ours p50 {result['recall_ours_p50_ms']:.2f} ms p95 {result['recall_ours_p95_ms']:.2f} ms   "
           f"ours/raw p50 = {result['recall_p50_ratio']:.2f}   (goal ≤ 1.50)")

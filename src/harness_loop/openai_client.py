@@ -1,4 +1,4 @@
-"""An OpenAI-compatible chat-completions client: async for the loop, sync for harness_mem.
+"""An OpenAI-compatible chat-completions client for the loop (async), over harness_mem's transport.
 
 Works with anything that serves ``POST {base_url}/chat/completions`` (OpenAI, vLLM, llama.cpp,
 Ollama, LM Studio, ...): tools, JSON mode, a timeout per request, and bounded retries with
@@ -6,7 +6,10 @@ exponential backoff on 429 and 5xx responses and on connection failures. ``Retry
 but capped (``retry_after_max``) so a server cannot park the caller for minutes. Timeouts are not
 retried by default: a model too slow once is usually too slow again.
 
-Errors are typed, subclass :class:`harness_mem.errors.ModelError`, and say what to do::
+The transport policy (retries, backoff, ``Retry-After``, error mapping) and the typed errors live in
+:mod:`harness_mem.openai_text` and are imported from there — the dependency runs one way, loop to
+mem. :class:`OpenAITextModel` is harness_mem's synchronous text model, with this package's option
+names in its error messages::
 
     ModelError
     └── ModelAPIError              anything this client raises; ``.status`` when the server answered
@@ -18,23 +21,33 @@ Errors are typed, subclass :class:`harness_mem.errors.ModelError`, and say what 
 
 from __future__ import annotations
 
-import email.utils
 import json
 import os
-import random
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import httpx
 
+from harness_mem import openai_text
 from harness_mem.errors import ModelError
+from harness_mem.openai_text import (
+    RETRY_STATUSES,
+    ChatEndpoint,
+    Hints,
+    ModelAPIError,
+    ModelConnectionError,
+    ModelResponseError,
+    ModelStatusError,
+    ModelTimeoutError,
+)
 
 from .models import Message, ModelOutput, ModelRequest, Role, StopReason, ToolCall, Usage, scripted_call_id
 
 __all__ = [
+    "LOOP_HINTS",
+    "RETRY_STATUSES",
     "ModelAPIError",
     "ModelConnectionError",
     "ModelResponseError",
@@ -44,7 +57,15 @@ __all__ = [
     "OpenAITextModel",
 ]
 
-RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+#: harness-loop's option names, for the "how to fix" half of error messages.
+LOOP_HINTS = Hints(
+    url_option="--base-url",
+    url_env="HARNESS_LOOP_BASE_URL",
+    model_option="--model",
+    key_option="--api-key",
+    key_env="HARNESS_LOOP_API_KEY",
+    timeout_option="--timeout",
+)
 
 _FINISH = {
     "stop": StopReason.END_TURN,
@@ -52,62 +73,6 @@ _FINISH = {
     "function_call": StopReason.TOOL_USE,
     "length": StopReason.MAX_TOKENS,
 }
-
-
-class ModelAPIError(ModelError):
-    """A chat-completions call failed; ``status`` is the HTTP status when the server answered."""
-
-    def __init__(self, message: str, *, status: int | None = None, body: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = body
-
-
-class ModelConnectionError(ModelAPIError):
-    """The server could not be reached."""
-
-
-class ModelTimeoutError(ModelAPIError):
-    """The server did not answer in time."""
-
-
-class ModelStatusError(ModelAPIError):
-    """The server answered with an HTTP error status."""
-
-
-class ModelResponseError(ModelAPIError):
-    """The server's answer was not a usable chat completion."""
-
-
-def _server_message(response: httpx.Response) -> str:
-    """The error message a server put in its body (OpenAI's ``{"error": {"message"}}`` or plain text)."""
-    try:
-        data = response.json()
-    except ValueError:
-        return " ".join(response.text.split())[:300]
-    if isinstance(data, dict):
-        err = data.get("error", data)
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:300]
-        if isinstance(err, str):
-            return err[:300]
-    return json.dumps(data)[:300]
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    """Seconds the server asked us to wait (``Retry-After`` as seconds or an HTTP date)."""
-    value = response.headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def message_to_openai(message: Message) -> dict[str, Any]:
@@ -179,25 +144,8 @@ def parse_completion(data: Any, *, position: int = 0) -> ModelOutput:
 
 
 @dataclass(frozen=True)
-class _Settings:
-    base_url: str
-    model: str
-    api_key: str | None
-    timeout: float
-    max_retries: int
-    backoff_base: float
-    backoff_max: float
-    retry_after_max: float
-    retry_on_timeout: bool
-    temperature: float | None
-
-    @property
-    def url(self) -> str:
-        return self.base_url.rstrip("/") + "/chat/completions"
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+class _Settings(ChatEndpoint):
+    """harness_mem's endpoint and retry policy, plus the loop's request and response shapes."""
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []
@@ -222,62 +170,8 @@ class _Settings:
             body["temperature"] = self.temperature
         return body
 
-    def retry_delay(
-        self, attempt: int, *, response: httpx.Response | None = None, exc: Exception | None = None
-    ) -> float:
-        """Seconds to wait before attempt ``attempt + 1``; raises the final error when giving up."""
-        final = attempt > self.max_retries
-        tries = f" (after {attempt} attempts)" if attempt > 1 else ""
-        if isinstance(exc, httpx.TimeoutException):
-            if final or not self.retry_on_timeout or isinstance(exc, httpx.PoolTimeout):
-                raise ModelTimeoutError(
-                    f"{self.url} did not answer within {self.timeout:g}s{tries} — raise the timeout "
-                    "(--timeout) or use a faster model"
-                ) from exc
-        elif isinstance(exc, httpx.TransportError):
-            if final:
-                raise ModelConnectionError(
-                    f"cannot connect to {self.url}: {exc or type(exc).__name__}{tries} — is the server running? "
-                    "Check --base-url (HARNESS_LOOP_BASE_URL)"
-                ) from exc
-        elif response is not None:
-            status = response.status_code
-            if final or status not in RETRY_STATUSES:
-                raise ModelStatusError(
-                    f"{self.url} answered HTTP {status}: {_server_message(response)}{tries} — {_fix_for(status)}",
-                    status=status,
-                    body=response.text[:2000],
-                )
-            asked = _retry_after(response)
-            if asked is not None:
-                return min(asked, self.retry_after_max)
-        # Full jitter keeps a crowd of clients from retrying in lockstep.
-        return random.uniform(0, min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1)))
-
     def parse(self, response: httpx.Response, position: int) -> ModelOutput:
-        try:
-            data = response.json()
-        except ValueError:
-            raise ModelResponseError(
-                f"{self.url} answered with something that is not JSON: {response.text[:200]!r} — "
-                "is --base-url an OpenAI-compatible /v1 endpoint?",
-                status=response.status_code,
-            ) from None
-        return parse_completion(data, position=position)
-
-
-def _fix_for(status: int) -> str:
-    if status in (401, 403):
-        return "check the API key (--api-key or HARNESS_LOOP_API_KEY)"
-    if status == 404:
-        return "check --base-url (it usually ends in /v1) and the model name (--model)"
-    if status in (400, 413, 422):
-        return (
-            "the server refused the request; check the model supports tools/JSON mode and the context length"
-        )
-    if status == 429:
-        return "the server is rate-limiting; wait, or lower the request rate"
-    return "the server failed; retry later or check its logs"
+        return parse_completion(self.json_body(response), position=position)
 
 
 class OpenAIChatModel:
@@ -308,16 +202,17 @@ class OpenAIChatModel:
         client: httpx.AsyncClient | None = None,
     ) -> None:
         self.settings = _Settings(
-            base_url,
-            model,
-            api_key,
-            timeout,
-            max_retries,
-            backoff_base,
-            backoff_max,
-            retry_after_max,
-            retry_on_timeout,
-            temperature,
+            base_url=base_url,
+            model=model,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+            retry_after_max=retry_after_max,
+            retry_on_timeout=retry_on_timeout,
+            temperature=temperature,
+            hints=LOOP_HINTS,
         )
         self.name = model
         self._client = client
@@ -356,85 +251,18 @@ class OpenAIChatModel:
         await self.aclose()
 
 
-class OpenAITextModel:
-    """A synchronous text model (harness_mem's ``TextModel``: ``complete(prompt, *, max_tokens, json)``).
-
-    Same server, settings and errors as :class:`OpenAIChatModel`; for consolidation, distillation and
-    other harness_mem work that runs outside an event loop.
+class OpenAITextModel(openai_text.OpenAITextModel):
+    """harness_mem's synchronous text model (``complete(prompt, *, max_tokens, json)``), as the loop
+    configures it: error messages name ``--base-url`` and ``HARNESS_LOOP_*``, and :meth:`from_env`
+    reads those variables. Everything else is :class:`harness_mem.openai_text.OpenAITextModel`.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        api_key: str | None = None,
-        timeout: float = 120.0,
-        max_retries: int = 3,
-        backoff_base: float = 0.5,
-        backoff_max: float = 8.0,
-        retry_after_max: float = 30.0,
-        retry_on_timeout: bool = False,
-        temperature: float | None = None,
-        system: str | None = None,
-        client: httpx.Client | None = None,
-    ) -> None:
-        self.settings = _Settings(
-            base_url,
-            model,
-            api_key,
-            timeout,
-            max_retries,
-            backoff_base,
-            backoff_max,
-            retry_after_max,
-            retry_on_timeout,
-            temperature,
-        )
-        self.name = model
-        self.system = system
-        self._client = client or httpx.Client(timeout=timeout)
-        self._owns_client = client is None
-        self._calls = 0
-
-    def complete(self, prompt: str, *, max_tokens: int, json: bool = False) -> str:
-        """The model's text answer to ``prompt`` (a JSON object's text when ``json``)."""
-        s = self.settings
-        request = ModelRequest(
-            messages=(Message(Role.USER, prompt),),
-            system=self.system,
-            json=json,
-            max_output_tokens=max_tokens,
-        )
-        payload = s.payload(request)
-        self._calls += 1
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                response = self._client.post(s.url, json=payload, headers=s.headers, timeout=s.timeout)
-            except httpx.TransportError as exc:
-                delay = s.retry_delay(attempt, exc=exc)
-            else:
-                if response.is_success:
-                    return s.parse(response, self._calls).text or ""
-                delay = s.retry_delay(attempt, response=response)
-            time.sleep(delay)
-
-    def close(self) -> None:
-        if self._owns_client:
-            self._client.close()
-
-    def __enter__(self) -> OpenAITextModel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    default_hints: ClassVar[Hints] = LOOP_HINTS
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> OpenAITextModel:
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> OpenAITextModel:
         """Configured from ``HARNESS_LOOP_BASE_URL``, ``HARNESS_LOOP_MODEL`` and ``HARNESS_LOOP_API_KEY``."""
-        return cls(**{**env_settings(), **overrides})
+        return cls(**{**env_settings(environ), **overrides})
 
 
 def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:

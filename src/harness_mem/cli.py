@@ -516,6 +516,91 @@ def reindex(ctx: click.Context, quiet: bool) -> None:
     )
 
 
+@cli.group()
+def runs() -> None:
+    """Orchestrator runs kept in this file: their jobs, states and event log."""
+
+
+@contextmanager
+def open_runs(ctx: click.Context) -> Iterator[Any]:
+    from .runs import RunStore
+
+    store = RunStore.open(ctx.obj["db"], namespace=ctx.obj["namespace"])
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@runs.command("list")
+@click.option("--state", help="Only runs in this state (completed, failed, executing, …).")
+@click.option("--limit", "-n", type=click.IntRange(min=1), help="At most this many, newest first.")
+@json_option
+@click.pass_context
+def runs_list(ctx: click.Context, state: str | None, limit: int | None, as_json: bool) -> None:
+    """List runs, newest first.
+
+    \b
+    Example:
+        harness-mem runs list --state failed
+    """
+    from .runs import render_list
+
+    with open_runs(ctx) as store:
+        summaries = store.list_runs(limit=limit, state=state)
+    if as_json:
+        for summary in summaries:
+            echo_json(summary.to_dict())
+    elif summaries:
+        click.echo(render_list(summaries))
+    else:
+        click.echo("No runs.", err=True)
+
+
+@runs.command("show")
+@click.argument("run_id")
+@json_option
+@click.pass_context
+def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Show RUN_ID: each job's state, attempts, visits, result, error and tokens.
+
+    \b
+    Example:
+        harness-mem runs show run-01J0Z3V6Q4
+    """
+    from .runs import render
+
+    with open_runs(ctx) as store:
+        stored = store.load(run_id)
+    if as_json:
+        echo_json(stored.to_dict())
+    else:
+        click.echo(render(stored, detailed=True))
+
+
+@runs.command("events")
+@click.argument("run_id")
+@click.option("--after", type=int, default=0, help="Only events after this sequence number.")
+@json_option
+@click.pass_context
+def runs_events(ctx: click.Context, run_id: str, after: int, as_json: bool) -> None:
+    """Print RUN_ID's append-only event log, oldest first.
+
+    \b
+    Example:
+        harness-mem runs events run-01J0Z3V6Q4 --after 40
+    """
+    from .runs import render_events
+
+    with open_runs(ctx) as store:
+        events = store.events(run_id, after=after)
+    if as_json:
+        for event in events:
+            echo_json(event.to_dict())
+    elif events:
+        click.echo(render_events(events))
+
+
 @cli.command("eval")
 @click.argument("queries", type=click.File("rb"))
 @click.option("--mode", type=click.Choice(["hybrid", "keyword", "semantic"]), help="Ranking to measure.")
@@ -767,8 +852,9 @@ def skills_show(ctx: click.Context, name: str, history: bool, as_json: bool) -> 
 @skills.command("export")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--name", "names", multiple=True, help="Only this skill (repeatable) [default: all].")
+@json_option
 @click.pass_context
-def skills_export(ctx: click.Context, directory: Path, names: tuple[str, ...]) -> None:
+def skills_export(ctx: click.Context, directory: Path, names: tuple[str, ...], as_json: bool) -> None:
     """Write skills to DIRECTORY/<name>/SKILL.md (prints each path).
 
     \b
@@ -778,7 +864,10 @@ def skills_export(ctx: click.Context, directory: Path, names: tuple[str, ...]) -
     with open_store(ctx) as store:
         paths = _experience(store).export_skills(directory, names or None)
     for path in paths:
-        click.echo(str(path))
+        if as_json:
+            echo_json({"name": path.parent.name, "path": str(path)})
+        else:
+            click.echo(str(path))
     click.echo(f"Exported {len(paths)} skills to {directory}", err=True)
 
 

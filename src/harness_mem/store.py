@@ -11,7 +11,7 @@ import builtins
 import json
 import os
 import secrets
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -334,18 +334,22 @@ class MemoryStore:
             if not isinstance(carried, Mapping) or not all(isinstance(n, int) for n in carried.values()):
                 raise InvalidInputError("redactions must be an object of counts, like {\"EMAIL\": 1}")
             redactions = dict(carried)
-            scrubbed = self.redactor.scrub_value([content, list(tags), source, metadata])
-            for found, n in scrubbed.counts.items():
-                redactions[found] = redactions.get(found, 0) + n
-            if scrubbed.blocked:
+            body = self.redactor.scrub(content)
+            extras = self.redactor.scrub_value([list(tags), source, metadata]) if tags or source or metadata else None
+            found = Counter(body.counts) + Counter(extras.counts if extras else {})
+            if body.blocked or (extras and extras.blocked):
                 raise WriteRefusedError(
-                    f"the redaction policy refuses to store this entry (found: {', '.join(sorted(scrubbed.counts))})",
-                    reason="policy", counts=scrubbed.counts,
+                    f"the redaction policy refuses to store this entry (found: {', '.join(sorted(found))})",
+                    reason="policy", counts=dict(found),
                 )
-            content, scrubbed_tags, source, metadata = scrubbed.value
-            tags = clean_tags(scrubbed_tags)
-            if metadata:
-                metadata_json = dumps(metadata)
+            for kind_found, n in found.items():
+                redactions[kind_found] = redactions.get(kind_found, 0) + n
+            content = body.text
+            if extras is not None:
+                scrubbed_tags, source, metadata = extras.value
+                tags = clean_tags(scrubbed_tags)
+                if metadata:
+                    metadata_json = dumps(metadata)
         entry_id = item.get("id") or new_id()
         if not isinstance(entry_id, str) or not entry_id.strip():
             raise InvalidInputError(f"an id must be a non-empty string, not {entry_id!r}")
