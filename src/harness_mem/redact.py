@@ -765,20 +765,27 @@ def _money_gate(text: str) -> bool:
 
 
 def _ip_gate(text: str) -> bool:
-    # IPv4 needs digits and dots; IPv6 needs colons and, unless it is all letters a-f, a digit.
-    return "::" in text or (("." in text or ":" in text) and _has_digit(text))
+    # IPv4 needs digits and dots; IPv6 needs "::", or a digit, or (all letters a-f) seven colons.
+    return "::" in text or (("." in text or ":" in text) and _has_digit(text)) or text.count(":") >= 7
 
 
-# Everything any built-in detector needs to see at least one of. Most text written to memory holds
-# none of it (no digit, no "@", no key prefix, no credential word), and one C-level search over it
-# replaces a dozen gate calls: on chat turns that is most of redaction's cost.
-_PRESCREEN = re.compile(
-    "|".join(
-        [r"[0-9]", "@", "::", "eyJ", "-----BEGIN"]
-        + [re.escape(n) for n in (*_API_KEY_PREFIXES, *_MONEY_ASCII, *_MONEY_UNICODE)]
-        + ["(?i:" + "|".join(re.escape(w) for w in _SECRET_WORDS) + ")"]
+# Everything a built-in detector needs to see at least one of: a digit (numbers, addresses, money),
+# "@", "::", a key prefix, a PEM or JWT marker, or a credential word. Most text written to memory
+# holds none of it, and these C-level substring checks are far cheaper than a dozen gate calls (or
+# one regex alternation, which re tries at every position).
+_PRESCREEN_NEEDLES = ("@", "::", "eyJ", "-----BEGIN", *_API_KEY_PREFIXES)
+_ASSIGNMENT_CHARS = (":", "=", "：")
+
+
+def _might_hold_pii(text: str) -> bool:
+    return (
+        _DIGIT_RE.search(text) is not None
+        or _contains_any(text, _PRESCREEN_NEEDLES)
+        or text.count(":") >= 7  # an IPv6 address spelled with letters a-f only
+        # A credential word matters only before ":" or "=" (a bearer token has a digit, a URL
+        # password an "@": both caught above).
+        or (_contains_any(text, _ASSIGNMENT_CHARS) and _contains_any(text.lower(), _SECRET_WORDS))
     )
-)
 
 
 def default_detectors() -> tuple[Detector, ...]:
@@ -914,7 +921,7 @@ class Redactor:
             raise InvalidInputError("the redaction secret is empty — pass None to generate one")
         self._detectors: list[Detector] = list(default_detectors() if detectors is None else detectors)
         # The prescreen knows only the built-in detectors' needs: custom ones switch it off.
-        self._prescreen: re.Pattern[str] | None = _PRESCREEN if detectors is None else None
+        self._prescreen: Callable[[str], bool] | None = _might_hold_pii if detectors is None else None
 
     @classmethod
     def default(cls, secret: bytes | str | None = None) -> Redactor:
@@ -983,7 +990,7 @@ class Redactor:
         """Detect, resolve overlaps, and rewrite ``text`` as the policy says."""
         if not isinstance(text, str):
             raise InvalidInputError(f"scrub takes a str, not {type(text).__name__}")
-        if not text or (self._prescreen is not None and self._prescreen.search(text) is None):
+        if not text or (self._prescreen is not None and not self._prescreen(text)):
             return Redaction(text)
         policy = self.policy
         gates: dict[Callable[[str], bool], bool] = {}

@@ -11,7 +11,7 @@ import builtins
 import json
 import os
 import secrets
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -336,14 +336,14 @@ class MemoryStore:
             redactions = dict(carried)
             body = self.redactor.scrub(content)
             extras = self.redactor.scrub_value([list(tags), source, metadata]) if tags or source or metadata else None
-            found = Counter(body.counts) + Counter(extras.counts if extras else {})
+            for counts in (body.counts if body.spans else None, extras.counts if extras else None):
+                for kind_found, n in (counts or {}).items():
+                    redactions[kind_found] = redactions.get(kind_found, 0) + n
             if body.blocked or (extras and extras.blocked):
                 raise WriteRefusedError(
-                    f"the redaction policy refuses to store this entry (found: {', '.join(sorted(found))})",
-                    reason="policy", counts=dict(found),
+                    f"the redaction policy refuses to store this entry (found: {', '.join(sorted(redactions))})",
+                    reason="policy", counts=redactions,
                 )
-            for kind_found, n in found.items():
-                redactions[kind_found] = redactions.get(kind_found, 0) + n
             content = body.text
             if extras is not None:
                 scrubbed_tags, source, metadata = extras.value
@@ -378,7 +378,7 @@ class MemoryStore:
             redactions=redactions,
         )
         return _Prepared(entry, created_ms, expires_ms, dumps(list(tags)) if tags else "[]", metadata_json,
-                         None if redactions is None else dumps(redactions))
+                         None if redactions is None else dumps(redactions) if redactions else "{}")
 
     def _write(self, batch: list[_Prepared], on_conflict: OnConflict) -> list[Entry]:
         index = self._vector_index()

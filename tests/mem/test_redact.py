@@ -1013,3 +1013,7 @@ def test_ipv6_after_a_word_and_a_colon(red: Redactor) -> None:
     # Found by the store's property test: a "key:value" tag whose value is an address.
     assert red.scrub("who:2001:db8:0000:0000::1").text == "who:<IP_ADDRESS>"
     assert red.scrub("key:value:x at 12:30:45").text == "key:value:x at 12:30:45"
+
+
+def test_ipv6_spelled_with_letters_only_passes_the_prescreen(red: Redactor) -> None:
+    assert red.scrub("下ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffa下").text == "下<IP_ADDRESS>下"
