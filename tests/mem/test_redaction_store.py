@@ -170,3 +170,20 @@ def test_a_hygiene_store_refuses_what_must_not_be_kept(db_path: Path) -> None:
 def test_false_positives_stay_untouched_through_the_store(store: MemoryStore, text: str) -> None:
     entry = store.add(text)
     assert entry.content == text and entry.redactions == {}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(PII, min_size=1, max_size=4, unique=True), before=FILLER)
+def test_transcript_capture_never_stores_raw_pii(tmp_path_factory: pytest.TempPathFactory, values: list[str],
+                                                 before: str) -> None:
+    from harness_mem.transcript import TranscriptRecorder
+
+    db = tmp_path_factory.mktemp("transcript") / "memory.db"
+    with MemoryStore(db, embedder=None) as store:
+        with TranscriptRecorder(store, session="s-1") as recorder:
+            for value in values:
+                recorder.note_user(f"{before}{value}")
+                recorder.note_tool("lookup", {"contact": value, "note": f"found {value}"})
+                recorder.note_assistant(f"noted {value} ")
+        assert store.count(session="s-1") == 3 * len(values)
+    assert_absent(values, every_stored_text(db))
