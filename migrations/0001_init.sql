@@ -24,6 +24,8 @@ CREATE TABLE entries (
 CREATE INDEX entries_by_time ON entries (namespace, created_at);
 CREATE INDEX entries_by_session ON entries (namespace, session, created_at);
 CREATE INDEX entries_by_expiry ON entries (expires_at) WHERE expires_at IS NOT NULL;
+-- Recall looks up which roles a query names ("what did Caroline say"), case-insensitively.
+CREATE INDEX entries_by_role ON entries (namespace, lower(role));
 
 -- Derived keyword index over "role: content" (the speaker is searchable), with CJK runs expanded
 -- into bigrams by the library. Contentless: the text already lives in `entries`; rowid = entries.pk.

@@ -14,6 +14,7 @@ entry containing the whole query ranks first and a two-character word is found i
 from __future__ import annotations
 
 import re
+from datetime import date
 
 # Han (with extensions and compatibility ideographs), Hiragana and Katakana: scripts written without
 # spaces. Hangul is spaced, so unicode61 handles it as it is.
@@ -45,9 +46,29 @@ def _bigrams(run: str) -> list[str]:
     return [run[i : i + 2] for i in range(len(run) - 1)]
 
 
-def index_text(content: str, role: str | None = None) -> str:
-    """The text the keyword index holds for an entry: ``"role: content"``, CJK runs as bigrams."""
+def index_text(
+    content: str,
+    role: str | None = None,
+    *,
+    day: date | None = None,
+    previous: tuple[str, str | None] | None = None,
+) -> str:
+    """The text the keyword index holds for an entry, CJK runs spelled as bigrams.
+
+    ``"role: content"``; a transcript turn also gets its date and the turn before it::
+
+        [8 May 2023]
+        Melanie: what did you do yesterday?
+        Caroline: I went to a support group.
+
+    Questions name the speaker, a day, or what the *other* person asked; the turn that answers rarely
+    repeats them (on LoCoMo the context lifts keyword recall@10 from .62 to .71: bench/tune_hybrid.py).
+    """
     text = f"{role}: {content}" if role else content
+    if previous is not None:
+        text = (f"{previous[1]}: {previous[0]}" if previous[1] else previous[0]) + "\n" + text
+    if day is not None:
+        text = f"[{day.day} {day:%B} {day.year}]\n" + text
     if text.isascii():  # the common case, and far cheaper than the regex
         return text
     return _CJK_RUN.sub(lambda m: " " + " ".join(_bigrams(m.group())) + " ", text)

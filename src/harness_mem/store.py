@@ -390,6 +390,7 @@ class MemoryStore:
                 return []
             # The write lock is ours until COMMIT, so no other writer can take these pks; choosing
             # them here lets the rows and their index entries go in as two executemany calls.
+            texts = self._index_texts([p.entry for p in batch])  # before the batch's rows exist
             first = self.conn.execute("SELECT coalesce(max(pk), 0) + 1 FROM entries").fetchone()[0]
             pks = list(range(first, first + len(batch)))
             self.conn.executemany(
@@ -405,7 +406,7 @@ class MemoryStore:
             )
             self.conn.executemany(
                 "INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
-                [(pk, keyword.index_text(p.entry.content, p.entry.role)) for pk, p in zip(pks, batch, strict=True)],
+                list(zip(pks, texts, strict=True)),
             )
             if index is not None:
                 late = [p for p in batch if id(p) not in vectors]  # raced in since the pre-check: rare
@@ -417,6 +418,48 @@ class MemoryStore:
                     index.write(namespace, [pk for pk, _ in rows], np.stack([vectors[id(p)] for _, p in rows]))
                 self._vectors_touched = True
         return [p.entry for p in batch]
+
+    def _index_texts(self, entries: list[Entry], *, before_pk: int | None = None, lookup: bool = True) -> list[str]:
+        """Keyword-index texts for entries in time order: a turn carries its date and the turn before it.
+
+        The previous turn is the latest one of the same session among the stored rows (looked up
+        once per session, below ``before_pk`` when given) and the entries earlier in the list.
+        """
+        last: dict[tuple[str, str], tuple[str, str | None] | None] = {}
+        texts = []
+        for entry in entries:
+            if entry.kind != "turn" or not entry.session:
+                texts.append(keyword.index_text(entry.content, entry.role))
+                continue
+            key = (entry.namespace, entry.session)
+            if key not in last:
+                last[key] = self._previous_turn(entry, before_pk) if lookup else None
+            texts.append(keyword.index_text(entry.content, entry.role, day=entry.created_at.date(),
+                                            previous=last[key]))
+            last[key] = (entry.content, entry.role)
+        return texts
+
+    def _previous_turn(self, entry: Entry, before_pk: int | None) -> tuple[str, str | None] | None:
+        created = to_ms(entry.created_at)
+        row = self.conn.execute(
+            "SELECT content, role FROM entries WHERE namespace = ? AND session = ? AND kind = 'turn'"
+            " AND (created_at < ? OR (created_at = ? AND pk < ?)) ORDER BY created_at DESC, pk DESC LIMIT 1",
+            (entry.namespace, entry.session, created, created, before_pk if before_pk is not None else 2**62),
+        ).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def _reindex_turn_after(self, namespace: str, session: str, created_ms: int, pk: int) -> None:
+        """Rewrite the index row of the turn that followed a deleted one: it held that turn's text."""
+        following = self.conn.execute(
+            f"SELECT {_COLUMNS} FROM entries e WHERE namespace = ? AND session = ? AND kind = 'turn'"
+            " AND (created_at > ? OR (created_at = ? AND pk > ?)) ORDER BY created_at, pk LIMIT 1",
+            (namespace, session, created_ms, created_ms, pk),
+        ).fetchone()
+        if following is None:
+            return
+        text = self._index_texts([_entry(following)], before_pk=following[0])[0]
+        self.conn.execute("DELETE FROM entries_fts WHERE rowid = ?", (following[0],))
+        self.conn.execute("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", (following[0], text))
 
     def _embed_new(self, batch: list[_Prepared], on_conflict: OnConflict) -> dict[int, npt.NDArray[np.float32]]:
         """Vectors for the entries of ``batch`` that will be inserted, in one model call."""
@@ -502,13 +545,18 @@ class MemoryStore:
         return True
 
     def _delete_pk(self, pk: int) -> None:
+        row = self.conn.execute(
+            "SELECT namespace, session, created_at, kind FROM entries WHERE pk = ?", (pk,)
+        ).fetchone()
         self.conn.execute("DELETE FROM entries_fts WHERE rowid = ?", (pk,))
         if self._vectors is not None:
             self._vectors.delete(pk)
         elif has_vector_table(self.conn):  # vectors made by another process's embedder: vec0 has no cascade
             self.conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (pk,))
-        self.conn.execute("DELETE FROM entries WHERE pk = ?", (pk,))  # entry_bits goes by cascade
+        self.conn.execute("DELETE FROM entries WHERE pk = ?", (pk,))  # entry_vectors goes by cascade
         self._vectors_touched = True
+        if row is not None and row[3] == "turn" and row[1]:
+            self._reindex_turn_after(row[0], row[1], row[2], pk)
 
     def purge_expired(self) -> int:
         """Delete every expired entry (in all namespaces); returns how many went."""
@@ -585,13 +633,25 @@ class MemoryStore:
             return []
         filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until)
         rankings: dict[str, list[tuple[int, float]]] = {}
+        named: list[str] = []
+        if mode != "keyword":
+            named = self._named_roles(query)
+            if query_vector is None and query.strip():
+                query_vector = self._query_vector(fusion.strip_names(query, named))
+        depth = fusion.depth(k) if mode == "hybrid" else k
         if mode in ("keyword", "hybrid"):
-            rankings["keyword"] = self._keyword_ranking(query, fusion.depth(k) if mode == "hybrid" else k, filters)
-        if mode in ("semantic", "hybrid"):
-            rankings["semantic"] = self._semantic_ranking(
-                query, fusion.depth(k) if mode == "hybrid" else k, filters, query_vector
+            # Keyword scores are cheap past the top few (FTS5 ranks every match anyway), and hybrid
+            # needs them for the semantic candidates too: take them deep.
+            rankings["keyword"] = self._keyword_ranking(
+                query, fusion.KEYWORD_DEPTH if mode == "hybrid" else depth, filters
             )
-        ranked = fusion.fuse(rankings["keyword"], rankings["semantic"], k) if mode == "hybrid" else rankings[mode]
+        if mode in ("semantic", "hybrid"):
+            rankings["semantic"] = self._semantic_ranking(query, depth, filters, query_vector)
+        if mode == "hybrid":
+            assert query_vector is not None or not rankings["semantic"]
+            ranked = self._fuse(query, rankings["keyword"], rankings["semantic"], query_vector, named, k)
+        else:
+            ranked = rankings[mode]
         entries = self._entries_by_pk([pk for pk, _ in ranked])
         hits = []
         for pk, score in ranked:
@@ -632,7 +692,9 @@ class MemoryStore:
             rows = self.conn.execute(
                 "SELECT e.pk, f.rank FROM"
                 " (SELECT rowid, rank FROM entries_fts WHERE entries_fts MATCH ? ORDER BY rank LIMIT ?) AS f"
-                f" JOIN entries e ON e.pk = f.rowid WHERE {where} ORDER BY f.rank LIMIT ?",
+                # CROSS JOIN keeps the matches as the outer loop: otherwise SQLite may start from
+                # `entries` through the namespace index and test the filters on every row.
+                f" CROSS JOIN entries e ON e.pk = f.rowid WHERE {where} ORDER BY f.rank LIMIT ?",
                 [expression, limit, *params, k],
             ).fetchall()
             if len(rows) >= k or limit == -1:
@@ -645,6 +707,46 @@ class MemoryStore:
         return int(self.conn.execute(
             "SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (expression,)
         ).fetchone()[0])
+
+    def _fuse(
+        self,
+        query: str,
+        keyword_ranking: list[tuple[int, float]],
+        semantic_ranking: list[tuple[int, float]],
+        vector: npt.NDArray[np.float32] | None,
+        named: list[str],
+        k: int,
+    ) -> list[tuple[int, float]]:
+        """Give every candidate of either ranking both features, then score them (see fusion.py)."""
+        keyword_scores, cosines = dict(keyword_ranking), dict(semantic_ranking)
+        # Candidates: the keyword top CANDIDATES and every semantic hit. A semantic hit outside the
+        # keyword ranking's KEYWORD_DEPTH scores 0 for keyword: that far down, its share is tiny.
+        pks = list(dict.fromkeys([*(pk for pk, _ in keyword_ranking[: fusion.CANDIDATES]), *cosines]))
+        if not pks:
+            return []
+        uncosined = [pk for pk in pks if pk not in cosines]
+        if uncosined and vector is not None and self._vectors is not None:
+            cosines.update(self._vectors.rescore(vector, uncosined, len(uncosined)))
+        lowered = {name.lower() for name in named}
+        rows = self.conn.execute(
+            "SELECT pk, role, session FROM entries WHERE pk IN (SELECT value FROM json_each(?))", (json.dumps(pks),)
+        ).fetchall()
+        candidates = [
+            fusion.Candidate(pk, keyword_scores.get(pk, 0.0), cosines.get(pk, 0.0),
+                             role is not None and role.lower() in lowered, session)
+            for pk, role, session in rows
+        ]
+        return fusion.fuse(candidates, k)
+
+    def _named_roles(self, query: str) -> list[str]:
+        """The roles (speakers) of this namespace that ``query`` names, as stored."""
+        words = fusion.query_words(query)
+        if not words:
+            return []
+        return [row[0] for row in self.conn.execute(
+            "SELECT DISTINCT role FROM entries WHERE namespace = ? AND lower(role) IN (SELECT value FROM json_each(?))",
+            (self.namespace, json.dumps(words)),
+        )]
 
     def _semantic_ranking(
         self, query: str, k: int, filters: Filters, vector: npt.NDArray[np.float32] | None = None
@@ -695,10 +797,13 @@ class MemoryStore:
         return vector
 
     def embed_queries(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
-        """Embeddings of many queries in one model call (to pass to :meth:`recall` as ``query_vector``)."""
+        """Embeddings of many queries in one model call (to pass to :meth:`recall` as ``query_vector``).
+
+        Each is embedded as recall would: without the speaker names it mentions (see fusion.py).
+        """
         if self.embedder is None:
             raise EmbedderError(f"no embedding model is available — {INSTALL_HINT}")
-        return self.embedder.embed(list(queries))
+        return self.embedder.embed([fusion.strip_names(q, self._named_roles(q)) for q in queries])
 
     def _entries_by_pk(self, pks: list[int]) -> dict[int, Entry]:
         if not pks:
@@ -718,11 +823,13 @@ class MemoryStore:
         total = self.conn.execute("SELECT count(*) FROM entries").fetchone()[0]
         with self._transaction():
             self.conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('delete-all')")
-            self.conn.executemany(
-                "INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
-                ((pk, keyword.index_text(content, role))
-                 for pk, content, role in self.conn.execute("SELECT pk, content, role FROM entries").fetchall()),
-            )
+            rows = self.conn.execute(
+                f"SELECT {_COLUMNS} FROM entries ORDER BY namespace, session, created_at, pk"
+            ).fetchall()
+            # In this order every turn's previous turn is the one before it: no lookups needed.
+            texts = self._index_texts([_entry(row) for row in rows], lookup=False)
+            self.conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
+                                  zip((row[0] for row in rows), texts, strict=True))
         report = {"entries": total, "keyword_rows": total, "vectors_dropped": 0, "vectors_written": 0}
         if self.embedder is None:
             return report

@@ -103,3 +103,22 @@ def test_better_matches_rank_first(store: MemoryStore) -> None:
     both = store.add("auth refactor plan")
     store.add("refactor")
     assert store.recall("auth refactor")[0].entry.id == both.id
+
+
+def test_a_turn_is_indexed_with_its_date_and_the_turn_before_it(store: MemoryStore) -> None:
+    store.add("Where did you travel in May?", role="Melanie", session="c:1", created_at="2023-05-08T13:56:00Z")
+    reply = store.add("Lisbon, for the conference.", role="Caroline", session="c:1",
+                      created_at="2023-05-08T13:57:00Z")
+    # The reply never says "travel" or "May", but the question before it does.
+    assert reply.id in [h.entry.id for h in store.recall("Where did Caroline travel?", k=2)]
+    assert store.recall("8 May 2023", k=5)  # the session date is searchable
+
+
+def test_deleting_a_turn_removes_its_text_from_the_next_turns_index(store: MemoryStore) -> None:
+    first = store.add("the vault code is zanzibar", role="user", session="s")
+    store.add("noted", role="assistant", session="s")
+    assert len(store.recall("zanzibar")) == 2  # the reply carries the turn before it
+    store.delete(first.id)
+    assert store.recall("zanzibar") == []
+    assert store.reindex()["keyword_rows"] == 1
+    assert store.recall("zanzibar") == []
