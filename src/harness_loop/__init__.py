@@ -8,6 +8,7 @@ from .dag import Dag
 from .hooks import Deny, Event, HookBus, HookEvent
 from .job import Backoff, Job, JobResult, JobState, RetryPolicy
 from .loop import AgentLoop, BudgetExhausted, Cancelled, Done, LoopConfig, Outcome, Stuck, Unverified
+from .memory import CachedGuide, MemoryGuide, MemoryWiring, attach_memory
 from .models import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from .openai_client import OpenAIChatModel, OpenAITextModel
 from .orchestrator import JobRunner, Orchestrator
@@ -22,6 +23,7 @@ __all__ = [
     "AgentLoop",
     "Backoff",
     "BudgetExhausted",
+    "CachedGuide",
     "Cancelled",
     "Dag",
     "Deny",
@@ -34,6 +36,8 @@ __all__ = [
     "JobRunner",
     "JobState",
     "LoopConfig",
+    "MemoryGuide",
+    "MemoryWiring",
     "Message",
     "Model",
     "ModelOutput",
@@ -59,6 +63,7 @@ __all__ = [
     "ToolRegistry",
     "Unverified",
     "Usage",
+    "attach_memory",
     "replay",
     "run_subagent",
     "tool",
