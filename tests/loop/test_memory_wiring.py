@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -37,6 +36,7 @@ from harness_loop.models import ModelOutput, ModelRequest, ScriptedModel, ToolCa
 from harness_loop.tools import tool
 from harness_mem import Entry, Episode, ExperienceStore, MemoryStore
 from harness_mem.consolidate import consolidate
+from harness_mem.db import connect
 from harness_mem.errors import EmbedderError, ModelError
 from harness_mem.experience import GUIDE_HEADER, ExperienceGuide, ExperienceRecorder
 
@@ -383,8 +383,12 @@ async def test_tool_results_are_stored_redacted(store: MemoryStore, tmp_path: Pa
 
     tool_turn = next(t for t in turns(store, outcome.session) if t.role == "tool")
     assert tool_turn.content.startswith("[whois] ") and "<EMAIL>" in tool_turn.content
-    with sqlite3.connect(store.path) as raw:  # nothing unredacted anywhere in the file's rows
+    # Nothing unredacted anywhere in the file's rows (read through a second connection).
+    raw = connect(store.path)
+    try:
         rows = raw.execute("SELECT content FROM entries UNION ALL SELECT outcome FROM episodes").fetchall()
+    finally:
+        raw.close()
     assert rows and not any("alice.smith@example.com" in r[0] for r in rows)
 
 
