@@ -5,8 +5,9 @@
 
 Both sides use the same SQLite build (the driver harness_mem picks) and the same rows:
 - import: harness_mem's JSONL import (parse, validate, redact, hash, index; keyword-only store) vs the engine alone: the same
-  lines parsed with ``json.loads`` and inserted with ``executemany`` into the same schema (rows plus
-  their FTS5 rows) in one transaction;
+  lines parsed with ``json.loads``, then the rows harness_mem stored and the same FTS5 texts (a turn's
+  date and previous turn included) inserted with ``executemany`` into the same schema, in one
+  transaction;
 - recall: ``MemoryStore.recall(mode="keyword")`` vs the bare FTS5 query for the same terms
   (``SELECT rowid, bm25 … MATCH … ORDER BY rank LIMIT k``), which returns ids only.
 The goals (issue 2) are ratios: import ≥ 0.5× raw, recall p50 ≤ 1.5× raw. The same import with
@@ -80,20 +81,32 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def raw_import(path: Path, lines: list[str], stored_rows: list[tuple[object, ...]]) -> float:
-    """The engine alone: parse the same lines, then insert the very rows harness_mem stored (and their
-    FTS rows) into the same schema with ``executemany``, in one transaction."""
+def index_texts(stored_rows: list[tuple[object, ...]]) -> list[str]:
+    """The keyword-index text harness_mem gives each turn (its date and the turn before it), so the
+    raw engine indexes exactly the same text. Rows are in time order and sessions contiguous here."""
+    last: dict[object, tuple[str, str | None]] = {}
+    texts = []
+    for row in stored_rows:
+        content, role, session, created_ms = str(row[4]), row[5], row[6], int(row[10])  # type: ignore[call-overload]
+        day = datetime.fromtimestamp(created_ms / 1000, UTC).date()
+        texts.append(keyword.index_text(content, role, day=day, previous=last.get(session)))  # type: ignore[arg-type]
+        last[session] = (content, role)  # type: ignore[assignment]
+    return texts
+
+
+def raw_import(path: Path, lines: list[str], stored_rows: list[tuple[object, ...]], fts_texts: list[str]) -> float:
+    """The engine alone: parse the same lines, then insert the very rows harness_mem stored and the
+    same FTS texts into the same schema with ``executemany``, in one transaction."""
     conn = connect(path)
     migrations.migrate(conn)
     started = time.perf_counter()
-    parsed = [json.loads(line) for line in lines]
+    for line in lines:
+        json.loads(line)
     conn.execute("BEGIN")
     placeholders = ", ".join("?" * len(COLUMNS.split(",")))
     conn.executemany(f"INSERT INTO entries ({COLUMNS}) VALUES ({placeholders})", stored_rows)
-    conn.executemany(
-        "INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
-        [(row[0], f"{r['role']}: {r['text']}") for row, r in zip(stored_rows, parsed, strict=True)],
-    )
+    conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
+                     zip((row[0] for row in stored_rows), fts_texts, strict=True))
     conn.execute("COMMIT")
     elapsed = time.perf_counter() - started
     conn.close()
@@ -147,7 +160,7 @@ def main() -> None:
             plain_times.append(seconds)
             unredacted.close()
             stored = store.conn.execute(f"SELECT {COLUMNS} FROM entries ORDER BY pk").fetchall()
-            raw_times.append(raw_import(Path(tmp) / "raw.db", lines, stored))
+            raw_times.append(raw_import(Path(tmp) / "raw.db", lines, stored, index_texts(stored)))
             if attempt < args.import_repeat - 1:
                 store.close()
         ours_seconds, unredacted_seconds, raw_seconds = min(ours_times), min(plain_times), min(raw_times)

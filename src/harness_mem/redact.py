@@ -773,14 +773,17 @@ def _ip_gate(text: str) -> bool:
 # "@", "::", a key prefix, a PEM or JWT marker, or a credential word. Most text written to memory
 # holds none of it, and these C-level substring checks are far cheaper than a dozen gate calls (or
 # one regex alternation, which re tries at every position).
-_PRESCREEN_NEEDLES = ("@", "::", "eyJ", "-----BEGIN", *_API_KEY_PREFIXES)
+_PRESCREEN_NEEDLES = ("-----BEGIN", *_API_KEY_PREFIXES)
+_PRESCREEN_PLAIN = ("@", "::", "eyJ", "AKIA", "ASIA", "AIza", "xox")
 _ASSIGNMENT_CHARS = (":", "=", "：")
 
 
 def _might_hold_pii(text: str) -> bool:
     return (
         _DIGIT_RE.search(text) is not None
-        or _contains_any(text, _PRESCREEN_NEEDLES)
+        # Every needle but "@", "::", "eyJ", "AKIA", "ASIA", "AIza" and "xox" holds "-" or "_".
+        or (("-" in text or "_" in text) and _contains_any(text, _PRESCREEN_NEEDLES))
+        or _contains_any(text, _PRESCREEN_PLAIN)
         or text.count(":") >= 7  # an IPv6 address spelled with letters a-f only
         # A credential word matters only before ":" or "=" (a bearer token has a digit, a URL
         # password an "@": both caught above).

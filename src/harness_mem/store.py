@@ -330,15 +330,18 @@ class MemoryStore:
         redactions: dict[str, int] | None = None
         if self.redactor is not None:
             # Before anything is stored, indexed or embedded: content, tags, source, metadata.
-            carried = item.get("redactions") or {}  # counts an export carries over
-            if not isinstance(carried, Mapping) or not all(isinstance(n, int) for n in carried.values()):
-                raise InvalidInputError("redactions must be an object of counts, like {\"EMAIL\": 1}")
-            redactions = dict(carried)
+            carried = item.get("redactions")  # counts an export carries over
+            redactions = {}
+            if carried:
+                if not isinstance(carried, Mapping) or not all(isinstance(n, int) for n in carried.values()):
+                    raise InvalidInputError("redactions must be an object of counts, like {\"EMAIL\": 1}")
+                redactions.update(carried)
             body = self.redactor.scrub(content)
             extras = self.redactor.scrub_value([list(tags), source, metadata]) if tags or source or metadata else None
-            for counts in (body.counts if body.spans else None, extras.counts if extras else None):
-                for kind_found, n in (counts or {}).items():
-                    redactions[kind_found] = redactions.get(kind_found, 0) + n
+            if body.spans or (extras is not None and extras.counts):
+                for counts in (body.counts, extras.counts if extras else {}):
+                    for kind_found, n in counts.items():
+                        redactions[kind_found] = redactions.get(kind_found, 0) + n
             if body.blocked or (extras and extras.blocked):
                 raise WriteRefusedError(
                     f"the redaction policy refuses to store this entry (found: {', '.join(sorted(redactions))})",
