@@ -767,8 +767,9 @@ class MemoryStore:
             # The whole namespace: search the in-memory prefilter, then drop expired entries.
             found = index.search(vector, k, self.namespace)
             live = {pk for (pk,) in self.conn.execute(
-                f"SELECT e.pk FROM entries e WHERE {where} AND e.pk IN (SELECT value FROM json_each(?))",
-                [*params, json.dumps([pk for pk, _ in found])],
+                # CROSS JOIN: look the few hits up by pk, rather than scan the namespace for them.
+                f"SELECT e.pk FROM json_each(?) AS hit CROSS JOIN entries e ON e.pk = hit.value WHERE {where}",
+                [json.dumps([pk for pk, _ in found]), *params],
             )}
             if len(live) == len(found):
                 return found
