@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fake_openai import FakeServer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -50,3 +53,29 @@ def semantic_store(db_path: Path, embedder: object) -> Iterator[object]:
 
     with MemoryStore(db_path, embedder=embedder) as opened:  # type: ignore[arg-type]
         yield opened
+
+
+FAKE_SERVER = Path(__file__).resolve().parent / "loop" / "fake_openai_server.py"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeServer]:
+    proc = subprocess.Popen(
+        [sys.executable, str(FAKE_SERVER), "--port", "0", "--lifetime", "120"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the server prints its port once it listens
+        assert line.startswith("PORT "), f"fake server did not start: {line!r}"
+        fake = FakeServer(int(line.split()[1]))
+        yield fake
+        fake.control.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=5)
+
+
+@pytest.fixture
+def fake(server: FakeServer) -> FakeServer:
+    server.reset()
+    return server

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 from click.testing import CliRunner
+from fake_openai import FakeServer
 
 from harness_loop.cli import main
 from harness_loop.loop import AgentLoop, Done
@@ -37,45 +34,6 @@ SERVER = Path(__file__).with_name("fake_openai_server.py")
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-class FakeServer:
-    def __init__(self, port: int) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-        self.url = f"{self.base}/v1"
-        self.control = httpx.Client(base_url=self.base)  # one client: building one costs ~50 ms
-
-    def script(self, *responses: dict[str, Any]) -> None:
-        self.control.post("/_script", json={"responses": list(responses)}).raise_for_status()
-
-    def requests(self) -> list[dict[str, Any]]:
-        return self.control.get("/_requests").json()  # type: ignore[no-any-return]
-
-    def reset(self) -> None:
-        self.control.post("/_reset", json={}).raise_for_status()
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeServer]:
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVER), "--port", "0", "--lifetime", "120"], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # the server prints its port once it listens
-        assert line.startswith("PORT "), f"fake server did not start: {line!r}"
-        fake = FakeServer(int(line.split()[1]))
-        yield fake
-        fake.control.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=5)
-
-
-@pytest.fixture
-def fake(server: FakeServer) -> FakeServer:
-    server.reset()
-    return server
 
 
 def completion(

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
-import httpx
 import pytest
 from click.testing import CliRunner, Result
+from fake_openai import FakeServer
 
 from harness_mem.cli import cli
 from harness_mem.experience import ExperienceStore
@@ -37,47 +34,6 @@ SKILL = Skill(
 def _no_model_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HARNESS_MEM_MODEL_URL", "HARNESS_MEM_MODEL", "HARNESS_MEM_API_KEY"):
         monkeypatch.delenv(name, raising=False)
-
-
-class FakeServer:
-    def __init__(self, port: int) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-        self.url = f"{self.base}/v1"
-        self.control = httpx.Client(base_url=self.base)
-
-    def script(self, *contents: str) -> None:
-        responses = [
-            {"status": 200, "body": {"choices": [{"index": 0, "finish_reason": "stop",
-                                                  "message": {"role": "assistant", "content": c}}]}}
-            for c in contents
-        ]
-        self.control.post("/_script", json={"responses": responses}).raise_for_status()
-
-    def requests(self) -> list[dict[str, Any]]:
-        return self.control.get("/_requests").json()  # type: ignore[no-any-return]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeServer]:
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVER), "--port", "0", "--lifetime", "120"], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("PORT "), f"fake server did not start: {line!r}"
-        fake = FakeServer(int(line.split()[1]))
-        yield fake
-        fake.control.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=5)
-
-
-@pytest.fixture
-def fake(server: FakeServer) -> FakeServer:
-    server.control.post("/_reset", json={}).raise_for_status()
-    return server
 
 
 def run(db: Path, *args: str, env: dict[str, str] | None = None) -> Result:
@@ -146,7 +102,7 @@ def test_consolidate_json_and_quiet(db_path: Path) -> None:
 
 def test_consolidate_extracts_facts_through_the_loopback_server(db_path: Path, fake: FakeServer) -> None:
     deploy_session(db_path)
-    fake.script(json.dumps([{"fact": "Production deploys run the release script", "turns": [3, 4]}]))
+    fake.say(json.dumps([{"fact": "Production deploys run the release script", "turns": [3, 4]}]))
     env = {"HARNESS_MEM_MODEL_URL": fake.url, "HARNESS_MEM_MODEL": "facts-model"}
     result = run(db_path, "consolidate", env=env)
     assert result.exit_code == 0, result.stderr
@@ -162,7 +118,7 @@ def test_consolidate_extracts_facts_through_the_loopback_server(db_path: Path, f
 
 def test_consolidate_notes_a_malformed_facts_reply_and_goes_on(db_path: Path, fake: FakeServer) -> None:
     deploy_session(db_path)
-    fake.script("I could not find any facts, sorry.")
+    fake.say("I could not find any facts, sorry.")
     result = run(db_path, "consolidate", "--model-url", fake.url, "--model", "m")
     assert result.exit_code == 0
     assert "created    s-1" in result.stdout and "— the model's reply is not a JSON array of facts" in result.stdout
@@ -238,7 +194,7 @@ def test_skills_distill_and_revise_through_the_loopback_server(db_path: Path, fa
     deploy_session(db_path, "s-1")
     run(db_path, "consolidate", "-q")
     model = ["--model-url", fake.url, "--model", "m"]
-    fake.script(json.dumps({
+    fake.say(json.dumps({
         "name": "deploy-static-site", "title": "Deploy a static site",
         "description": "Deploys a static website and verifies it answers. Use when a site must go live.",
         "steps": ["Read the release notes", "Build", "Deploy", "Check the health URL"], "pitfalls": [],
@@ -255,7 +211,7 @@ def test_skills_distill_and_revise_through_the_loopback_server(db_path: Path, fa
 
         ExperienceStore(store).record(Episode(SITUATION, "the cache served the old site", tools=["shell"],
                                               skills=["deploy-static-site"], success=False), id="failed-run")
-    fake.script(json.dumps({"body": "# Deploy a static site\n\n1. Build.\n2. Deploy.\n3. Purge the CDN cache.\n"
+    fake.say(json.dumps({"body": "# Deploy a static site\n\n1. Build.\n2. Deploy.\n3. Purge the CDN cache.\n"
                                     "4. Check the health URL.", "rationale": "Purge the cache after deploying."}))
     revised = run(db_path, "skills", "revise", "deploy-static-site", "failed-run", "--complaint", "stale cache",
                   "--save", "--json", *model)
