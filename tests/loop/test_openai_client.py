@@ -28,7 +28,6 @@ from harness_mem.errors import ModelError
 
 pytestmark = pytest.mark.anyio
 
-SERVER = Path(__file__).with_name("fake_openai_server.py")
 
 
 @pytest.fixture

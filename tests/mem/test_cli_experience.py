@@ -21,7 +21,6 @@ from harness_mem.skills import Skill
 from harness_mem.store import MemoryStore
 from harness_mem.transcript import TranscriptRecorder
 
-SERVER = Path(__file__).resolve().parents[1] / "loop" / "fake_openai_server.py"
 SITUATION = "Deploy the marketing site to production and check that it is live"
 SKILL = Skill(
     "deploy-static-site",

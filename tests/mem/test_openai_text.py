@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +25,6 @@ from harness_mem.openai_text import (
     configured_text_model,
 )
 from harness_mem.textmodel import TextModel
-
-SERVER = Path(__file__).resolve().parents[1] / "loop" / "fake_openai_server.py"
 
 
 def reply(content: str | None) -> dict[str, Any]:
