@@ -364,7 +364,8 @@ def _print_hit(rank: int, hit: Hit) -> None:
     click.echo(f"    {hit.snippet}")
     if hit.components:
         detail = ", ".join(
-            f"{name} #{int(c['rank'])} ({c['score']:.4g})" for name, c in hit.components.items()
+            f"{name} {'#' + str(c['rank']) if c['rank'] else '-'} ({c['score']:.4g})"
+            for name, c in hit.components.items()
         )
         click.echo(f"    ↳ {detail}")
 

@@ -650,22 +650,27 @@ class MemoryStore:
             )
         if mode in ("semantic", "hybrid"):
             rankings["semantic"] = self._semantic_ranking(query, depth, filters, query_vector)
+        features: dict[int, fusion.Candidate] = {}
         if mode == "hybrid":
             assert query_vector is not None or not rankings["semantic"]
-            ranked = self._fuse(query, rankings["keyword"], rankings["semantic"], query_vector, named, k)
+            ranked, features = self._fuse(query, rankings["keyword"], rankings["semantic"], query_vector, named, k)
         else:
             ranked = rankings[mode]
         entries = self._entries_by_pk([pk for pk, _ in ranked])
+        positions = {name: {pk: rank for rank, (pk, _) in enumerate(ranking, start=1)}
+                     for name, ranking in rankings.items()} if explain else {}
         hits = []
         for pk, score in ranked:
             components = None
             if explain:
-                components = {
-                    name: {"rank": rank, "score": component_score}
-                    for name, ranking in rankings.items()
-                    for rank, (component_pk, component_score) in enumerate(ranking, start=1)
-                    if component_pk == pk
-                }
+                # Each retriever's rank (None: outside its list) and score; hybrid also shows the
+                # speaker prior, and scores the candidates a list missed (cosine from the stored vector).
+                components = {name: {"rank": positions[name].get(pk), "score": dict(rankings[name]).get(pk, 0.0)}
+                              for name in rankings}
+                if pk in features:
+                    components["keyword"]["score"] = features[pk].keyword
+                    components["semantic"]["score"] = features[pk].cosine
+                    components["speaker"] = {"rank": None, "score": fusion.SPEAKER_PRIOR if features[pk].named else 0.0}
             entry = entries[pk]
             hits.append(Hit(entry, score, keyword.snippet(entry.content, query), components))
         return hits
@@ -719,14 +724,17 @@ class MemoryStore:
         vector: npt.NDArray[np.float32] | None,
         named: list[str],
         k: int,
-    ) -> list[tuple[int, float]]:
-        """Give every candidate of either ranking both features, then score them (see fusion.py)."""
+    ) -> tuple[list[tuple[int, float]], dict[int, fusion.Candidate]]:
+        """Give every candidate of either ranking both features, then score them (see fusion.py).
+
+        Returns the top ``k`` and every candidate's features (for ``explain``).
+        """
         keyword_scores, cosines = dict(keyword_ranking), dict(semantic_ranking)
         # Candidates: the keyword top CANDIDATES and every semantic hit. A semantic hit outside the
         # keyword ranking's KEYWORD_DEPTH scores 0 for keyword: that far down, its share is tiny.
         pks = list(dict.fromkeys([*(pk for pk, _ in keyword_ranking[: fusion.CANDIDATES]), *cosines]))
         if not pks:
-            return []
+            return [], {}
         uncosined = [pk for pk in pks if pk not in cosines]
         if uncosined and vector is not None and self._vectors is not None:
             cosines.update(self._vectors.rescore(vector, uncosined, len(uncosined)))
@@ -739,7 +747,7 @@ class MemoryStore:
                              role is not None and role.lower() in lowered, session)
             for pk, role, session in rows
         ]
-        return fusion.fuse(candidates, k)
+        return fusion.fuse(candidates, k), {c.pk: c for c in candidates}
 
     def _named_roles(self, query: str) -> list[str]:
         """The roles (speakers) of this namespace that ``query`` names, as stored."""

@@ -122,10 +122,15 @@ def test_namespaces_do_not_leak_through_vectors(db_path: Path, embedder: object)
 
 def test_explain_shows_each_component(semantic_store: MemoryStore) -> None:
     semantic_store.add_many([{"text": t} for t in NOTES])
-    hit = semantic_store.recall("database migration locked", k=1, mode="hybrid", explain=True)[0]
-    assert hit.entry.content == NOTES[4]
-    assert set(hit.components or {}) == {"keyword", "semantic"}
-    assert hit.components["semantic"]["rank"] == 1 and hit.components["keyword"]["rank"] == 1  # type: ignore[index]
+    hits = semantic_store.recall("database migration locked", k=5, mode="hybrid", explain=True)
+    top = hits[0]
+    assert top.entry.content == NOTES[4]
+    assert top.components is not None and set(top.components) == {"keyword", "semantic", "speaker"}
+    assert top.components["semantic"]["rank"] == 1 and top.components["keyword"]["rank"] == 1
+    # A hit that only the embedding found still shows its (zero) keyword score and its cosine.
+    others = [h for h in hits if h.components and h.components["keyword"]["rank"] is None]
+    assert others and all(h.components["keyword"]["score"] == 0.0 for h in others)  # type: ignore[index]
+    assert all(h.components["semantic"]["rank"] is not None for h in others)  # type: ignore[index]
 
 
 def test_no_embedder_fails_clearly_and_keyword_keeps_working(db_path: Path) -> None:
