@@ -533,6 +533,13 @@ class _Job:
     def _episode(self, c: _Candidate, new: list[Turn], result: SessionResult) -> None:
         episode_id = c.episode_id or episode_id_for(c.session)
         mark = _Mark(c, episode_id, new)
+        if self._recorded_live(episode_id):
+            # The run itself recorded this session's episode (with its real tools and verdict): a
+            # rebuild from the transcript could only be poorer. Keep it; just move the watermark.
+            with write_transaction(self.conn):
+                self._record(mark)
+            result.action, result.note = "skipped", "the run recorded its own episode; kept as it is"
+            return
         base = None
         if c.last_pk is not None:
             try:
@@ -557,6 +564,14 @@ class _Job:
             result.action, result.note = "skipped", str(conflict)
             return
         result.episode_id, result.episode = episode_id, episode
+
+    def _recorded_live(self, episode_id: str) -> bool:
+        """True when ``episode_id`` exists and was not written by consolidation."""
+        return self.conn.execute(
+            "SELECT 1 FROM episodes ep JOIN entries e ON e.namespace = ep.namespace AND e.id = ep.entry_id"
+            " WHERE ep.namespace = ? AND ep.id = ? AND json_type(e.metadata, '$.consolidated_from') IS NULL",
+            (self.namespace, episode_id),
+        ).fetchone() is not None
 
     def _create(self, episode: Episode, mark: _Mark) -> Episode | None:
         """Save a new episode and record the watermark; returns it as stored, or None when one with
