@@ -959,8 +959,23 @@ class MemoryStore:
         check("fts5", lambda: str(self.conn.execute("SELECT count(*) FROM entries_fts").fetchone()[0]) + " rows indexed")
         check("sqlite-vec", lambda: str(self.conn.execute("SELECT vec_version()").fetchone()[0]))
         check("schema", lambda: f"{self.stats()['schema_version']:04d}, all migrations applied")
+        check("model", self._describe_model)
         check("integrity", integrity)
         return {"path": str(self.path), "checks": checks}
+
+    def _describe_model(self) -> str:
+        """The embedding model in use and the vectors' state (raises when they cannot be used)."""
+        recorded = VectorIndex.recorded_model(self.conn)
+        if self.embedder is None:
+            return "none: keyword recall only" + (f" (vectors by {recorded['name']} stored)" if recorded else "")
+        index = VectorIndex(self.conn, self.embedder)
+        if recorded is not None and recorded != index.identity():
+            raise EmbedderError(f"vectors were made by {recorded.get('name')} ({recorded.get('fingerprint')}),"
+                                f" not {index.identity()['name']} — run `harness-mem reindex`")
+        missing = self.count_missing_vectors()
+        if missing:
+            raise EmbedderError(f"{missing} entries have no vector — run `harness-mem reindex`")
+        return f"{index.identity()['name']}, {index.dim} dimensions, every entry embedded"
 
     def integrity_check(self) -> list[str]:
         """Problems SQLite finds in the file (an empty list when it is sound)."""

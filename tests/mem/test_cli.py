@@ -119,7 +119,8 @@ def test_db_path_respects_the_environment(tmp_path: Path, monkeypatch: pytest.Mo
 def test_doctor_and_migrate_list(db_path: Path) -> None:
     doctor = run(db_path, "doctor")
     assert doctor.exit_code == 0
-    assert [line.split()[0] for line in doctor.stdout.splitlines()] == ["ok"] * 5
+    assert [line.split()[0] for line in doctor.stdout.splitlines()] == ["ok"] * 6
+    assert "model:" in doctor.stdout
     listing = run(db_path, "migrate", "--list")
     assert "0001_init" in listing.stdout and "applied" in listing.stdout
 
@@ -173,3 +174,10 @@ def test_keyword_commands_do_not_import_the_embedding_model(db_path: Path) -> No
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_doctor_fails_when_entries_lack_vectors(db_path: Path) -> None:
+    CliRunner().invoke(cli, ["--db", str(db_path), "--embedder", "none", "add", "a note"], catch_exceptions=False)
+    result = CliRunner().invoke(cli, ["--db", str(db_path), "doctor"], catch_exceptions=False)
+    assert result.exit_code == 1
+    assert "FAIL  model: EmbedderError: 1 entries have no vector — run `harness-mem reindex`" in result.stdout
