@@ -9,7 +9,7 @@ the file as with the sync store.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -34,14 +34,17 @@ class AsyncMemoryStore:
         self._store: MemoryStore | None = None
         self._limiter = anyio.CapacityLimiter(1)
 
-    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    async def _run(self, work: Callable[[MemoryStore], Any]) -> Any:
+        """``work(store)`` in the worker thread, opening the store first if needed."""
         if self._store is None:
             path, options = self._open_args
             self._store = await anyio.to_thread.run_sync(
                 functools.partial(MemoryStore, path, **options), limiter=self._limiter
             )
-        bound = getattr(self._store, method)
-        return await anyio.to_thread.run_sync(functools.partial(bound, *args, **kwargs), limiter=self._limiter)
+        return await anyio.to_thread.run_sync(functools.partial(work, self._store), limiter=self._limiter)
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._run(lambda store: getattr(store, method)(*args, **kwargs))
 
     @property
     def store(self) -> MemoryStore:
@@ -66,7 +69,8 @@ class AsyncMemoryStore:
         return await self._call("delete", id)  # type: ignore[no-any-return]
 
     async def list(self, **filters: Any) -> list[Entry]:
-        return await self._call("_list_all", **filters)  # type: ignore[no-any-return]
+        # list() is a generator: drain it in the worker thread, where the connection is used.
+        return await self._run(lambda store: list(store.list(**filters)))  # type: ignore[no-any-return]
 
     async def stats(self) -> dict[str, Any]:
         return await self._call("stats")  # type: ignore[no-any-return]

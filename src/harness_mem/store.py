@@ -7,7 +7,6 @@ Every write takes the lock up front (``BEGIN IMMEDIATE``), so several processes 
 
 from __future__ import annotations
 
-import builtins
 import json
 import os
 import secrets
@@ -50,7 +49,7 @@ from .models import (
 )
 from .protocols import Embedder
 from .redact import Redactor
-from .vectors import VectorIndex, bump_generation, embedding_text, has_vector_table
+from .vectors import VectorIndex, bump_generation, embedding_text, has_vector_table, missing_vectors
 
 OnConflict = Literal["error", "ignore", "replace"]
 Mode = Literal["keyword", "semantic", "hybrid"]
@@ -597,9 +596,6 @@ class MemoryStore:
         for row in self.conn.execute(sql, params):
             yield _entry(row)
 
-    def _list_all(self, **filters: Any) -> builtins.list[Entry]:
-        return builtins.list(self.list(**filters))
-
     def count(self, **filters: Any) -> int:
         where, params = make_filters(**filters).sql(self.namespace, _now_ms())
         return int(self.conn.execute(f"SELECT count(*) FROM entries e WHERE {where}", params).fetchone()[0])
@@ -787,12 +783,7 @@ class MemoryStore:
     def _check_vectors_complete(self, index: VectorIndex) -> None:
         if self._vectors_complete:
             return
-        missing = index.missing()
-        if missing:
-            raise EmbedderError(
-                f"{missing} entries have no vector yet (stored without an embedder)"
-                " — run `harness-mem reindex` to embed them, or use --mode keyword"
-            )
+        _raise_if_missing_vectors(self.conn)
         self._vectors_complete = True
 
     def _query_vector(self, query: str) -> npt.NDArray[np.float32]:
@@ -877,11 +868,7 @@ class MemoryStore:
 
     def count_missing_vectors(self) -> int:
         """Entries (in every namespace) that ``reindex`` would embed; 0 without an embedder."""
-        if self.embedder is None:
-            return 0
-        return int(self.conn.execute(
-            "SELECT count(*) FROM entries e WHERE NOT EXISTS (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk)"
-        ).fetchone()[0])
+        return missing_vectors(self.conn) if self.embedder is not None else 0
 
     def stats(self) -> dict[str, Any]:
         """Counts by kind and role, sessions, the file's size, and the schema version."""
@@ -965,22 +952,27 @@ class MemoryStore:
 
     def _describe_model(self) -> str:
         """The embedding model in use and the vectors' state (raises when they cannot be used)."""
-        recorded = VectorIndex.recorded_model(self.conn)
         if self.embedder is None:
+            recorded = VectorIndex.recorded_model(self.conn)
             return "none: keyword recall only" + (f" (vectors by {recorded['name']} stored)" if recorded else "")
         index = VectorIndex(self.conn, self.embedder)
-        if recorded is not None and recorded != index.identity():
-            raise EmbedderError(f"vectors were made by {recorded.get('name')} ({recorded.get('fingerprint')}),"
-                                f" not {index.identity()['name']} — run `harness-mem reindex`")
-        missing = self.count_missing_vectors()
-        if missing:
-            raise EmbedderError(f"{missing} entries have no vector — run `harness-mem reindex`")
+        index.check_model()
+        _raise_if_missing_vectors(self.conn)
         return f"{index.identity()['name']}, {index.dim} dimensions, every entry embedded"
 
     def integrity_check(self) -> list[str]:
         """Problems SQLite finds in the file (an empty list when it is sound)."""
         rows = [r[0] for r in self.conn.execute("PRAGMA integrity_check")]
         return [] if rows == ["ok"] else rows
+
+
+def _raise_if_missing_vectors(conn: Connection) -> None:
+    missing = missing_vectors(conn)
+    if missing:
+        raise EmbedderError(
+            f"{missing} entries have no vector yet (stored without an embedder)"
+            " — run `harness-mem reindex` to embed them, or use --mode keyword"
+        )
 
 
 def _duplicate(entry: Entry) -> DuplicateIdError:

@@ -59,6 +59,13 @@ def embedding_text(content: str, role: str | None) -> str:
     return f"{role}: {content}" if role else content
 
 
+def missing_vectors(conn: Connection) -> int:
+    """Entries (in every namespace) that have no vector yet: ``reindex`` embeds them."""
+    return int(conn.execute(
+        "SELECT count(*) FROM entries e WHERE NOT EXISTS (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk)"
+    ).fetchone()[0])
+
+
 def pack_signs(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
     """One bit per dimension (1 = positive), packed big-endian like sqlite-vec's ``bit[]``."""
     return np.packbits(vectors > 0, axis=1)
@@ -103,22 +110,26 @@ class VectorIndex:
             "fingerprint": str(getattr(self.embedder, "fingerprint", self.embedder.name)),
         }
 
-    def attach(self) -> None:
-        """Check (or record) that this file's vectors come from this model; create the tables.
-
-        Runs inside the caller's write transaction.
-        """
+    def check_model(self) -> dict[str, str] | None:
+        """The recorded model (None when none is yet); raises if it is not this index's model."""
         recorded = self.recorded_model(self.conn)
         mine = self.identity()
-        if recorded is None:
-            self.conn.executemany("INSERT INTO settings (key, value) VALUES (?, ?)",
-                                  [(f"embedder.{k}", v) for k, v in mine.items()])
-        elif recorded != mine:
+        if recorded is not None and recorded != mine:
             raise EmbedderError(
                 f"this database's vectors were made by {recorded.get('name')} ({recorded.get('dim')} dims,"
                 f" {recorded.get('fingerprint')}), not by {mine['name']} ({mine['dim']} dims, {mine['fingerprint']})"
                 " — run `harness-mem reindex` to rebuild them with the current model"
             )
+        return recorded
+
+    def attach(self) -> None:
+        """Check (or record) that this file's vectors come from this model; create the tables.
+
+        Runs inside the caller's write transaction.
+        """
+        if self.check_model() is None:
+            self.conn.executemany("INSERT INTO settings (key, value) VALUES (?, ?)",
+                                  [(f"embedder.{k}", v) for k, v in self.identity().items()])
         self.conn.execute(
             f"CREATE VIRTUAL TABLE IF NOT EXISTS entries_vec USING vec0(embedding float[{self.dim}] distance_metric=cosine)"
         )
@@ -226,12 +237,6 @@ class VectorIndex:
             (query.astype(np.float32).tobytes(), k),
         ).fetchall()
         return [(int(pk), 1.0 - float(distance)) for pk, distance in rows]
-
-    def missing(self) -> int:
-        """Entries (in any namespace) that have no vector yet: ``reindex`` embeds them."""
-        return int(self.conn.execute(
-            "SELECT count(*) FROM entries e WHERE NOT EXISTS (SELECT 1 FROM entry_vectors b WHERE b.pk = e.pk)"
-        ).fetchone()[0])
 
     def count(self) -> int:
         return int(self.conn.execute("SELECT count(*) FROM entry_vectors").fetchone()[0])
