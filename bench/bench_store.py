@@ -142,7 +142,7 @@ def ours_import(path: Path, lines: list[str], *, redact: bool = True) -> tuple[f
     timed = TimedRedactor(store.redactor) if store.redactor is not None else None
     store.redactor = timed  # type: ignore[assignment]
     started = time.perf_counter()
-    report = import_jsonl(store, lines, batch_size=5000)
+    report = import_jsonl(store, lines)
     elapsed = time.perf_counter() - started
     assert report.added == len(lines) and not report.errors, report.errors[:3]
     return elapsed, store, timed.seconds if timed else 0.0

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from .errors import HarnessMemError, InvalidInputError
 from .models import dumps
-from .store import MemoryStore, OnConflict
+from .store import BULK_BATCH_SIZE, MemoryStore, OnConflict
 
 KNOWN_KEYS = frozenset(
     {"id", "text", "content", "kind", "role", "session", "tags", "timestamp", "created_at", "expires_at",
@@ -63,23 +63,24 @@ def parse_line(raw: bytes | str) -> dict[str, Any] | None:
         raise InvalidInputError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(data, dict):
         raise InvalidInputError(f"expected a JSON object, got {type(data).__name__}")
-    if "content" not in data and "text" not in data:
-        raise InvalidInputError('no "text" or "content" field')
+    if "content" not in data:
+        if "text" not in data:
+            raise InvalidInputError('no "text" or "content" field')
+        data["content"] = data.pop("text")
+    else:
+        data.pop("text", None)
+    if "timestamp" in data:
+        timestamp = data.pop("timestamp")
+        data.setdefault("created_at", timestamp)
     data.pop("content_hash", None)  # derived: recomputed from the content, as in an export
-    item = {k: v for k, v in data.items() if k in KNOWN_KEYS}
-    if "content" not in item:
-        item["content"] = item.pop("text")
-    item.pop("text", None)
-    if "timestamp" in item:
-        item.setdefault("created_at", item.pop("timestamp"))
-        item.pop("timestamp", None)
-    extra = {k: v for k, v in data.items() if k not in KNOWN_KEYS}
-    if extra:
-        metadata = item.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise InvalidInputError("metadata must be a JSON object")
-        item["metadata"] = {**extra, **metadata}
-    return item
+    if data.keys() <= KNOWN_KEYS:  # the common case: nothing to move into the metadata
+        return data
+    extra = {k: data.pop(k) for k in data.keys() - KNOWN_KEYS}
+    metadata = data.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise InvalidInputError("metadata must be a JSON object")
+    data["metadata"] = {**extra, **metadata}
+    return data
 
 
 def import_jsonl(
@@ -87,7 +88,7 @@ def import_jsonl(
     lines: Iterable[bytes | str],
     *,
     on_conflict: OnConflict = "ignore",
-    batch_size: int = 500,
+    batch_size: int = BULK_BATCH_SIZE,
     progress: Callable[[int], None] | None = None,
 ) -> ImportReport:
     """Import JSON Lines into ``store``; ``progress(n)`` is called as lines are read."""
@@ -114,8 +115,7 @@ def import_jsonl(
     def invalid(index: int, exc: HarnessMemError) -> None:
         rejected_by_store.append(LineError(line_numbers[index], str(exc)))
 
-    written = store.add_many(items(), on_conflict=on_conflict, batch_size=batch_size, on_invalid=invalid)
-    report.added = len(written)
+    report.added = store.bulk_add(items(), on_conflict=on_conflict, batch_size=batch_size, on_invalid=invalid)
     report.skipped = len(line_numbers) - report.added - len(rejected_by_store)
     report.errors.extend(rejected_by_store)
     report.errors.sort(key=lambda e: e.line)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from datetime import date
+from functools import lru_cache
 
 # Han (with extensions and compatibility ideographs), Hiragana and Katakana: scripts written without
 # spaces. Hangul is spaced, so unicode61 handles it as it is.
@@ -68,10 +69,19 @@ def index_text(
     if previous is not None:
         text = (f"{previous[1]}: {previous[0]}" if previous[1] else previous[0]) + "\n" + text
     if day is not None:
-        text = f"[{day.day} {day:%B} {day.year}]\n" + text
+        text = _day_line(day) + text
     if text.isascii():  # the common case, and far cheaper than the regex
         return text
     return _CJK_RUN.sub(lambda m: " " + " ".join(_bigrams(m.group())) + " ", text)
+
+
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
+           "October", "November", "December")  # not %B: that follows the process's locale
+
+
+@lru_cache(maxsize=4096)
+def _day_line(day: date) -> str:
+    return f"[{day.day} {_MONTHS[day.month - 1]} {day.year}]\n"
 
 
 def query_terms(query: str) -> list[str]:

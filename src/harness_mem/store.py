@@ -14,9 +14,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -57,24 +58,39 @@ Mode = Literal["keyword", "semantic", "hybrid"]
 # An entry is a memory, not a document store: past this, callers should split or summarise.
 MAX_CONTENT_CHARS = 1_000_000
 DEFAULT_BATCH_SIZE = 500
+BULK_BATCH_SIZE = 5000  # imports: fewer, larger transactions (each commit also flushes an FTS5 segment)
+MAX_BATCH_CHARS = 32_000_000  # a batch is held in memory until written: bound its text, not only its count
 QUERY_CACHE_SIZE = 256
 
 _COLUMNS = (
     "pk, id, namespace, kind, content, role, session, tags, source, metadata, created_at, expires_at,"
     " content_hash, redactions"
 )
+_PLACEHOLDERS = ", ".join("?" * len(_COLUMNS.split(",")))
+_DAY_MS = 86_400_000
 
 
-@dataclass(frozen=True, slots=True)
-class _Prepared:
-    """A validated entry with its row values computed once."""
+class _Row(NamedTuple):
+    """An ``entries`` row as stored, columns in ``_COLUMNS`` order; ``pk`` is None until written.
 
-    entry: Entry
-    created_ms: int
-    expires_ms: int | None
-    tags_json: str
-    metadata_json: str
-    redactions_json: str | None
+    Writes carry rows, not :class:`Entry` objects: a bulk import needs only the row, and
+    :func:`_entry` makes the entry from it exactly as :meth:`MemoryStore.get` would.
+    """
+
+    pk: int | None
+    id: str
+    namespace: str
+    kind: str
+    content: str
+    role: str | None
+    session: str | None
+    tags: str  # JSON
+    source: str | None
+    metadata: str  # JSON
+    created_at: int  # ms
+    expires_at: int | None  # ms
+    content_hash: str
+    redactions: str | None  # JSON; NULL when written with redaction off
 
 
 @dataclass(frozen=True)
@@ -271,52 +287,83 @@ class MemoryStore:
         batch_size: int = DEFAULT_BATCH_SIZE,
         on_invalid: Callable[[int, HarnessMemError], None] | None = None,
     ) -> list[Entry]:
-        """Store many entries, one transaction per ``batch_size``; returns those written.
+        """Store many entries, one transaction per ``batch_size`` (or per 32M characters); returns those written.
 
         Each item is an :class:`Entry` or a mapping with the keyword arguments of :meth:`add`
         (``content`` or ``text``). A bad item raises before its batch is written, unless
         ``on_invalid(index, error)`` is given: then it is reported there and skipped.
         """
-        written: list[Entry] = []
-        batch: list[_Prepared] = []
+        return [_entry(row) for rows in self._add_batches(items, on_conflict, batch_size, on_invalid) for row in rows]
+
+    def bulk_add(
+        self,
+        items: Iterable[Mapping[str, Any] | Entry],
+        *,
+        on_conflict: OnConflict = "error",
+        batch_size: int = BULK_BATCH_SIZE,
+        on_invalid: Callable[[int, HarnessMemError], None] | None = None,
+    ) -> int:
+        """:meth:`add_many` for imports: the same checks, redaction and writes, but it returns only
+        how many entries were written, so it never builds an :class:`Entry` for them."""
+        return sum(len(rows) for rows in self._add_batches(items, on_conflict, batch_size, on_invalid))
+
+    def _add_batches(
+        self,
+        items: Iterable[Mapping[str, Any] | Entry],
+        on_conflict: OnConflict,
+        batch_size: int,
+        on_invalid: Callable[[int, HarnessMemError], None] | None,
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """Prepare the items and write them, a transaction per batch; yields each batch's stored rows."""
+        if batch_size < 1:
+            raise InvalidInputError(f"batch_size must be at least 1, not {batch_size!r}")
+        prepare = self._prepare
+        batch: list[_Row] = []
+        chars = 0
         for index, item in enumerate(items):
             try:
-                batch.append(self._prepare(item))
+                row = prepare(item)
             except (InvalidInputError, BlockedError) as exc:
                 if on_invalid is None:
                     raise
                 on_invalid(index, exc)
                 continue
-            if len(batch) >= batch_size:
-                written.extend(self._write(batch, on_conflict))
-                batch = []
+            batch.append(row)
+            chars += len(row.content)
+            if len(batch) >= batch_size or chars >= MAX_BATCH_CHARS:
+                yield self._write(batch, on_conflict)
+                batch, chars = [], 0
         if batch:
-            written.extend(self._write(batch, on_conflict))
-        return written
+            yield self._write(batch, on_conflict)
 
-    def _prepare(self, item: Mapping[str, Any] | Entry) -> _Prepared:
-        """Validate and normalise one item into the entry (and row values) that will be stored."""
+    def _prepare(self, item: Mapping[str, Any] | Entry) -> _Row:
+        """Validate, redact and normalise one item into the row that will be stored.
+
+        This runs once per imported line, so the common case (plain text, no tags, no metadata)
+        takes only cheap checks.
+        """
         if isinstance(item, Entry):
             item = {**item.to_dict(), "namespace": item.namespace}
-        content = item.get("content", item.get("text"))
+        get = item.get
+        content = get("content") if "content" in item else get("text")
         if not isinstance(content, str):
             raise InvalidInputError("an entry needs its text as a string in 'content' (or 'text')")
         if len(content) > MAX_CONTENT_CHARS:
             raise InvalidInputError(
                 f"content is {len(content):,} characters; the limit is {MAX_CONTENT_CHARS:,} — split it into several entries"
             )
-        if not content.strip():
+        if not content or content.isspace():
             raise InvalidInputError("an entry's content cannot be empty")
         try:
             content.encode("utf-8")
         except UnicodeEncodeError:
             raise InvalidInputError("content is not valid Unicode (it contains a lone surrogate)") from None
         role, session = _optional_str(item, "role"), _optional_str(item, "session")
-        tags, source = clean_tags(item.get("tags")), _optional_str(item, "source")
-        kind = item.get("kind") or ("turn" if role else "note")
+        tags, source = clean_tags(get("tags")), _optional_str(item, "source")
+        kind = get("kind") or ("turn" if role else "note")
         if kind not in KINDS:
             check_kind(kind)
-        metadata = item.get("metadata") or {}
+        metadata = get("metadata") or {}
         if not isinstance(metadata, Mapping):
             raise InvalidInputError(f"metadata must be a JSON object, not {type(metadata).__name__}")
         metadata_json = "{}"
@@ -325,12 +372,12 @@ class MemoryStore:
                 metadata_json = dumps(metadata)
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"metadata is not JSON-serialisable ({exc})") from None
-            metadata = json.loads(metadata_json)  # a plain JSON copy: exactly what get() returns
-        redactions: dict[str, int] | None = None
+            metadata = json.loads(metadata_json)  # a plain JSON copy, for the redactor to walk
+        redactions_json: str | None = None
         if self.redactor is not None:
             # Before anything is stored, indexed or embedded: content, tags, source, metadata.
-            carried = item.get("redactions")  # counts an export carries over
-            redactions = {}
+            redactions: dict[str, int] = {}
+            carried = get("redactions")  # counts an export carries over
             if carried:
                 if not isinstance(carried, Mapping) or not all(isinstance(n, int) for n in carried.values()):
                     raise InvalidInputError("redactions must be an object of counts, like {\"EMAIL\": 1}")
@@ -352,37 +399,27 @@ class MemoryStore:
                 tags = clean_tags(scrubbed_tags)
                 if metadata:
                     metadata_json = dumps(metadata)
-        entry_id = item.get("id") or new_id()
+            redactions_json = dumps(redactions) if redactions else "{}"
+        entry_id = get("id") or new_id()
         if not isinstance(entry_id, str) or not entry_id.strip():
             raise InvalidInputError(f"an id must be a non-empty string, not {entry_id!r}")
-        created = item.get("created_at")
+        created = get("created_at")
         created_ms = to_ms(parse_time(created)) if created else _now_ms()
-        expires = item.get("expires_at")
+        expires = get("expires_at")
         expires_ms = to_ms(parse_time(expires)) if expires else None
-        ttl_days = item.get("ttl_days")
+        ttl_days = get("ttl_days")
         if ttl_days is not None:
             if not isinstance(ttl_days, (int, float)) or ttl_days <= 0:
                 raise InvalidInputError(f"ttl_days must be a positive number, not {ttl_days!r}")
             expires_ms = _now_ms() + int(ttl_days * 86_400_000)
-        entry = Entry(
-            id=entry_id,
-            content=content,
-            kind=kind,
-            namespace=item.get("namespace") or self.namespace,
-            role=role,
-            session=session,
-            tags=tags,
-            source=source,
-            metadata=metadata,
-            created_at=from_ms(created_ms),
-            expires_at=from_ms(expires_ms) if expires_ms is not None else None,
-            content_hash=content_hash(content),
-            redactions=redactions,
+        return _Row(
+            None, entry_id, _optional_str(item, "namespace") or self.namespace, kind, content, role, session,
+            dumps(list(tags)) if tags else "[]", source, metadata_json, created_ms, expires_ms,
+            content_hash(content), redactions_json,
         )
-        return _Prepared(entry, created_ms, expires_ms, dumps(list(tags)) if tags else "[]", metadata_json,
-                         None if redactions is None else dumps(redactions) if redactions else "{}")
 
-    def _write(self, batch: list[_Prepared], on_conflict: OnConflict) -> list[Entry]:
+    def _write(self, batch: list[_Row], on_conflict: OnConflict) -> list[tuple[Any, ...]]:
+        """Insert a batch and its index rows in one transaction; returns the rows written, pks set."""
         index = self._vector_index()
         # Embed before taking the write lock: a model call must not hold up other writers.
         vectors = self._embed_new(batch, on_conflict) if index else {}
@@ -392,63 +429,50 @@ class MemoryStore:
                 return []
             # The write lock is ours until COMMIT, so no other writer can take these pks; choosing
             # them here lets the rows and their index entries go in as two executemany calls.
-            texts = self._index_texts([p.entry for p in batch])  # before the batch's rows exist
+            texts = self._index_texts(batch)  # before the batch's rows exist
             first = self.conn.execute("SELECT coalesce(max(pk), 0) + 1 FROM entries").fetchone()[0]
-            pks = list(range(first, first + len(batch)))
-            self.conn.executemany(
-                f"INSERT INTO entries ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        pk, p.entry.id, p.entry.namespace, p.entry.kind, p.entry.content, p.entry.role,
-                        p.entry.session, p.tags_json, p.entry.source, p.metadata_json, p.created_ms,
-                        p.expires_ms, p.entry.content_hash, p.redactions_json,
-                    )
-                    for pk, p in zip(pks, batch, strict=True)
-                ],
-            )
-            self.conn.executemany(
-                "INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
-                list(zip(pks, texts, strict=True)),
-            )
+            pks = range(first, first + len(batch))
+            rows = [(pk, *row[1:]) for pk, row in zip(pks, batch, strict=True)]
+            self.conn.executemany(f"INSERT INTO entries ({_COLUMNS}) VALUES ({_PLACEHOLDERS})", rows)
+            self.conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", zip(pks, texts, strict=True))
             if index is not None:
-                late = [p for p in batch if id(p) not in vectors]  # raced in since the pre-check: rare
+                late = [row for row in batch if id(row) not in vectors]  # raced in since the pre-check: rare
                 if late:
-                    vectors.update(zip(map(id, late), index.embedder.embed([embedding_text(p.entry.content, p.entry.role) for p in late]),
+                    vectors.update(zip(map(id, late), index.embedder.embed([embedding_text(r.content, r.role) for r in late]),
                                        strict=True))
-                for namespace in {p.entry.namespace for p in batch}:
-                    rows = [(pk, p) for pk, p in zip(pks, batch, strict=True) if p.entry.namespace == namespace]
-                    index.write(namespace, [pk for pk, _ in rows], np.stack([vectors[id(p)] for _, p in rows]))
+                for namespace in {row.namespace for row in batch}:
+                    chosen = [(pk, row) for pk, row in zip(pks, batch, strict=True) if row.namespace == namespace]
+                    index.write(namespace, [pk for pk, _ in chosen], np.stack([vectors[id(row)] for _, row in chosen]))
                 self._vectors_touched = True
-        return [p.entry for p in batch]
+        return rows
 
-    def _index_texts(self, entries: list[Entry], *, before_pk: int | None = None, lookup: bool = True) -> list[str]:
-        """Keyword-index texts for entries in time order: a turn carries its date and the turn before it.
+    def _index_texts(self, rows: Sequence[_Row], *, before_pk: int | None = None, lookup: bool = True) -> list[str]:
+        """Keyword-index texts for rows in time order: a turn carries its date and the turn before it.
 
         The previous turn is the latest one of the same session among the stored rows (looked up
-        once per session, below ``before_pk`` when given) and the entries earlier in the list.
+        once per session, below ``before_pk`` when given) and the rows earlier in the list.
         """
         last: dict[tuple[str, str], tuple[str, str | None] | None] = {}
         texts = []
-        for entry in entries:
-            if entry.kind != "turn" or not entry.session:
-                texts.append(keyword.index_text(entry.content, entry.role))
+        for row in rows:
+            if row.kind != "turn" or not row.session:
+                texts.append(keyword.index_text(row.content, row.role))
                 continue
-            key = (entry.namespace, entry.session)
+            key = (row.namespace, row.session)
             if key not in last:
-                last[key] = self._previous_turn(entry, before_pk) if lookup else None
-            texts.append(keyword.index_text(entry.content, entry.role, day=entry.created_at.date(),
+                last[key] = self._previous_turn(row, before_pk) if lookup else None
+            texts.append(keyword.index_text(row.content, row.role, day=_day(row.created_at // _DAY_MS),
                                             previous=last[key]))
-            last[key] = (entry.content, entry.role)
+            last[key] = (row.content, row.role)
         return texts
 
-    def _previous_turn(self, entry: Entry, before_pk: int | None) -> tuple[str, str | None] | None:
-        created = to_ms(entry.created_at)
-        row = self.conn.execute(
+    def _previous_turn(self, row: _Row, before_pk: int | None) -> tuple[str, str | None] | None:
+        found = self.conn.execute(
             "SELECT content, role FROM entries WHERE namespace = ? AND session = ? AND kind = 'turn'"
             " AND (created_at < ? OR (created_at = ? AND pk < ?)) ORDER BY created_at DESC, pk DESC LIMIT 1",
-            (entry.namespace, entry.session, created, created, before_pk if before_pk is not None else 2**62),
+            (row.namespace, row.session, row.created_at, row.created_at, before_pk if before_pk is not None else 2**62),
         ).fetchone()
-        return (row[0], row[1]) if row else None
+        return (found[0], found[1]) if found else None
 
     def _reindex_turn_after(self, namespace: str, session: str, created_ms: int, pk: int) -> None:
         """Rewrite the index row of the turn that followed a deleted one: it held that turn's text."""
@@ -459,27 +483,27 @@ class MemoryStore:
         ).fetchone()
         if following is None:
             return
-        text = self._index_texts([_entry(following)], before_pk=following[0])[0]
+        text = self._index_texts([_Row._make(following)], before_pk=following[0])[0]
         self.conn.execute("DELETE FROM entries_fts WHERE rowid = ?", (following[0],))
         self.conn.execute("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", (following[0], text))
 
-    def _embed_new(self, batch: list[_Prepared], on_conflict: OnConflict) -> dict[int, npt.NDArray[np.float32]]:
-        """Vectors for the entries of ``batch`` that will be inserted, in one model call."""
+    def _embed_new(self, batch: list[_Row], on_conflict: OnConflict) -> dict[int, npt.NDArray[np.float32]]:
+        """Vectors for the rows of ``batch`` that will be inserted (keyed by ``id(row)``), in one model call."""
         todo = batch
         if on_conflict == "ignore":  # re-importing a file must not re-embed what is stored
             stored = set()
-            for namespace in {p.entry.namespace for p in batch}:
-                ids = [p.entry.id for p in batch if p.entry.namespace == namespace]
-                stored |= {(namespace, row[0]) for row in self.conn.execute(
+            for namespace in {row.namespace for row in batch}:
+                ids = [row.id for row in batch if row.namespace == namespace]
+                stored |= {(namespace, found[0]) for found in self.conn.execute(
                     "SELECT id FROM entries WHERE namespace = ? AND id IN (SELECT value FROM json_each(?))",
                     (namespace, json.dumps(ids)),
                 )}
-            todo = [p for p in batch if (p.entry.namespace, p.entry.id) not in stored]
+            todo = [row for row in batch if (row.namespace, row.id) not in stored]
         if not todo:
             return {}
         assert self._vectors is not None
-        matrix = self._vectors.embedder.embed([embedding_text(p.entry.content, p.entry.role) for p in todo])
-        return {id(p): matrix[i] for i, p in enumerate(todo)}
+        matrix = self._vectors.embedder.embed([embedding_text(row.content, row.role) for row in todo])
+        return {id(row): matrix[i] for i, row in enumerate(todo)}
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -509,26 +533,25 @@ class MemoryStore:
             self._vectors = index
         return self._vectors
 
-    def _resolve_conflicts(self, batch: list[_Prepared], on_conflict: OnConflict) -> list[_Prepared]:
-        """The entries to insert once ids already stored (or repeated in the batch) are settled."""
-        unique: dict[tuple[str, str], _Prepared] = {}
-        for prepared in batch:
-            key = (prepared.entry.namespace, prepared.entry.id)
+    def _resolve_conflicts(self, batch: list[_Row], on_conflict: OnConflict) -> list[_Row]:
+        """The rows to insert once ids already stored (or repeated in the batch) are settled."""
+        unique: dict[tuple[str, str], _Row] = {}
+        for row in batch:
+            key = (row.namespace, row.id)
             if key in unique:
                 if on_conflict == "error":
-                    raise _duplicate(prepared.entry)
+                    raise _duplicate(*key)
                 if on_conflict == "ignore":
                     continue
-            unique[key] = prepared
-        namespaces = {namespace for namespace, _ in unique}
-        for namespace in namespaces:
+            unique[key] = row
+        for namespace in {namespace for namespace, _ in unique}:
             ids = [entry_id for ns, entry_id in unique if ns == namespace]
             for entry_id, pk in self.conn.execute(
                 "SELECT id, pk FROM entries WHERE namespace = ? AND id IN (SELECT value FROM json_each(?))",
                 (namespace, json.dumps(ids)),
             ).fetchall():
                 if on_conflict == "error":
-                    raise _duplicate(unique[(namespace, entry_id)].entry)
+                    raise _duplicate(namespace, entry_id)
                 if on_conflict == "ignore":
                     del unique[(namespace, entry_id)]
                 else:
@@ -830,7 +853,7 @@ class MemoryStore:
                 f"SELECT {_COLUMNS} FROM entries ORDER BY namespace, session, created_at, pk"
             ).fetchall()
             # In this order every turn's previous turn is the one before it: no lookups needed.
-            texts = self._index_texts([_entry(row) for row in rows], lookup=False)
+            texts = self._index_texts([_Row._make(row) for row in rows], lookup=False)
             self.conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
                                   zip((row[0] for row in rows), texts, strict=True))
         report = {"entries": total, "keyword_rows": total, "vectors_dropped": 0, "vectors_written": 0}
@@ -975,9 +998,9 @@ def _raise_if_missing_vectors(conn: Connection) -> None:
         )
 
 
-def _duplicate(entry: Entry) -> DuplicateIdError:
+def _duplicate(namespace: str, entry_id: str) -> DuplicateIdError:
     return DuplicateIdError(
-        f"an entry with id {entry.id!r} already exists in namespace {entry.namespace!r}"
+        f"an entry with id {entry_id!r} already exists in namespace {namespace!r}"
         " — choose another id, or replace it"
     )
 
@@ -991,6 +1014,15 @@ def _optional_str(item: Mapping[str, Any], key: str) -> str | None:
 
 def _now_ms() -> int:
     return to_ms(datetime.now(UTC))
+
+
+@lru_cache(maxsize=4096)
+def _day(days_since_epoch: int) -> date:
+    """The UTC date of a day number (``ms // _DAY_MS``): turns of one day share it, hence the cache."""
+    return _EPOCH + timedelta(days=days_since_epoch)
+
+
+_EPOCH = date(1970, 1, 1)
 
 
 def _entry(row: Sequence[Any]) -> Entry:
