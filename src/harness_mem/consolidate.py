@@ -52,14 +52,14 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from .db import write_transaction
 from .episode import NO_TOOLS, Episode
 from .errors import DuplicateIdError, InvalidInputError, ModelError, NotFoundError
 from .experience import EXPERIENCE_SOURCE, ExperienceStore, episode_tags
-from .models import dumps, from_ms, new_id, parse_time, to_ms
+from .models import dumps, from_ms, new_id, now_ms, parse_time, to_ms
 from .store import MemoryStore
 from .textmodel import TextModel
 from .transcript import DEFAULT_MAX_CHARS, RESULT_TAGS, truncate_turn
@@ -474,7 +474,7 @@ class _Job:
         self, *, session: str | None, since: str | datetime | None, idle: float | str | timedelta
     ) -> list[_Candidate]:
         """Sessions with turns past their watermark (the episode's, or the facts' with a model)."""
-        now = _now_ms()
+        now = now_ms()
         where = ["e.namespace = ?", "e.kind = 'turn'", "e.session IS NOT NULL",
                  "(e.expires_at IS NULL OR e.expires_at > ?)"]
         params: list[Any] = [self.namespace, now]
@@ -506,7 +506,7 @@ class _Job:
             "SELECT pk, id, role, content, tags, metadata, created_at FROM entries"
             " WHERE namespace = ? AND session = ? AND kind = 'turn' AND pk > ?"
             " AND (expires_at IS NULL OR expires_at > ?) ORDER BY created_at, pk",
-            (self.namespace, session, pk, _now_ms()),
+            (self.namespace, session, pk, now_ms()),
         ).fetchall()
         return [
             Turn(pk, id_, role or "", content, tuple(json.loads(tags)), json.loads(metadata), created)
@@ -641,7 +641,7 @@ class _Job:
     def _record(self, mark: _Mark) -> bool:
         """Move the session's watermark (inside a transaction); False when another process moved
         it since the candidates were read."""
-        now = _now_ms()
+        now = now_ms()
         c = mark.candidate
         if c.last_pk is None:
             cursor = self.conn.execute(
@@ -688,7 +688,7 @@ class _Job:
             self.conn.execute(
                 "UPDATE consolidations SET facts_pk = max(facts_pk, ?), facts = facts + ?, updated_at = ?"
                 " WHERE namespace = ? AND session = ?",
-                (last.pk, len(written), _now_ms(), self.namespace, session),
+                (last.pk, len(written), now_ms(), self.namespace, session),
             )
         result.facts = [e.id for e in written]
 
@@ -709,6 +709,3 @@ def _idle_cutoff(idle: float | str | timedelta, now_ms: int) -> int | None:
         raise InvalidInputError(f"idle must not be negative, got {idle!r}")
     return None if seconds == 0 else now_ms - int(seconds * 1000)
 
-
-def _now_ms() -> int:
-    return to_ms(datetime.now(UTC))

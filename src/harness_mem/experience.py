@@ -33,14 +33,14 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from .db import write_transaction
 from .episode import Episode, SkillUseTrace, ToolTrace
 from .errors import DuplicateIdError, InvalidInputError, InvalidSkillError, NotFoundError, StorageError
-from .models import dumps, format_time, from_ms, new_id, to_ms
+from .models import dumps, format_time, from_ms, new_id, now_ms, to_ms
 from .skills import Skill, check_skill, scan_skills_dir, write_skill_md
 
 if TYPE_CHECKING:
@@ -287,7 +287,7 @@ class ExperienceStore:
         """The episode with this id; raises :class:`NotFoundError`."""
         row = self.conn.execute(
             f"SELECT {_EPISODE_COLUMNS} FROM episodes ep {self._live()} AND ep.id = ?",
-            (self.namespace, _now_ms(), id),
+            (self.namespace, now_ms(), id),
         ).fetchone()
         if row is None:
             raise NotFoundError(
@@ -306,7 +306,7 @@ class ExperienceStore:
     ) -> builtins.list[StoredEpisode]:
         """Recorded episodes, newest first, optionally only those using ``tool``/``skill`` or with a result."""
         sql = f"SELECT {_EPISODE_COLUMNS} FROM episodes ep {self._live()}"
-        params: list[Any] = [self.namespace, _now_ms()]
+        params: list[Any] = [self.namespace, now_ms()]
         if tool is not None:
             sql += " AND EXISTS (SELECT 1 FROM json_each(ep.tools) WHERE value = ?)"
             params.append(tool)
@@ -325,7 +325,7 @@ class ExperienceStore:
 
     def count(self) -> int:
         return int(self.conn.execute(
-            f"SELECT count(*) FROM episodes ep {self._live()}", (self.namespace, _now_ms())
+            f"SELECT count(*) FROM episodes ep {self._live()}", (self.namespace, now_ms())
         ).fetchone()[0])
 
     def delete(self, id: str) -> bool:
@@ -422,7 +422,7 @@ class ExperienceStore:
             raise InvalidInputError(f"unknown skill origin {origin!r} — use one of: {', '.join(SKILL_ORIGINS)}")
         check_skill(skill)
         text = skill.render()
-        now = _now_ms()
+        now = now_ms()
         with write_transaction(self.conn):
             row = self.conn.execute(
                 "SELECT pk, version, skill_md FROM skills WHERE namespace = ? AND name = ?",
@@ -563,9 +563,6 @@ class ExperienceStore:
                 report.saved.append(record.name)
         return report
 
-
-def _now_ms() -> int:
-    return to_ms(datetime.now(UTC))
 
 
 # ---- during a run ------------------------------------------------------------------------------

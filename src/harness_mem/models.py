@@ -188,6 +188,10 @@ def to_ms(moment: datetime) -> int:
     return round(moment.timestamp() * 1_000_000) // 1000
 
 
+def now_ms() -> int:
+    return to_ms(datetime.now(UTC))
+
+
 def from_ms(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
@@ -28,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from .db import Connection, connect, driver, write_transaction
 from .errors import DuplicateIdError, InvalidInputError, NotFoundError
 from .migrations import migrate
-from .models import dumps, format_time, from_ms
+from .models import dumps, format_time, from_ms, now_ms
 
 # Stored (serde) names. `label()` gives the display form: "dead_lettered" -> "dead-lettered".
 RUN_STATES: tuple[str, ...] = (
@@ -45,9 +44,6 @@ def label(state: str) -> str:
     """The display label of a stored state name: ``dead_lettered`` -> ``dead-lettered``."""
     return state.replace("_", "-")
 
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # ---- records -----------------------------------------------------------------------------------
@@ -304,7 +300,7 @@ class RunStore:
     def create(self, run: RunRecord, jobs: Sequence[JobRecord] = (), events: Sequence[NewEvent] = ()) -> None:
         """Insert a new run with its jobs and first events in one transaction."""
         _check_records(run, jobs)
-        now = _now_ms()
+        now = now_ms()
         conn = self._conn
         try:
             with write_transaction(conn):
@@ -327,7 +323,7 @@ class RunStore:
         inserted and never changed afterwards.
         """
         _check_records(run, jobs)
-        now = _now_ms()
+        now = now_ms()
         conn = self._conn
         with write_transaction(conn):
             updated = conn.execute(
@@ -466,7 +462,7 @@ class InMemoryRunStore:
 
     def create(self, run: RunRecord, jobs: Sequence[JobRecord] = (), events: Sequence[NewEvent] = ()) -> None:
         _check_records(run, jobs)
-        now = _now_ms()
+        now = now_ms()
         with self._lock:
             if run.id in self._runs:
                 raise DuplicateIdError(f"a run with id {run.id!r} already exists — pick another id")
@@ -484,7 +480,7 @@ class InMemoryRunStore:
 
     def save(self, run: RunRecord, jobs: Sequence[JobRecord] = (), events: Sequence[NewEvent] = ()) -> None:
         _check_records(run, jobs)
-        now = _now_ms()
+        now = now_ms()
         with self._lock:
             stored = self._runs.get(run.id)
             if stored is None:

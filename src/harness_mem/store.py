@@ -13,11 +13,10 @@ import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -33,146 +32,23 @@ from .errors import (
     InvalidInputError,
     NotFoundError,
     StorageError,
-    WriteRefusedError,
 )
-from .models import (
-    KINDS,
-    Entry,
-    Hit,
-    check_kind,
-    clean_tags,
-    content_hash,
-    dumps,
-    from_ms,
-    new_id,
-    parse_time,
-    to_ms,
-)
+from .filters import Filters, make_filters
+from .models import Entry, Hit, now_ms
 from .protocols import Embedder
 from .redact import Redactor
+from .rows import COLUMNS, PLACEHOLDERS, Row, entry_from_row, prepare_row
 from .vectors import VectorIndex, bump_generation, embedding_text, has_vector_table, missing_vectors
 
 OnConflict = Literal["error", "ignore", "replace"]
 Mode = Literal["keyword", "semantic", "hybrid"]
 
-# An entry is a memory, not a document store: past this, callers should split or summarise.
-MAX_CONTENT_CHARS = 1_000_000
 DEFAULT_BATCH_SIZE = 500
 BULK_BATCH_SIZE = 5000  # imports: fewer, larger transactions (each commit also flushes an FTS5 segment)
 MAX_BATCH_CHARS = 32_000_000  # a batch is held in memory until written: bound its text, not only its count
 QUERY_CACHE_SIZE = 256
 
-_COLUMNS = (
-    "pk, id, namespace, kind, content, role, session, tags, source, metadata, created_at, expires_at,"
-    " content_hash, redactions"
-)
-_PLACEHOLDERS = ", ".join("?" * len(_COLUMNS.split(",")))
 _DAY_MS = 86_400_000
-
-
-class _Row(NamedTuple):
-    """An ``entries`` row as stored, columns in ``_COLUMNS`` order; ``pk`` is None until written.
-
-    Writes carry rows, not :class:`Entry` objects: a bulk import needs only the row, and
-    :func:`_entry` makes the entry from it exactly as :meth:`MemoryStore.get` would.
-    """
-
-    pk: int | None
-    id: str
-    namespace: str
-    kind: str
-    content: str
-    role: str | None
-    session: str | None
-    tags: str  # JSON
-    source: str | None
-    metadata: str  # JSON
-    created_at: int  # ms
-    expires_at: int | None  # ms
-    content_hash: str
-    redactions: str | None  # JSON; NULL when written with redaction off
-
-
-@dataclass(frozen=True)
-class Filters:
-    """Conditions every recalled or listed entry must meet; all optional and combinable."""
-
-    kind: str | Sequence[str] | None = None
-    role: str | None = None
-    session: str | None = None
-    session_prefix: str | None = None
-    tags: Sequence[str] = ()       # all of these
-    any_tags: Sequence[str] = ()   # at least one of these
-    since: datetime | None = None
-    until: datetime | None = None
-
-    @property
-    def is_empty(self) -> bool:
-        """True when only the namespace and expiry constrain the result."""
-        return (self.kind is None and self.role is None and self.session is None and not self.session_prefix
-                and not self.tags and not self.any_tags and self.since is None and self.until is None)
-
-    def sql(self, namespace: str, now_ms: int, alias: str = "e") -> tuple[str, list[Any]]:
-        """A WHERE clause (without the keyword) and its parameters."""
-        clauses = [f"{alias}.namespace = ?", f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)"]
-        params: list[Any] = [namespace, now_ms]
-        if self.kind is not None:
-            kinds = [self.kind] if isinstance(self.kind, str) else list(self.kind)
-            clauses.append(f"{alias}.kind IN ({', '.join('?' * len(kinds))})")
-            params.extend(kinds)
-        for column in ("role", "session"):
-            value = getattr(self, column)
-            if value is not None:
-                clauses.append(f"{alias}.{column} = ?")
-                params.append(value)
-        if self.session_prefix:
-            clauses.append(f"substr({alias}.session, 1, ?) = ?")
-            params.extend([len(self.session_prefix), self.session_prefix])
-        if self.tags:
-            clauses.append(
-                f"NOT EXISTS (SELECT 1 FROM json_each(?) AS wanted WHERE wanted.value NOT IN"
-                f" (SELECT value FROM json_each({alias}.tags)))"
-            )
-            params.append(json.dumps(list(self.tags)))
-        if self.any_tags:
-            clauses.append(
-                f"EXISTS (SELECT 1 FROM json_each({alias}.tags) AS have WHERE have.value IN"
-                f" (SELECT value FROM json_each(?)))"
-            )
-            params.append(json.dumps(list(self.any_tags)))
-        if self.since is not None:
-            clauses.append(f"{alias}.created_at >= ?")
-            params.append(to_ms(self.since))
-        if self.until is not None:
-            clauses.append(f"{alias}.created_at <= ?")
-            params.append(to_ms(self.until))
-        return " AND ".join(clauses), params
-
-
-def make_filters(
-    kind: str | Sequence[str] | None = None,
-    role: str | None = None,
-    session: str | None = None,
-    session_prefix: str | None = None,
-    tags: Sequence[str] | str = (),
-    any_tags: Sequence[str] | str = (),
-    since: str | datetime | None = None,
-    until: str | datetime | None = None,
-) -> Filters:
-    """Filters from loosely typed arguments (times as ISO strings or ages like ``7d``)."""
-    if kind is not None:
-        for k in [kind] if isinstance(kind, str) else kind:
-            check_kind(k)
-    return Filters(
-        kind=kind,
-        role=role,
-        session=session,
-        session_prefix=session_prefix,
-        tags=clean_tags(tags),
-        any_tags=clean_tags(any_tags),
-        since=parse_time(since) if since is not None else None,
-        until=parse_time(until) if until is not None else None,
-    )
 
 
 class MemoryStore:
@@ -293,7 +169,7 @@ class MemoryStore:
         (``content`` or ``text``). A bad item raises before its batch is written, unless
         ``on_invalid(index, error)`` is given: then it is reported there and skipped.
         """
-        return [_entry(row) for rows in self._add_batches(items, on_conflict, batch_size, on_invalid) for row in rows]
+        return [entry_from_row(row) for rows in self._add_batches(items, on_conflict, batch_size, on_invalid) for row in rows]
 
     def bulk_add(
         self,
@@ -317,12 +193,12 @@ class MemoryStore:
         """Prepare the items and write them, a transaction per batch; yields each batch's stored rows."""
         if batch_size < 1:
             raise InvalidInputError(f"batch_size must be at least 1, not {batch_size!r}")
-        prepare = self._prepare
-        batch: list[_Row] = []
+        namespace, redactor = self.namespace, self.redactor
+        batch: list[Row] = []
         chars = 0
         for index, item in enumerate(items):
             try:
-                row = prepare(item)
+                row = prepare_row(item, namespace=namespace, redactor=redactor)
             except (InvalidInputError, BlockedError) as exc:
                 if on_invalid is None:
                     raise
@@ -336,89 +212,7 @@ class MemoryStore:
         if batch:
             yield self._write(batch, on_conflict)
 
-    def _prepare(self, item: Mapping[str, Any] | Entry) -> _Row:
-        """Validate, redact and normalise one item into the row that will be stored.
-
-        This runs once per imported line, so the common case (plain text, no tags, no metadata)
-        takes only cheap checks.
-        """
-        if isinstance(item, Entry):
-            item = {**item.to_dict(), "namespace": item.namespace}
-        get = item.get
-        content = get("content") if "content" in item else get("text")
-        if not isinstance(content, str):
-            raise InvalidInputError("an entry needs its text as a string in 'content' (or 'text')")
-        if len(content) > MAX_CONTENT_CHARS:
-            raise InvalidInputError(
-                f"content is {len(content):,} characters; the limit is {MAX_CONTENT_CHARS:,} — split it into several entries"
-            )
-        if not content or content.isspace():
-            raise InvalidInputError("an entry's content cannot be empty")
-        try:
-            content.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidInputError("content is not valid Unicode (it contains a lone surrogate)") from None
-        role, session = _optional_str(item, "role"), _optional_str(item, "session")
-        tags, source = clean_tags(get("tags")), _optional_str(item, "source")
-        kind = get("kind") or ("turn" if role else "note")
-        if kind not in KINDS:
-            check_kind(kind)
-        metadata = get("metadata") or {}
-        if not isinstance(metadata, Mapping):
-            raise InvalidInputError(f"metadata must be a JSON object, not {type(metadata).__name__}")
-        metadata_json = "{}"
-        if metadata:
-            try:
-                metadata_json = dumps(metadata)
-            except (TypeError, ValueError) as exc:
-                raise InvalidInputError(f"metadata is not JSON-serialisable ({exc})") from None
-            metadata = json.loads(metadata_json)  # a plain JSON copy, for the redactor to walk
-        redactions_json: str | None = None
-        if self.redactor is not None:
-            # Before anything is stored, indexed or embedded: content, tags, source, metadata.
-            redactions: dict[str, int] = {}
-            carried = get("redactions")  # counts an export carries over
-            if carried:
-                if not isinstance(carried, Mapping) or not all(isinstance(n, int) for n in carried.values()):
-                    raise InvalidInputError("redactions must be an object of counts, like {\"EMAIL\": 1}")
-                redactions.update(carried)
-            body = self.redactor.scrub(content)
-            extras = self.redactor.scrub_value([list(tags), source, metadata]) if tags or source or metadata else None
-            if body.spans or (extras is not None and extras.counts):
-                for counts in (body.counts, extras.counts if extras else {}):
-                    for kind_found, n in counts.items():
-                        redactions[kind_found] = redactions.get(kind_found, 0) + n
-            if body.blocked or (extras and extras.blocked):
-                raise WriteRefusedError(
-                    f"the redaction policy refuses to store this entry (found: {', '.join(sorted(redactions))})",
-                    reason="policy", counts=redactions,
-                )
-            content = body.text
-            if extras is not None:
-                scrubbed_tags, source, metadata = extras.value
-                tags = clean_tags(scrubbed_tags)
-                if metadata:
-                    metadata_json = dumps(metadata)
-            redactions_json = dumps(redactions) if redactions else "{}"
-        entry_id = get("id") or new_id()
-        if not isinstance(entry_id, str) or not entry_id.strip():
-            raise InvalidInputError(f"an id must be a non-empty string, not {entry_id!r}")
-        created = get("created_at")
-        created_ms = to_ms(parse_time(created)) if created else _now_ms()
-        expires = get("expires_at")
-        expires_ms = to_ms(parse_time(expires)) if expires else None
-        ttl_days = get("ttl_days")
-        if ttl_days is not None:
-            if not isinstance(ttl_days, (int, float)) or ttl_days <= 0:
-                raise InvalidInputError(f"ttl_days must be a positive number, not {ttl_days!r}")
-            expires_ms = _now_ms() + int(ttl_days * 86_400_000)
-        return _Row(
-            None, entry_id, _optional_str(item, "namespace") or self.namespace, kind, content, role, session,
-            dumps(list(tags)) if tags else "[]", source, metadata_json, created_ms, expires_ms,
-            content_hash(content), redactions_json,
-        )
-
-    def _write(self, batch: list[_Row], on_conflict: OnConflict) -> list[tuple[Any, ...]]:
+    def _write(self, batch: list[Row], on_conflict: OnConflict) -> list[tuple[Any, ...]]:
         """Insert a batch and its index rows in one transaction; returns the rows written, pks set."""
         index = self._vector_index()
         # Embed before taking the write lock: a model call must not hold up other writers.
@@ -433,7 +227,7 @@ class MemoryStore:
             first = self.conn.execute("SELECT coalesce(max(pk), 0) + 1 FROM entries").fetchone()[0]
             pks = range(first, first + len(batch))
             rows = [(pk, *row[1:]) for pk, row in zip(pks, batch, strict=True)]
-            self.conn.executemany(f"INSERT INTO entries ({_COLUMNS}) VALUES ({_PLACEHOLDERS})", rows)
+            self.conn.executemany(f"INSERT INTO entries ({COLUMNS}) VALUES ({PLACEHOLDERS})", rows)
             self.conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", zip(pks, texts, strict=True))
             if index is not None:
                 late = [row for row in batch if id(row) not in vectors]  # raced in since the pre-check: rare
@@ -446,7 +240,7 @@ class MemoryStore:
                 self._vectors_touched = True
         return rows
 
-    def _index_texts(self, rows: Sequence[_Row], *, before_pk: int | None = None, lookup: bool = True) -> list[str]:
+    def _index_texts(self, rows: Sequence[Row], *, before_pk: int | None = None, lookup: bool = True) -> list[str]:
         """Keyword-index texts for rows in time order: a turn carries its date and the turn before it.
 
         The previous turn is the latest one of the same session among the stored rows (looked up
@@ -466,7 +260,7 @@ class MemoryStore:
             last[key] = (row.content, row.role)
         return texts
 
-    def _previous_turn(self, row: _Row, before_pk: int | None) -> tuple[str, str | None] | None:
+    def _previous_turn(self, row: Row, before_pk: int | None) -> tuple[str, str | None] | None:
         found = self.conn.execute(
             "SELECT content, role FROM entries WHERE namespace = ? AND session = ? AND kind = 'turn'"
             " AND (created_at < ? OR (created_at = ? AND pk < ?)) ORDER BY created_at DESC, pk DESC LIMIT 1",
@@ -477,17 +271,17 @@ class MemoryStore:
     def _reindex_turn_after(self, namespace: str, session: str, created_ms: int, pk: int) -> None:
         """Rewrite the index row of the turn that followed a deleted one: it held that turn's text."""
         following = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM entries e WHERE namespace = ? AND session = ? AND kind = 'turn'"
+            f"SELECT {COLUMNS} FROM entries e WHERE namespace = ? AND session = ? AND kind = 'turn'"
             " AND (created_at > ? OR (created_at = ? AND pk > ?)) ORDER BY created_at, pk LIMIT 1",
             (namespace, session, created_ms, created_ms, pk),
         ).fetchone()
         if following is None:
             return
-        text = self._index_texts([_Row._make(following)], before_pk=following[0])[0]
+        text = self._index_texts([Row._make(following)], before_pk=following[0])[0]
         self.conn.execute("DELETE FROM entries_fts WHERE rowid = ?", (following[0],))
         self.conn.execute("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", (following[0], text))
 
-    def _embed_new(self, batch: list[_Row], on_conflict: OnConflict) -> dict[int, npt.NDArray[np.float32]]:
+    def _embed_new(self, batch: list[Row], on_conflict: OnConflict) -> dict[int, npt.NDArray[np.float32]]:
         """Vectors for the rows of ``batch`` that will be inserted (keyed by ``id(row)``), in one model call."""
         todo = batch
         if on_conflict == "ignore":  # re-importing a file must not re-embed what is stored
@@ -533,9 +327,9 @@ class MemoryStore:
             self._vectors = index
         return self._vectors
 
-    def _resolve_conflicts(self, batch: list[_Row], on_conflict: OnConflict) -> list[_Row]:
+    def _resolve_conflicts(self, batch: list[Row], on_conflict: OnConflict) -> list[Row]:
         """The rows to insert once ids already stored (or repeated in the batch) are settled."""
-        unique: dict[tuple[str, str], _Row] = {}
+        unique: dict[tuple[str, str], Row] = {}
         for row in batch:
             key = (row.namespace, row.id)
             if key in unique:
@@ -587,7 +381,7 @@ class MemoryStore:
         """Delete every expired entry (in all namespaces); returns how many went."""
         with self._transaction():
             pks = [r[0] for r in self.conn.execute(
-                "SELECT pk FROM entries WHERE expires_at IS NOT NULL AND expires_at <= ?", (_now_ms(),)
+                "SELECT pk FROM entries WHERE expires_at IS NOT NULL AND expires_at <= ?", (now_ms(),)
             )]
             for pk in pks:
                 self._delete_pk(pk)
@@ -598,29 +392,29 @@ class MemoryStore:
     def get(self, id: str) -> Entry:
         """The entry with this id; raises :class:`NotFoundError` (also for an expired one)."""
         row = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM entries e WHERE e.namespace = ? AND e.id = ?"
+            f"SELECT {COLUMNS} FROM entries e WHERE e.namespace = ? AND e.id = ?"
             " AND (e.expires_at IS NULL OR e.expires_at > ?)",
-            (self.namespace, id, _now_ms()),
+            (self.namespace, id, now_ms()),
         ).fetchone()
         if row is None:
             raise NotFoundError(
                 f"no entry with id {id!r} in namespace {self.namespace!r} — `harness-mem list` shows the ids"
             )
-        return _entry(row)
+        return entry_from_row(row)
 
     def list(self, *, limit: int | None = None, newest_first: bool = False, **filters: Any) -> Iterator[Entry]:
         """Entries in creation order (or newest first), filtered like :meth:`recall`."""
-        where, params = make_filters(**filters).sql(self.namespace, _now_ms())
+        where, params = make_filters(**filters).sql(self.namespace, now_ms())
         order = "DESC" if newest_first else "ASC"
-        sql = f"SELECT {_COLUMNS} FROM entries e WHERE {where} ORDER BY e.created_at {order}, e.pk {order}"
+        sql = f"SELECT {COLUMNS} FROM entries e WHERE {where} ORDER BY e.created_at {order}, e.pk {order}"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
         for row in self.conn.execute(sql, params):
-            yield _entry(row)
+            yield entry_from_row(row)
 
     def count(self, **filters: Any) -> int:
-        where, params = make_filters(**filters).sql(self.namespace, _now_ms())
+        where, params = make_filters(**filters).sql(self.namespace, now_ms())
         return int(self.conn.execute(f"SELECT count(*) FROM entries e WHERE {where}", params).fetchone()[0])
 
     def recall(
@@ -711,7 +505,7 @@ class MemoryStore:
         expression = keyword.match_expression(query)
         if expression is None:
             return []
-        where, params = filters.sql(self.namespace, _now_ms())
+        where, params = filters.sql(self.namespace, now_ms())
         # Ask FTS5 for a shortlist first: ORDER BY rank LIMIT lets it skip sorting every match.
         # If filters leave fewer than k of the shortlist, fall back to ranking all matches.
         shortlist = max(4 * k, 64)
@@ -789,7 +583,7 @@ class MemoryStore:
             return []
         if vector is None:
             vector = self._query_vector(query)
-        where, params = filters.sql(self.namespace, _now_ms())
+        where, params = filters.sql(self.namespace, now_ms())
         if filters.is_empty:
             # The whole namespace: search the in-memory prefilter, then drop expired entries.
             found = index.search(vector, k, self.namespace)
@@ -835,9 +629,9 @@ class MemoryStore:
         if not pks:
             return {}
         rows = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM entries e WHERE e.pk IN (SELECT value FROM json_each(?))", (json.dumps(pks),)
+            f"SELECT {COLUMNS} FROM entries e WHERE e.pk IN (SELECT value FROM json_each(?))", (json.dumps(pks),)
         ).fetchall()
-        return {row[0]: _entry(row) for row in rows}
+        return {row[0]: entry_from_row(row) for row in rows}
 
     def reindex(self, *, progress: Callable[[int], None] | None = None, batch_size: int = 256) -> dict[str, int]:
         """Rebuild the derived rows from the canonical ones, in every namespace.
@@ -850,10 +644,10 @@ class MemoryStore:
         with self._transaction():
             self.conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('delete-all')")
             rows = self.conn.execute(
-                f"SELECT {_COLUMNS} FROM entries ORDER BY namespace, session, created_at, pk"
+                f"SELECT {COLUMNS} FROM entries ORDER BY namespace, session, created_at, pk"
             ).fetchall()
             # In this order every turn's previous turn is the one before it: no lookups needed.
-            texts = self._index_texts([_Row._make(row) for row in rows], lookup=False)
+            texts = self._index_texts([Row._make(row) for row in rows], lookup=False)
             self.conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
                                   zip((row[0] for row in rows), texts, strict=True))
         report = {"entries": total, "keyword_rows": total, "vectors_dropped": 0, "vectors_written": 0}
@@ -895,7 +689,7 @@ class MemoryStore:
 
     def stats(self) -> dict[str, Any]:
         """Counts by kind and role, sessions, the file's size, and the schema version."""
-        ns, now = self.namespace, _now_ms()
+        ns, now = self.namespace, now_ms()
         live = "namespace = ? AND (expires_at IS NULL OR expires_at > ?)"
         by_kind = dict(self.conn.execute(
             f"SELECT kind, count(*) FROM entries WHERE {live} GROUP BY kind ORDER BY kind", (ns, now)
@@ -1005,17 +799,6 @@ def _duplicate(namespace: str, entry_id: str) -> DuplicateIdError:
     )
 
 
-def _optional_str(item: Mapping[str, Any], key: str) -> str | None:
-    value = item.get(key)
-    if value is None or value.__class__ is str:
-        return value or None
-    raise InvalidInputError(f"{key} must be a string, not {type(value).__name__}")
-
-
-def _now_ms() -> int:
-    return to_ms(datetime.now(UTC))
-
-
 @lru_cache(maxsize=4096)
 def _day(days_since_epoch: int) -> date:
     """The UTC date of a day number (``ms // _DAY_MS``): turns of one day share it, hence the cache."""
@@ -1023,23 +806,3 @@ def _day(days_since_epoch: int) -> date:
 
 
 _EPOCH = date(1970, 1, 1)
-
-
-def _entry(row: Sequence[Any]) -> Entry:
-    return Entry(
-        id=row[1],
-        namespace=row[2],
-        kind=row[3],
-        content=row[4],
-        role=row[5],
-        session=row[6],
-        tags=tuple(json.loads(row[7])),
-        source=row[8],
-        metadata=json.loads(row[9]),
-        created_at=from_ms(row[10]),
-        expires_at=from_ms(row[11]) if row[11] is not None else None,
-        content_hash=row[12],
-        redactions=json.loads(row[13]) if row[13] is not None else None,
-    )
-
-

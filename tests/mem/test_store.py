@@ -39,7 +39,12 @@ def test_kind_defaults_to_turn_when_a_role_is_given(store: MemoryStore) -> None:
         ({"content": "x", "metadata": {"f": object()}}, "not JSON-serialisable"),
         ({"content": "x", "created_at": "last tuesday-ish"}, "cannot read a time"),
         ({"content": "x", "ttl_days": -1}, "ttl_days must be a positive number"),
-        ({"content": "bad \ud800 surrogate"}, "lone surrogate"),
+        ({"content": "bad \ud800 surrogate"}, "content is not valid Unicode"),
+        ({"content": "x", "role": "user\udc00"}, "role is not valid Unicode"),
+        ({"content": "x", "id": "id-\ud800"}, "id is not valid Unicode"),
+        ({"content": "x", "tags": ["\ud800"]}, "tags is not valid Unicode"),
+        ({"content": "x", "metadata": {"k": "\udfff"}}, "metadata is not valid Unicode"),
+        ({"content": "x", "ttl_days": True}, "ttl_days must be a positive number"),
         ({"content": "x" * 1_000_001}, "limit is 1,000,000"),
     ],
 )
@@ -214,6 +219,17 @@ def test_import_keeps_good_lines_and_reports_every_bad_one(store: MemoryStore) -
     assert first.created_at == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
     assert first.metadata == {"dia_id": "D1:1"}  # unknown keys are kept, not dropped
     assert first.kind == "turn"
+
+
+def test_import_reports_a_lone_surrogate_anywhere_in_a_line(store: MemoryStore) -> None:
+    lines = [b'{"id": "ok", "text": "fine"}', b'{"text": "x", "session": "s\\ud800"}',
+             b'{"text": "y", "metadata": {"note": "\\udc00"}}']
+    report = import_jsonl(store, lines)
+    assert report.added == 1
+    assert [(e.line, e.reason) for e in report.errors] == [
+        (2, "session is not valid Unicode (it contains a lone surrogate)"),
+        (3, "metadata is not valid Unicode (it contains a lone surrogate)"),
+    ]
 
 
 def test_stats_counts_what_is_there(store: MemoryStore) -> None:

@@ -1,0 +1,93 @@
+"""Recall and list filters: the conditions every returned entry meets, as one SQL WHERE clause."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .models import check_kind, clean_tags, parse_time, to_ms
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Conditions every recalled or listed entry must meet; all optional and combinable."""
+
+    kind: str | Sequence[str] | None = None
+    role: str | None = None
+    session: str | None = None
+    session_prefix: str | None = None
+    tags: Sequence[str] = ()       # all of these
+    any_tags: Sequence[str] = ()   # at least one of these
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        """True when only the namespace and expiry constrain the result."""
+        return (self.kind is None and self.role is None and self.session is None and not self.session_prefix
+                and not self.tags and not self.any_tags and self.since is None and self.until is None)
+
+    def sql(self, namespace: str, now_ms: int, alias: str = "e") -> tuple[str, list[Any]]:
+        """A WHERE clause (without the keyword) and its parameters."""
+        clauses = [f"{alias}.namespace = ?", f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)"]
+        params: list[Any] = [namespace, now_ms]
+        if self.kind is not None:
+            kinds = [self.kind] if isinstance(self.kind, str) else list(self.kind)
+            clauses.append(f"{alias}.kind IN ({', '.join('?' * len(kinds))})")
+            params.extend(kinds)
+        for column in ("role", "session"):
+            value = getattr(self, column)
+            if value is not None:
+                clauses.append(f"{alias}.{column} = ?")
+                params.append(value)
+        if self.session_prefix:
+            clauses.append(f"substr({alias}.session, 1, ?) = ?")
+            params.extend([len(self.session_prefix), self.session_prefix])
+        if self.tags:
+            clauses.append(
+                f"NOT EXISTS (SELECT 1 FROM json_each(?) AS wanted WHERE wanted.value NOT IN"
+                f" (SELECT value FROM json_each({alias}.tags)))"
+            )
+            params.append(json.dumps(list(self.tags)))
+        if self.any_tags:
+            clauses.append(
+                f"EXISTS (SELECT 1 FROM json_each({alias}.tags) AS have WHERE have.value IN"
+                f" (SELECT value FROM json_each(?)))"
+            )
+            params.append(json.dumps(list(self.any_tags)))
+        if self.since is not None:
+            clauses.append(f"{alias}.created_at >= ?")
+            params.append(to_ms(self.since))
+        if self.until is not None:
+            clauses.append(f"{alias}.created_at <= ?")
+            params.append(to_ms(self.until))
+        return " AND ".join(clauses), params
+
+
+def make_filters(
+    kind: str | Sequence[str] | None = None,
+    role: str | None = None,
+    session: str | None = None,
+    session_prefix: str | None = None,
+    tags: Sequence[str] | str = (),
+    any_tags: Sequence[str] | str = (),
+    since: str | datetime | None = None,
+    until: str | datetime | None = None,
+) -> Filters:
+    """Filters from loosely typed arguments (times as ISO strings or ages like ``7d``)."""
+    if kind is not None:
+        for k in [kind] if isinstance(kind, str) else kind:
+            check_kind(k)
+    return Filters(
+        kind=kind,
+        role=role,
+        session=session,
+        session_prefix=session_prefix,
+        tags=clean_tags(tags),
+        any_tags=clean_tags(any_tags),
+        since=parse_time(since) if since is not None else None,
+        until=parse_time(until) if until is not None else None,
+    )
