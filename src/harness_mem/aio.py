@@ -59,9 +59,6 @@ class AsyncMemoryStore:
     async def add_many(self, items: Iterable[Mapping[str, Any] | Entry], **options: Any) -> list[Entry]:
         return await self._call("add_many", list(items), **options)  # type: ignore[no-any-return]
 
-    async def bulk_add(self, items: Iterable[Mapping[str, Any] | Entry], **options: Any) -> int:
-        return await self._call("bulk_add", list(items), **options)  # type: ignore[no-any-return]
-
     async def recall(self, query: str, k: int = 10, **filters: Any) -> list[Hit]:
         return await self._call("recall", query, k, **filters)  # type: ignore[no-any-return]
 

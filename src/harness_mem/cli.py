@@ -257,8 +257,11 @@ def _read_stdin_text() -> str:
 @click.argument("source", type=click.File("rb"))
 @click.option("--replace", is_flag=True, help="Replace entries whose id is already stored (default: skip them).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--workers", type=click.IntRange(min=0), default=None,
+              help="Processes that parse and redact while this one writes (default: 1 for a large input"
+                   " on a machine with two cores or more, else 0).")
 @click.pass_context
-def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool) -> None:
+def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool, workers: int | None) -> None:
     """Import entries from a JSON Lines FILE (or - for stdin).
 
     One object a line: {"id"?, "text"|"content", "kind"?, "role"?, "session"?, "tags"?,
@@ -273,14 +276,15 @@ def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool) -> None
     from .jsonl import import_jsonl
 
     size = _file_size(source)
+    on_conflict = "replace" if replace else "ignore"
     show_bar = not quiet and size is not None and size >= PROGRESS_MIN_BYTES
     with open_store(ctx) as store:
         if show_bar:
             with click.progressbar(length=size, label="Importing", file=sys.stderr) as bar:
                 lines = _tracked_lines(source, bar.update)
-                report = import_jsonl(store, lines, on_conflict="replace" if replace else "ignore")
+                report = import_jsonl(store, lines, on_conflict=on_conflict, workers=workers)
         else:
-            report = import_jsonl(store, source, on_conflict="replace" if replace else "ignore")
+            report = import_jsonl(store, source, on_conflict=on_conflict, workers=workers)
     for error in report.errors:
         click.echo(f"Error: {error}", err=True)
     click.echo(

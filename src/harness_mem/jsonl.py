@@ -11,14 +11,23 @@ entry's metadata, so nothing a source file says is lost.
 
 from __future__ import annotations
 
+import itertools
 import json
+import multiprocessing
+import os
+import pickle
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .errors import HarnessMemError, InvalidInputError
+from .errors import BlockedError, InvalidInputError, StorageError
 from .models import dumps
-from .store import BULK_BATCH_SIZE, MemoryStore, OnConflict
+from .redact import Redactor
+from .rows import Row, prepare_row
+from .store import BULK_BATCH_SIZE, MAX_BATCH_CHARS, MemoryStore, OnConflict
 
 KNOWN_KEYS = frozenset(
     {"id", "text", "content", "kind", "role", "session", "tags", "timestamp", "created_at", "expires_at",
@@ -90,36 +99,159 @@ def import_jsonl(
     on_conflict: OnConflict = "ignore",
     batch_size: int = BULK_BATCH_SIZE,
     progress: Callable[[int], None] | None = None,
+    workers: int | None = None,
 ) -> ImportReport:
-    """Import JSON Lines into ``store``; ``progress(n)`` is called as lines are read."""
+    """Import JSON Lines into ``store``, a transaction per ``batch_size`` lines; ``progress(n)`` is
+    called as lines are read.
+
+    Parsing, checking and redacting cost about as much as writing, so a large import does them in
+    ``workers`` other processes while this one writes. ``None`` chooses: one worker when the input
+    reaches :data:`PARALLEL_MIN_LINES` lines and the machine has a second core, else none.
+    """
+    if batch_size < 1:
+        raise InvalidInputError(f"batch_size must be at least 1, not {batch_size!r}")
     report = ImportReport()
-    line_numbers: list[int] = []
-
-    def items() -> Iterator[dict[str, Any]]:
-        for number, raw in enumerate(lines, start=1):
-            report.lines = number
-            if progress is not None:
-                progress(1)
-            try:
-                item = parse_line(raw)
-            except InvalidInputError as exc:
-                report.errors.append(LineError(number, str(exc)))
-                continue
-            if item is None:
-                continue
-            line_numbers.append(number)
-            yield item
-
-    rejected_by_store: list[LineError] = []
-
-    def invalid(index: int, exc: HarnessMemError) -> None:
-        rejected_by_store.append(LineError(line_numbers[index], str(exc)))
-
-    report.added = store.bulk_add(items(), on_conflict=on_conflict, batch_size=batch_size, on_invalid=invalid)
-    report.skipped = len(line_numbers) - report.added - len(rejected_by_store)
-    report.errors.extend(rejected_by_store)
+    chunks = _chunks(lines, batch_size, report, progress)
+    if workers is None:
+        chunks, large = _peek(chunks, PARALLEL_MIN_LINES)
+        workers = 1 if large and (os.cpu_count() or 1) > 1 else 0
+    if workers:
+        prepared = _prepared_by_workers(chunks, store.namespace, store.redactor, workers)
+    else:
+        prepared = (prepare_chunk(first, chunk, store.namespace, store.redactor) for first, chunk in chunks)
+    for rows, errors in prepared:
+        written = store.add_prepared(rows, on_conflict=on_conflict)
+        report.added += written
+        report.skipped += len(rows) - written
+        report.errors.extend(LineError(number, reason) for number, reason in errors)
     report.errors.sort(key=lambda e: e.line)
     return report
+
+
+def prepare_chunk(
+    first: int, lines: list[bytes | str], namespace: str, redactor: Redactor | None
+) -> tuple[list[Row], list[tuple[int, str]]]:
+    """The rows of ``lines`` (numbered from ``first``) and each bad line's (number, reason)."""
+    rows: list[Row] = []
+    errors: list[tuple[int, str]] = []
+    for number, raw in enumerate(lines, start=first):
+        try:
+            item = parse_line(raw)
+            if item is not None:
+                rows.append(prepare_row(item, namespace=namespace, redactor=redactor))
+        except (InvalidInputError, BlockedError) as exc:
+            errors.append((number, str(exc)))
+    return rows, errors
+
+
+# Below this, starting a worker process (about half a second: it imports harness_mem) costs more
+# than it saves.
+PARALLEL_MIN_LINES = 20_000
+
+_Chunk = tuple[int, list[bytes | str]]  # (number of its first line, its lines)
+
+
+def _chunks(
+    lines: Iterable[bytes | str], size: int, report: ImportReport, progress: Callable[[int], None] | None
+) -> Iterator[_Chunk]:
+    """Lines in chunks of ``size`` (or fewer, if their text passes MAX_BATCH_CHARS), counted in ``report``."""
+    chunk: list[bytes | str] = []
+    chars = 0
+    first = 1
+    for raw in lines:
+        chunk.append(raw)
+        chars += len(raw)
+        if len(chunk) >= size or chars >= MAX_BATCH_CHARS:
+            report.lines += len(chunk)
+            if progress is not None:
+                progress(len(chunk))
+            yield first, chunk
+            first += len(chunk)
+            chunk, chars = [], 0
+    if chunk:
+        report.lines += len(chunk)
+        if progress is not None:
+            progress(len(chunk))
+        yield first, chunk
+
+
+def _peek(chunks: Iterator[_Chunk], lines: int) -> tuple[Iterator[_Chunk], bool]:
+    """Read chunks until they hold ``lines`` lines; (all the chunks again, whether there were that many)."""
+    seen: list[_Chunk] = []
+    count = 0
+    for chunk in chunks:
+        seen.append(chunk)
+        count += len(chunk[1])
+        if count >= lines:
+            return itertools.chain(seen, chunks), True
+    return iter(seen), False
+
+
+def _prepared_by_workers(
+    chunks: Iterator[_Chunk], namespace: str, redactor: Redactor | None, workers: int
+) -> Iterator[_Prepared]:
+    """``prepare_chunk`` of each chunk, in order, mostly done by ``workers`` processes.
+
+    The caller writes each result as it comes. Until the first worker has answered (starting one
+    takes about half a second), this process prepares chunks itself rather than wait; after that,
+    the writes are the slower side and the workers keep ahead of them.
+    """
+    try:
+        pickle.dumps(redactor)
+    except Exception:  # a custom detector that cannot travel (a lambda, say): prepare here instead
+        yield from (prepare_chunk(first, chunk, namespace, redactor) for first, chunk in chunks)
+        return
+    # spawn, not fork: the caller may hold threads and an open connection, which a fork would copy.
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_start_worker, initargs=(namespace, redactor))
+    pending: deque[Future[_Shipped] | _Prepared] = deque()  # in input order
+    answered = False
+    try:
+        for first, chunk in chunks:
+            while pending and (answered or not isinstance(pending[0], Future) or pending[0].done()
+                               or len(pending) > 4 * (workers + 1)):
+                answered = answered or isinstance(pending[0], Future)
+                yield _received(pending.popleft())
+                if answered and sum(isinstance(p, Future) for p in pending) <= workers:
+                    break  # room for the next chunk: keep the workers busy
+            if answered or sum(isinstance(p, Future) for p in pending) <= workers:
+                pending.append(pool.submit(_prepare_in_worker, first, chunk))
+            else:
+                pending.append(prepare_chunk(first, chunk, namespace, redactor))
+        while pending:
+            yield _received(pending.popleft())
+    except BrokenProcessPool:
+        raise StorageError(
+            "the import's worker process stopped unexpectedly; what was written is kept"
+            " — run the import again (it skips stored ids), or pass --workers 0"
+        ) from None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+_Prepared = tuple[list[Row], list[tuple[int, str]]]
+# What a worker sends back: rows as plain tuples, which pickle in half the time of named ones.
+_Shipped = tuple[list[tuple[Any, ...]], list[tuple[int, str]]]
+
+
+def _received(slot: Future[_Shipped] | _Prepared) -> _Prepared:
+    if not isinstance(slot, Future):
+        return slot
+    rows, errors = slot.result()
+    return list(map(Row._make, rows)), errors
+
+
+_worker_setup: tuple[str, Redactor | None] = ("default", None)
+
+
+def _start_worker(namespace: str, redactor: Redactor | None) -> None:
+    global _worker_setup
+    _worker_setup = (namespace, redactor)
+
+
+def _prepare_in_worker(first: int, lines: list[bytes | str]) -> _Shipped:
+    rows, errors = prepare_chunk(first, lines, *_worker_setup)
+    return list(map(tuple, rows)), errors
 
 
 def export_jsonl(store: MemoryStore, out: IO[str]) -> int:

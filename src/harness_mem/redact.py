@@ -175,6 +175,10 @@ class Policy:
     def action_for(self, kind: str) -> Action:
         return self.actions.get(kind, self.fallback)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A mapping proxy does not pickle; a redactor travels to import worker processes.
+        return (Policy, (self.name, self.fallback, dict(self.actions)))
+
     def with_action(self, kind: str, action: Action) -> Policy:
         """A copy of this policy with ``kind`` mapped to ``action``."""
         return Policy(self.name, self.fallback, {**self.actions, kind.upper(): action})
@@ -308,13 +312,16 @@ def _compile(pattern: str, flags: int = 0) -> re.Pattern[str]:
     return re.compile(pattern, re.ASCII | flags)
 
 
-def _whole_if(check: Callable[[str], bool]) -> Locate:
+class _whole_if:  # noqa: N801 -- used like the function it replaces; a class so that it pickles
     """A locate function that keeps the whole match when ``check(matched text)`` holds."""
 
-    def locate(match: re.Match[str]) -> tuple[int, int] | None:
-        return match.span() if check(match.group()) else None
+    __slots__ = ("check",)
 
-    return locate
+    def __init__(self, check: Callable[[str], bool]) -> None:
+        self.check = check
+
+    def __call__(self, match: re.Match[str]) -> tuple[int, int] | None:
+        return match.span() if self.check(match.group()) else None
 
 
 # The boundary used everywhere: the value does not continue an ASCII word or number. A number also
@@ -345,13 +352,16 @@ def _contains_any(text: str, needles: Iterable[str]) -> bool:
     return False
 
 
-def _has_any(*needles: str) -> Callable[[str], bool]:
+class _has_any:  # noqa: N801 -- used like the function it replaces; a class so that it pickles
     """A gate that passes when any of ``needles`` occurs in the text."""
 
-    def gate(text: str) -> bool:
-        return _contains_any(text, needles)
+    __slots__ = ("needles",)
 
-    return gate
+    def __init__(self, *needles: str) -> None:
+        self.needles = needles
+
+    def __call__(self, text: str) -> bool:
+        return _contains_any(text, self.needles)
 
 
 # -- e-mail: matched from the "@" (rare, so ``re`` skips to it in C), local part found walking back.

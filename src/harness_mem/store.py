@@ -171,17 +171,23 @@ class MemoryStore:
         """
         return [entry_from_row(row) for rows in self._add_batches(items, on_conflict, batch_size, on_invalid) for row in rows]
 
-    def bulk_add(
-        self,
-        items: Iterable[Mapping[str, Any] | Entry],
-        *,
-        on_conflict: OnConflict = "error",
-        batch_size: int = BULK_BATCH_SIZE,
-        on_invalid: Callable[[int, HarnessMemError], None] | None = None,
-    ) -> int:
-        """:meth:`add_many` for imports: the same checks, redaction and writes, but it returns only
-        how many entries were written, so it never builds an :class:`Entry` for them."""
-        return sum(len(rows) for rows in self._add_batches(items, on_conflict, batch_size, on_invalid))
+    def add_prepared(self, rows: Sequence[Row], *, on_conflict: OnConflict = "error") -> int:
+        """Write rows made by :func:`~harness_mem.rows.prepare_row` with this store's redactor, in one
+        transaction; returns how many were written (ids already stored are settled by ``on_conflict``).
+
+        For importers that prepare rows elsewhere: ``import_jsonl`` parses and redacts in a worker
+        process while this one writes.
+        """
+        rows = list(rows)
+        for row in rows:
+            if type(row) is not Row or row.pk is not None:
+                raise InvalidInputError(f"add_prepared takes new rows from prepare_row, not {row!r:.60}")
+            if (row.redactions is None) != (self.redactor is None):
+                raise InvalidInputError(
+                    "these rows were prepared with redaction " + ("off" if row.redactions is None else "on")
+                    + f", and this store has it {'on' if self.redactor is not None else 'off'}"
+                )
+        return len(self._write(rows, on_conflict)) if rows else 0
 
     def _add_batches(
         self,
@@ -189,7 +195,7 @@ class MemoryStore:
         on_conflict: OnConflict,
         batch_size: int,
         on_invalid: Callable[[int, HarnessMemError], None] | None,
-    ) -> Iterator[list[tuple[Any, ...]]]:
+    ) -> Iterator[list[Row]]:
         """Prepare the items and write them, a transaction per batch; yields each batch's stored rows."""
         if batch_size < 1:
             raise InvalidInputError(f"batch_size must be at least 1, not {batch_size!r}")
@@ -212,8 +218,8 @@ class MemoryStore:
         if batch:
             yield self._write(batch, on_conflict)
 
-    def _write(self, batch: list[Row], on_conflict: OnConflict) -> list[tuple[Any, ...]]:
-        """Insert a batch and its index rows in one transaction; returns the rows written, pks set."""
+    def _write(self, batch: list[Row], on_conflict: OnConflict) -> list[Row]:
+        """Insert a batch and its index rows in one transaction; returns the rows written."""
         index = self._vector_index()
         # Embed before taking the write lock: a model call must not hold up other writers.
         vectors = self._embed_new(batch, on_conflict) if index else {}
@@ -221,13 +227,14 @@ class MemoryStore:
             batch = self._resolve_conflicts(batch, on_conflict)
             if not batch:
                 return []
-            # The write lock is ours until COMMIT, so no other writer can take these pks; choosing
-            # them here lets the rows and their index entries go in as two executemany calls.
             texts = self._index_texts(batch)  # before the batch's rows exist
+            # Every row's pk is NULL, so SQLite numbers them on from the largest pk, and the write lock
+            # is ours until COMMIT: their pks are known, and the index rows can go in as one call.
             first = self.conn.execute("SELECT coalesce(max(pk), 0) + 1 FROM entries").fetchone()[0]
             pks = range(first, first + len(batch))
-            rows = [(pk, *row[1:]) for pk, row in zip(pks, batch, strict=True)]
-            self.conn.executemany(f"INSERT INTO entries ({COLUMNS}) VALUES ({PLACEHOLDERS})", rows)
+            self.conn.executemany(f"INSERT INTO entries ({COLUMNS}) VALUES ({PLACEHOLDERS})", batch)
+            if self.conn.execute("SELECT last_insert_rowid()").fetchone()[0] != pks[-1]:
+                raise StorageError("entries were numbered out of sequence — run `harness-mem doctor`")
             self.conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", zip(pks, texts, strict=True))
             if index is not None:
                 late = [row for row in batch if id(row) not in vectors]  # raced in since the pre-check: rare
@@ -238,7 +245,7 @@ class MemoryStore:
                     chosen = [(pk, row) for pk, row in zip(pks, batch, strict=True) if row.namespace == namespace]
                     index.write(namespace, [pk for pk, _ in chosen], np.stack([vectors[id(row)] for _, row in chosen]))
                 self._vectors_touched = True
-        return rows
+        return batch
 
     def _index_texts(self, rows: Sequence[Row], *, before_pk: int | None = None, lookup: bool = True) -> list[str]:
         """Keyword-index texts for rows in time order: a turn carries its date and the turn before it.

@@ -131,37 +131,6 @@ def test_a_batch_is_also_cut_by_its_characters(store: MemoryStore, monkeypatch: 
     assert store.count() == 2  # 120 characters made a batch of its own, written before the bad item
 
 
-def test_bulk_add_stores_exactly_what_add_many_stores(tmp_path: Path) -> None:
-    items = [
-        {"id": "n1", "text": "we chose argon2id", "tags": ["decision", "decision"], "source": "chat",
-         "metadata": {"ticket": 42}, "created_at": "2024-01-02T03:04:05.678Z"},
-        {"id": "t1", "text": "mail me at ann@example.com", "role": "user", "session": "s",
-         "created_at": "2024-01-02T03:05:00Z"},
-        {"id": "t2", "text": "done", "role": "assistant", "session": "s", "created_at": "2024-01-02T03:06:00Z",
-         "expires_at": "2999-01-01T00:00:00Z"},
-    ]
-    with MemoryStore(tmp_path / "a.db", embedder=None) as one, MemoryStore(tmp_path / "b.db", embedder=None) as two:
-        written = one.add_many(items)
-        assert two.bulk_add(items) == 3
-        assert [two.get(e.id) for e in written] == written  # same fields, redaction, hash and expiry
-        assert "ann@example.com" not in two.get("t1").content
-        for term in ("argon2id", "january", "mail", "done AND mail"):  # t2 is indexed with the turn before it
-            match = "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ? ORDER BY rowid"
-            assert two.conn.execute(match, (term,)).fetchall() == one.conn.execute(match, (term,)).fetchall() != []
-        assert two.bulk_add(items, on_conflict="ignore") == 0
-
-
-def test_bulk_add_reports_bad_items_by_index_and_keeps_the_rest(store: MemoryStore) -> None:
-    reported: list[tuple[int, str]] = []
-    items = [{"text": "fine"}, {"text": "x", "namespace": 7}, {"text": "also fine", "kind": "diary"}, {"text": "ok"}]
-    assert store.bulk_add(items, batch_size=2, on_invalid=lambda i, e: reported.append((i, str(e)))) == 2
-    assert [i for i, _ in reported] == [1, 2]
-    assert reported[0][1] == "namespace must be a string, not int"
-    with pytest.raises(InvalidInputError, match="batch_size must be at least 1"):
-        store.bulk_add(items, batch_size=0)
-    assert store.count() == 2
-
-
 def test_list_filters_and_orders(store: MemoryStore) -> None:
     base = datetime(2024, 5, 1, tzinfo=UTC)
     for i in range(6):

@@ -1,0 +1,128 @@
+"""JSONL import: in one process or with worker processes, the same entries, index and report."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from worker_helpers import kill_on_marker
+
+from harness_mem import jsonl
+from harness_mem.errors import InvalidInputError, StorageError
+from harness_mem.jsonl import export_jsonl, import_jsonl
+from harness_mem.redact import Detector, Redactor, Rule, default_detectors
+from harness_mem.rows import prepare_row
+from harness_mem.store import MemoryStore
+
+LINES = [
+    b'{"id": "n1", "text": "we chose argon2id", "tags": ["decision"], "source": "chat", "metadata": {"t": 42},'
+    b' "created_at": "2024-01-02T03:04:05.678Z"}',
+    b'{"id": "t1", "text": "mail me at ann@example.com", "role": "user", "session": "s", "timestamp": "2024-01-02T03:05:00Z"}',
+    b"",
+    b"{broken",
+    b'{"id": "t2", "text": "done", "role": "assistant", "session": "s", "timestamp": "2024-01-02T03:06:00Z",'
+    b' "dia_id": "D1:2"}',
+    b'{"text": "bad kind", "kind": "diary"}',
+    b'{"id": "t1", "text": "same id again", "role": "user", "session": "s"}',
+    b'{"text": "x", "session": "s\\ud800"}',
+    b'{"id": "t3", "text": "and the card 4111 1111 1111 1111", "role": "user", "session": "s",'
+    b' "timestamp": "2024-01-02T03:07:00Z"}',
+]
+MATCH = "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ? ORDER BY rowid"
+
+
+def _import(path: Path, workers: int) -> tuple[jsonl.ImportReport, str, MemoryStore]:
+    store = MemoryStore(path, embedder=None)
+    report = import_jsonl(store, LINES, batch_size=2, workers=workers)  # five batches
+    out = io.StringIO()
+    export_jsonl(store, out)
+    return report, out.getvalue(), store
+
+
+def test_a_worker_process_imports_exactly_what_one_process_imports(tmp_path: Path) -> None:
+    serial_report, serial_export, serial = _import(tmp_path / "a.db", workers=0)
+    parallel_report, parallel_export, parallel = _import(tmp_path / "b.db", workers=1)
+    with serial, parallel:
+        assert (serial_report.lines, serial_report.added, serial_report.skipped) == (9, 4, 1)
+        assert [(e.line, e.reason.split(" (")[0]) for e in serial_report.errors] == [
+            (4, "not valid JSON"),
+            (6, "unknown kind 'diary' — use one of: note, turn, episode, fact, summary"),
+            (8, "session is not valid Unicode"),
+        ]
+        assert parallel_report == serial_report
+        assert parallel_export == serial_export  # same fields, redaction, hashes, metadata
+        assert "ann@example.com" not in parallel_export and "4111 1111 1111 1111" not in parallel_export
+        for term in ("argon2id", "january", "mail", "done AND mail", "card AND done"):  # with the turn before
+            assert parallel.conn.execute(MATCH, (term,)).fetchall() == serial.conn.execute(MATCH, (term,)).fetchall() != []
+
+
+def test_rows_prepared_with_another_redaction_setting_are_refused(store: MemoryStore) -> None:
+    unredacted = prepare_row({"text": "ann@example.com"}, namespace="default", redactor=None)
+    with pytest.raises(InvalidInputError, match="prepared with redaction off, and this store has it on"):
+        store.add_prepared([unredacted])
+    with pytest.raises(InvalidInputError, match="takes new rows from prepare_row"):
+        store.add_prepared([("not", "a", "row")])  # type: ignore[list-item]
+    assert store.count() == 0
+
+
+def test_a_large_input_gets_a_worker_and_a_small_one_does_not(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    used: list[int] = []
+    real = jsonl._prepared_by_workers
+
+    def spy(chunks, namespace, redactor, workers):  # type: ignore[no-untyped-def]
+        used.append(workers)
+        return real(chunks, namespace, redactor, workers)
+
+    monkeypatch.setattr(jsonl, "_prepared_by_workers", spy)
+    monkeypatch.setattr(jsonl, "PARALLEL_MIN_LINES", 50)
+    monkeypatch.setattr(jsonl.os, "cpu_count", lambda: 2)
+    small = import_jsonl(store, [f'{{"text": "small {i}"}}' for i in range(49)], batch_size=10)
+    assert used == [] and small.added == 49
+    large = import_jsonl(store, [f'{{"text": "large {i}"}}' for i in range(120)], batch_size=10)
+    assert used == [1] and large.added == 120 and large.lines == 120
+    assert store.count() == 169
+
+
+def test_a_redactor_that_cannot_travel_redacts_in_this_process(store: MemoryStore) -> None:
+    store.redactor = Redactor(detectors=[
+        *default_detectors(),
+        Detector("TICKET", (Rule(re.compile(r"TCK-[0-9]+")),), gate=lambda text: "TCK-" in text),
+    ])
+    report = import_jsonl(store, ['{"id": "a", "text": "see TCK-123 from bob@example.com"}'], workers=1)
+    assert report.added == 1
+    assert store.get("a").content == "see <TICKET> from <EMAIL>"
+
+
+def test_a_killed_worker_is_one_clear_error_and_keeps_what_was_written(store: MemoryStore) -> None:
+    store.redactor = Redactor(detectors=[
+        *default_detectors(), Detector("NEVER", (Rule(re.compile("(?!)")),), gate=kill_on_marker),
+    ])
+    lines = [f'{{"id": "{i}", "text": "line {i}"}}' for i in range(40)]
+    # The first two batches always go to the worker (later ones may be prepared here while it starts).
+    lines[7] = '{"id": "7", "text": "KILL-THE-WORKER"}'
+    with pytest.raises(StorageError, match="worker process stopped unexpectedly; what was written is kept"):
+        import_jsonl(store, lines, batch_size=5, workers=1)
+    kept = store.count()
+    assert kept in (0, 5)  # at most the batch before the one that killed it
+    assert store.integrity_check() == []
+    lines[7] = '{"id": "7", "text": "line 7"}'
+    again = import_jsonl(store, lines, batch_size=5, workers=0)  # idempotent: carries on where it stopped
+    assert again.added == 40 - kept and store.count() == 40
+
+
+def test_the_cli_import_takes_a_worker_count(db_path: Path, tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b"\n".join(LINES) + b"\n")
+    result = subprocess.run([sys.executable, "-m", "harness_mem", "--db", str(db_path), "import", "--workers", "1",
+                             str(source)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1  # three lines were rejected
+    assert result.stderr.splitlines()[-1] == "Imported 4 entries from 9 lines (1 already stored, 3 rejected)"
+    refused = subprocess.run([sys.executable, "-m", "harness_mem", "--db", str(db_path), "import", "--workers", "-1",
+                              str(source)], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
