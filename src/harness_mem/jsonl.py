@@ -205,19 +205,25 @@ def _prepared_by_workers(
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_start_worker, initargs=(namespace, redactor))
     pending: deque[Future[_Shipped] | _Prepared] = deque()  # in input order
-    answered = False
+    answered = False  # has a worker sent a result yet?
+    most = 4 * (workers + 1)  # chunks held at once
+
+    def busy() -> int:
+        return sum(isinstance(slot, Future) for slot in pending)
+
     try:
         for first, chunk in chunks:
-            while pending and (answered or not isinstance(pending[0], Future) or pending[0].done()
-                               or len(pending) > 4 * (workers + 1)):
+            # No room for another chunk in the workers' queue: write until there is, except while
+            # the workers are starting up.
+            while busy() > workers and (answered or _ready(pending[0]) or len(pending) >= most):
                 answered = answered or isinstance(pending[0], Future)
                 yield _received(pending.popleft())
-                if answered and sum(isinstance(p, Future) for p in pending) <= workers:
-                    break  # room for the next chunk: keep the workers busy
-            if answered or sum(isinstance(p, Future) for p in pending) <= workers:
+            if busy() <= workers:
                 pending.append(pool.submit(_prepare_in_worker, first, chunk))
-            else:
+            else:  # the workers are starting up: prepare this chunk here rather than wait for them
                 pending.append(prepare_chunk(first, chunk, namespace, redactor))
+            while pending and not isinstance(pending[0], Future):  # prepared here: write it now
+                yield pending.popleft()
         while pending:
             yield _received(pending.popleft())
     except BrokenProcessPool:
@@ -232,6 +238,10 @@ def _prepared_by_workers(
 _Prepared = tuple[list[Row], list[tuple[int, str]]]
 # What a worker sends back: rows as plain tuples, which pickle in half the time of named ones.
 _Shipped = tuple[list[tuple[Any, ...]], list[tuple[int, str]]]
+
+
+def _ready(slot: Future[_Shipped] | _Prepared) -> bool:
+    return not isinstance(slot, Future) or slot.done()
 
 
 def _received(slot: Future[_Shipped] | _Prepared) -> _Prepared:
