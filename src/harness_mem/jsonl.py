@@ -7,6 +7,9 @@ Ids make it idempotent: a line whose id is already stored is skipped (or replace
 A line is ``{"id"?, "text"|"content", "kind"?, "role"?, "session"?, "tags"?, "timestamp"?|"created_at"?,
 "expires_at"?, "ttl_days"?, "source"?, "metadata"?, "namespace"?}``; any other key is kept in the
 entry's metadata, so nothing a source file says is lost.
+
+Reading, checking and redacting a line costs about as much as writing it, so a large import hands
+them to a worker process and writes what it sends back, in order, a transaction per batch.
 """
 
 from __future__ import annotations

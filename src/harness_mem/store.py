@@ -169,7 +169,27 @@ class MemoryStore:
         (``content`` or ``text``). A bad item raises before its batch is written, unless
         ``on_invalid(index, error)`` is given: then it is reported there and skipped.
         """
-        return [entry_from_row(row) for rows in self._add_batches(items, on_conflict, batch_size, on_invalid) for row in rows]
+        if batch_size < 1:
+            raise InvalidInputError(f"batch_size must be at least 1, not {batch_size!r}")
+        written: list[Row] = []
+        batch: list[Row] = []
+        chars = 0
+        for index, item in enumerate(items):
+            try:
+                row = prepare_row(item, namespace=self.namespace, redactor=self.redactor)
+            except (InvalidInputError, BlockedError) as exc:
+                if on_invalid is None:
+                    raise
+                on_invalid(index, exc)
+                continue
+            batch.append(row)
+            chars += len(row.content)
+            if len(batch) >= batch_size or chars >= MAX_BATCH_CHARS:
+                written += self._write(batch, on_conflict)
+                batch, chars = [], 0
+        if batch:
+            written += self._write(batch, on_conflict)
+        return [entry_from_row(row) for row in written]
 
     def add_prepared(self, rows: Sequence[Row], *, on_conflict: OnConflict = "error") -> int:
         """Write rows made by :func:`~harness_mem.rows.prepare_row` with this store's redactor, in one
@@ -188,35 +208,6 @@ class MemoryStore:
                     + f", and this store has it {'on' if self.redactor is not None else 'off'}"
                 )
         return len(self._write(rows, on_conflict)) if rows else 0
-
-    def _add_batches(
-        self,
-        items: Iterable[Mapping[str, Any] | Entry],
-        on_conflict: OnConflict,
-        batch_size: int,
-        on_invalid: Callable[[int, HarnessMemError], None] | None,
-    ) -> Iterator[list[Row]]:
-        """Prepare the items and write them, a transaction per batch; yields each batch's stored rows."""
-        if batch_size < 1:
-            raise InvalidInputError(f"batch_size must be at least 1, not {batch_size!r}")
-        namespace, redactor = self.namespace, self.redactor
-        batch: list[Row] = []
-        chars = 0
-        for index, item in enumerate(items):
-            try:
-                row = prepare_row(item, namespace=namespace, redactor=redactor)
-            except (InvalidInputError, BlockedError) as exc:
-                if on_invalid is None:
-                    raise
-                on_invalid(index, exc)
-                continue
-            batch.append(row)
-            chars += len(row.content)
-            if len(batch) >= batch_size or chars >= MAX_BATCH_CHARS:
-                yield self._write(batch, on_conflict)
-                batch, chars = [], 0
-        if batch:
-            yield self._write(batch, on_conflict)
 
     def _write(self, batch: list[Row], on_conflict: OnConflict) -> list[Row]:
         """Insert a batch and its index rows in one transaction; returns the rows written."""
