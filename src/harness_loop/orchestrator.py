@@ -31,6 +31,7 @@ the latter case the file still holds the last committed state, ready for :meth:`
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -45,7 +46,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from harness_mem.errors import InvalidInputError
 from harness_mem.models import new_id
-from harness_mem.runs import InMemoryRunStore, NewEvent, RunStoreLike
+from harness_mem.runs import LEASE_MS, InMemoryRunStore, NewEvent, RunStoreLike, lease_owner
 
 from .dag import Dag
 from .errors import DagError, OrchestratorError
@@ -127,6 +128,7 @@ class Orchestrator:
             raise InvalidInputError(f"max_replans must not be negative, not {max_replans}")
         self._runner: JobRunner = runner if isinstance(runner, JobRunner) else _FunctionRunner(runner)
         self._store: RunStoreLike = store if store is not None else InMemoryRunStore()
+        self._owner = lease_owner()  # the name this orchestrator holds run leases under
         self._planner = planner
         self.concurrency = concurrency
         self.max_visits = max_visits
@@ -198,20 +200,29 @@ class Orchestrator:
         self._store.create(
             run.to_record(), run.job_records(), [NewEvent("run.created", data={"goal": goal, "jobs": len(dag)})]
         )
+        self._claim(run.id)
         await _Execution(self, run).drive(resumed=None)
         return RunReport.from_run(run)
 
     async def resume(self, run_id: str) -> RunReport:
         """Continue a stored run: in-flight jobs go back to pending, finished jobs keep their results.
 
-        A run that already ended is returned as it is. Raises NotFoundError for an unknown id.
+        A run that already ended is returned as it is. Raises NotFoundError for an unknown id, and
+        OrchestratorError while another orchestrator (here or in another process) executes the run.
         """
         if run_id in self._active:
             raise OrchestratorError(f"run {run_id} is already executing in this orchestrator")
-        run = Run.from_stored(self._store.load(run_id))
+        self._claim(run_id)
+        try:
+            run = Run.from_stored(self._store.load(run_id))
+            if not run.state.is_terminal():
+                run.dag.validate(self._routes, {k: r.targets for k, r in self._routes.items() if r.targets})
+        except BaseException:
+            self._store.release(run_id, self._owner)
+            raise
         if run.state.is_terminal():
+            self._store.release(run_id, self._owner)
             return RunReport.from_run(run)
-        run.dag.validate(self._routes, {k: r.targets for k, r in self._routes.items() if r.targets})
         resumed: list[Job] = []
         for job in run.dag:
             if job.state not in _IN_FLIGHT:
@@ -225,6 +236,14 @@ class Orchestrator:
             resumed.append(job)
         await _Execution(self, run).drive(resumed=resumed)
         return RunReport.from_run(run)
+
+    def _claim(self, run_id: str) -> None:
+        holder = self._store.claim(run_id, self._owner)
+        if holder is not None:
+            raise OrchestratorError(
+                f"run {run_id} is being executed by {holder} — wait for it to stop (a crashed one's"
+                f" lease lapses within {LEASE_MS // 1000} s), or cancel it there"
+            )
 
     def cancel(self, run_id: str | None = None, *, reason: str = "cancelled by caller") -> bool:
         """Cancel ``run_id`` (or every run this orchestrator is executing); True if anything changed.
@@ -242,9 +261,17 @@ class Orchestrator:
         if live is not None:
             live.request_cancel(reason)
             return True
-        run = Run.from_stored(self._store.load(run_id))
-        if run.state.is_terminal():
-            return False
+        self._claim(run_id)  # not while another process executes it: cancel it there
+        try:
+            run = Run.from_stored(self._store.load(run_id))
+            if run.state.is_terminal():
+                return False
+            self._cancel_stored(run, reason)
+        finally:
+            self._store.release(run_id, self._owner)
+        return True
+
+    def _cancel_stored(self, run: Run, reason: str) -> None:
         events = []
         for job in run.dag:
             if not job.state.is_terminal():
@@ -253,7 +280,6 @@ class Orchestrator:
         run.state, run.reason = RunState.CANCELLED, reason
         events.append(NewEvent("run.cancelled", data={"reason": reason}))
         self._store.save(run.to_record(), run.job_records(), events)
-        return True
 
     def report(self, run_id: str) -> RunReport:
         """The stored run as a report (NotFoundError for an unknown id)."""
@@ -316,6 +342,7 @@ class _Execution:
         self.finished = False
         self.planner_done = False
         self.cancel_reason: str | None = None
+        self.lease_holder: str | None = None  # set if another process took the run's lease
         self.send: MemoryObjectSendStream[_Message]
         self.recv: MemoryObjectReceiveStream[_Message]
         self.send, self.recv = anyio.create_memory_object_stream[_Message](math.inf)
@@ -330,6 +357,7 @@ class _Execution:
         try:
             async with anyio.create_task_group() as tg:
                 self.tg = tg
+                tg.start_soon(self.keep_lease)
                 try:
                     self.begin(resumed)
                     await self.loop()
@@ -341,6 +369,10 @@ class _Execution:
             del self.o._active[self.run.id]
             self.send.close()
             self.recv.close()
+            if self.lease_holder is None:
+                # After a store error this may fail too; the lease then lapses on its own.
+                with contextlib.suppress(Exception):
+                    self.store.release(self.run.id, self.o._owner)
         if error is not None:
             raise error
 
@@ -358,8 +390,20 @@ class _Execution:
         self.commit(tx)
         self.consider(self.dag.ids())
 
+    async def keep_lease(self) -> None:
+        """Renew the run's lease while it executes; if another process took it, stop acting."""
+        while True:
+            await anyio.sleep(LEASE_MS / 3000)
+            holder = self.store.claim(self.run.id, self.o._owner)
+            if holder is not None:  # this process stalled past the lease, and another resumed the run
+                self.lease_holder = holder
+                self.send.send_nowait(None)
+                return
+
     async def loop(self) -> None:
         while not self.finished:
+            if self.lease_holder is not None:
+                raise OrchestratorError(f"run {self.run.id} was taken over by {self.lease_holder}; stopped here")
             if self.cancel_reason is not None:
                 self.cancel_run(self.cancel_reason)
                 break

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import socket
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -199,6 +201,34 @@ class RunSummary:
         return {**self.run.to_dict(), "jobs": self.total_jobs, "job_counts": self.job_counts}
 
 
+# ---- leases ----------------------------------------------------------------------------------
+
+# A run's lease lasts this long unless renewed; its holder renews it every third of that.
+LEASE_MS = 30_000
+
+
+def lease_owner() -> str:
+    """A lease holder's name: this host and process, and a token for the holder within it."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def _lease_is_free(holder: str | None, until: int | None, now: int) -> bool:
+    """True when nobody holds the lease: none, expired, or its process on this host is gone."""
+    if holder is None or until is None or until <= now:
+        return True
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit() or os.name != "posix":
+        return False
+    try:
+        os.kill(int(pid), 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return True  # it crashed or was killed: its lease means nothing now
+    except OSError:
+        pass  # it exists, under another user
+    return False
+
+
 # ---- the interface -----------------------------------------------------------------------------
 
 
@@ -224,6 +254,14 @@ class RunStoreLike(Protocol):
 
     def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[EventRecord]:
         """The run's events with ``seq > after``, in order; NotFoundError if there is no such run."""
+        ...
+
+    def claim(self, run_id: str, owner: str, *, ttl_ms: int = LEASE_MS) -> str | None:
+        """Take the run's lease for ``owner`` (or renew it); None when taken, else who holds it."""
+        ...
+
+    def release(self, run_id: str, owner: str) -> None:
+        """Give the lease up, if ``owner`` holds it."""
         ...
 
 
@@ -357,6 +395,32 @@ class RunStore:
             [(run_id, last + i, now, ev.kind, ev.job_id, dumps(ev.data)) for i, ev in enumerate(events, 1)],
         )
 
+    def claim(self, run_id: str, owner: str, *, ttl_ms: int = LEASE_MS) -> str | None:
+        """Take the run's lease for ``owner`` (or renew it); None when taken, else who holds it."""
+        now = now_ms()
+        with write_transaction(self._conn):
+            row = self._conn.execute(
+                "SELECT lease_owner, lease_until FROM runs WHERE id = ? AND namespace = ?", (run_id, self._namespace)
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(_not_found(run_id))
+            holder, until = row
+            if holder != owner and not _lease_is_free(holder, until, now):
+                return str(holder)
+            self._conn.execute(
+                "UPDATE runs SET lease_owner = ?, lease_until = ? WHERE id = ? AND namespace = ?",
+                (owner, now + ttl_ms, run_id, self._namespace),
+            )
+        return None
+
+    def release(self, run_id: str, owner: str) -> None:
+        """Give the lease up, if ``owner`` holds it."""
+        with write_transaction(self._conn):
+            self._conn.execute(
+                "UPDATE runs SET lease_owner = NULL, lease_until = NULL"
+                " WHERE id = ? AND namespace = ? AND lease_owner = ?", (run_id, self._namespace, owner),
+            )
+
     # -- reads
 
     def load(self, run_id: str) -> StoredRun:
@@ -451,6 +515,7 @@ class InMemoryRunStore:
         self._runs: dict[str, RunRecord] = {}
         self._jobs: dict[str, dict[str, JobRecord]] = {}
         self._events: dict[str, list[EventRecord]] = {}
+        self._leases: dict[str, tuple[str, int]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -498,6 +563,22 @@ class InMemoryRunStore:
         log = self._events[run_id]
         for ev in events:
             log.append(EventRecord(run_id, len(log) + 1, now, ev.kind, ev.job_id, dict(ev.data)))
+
+    def claim(self, run_id: str, owner: str, *, ttl_ms: int = LEASE_MS) -> str | None:
+        now = now_ms()
+        with self._lock:
+            if run_id not in self._runs:
+                raise NotFoundError(_not_found(run_id))
+            holder, until = self._leases.get(run_id, (None, None))
+            if holder != owner and not _lease_is_free(holder, until, now):
+                return holder
+            self._leases[run_id] = (owner, now + ttl_ms)
+        return None
+
+    def release(self, run_id: str, owner: str) -> None:
+        with self._lock:
+            if self._leases.get(run_id, (None, None))[0] == owner:
+                del self._leases[run_id]
 
     def load(self, run_id: str) -> StoredRun:
         with self._lock:

@@ -205,7 +205,7 @@ def test_migration_creates_the_tables(tmp_path: Path) -> None:
     }
     assert columns == {
         "runs": ["id", "namespace", "goal", "state", "max_tokens", "spent_tokens", "replans", "reason",
-                 "metadata", "created_at", "updated_at"],
+                 "metadata", "created_at", "updated_at", "lease_owner", "lease_until"],
         "jobs": ["run_id", "job_id", "position", "prompt", "deps", "retry", "state", "attempts", "visits",
                  "result_text", "input_tokens", "output_tokens", "spent_tokens", "last_error", "prior_attempt",
                  "feedback", "updated_at"],
