@@ -148,7 +148,10 @@ def parse_time(value: str | datetime | int | float, *, now: datetime | None = No
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value, UTC)
+        try:
+            return datetime.fromtimestamp(value, UTC)
+        except (OverflowError, OSError, ValueError):  # NaN, or beyond the years datetime can hold
+            raise InvalidInputError(f"cannot read a time from {value!r} — seconds since 1970, within years 1–9999") from None
     if not isinstance(value, str):
         raise InvalidInputError(f"cannot read a time from {value!r}")
     text = value.strip()
@@ -200,7 +203,8 @@ def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# allow_nan=False: NaN and Infinity are not JSON, and SQLite's json_valid() refuses them.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def dumps(value: Any) -> str:

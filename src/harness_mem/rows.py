@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from .errors import InvalidInputError, WriteRefusedError
@@ -87,7 +88,7 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
     if not isinstance(entry_id, str) or not entry_id.strip():
         raise InvalidInputError(f"an id must be a non-empty string, not {entry_id!r}")
     created = get("created_at")
-    created_ms = to_ms(parse_time(created)) if created else now_ms()
+    created_ms = _time_ms(created, "created_at") if created else now_ms()
     tags: tuple[str, ...] = ()
     source: str | None = None
     metadata: Any = {}
@@ -165,10 +166,30 @@ def entry_from_row(row: Sequence[Any]) -> Entry:
 
 def _expiry(expires: Any, ttl_days: Any) -> int | None:
     if ttl_days is not None:
-        if not isinstance(ttl_days, (int, float)) or isinstance(ttl_days, bool) or ttl_days <= 0:
-            raise InvalidInputError(f"ttl_days must be a positive number, not {ttl_days!r}")
+        if (not isinstance(ttl_days, (int, float)) or isinstance(ttl_days, bool) or not 0 < ttl_days < _MAX_TTL_DAYS):
+            raise InvalidInputError(f"ttl_days must be a positive number of days below {_MAX_TTL_DAYS:,}, not {ttl_days!r}")
         return now_ms() + int(ttl_days * 86_400_000)
-    return to_ms(parse_time(expires)) if expires else None
+    return _time_ms(expires, "expires_at") if expires else None
+
+
+_MAX_TTL_DAYS = 3_000_000  # about 8,000 years: past the last date a timestamp can name
+
+
+def _time_ms(value: Any, field: str) -> int:
+    """Milliseconds since the epoch of a time the caller gave, refused cleanly when out of range."""
+    try:
+        ms = to_ms(parse_time(value))
+    except InvalidInputError:
+        raise
+    except (OverflowError, OSError, ValueError):  # a datetime at the edge of year 1 or 9999
+        ms = _LAST_MS + 1
+    if not _FIRST_MS <= ms <= _LAST_MS:  # it would be stored, then fail every read as a UTC datetime
+        raise InvalidInputError(f"{field} {value!r} is out of range — use a time within years 1–9999 (UTC)")
+    return ms
+
+
+_FIRST_MS = to_ms(datetime(1, 1, 1, tzinfo=UTC))
+_LAST_MS = to_ms(datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC))
 
 
 def _optional_str(item: Mapping[str, Any], key: str) -> str | None:

@@ -126,3 +126,25 @@ def test_the_cli_import_takes_a_worker_count(db_path: Path, tmp_path: Path) -> N
     refused = subprocess.run([sys.executable, "-m", "harness_mem", "--db", str(db_path), "import", "--workers", "-1",
                               str(source)], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ('{"text": "x", "timestamp": 1e20}', "cannot read a time from 1e+20"),
+        ('{"text": "x", "timestamp": NaN}', "cannot read a time from nan"),
+        ('{"text": "x", "timestamp": true}', "cannot read a time from True"),
+        ('{"text": "x", "created_at": "9999-12-31T23:59:59-14:00"}', "is out of range — use a time within years 1–9999"),
+        ('{"text": "x", "created_at": "0001-01-01T00:00:00+14:00"}', "is out of range — use a time within years 1–9999"),
+        ('{"text": "x", "expires_at": 1e15}', "cannot read a time from 1000000000000000.0"),
+        ('{"text": "x", "ttl_days": 1e300}', "ttl_days must be a positive number of days below 3,000,000"),
+        ('{"text": "x", "metadata": {"n": 1e400}}', "metadata is not JSON-serialisable"),
+    ],
+)
+def test_times_and_numbers_out_of_range_are_bad_lines_not_a_failed_import(
+    store: MemoryStore, line: str, reason: str
+) -> None:
+    report = import_jsonl(store, ['{"id": "before", "text": "kept"}', line, '{"id": "after", "text": "kept too"}'])
+    assert [(e.line, reason in e.reason) for e in report.errors] == [(2, True)], report.errors
+    assert report.added == 2
+    assert [e.id for e in store.list()] == ["before", "after"]  # and what was stored reads back
