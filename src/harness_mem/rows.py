@@ -166,8 +166,10 @@ def entry_from_row(row: Sequence[Any]) -> Entry:
 
 def _expiry(expires: Any, ttl_days: Any) -> int | None:
     if ttl_days is not None:
-        if (not isinstance(ttl_days, (int, float)) or isinstance(ttl_days, bool) or not 0 < ttl_days < _MAX_TTL_DAYS):
-            raise InvalidInputError(f"ttl_days must be a positive number of days below {_MAX_TTL_DAYS:,}, not {ttl_days!r}")
+        if not isinstance(ttl_days, (int, float)) or isinstance(ttl_days, bool) or not ttl_days > 0:
+            raise InvalidInputError(f"ttl_days must be a positive number, not {ttl_days!r}")
+        if ttl_days >= _MAX_TTL_DAYS:
+            raise InvalidInputError(f"ttl_days {ttl_days!r} is too far ahead — at most {_MAX_TTL_DAYS:,} days")
         return now_ms() + int(ttl_days * 86_400_000)
     return _time_ms(expires, "expires_at") if expires else None
 

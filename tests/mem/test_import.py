@@ -137,7 +137,8 @@ def test_the_cli_import_takes_a_worker_count(db_path: Path, tmp_path: Path) -> N
         ('{"text": "x", "created_at": "9999-12-31T23:59:59-14:00"}', "is out of range — use a time within years 1–9999"),
         ('{"text": "x", "created_at": "0001-01-01T00:00:00+14:00"}', "is out of range — use a time within years 1–9999"),
         ('{"text": "x", "expires_at": 1e15}', "cannot read a time from 1000000000000000.0"),
-        ('{"text": "x", "ttl_days": 1e300}', "ttl_days must be a positive number of days below 3,000,000"),
+        ('{"text": "x", "ttl_days": 1e300}', "ttl_days 1e+300 is too far ahead — at most 3,000,000 days"),
+        ('{"text": "x", "ttl_days": NaN}', "ttl_days must be a positive number, not nan"),
         ('{"text": "x", "metadata": {"n": 1e400}}', "metadata is not JSON-serialisable"),
     ],
 )
