@@ -42,7 +42,7 @@ _OPTIONAL_STEPS = frozenset({"tags", "source", "metadata", "expires_at", "ttl_da
 
 
 class Row(NamedTuple):
-    """An ``entries`` row, columns in :data:`COLUMNS` order; ``pk`` is None until written."""
+    """An ``entries`` row, columns in :data:`COLUMNS` order; ``pk`` is None in a new row (SQLite numbers it)."""
 
     pk: int | None
     id: str
