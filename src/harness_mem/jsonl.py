@@ -121,7 +121,7 @@ def import_jsonl(
     if workers:
         prepared = _prepared_by_workers(chunks, store.namespace, store.redactor, workers)
     else:
-        prepared = (prepare_chunk(first, chunk, store.namespace, store.redactor) for first, chunk in chunks)
+        prepared = _prepared_here(chunks, store.namespace, store.redactor)
     for rows, errors in prepared:
         written = store.add_prepared(rows, on_conflict=on_conflict)
         report.added += written
@@ -190,6 +190,10 @@ def _peek(chunks: Iterator[_Chunk], lines: int) -> tuple[Iterator[_Chunk], bool]
     return iter(seen), False
 
 
+def _prepared_here(chunks: Iterator[_Chunk], namespace: str, redactor: Redactor | None) -> Iterator[_Prepared]:
+    return (prepare_chunk(first, chunk, namespace, redactor) for first, chunk in chunks)
+
+
 def _prepared_by_workers(
     chunks: Iterator[_Chunk], namespace: str, redactor: Redactor | None, workers: int
 ) -> Iterator[_Prepared]:
@@ -202,7 +206,7 @@ def _prepared_by_workers(
     try:
         pickle.dumps(redactor)
     except Exception:  # a custom detector that cannot travel (a lambda, say): prepare here instead
-        yield from (prepare_chunk(first, chunk, namespace, redactor) for first, chunk in chunks)
+        yield from _prepared_here(chunks, namespace, redactor)
         return
     # spawn, not fork: the caller may hold threads and an open connection, which a fork would copy.
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
