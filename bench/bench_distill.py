@@ -24,12 +24,12 @@ import timeit
 from collections.abc import Callable
 from pathlib import Path
 
-from harness_mem.distill import Draft, DuplicateSkill, SkillDistiller
-from harness_mem.episode import Episode
-from harness_mem.experience import ExperienceStore
-from harness_mem.skills import Skill, write_skill_md
+from harness_mem.experience.distill import Draft, DuplicateSkill, SkillDistiller
+from harness_mem.experience.episode import Episode
+from harness_mem.experience.skills import Skill, write_skill_md
+from harness_mem.experience.store import ExperienceStore
+from harness_mem.providers.textmodel import ScriptedTextModel
 from harness_mem.store import MemoryStore
-from harness_mem.textmodel import ScriptedTextModel
 
 VERBS = "deploy rotate backup restore migrate review triage profile benchmark upgrade audit index compact".split()
 OBJECTS = (

@@ -40,9 +40,9 @@ from typing import Any
 import anyio
 
 from harness_mem.aio import AsyncMemoryStore
-from harness_mem.consolidate import consolidate
+from harness_mem.experience.consolidate import consolidate
+from harness_mem.experience.transcript import TranscriptRecorder
 from harness_mem.store import MemoryStore
-from harness_mem.transcript import TranscriptRecorder
 
 WORDS = (
     "deploy build cache token release branch config schema index query latency replica backup restore "

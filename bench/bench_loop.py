@@ -53,13 +53,13 @@ from typing import Any
 
 import anyio
 
+from harness_loop.chat import ModelOutput, ScriptedModel, ToolCall
 from harness_loop.loop import AgentLoop, Done, Guide
 from harness_loop.memory import CachedGuide, MemoryGuide, attach_memory
-from harness_loop.models import ModelOutput, ScriptedModel, ToolCall
 from harness_loop.record import SessionRecorder
 from harness_loop.tools import Tool, tool
 from harness_mem import Episode, ExperienceStore, MemoryStore
-from harness_mem.experience import ExperienceGuide
+from harness_mem.experience.store import ExperienceGuide
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TASK = "deploy the billing service to staging and check the error logs"  # common words: many matches

@@ -25,8 +25,7 @@ import anyio
 
 from harness_loop.job import Job, JobResult
 from harness_loop.orchestrator import Orchestrator
-from harness_mem.db import sqlite_version
-from harness_mem.runs import (
+from harness_loop.runstore import (
     EventRecord,
     InMemoryRunStore,
     JobRecord,
@@ -37,6 +36,7 @@ from harness_mem.runs import (
     RunSummary,
     StoredRun,
 )
+from harness_mem.db import sqlite_version
 
 
 class Counting:

@@ -35,7 +35,7 @@ import numpy.typing as npt
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_store import make_queries, make_rows, percentile  # noqa: E402
 
-from harness_mem.embeddings import MiniLMEmbedder  # noqa: E402
+from harness_mem.providers.embeddings import MiniLMEmbedder  # noqa: E402
 from harness_mem.store import MemoryStore  # noqa: E402
 
 T = TypeVar("T")

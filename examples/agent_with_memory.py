@@ -29,11 +29,11 @@ from pathlib import Path
 import anyio
 
 from harness_loop.builtin_tools import workspace_tools
+from harness_loop.chat import Model, ModelOutput, ScriptedModel, ToolCall
 from harness_loop.cli import DEFAULT_SYSTEM
 from harness_loop.hooks import Event, HookEvent
 from harness_loop.loop import AgentLoop, LoopConfig, Outcome
 from harness_loop.memory import attach_memory, describe_ending
-from harness_loop.models import Model, ModelOutput, ScriptedModel, ToolCall
 from harness_loop.openai_client import OpenAIChatModel
 from harness_mem import MemoryStore
 

@@ -40,7 +40,7 @@ def store(db_path: Path) -> Iterator[object]:
 @pytest.fixture(scope="session")
 def embedder() -> object:
     """The real all-MiniLM-L6-v2 from the installed package, loaded once per test run."""
-    from harness_mem.embeddings import MiniLMEmbedder
+    from harness_mem.providers.embeddings import MiniLMEmbedder
 
     model = MiniLMEmbedder()
     model.embed(["warm up"])

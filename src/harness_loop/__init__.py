@@ -4,12 +4,12 @@ A consumer of :mod:`harness_mem`: it reaches memory only through that package's 
 harness_mem never imports it.
 """
 
+from .chat import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from .dag import Dag
 from .hooks import Deny, Event, HookBus, HookEvent
 from .job import Backoff, Job, JobResult, JobState, RetryPolicy
 from .loop import AgentLoop, BudgetExhausted, Cancelled, Done, LoopConfig, Outcome, Stuck, Unverified
 from .memory import CachedGuide, MemoryGuide, MemoryWiring, attach_memory
-from .models import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from .openai_client import OpenAIChatModel, OpenAITextModel
 from .orchestrator import JobRunner, Orchestrator
 from .planner import Planner, StaticPlanner

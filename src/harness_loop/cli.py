@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import click
 
+from harness_mem.db import default_path
 from harness_mem.errors import HarnessMemError
+from harness_mem.models import dumps
 
 from .builtin_tools import workspace_tools
 from .loop import AgentLoop, LoopConfig, Outcome
 from .openai_client import OpenAIChatModel
 from .record import SessionRecorder, format_trace, read_session, replay
+from .runstore import RunStore, render, render_events, render_list
 
 DEFAULT_SYSTEM = (
     "You are a careful assistant working in a local workspace. Use the tools to look at files before "
@@ -44,6 +48,14 @@ def _user_errors() -> Iterator[None]:
         raise click.ClickException(
             f"unexpected {type(exc).__name__}: {exc} — rerun with HARNESS_LOOP_RAISE_ERRORS=1 for the traceback"
         ) from None
+
+
+def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")(f)
+
+
+def echo_json(data: Any) -> None:
+    click.echo(dumps(data))
 
 
 @click.group()
@@ -216,3 +228,88 @@ def trace(file: Path) -> None:
         click.echo(f"Warning: line {n} skipped: {problem}", err=True)
     for line in format_trace(session.records):
         click.echo(line)
+
+
+@main.group()
+@click.option(
+    "--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), envvar="HARNESS_MEM_DB",
+    help="Database file [env: HARNESS_MEM_DB; default: memory.db in the user data dir].",
+)
+@click.option("--namespace", "-N", default="default", show_default=True, envvar="HARNESS_MEM_NAMESPACE")
+@click.pass_context
+def runs(ctx: click.Context, db_path: Path | None, namespace: str) -> None:
+    """Orchestrator runs kept in the memory file: their jobs, states and event log."""
+    ctx.obj = {"db": db_path if db_path is not None else default_path(), "namespace": namespace}
+
+
+@contextmanager
+def open_runs(ctx: click.Context) -> Iterator[Any]:
+    with _user_errors():
+        store = RunStore.open(ctx.obj["db"], namespace=ctx.obj["namespace"])
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+@runs.command("list")
+@click.option("--state", help="Only runs in this state (completed, failed, executing, …).")
+@click.option("--limit", "-n", type=click.IntRange(min=1), help="At most this many, newest first.")
+@json_option
+@click.pass_context
+def runs_list(ctx: click.Context, state: str | None, limit: int | None, as_json: bool) -> None:
+    """List runs, newest first.
+
+    \b
+    Example:
+        harness-loop runs list --state failed
+    """
+    with open_runs(ctx) as store:
+        summaries = store.list_runs(limit=limit, state=state)
+    if as_json:
+        for summary in summaries:
+            echo_json(summary.to_dict())
+    elif summaries:
+        click.echo(render_list(summaries))
+    else:
+        click.echo("No runs.", err=True)
+
+
+@runs.command("show")
+@click.argument("run_id")
+@json_option
+@click.pass_context
+def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Show RUN_ID: each job's state, attempts, visits, result, error and tokens.
+
+    \b
+    Example:
+        harness-loop runs show run-01J0Z3V6Q4
+    """
+    with open_runs(ctx) as store:
+        stored = store.load(run_id)
+    if as_json:
+        echo_json(stored.to_dict())
+    else:
+        click.echo(render(stored, detailed=True))
+
+
+@runs.command("events")
+@click.argument("run_id")
+@click.option("--after", type=int, default=0, help="Only events after this sequence number.")
+@json_option
+@click.pass_context
+def runs_events(ctx: click.Context, run_id: str, after: int, as_json: bool) -> None:
+    """Print RUN_ID's append-only event log, oldest first.
+
+    \b
+    Example:
+        harness-loop runs events run-01J0Z3V6Q4 --after 40
+    """
+    with open_runs(ctx) as store:
+        events = store.events(run_id, after=after)
+    if as_json:
+        for event in events:
+            echo_json(event.to_dict())
+    elif events:
+        click.echo(render_events(events))

@@ -23,7 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .models import Message, ToolCall, canonical_json
+from .chat import Message, ToolCall, canonical_json
 from .spill import ToolResult
 
 __all__ = [

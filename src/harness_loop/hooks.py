@@ -29,7 +29,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .models import ModelOutput, ModelRequest, ToolCall
+    from .chat import ModelOutput, ModelRequest, ToolCall
     from .spill import ToolResult
 
 __all__ = ["Deny", "Event", "Hook", "HookBus", "HookEvent"]

@@ -44,6 +44,7 @@ import anyio.lowlevel
 
 from harness_mem.errors import ModelError
 
+from .chat import Message, Model, ModelOutput, ModelRequest, Role, ToolCall, Usage
 from .guards import (
     Acceptance,
     AcceptanceProbe,
@@ -57,7 +58,6 @@ from .guards import (
     Verdict,
 )
 from .hooks import Deny, Event, HookBus, HookEvent
-from .models import Message, Model, ModelOutput, ModelRequest, Role, ToolCall, Usage
 from .spill import ToolResult, shape_result
 from .tools import Tool, ToolArgumentError, ToolContext, ToolRegistry, UnknownToolError
 

@@ -16,7 +16,7 @@ query, their blocks replaced (never stacked into the history):
   the task, numbered. By default it recalls *curated* memory only (kinds ``note``, ``fact``,
   ``summary``): transcript turns are raw (a repeated task would otherwise find its own earlier user
   turn first, then tool echoes) and episodes have a block of their own. ``kind=None`` recalls all.
-- harness_mem's :class:`~harness_mem.experience.ExperienceGuide` -- the ``[experience-recall]``
+- harness_mem's :class:`~harness_mem.experience.store.ExperienceGuide` -- the ``[experience-recall]``
   block of past episodes like this task, successes first. It already *is* a loop
   :class:`~harness_loop.loop.Guide` (``render(query) -> str``), so no adapter is needed.
 
@@ -28,7 +28,7 @@ recall without a model, say) fails the run at its first model call instead of si
 without memory. :class:`MemoryGuide` checks its ``mode`` when it is built, earlier still.
 
 **Capture** follows harness_mem's transcript contract: the hooks only *enqueue* on a
-:class:`~harness_mem.transcript.TranscriptRecorder` -- the task as the ``user`` turn (SessionStart),
+:class:`~harness_mem.experience.transcript.TranscriptRecorder` -- the task as the ``user`` turn (SessionStart),
 each model turn as ``assistant`` (PostModel; a turn that only calls tools is blank and skipped),
 each tool result as ``tool`` under its tool's name (PostToolUse, the shaped result the model saw).
 The final answer's turn is held back until the run ends so that it can carry the run's result
@@ -44,7 +44,7 @@ leaving ``with attach_memory(...)``, whichever comes first. A write that fails i
 :attr:`MemoryWiring.last_error`, never raised: the caller must not lose the outcome to a memory write.
 
 **The episode** is recorded at SessionEnd too: situation = the task, tools = the tools that ran (fed
-to the :class:`~harness_mem.experience.ExperienceRecorder`'s trace at PostToolUse, so a denied call,
+to the :class:`~harness_mem.experience.store.ExperienceRecorder`'s trace at PostToolUse, so a denied call,
 which never ran, is not counted), outcome = the final text, success = :func:`run_success` -- True
 only when the acceptance verdict passed, False for Unverified, Stuck and BudgetExhausted, None when
 unknown (Cancelled). Its id is the one consolidation derives from the session
@@ -61,10 +61,15 @@ from types import TracebackType
 from typing import Any, Literal, cast
 
 from harness_mem import Episode, ExperienceStore, Hit, Memory, MemoryStore
-from harness_mem.consolidate import episode_id_for
 from harness_mem.errors import DuplicateIdError
-from harness_mem.experience import ExperienceGuide, ExperienceRecorder, StoredEpisode
-from harness_mem.transcript import DEFAULT_MAX_CHARS, TranscriptRecorder, TranscriptStats, truncate_turn
+from harness_mem.experience.consolidate import episode_id_for
+from harness_mem.experience.store import ExperienceGuide, ExperienceRecorder, StoredEpisode
+from harness_mem.experience.transcript import (
+    DEFAULT_MAX_CHARS,
+    TranscriptRecorder,
+    TranscriptStats,
+    truncate_turn,
+)
 
 from .hooks import Event, HookEvent
 from .loop import AgentLoop, BudgetExhausted, Done, Guide, Outcome, Stuck, Unverified

@@ -7,7 +7,7 @@ but capped (``retry_after_max``) so a server cannot park the caller for minutes.
 retried by default: a model too slow once is usually too slow again.
 
 The transport policy (retries, backoff, ``Retry-After``, error mapping) and the typed errors live in
-:mod:`harness_mem.openai_text` and are imported from there — the dependency runs one way, loop to
+:mod:`harness_mem.providers.openai` and are imported from there — the dependency runs one way, loop to
 mem. :class:`OpenAITextModel` is harness_mem's synchronous text model, with this package's option
 names in its error messages::
 
@@ -30,9 +30,9 @@ from typing import Any, ClassVar
 import anyio
 import httpx
 
-from harness_mem import openai_text
+from harness_mem import providers
 from harness_mem.errors import ModelError
-from harness_mem.openai_text import (
+from harness_mem.providers.openai import (
     RETRY_STATUSES,
     ChatEndpoint,
     Hints,
@@ -43,7 +43,7 @@ from harness_mem.openai_text import (
     ModelTimeoutError,
 )
 
-from .models import Message, ModelOutput, ModelRequest, Role, StopReason, ToolCall, Usage, scripted_call_id
+from .chat import Message, ModelOutput, ModelRequest, Role, StopReason, ToolCall, Usage, scripted_call_id
 
 __all__ = [
     "LOOP_HINTS",
@@ -175,7 +175,7 @@ class _Settings(ChatEndpoint):
 
 
 class OpenAIChatModel:
-    """An async :class:`~harness_loop.models.Model` over an OpenAI-compatible chat-completions API.
+    """An async :class:`~harness_loop.chat.Model` over an OpenAI-compatible chat-completions API.
 
     :param base_url: e.g. ``http://127.0.0.1:8000/v1``.
     :param model: the model name the server expects.
@@ -251,10 +251,10 @@ class OpenAIChatModel:
         await self.aclose()
 
 
-class OpenAITextModel(openai_text.OpenAITextModel):
+class OpenAITextModel(providers.OpenAITextModel):
     """harness_mem's synchronous text model (``complete(prompt, *, max_tokens, json)``), as the loop
     configures it: error messages name ``--base-url`` and ``HARNESS_LOOP_*``, and :meth:`from_env`
-    reads those variables. Everything else is :class:`harness_mem.openai_text.OpenAITextModel`.
+    reads those variables. Everything else is :class:`harness_mem.providers.openai.OpenAITextModel`.
     """
 
     default_hints: ClassVar[Hints] = LOOP_HINTS

@@ -44,9 +44,9 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from harness_loop.runstore import LEASE_MS, InMemoryRunStore, NewEvent, RunStoreLike, lease_owner
 from harness_mem.errors import InvalidInputError
 from harness_mem.models import new_id
-from harness_mem.runs import LEASE_MS, InMemoryRunStore, NewEvent, RunStoreLike, lease_owner
 
 from .dag import Dag
 from .errors import DagError, OrchestratorError
@@ -95,7 +95,7 @@ class Orchestrator:
     """Runs DAGs of jobs with a concurrency limit, retries, routers, replanning and a token budget.
 
     :param runner: a :class:`JobRunner`, or an async function ``(job, upstream) -> JobResult``.
-    :param store: where runs live; a :class:`harness_mem.runs.RunStore` makes them survive a crash.
+    :param store: where runs live; a :class:`harness_loop.runstore.RunStore` makes them survive a crash.
         Defaults to an in-memory store.
     :param planner: asked for more jobs whenever the run goes idle (at most ``max_replans`` times).
     :param concurrency: jobs running at once (a job waiting out its backoff does not count).

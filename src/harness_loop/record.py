@@ -37,10 +37,10 @@ import anyio
 
 from harness_mem.errors import InvalidInputError, ModelError
 
+from .chat import Model, ModelOutput, ModelRequest, ToolCall, ToolSpec, canonical_json
 from .guards import AcceptanceProbe, Verdict
 from .hooks import Deny, Event, HookBus, HookEvent
 from .loop import AgentLoop, LoopConfig, Outcome, Recorder
-from .models import Model, ModelOutput, ModelRequest, ToolCall, ToolSpec, canonical_json
 from .spill import ToolResult
 from .tools import ToolRegistry
 

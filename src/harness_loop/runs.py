@@ -1,7 +1,7 @@
 """`Run` — a goal, its DAG, a token budget and where it stands — and the report a run ends with.
 
 A run is the whole persisted record of an orchestration: the run row plus its job rows in
-:mod:`harness_mem.runs`. This module converts between the domain types (``Job``, ``Run``) and
+:mod:`harness_loop.runstore`. This module converts between the domain types (``Job``, ``Run``) and
 those plain row records; the orchestrator never writes SQL and the store never schedules.
 """
 
@@ -12,7 +12,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
-from harness_mem.runs import JobRecord, RunRecord, StoredRun, render
+from harness_loop.runstore import JobRecord, RunRecord, StoredRun, render
 
 from .dag import Dag
 from .job import Job, JobId, JobResult, JobState, RetryPolicy

@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 
+from .chat import Message, Model
 from .guards import Acceptance
 from .hooks import Event, HookBus, HookEvent
 from .loop import (
@@ -36,7 +37,6 @@ from .loop import (
     Stuck,
     Unverified,
 )
-from .models import Message, Model
 from .tools import Tool, tool
 
 __all__ = ["SubagentResult", "SubagentSpec", "SubagentStatus", "run_subagent", "subagent_tool"]

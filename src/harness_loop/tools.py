@@ -24,7 +24,7 @@ from typing import Any, Literal, overload
 
 from harness_mem.errors import InvalidInputError, NotFoundError
 
-from .models import ToolSpec
+from .chat import ToolSpec
 
 __all__ = [
     "Tool",

@@ -10,8 +10,6 @@
 """
 
 from .aio import AsyncMemoryStore
-from .embeddings import MiniLMEmbedder
-from .episode import Episode
 from .errors import (
     BlockedError,
     DuplicateIdError,
@@ -23,14 +21,16 @@ from .errors import (
     StorageError,
     WriteRefusedError,
 )
-from .experience import ExperienceStore
-from .guarded import GuardedMemory, RedactingMemory
+from .experience.episode import Episode
+from .experience.skills import Skill
+from .experience.store import ExperienceStore
 from .models import Entry, Hit
 from .protocols import Embedder, Memory
-from .redact import Action, Policy, Redactor
-from .skills import Skill
+from .providers.embeddings import MiniLMEmbedder
+from .providers.textmodel import TextModel
+from .redaction.guarded import GuardedMemory, RedactingMemory
+from .redaction.redactor import Action, Policy, Redactor
 from .store import MemoryStore
-from .textmodel import TextModel
 
 __all__ = [
     "Action",

@@ -27,9 +27,9 @@ from .models import Entry, Hit, dumps, format_time
 from .store import MemoryStore
 
 if TYPE_CHECKING:
-    from .episode import Episode
-    from .experience import ExperienceStore
-    from .openai_text import OpenAITextModel
+    from .experience.episode import Episode
+    from .experience.store import ExperienceStore
+    from .providers.openai import OpenAITextModel
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 # Imports shorter than this finish before a progress bar would be worth drawing.
@@ -483,7 +483,7 @@ def redact(text: str | None, policy: str, as_json: bool) -> None:
         harness-mem redact "mail me at ada@example.com"
         cat transcript.txt | harness-mem redact > clean.txt
     """
-    from .redact import Redactor
+    from .redaction.redactor import Redactor
 
     source = text if text is not None else _read_stdin_text()
     result = (Redactor.hygiene() if policy == "hygiene" else Redactor.default()).scrub(source)
@@ -519,91 +519,6 @@ def reindex(ctx: click.Context, quiet: bool) -> None:
         f" {report['vectors_written']} vectors written, {report['vectors_dropped']} stale vectors dropped",
         err=True,
     )
-
-
-@cli.group()
-def runs() -> None:
-    """Orchestrator runs kept in this file: their jobs, states and event log."""
-
-
-@contextmanager
-def open_runs(ctx: click.Context) -> Iterator[Any]:
-    from .runs import RunStore
-
-    store = RunStore.open(ctx.obj["db"], namespace=ctx.obj["namespace"])
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-@runs.command("list")
-@click.option("--state", help="Only runs in this state (completed, failed, executing, …).")
-@click.option("--limit", "-n", type=click.IntRange(min=1), help="At most this many, newest first.")
-@json_option
-@click.pass_context
-def runs_list(ctx: click.Context, state: str | None, limit: int | None, as_json: bool) -> None:
-    """List runs, newest first.
-
-    \b
-    Example:
-        harness-mem runs list --state failed
-    """
-    from .runs import render_list
-
-    with open_runs(ctx) as store:
-        summaries = store.list_runs(limit=limit, state=state)
-    if as_json:
-        for summary in summaries:
-            echo_json(summary.to_dict())
-    elif summaries:
-        click.echo(render_list(summaries))
-    else:
-        click.echo("No runs.", err=True)
-
-
-@runs.command("show")
-@click.argument("run_id")
-@json_option
-@click.pass_context
-def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
-    """Show RUN_ID: each job's state, attempts, visits, result, error and tokens.
-
-    \b
-    Example:
-        harness-mem runs show run-01J0Z3V6Q4
-    """
-    from .runs import render
-
-    with open_runs(ctx) as store:
-        stored = store.load(run_id)
-    if as_json:
-        echo_json(stored.to_dict())
-    else:
-        click.echo(render(stored, detailed=True))
-
-
-@runs.command("events")
-@click.argument("run_id")
-@click.option("--after", type=int, default=0, help="Only events after this sequence number.")
-@json_option
-@click.pass_context
-def runs_events(ctx: click.Context, run_id: str, after: int, as_json: bool) -> None:
-    """Print RUN_ID's append-only event log, oldest first.
-
-    \b
-    Example:
-        harness-mem runs events run-01J0Z3V6Q4 --after 40
-    """
-    from .runs import render_events
-
-    with open_runs(ctx) as store:
-        events = store.events(run_id, after=after)
-    if as_json:
-        for event in events:
-            echo_json(event.to_dict())
-    elif events:
-        click.echo(render_events(events))
 
 
 @cli.command("eval")
@@ -649,7 +564,9 @@ class _ModelSettings:
     timeout: float | None
 
     def model(self, *, required: bool) -> OpenAITextModel | None:
-        from .openai_text import configured_text_model  # httpx is only worth importing when a model is used
+        from .providers.openai import (
+            configured_text_model,  # httpx is only worth importing when a model is used
+        )
 
         return configured_text_model(self.url, self.name, api_key=self.api_key, timeout=self.timeout,
                                      required=required)
@@ -678,7 +595,7 @@ def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _experience(store: MemoryStore) -> ExperienceStore:
-    from .experience import ExperienceStore  # YAML and the skill rules: only experience commands pay
+    from .experience.store import ExperienceStore  # YAML and the skill rules: only experience commands pay
 
     return ExperienceStore(store)
 
@@ -923,7 +840,7 @@ def skills_distill(ctx: click.Context, episode_id: str, save: bool, model_settin
     Example:
         harness-mem skills distill session:s-42 --save --model-url http://127.0.0.1:8000/v1 --model qwen3
     """
-    from .distill import Draft, distill_episode
+    from .experience.distill import Draft, distill_episode
 
     model = model_settings.model(required=True)
     assert model is not None
@@ -960,7 +877,7 @@ def skills_revise(ctx: click.Context, name: str, episode_id: str, complaint: str
     Example:
         harness-mem skills revise deploy-static-site session:s-43 --complaint "forgot the cache purge" --save
     """
-    from .distill import Revision, revise_skill
+    from .experience.distill import Revision, revise_skill
 
     model = model_settings.model(required=True)
     assert model is not None
@@ -1000,7 +917,7 @@ def consolidate(ctx: click.Context, session: str | None, since: str | None, idle
         harness-mem consolidate --idle 10m
         harness-mem consolidate --session s-42 --model-url http://127.0.0.1:8000/v1 --model qwen3
     """
-    from .consolidate import consolidate as run_consolidation
+    from .experience.consolidate import consolidate as run_consolidation
 
     model = model_settings.model(required=False)
     idle_value: float | str = float(idle) if _is_number(idle) else idle

@@ -28,7 +28,7 @@ from typing import IO, Any
 
 from .errors import BlockedError, InvalidInputError, StorageError
 from .models import dumps
-from .redact import Redactor
+from .redaction.redactor import Redactor
 from .rows import Row, prepare_row
 from .store import BULK_BATCH_SIZE, MAX_BATCH_CHARS, MemoryStore, OnConflict
 

@@ -23,7 +23,6 @@ import numpy.typing as npt
 
 from . import fusion, keyword, migrations
 from .db import Connection, connect, default_path, driver, sqlite_version, write_transaction
-from .embeddings import INSTALL_HINT, default_embedder
 from .errors import (
     BlockedError,
     DuplicateIdError,
@@ -36,7 +35,8 @@ from .errors import (
 from .filters import Filters, make_filters
 from .models import Entry, Hit, now_ms
 from .protocols import Embedder
-from .redact import Redactor
+from .providers.embeddings import INSTALL_HINT, default_embedder
+from .redaction.redactor import Redactor
 from .rows import COLUMNS, PLACEHOLDERS, Row, entry_from_row, prepare_row
 from .vectors import VectorIndex, bump_generation, embedding_text, has_vector_table, missing_vectors
 

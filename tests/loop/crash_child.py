@@ -21,7 +21,7 @@ import anyio
 
 from harness_loop.job import Job, JobResult
 from harness_loop.orchestrator import Orchestrator
-from harness_mem.runs import RunStore
+from harness_loop.runstore import RunStore
 
 LAYERS, WIDTH = 5, 4
 JOB_DELAY_S = 0.05

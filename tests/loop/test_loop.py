@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
+from harness_loop.chat import ModelOutput, ModelRequest, Role, ScriptedModel, ToolCall
 from harness_loop.guards import FilesExist, MonotonyPolicy, NonEmptyAnswer, StuckPolicy
 from harness_loop.hooks import Deny, Event, HookBus, HookEvent
 from harness_loop.loop import (
@@ -21,7 +22,6 @@ from harness_loop.loop import (
     Stuck,
     Unverified,
 )
-from harness_loop.models import ModelOutput, ModelRequest, Role, ScriptedModel, ToolCall
 from harness_loop.tools import tool
 
 pytestmark = pytest.mark.anyio

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from harness_loop.chat import ModelOutput, Role, ScriptedModel, ToolCall
 from harness_loop.guards import FilesExist
 from harness_loop.hooks import Event, HookBus, HookEvent
 from harness_loop.loop import AgentLoop, Done
-from harness_loop.models import ModelOutput, Role, ScriptedModel, ToolCall
 from harness_loop.subagent import SubagentSpec, SubagentStatus, run_subagent, subagent_tool
 from harness_loop.tools import tool
 

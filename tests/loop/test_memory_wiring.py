@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+from harness_loop.chat import ModelOutput, ModelRequest, ScriptedModel, ToolCall
 from harness_loop.guards import FilesExist
 from harness_loop.hooks import Deny, Event, HookEvent
 from harness_loop.loop import (
@@ -32,13 +33,12 @@ from harness_loop.memory import (
     format_memory_block,
     run_success,
 )
-from harness_loop.models import ModelOutput, ModelRequest, ScriptedModel, ToolCall
 from harness_loop.tools import tool
 from harness_mem import Entry, Episode, ExperienceStore, MemoryStore
-from harness_mem.consolidate import consolidate
 from harness_mem.db import connect
 from harness_mem.errors import EmbedderError, ModelError
-from harness_mem.experience import GUIDE_HEADER, ExperienceGuide, ExperienceRecorder
+from harness_mem.experience.consolidate import consolidate
+from harness_mem.experience.store import GUIDE_HEADER, ExperienceGuide, ExperienceRecorder
 
 pytestmark = pytest.mark.anyio
 

@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 from fake_openai import FakeServer
 
+from harness_loop.chat import Message, ModelRequest, Role, StopReason, ToolCall, ToolSpec
 from harness_loop.cli import main
 from harness_loop.loop import AgentLoop, Done
-from harness_loop.models import Message, ModelRequest, Role, StopReason, ToolCall, ToolSpec
 from harness_loop.openai_client import (
     ModelConnectionError,
     ModelResponseError,
@@ -187,7 +187,7 @@ async def test_connection_refused_is_a_connection_error() -> None:
 
 
 def test_sync_text_model_for_harness_mem(fake: FakeServer) -> None:
-    from harness_mem.textmodel import TextModel
+    from harness_mem.providers.textmodel import TextModel
 
     fake.script({"status": 500, "body": {}}, completion('{"facts": []}'))
     with OpenAITextModel(fake.url, "test-model", backoff_base=0.01, system="You distil.") as tm:

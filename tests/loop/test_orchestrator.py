@@ -20,8 +20,8 @@ from harness_loop.orchestrator import Orchestrator
 from harness_loop.planner import StaticPlanner
 from harness_loop.route import Next
 from harness_loop.runs import RunReport, RunState
+from harness_loop.runstore import InMemoryRunStore, RunStore, StoredRun
 from harness_mem.errors import DuplicateIdError, NotFoundError
-from harness_mem.runs import InMemoryRunStore, RunStore, StoredRun
 
 pytestmark = pytest.mark.anyio
 

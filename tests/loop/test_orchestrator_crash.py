@@ -22,7 +22,7 @@ from types import ModuleType
 
 import pytest
 
-from harness_mem.runs import RunStore
+from harness_loop.runstore import RunStore
 
 CHILD = Path(__file__).with_name("crash_child.py")
 HANG = ("j21", "j32")  # j32 does not depend on j21, so both end up running at once

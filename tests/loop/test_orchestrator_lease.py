@@ -15,8 +15,8 @@ from harness_loop.errors import OrchestratorError
 from harness_loop.job import Job, JobResult
 from harness_loop.orchestrator import Orchestrator
 from harness_loop.runs import RunState
+from harness_loop.runstore import InMemoryRunStore, RunRecord, RunStore, RunStoreLike
 from harness_mem.db import connect, write_transaction
-from harness_mem.runs import InMemoryRunStore, RunRecord, RunStore, RunStoreLike
 
 pytestmark = pytest.mark.anyio
 

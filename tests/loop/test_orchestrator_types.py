@@ -9,8 +9,8 @@ from harness_loop.errors import DagError
 from harness_loop.job import Backoff, Job, JobResult, JobState, RetryPolicy, job_prompt
 from harness_loop.route import Continue, Goto, Next, Stop
 from harness_loop.runs import RunBudget, RunState, job_from_record, job_to_record
+from harness_loop.runstore import JOB_STATES, RUN_STATES
 from harness_mem.errors import HarnessMemError, InvalidInputError
-from harness_mem.runs import JOB_STATES, RUN_STATES
 
 
 def test_job_states_keep_the_seed_names_and_labels() -> None:

@@ -10,10 +10,10 @@ import anyio
 import pytest
 from click.testing import CliRunner
 
+from harness_loop.chat import ModelOutput, ScriptedModel, ToolCall
 from harness_loop.cli import main
 from harness_loop.hooks import Deny, Event, HookBus
 from harness_loop.loop import AgentLoop, BudgetExhausted, Cancelled, Done, LoopConfig, Outcome, Stuck
-from harness_loop.models import ModelOutput, ScriptedModel, ToolCall
 from harness_loop.record import (
     RecordingError,
     SessionRecorder,

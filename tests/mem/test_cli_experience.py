@@ -16,10 +16,10 @@ from click.testing import CliRunner, Result
 from fake_openai import FakeServer
 
 from harness_mem.cli import cli
-from harness_mem.experience import ExperienceStore
-from harness_mem.skills import Skill
+from harness_mem.experience.skills import Skill
+from harness_mem.experience.store import ExperienceStore
+from harness_mem.experience.transcript import TranscriptRecorder
 from harness_mem.store import MemoryStore
-from harness_mem.transcript import TranscriptRecorder
 
 SITUATION = "Deploy the marketing site to production and check that it is live"
 SKILL = Skill(
@@ -206,7 +206,7 @@ def test_skills_distill_and_revise_through_the_loopback_server(db_path: Path, fa
 
     # A failed run that followed the skill: revise it.
     with MemoryStore(db_path, embedder=None) as store:
-        from harness_mem.episode import Episode
+        from harness_mem.experience.episode import Episode
 
         ExperienceStore(store).record(Episode(SITUATION, "the cache served the old site", tools=["shell"],
                                               skills=["deploy-static-site"], success=False), id="failed-run")

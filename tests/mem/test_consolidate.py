@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -9,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from harness_mem import consolidate as consolidation
-from harness_mem.consolidate import (
+from harness_mem.errors import ModelError
+from harness_mem.experience.consolidate import (
     CONSOLIDATION_SOURCE,
     MAX_FACTS,
     Turn,
@@ -21,13 +22,15 @@ from harness_mem.consolidate import (
     parse_facts,
     verdict,
 )
-from harness_mem.episode import Episode
-from harness_mem.errors import ModelError
-from harness_mem.experience import ExperienceStore
-from harness_mem.skills import Skill
+from harness_mem.experience.episode import Episode
+from harness_mem.experience.skills import Skill
+from harness_mem.experience.store import ExperienceStore
+from harness_mem.experience.transcript import TranscriptRecorder
+from harness_mem.providers.textmodel import ScriptedTextModel
 from harness_mem.store import MemoryStore
-from harness_mem.textmodel import ScriptedTextModel
-from harness_mem.transcript import TranscriptRecorder
+
+# The module (the package exports the function of the same name).
+consolidation = importlib.import_module("harness_mem.experience.consolidate")
 
 SITUATION = "Deploy the marketing site to production and check that it is live"
 

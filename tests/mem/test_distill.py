@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness_mem.distill import (
+from harness_mem.errors import DuplicateIdError, InvalidInputError, InvalidSkillError, ModelError
+from harness_mem.experience.distill import (
     NO_RATIONALE,
     DailyCapReached,
     Draft,
@@ -26,11 +27,10 @@ from harness_mem.distill import (
     distill_episode,
     revise_skill,
 )
-from harness_mem.episode import Episode
-from harness_mem.errors import DuplicateIdError, InvalidInputError, InvalidSkillError, ModelError
-from harness_mem.experience import ExperienceStore
-from harness_mem.skills import Ledger, Skill, lint, read_skill, utf8_len
-from harness_mem.textmodel import ScriptedTextModel
+from harness_mem.experience.episode import Episode
+from harness_mem.experience.skills import Ledger, Skill, lint, read_skill, utf8_len
+from harness_mem.experience.store import ExperienceStore
+from harness_mem.providers.textmodel import ScriptedTextModel
 
 SITUATION = "Deploy the marketing site to production with the release script and verify it is live"
 TOOLS = ["read_file", "shell", "shell", "http_get", "shell", "read_file"]
@@ -465,13 +465,13 @@ def test_a_concurrent_change_is_refused(store: object) -> None:
     ],
 )
 def test_extract_json(text: str, expected: object) -> None:
-    from harness_mem.textmodel import extract_json
+    from harness_mem.providers.textmodel import extract_json
 
     assert extract_json(text) == expected
 
 
 def test_str_list() -> None:
-    from harness_mem.textmodel import str_list
+    from harness_mem.providers.textmodel import str_list
 
     assert str_list(["a", " ", {"text": "b", "n": 1}, {"n": 2}, 3, None]) == ["a", "b", "3"]
     assert str_list("- one\n* two\n• three\n\n  four  ") == ["one", "two", "three", "four"]
@@ -479,7 +479,7 @@ def test_str_list() -> None:
 
 
 def test_scripted_model_records_and_runs_dry() -> None:
-    from harness_mem.textmodel import TextModel
+    from harness_mem.providers.textmodel import TextModel
 
     model = ScriptedTextModel(["one"])
     model.push(ValueError("boom"))

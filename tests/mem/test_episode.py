@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness_mem.episode import Episode, SkillUseTrace, ToolTrace
 from harness_mem.errors import InvalidInputError
+from harness_mem.experience.episode import Episode, SkillUseTrace, ToolTrace
 
 LEGACY = (
     "Situation: user asked to deploy the site\n"

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from harness_mem.db import write_transaction
-from harness_mem.episode import Episode
 from harness_mem.errors import DuplicateIdError, InvalidInputError, NotFoundError
-from harness_mem.experience import (
+from harness_mem.experience.episode import Episode
+from harness_mem.experience.skills import Ledger, Skill, write_skill_md
+from harness_mem.experience.store import (
     GUIDE_HEADER,
     RESULT_WEIGHTS,
     ExperienceGuide,
@@ -19,7 +20,6 @@ from harness_mem.experience import (
     format_guide,
 )
 from harness_mem.models import from_ms, to_ms
-from harness_mem.skills import Ledger, Skill, write_skill_md
 from harness_mem.store import MemoryStore
 
 

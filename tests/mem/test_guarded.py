@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness_mem.errors import BlockedError, InvalidInputError, WriteRefusedError
-from harness_mem.guarded import GuardedMemory, RedactingMemory, jaccard, similarity_tokens
 from harness_mem.models import Entry, Hit
 from harness_mem.protocols import Memory
-from harness_mem.redact import Action, Redactor, luhn_ok
+from harness_mem.redaction.guarded import GuardedMemory, RedactingMemory, jaccard, similarity_tokens
+from harness_mem.redaction.redactor import Action, Redactor, luhn_ok
 
 SECRET = b"test-secret"
 

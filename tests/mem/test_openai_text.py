@@ -15,7 +15,7 @@ import pytest
 from fake_openai import FakeServer
 
 from harness_mem.errors import HarnessMemError, ModelError
-from harness_mem.openai_text import (
+from harness_mem.providers.openai import (
     NO_MODEL_MESSAGE,
     ModelConnectionError,
     ModelResponseError,
@@ -24,7 +24,7 @@ from harness_mem.openai_text import (
     OpenAITextModel,
     configured_text_model,
 )
-from harness_mem.textmodel import TextModel
+from harness_mem.providers.textmodel import TextModel
 
 
 def reply(content: str | None) -> dict[str, Any]:
@@ -164,7 +164,7 @@ def test_configuration_from_options_and_environment() -> None:
 
 def test_harness_loop_reuses_it_and_harness_mem_never_imports_harness_loop() -> None:
     from harness_loop import openai_client
-    from harness_mem import openai_text
+    from harness_mem.providers import openai as openai_text
 
     assert issubclass(openai_client.OpenAITextModel, openai_text.OpenAITextModel)
     for name in ("ModelAPIError", "ModelConnectionError", "ModelStatusError", "ModelTimeoutError",
@@ -177,7 +177,7 @@ def test_harness_loop_reuses_it_and_harness_mem_never_imports_harness_loop() -> 
 
     code = (
         "import sys\n"
-        "import harness_mem.cli, harness_mem.consolidate, harness_mem.openai_text, harness_mem.transcript\n"
+        "import harness_mem.cli, harness_mem.experience.consolidate, harness_mem.providers.openai, harness_mem.experience.transcript\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'harness_loop')\n"
         "assert not loaded, loaded\n"
     )

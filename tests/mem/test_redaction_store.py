@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from harness_mem.cli import cli
 from harness_mem.errors import WriteRefusedError
-from harness_mem.redact import Redactor
+from harness_mem.redaction.redactor import Redactor
 from harness_mem.store import MemoryStore
 
 
@@ -176,7 +176,7 @@ def test_false_positives_stay_untouched_through_the_store(store: MemoryStore, te
 @given(values=st.lists(PII, min_size=1, max_size=4, unique=True), before=FILLER)
 def test_transcript_capture_never_stores_raw_pii(tmp_path_factory: pytest.TempPathFactory, values: list[str],
                                                  before: str) -> None:
-    from harness_mem.transcript import TranscriptRecorder
+    from harness_mem.experience.transcript import TranscriptRecorder
 
     db = tmp_path_factory.mktemp("transcript") / "memory.db"
     with MemoryStore(db, embedder=None) as store:

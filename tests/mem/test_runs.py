@@ -7,10 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_mem.db import connect, driver, write_transaction
-from harness_mem.errors import DuplicateIdError, InvalidInputError, NotFoundError
-from harness_mem.migrations import migrate
-from harness_mem.runs import (
+from harness_loop.runstore import (
     InMemoryRunStore,
     JobRecord,
     NewEvent,
@@ -23,6 +20,9 @@ from harness_mem.runs import (
     render_events,
     render_list,
 )
+from harness_mem.db import connect, driver, write_transaction
+from harness_mem.errors import DuplicateIdError, InvalidInputError, NotFoundError
+from harness_mem.migrations import migrate
 
 
 @pytest.fixture(params=["sqlite", "memory"])

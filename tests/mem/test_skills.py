@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness_mem import skills as skills_mod
 from harness_mem.errors import InvalidSkillError
-from harness_mem.skills import (
+from harness_mem.experience import skills as skills_mod
+from harness_mem.experience.skills import (
     MAX_DESCRIPTION_BYTES,
     Ledger,
     Skill,

@@ -13,15 +13,15 @@ import anyio
 import pytest
 
 from harness_mem.errors import InvalidInputError, StorageError
-from harness_mem.models import Entry, Hit
-from harness_mem.store import MemoryStore
-from harness_mem.transcript import (
+from harness_mem.experience.transcript import (
     DEFAULT_MAX_CHARS,
     TRANSCRIPT_SOURCE,
     TranscriptRecorder,
     tool_turn_text,
     truncate_turn,
 )
+from harness_mem.models import Entry, Hit
+from harness_mem.store import MemoryStore
 
 pytestmark = pytest.mark.anyio
 
@@ -337,7 +337,7 @@ async def test_a_plain_memory_gets_one_add_per_turn(store: MemoryStore) -> None:
 async def test_a_failing_write_is_counted_and_logged_never_raised(caplog: pytest.LogCaptureFixture) -> None:
     memory = SpyMemory()
     memory.fail = StorageError("disk full")
-    with caplog.at_level(logging.WARNING, logger="harness_mem.transcript"):
+    with caplog.at_level(logging.WARNING, logger="harness_mem.experience.transcript"):
         async with TranscriptRecorder(memory, session="s") as rec:  # type: ignore[arg-type]
             rec.note_user("lost")
             rec.note_user("also lost")

@@ -37,15 +37,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from .db import write_transaction
+from ..db import write_transaction
+from ..errors import DuplicateIdError, InvalidInputError, InvalidSkillError, NotFoundError, StorageError
+from ..models import dumps, format_time, from_ms, new_id, now_ms, to_ms
 from .episode import Episode, SkillUseTrace, ToolTrace
-from .errors import DuplicateIdError, InvalidInputError, InvalidSkillError, NotFoundError, StorageError
-from .models import dumps, format_time, from_ms, new_id, now_ms, to_ms
 from .skills import Skill, check_skill, scan_skills_dir, write_skill_md
 
 if TYPE_CHECKING:
-    from .models import Hit
-    from .store import MemoryStore
+    from ..models import Hit
+    from ..store import MemoryStore
 
 EXPERIENCE_TAG = "experience"
 EXPERIENCE_SOURCE = "experience"

@@ -26,10 +26,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
-from .db import Connection, connect, driver, write_transaction
-from .errors import DuplicateIdError, InvalidInputError, NotFoundError
-from .migrations import migrate
-from .models import dumps, format_time, from_ms, now_ms
+from harness_mem.db import Connection, connect, driver, write_transaction
+from harness_mem.errors import DuplicateIdError, InvalidInputError, NotFoundError
+from harness_mem.migrations import migrate
+from harness_mem.models import dumps, format_time, from_ms, now_ms
 
 # Stored (serde) names. `label()` gives the display form: "dead_lettered" -> "dead-lettered".
 RUN_STATES: tuple[str, ...] = (

@@ -1,4 +1,4 @@
-"""`harness-mem runs …` over runs written by the real orchestrator."""
+"""`harness-loop runs …` over runs written by the real orchestrator."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from harness_loop import Job, JobResult, Orchestrator
-from harness_mem.cli import cli
-from harness_mem.runs import RunStore
+from harness_loop.cli import main as cli
+from harness_loop.runstore import RunStore
 
 
 def _run_a_dag(db: Path) -> str:
@@ -31,7 +31,7 @@ def _run_a_dag(db: Path) -> str:
 
 
 def invoke(db: Path, *args: str) -> object:
-    return CliRunner().invoke(cli, ["--db", str(db), "--embedder", "none", *args], catch_exceptions=False)
+    return CliRunner().invoke(cli, [args[0], "--db", str(db), *args[1:]], catch_exceptions=False)
 
 
 def test_runs_list_show_and_events(db_path: Path) -> None:

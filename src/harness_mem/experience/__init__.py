@@ -1,0 +1,61 @@
+"""Experience: what agents did and learned, kept beside their memories in the same file.
+
+- :class:`Episode` — situation → tools used → outcome, in a fixed text format (``episode``);
+- :class:`ExperienceStore` — episodes and skills as rows, recall of similar episodes (``store``);
+- :class:`TranscriptRecorder` — turns captured as they happen, written in the background (``transcript``);
+- :func:`consolidate` — raw sessions turned into episodes (and facts) offline (``consolidate``);
+- :class:`Skill` and the SKILL.md rules (``skills``); :class:`SkillDistiller` and
+  :class:`SkillReviser` draft and fix skills with a text model (``distill``).
+"""
+
+from .consolidate import ConsolidationReport, consolidate, episode_id_for
+from .distill import Draft, Revision, SkillDistiller, SkillReviser, distill_episode, revise_skill
+from .episode import Episode, SkillUseTrace, ToolTrace
+from .skills import Skill, check_skill, read_skill, scan_skills_dir, write_skill_md
+from .store import (
+    EXPERIENCE_SOURCE,
+    ExperienceGuide,
+    ExperienceRecorder,
+    ExperienceStore,
+    ImportReport,
+    RecalledEpisode,
+    SkillRecord,
+    SkillVersion,
+    StoredEpisode,
+    episode_tags,
+)
+from .transcript import DEFAULT_MAX_CHARS, TranscriptRecorder, TranscriptStats, truncate_turn
+
+__all__ = [
+    "DEFAULT_MAX_CHARS",
+    "EXPERIENCE_SOURCE",
+    "ConsolidationReport",
+    "Draft",
+    "Episode",
+    "ExperienceGuide",
+    "ExperienceRecorder",
+    "ExperienceStore",
+    "ImportReport",
+    "RecalledEpisode",
+    "Revision",
+    "Skill",
+    "SkillDistiller",
+    "SkillRecord",
+    "SkillReviser",
+    "SkillUseTrace",
+    "SkillVersion",
+    "StoredEpisode",
+    "ToolTrace",
+    "TranscriptRecorder",
+    "TranscriptStats",
+    "check_skill",
+    "consolidate",
+    "distill_episode",
+    "episode_id_for",
+    "episode_tags",
+    "read_skill",
+    "revise_skill",
+    "scan_skills_dir",
+    "truncate_turn",
+    "write_skill_md",
+]
