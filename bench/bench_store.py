@@ -203,7 +203,7 @@ def main() -> None:
                         store.close()
                     seconds, store, _ = ours_import(Path(tmp) / "ours.db", lines)
                     ours_times.append(seconds)
-                    stored = store.conn.execute(f"SELECT {COLUMNS} FROM entries ORDER BY pk").fetchall()
+                    stored = store.db.execute(f"SELECT {COLUMNS} FROM entries ORDER BY pk").fetchall()
                 elif side == "serial":
                     seconds, serial, redacting = ours_import(Path(tmp) / "serial.db", lines, workers=0)
                     serial_times.append(seconds)
@@ -216,7 +216,7 @@ def main() -> None:
                 else:
                     if not stored:  # the raw side inserts what harness_mem stored: make it first
                         _, made, _ = ours_import(Path(tmp) / "rows.db", lines, workers=0)
-                        stored = made.conn.execute(f"SELECT {COLUMNS} FROM entries ORDER BY pk").fetchall()
+                        stored = made.db.execute(f"SELECT {COLUMNS} FROM entries ORDER BY pk").fetchall()
                         made.close()
                     with_parse, insert_only = raw_import(Path(tmp) / "raw.db", lines, stored, index_texts(stored))
                     raw_times.append(with_parse)

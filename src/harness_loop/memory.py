@@ -179,10 +179,8 @@ class MemoryGuide:
 
 
 def store_version(store: MemoryStore) -> tuple[int, int]:
-    """A token that changes whenever ``store``'s file may have changed: this connection's write count
-    and SQLite's ``data_version`` (bumped by commits from any other connection or process)."""
-    conn = store.conn
-    return conn.total_changes, conn.execute("PRAGMA data_version").fetchone()[0]
+    """A token that changes whenever ``store``'s file may have changed (see ``MemoryStore.data_version``)."""
+    return store.data_version()
 
 
 class CachedGuide:

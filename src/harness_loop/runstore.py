@@ -309,7 +309,7 @@ class RunStore:
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, namespace: str = "default") -> RunStore:
         """Open (and migrate) the file at ``path``; :meth:`close` closes it."""
-        conn = connect(path)
+        conn = connect(path).conn
         try:
             migrate(conn)
         except BaseException:

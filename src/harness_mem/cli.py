@@ -199,7 +199,7 @@ def migrate(ctx: click.Context, list_: bool) -> None:
         harness-mem migrate --list
     """
     if list_:
-        conn = connect(ctx.obj["db"])
+        conn = connect(ctx.obj["db"]).conn
         try:
             for status in migrations.status(conn):
                 click.echo(f"{'applied ' + status.applied_at if status.applied_at else 'pending':<34} {status.name}")

@@ -1,8 +1,10 @@
 """The one place connections are made.
 
 Every connection harness_mem (and harness_loop) opens comes from :func:`connect`: it picks the SQLite
-driver once per process, sets the pragmas that make several writers safe on one file, and loads
-sqlite-vec. Nothing else in the code base imports a SQLite driver.
+driver once per process, sets the pragmas that make several writers safe on one file, loads
+sqlite-vec, and hands the connection out wrapped in a sqlite-utils ``Database`` (the handle for
+introspection: tables, columns, views, rows). Hot paths use the raw connection, ``db.conn``, with
+explicit SQL. Nothing else in the code base imports a SQLite driver.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from sqlite_utils import Database
 
 from .errors import ExtensionError, StorageError
 
@@ -31,19 +35,22 @@ Connection = Any  # sqlite3.Connection of whichever driver was chosen
 def driver() -> ModuleType:
     """The DB-API module used for every connection in this process.
 
-    The standard ``sqlite3`` when it can load extensions, else ``pysqlite3``. One driver per process:
-    two SQLite libraries in one process fight over file locks.
+    ``pysqlite3`` when it is installed (sqlite-utils makes the same choice, and one process must not
+    mix two SQLite libraries: they fight over file locks), else the standard ``sqlite3`` if it can
+    load extensions.
     """
+    try:
+        import pysqlite3.dbapi2 as pysqlite3
+    except ImportError:
+        pass
+    else:
+        return pysqlite3
     if _can_load_extensions(_stdlib_sqlite3):
         return _stdlib_sqlite3
-    try:
-        import pysqlite3.dbapi2 as pysqlite3  # type: ignore[import-not-found]
-    except ImportError:
-        raise ExtensionError(
-            "this Python's sqlite3 cannot load extensions and pysqlite3 is not installed"
-            " — pip install pysqlite3-binary (or use a Python built with extension loading)"
-        ) from None
-    return pysqlite3
+    raise ExtensionError(
+        "this Python's sqlite3 cannot load extensions and pysqlite3 is not installed"
+        " — pip install pysqlite3-binary (or use a Python built with extension loading)"
+    )
 
 
 def _can_load_extensions(module: ModuleType) -> bool:
@@ -63,10 +70,10 @@ def sqlite_version() -> str:
     return str(driver().sqlite_version)
 
 
-def connect(path: str | os.PathLike[str]) -> Connection:
+def connect(path: str | os.PathLike[str]) -> Database:
     """Open ``path`` (created if missing) with WAL, a busy timeout, foreign keys and sqlite-vec.
 
-    The connection is in autocommit mode: writes go through :func:`write_transaction`.
+    The connection (``.conn``) is in autocommit mode: writes go through :func:`write_transaction`.
     """
     sqlite = driver()
     target = str(path)
@@ -90,7 +97,8 @@ def connect(path: str | os.PathLike[str]) -> Connection:
     except BaseException:
         conn.close()
         raise
-    return conn
+    # No plugins (their hooks could change the connection), and SQLite's default trigger semantics.
+    return Database(conn, recursive_triggers=False, execute_plugins=False)
 
 
 def _load_sqlite_vec(conn: Connection) -> None:

@@ -98,5 +98,5 @@ def test_a_killed_writer_leaves_a_sound_file_with_every_committed_batch(db_path:
         assert count % 20 == 0  # batches are all or nothing
         assert count >= (committed + 1) * 20  # every batch it reported as committed survived
         assert store.get(f"{committed}-19").content.startswith(f"entry {committed} 19")
-        fts_rows = store.conn.execute("SELECT count(*) FROM entries_fts").fetchone()[0]
+        fts_rows = store.db.execute("SELECT count(*) FROM entries_fts").fetchone()[0]
         assert fts_rows == count  # the index never lags the canonical rows

@@ -64,7 +64,7 @@ def deploy_run(store: MemoryStore, session: str = "s-1", *, success: bool | None
 
 def snapshot(store: MemoryStore) -> dict[str, Any]:
     """Everything consolidation may touch, comparable with ==."""
-    conn = store.conn
+    conn = store.db.conn
     return {
         "export": list(store.export()),
         "episodes": conn.execute("SELECT * FROM episodes ORDER BY pk").fetchall(),
@@ -131,7 +131,7 @@ def test_new_turns_update_the_same_episode_in_place(store: MemoryStore) -> None:
     assert new.entry_id != old.entry_id
     assert store.count(kind="episode") == 1 and experience.count() == 1  # the old text is gone
     assert experience.get_skill("deploy-static-site").source_episodes == ("session:s-1",)  # the link survives
-    assert store.conn.execute("SELECT turns FROM consolidations").fetchone()[0] == 10
+    assert store.db.execute("SELECT turns FROM consolidations").fetchone()[0] == 10
 
     record(store, "s-1", ("user", "thanks"))  # a new turn that neither answers nor judges
     consolidate(store)
@@ -193,7 +193,7 @@ def test_a_run_interrupted_between_episode_and_bookkeeping_is_repaired(
         patch.setattr(consolidation._Job, "_record", crash)
         with pytest.raises(KeyboardInterrupt):
             consolidate(store)
-    assert store.count(kind="episode") == 1 and store.conn.execute("SELECT count(*) FROM consolidations").fetchone()[0] == 0
+    assert store.count(kind="episode") == 1 and store.db.execute("SELECT count(*) FROM consolidations").fetchone()[0] == 0
     (result,) = consolidate(store).sessions
     assert result.action == "updated"
     assert store.count(kind="episode") == 1 and ExperienceStore(store).count() == 1

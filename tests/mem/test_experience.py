@@ -58,8 +58,8 @@ EXPECTED_COLUMNS = {
 
 def test_migration_creates_the_tables(store: MemoryStore) -> None:
     for table, columns in EXPECTED_COLUMNS.items():
-        assert [row[1] for row in store.conn.execute(f"PRAGMA table_info({table})")] == columns
-    fks = {(r[2], r[3], r[6]) for r in store.conn.execute("PRAGMA foreign_key_list(episodes)")}
+        assert [row[1] for row in store.db.execute(f"PRAGMA table_info({table})")] == columns
+    fks = {(r[2], r[3], r[6]) for r in store.db.execute("PRAGMA foreign_key_list(episodes)")}
     assert fks == {("entries", "namespace", "CASCADE"), ("entries", "entry_id", "CASCADE")}
 
 
@@ -76,13 +76,13 @@ def test_record_stores_an_entry_and_a_row(exp: ExperienceStore, store: MemorySto
     stored = exp.get(episode_id)
     assert stored.episode == ep  # tags included: they live in the row
     assert stored.entry_id == episode_id
-    row = store.conn.execute("SELECT tools, success, tags FROM episodes WHERE id = ?", (episode_id,)).fetchone()
+    row = store.db.execute("SELECT tools, success, tags FROM episodes WHERE id = ?", (episode_id,)).fetchone()
     assert row == ('["read_file","shell","shell"]', 1, '["release"]')
 
 
 def test_unknown_result_is_null(exp: ExperienceStore, store: MemoryStore) -> None:
     episode_id = exp.record(deploy())
-    assert store.conn.execute("SELECT success FROM episodes WHERE id = ?", (episode_id,)).fetchone() == (None,)
+    assert store.db.execute("SELECT success FROM episodes WHERE id = ?", (episode_id,)).fetchone() == (None,)
     assert exp.get(episode_id).episode.success is None
 
 
@@ -101,12 +101,12 @@ def test_the_row_is_what_the_store_kept(exp: ExperienceStore, store: MemoryStore
     monkeypatch.setattr(store, "add", redacting_add)
     episode_id = exp.record(deploy(outcome="mailed ops@example.com"))
     assert exp.get(episode_id).episode.outcome == "mailed <EMAIL>"
-    assert "example.com" not in str(store.conn.execute("SELECT outcome FROM episodes").fetchall())
+    assert "example.com" not in str(store.db.execute("SELECT outcome FROM episodes").fetchall())
 
 
 def test_a_failed_row_write_removes_the_entry(exp: ExperienceStore, store: MemoryStore) -> None:
-    with write_transaction(store.conn):
-        store.conn.execute(
+    with write_transaction(store.db.conn):
+        store.db.execute(
             "INSERT INTO episodes (id, namespace, situation, outcome, created_at) VALUES ('x', 'default', 's', 'o', 0)"
         )
     with pytest.raises(Exception, match="UNIQUE"):
@@ -146,7 +146,7 @@ def test_list_filters(exp: ExperienceStore) -> None:
 
 def test_expired_entries_hide_their_episodes(exp: ExperienceStore, store: MemoryStore) -> None:
     episode_id = exp.record(deploy())
-    store.conn.execute("UPDATE entries SET expires_at = 1 WHERE id = ?", (episode_id,))
+    store.db.execute("UPDATE entries SET expires_at = 1 WHERE id = ?", (episode_id,))
     assert exp.list() == []
     with pytest.raises(NotFoundError):
         exp.get(episode_id)
@@ -327,8 +327,8 @@ def test_source_episodes_and_cascades(exp: ExperienceStore, store: MemoryStore) 
     assert exp.skill_history("deploy-runbook")[0].episode_id == first
     # Deleting the skill deletes its history and links.
     assert exp.delete_skill("deploy-runbook") and not exp.delete_skill("deploy-runbook")
-    assert store.conn.execute("SELECT count(*) FROM skill_revisions").fetchone() == (0,)
-    assert store.conn.execute("SELECT count(*) FROM skill_sources").fetchone() == (0,)
+    assert store.db.execute("SELECT count(*) FROM skill_revisions").fetchone() == (0,)
+    assert store.db.execute("SELECT count(*) FROM skill_sources").fetchone() == (0,)
 
 
 def test_export_and_import_round_trip(exp: ExperienceStore, tmp_path: Path, db_path: Path) -> None:

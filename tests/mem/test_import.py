@@ -57,7 +57,7 @@ def test_a_worker_process_imports_exactly_what_one_process_imports(tmp_path: Pat
         assert parallel_export == serial_export  # same fields, redaction, hashes, metadata
         assert "ann@example.com" not in parallel_export and "4111 1111 1111 1111" not in parallel_export
         for term in ("argon2id", "january", "mail", "done AND mail", "card AND done"):  # with the turn before
-            assert parallel.conn.execute(MATCH, (term,)).fetchall() == serial.conn.execute(MATCH, (term,)).fetchall() != []
+            assert parallel.db.execute(MATCH, (term,)).fetchall() == serial.db.execute(MATCH, (term,)).fetchall() != []
 
 
 def test_rows_prepared_with_another_redaction_setting_are_refused(store: MemoryStore) -> None:

@@ -47,7 +47,7 @@ def test_migration_numbers_are_unique_and_increasing() -> None:
 def test_a_newer_database_is_refused_clearly(db_path: Path) -> None:
     with MemoryStore(db_path, embedder=None) as store:
         store.add("kept safe")
-        store.conn.execute("INSERT INTO _migrations VALUES (9999, '9999_from_the_future', '2030-01-01')")
+        store.db.execute("INSERT INTO _migrations VALUES (9999, '9999_from_the_future', '2030-01-01')")
     with pytest.raises(SchemaTooNewError, match="schema version 9999 .* upgrade harness-mem"):
         MemoryStore(db_path, embedder=None)
 

@@ -72,11 +72,11 @@ def every_stored_text(db: Path) -> bytes:
     """The file, its WAL and shared memory, and every text or blob value of every table."""
     data = b"".join(p.read_bytes() for p in sorted(db.parent.iterdir()) if p.name.startswith(db.name))
     with MemoryStore(db, embedder=None, redactor=None) as store:
-        tables = [r[0] for r in store.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        tables = [r[0] for r in store.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         for table in tables:
             if table.startswith("entries_vec"):
                 continue  # float vectors: no text
-            for row in store.conn.execute(f'SELECT * FROM "{table}"'):
+            for row in store.db.execute(f'SELECT * FROM "{table}"'):
                 for value in row:
                     if isinstance(value, str):
                         data += value.encode()
@@ -141,7 +141,7 @@ def test_turning_redaction_off_is_explicit_and_recorded(db_path: Path) -> None:
 def test_the_hash_pseudonym_is_keyed_per_database_and_stable(tmp_path: Path) -> None:
     def pseudonyms(path: Path) -> list[str]:
         with MemoryStore(path, embedder=None) as store:
-            secret = store.conn.execute("SELECT value FROM settings WHERE key = 'redaction.secret'").fetchone()[0]
+            secret = store.db.execute("SELECT value FROM settings WHERE key = 'redaction.secret'").fetchone()[0]
             store.redactor = Redactor.default(secret=secret).set_action("EMAIL", "hash")  # type: ignore[arg-type]
             return [store.add("write to ada@example.com").content for _ in range(2)]
 

@@ -93,7 +93,7 @@ def test_delete_removes_entry_and_its_index_rows(store: MemoryStore) -> None:
     assert store.delete(entry.id) is True
     assert store.delete(entry.id) is False
     assert store.recall("staging password") == []
-    assert store.conn.execute("SELECT count(*) FROM entries_fts").fetchone()[0] == 0
+    assert store.db.execute("SELECT count(*) FROM entries_fts").fetchone()[0] == 0
     with pytest.raises(NotFoundError):
         store.get(entry.id)
 
@@ -109,7 +109,7 @@ def test_expired_entries_are_never_returned(store: MemoryStore) -> None:
         store.get(gone.id)
     assert store.stats()["expired_pending_purge"] == 1
     assert store.purge_expired() == 1
-    assert store.conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 1
+    assert store.db.execute("SELECT count(*) FROM entries").fetchone()[0] == 1
 
 
 def test_add_many_writes_each_batch_in_one_transaction(store: MemoryStore) -> None:

@@ -108,8 +108,8 @@ def test_delete_removes_vectors_and_other_processes_see_changes(db_path: Path, e
         assert all(h.entry.id != "0" for h in b.recall("kitten on a carpet", mode="semantic"))
         b.add("a small cat napping on a doormat", id="cat2")
         assert a.recall("kitten on a carpet", k=1, mode="semantic")[0].entry.id == "cat2"
-        assert a.conn.execute("SELECT count(*) FROM entries_vec").fetchone()[0] == len(NOTES)
-        assert a.conn.execute("SELECT count(*) FROM entry_vectors").fetchone()[0] == len(NOTES)
+        assert a.db.execute("SELECT count(*) FROM entries_vec").fetchone()[0] == len(NOTES)
+        assert a.db.execute("SELECT count(*) FROM entry_vectors").fetchone()[0] == len(NOTES)
 
 
 def test_namespaces_do_not_leak_through_vectors(db_path: Path, embedder: object) -> None:
@@ -154,7 +154,7 @@ def test_a_different_model_is_refused_until_reindex(db_path: Path, embedder: obj
         report = other.reindex()
         assert report["vectors_dropped"] == len(NOTES) and report["vectors_written"] == len(NOTES)
         assert other.recall("cat", mode="semantic")
-        assert VectorIndex.recorded_model(other.conn)["name"] == "other-model"  # type: ignore[index]
+        assert VectorIndex.recorded_model(other.db.conn)["name"] == "other-model"  # type: ignore[index]
 
 
 def test_entries_without_vectors_are_reported_then_reindexed(db_path: Path, embedder: object) -> None:
@@ -173,5 +173,5 @@ def test_entries_without_vectors_are_reported_then_reindexed(db_path: Path, embe
 def test_pack_signs_matches_sqlite_vec_bit_layout(semantic_store: MemoryStore) -> None:
     vector = np.linspace(-1, 1, 384, dtype=np.float32)
     ours = pack_signs(vector[None, :])[0].tobytes()
-    theirs = semantic_store.conn.execute("SELECT vec_quantize_binary(?)", (vector.tobytes(),)).fetchone()[0]
+    theirs = semantic_store.db.execute("SELECT vec_quantize_binary(?)", (vector.tobytes(),)).fetchone()[0]
     assert ours == theirs

@@ -55,12 +55,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..db import write_transaction
 from ..errors import DuplicateIdError, InvalidInputError, ModelError, NotFoundError
-from ..models import dumps, from_ms, new_id, now_ms, parse_time, to_ms
+from ..models import from_ms, new_id, now_ms, parse_time, to_ms
 from ..providers.textmodel import TextModel
 from ..store import MemoryStore
 from .episode import NO_TOOLS, Episode
+from .ledger import ConsolidationLedger
 from .store import EXPERIENCE_SOURCE, ExperienceStore, episode_tags
 from .transcript import DEFAULT_MAX_CHARS, RESULT_TAGS, truncate_turn
 
@@ -465,52 +465,26 @@ class _Job:
     def __init__(self, store: MemoryStore, model: TextModel | None, max_facts: int) -> None:
         self.store = store
         self.experience = ExperienceStore(store)
+        self.ledger = ConsolidationLedger(store)
         self.model = model if max_facts > 0 else None
         self.max_facts = max_facts
-        self.namespace = store.namespace
-        self.conn = store.conn
 
     def candidates(
         self, *, session: str | None, since: str | datetime | None, idle: float | str | timedelta
     ) -> list[_Candidate]:
         """Sessions with turns past their watermark (the episode's, or the facts' with a model)."""
-        now = now_ms()
-        where = ["e.namespace = ?", "e.kind = 'turn'", "e.session IS NOT NULL",
-                 "(e.expires_at IS NULL OR e.expires_at > ?)"]
-        params: list[Any] = [self.namespace, now]
-        if session is not None:
-            where.append("e.session = ?")
-            params.append(session)
-        having = ["(c.last_pk IS NULL OR max(e.pk) > c.last_pk" + (" OR max(e.pk) > c.facts_pk)" if self.model else ")")]
-        if since is not None:
-            having.append("max(e.created_at) >= ?")
-            params_having: list[Any] = [to_ms(parse_time(since))]
-        else:
-            params_having = []
-        cutoff = None if session is not None else _idle_cutoff(idle, now)
-        if cutoff is not None:
-            having.append("max(e.created_at) <= ?")
-            params_having.append(cutoff)
-        rows = self.conn.execute(
-            "SELECT e.session, max(e.pk), c.last_pk, coalesce(c.facts_pk, 0), c.episode_id, coalesce(c.turns, 0),"
-            " coalesce(c.facts, 0), min(e.created_at)"
-            " FROM entries e LEFT JOIN consolidations c ON c.namespace = e.namespace AND c.session = e.session"
-            f" WHERE {' AND '.join(where)} GROUP BY e.session HAVING {' AND '.join(having)}"
-            " ORDER BY min(e.created_at), e.session",
-            [*params, *params_having],
-        ).fetchall()
+        rows = self.ledger.sessions_past_watermark(
+            with_facts=self.model is not None,
+            session=session,
+            since_ms=None if since is None else to_ms(parse_time(since)),
+            cutoff_ms=None if session is not None else _idle_cutoff(idle, now_ms()),
+        )
         return [_Candidate(*row[:7]) for row in rows]
 
     def turns_after(self, session: str, pk: int) -> list[Turn]:
-        rows = self.conn.execute(
-            "SELECT pk, id, role, content, tags, metadata, created_at FROM entries"
-            " WHERE namespace = ? AND session = ? AND kind = 'turn' AND pk > ?"
-            " AND (expires_at IS NULL OR expires_at > ?) ORDER BY created_at, pk",
-            (self.namespace, session, pk, now_ms()),
-        ).fetchall()
         return [
             Turn(pk, id_, role or "", content, tuple(json.loads(tags)), json.loads(metadata), created)
-            for pk, id_, role, content, tags, metadata, created in rows
+            for pk, id_, role, content, tags, metadata, created in self.ledger.turns_after(session, pk)
         ]
 
     # -- one session --
@@ -533,10 +507,10 @@ class _Job:
     def _episode(self, c: _Candidate, new: list[Turn], result: SessionResult) -> None:
         episode_id = c.episode_id or episode_id_for(c.session)
         mark = _Mark(c, episode_id, new)
-        if self._recorded_live(episode_id):
+        if self.ledger.recorded_by_run(episode_id):
             # The run itself recorded this session's episode (with its real tools and verdict): a
             # rebuild from the transcript could only be poorer. Keep it; just move the watermark.
-            with write_transaction(self.conn):
+            with self.store.transaction():
                 self._record(mark)
             result.action, result.note = "skipped", "the run recorded its own episode; kept as it is"
             return
@@ -546,7 +520,7 @@ class _Job:
                 base = self.experience.get(episode_id).episode
             except NotFoundError:
                 # Someone deleted the episode on purpose: respect that, and move the watermark on.
-                with write_transaction(self.conn):
+                with self.store.transaction():
                     self._record(mark)
                 result.action, result.note = "skipped", "its episode was deleted; not recreated"
                 return
@@ -565,14 +539,6 @@ class _Job:
             return
         result.episode_id, result.episode = episode_id, episode
 
-    def _recorded_live(self, episode_id: str) -> bool:
-        """True when ``episode_id`` exists and was not written by consolidation."""
-        return self.conn.execute(
-            "SELECT 1 FROM episodes ep JOIN entries e ON e.namespace = ep.namespace AND e.id = ep.entry_id"
-            " WHERE ep.namespace = ? AND ep.id = ? AND json_type(e.metadata, '$.consolidated_from') IS NULL",
-            (self.namespace, episode_id),
-        ).fetchone() is not None
-
     def _create(self, episode: Episode, mark: _Mark) -> Episode | None:
         """Save a new episode and record the watermark; returns it as stored, or None when one with
         its id already exists (an earlier run stopped between the two) for the caller to rewrite."""
@@ -584,56 +550,37 @@ class _Job:
             if self._drop_unlinked(mark.episode_id, mark.session):
                 return self._create(episode, mark)
             return None
-        with write_transaction(self.conn):
+        with self.store.transaction():
             if not self._record(mark):
                 raise _Conflict("another consolidation recorded this session meanwhile")
         return stored.episode
 
     def _replace(self, episode: Episode, mark: _Mark) -> Episode:
-        """Point the episode at a new entry holding ``episode`` and move the watermark, in one
-        transaction; then delete the old entry. The episode's row — its id, its pk and so the links
-        from skills distilled from it — stays. Returns the episode as stored."""
-        entry = self.store.add(
-            episode.render(), kind="episode", session=mark.session, tags=episode_tags(episode),
-            source=EXPERIENCE_SOURCE, metadata=mark.metadata, id=new_id(), created_at=mark.when,
-        )
-        kept = Episode.parse(entry.content) or episode  # what the store kept (after any redaction)
-        kept.tags = list(episode.tags)
-        try:
-            with write_transaction(self.conn):
-                row = self.conn.execute(
-                    "SELECT entry_id FROM episodes WHERE namespace = ? AND id = ?", (self.namespace, mark.episode_id)
-                ).fetchone()
-                if row is None:
-                    raise _Conflict(f"the id {mark.episode_id!r} is taken by an entry that is not an episode")
-                if not self._record(mark):
-                    raise _Conflict("another consolidation recorded this session meanwhile")
-                self.conn.execute(
-                    "UPDATE episodes SET entry_id = ?, situation = ?, tools = ?, skills = ?, outcome = ?, success = ?,"
-                    " tags = ?, created_at = ? WHERE namespace = ? AND id = ?",
-                    (
-                        entry.id, kept.situation, dumps(kept.tools), dumps(kept.skills), kept.outcome,
-                        None if kept.success is None else int(kept.success), dumps(kept.tags),
-                        to_ms(mark.when), self.namespace, mark.episode_id,
-                    ),
-                )
-        except BaseException:
-            self.store.delete(entry.id)
-            raise
-        if row[0] is not None:
-            self.store.delete(row[0])
+        """Point the episode at a new entry holding ``episode``, move the watermark and delete the old
+        entry, in one transaction. The episode's row — its id, its pk and so the links from skills
+        distilled from it — stays. Returns the episode as stored."""
+        with self.store.transaction():
+            entry = self.store.add(
+                episode.render(), kind="episode", session=mark.session, tags=episode_tags(episode),
+                source=EXPERIENCE_SOURCE, metadata=mark.metadata, id=new_id(), created_at=mark.when,
+            )
+            kept = Episode.parse(entry.content) or episode  # what the store kept (after any redaction)
+            kept.tags = list(episode.tags)
+            row = self.ledger.episode_row_entry(mark.episode_id)
+            if row is None:
+                raise _Conflict(f"the id {mark.episode_id!r} is taken by an entry that is not an episode")
+            if not self._record(mark):
+                raise _Conflict("another consolidation recorded this session meanwhile")
+            self.ledger.repoint_episode(mark.episode_id, entry.id, kept, to_ms(mark.when))
+            if row[0] is not None:
+                self.store.delete(row[0])
         self._drop_unlinked(mark.episode_id, mark.session)
         return kept
 
     def _drop_unlinked(self, episode_id: str, session: str) -> bool:
         """Delete consolidation episode entries of ``session`` that no episode row points at (left by
         a run that stopped halfway); True when the entry called ``episode_id`` was one of them."""
-        stale = [row[0] for row in self.conn.execute(
-            "SELECT e.id FROM entries e WHERE e.namespace = ? AND e.session = ? AND e.kind = 'episode'"
-            " AND e.source = ? AND json_type(e.metadata, '$.consolidated_from') = 'object'"
-            " AND NOT EXISTS (SELECT 1 FROM episodes ep WHERE ep.namespace = e.namespace AND ep.entry_id = e.id)",
-            (self.namespace, session, EXPERIENCE_SOURCE),
-        )]
+        stale = self.ledger.unlinked_episode_entries(session, EXPERIENCE_SOURCE)
         for entry_id in stale:
             self.store.delete(entry_id)
         return episode_id in stale
@@ -641,22 +588,10 @@ class _Job:
     def _record(self, mark: _Mark) -> bool:
         """Move the session's watermark (inside a transaction); False when another process moved
         it since the candidates were read."""
-        now = now_ms()
-        c = mark.candidate
-        if c.last_pk is None:
-            cursor = self.conn.execute(
-                "INSERT INTO consolidations (namespace, session, episode_id, last_pk, last_turn_id, turns,"
-                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (self.namespace, c.session, mark.episode_id, mark.last_pk, mark.last_turn_id, mark.turns, now, now),
-            )
-        else:
-            cursor = self.conn.execute(
-                "UPDATE consolidations SET episode_id = ?, last_pk = ?, last_turn_id = ?, turns = ?, updated_at = ?"
-                " WHERE namespace = ? AND session = ? AND last_pk = ?",
-                (mark.episode_id, mark.last_pk, mark.last_turn_id, mark.turns, now, self.namespace, c.session,
-                 c.last_pk),
-            )
-        return bool(cursor.rowcount == 1)
+        return self.ledger.move_watermark(
+            mark.session, seen=mark.candidate.last_pk, episode_id=mark.episode_id, last_pk=mark.last_pk,
+            last_turn_id=mark.last_turn_id, turns=mark.turns,
+        )
 
     def _facts(self, session: str, turns: list[Turn], result: SessionResult) -> None:
         assert self.model is not None
@@ -683,13 +618,9 @@ class _Job:
             }
             for i, fact in enumerate(facts, start=1)
         ]
-        written = self.store.add_many(items, on_conflict="ignore") if items else []
-        with write_transaction(self.conn):
-            self.conn.execute(
-                "UPDATE consolidations SET facts_pk = max(facts_pk, ?), facts = facts + ?, updated_at = ?"
-                " WHERE namespace = ? AND session = ?",
-                (last.pk, len(written), now_ms(), self.namespace, session),
-            )
+        with self.store.transaction():
+            written = self.store.add_many(items, on_conflict="ignore") if items else []
+            self.ledger.count_facts(session, up_to_pk=last.pk, written=len(written))
         result.facts = [e.id for e in written]
 
 

@@ -37,7 +37,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ..db import write_transaction
 from ..errors import DuplicateIdError, InvalidInputError, InvalidSkillError, NotFoundError, StorageError
 from ..models import dumps, format_time, from_ms, new_id, now_ms, to_ms
 from .episode import Episode, SkillUseTrace, ToolTrace
@@ -210,7 +209,9 @@ class ExperienceStore:
 
     @property
     def conn(self) -> Any:
-        return self.store.conn
+        # The memory store's own connection: this class is the storage of the experience tables,
+        # and writes through the store's transactions so an entry and its row commit together.
+        return self.store._conn
 
     @property
     def namespace(self) -> str:
@@ -245,35 +246,30 @@ class ExperienceStore:
         if not episode.situation:
             raise InvalidInputError("an episode needs a situation — it is what the episode is recalled by")
         episode_id = id or new_id()
-        entry = self.store.add(
-            episode.render(),
-            kind="episode",
-            session=session,
-            tags=episode_tags(episode),
-            source=EXPERIENCE_SOURCE,
-            metadata=metadata,
-            id=episode_id,
-            created_at=created_at,
-        )
-        try:
+        with self.store.transaction():  # the entry and its episode row commit together
+            entry = self.store.add(
+                episode.render(),
+                kind="episode",
+                session=session,
+                tags=episode_tags(episode),
+                source=EXPERIENCE_SOURCE,
+                metadata=metadata,
+                id=episode_id,
+                created_at=created_at,
+            )
             kept = Episode.parse(entry.content)
             if kept is None:
                 raise StorageError("the stored episode text no longer parses as an episode")
             kept.tags = list(episode.tags)
-            with write_transaction(self.conn):
-                self.conn.execute(
-                    "INSERT INTO episodes (id, namespace, entry_id, situation, tools, skills, outcome, success,"
-                    " tags, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        episode_id, self.namespace, entry.id, kept.situation, dumps(kept.tools),
-                        dumps(kept.skills), kept.outcome, None if kept.success is None else int(kept.success),
-                        dumps(kept.tags), to_ms(entry.created_at),
-                    ),
-                )
-        except BaseException:
-            # Two transactions (the store writes the entry itself): undo the first if the second fails.
-            self.store.delete(entry.id)
-            raise
+            self.conn.execute(
+                "INSERT INTO episodes (id, namespace, entry_id, situation, tools, skills, outcome, success,"
+                " tags, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    episode_id, self.namespace, entry.id, kept.situation, dumps(kept.tools),
+                    dumps(kept.skills), kept.outcome, None if kept.success is None else int(kept.success),
+                    dumps(kept.tags), to_ms(entry.created_at),
+                ),
+            )
         return StoredEpisode(episode_id, kept, entry.created_at, entry.id)
 
     def _live(self) -> str:
@@ -330,14 +326,14 @@ class ExperienceStore:
 
     def delete(self, id: str) -> bool:
         """Delete an episode and its memory entry; False when there was none."""
-        row = self.conn.execute(
-            "SELECT entry_id FROM episodes WHERE namespace = ? AND id = ?", (self.namespace, id)
-        ).fetchone()
-        if row is None:
-            return self.store.delete(id)  # an episode entry with no row (written by an older writer)
-        if row[0] is not None:
-            self.store.delete(row[0])  # the row goes with it (ON DELETE CASCADE)
-        with write_transaction(self.conn):
+        with self.store.transaction():
+            row = self.conn.execute(
+                "SELECT entry_id FROM episodes WHERE namespace = ? AND id = ?", (self.namespace, id)
+            ).fetchone()
+            if row is None:
+                return self.store.delete(id)  # an episode entry with no row (written by an older writer)
+            if row[0] is not None:
+                self.store.delete(row[0])  # the row goes with it (ON DELETE CASCADE)
             self.conn.execute("DELETE FROM episodes WHERE namespace = ? AND id = ?", (self.namespace, id))
         return True
 
@@ -423,7 +419,7 @@ class ExperienceStore:
         check_skill(skill)
         text = skill.render()
         now = now_ms()
-        with write_transaction(self.conn):
+        with self.store.transaction():
             row = self.conn.execute(
                 "SELECT pk, version, skill_md FROM skills WHERE namespace = ? AND name = ?",
                 (self.namespace, skill.name),
@@ -529,7 +525,7 @@ class ExperienceStore:
 
     def delete_skill(self, name: str) -> bool:
         """Delete a skill with its history and source links; False when there was none."""
-        with write_transaction(self.conn):
+        with self.store.transaction():
             cursor = self.conn.execute(
                 "DELETE FROM skills WHERE namespace = ? AND name = ?", (self.namespace, name)
             )

@@ -1,0 +1,171 @@
+"""Maintenance of a store's file: rebuilding derived rows, counting, diagnosing.
+
+The functions here back :meth:`MemoryStore.reindex`, :meth:`~MemoryStore.stats` and
+:meth:`~MemoryStore.diagnose` (``harness-mem reindex``, ``stats``, ``doctor``); they run rarely and
+may read the whole file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import migrations
+from .db import driver, sqlite_version
+from .errors import StorageError
+from .models import now_ms
+from .recall import raise_if_missing_vectors
+from .rows import COLUMNS, Row
+from .vectors import VectorIndex, embedding_text, missing_vectors
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+
+def reindex(store: MemoryStore, *, progress: Callable[[int], None] | None = None, batch_size: int = 256) -> dict[str, int]:
+    """Rebuild the derived rows from the canonical ones, in every namespace.
+
+    The keyword index is rebuilt in one transaction. Vectors made by another model are dropped;
+    then every entry without a vector is embedded, a batch per transaction, so an interrupted
+    reindex resumes where it stopped. ``progress(n)`` is called as entries are done.
+    """
+    total = store._conn.execute("SELECT count(*) FROM entries").fetchone()[0]
+    with store.transaction():
+        store._conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('delete-all')")
+        rows = store._conn.execute(
+            f"SELECT {COLUMNS} FROM entries ORDER BY namespace, session, created_at, pk"
+        ).fetchall()
+        # In this order every turn's previous turn is the one before it: no lookups needed.
+        texts = store._index_texts([Row._make(row) for row in rows], lookup=False)
+        store._conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
+                              zip((row[0] for row in rows), texts, strict=True))
+    report = {"entries": total, "keyword_rows": total, "vectors_dropped": 0, "vectors_written": 0}
+    if store.embedder is None:
+        return report
+    fresh = VectorIndex(store._conn, store.embedder)
+    recorded = VectorIndex.recorded_model(store._conn)
+    if recorded is not None and recorded != fresh.identity():
+        with store.transaction():
+            report["vectors_dropped"] = fresh.count()
+            fresh.clear()
+            store._vectors_touched = True
+        store._vectors = None
+    index = store._vector_index()
+    assert index is not None
+    while True:
+        rows = store._conn.execute(
+            "SELECT pk, namespace, content, role FROM entries e WHERE NOT EXISTS"
+            " (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk) ORDER BY pk LIMIT ?",
+            (batch_size,),
+        ).fetchall()
+        if not rows:
+            break
+        vectors = index.embedder.embed([embedding_text(content, role) for _, _, content, role in rows])
+        with store.transaction():
+            for namespace in {row[1] for row in rows}:
+                chosen = [i for i, row in enumerate(rows) if row[1] == namespace]
+                index.write(namespace, [rows[i][0] for i in chosen], vectors[chosen])
+            store._vectors_touched = True
+        report["vectors_written"] += len(rows)
+        if progress is not None:
+            progress(len(rows))
+    store._recall.vectors_complete = True
+    return report
+
+
+def count_missing_vectors(store: MemoryStore) -> int:
+    """Entries (in every namespace) that ``reindex`` would embed; 0 without an embedder."""
+    return missing_vectors(store._conn) if store.embedder is not None else 0
+
+
+def stats(store: MemoryStore) -> dict[str, Any]:
+    """Counts by kind and role, sessions, the file's size, and the schema version."""
+    ns, now = store.namespace, now_ms()
+    live = "namespace = ? AND (expires_at IS NULL OR expires_at > ?)"
+    by_kind = dict(store._conn.execute(
+        f"SELECT kind, count(*) FROM entries WHERE {live} GROUP BY kind ORDER BY kind", (ns, now)
+    ).fetchall())
+    by_role = dict(store._conn.execute(
+        f"SELECT role, count(*) FROM entries WHERE {live} AND role IS NOT NULL GROUP BY role ORDER BY 2 DESC",
+        (ns, now),
+    ).fetchall())
+    sessions = store._conn.execute(
+        f"SELECT count(DISTINCT session) FROM entries WHERE {live}", (ns, now)
+    ).fetchone()[0]
+    expired = store._conn.execute(
+        "SELECT count(*) FROM entries WHERE namespace = ? AND expires_at <= ?", (ns, now)
+    ).fetchone()[0]
+    redacted = dict(store._conn.execute(
+        f"SELECT j.key, sum(j.value) FROM entries, json_each(entries.redactions) AS j WHERE {live}"
+        " GROUP BY j.key ORDER BY 2 DESC, 1", (ns, now),
+    ).fetchall())
+    unredacted = store._conn.execute(
+        f"SELECT count(*) FROM entries WHERE {live} AND redactions IS NULL", (ns, now)
+    ).fetchone()[0]
+    namespaces = [r[0] for r in store._conn.execute("SELECT DISTINCT namespace FROM entries ORDER BY 1")]
+    applied = [s for s in migrations.status(store._conn) if s.applied_at]
+    return {
+        "path": str(store.path),
+        "namespace": ns,
+        "entries": sum(by_kind.values()),
+        "by_kind": by_kind,
+        "by_role": by_role,
+        "sessions": sessions,
+        "expired_pending_purge": expired,
+        "redacted": redacted,
+        "written_without_redaction": unredacted,
+        "namespaces": namespaces,
+        "schema_version": applied[-1].number if applied else 0,
+        "file_bytes": file_bytes(store),
+    }
+
+
+def file_bytes(store: MemoryStore) -> int:
+    if not isinstance(store.path, Path):
+        return 0
+    return sum(
+        p.stat().st_size for p in (store.path, Path(f"{store.path}-wal")) if p.exists()
+    )
+
+
+def diagnose(store: MemoryStore) -> dict[str, Any]:
+    """What ``harness-mem doctor`` reports: each check with ok and a detail line."""
+    checks: list[dict[str, Any]] = []
+
+    def check(name: str, probe: Callable[[], str]) -> None:
+        try:
+            checks.append({"name": name, "ok": True, "detail": probe()})
+        except Exception as exc:  # a doctor reports failures; it does not stop at the first
+            checks.append({"name": name, "ok": False, "detail": f"{type(exc).__name__}: {exc}"})
+
+    def integrity() -> str:
+        problems = integrity_check(store)
+        if problems:
+            raise StorageError("; ".join(problems[:5]))
+        return "ok"
+
+    check("sqlite", lambda: f"{sqlite_version()} via {driver().__name__}")
+    check("fts5", lambda: str(store._conn.execute("SELECT count(*) FROM entries_fts").fetchone()[0]) + " rows indexed")
+    check("sqlite-vec", lambda: str(store._conn.execute("SELECT vec_version()").fetchone()[0]))
+    check("schema", lambda: f"{stats(store)['schema_version']:04d}, all migrations applied")
+    check("model", lambda: describe_model(store))
+    check("integrity", integrity)
+    return {"path": str(store.path), "checks": checks}
+
+
+def describe_model(store: MemoryStore) -> str:
+    """The embedding model in use and the vectors' state (raises when they cannot be used)."""
+    if store.embedder is None:
+        recorded = VectorIndex.recorded_model(store._conn)
+        return "none: keyword recall only" + (f" (vectors by {recorded['name']} stored)" if recorded else "")
+    index = VectorIndex(store._conn, store.embedder)
+    index.check_model()
+    raise_if_missing_vectors(store._conn)
+    return f"{index.identity()['name']}, {index.dim} dimensions, every entry embedded"
+
+
+def integrity_check(store: MemoryStore) -> list[str]:
+    """Problems SQLite finds in the file (an empty list when it is sound)."""
+    rows = [r[0] for r in store._conn.execute("PRAGMA integrity_check")]
+    return [] if rows == ["ok"] else rows

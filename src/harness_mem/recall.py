@@ -1,0 +1,277 @@
+"""Recall: the keyword, semantic and hybrid rankings of one store, and the hits they make.
+
+:class:`Recall` is what :meth:`MemoryStore.recall <harness_mem.store.MemoryStore.recall>` runs. Each
+mode is a ranking of internal pks:
+
+- keyword: FTS5 BM25 over the context index (``keyword.py`` builds the match expression, so no
+  query can be an FTS5 syntax error);
+- semantic: cosine similarity through the vector index (``vectors.py``), filters applied before the
+  top-k cut;
+- hybrid: every candidate of either ranking gets both features, then ``fusion.py`` scores them.
+
+Only the final top ``k`` are read back as entries. A query's embedding is cached per store: agents
+ask the same thing repeatedly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from . import fusion, keyword
+from .db import Connection
+from .errors import EmbedderError, InvalidInputError
+from .filters import Filters, make_filters
+from .models import Entry, Hit, now_ms
+from .providers.embeddings import INSTALL_HINT
+from .rows import COLUMNS, entry_from_row
+from .vectors import VectorIndex, missing_vectors
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+Mode = Literal["keyword", "semantic", "hybrid"]
+
+QUERY_CACHE_SIZE = 256
+
+
+class Recall:
+    """The recall half of a :class:`~harness_mem.store.MemoryStore` (it shares the store's connection)."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.conn: Connection = store._conn
+        self.vectors_complete = False  # checked once, on the first semantic query
+        self._query_vectors: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+
+    def __call__(
+        self,
+        query: str,
+        k: int = 10,
+        mode: Mode | None = None,
+        *,
+        kind: str | Sequence[str] | None = None,
+        role: str | None = None,
+        session: str | None = None,
+        session_prefix: str | None = None,
+        tags: Sequence[str] | str = (),
+        any_tags: Sequence[str] | str = (),
+        since: str | datetime | None = None,
+        until: str | datetime | None = None,
+        explain: bool = False,
+        query_vector: npt.NDArray[np.float32] | None = None,
+    ) -> list[Hit]:
+        """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
+
+        ``mode`` is ``"keyword"`` (FTS5 BM25), ``"semantic"`` (embedding cosine) or ``"hybrid"`` (both,
+        fused); the default is hybrid when the store has an embedder, else keyword. Filters apply
+        before the top-``k`` cut: a filtered query still returns ``k`` hits when ``k`` entries match.
+        Any text is a valid query: it is never passed raw to FTS5. ``query_vector`` is the query's
+        embedding when the caller already has it (see :meth:`embed_queries`).
+        """
+        if not isinstance(query, str):
+            raise InvalidInputError("a query must be a string")
+        mode = self._resolve_mode(mode)
+        if k <= 0:
+            return []
+        filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until)
+        rankings: dict[str, list[tuple[int, float]]] = {}
+        named: list[str] = []
+        if mode != "keyword":
+            named = self._named_roles(query)
+            if query_vector is None and query.strip():
+                query_vector = self._query_vector(fusion.strip_names(query, named))
+        depth = fusion.depth(k) if mode == "hybrid" else k
+        if mode in ("keyword", "hybrid"):
+            # Keyword scores are cheap past the top few (FTS5 ranks every match anyway), and hybrid
+            # needs them for the semantic candidates too: take them deep.
+            rankings["keyword"] = self._keyword_ranking(
+                query, fusion.KEYWORD_DEPTH if mode == "hybrid" else depth, filters
+            )
+        if mode in ("semantic", "hybrid"):
+            rankings["semantic"] = self._semantic_ranking(query, depth, filters, query_vector)
+        features: dict[int, fusion.Candidate] = {}
+        if mode == "hybrid":
+            assert query_vector is not None or not rankings["semantic"]
+            ranked, features = self._fuse(query, rankings["keyword"], rankings["semantic"], query_vector, named, k)
+        else:
+            ranked = rankings[mode]
+        entries = self._entries_by_pk([pk for pk, _ in ranked])
+        positions = {name: {pk: rank for rank, (pk, _) in enumerate(ranking, start=1)}
+                     for name, ranking in rankings.items()} if explain else {}
+        hits = []
+        for pk, score in ranked:
+            components = None
+            if explain:
+                # Each retriever's rank (None: outside its list) and score; hybrid also shows the
+                # speaker prior, and scores the candidates a list missed (cosine from the stored vector).
+                components = {name: {"rank": positions[name].get(pk), "score": dict(rankings[name]).get(pk, 0.0)}
+                              for name in rankings}
+                if pk in features:
+                    components["keyword"]["score"] = features[pk].keyword
+                    components["semantic"]["score"] = features[pk].cosine
+                    components["speaker"] = {"rank": None, "score": fusion.SPEAKER_PRIOR if features[pk].named else 0.0}
+            entry = entries[pk]
+            hits.append(Hit(entry, score, keyword.snippet(entry.content, query), components))
+        return hits
+
+    def _resolve_mode(self, mode: str | None) -> Mode:
+        if mode is None:
+            return "hybrid" if self.store.embedder is not None else "keyword"
+        if mode not in ("keyword", "semantic", "hybrid"):
+            raise InvalidInputError(f"unknown recall mode {mode!r} — use keyword, semantic or hybrid")
+        if mode != "keyword" and self.store.embedder is None:
+            raise EmbedderError(
+                f"{mode} recall needs an embedding model and none is available"
+                f" — {INSTALL_HINT}, or use --mode keyword"
+            )
+        return mode  # type: ignore[return-value]
+
+    def _keyword_ranking(self, query: str, k: int, filters: Filters) -> list[tuple[int, float]]:
+        """(pk, score) by BM25, best first; the score is ``-bm25`` so that higher is better."""
+        expression = keyword.match_expression(query)
+        if expression is None:
+            return []
+        where, params = filters.sql(self.store.namespace, now_ms())
+        # Ask FTS5 for a shortlist first: ORDER BY rank LIMIT lets it skip sorting every match.
+        # If filters leave fewer than k of the shortlist, fall back to ranking all matches.
+        shortlist = max(4 * k, 64)
+        for limit in (shortlist, -1):
+            rows = self.conn.execute(
+                "SELECT e.pk, f.rank FROM"
+                " (SELECT rowid, rank FROM entries_fts WHERE entries_fts MATCH ? ORDER BY rank LIMIT ?) AS f"
+                # CROSS JOIN keeps the matches as the outer loop: otherwise SQLite may start from
+                # `entries` through the namespace index and test the filters on every row.
+                f" CROSS JOIN entries e ON e.pk = f.rowid WHERE {where} ORDER BY f.rank LIMIT ?",
+                [expression, limit, *params, k],
+            ).fetchall()
+            if len(rows) >= k or limit == -1:
+                break
+            if self._match_count(expression) <= shortlist:
+                break
+        return [(pk, -float(rank)) for pk, rank in rows]
+
+    def _match_count(self, expression: str) -> int:
+        return int(self.conn.execute(
+            "SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (expression,)
+        ).fetchone()[0])
+
+    def _fuse(
+        self,
+        query: str,
+        keyword_ranking: list[tuple[int, float]],
+        semantic_ranking: list[tuple[int, float]],
+        vector: npt.NDArray[np.float32] | None,
+        named: list[str],
+        k: int,
+    ) -> tuple[list[tuple[int, float]], dict[int, fusion.Candidate]]:
+        """Give every candidate of either ranking both features, then score them (see fusion.py).
+
+        Returns the top ``k`` and every candidate's features (for ``explain``).
+        """
+        keyword_scores, cosines = dict(keyword_ranking), dict(semantic_ranking)
+        # Candidates: the keyword top CANDIDATES and every semantic hit. A semantic hit outside the
+        # keyword ranking's KEYWORD_DEPTH scores 0 for keyword: that far down, its share is tiny.
+        pks = list(dict.fromkeys([*(pk for pk, _ in keyword_ranking[: fusion.CANDIDATES]), *cosines]))
+        if not pks:
+            return [], {}
+        uncosined = [pk for pk in pks if pk not in cosines]
+        if uncosined and vector is not None and self.store._vectors is not None:
+            cosines.update(self.store._vectors.rescore(vector, uncosined, len(uncosined)))
+        lowered = {name.lower() for name in named}
+        rows = self.conn.execute(
+            "SELECT pk, role, session FROM entries WHERE pk IN (SELECT value FROM json_each(?))", (json.dumps(pks),)
+        ).fetchall()
+        candidates = [
+            fusion.Candidate(pk, keyword_scores.get(pk, 0.0), cosines.get(pk, 0.0),
+                             role is not None and role.lower() in lowered, session)
+            for pk, role, session in rows
+        ]
+        return fusion.fuse(candidates, k), {c.pk: c for c in candidates}
+
+    def _named_roles(self, query: str) -> list[str]:
+        """The roles (speakers) of this namespace that ``query`` names, as stored."""
+        words = fusion.query_words(query)
+        if not words:
+            return []
+        return [row[0] for row in self.conn.execute(
+            "SELECT DISTINCT role FROM entries WHERE namespace = ? AND lower(role) IN (SELECT value FROM json_each(?))",
+            (self.store.namespace, json.dumps(words)),
+        )]
+
+    def _semantic_ranking(
+        self, query: str, k: int, filters: Filters, vector: npt.NDArray[np.float32] | None = None
+    ) -> list[tuple[int, float]]:
+        """(pk, cosine similarity), best first, among the entries that pass ``filters``."""
+        index = self.store._vector_index()
+        assert index is not None
+        self._check_vectors_complete(index)
+        if not query.strip():
+            return []
+        if vector is None:
+            vector = self._query_vector(query)
+        where, params = filters.sql(self.store.namespace, now_ms())
+        if filters.is_empty:
+            # The whole namespace: search the in-memory prefilter, then drop expired entries.
+            found = index.search(vector, k, self.store.namespace)
+            live = {pk for (pk,) in self.conn.execute(
+                # CROSS JOIN: look the few hits up by pk, rather than scan the namespace for them.
+                f"SELECT e.pk FROM json_each(?) AS hit CROSS JOIN entries e ON e.pk = hit.value WHERE {where}",
+                [json.dumps([pk for pk, _ in found]), *params],
+            )}
+            if len(live) == len(found):
+                return found
+        candidates = [pk for (pk,) in self.conn.execute(f"SELECT e.pk FROM entries e WHERE {where}", params)]
+        return index.search(vector, k, self.store.namespace, candidates)
+
+    def _check_vectors_complete(self, index: VectorIndex) -> None:
+        if self.vectors_complete:
+            return
+        raise_if_missing_vectors(self.conn)
+        self.vectors_complete = True
+
+    def _query_vector(self, query: str) -> npt.NDArray[np.float32]:
+        """The query's embedding; recent ones are cached (agents ask the same thing repeatedly)."""
+        cached = self._query_vectors.get(query)
+        if cached is not None:
+            self._query_vectors.move_to_end(query)
+            return cached
+        assert self.store.embedder is not None
+        vector = self.store.embedder.embed([query])[0]
+        self._query_vectors[query] = vector
+        if len(self._query_vectors) > QUERY_CACHE_SIZE:
+            self._query_vectors.popitem(last=False)
+        return vector
+
+    def embed_queries(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Embeddings of many queries in one model call (to pass to :meth:`recall` as ``query_vector``).
+
+        Each is embedded as recall would: without the speaker names it mentions (see fusion.py).
+        """
+        if self.store.embedder is None:
+            raise EmbedderError(f"no embedding model is available — {INSTALL_HINT}")
+        return self.store.embedder.embed([fusion.strip_names(q, self._named_roles(q)) for q in queries])
+
+    def _entries_by_pk(self, pks: list[int]) -> dict[int, Entry]:
+        if not pks:
+            return {}
+        rows = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries e WHERE e.pk IN (SELECT value FROM json_each(?))", (json.dumps(pks),)
+        ).fetchall()
+        return {row[0]: entry_from_row(row) for row in rows}
+
+
+def raise_if_missing_vectors(conn: Connection) -> None:
+    """Refuse semantic recall while some entries have no vector (they would silently never match)."""
+    missing = missing_vectors(conn)
+    if missing:
+        raise EmbedderError(
+            f"{missing} entries have no vector yet (stored without an embedder)"
+            " — run `harness-mem reindex` to embed them, or use --mode keyword"
+        )
