@@ -82,6 +82,7 @@ def connect(path: str | os.PathLike[str]) -> Database:
     conn = sqlite.connect(target, isolation_level=None, check_same_thread=False)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        _refuse_foreign(conn, target)  # before any pragma below writes to the file
         if target != ":memory:":
             conn.execute("PRAGMA journal_mode = WAL")
         # NORMAL is durable across process crashes in WAL mode; only power loss can drop the last commit.
@@ -99,6 +100,23 @@ def connect(path: str | os.PathLike[str]) -> Database:
         raise
     # No plugins (their hooks could change the connection), and SQLite's default trigger semantics.
     return Database(conn, recursive_triggers=False, execute_plugins=False)
+
+
+#: Where applied migrations are recorded: a file with tables but without it was not made by harness-mem.
+BOOKKEEPING_TABLE = "_migrations"
+
+
+def _refuse_foreign(conn: Connection, target: str) -> None:
+    """Refuse a SQLite file that harness-mem did not create, leaving it byte for byte as it was."""
+    tables = [row[0] for row in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+    )]
+    if tables and BOOKKEEPING_TABLE not in tables:
+        shown = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
+        raise StorageError(
+            f"{target} is a SQLite database that harness-mem did not create (tables: {shown})"
+            " — point --db at a harness-mem file or at a new path; it was left unchanged"
+        )
 
 
 def _load_sqlite_vec(conn: Connection) -> None:
