@@ -10,6 +10,7 @@ explicit SQL. Nothing else in the code base imports a SQLite driver.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sqlite3 as _stdlib_sqlite3
 from collections.abc import Iterator
@@ -40,7 +41,7 @@ def driver() -> ModuleType:
     load extensions.
     """
     try:
-        import pysqlite3.dbapi2 as pysqlite3
+        pysqlite3: ModuleType = importlib.import_module("pysqlite3.dbapi2")
     except ImportError:
         pass
     else:

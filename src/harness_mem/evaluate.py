@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidInputError
-from .store import MemoryStore, Mode
+from .recall import Mode
+from .store import MemoryStore
 
 CUTOFFS = (5, 10)
 

@@ -243,7 +243,7 @@ class Recall:
             self._query_vectors.move_to_end(query)
             return cached
         assert self.store.embedder is not None
-        vector = self.store.embedder.embed([query])[0]
+        vector: npt.NDArray[np.float32] = np.asarray(self.store.embedder.embed([query])[0], dtype=np.float32)
         self._query_vectors[query] = vector
         if len(self._query_vectors) > QUERY_CACHE_SIZE:
             self._query_vectors.popitem(last=False)

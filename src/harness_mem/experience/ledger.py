@@ -48,7 +48,7 @@ class ConsolidationLedger:
         if cutoff_ms is not None:
             having.append("max(e.created_at) <= ?")
             params.append(cutoff_ms)
-        return [tuple(row) for row in self._conn.execute(  # type: ignore[misc]
+        return [tuple(row) for row in self._conn.execute(
             "SELECT e.session, max(e.pk), c.last_pk, coalesce(c.facts_pk, 0), c.episode_id, coalesce(c.turns, 0),"
             " coalesce(c.facts, 0), min(e.created_at)"
             " FROM entries e LEFT JOIN consolidations c ON c.namespace = e.namespace AND c.session = e.session"
@@ -59,7 +59,7 @@ class ConsolidationLedger:
 
     def turns_after(self, session: str, pk: int) -> list[TurnRow]:
         """The session's live turns numbered above ``pk``, in time order."""
-        return [tuple(row) for row in self._conn.execute(  # type: ignore[misc]
+        return [tuple(row) for row in self._conn.execute(
             "SELECT pk, id, role, content, tags, metadata, created_at FROM entries"
             " WHERE namespace = ? AND session = ? AND kind = 'turn' AND pk > ?"
             " AND (expires_at IS NULL OR expires_at > ?) ORDER BY created_at, pk",

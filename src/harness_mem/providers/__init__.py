@@ -6,10 +6,30 @@
   that :class:`OpenAITextModel` uses here and harness_loop's chat model builds on.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .embeddings import MiniLMEmbedder, default_embedder, default_embedder_available
 from .textmodel import ScriptedTextModel, TextModel, extract_json, str_list
+
+if TYPE_CHECKING:
+    from .openai import (
+        DEFAULT_MAX_RETRIES,
+        DEFAULT_TIMEOUT,
+        MEM_HINTS,
+        NO_MODEL_MESSAGE,
+        RETRY_STATUSES,
+        ChatEndpoint,
+        Hints,
+        ModelAPIError,
+        ModelConnectionError,
+        ModelResponseError,
+        ModelStatusError,
+        ModelTimeoutError,
+        OpenAITextModel,
+        configured_text_model,
+        retry_after,
+        server_message,
+    )
 
 # httpx is only worth importing when a text model is used: the client's names load on first access.
 _OPENAI_NAMES = frozenset({
