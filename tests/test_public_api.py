@@ -54,3 +54,56 @@ async def test_async_store_round_trip(tmp_path: Path) -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+# The modules that hold SQL: the memory store and its recall, maintenance and vectors, the file's
+# connection and migrations, the experience tables, and the orchestrator's run tables. Everything
+# else reaches the file through their methods.
+STORAGE_MODULES = {
+    "harness_mem/db.py",
+    "harness_mem/migrations.py",
+    "harness_mem/store.py",
+    "harness_mem/recall.py",
+    "harness_mem/maintenance.py",
+    "harness_mem/vectors.py",
+    "harness_mem/experience/store.py",
+    "harness_mem/experience/ledger.py",
+    "harness_loop/runstore.py",
+}
+_SQL_CALL = re.compile(r"\.(execute|executemany|executescript)\(|\._conn\b|\.db\.conn\b")
+
+
+def test_sql_lives_only_in_the_storage_modules() -> None:
+    offenders = [
+        str(path.relative_to(SRC)) for path in SRC.rglob("*.py")
+        if str(path.relative_to(SRC)) not in STORAGE_MODULES and _SQL_CALL.search(path.read_text())
+    ]
+    assert offenders == []
+
+
+def _imports_from_harness_mem(path: Path) -> list[tuple[str, str]]:
+    """(module, name) for every ``from harness_mem… import name`` in ``path``."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "harness_mem":
+            found += [(node.module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, "") for alias in node.names if alias.name.startswith("harness_mem.")]
+    return found
+
+
+def test_harness_loop_uses_only_public_harness_mem_names() -> None:
+    import importlib
+
+    problems = []
+    for path in (SRC / "harness_loop").rglob("*.py"):
+        for module_name, name in _imports_from_harness_mem(path):
+            module = importlib.import_module(module_name)
+            public = getattr(module, "__all__", None)
+            if any(part.startswith("_") for part in module_name.split(".")) or public is None:
+                problems.append(f"{path.name}: {module_name} is not a public module")
+            elif name and name not in public and not isinstance(getattr(module, name, None), types.ModuleType):
+                problems.append(f"{path.name}: {module_name}.{name} is not in its __all__")
+    assert problems == []

@@ -62,12 +62,14 @@ from typing import Any, Literal, cast
 
 from harness_mem import Episode, ExperienceStore, Hit, Memory, MemoryStore
 from harness_mem.errors import DuplicateIdError
-from harness_mem.experience.consolidate import episode_id_for
-from harness_mem.experience.store import ExperienceGuide, ExperienceRecorder, StoredEpisode
-from harness_mem.experience.transcript import (
+from harness_mem.experience import (
     DEFAULT_MAX_CHARS,
+    ExperienceGuide,
+    ExperienceRecorder,
+    StoredEpisode,
     TranscriptRecorder,
     TranscriptStats,
+    episode_id_for,
     truncate_turn,
 )
 

@@ -23,6 +23,18 @@ from sqlite_utils import Database
 
 from .errors import ExtensionError, StorageError
 
+__all__ = [
+    "BOOKKEEPING_TABLE",
+    "BUSY_TIMEOUT_MS",
+    "Connection",
+    "connect",
+    "default_path",
+    "driver",
+    "home_dir",
+    "sqlite_version",
+    "write_transaction",
+]
+
 # Writers wait this long for the lock before giving up. Long on purpose: an import holding the
 # write lock for a batch must not surface "database is locked" to a concurrent `add`.
 BUSY_TIMEOUT_MS = 30_000

@@ -21,6 +21,22 @@ Each message says what went wrong and, where there is one, how to fix it: the CL
 
 from __future__ import annotations
 
+__all__ = [
+    "BlockedError",
+    "DuplicateIdError",
+    "EmbedderError",
+    "ExtensionError",
+    "HarnessMemError",
+    "InvalidInputError",
+    "InvalidSkillError",
+    "MigrationError",
+    "ModelError",
+    "NotFoundError",
+    "SchemaTooNewError",
+    "StorageError",
+    "WriteRefusedError",
+]
+
 
 class HarnessMemError(Exception):
     """Base class: anything harness_mem raises deliberately."""
