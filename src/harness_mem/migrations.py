@@ -42,6 +42,7 @@ __all__ = [
     "column_exists",
     "known_migrations",
     "migrate",
+    "overview",
     "recorded",
     "recorded_sets",
     "split_statements",
@@ -301,6 +302,17 @@ def recorded(conn: Connection, set_name: str) -> list[MigrationStatus]:
     return [MigrationStatus(set_name, n, name, at, n in skips, known=False) for n, name, at in rows]
 
 
+def overview(conn: Connection, known: Iterable[MigrationSet] | None = None) -> list[MigrationStatus]:
+    """Every migration of the sets in ``known`` (default: harness_mem's), pending ones included, then
+    what the file records for any other set; read-only. This is ``harness-mem migrate --list``."""
+    sets = {s.name: s for s in (known if known is not None else (HARNESS_MEM,))}
+    names = list(sets) + [name for name in recorded_sets(conn) if name not in sets]
+    found: list[MigrationStatus] = []
+    for name in names:
+        found += sets[name].status(conn) if name in sets else recorded(conn, name)
+    return found
+
+
 # ---- harness_mem's own set ----------------------------------------------------------------------
 
 
@@ -326,7 +338,8 @@ HARNESS_MEM = MigrationSet(
     _harness_mem_dir(),
     retired={
         2: Retired(_RUNS_MOVED),
-        6: Retired(_RUNS_MOVED + "; runs only where 0002 created a runs table", _runs_table_predates_leases),
+        6: Retired(_RUNS_MOVED + "; it still adds the lease columns to a runs table that 0002 created",
+                   _runs_table_predates_leases),
     },
 )
 

@@ -133,6 +133,6 @@ def test_the_schema_allows_exactly_the_states_the_enums_define(tmp_path: Path, m
         sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
         allowed = re.search(r"state IN \(([^)]*)\)", sql).group(1)  # type: ignore[union-attr]
         assert re.findall(r"'([a-z_]+)'", allowed) == list(names)
-    assert RUN_STATES == tuple(s.value for s in RunState)
-    assert JOB_STATES == tuple(s.value for s in JobState)
+    assert tuple(s.value for s in RunState) == RUN_STATES
+    assert tuple(s.value for s in JobState) == JOB_STATES
     assert JobState.DEAD_LETTERED.value == "dead_lettered"  # the stored name never changes
