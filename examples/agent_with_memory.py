@@ -5,8 +5,8 @@ answers -- so it runs anywhere. Point it at any OpenAI-compatible server to use 
 
     python examples/agent_with_memory.py                                  # offline, ./agent_memory.db
     python examples/agent_with_memory.py --note "the deploy target is staging-eu" "Where do we deploy?"
-    python examples/agent_with_memory.py --base-url http://127.0.0.1:8000/v1 --model qwen3 \\
-        -w . "What does pyproject.toml install?"     # or set HARNESS_LOOP_BASE_URL / HARNESS_LOOP_MODEL
+    python examples/agent_with_memory.py --model-url http://127.0.0.1:8000/v1 --model qwen3 \\
+        -w . "What does pyproject.toml install?"     # or set HARNESS_LOOP_MODEL_URL / HARNESS_LOOP_MODEL
 
 Run it twice and the second run's ``[experience-recall]`` block (``--show-context``) holds the first
 run's episode: memory that compounds. Afterwards the store is an ordinary harness-mem file::
@@ -40,7 +40,7 @@ from harness_mem import MemoryStore
 DEFAULT_TASK = "What is in this workspace?"
 OFFLINE_ANSWER = (
     "(offline demo) I listed the workspace with list_dir; the listing is in the tool result above. "
-    "Pass --base-url and --model to have a real model read and summarise it."
+    "Pass --model-url and --model to have a real model read and summarise it."
 )
 
 
@@ -63,9 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "-w", "--workspace", type=Path, default=Path("."), help="directory the tools may read [.]"
     )
     parser.add_argument(
-        "--base-url",
-        default=os.environ.get("HARNESS_LOOP_BASE_URL"),
-        help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 [env HARNESS_LOOP_BASE_URL]",
+        "--model-url",
+        "--base-url",  # its earlier name, as in harness-loop
+        dest="model_url",
+        default=os.environ.get("HARNESS_LOOP_MODEL_URL") or os.environ.get("HARNESS_LOOP_BASE_URL"),
+        help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 [env HARNESS_LOOP_MODEL_URL]",
     )
     parser.add_argument(
         "--model", default=os.environ.get("HARNESS_LOOP_MODEL"), help="model name [env HARNESS_LOOP_MODEL]"
@@ -92,8 +94,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--show-context", action="store_true", help="print the memory blocks the first model call received"
     )
     args = parser.parse_args(argv)
-    if bool(args.base_url) != bool(args.model):
-        parser.error("a model server needs both --base-url and --model (or neither, to run offline)")
+    if bool(args.model_url) != bool(args.model):
+        parser.error("a model server needs both --model-url and --model (or neither, to run offline)")
     if not args.workspace.is_dir():
         parser.error(f"workspace {args.workspace} is not a directory")
     if args.max_iters < 1:
@@ -140,8 +142,8 @@ async def main_async(args: argparse.Namespace) -> int:
             # An id from the text: running the same command twice does not remember the note twice.
             note_id = "note:" + hashlib.sha256(note.encode()).hexdigest()[:16]
             store.add(note, kind="note", source="user-explicit", id=note_id, on_conflict="ignore")
-        if args.base_url and args.model:
-            async with OpenAIChatModel(args.base_url, args.model, api_key=args.api_key) as model:
+        if args.model_url and args.model:
+            async with OpenAIChatModel(args.model_url, args.model, api_key=args.api_key) as model:
                 outcome = await run(args, store, model)
         else:
             outcome = await run(args, store, offline_model())

@@ -15,6 +15,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Both CLIs let unexpected errors keep their traceback under tests (harness_mem.cliutils).
+    sys._called_from_test = True  # type: ignore[attr-defined]
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARNESS_MEM_HOME", str(tmp_path / "home"))

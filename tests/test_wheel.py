@@ -1,7 +1,8 @@
-"""The built wheel carries the migrations: install it into a clean venv and open a store there."""
+"""The built wheel carries both migration sets: install it into a clean venv and open both stores there."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -25,6 +26,8 @@ def test_wheel_installs_into_a_clean_venv_and_opens_a_store(tmp_path: Path) -> N
     (wheel,) = dist.glob("harness_mem-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "harness_mem/migrations/0001_init.sql" in names
+    assert "harness_loop/migrations/0001_runs.sql" in names
+    assert not any(name.startswith("harness_mem/migrations/") and name.count("/") > 2 for name in names)
     assert not any("locomo" in name.lower() for name in names)
 
     clean = tmp_path / "clean"
@@ -39,15 +42,21 @@ def test_wheel_installs_into_a_clean_venv_and_opens_a_store(tmp_path: Path) -> N
     Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     script = textwrap.dedent(
         f"""
-        import harness_mem, harness_mem.store as s
+        import harness_loop, harness_mem, harness_mem.store as s
+        from harness_loop.runstore import RunRecord, RunStore
         assert harness_mem.__file__.startswith({str(clean)!r}), harness_mem.__file__
+        assert harness_loop.__file__.startswith({str(clean)!r}), harness_loop.__file__
+        with RunStore.open({str(tmp_path / "w.db")!r}) as runs:
+            runs.create(RunRecord(id="r1", goal="shipped runs tables work"))
         with s.MemoryStore({str(tmp_path / "w.db")!r}, embedder=None) as store:
             store.add("shipped migrations work")
             assert store.recall("migrations")[0].entry.content == "shipped migrations work"
             print(store.stats()["schema_version"])
         """
     )
-    result = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=120)
+    # Without PYTHONPATH, which could point at a source checkout and shadow the wheel's copy.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
     from harness_mem.migrations import known_migrations
 

@@ -7,7 +7,7 @@ harness_mem never imports it.
 from .chat import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from .dag import Dag
 from .hooks import Deny, Event, HookBus, HookEvent
-from .job import Backoff, Job, JobResult, JobState, RetryPolicy
+from .job import Backoff, Job, JobResult, RetryPolicy
 from .loop import AgentLoop, BudgetExhausted, Cancelled, Done, LoopConfig, Outcome, Stuck, Unverified
 from .memory import CachedGuide, MemoryGuide, MemoryWiring, attach_memory
 from .openai_client import OpenAIChatModel, OpenAITextModel
@@ -15,7 +15,8 @@ from .orchestrator import JobRunner, Orchestrator
 from .planner import Planner, StaticPlanner
 from .record import SessionRecorder, replay
 from .route import Next
-from .runs import Run, RunBudget, RunReport, RunState
+from .runs import Run, RunBudget, RunReport
+from .states import JobState, RunState
 from .subagent import SubagentSpec, SubagentStatus, run_subagent
 from .tools import Tool, ToolRegistry, tool
 

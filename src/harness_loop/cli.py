@@ -1,29 +1,39 @@
-"""``harness-loop``: run a task against an OpenAI-compatible server, replay a recording, show its trace.
+"""``harness-loop``: run a task against an OpenAI-compatible server, replay a recording, show its
+trace, and read the orchestrator's runs.
 
 A thin layer: each command parses options, calls one library function, and formats the result.
-Known errors become one line ``Error: what — how to fix`` and exit 1; unexpected ones too, unless
-``HARNESS_LOOP_RAISE_ERRORS`` is set (then the traceback shows).
+What it shares with ``harness-mem`` comes from :mod:`harness_mem.cliutils`: ``-h``, ``--version``,
+``--json``, ``--db``/``--namespace``, the model flags, and the error mapper (known errors become one
+line ``Error: what — how to fix`` and exit 1; unexpected ones too, unless
+``HARNESS_LOOP_RAISE_ERRORS`` is set).
 """
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import click
 
+from harness_mem.cliutils import (
+    ModelSettings,
+    OldName,
+    command_group,
+    db_option,
+    echo_json,
+    json_option,
+    model_options,
+    namespace_option,
+)
 from harness_mem.db import default_path
-from harness_mem.errors import HarnessMemError
-from harness_mem.models import dumps
+from harness_mem.providers import DEFAULT_TIMEOUT
 
 from .builtin_tools import workspace_tools
 from .loop import AgentLoop, LoopConfig, Outcome
-from .openai_client import OpenAIChatModel
+from .openai_client import LOOP_HINTS, OLD_URL_ENV, OpenAIChatModel
 from .record import SessionRecorder, format_trace, read_session, replay
 from .runstore import RunStore, render, render_events, render_list
 
@@ -32,35 +42,23 @@ DEFAULT_SYSTEM = (
     "answering; never guess a file's content. Answer concisely when you are done."
 )
 
-
-@contextmanager
-def _user_errors() -> Iterator[None]:
-    """Turn library errors into ``Error: …`` lines (and, unless asked not to, unexpected ones too)."""
-    try:
-        yield
-    except HarnessMemError as exc:
-        raise click.ClickException(str(exc)) from None
-    except (click.ClickException, click.exceptions.Exit, KeyboardInterrupt):
-        raise
-    except Exception as exc:
-        if os.environ.get("HARNESS_LOOP_RAISE_ERRORS") or hasattr(sys, "_called_from_test"):
-            raise
-        raise click.ClickException(
-            f"unexpected {type(exc).__name__}: {exc} — rerun with HARNESS_LOOP_RAISE_ERRORS=1 for the traceback"
-        ) from None
+# The model flags are harness-mem's; --base-url and --timeout are what harness-loop called two of them.
+loop_model_options = model_options(
+    LOOP_HINTS,
+    old_names={"--model-url": OldName("--base-url", OLD_URL_ENV), "--model-timeout": OldName("--timeout")},
+)
 
 
-def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")(f)
-
-
-def echo_json(data: Any) -> None:
-    click.echo(dumps(data))
-
-
-@click.group()
+@command_group(prog_name="harness-loop", raise_errors_env="HARNESS_LOOP_RAISE_ERRORS")
 def main() -> None:
-    """Run an agent loop against an OpenAI-compatible server; replay and trace its recordings."""
+    """Run an agent loop against an OpenAI-compatible server; replay and trace its recordings; read
+    the orchestrator's runs.
+
+    \b
+    Example:
+        harness-loop run --model-url http://127.0.0.1:8000/v1 --model qwen3 "What does setup.py install?"
+        harness-loop runs list --state failed
+    """
 
 
 def _describe(outcome: Outcome) -> str:
@@ -76,19 +74,7 @@ def _describe(outcome: Outcome) -> str:
 
 @main.command()
 @click.argument("task")
-@click.option(
-    "--base-url",
-    envvar="HARNESS_LOOP_BASE_URL",
-    help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 [env HARNESS_LOOP_BASE_URL]",
-)
-@click.option(
-    "--model", "model_name", envvar="HARNESS_LOOP_MODEL", help="Model name [env HARNESS_LOOP_MODEL]"
-)
-@click.option(
-    "--api-key",
-    envvar="HARNESS_LOOP_API_KEY",
-    help="Bearer token, if the server wants one [env HARNESS_LOOP_API_KEY]",
-)
+@loop_model_options
 @click.option(
     "-w",
     "--workspace",
@@ -98,13 +84,6 @@ def _describe(outcome: Outcome) -> str:
     help="Directory the tools may read",
 )
 @click.option("--max-iters", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=120.0,
-    show_default=True,
-    help="Seconds per model request",
-)
 @click.option(
     "--retries",
     type=click.IntRange(min=0),
@@ -125,12 +104,9 @@ def _describe(outcome: Outcome) -> str:
 @click.option("--no-record", is_flag=True, help="Do not record the run")
 def run(
     task: str,
-    base_url: str | None,
-    model_name: str | None,
-    api_key: str | None,
+    model_settings: ModelSettings,
     workspace: Path,
     max_iters: int,
-    timeout: float,
     retries: int,
     time_limit: float | None,
     system: str,
@@ -141,42 +117,36 @@ def run(
 
     \b
     Example:
-        harness-loop run --base-url http://127.0.0.1:8000/v1 --model qwen3 "What does setup.py install?"
+        harness-loop run --model-url http://127.0.0.1:8000/v1 --model qwen3 "What does setup.py install?"
     """
-    missing = [flag for flag, value in (("--base-url", base_url), ("--model", model_name)) if not value]
-    if missing:
-        raise click.ClickException(
-            f"no model server given ({' and '.join(missing)} missing) — pass --base-url and --model, "
-            "or set HARNESS_LOOP_BASE_URL and HARNESS_LOOP_MODEL"
-        )
+    model_settings.configured(required=True)
     if not workspace.is_dir():
         raise click.ClickException(f"workspace {workspace} is not a directory — pass an existing one with -w")
+    base_url, model_name = model_settings.url, model_settings.name
     assert base_url and model_name
-    with _user_errors():
-        recorder = (
-            None if no_record else SessionRecorder.create(record_dir or workspace / ".harness" / "sessions")
-        )
+    timeout = model_settings.timeout if model_settings.timeout is not None else DEFAULT_TIMEOUT
+    recorder = None if no_record else SessionRecorder.create(record_dir or workspace / ".harness" / "sessions")
 
-        async def go() -> Outcome:
-            async with OpenAIChatModel(
-                base_url, model_name, api_key=api_key, timeout=timeout, max_retries=retries
-            ) as model:
-                loop = AgentLoop(
-                    model,
-                    workspace_tools(),
-                    system=system,
-                    workspace=workspace,
-                    config=LoopConfig(max_iters=max_iters, time_limit=time_limit),
-                    recorder=recorder,
-                )
-                return await loop.run(task)
+    async def go() -> Outcome:
+        async with OpenAIChatModel(
+            base_url, model_name, api_key=model_settings.api_key, timeout=timeout, max_retries=retries
+        ) as model:
+            loop = AgentLoop(
+                model,
+                workspace_tools(),
+                system=system,
+                workspace=workspace,
+                config=LoopConfig(max_iters=max_iters, time_limit=time_limit),
+                recorder=recorder,
+            )
+            return await loop.run(task)
 
-        try:
-            outcome = anyio.run(go)
-        finally:
-            if recorder is not None:
-                recorder.close()
-                click.echo(f"recording: {recorder.path}", err=True)
+    try:
+        outcome = anyio.run(go)
+    finally:
+        if recorder is not None:
+            recorder.close()
+            click.echo(f"recording: {recorder.path}", err=True)
     text = getattr(outcome, "text", None) or outcome.last_text
     if text:
         click.echo(text)
@@ -196,8 +166,7 @@ def replay_cmd(file: Path) -> None:
     Example:
         harness-loop replay .harness/sessions/session-20260101T120000Z-1a2b3c4d.jsonl
     """
-    with _user_errors():
-        report = anyio.run(replay, read_session(file))
+    report = anyio.run(replay, read_session(file))
     if report.reproduced:
         ending = _describe(report.outcome) if report.outcome else f"failed with {report.error}"
         click.echo(
@@ -222,8 +191,7 @@ def trace(file: Path) -> None:
     Example:
         harness-loop trace .harness/sessions/session-20260101T120000Z-1a2b3c4d.jsonl
     """
-    with _user_errors():
-        session = read_session(file, strict=False)
+    session = read_session(file, strict=False)
     for n, problem in session.bad_lines:
         click.echo(f"Warning: line {n} skipped: {problem}", err=True)
     for line in format_trace(session.records):
@@ -231,25 +199,23 @@ def trace(file: Path) -> None:
 
 
 @main.group()
-@click.option(
-    "--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), envvar="HARNESS_MEM_DB",
-    help="Database file [env: HARNESS_MEM_DB; default: memory.db in the user data dir].",
-)
-@click.option("--namespace", "-N", default="default", show_default=True, envvar="HARNESS_MEM_NAMESPACE")
+@db_option
+@namespace_option
 @click.pass_context
 def runs(ctx: click.Context, db_path: Path | None, namespace: str) -> None:
-    """Orchestrator runs kept in the memory file: their jobs, states and event log."""
+    """Orchestrator runs kept in the memory file: their jobs, states and event log.
+
+    \b
+    Example:
+        harness-loop runs --db agent.db list
+    """
     ctx.obj = {"db": db_path if db_path is not None else default_path(), "namespace": namespace}
 
 
 @contextmanager
-def open_runs(ctx: click.Context) -> Iterator[Any]:
-    with _user_errors():
-        store = RunStore.open(ctx.obj["db"], namespace=ctx.obj["namespace"])
-        try:
-            yield store
-        finally:
-            store.close()
+def open_runs(ctx: click.Context) -> Iterator[RunStore]:
+    with RunStore.open(ctx.obj["db"], namespace=ctx.obj["namespace"]) as store:
+        yield store
 
 
 @runs.command("list")

@@ -12,7 +12,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from .errors import DagError
-from .job import Job, JobId, JobState
+from .job import Job, JobId
+from .states import JobState
 
 
 class Dag:

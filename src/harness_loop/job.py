@@ -16,35 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any, Literal
 
 from harness_mem.errors import InvalidInputError
 
+from .states import JobState
+
 JobId = str
-
-
-class JobState(StrEnum):
-    """Lifecycle of one job; the value is the stored (serde) name."""
-
-    PENDING = "pending"  # waiting for its dependencies to succeed
-    QUEUED = "queued"  # dependencies satisfied, waiting for a concurrency slot
-    RUNNING = "running"  # an attempt is executing
-    SUCCEEDED = "succeeded"  # finished; `result` is set
-    FAILED = "failed"  # an attempt failed (transient: recorded in the event log)
-    RETRYING = "retrying"  # waiting out a backoff delay, holding no slot
-    DEAD_LETTERED = "dead_lettered"  # out of attempts (or a loop that would not converge)
-    CANCELLED = "cancelled"  # stopped: the run was cancelled, stopped, over budget, or a dep died
-
-    def is_terminal(self) -> bool:
-        return self in _TERMINAL
-
-    def label(self) -> str:
-        """The display label: ``dead-lettered`` for ``dead_lettered``."""
-        return self.value.replace("_", "-")
-
-
-_TERMINAL = frozenset({JobState.SUCCEEDED, JobState.DEAD_LETTERED, JobState.CANCELLED})
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ retried by default: a model too slow once is usually too slow again.
 
 The transport policy (retries, backoff, ``Retry-After``, error mapping) and the typed errors live in
 :mod:`harness_mem.providers.openai` and are imported from there — the dependency runs one way, loop to
-mem. :class:`OpenAITextModel` is harness_mem's synchronous text model, with this package's option
-names in its error messages::
+mem. :class:`OpenAITextModel` is harness_mem's synchronous text model, with this package's environment
+variables in its error messages::
 
     ModelError
     └── ModelAPIError              anything this client raises; ``.status`` when the server answered
-        ├── ModelConnectionError   no connection (server down, wrong --base-url)
+        ├── ModelConnectionError   no connection (server down, wrong --model-url)
         ├── ModelTimeoutError      no answer within ``timeout``
         ├── ModelStatusError       an HTTP error status (after retries, if it was retryable)
         └── ModelResponseError     an answer that is not a chat completion
@@ -31,7 +31,6 @@ import anyio
 import httpx
 
 from harness_mem import providers
-from harness_mem.errors import ModelError
 from harness_mem.providers.openai import (
     RETRY_STATUSES,
     ChatEndpoint,
@@ -41,6 +40,7 @@ from harness_mem.providers.openai import (
     ModelResponseError,
     ModelStatusError,
     ModelTimeoutError,
+    check_model_config,
 )
 
 from .chat import Message, ModelOutput, ModelRequest, Role, StopReason, ToolCall, Usage, scripted_call_id
@@ -57,15 +57,11 @@ __all__ = [
     "OpenAITextModel",
 ]
 
-#: harness-loop's option names, for the "how to fix" half of error messages.
-LOOP_HINTS = Hints(
-    url_option="--base-url",
-    url_env="HARNESS_LOOP_BASE_URL",
-    model_option="--model",
-    key_option="--api-key",
-    key_env="HARNESS_LOOP_API_KEY",
-    timeout_option="--timeout",
-)
+#: harness-loop's names for the "how to fix" half of error messages: the same flags as harness-mem,
+#: with HARNESS_LOOP_ variables.
+LOOP_HINTS = Hints.for_env_prefix("HARNESS_LOOP")
+#: What HARNESS_LOOP_MODEL_URL was called before both command lines shared their model flags.
+OLD_URL_ENV = "HARNESS_LOOP_BASE_URL"
 
 _FINISH = {
     "stop": StopReason.END_TURN,
@@ -108,7 +104,7 @@ def parse_completion(data: Any, *, position: int = 0) -> ModelOutput:
     except (KeyError, IndexError, TypeError, AttributeError):
         raise ModelResponseError(
             f"the server's answer has no choices[0].message: {json.dumps(data)[:200]} — "
-            "is --base-url an OpenAI-compatible /v1 endpoint?"
+            f"is {LOOP_HINTS.url_option} an OpenAI-compatible /v1 endpoint?"
         ) from None
     calls = []
     for j, raw in enumerate(msg.get("tool_calls") or ()):
@@ -253,29 +249,19 @@ class OpenAIChatModel:
 
 class OpenAITextModel(providers.OpenAITextModel):
     """harness_mem's synchronous text model (``complete(prompt, *, max_tokens, json)``), as the loop
-    configures it: error messages name ``--base-url`` and ``HARNESS_LOOP_*``, and :meth:`from_env`
-    reads those variables. Everything else is :class:`harness_mem.providers.openai.OpenAITextModel`.
+    configures it: error messages name ``HARNESS_LOOP_*`` variables, and :meth:`from_env` reads
+    ``HARNESS_LOOP_MODEL_URL`` (or its old name ``HARNESS_LOOP_BASE_URL``), ``HARNESS_LOOP_MODEL``
+    and ``HARNESS_LOOP_API_KEY``. Everything else is :class:`harness_mem.providers.openai.OpenAITextModel`.
     """
 
     default_hints: ClassVar[Hints] = LOOP_HINTS
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> OpenAITextModel:
-        """Configured from ``HARNESS_LOOP_BASE_URL``, ``HARNESS_LOOP_MODEL`` and ``HARNESS_LOOP_API_KEY``."""
-        return cls(**{**env_settings(environ), **overrides})
+    old_url_envs: ClassVar[tuple[str, ...]] = (OLD_URL_ENV,)
 
 
 def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``base_url``, ``model`` and ``api_key`` from the environment; a clear error when one is missing."""
     env = os.environ if environ is None else environ
-    missing = [v for v in ("HARNESS_LOOP_BASE_URL", "HARNESS_LOOP_MODEL") if not env.get(v)]
-    if missing:
-        raise ModelError(
-            f"no model server configured ({', '.join(missing)} not set) — set HARNESS_LOOP_BASE_URL "
-            "(e.g. http://127.0.0.1:8000/v1) and HARNESS_LOOP_MODEL"
-        )
-    return {
-        "base_url": env["HARNESS_LOOP_BASE_URL"],
-        "model": env["HARNESS_LOOP_MODEL"],
-        "api_key": env.get("HARNESS_LOOP_API_KEY") or None,
-    }
+    base_url = env.get(LOOP_HINTS.url_env) or env.get(OLD_URL_ENV)
+    model = env.get(LOOP_HINTS.model_env)
+    check_model_config(base_url, model, required=True, hints=LOOP_HINTS)
+    return {"base_url": base_url, "model": model, "api_key": env.get(LOOP_HINTS.key_env) or None}

@@ -44,16 +44,17 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from harness_loop.runstore import LEASE_MS, InMemoryRunStore, NewEvent, RunStoreLike, lease_owner
 from harness_mem.errors import InvalidInputError
 from harness_mem.models import new_id
 
 from .dag import Dag
 from .errors import DagError, OrchestratorError
-from .job import Job, JobId, JobResult, JobState
+from .job import Job, JobId, JobResult
 from .planner import Planner
 from .route import Continue, Goto, Next, Router, Stop
-from .runs import Run, RunBudget, RunReport, RunState, job_to_record
+from .runs import Run, RunBudget, RunReport, job_to_record
+from .runstore import LEASE_MS, InMemoryRunStore, NewEvent, RunStoreLike, lease_owner
+from .states import JobState, RunState
 
 DEFAULT_CONCURRENCY = 4
 DEFAULT_MAX_VISITS = 5

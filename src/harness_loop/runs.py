@@ -8,33 +8,13 @@ those plain row records; the orchestrator never writes SQL and the store never s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
-from harness_loop.runstore import JobRecord, RunRecord, StoredRun, render
-
 from .dag import Dag
-from .job import Job, JobId, JobResult, JobState, RetryPolicy
-
-
-class RunState(StrEnum):
-    """Lifecycle of a run; the value is the stored name."""
-
-    CREATED = "created"
-    PLANNING = "planning"  # asking the planner for more jobs
-    EXECUTING = "executing"
-    WAITING = "waiting"  # kept for the original's state set; not entered
-    AGGREGATING = "aggregating"  # kept for the original's state set; not entered
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    def is_terminal(self) -> bool:
-        return self in (RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED)
-
-    def label(self) -> str:
-        return self.value
+from .job import Job, JobId, JobResult, RetryPolicy
+from .runstore import JobRecord, RunRecord, StoredRun, render
+from .states import JobState, RunState
 
 
 @dataclass(frozen=True)
@@ -162,7 +142,7 @@ class RunReport:
         return {j.id: j.result for j in self.jobs if j.result is not None}
 
     def render(self, *, detailed: bool = False) -> str:
-        """The run report as text (the same renderer ``harness-mem runs show`` uses)."""
+        """The run report as text (the same renderer ``harness-loop runs show`` uses)."""
         run = RunRecord(
             id=self.run_id, goal=self.goal, state=self.state.value, max_tokens=self.budget,
             spent_tokens=self.spent_tokens, reason=self.reason,

@@ -1,10 +1,10 @@
 """Orchestrator runs as rows: the storage half of harness_loop's DAG orchestrator.
 
-A run is three kinds of row in the memory file (``migrations/0002_runs.sql``): the run itself
-(goal, state, token budget and spend), one row per job (its place in the DAG and where its state
-machine stands), and an append-only event log with a sequence number per run. The orchestrator
-in harness_loop owns every rule about *what* happens; this module only stores and reads, so the
-CLI (``harness-mem runs list|show|events``) can read runs without importing harness_loop.
+A run is three kinds of row in the memory file (created by harness_loop's migration set,
+:mod:`harness_loop.schema`): the run itself (goal, state, token budget and spend), one row per job
+(its place in the DAG and where its state machine stands), and an append-only event log with a
+sequence number per run. The orchestrator owns every rule about *what* happens; this module only
+stores and reads, and renders what ``harness-loop runs list|show|events`` prints.
 
 The write primitive is :meth:`RunStore.save`: the run row, any number of job rows and any number
 of events in one ``BEGIN IMMEDIATE`` transaction. The orchestrator calls it once per state
@@ -28,24 +28,16 @@ from typing import Any, Protocol, runtime_checkable
 
 from harness_mem.db import Connection, connect, driver, write_transaction
 from harness_mem.errors import DuplicateIdError, InvalidInputError, NotFoundError
-from harness_mem.migrations import migrate
 from harness_mem.models import dumps, format_time, from_ms, now_ms
 
-# Stored (serde) names. `label()` gives the display form: "dead_lettered" -> "dead-lettered".
-RUN_STATES: tuple[str, ...] = (
-    "created", "planning", "executing", "waiting", "aggregating", "completed", "failed", "cancelled",
-)
-TERMINAL_RUN_STATES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
-JOB_STATES: tuple[str, ...] = (
-    "pending", "queued", "running", "succeeded", "failed", "retrying", "dead_lettered", "cancelled",
-)
-TERMINAL_JOB_STATES: frozenset[str] = frozenset({"succeeded", "dead_lettered", "cancelled"})
+from .schema import migrate
+from .states import JobState, RunState, label
 
-
-def label(state: str) -> str:
-    """The display label of a stored state name: ``dead_lettered`` -> ``dead-lettered``."""
-    return state.replace("_", "-")
-
+# The stored names, derived from the enums (harness_loop.states) so there is one definition.
+RUN_STATES: tuple[str, ...] = tuple(state.value for state in RunState)
+TERMINAL_RUN_STATES: frozenset[str] = frozenset(state.value for state in RunState if state.is_terminal())
+JOB_STATES: tuple[str, ...] = tuple(state.value for state in JobState)
+TERMINAL_JOB_STATES: frozenset[str] = frozenset(state.value for state in JobState if state.is_terminal())
 
 
 # ---- records -----------------------------------------------------------------------------------
@@ -297,8 +289,9 @@ _JOB_INSERT = f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES ({', '.join('?' * 17)})
 class RunStore:
     """Runs, jobs and run events in the memory file, scoped to one namespace.
 
-    Give it a connection from :func:`harness_mem.db.connect` on a migrated file, or use
-    :meth:`open`, which connects, migrates and owns the connection.
+    Give it a connection from :func:`harness_mem.db.connect` on a file migrated by
+    :func:`harness_loop.schema.migrate`, or use :meth:`open`, which connects, migrates both
+    harness_mem's and harness_loop's sets, and owns the connection.
     """
 
     def __init__(self, conn: Connection, *, namespace: str = "default") -> None:
@@ -308,7 +301,7 @@ class RunStore:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, namespace: str = "default") -> RunStore:
-        """Open (and migrate) the file at ``path``; :meth:`close` closes it."""
+        """Open the file at ``path`` and apply both migration sets; :meth:`close` closes it."""
         conn = connect(path).conn
         try:
             migrate(conn)
@@ -477,7 +470,7 @@ class RunStore:
 
 
 def _not_found(run_id: str) -> str:
-    return f"no run {run_id!r} — `harness-mem runs list` shows the runs in this namespace"
+    return f"no run {run_id!r} — `harness-loop runs list` shows the runs in this namespace"
 
 
 def _job_row(job: JobRecord, now: int) -> tuple[Any, ...]:
@@ -632,7 +625,7 @@ def _one_line(text: str, width: int = 80) -> str:
 def render(stored: StoredRun, *, detailed: bool = False) -> str:
     """A run report: a header, then one line per job in insertion order.
 
-    Job lines keep the original's shape, ``"  - id: state (entered N×) — result[:80] — failed:
+    Job lines have the shape ``"  - id: state (entered N×) — result[:80] — failed:
     err[:80]"`` (each tail only when present). ``detailed`` (for ``runs show``) adds attempts and
     tokens inside the parentheses.
     """

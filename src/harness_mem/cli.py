@@ -8,65 +8,42 @@ stderr. Library errors become one ``Error: …`` line and exit status 1, never a
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from . import migrations
+from . import cliutils, migrations
+from .cliutils import (
+    ModelSettings,
+    command_group,
+    db_option,
+    echo_json,
+    json_object_option,
+    json_option,
+    namespace_option,
+)
 from .db import connect, default_path
-from .errors import HarnessMemError
 from .models import Entry, Hit, dumps, format_time
+from .providers.hints import MEM_HINTS
 from .store import MemoryStore
 
 if TYPE_CHECKING:
     from .experience.episode import Episode
     from .experience.store import ExperienceStore
-    from .providers.openai import OpenAITextModel
 
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 # Imports shorter than this finish before a progress bar would be worth drawing.
 PROGRESS_MIN_BYTES = 256 * 1024
 
 
-class HarnessGroup(click.Group):
-    """Turns library errors into one clean line; anything unexpected gets a short hint too."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except HarnessMemError as exc:
-            raise click.ClickException(str(exc)) from None
-        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
-            raise
-        except BrokenPipeError:
-            # `harness-mem list | head` closes our stdout early: that is not an error.
-            sys.stderr.close()
-            raise click.exceptions.Exit(0) from None
-        except Exception as exc:
-            if os.environ.get("HARNESS_MEM_RAISE_ERRORS"):
-                raise
-            raise click.ClickException(
-                f"unexpected {type(exc).__name__}: {exc} — set HARNESS_MEM_RAISE_ERRORS=1 for a traceback"
-                " and report it"
-            ) from None
-
-
-@click.group(cls=HarnessGroup, context_settings=CONTEXT_SETTINGS)
-@click.version_option(package_name="harness-mem")
-@click.option(
-    "--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), envvar="HARNESS_MEM_DB",
-    help="Database file [env: HARNESS_MEM_DB; default: memory.db in the user data dir].",
-)
-@click.option("--namespace", "-N", default="default", show_default=True, envvar="HARNESS_MEM_NAMESPACE",
-              help="Tenant to read and write.")
+@command_group(prog_name="harness-mem", raise_errors_env="HARNESS_MEM_RAISE_ERRORS")
+@db_option
+@namespace_option
 @click.option("--embedder", type=click.Choice(["auto", "none"]), default="auto", show_default=True,
               envvar="HARNESS_MEM_EMBEDDER",
               help="auto: the built-in model when installed; none: keyword only [env: HARNESS_MEM_EMBEDDER].")
@@ -99,10 +76,6 @@ def open_store(ctx: click.Context) -> Iterator[MemoryStore]:
         store.close()
 
 
-def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")(f)
-
-
 def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The filters shared by recall and list."""
     options = [
@@ -117,10 +90,6 @@ def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         f = option(f)
     return f
-
-
-def echo_json(data: Any) -> None:
-    click.echo(dumps(data))
 
 
 def _describe(entry: Entry) -> str:
@@ -167,7 +136,7 @@ def db_path_command(ctx: click.Context) -> None:
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@json_object_option
 @click.pass_context
 def doctor(ctx: click.Context, as_json: bool) -> None:
     """Check SQLite, FTS5, sqlite-vec, the schema and the file's integrity.
@@ -190,24 +159,48 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--list", "list_", is_flag=True, help="List migrations and whether each is applied (read-only).")
+@click.option("--set", "set_name", help="With --list: only this migration set (harness_mem, harness_loop, …).")
+@json_option
 @click.pass_context
-def migrate(ctx: click.Context, list_: bool) -> None:
+def migrate(ctx: click.Context, list_: bool, set_name: str | None, as_json: bool) -> None:
     """Apply pending schema migrations (opening the store does this too).
+
+    --list shows harness_mem's migrations, applied, skipped (retired ones a file does not need) or
+    pending, then what the file records for other sets, such as harness_loop's runs tables (opening
+    a run store applies those).
 
     \b
     Example:
         harness-mem migrate --list
+        harness-mem migrate --list --set harness_loop --json
     """
-    if list_:
-        conn = connect(ctx.obj["db"]).conn
-        try:
-            for status in migrations.status(conn):
-                click.echo(f"{'applied ' + status.applied_at if status.applied_at else 'pending':<34} {status.name}")
-        finally:
-            conn.close()
+    if not list_:
+        if set_name is not None:
+            raise click.UsageError("--set goes with --list: harness-mem applies only its own set")
+        with open_store(ctx) as store:
+            click.echo(f"Schema is at {store.stats()['schema_version']:04d}")
         return
-    with open_store(ctx) as store:
-        click.echo(f"Schema is at {store.stats()['schema_version']:04d}")
+    conn = connect(ctx.obj["db"]).conn
+    try:
+        found = migrations.overview(conn)
+        present = sorted({status.set_name for status in found})
+    finally:
+        conn.close()
+    if set_name is not None:
+        found = [status for status in found if status.set_name == set_name]
+        if not found:
+            raise click.ClickException(
+                f"no migration set {set_name!r} in {ctx.obj['db']} — it has: {', '.join(present) or 'none'}"
+            )
+    for status in found:
+        if as_json:
+            echo_json(status.to_dict())
+            continue
+        when = f"{status.state} {status.applied_at}" if status.applied_at else status.state
+        note = f"  (retired: {status.retired})" if status.retired else ""
+        if not status.known and status.set_name == migrations.HARNESS_MEM.name:
+            note += "  (newer than this harness-mem)"
+        click.echo(f"{status.set_name:<12}  {when:<33}  {status.name}{note}")
 
 
 # ---- writing -----------------------------------------------------------------------------------
@@ -427,7 +420,7 @@ def list_(ctx: click.Context, kind: str | None, role: str | None, session: str |
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@json_object_option
 @click.pass_context
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Counts by kind and role, sessions, and the file's size.
@@ -472,11 +465,12 @@ def export(ctx: click.Context, output: Any) -> None:
 @click.argument("text", required=False)
 @click.option("--policy", type=click.Choice(["default", "hygiene"]), default="default", show_default=True,
               help="default: label PII, mask cards, keep money; hygiene: also refuse money and secrets.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object: text, counts, blocked.")
+@json_object_option
 def redact(text: str | None, policy: str, as_json: bool) -> None:
     """Redact TEXT (or stdin) the way the store does before writing, and print it.
 
-    Exit status 1 under --policy hygiene when the text would be refused.
+    Exit status 1 under --policy hygiene when the text would be refused. With --json: one object
+    with the text, the counts per kind, and whether it is blocked.
 
     \b
     Example:
@@ -524,7 +518,7 @@ def reindex(ctx: click.Context, quiet: bool) -> None:
 @cli.command("eval")
 @click.argument("queries", type=click.File("rb"))
 @click.option("--mode", type=click.Choice(["hybrid", "keyword", "semantic"]), help="Ranking to measure.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@json_object_option
 @click.pass_context
 def eval_(ctx: click.Context, queries: Any, mode: str | None, as_json: bool) -> None:
     """Measure recall@5, recall@10 and MRR@10 of a labelled QUERIES file on this database.
@@ -554,44 +548,7 @@ def eval_(ctx: click.Context, queries: Any, mode: str | None, as_json: bool) -> 
 # ---- experience: episodes, skills, consolidation -------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _ModelSettings:
-    """The model options as given; :meth:`model` turns them into a text model (or a clear error)."""
-
-    url: str | None
-    name: str | None
-    api_key: str | None
-    timeout: float | None
-
-    def model(self, *, required: bool) -> OpenAITextModel | None:
-        from .providers.openai import (
-            configured_text_model,  # httpx is only worth importing when a model is used
-        )
-
-        return configured_text_model(self.url, self.name, api_key=self.api_key, timeout=self.timeout,
-                                     required=required)
-
-
-def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--model-url, --model, --api-key and --model-timeout, passed on as one ``model_settings``."""
-
-    @functools.wraps(f)
-    def wrapper(*args: Any, model_url: str | None, model_name: str | None, api_key: str | None,
-                model_timeout: float | None, **kwargs: Any) -> Any:
-        return f(*args, model_settings=_ModelSettings(model_url, model_name, api_key, model_timeout), **kwargs)
-
-    options = [
-        click.option("--model-url", envvar="HARNESS_MEM_MODEL_URL",
-                     help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 [env: HARNESS_MEM_MODEL_URL]."),
-        click.option("--model", "model_name", envvar="HARNESS_MEM_MODEL", help="Model name [env: HARNESS_MEM_MODEL]."),
-        click.option("--api-key", envvar="HARNESS_MEM_API_KEY",
-                     help="Bearer token, if the server wants one [env: HARNESS_MEM_API_KEY]."),
-        click.option("--model-timeout", type=click.FloatRange(min=0, min_open=True),
-                     help="Seconds to wait for each model reply [default: 120]."),
-    ]
-    for option in reversed(options):
-        wrapper = option(wrapper)
-    return wrapper
+model_options = cliutils.model_options(MEM_HINTS)
 
 
 def _experience(store: MemoryStore) -> ExperienceStore:
@@ -829,7 +786,7 @@ def skills_import(ctx: click.Context, directory: Path, as_json: bool) -> None:
 @model_options
 @json_option
 @click.pass_context
-def skills_distill(ctx: click.Context, episode_id: str, save: bool, model_settings: _ModelSettings,
+def skills_distill(ctx: click.Context, episode_id: str, save: bool, model_settings: ModelSettings,
                    as_json: bool) -> None:
     """Draft a skill from the successful episode EPISODE_ID (one model call).
 
@@ -842,7 +799,7 @@ def skills_distill(ctx: click.Context, episode_id: str, save: bool, model_settin
     """
     from .experience.distill import Draft, distill_episode
 
-    model = model_settings.model(required=True)
+    model = model_settings.text_model(required=True)
     assert model is not None
     with model, open_store(ctx) as store:
         experience = _experience(store)
@@ -867,7 +824,7 @@ def skills_distill(ctx: click.Context, episode_id: str, save: bool, model_settin
 @json_option
 @click.pass_context
 def skills_revise(ctx: click.Context, name: str, episode_id: str, complaint: str, save: bool,
-                  model_settings: _ModelSettings, as_json: bool) -> None:
+                  model_settings: ModelSettings, as_json: bool) -> None:
     """Revise skill NAME after the failed episode EPISODE_ID that followed it (one model call).
 
     Refusals (the run succeeded, did not use the skill, or a revision cap is reached) cost no model
@@ -879,7 +836,7 @@ def skills_revise(ctx: click.Context, name: str, episode_id: str, complaint: str
     """
     from .experience.distill import Revision, revise_skill
 
-    model = model_settings.model(required=True)
+    model = model_settings.text_model(required=True)
     assert model is not None
     with model, open_store(ctx) as store:
         experience = _experience(store)
@@ -905,7 +862,7 @@ def skills_revise(ctx: click.Context, name: str, episode_id: str, complaint: str
 @json_option
 @click.pass_context
 def consolidate(ctx: click.Context, session: str | None, since: str | None, idle: str, quiet: bool,
-                model_settings: _ModelSettings, as_json: bool) -> None:
+                model_settings: ModelSettings, as_json: bool) -> None:
     """Turn finished sessions' transcripts into episodes; with a model, also extract facts.
 
     Each session gets one episode (situation: its first user turn; tools: its tool turns; outcome:
@@ -919,7 +876,7 @@ def consolidate(ctx: click.Context, session: str | None, since: str | None, idle
     """
     from .experience.consolidate import consolidate as run_consolidation
 
-    model = model_settings.model(required=False)
+    model = model_settings.text_model(required=False)
     idle_value: float | str = float(idle) if _is_number(idle) else idle
     with contextlib.ExitStack() as stack:
         if model is not None:

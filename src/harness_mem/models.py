@@ -13,6 +13,24 @@ from typing import Any, Literal
 
 from .errors import InvalidInputError
 
+__all__ = [
+    "HASH_PREFIX",
+    "KINDS",
+    "Entry",
+    "Hit",
+    "Kind",
+    "check_kind",
+    "clean_tags",
+    "content_hash",
+    "dumps",
+    "format_time",
+    "from_ms",
+    "new_id",
+    "now_ms",
+    "parse_time",
+    "to_ms",
+]
+
 Kind = Literal["note", "turn", "episode", "fact", "summary"]
 KINDS: tuple[str, ...] = ("note", "turn", "episode", "fact", "summary")
 

@@ -541,7 +541,7 @@ def test_the_example_talks_to_an_openai_compatible_server(tmp_path: Path) -> Non
             for m in replies
         ]
         httpx.post(f"{base}/_script", json={"responses": script}).raise_for_status()
-        env = {**os.environ, "HARNESS_LOOP_BASE_URL": f"{base}/v1", "HARNESS_LOOP_MODEL": "fake"}
+        env = {**os.environ, "HARNESS_LOOP_MODEL_URL": f"{base}/v1", "HARNESS_LOOP_MODEL": "fake"}
         result = subprocess.run(
             [
                 sys.executable,

@@ -167,7 +167,7 @@ async def test_client_errors_are_not_retried_and_say_how_to_fix(fake: FakeServer
             await m.complete(ModelRequest(messages=[Message(Role.USER, "hi")]))
     assert len(fake.requests()) == 1
     async with OpenAIChatModel(fake.base + "/wrong", "m", backoff_base=0.01) as m:
-        with pytest.raises(ModelStatusError, match=r"HTTP 404.*check --base-url \(it usually ends in /v1\)"):
+        with pytest.raises(ModelStatusError, match=r"HTTP 404.*check --model-url \(it usually ends in /v1\)"):
             await m.complete(ModelRequest(messages=[Message(Role.USER, "hi")]))
     fake.script({"status": 200, "raw": "<html>proxy login</html>"})
     async with model(fake) as m:
@@ -181,7 +181,7 @@ async def test_connection_refused_is_a_connection_error() -> None:
         port = s.getsockname()[1]  # free now, and nothing listens on it
     async with OpenAIChatModel(f"http://127.0.0.1:{port}/v1", "m", max_retries=1, backoff_base=0.01) as m:
         with pytest.raises(
-            ModelConnectionError, match=r"cannot connect .* is the server running\? Check --base-url"
+            ModelConnectionError, match=r"cannot connect .* is the server running\? Check --model-url"
         ):
             await m.complete(ModelRequest(messages=[Message(Role.USER, "hi")]))
 
@@ -227,7 +227,7 @@ def test_cli_run_against_the_server_records_and_replays(fake: FakeServer, tmp_pa
     runner = CliRunner()
     result = runner.invoke(
         main,
-        ["run", "--base-url", fake.url, "--model", "m", "-w", str(tmp_path), "What is the password?"],
+        ["run", "--model-url", fake.url, "--model", "m", "-w", str(tmp_path), "What is the password?"],
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
@@ -250,7 +250,7 @@ def test_cli_run_reports_an_unreachable_server_in_one_line(tmp_path: Path) -> No
         main,
         [
             "run",
-            "--base-url",
+            "--base-url",  # the old spelling of --model-url still works
             f"http://127.0.0.1:{port}/v1",
             "--model",
             "m",
@@ -266,7 +266,7 @@ def test_cli_run_reports_an_unreachable_server_in_one_line(tmp_path: Path) -> No
     assert result.exit_code == 1
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"Error: cannot connect to http://127.0.0.1:{port}/v1/chat/completions")
-    assert line.endswith("is the server running? Check --base-url (HARNESS_LOOP_BASE_URL)")
+    assert line.endswith("is the server running? Check --model-url (HARNESS_LOOP_MODEL_URL)")
 
 
 async def test_concurrent_requests_share_one_client(fake: FakeServer) -> None:

@@ -325,11 +325,11 @@ def test_cli_trace_warns_about_bad_lines_and_goes_on(tmp_path: Path) -> None:
 
 
 def test_cli_run_without_a_server_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("HARNESS_LOOP_BASE_URL", raising=False)
-    monkeypatch.delenv("HARNESS_LOOP_MODEL", raising=False)
+    for name in ("HARNESS_LOOP_MODEL_URL", "HARNESS_LOOP_BASE_URL", "HARNESS_LOOP_MODEL"):
+        monkeypatch.delenv(name, raising=False)
     result = invoke("run", "-w", str(tmp_path), "hello")
     assert result.exit_code == 1
     assert result.stderr == (
-        "Error: no model server given (--base-url and --model missing) — pass --base-url and --model, "
-        "or set HARNESS_LOOP_BASE_URL and HARNESS_LOOP_MODEL\n"
+        "Error: no model configured — pass --model-url and --model "
+        "(or set HARNESS_LOOP_MODEL_URL and HARNESS_LOOP_MODEL)\n"
     )

@@ -170,9 +170,9 @@ def test_harness_loop_reuses_it_and_harness_mem_never_imports_harness_loop() -> 
     for name in ("ModelAPIError", "ModelConnectionError", "ModelStatusError", "ModelTimeoutError",
                  "ModelResponseError", "RETRY_STATUSES"):
         assert getattr(openai_client, name) is getattr(openai_text, name), name
-    # The loop's subclass points its users at the loop's own options.
+    # The loop's subclass points its users at the loop's own variables.
     loop_model = openai_client.OpenAITextModel(f"http://127.0.0.1:{free_port()}/v1", "m", max_retries=0)
-    with loop_model, pytest.raises(ModelConnectionError, match=r"Check --base-url \(HARNESS_LOOP_BASE_URL\)$"):
+    with loop_model, pytest.raises(ModelConnectionError, match=r"Check --model-url \(HARNESS_LOOP_MODEL_URL\)$"):
         loop_model.complete("hi", max_tokens=8)
 
     code = (

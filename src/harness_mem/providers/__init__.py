@@ -2,6 +2,7 @@
 
 - embedders (``embeddings``): :class:`MiniLMEmbedder`, loaded from an installed package, never a hub;
 - text models (``textmodel``): the :class:`TextModel` protocol and :class:`ScriptedTextModel` for tests;
+- which flags and variables model errors name (``hints``), shared by both command lines;
 - one OpenAI-compatible client (``openai``): the transport policy (timeouts, retries, typed errors)
   that :class:`OpenAITextModel` uses here and harness_loop's chat model builds on.
 """
@@ -9,6 +10,7 @@
 from typing import TYPE_CHECKING, Any
 
 from .embeddings import MiniLMEmbedder, default_embedder, default_embedder_available
+from .hints import MEM_HINTS, Hints, check_model_config
 from .textmodel import ScriptedTextModel, TextModel, extract_json, str_list
 
 if TYPE_CHECKING:
@@ -33,8 +35,8 @@ if TYPE_CHECKING:
 
 # httpx is only worth importing when a text model is used: the client's names load on first access.
 _OPENAI_NAMES = frozenset({
-    "DEFAULT_MAX_RETRIES", "DEFAULT_TIMEOUT", "MEM_HINTS", "NO_MODEL_MESSAGE", "RETRY_STATUSES",
-    "ChatEndpoint", "Hints", "ModelAPIError", "ModelConnectionError", "ModelResponseError",
+    "DEFAULT_MAX_RETRIES", "DEFAULT_TIMEOUT", "NO_MODEL_MESSAGE", "RETRY_STATUSES",
+    "ChatEndpoint", "ModelAPIError", "ModelConnectionError", "ModelResponseError",
     "ModelStatusError", "ModelTimeoutError", "OpenAITextModel", "configured_text_model", "retry_after",
     "server_message",
 })
@@ -65,6 +67,7 @@ __all__ = [
     "OpenAITextModel",
     "ScriptedTextModel",
     "TextModel",
+    "check_model_config",
     "configured_text_model",
     "default_embedder",
     "default_embedder_available",

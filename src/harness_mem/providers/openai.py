@@ -14,8 +14,8 @@ the other way round):
   failures; ``Retry-After`` (seconds or an HTTP date) is honoured, capped by ``retry_after_max`` so
   a server cannot park the caller for minutes;
 * typed errors, each one line saying what went wrong and how to fix it. The fix names the option
-  the user actually has (:class:`Hints`): ``--model-url`` for harness-mem, ``--base-url`` for
-  harness-loop::
+  the user actually has (:class:`~harness_mem.providers.hints.Hints`): the same flags for both
+  command lines, with ``HARNESS_MEM_`` or ``HARNESS_LOOP_`` variables::
 
     ModelError                     (harness_mem.errors)
     └── ModelAPIError              anything a client raises; ``.status`` when the server answered
@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 import httpx
 
 from ..errors import ModelError
+from .hints import MEM_HINTS, Hints, check_model_config
 
 __all__ = [
     "DEFAULT_MAX_RETRIES",
@@ -54,6 +55,7 @@ __all__ = [
     "ModelStatusError",
     "ModelTimeoutError",
     "OpenAITextModel",
+    "check_model_config",
     "configured_text_model",
     "retry_after",
     "server_message",
@@ -63,9 +65,7 @@ RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_RETRIES = 3
 
-NO_MODEL_MESSAGE = (
-    "no model configured — pass --model-url and --model (or set HARNESS_MEM_MODEL_URL and HARNESS_MEM_MODEL)"
-)
+NO_MODEL_MESSAGE = MEM_HINTS.no_model()
 
 
 # ---- errors ------------------------------------------------------------------------------------
@@ -96,19 +96,6 @@ class ModelResponseError(ModelAPIError):
     """The server's answer was not a usable chat completion."""
 
 
-@dataclass(frozen=True)
-class Hints:
-    """The options and variables an error message tells the user to check."""
-
-    url_option: str = "--model-url"
-    url_env: str = "HARNESS_MEM_MODEL_URL"
-    model_option: str = "--model"
-    key_option: str = "--api-key"
-    key_env: str = "HARNESS_MEM_API_KEY"
-    timeout_option: str = "--model-timeout"
-
-
-MEM_HINTS = Hints()
 
 
 # ---- shared helpers (harness_loop imports these) -------------------------------------------------
@@ -255,6 +242,8 @@ class OpenAITextModel:
 
     #: The options error messages point at; harness_loop's subclass names its own.
     default_hints: ClassVar[Hints] = MEM_HINTS
+    #: Earlier names of the URL variable that :meth:`from_env` still reads.
+    old_url_envs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -274,7 +263,7 @@ class OpenAITextModel:
         hints: Hints | None = None,
     ) -> None:
         if not base_url or not model:
-            raise ModelError(NO_MODEL_MESSAGE)
+            raise ModelError((hints or self.default_hints).no_model())
         self.endpoint = ChatEndpoint(
             base_url=base_url,
             model=model,
@@ -361,30 +350,15 @@ class OpenAITextModel:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> OpenAITextModel:
-        """Configured from ``HARNESS_MEM_MODEL_URL``, ``HARNESS_MEM_MODEL`` and ``HARNESS_MEM_API_KEY``."""
+        """Configured from the environment variables :attr:`default_hints` names (for this class
+        ``HARNESS_MEM_MODEL_URL``, ``HARNESS_MEM_MODEL`` and ``HARNESS_MEM_API_KEY``)."""
         env = os.environ if environ is None else environ
-        base_url, model = env.get("HARNESS_MEM_MODEL_URL"), env.get("HARNESS_MEM_MODEL")
-        _check_config(base_url, model, required=True)
+        hints = cls.default_hints
+        base_url = env.get(hints.url_env) or next((env[n] for n in cls.old_url_envs if env.get(n)), None)
+        model = env.get(hints.model_env)
+        check_model_config(base_url, model, required=True, hints=hints)
         assert base_url and model
-        return cls(base_url, model, **{"api_key": env.get("HARNESS_MEM_API_KEY") or None, **overrides})
-
-
-def _check_config(base_url: str | None, model: str | None, *, required: bool) -> bool:
-    """True when a model is configured, False when none is; half a configuration raises."""
-    if not base_url and not model:
-        if required:
-            raise ModelError(NO_MODEL_MESSAGE)
-        return False
-    if not base_url:
-        raise ModelError(
-            "a model name was given but no server — pass --model-url (or set HARNESS_MEM_MODEL_URL),"
-            " e.g. http://127.0.0.1:8000/v1"
-        )
-    if not model:
-        raise ModelError(
-            f"a model server was given ({base_url}) but no model name — pass --model (or set HARNESS_MEM_MODEL)"
-        )
-    return True
+        return cls(base_url, model, **{"api_key": env.get(hints.key_env) or None, **overrides})
 
 
 def configured_text_model(
@@ -394,17 +368,18 @@ def configured_text_model(
     api_key: str | None = None,
     timeout: float | None = None,
     required: bool = False,
+    hints: Hints = MEM_HINTS,
 ) -> OpenAITextModel | None:
     """The model that ``base_url`` and ``model`` name, or None when neither is given.
 
     Half a configuration (a URL without a model name, or the reverse) is an error, not None: it is
     always a mistake. With ``required``, no configuration at all is an error too
-    (:data:`NO_MODEL_MESSAGE`).
+    (:data:`NO_MODEL_MESSAGE`). ``hints`` names the flags the errors suggest.
     """
-    if not _check_config(base_url, model, required=required):
+    if not check_model_config(base_url, model, required=required, hints=hints):
         return None
     assert base_url and model
-    options: dict[str, Any] = {"api_key": api_key or None}
+    options: dict[str, Any] = {"api_key": api_key or None, "hints": hints}
     if timeout is not None:
         options["timeout"] = timeout
     return OpenAITextModel(base_url, model, **options)

@@ -20,9 +20,8 @@ from harness_loop.runstore import (
     render_events,
     render_list,
 )
-from harness_mem.db import connect, driver, write_transaction
+from harness_mem.db import driver, write_transaction
 from harness_mem.errors import DuplicateIdError, InvalidInputError, NotFoundError
-from harness_mem.migrations import migrate
 
 
 @pytest.fixture(params=["sqlite", "memory"])
@@ -194,26 +193,6 @@ def sqlite_store(tmp_path: Path) -> Iterator[RunStore]:
     s = RunStore.open(str(tmp_path / "runs.db"))
     yield s
     s.close()
-
-
-def test_migration_creates_the_tables(tmp_path: Path) -> None:
-    conn = connect(tmp_path / "m.db")
-    migrate(conn)
-    columns = {
-        table: [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
-        for table in ("runs", "jobs", "run_events")
-    }
-    assert columns == {
-        "runs": ["id", "namespace", "goal", "state", "max_tokens", "spent_tokens", "replans", "reason",
-                 "metadata", "created_at", "updated_at", "lease_owner", "lease_until"],
-        "jobs": ["run_id", "job_id", "position", "prompt", "deps", "retry", "state", "attempts", "visits",
-                 "result_text", "input_tokens", "output_tokens", "spent_tokens", "last_error", "prior_attempt",
-                 "feedback", "updated_at"],
-        "run_events": ["run_id", "seq", "at", "kind", "job_id", "data"],
-    }
-    triggers = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
-    assert {"run_events_seq_increases", "run_events_no_update", "run_events_no_delete"} <= triggers
-    conn.close()
 
 
 def test_event_log_is_append_only(sqlite_store: RunStore) -> None:

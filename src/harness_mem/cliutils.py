@@ -1,0 +1,251 @@
+"""What the ``harness-mem`` and ``harness-loop`` command lines share, so that both behave alike.
+
+- :func:`command_group` makes a CLI's top-level group: ``-h`` as well as ``--help``, ``--version``,
+  and one error mapper (:func:`user_error`) around every command. A known
+  :class:`~harness_mem.errors.HarnessMemError` becomes one line, ``Error: what — how to fix``, and
+  exit status 1. Anything unexpected becomes one line too (with the exception's type), unless the
+  CLI's ``*_RAISE_ERRORS`` variable is set or the test suite is running (it sets
+  ``sys._called_from_test``): then the traceback shows, so a bug is never hidden from a test.
+- :func:`db_option` and :func:`namespace_option` are ``--db`` and ``--namespace``.
+- :func:`json_option` and :func:`json_object_option` are ``--json``: one JSON object per line (or
+  one object) on stdout, written by :func:`echo_json`.
+- :func:`model_options` declares the model flags, ``--model-url``, ``--model``, ``--api-key`` and
+  ``--model-timeout``, with the environment variables a :class:`~harness_mem.providers.hints.Hints`
+  names, and hands the command one :class:`ModelSettings`. Earlier spellings stay accepted as hidden
+  aliases (:class:`OldName`).
+
+Only click and harness_mem's light modules are imported here: the HTTP client loads when a command
+actually builds a model.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from click.core import ParameterSource
+
+from .errors import HarnessMemError
+from .models import dumps
+from .providers.hints import MEM_HINTS, Hints, check_model_config
+
+if TYPE_CHECKING:
+    from .providers.openai import OpenAITextModel
+
+__all__ = [
+    "CONTEXT_SETTINGS",
+    "DISTRIBUTION",
+    "MappedErrorsGroup",
+    "ModelSettings",
+    "OldName",
+    "command_group",
+    "db_option",
+    "echo_json",
+    "json_object_option",
+    "json_option",
+    "model_options",
+    "namespace_option",
+    "one_line",
+    "raise_errors",
+    "user_error",
+]
+
+#: The installed distribution both command lines belong to (``--version`` reports its version).
+DISTRIBUTION = "harness-mem"
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+# ---- errors --------------------------------------------------------------------------------------
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks (and the blanks around them) folded into single spaces."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def raise_errors(env: str) -> bool:
+    """True when unexpected errors should keep their traceback: ``env`` is set, or tests are running."""
+    return bool(os.environ.get(env)) or hasattr(sys, "_called_from_test")
+
+
+def user_error(exc: BaseException, raise_errors_env: str) -> click.ClickException | None:
+    """The one-line error a user sees for ``exc``; None when it should propagate unchanged.
+
+    click's own exceptions (usage errors, ``Exit``, ``Abort``) and ``KeyboardInterrupt`` pass
+    through; so does an unexpected exception when :func:`raise_errors` says so.
+    """
+    if isinstance(exc, click.ClickException | click.exceptions.Exit | click.Abort) or not isinstance(exc, Exception):
+        return None
+    if isinstance(exc, HarnessMemError):
+        return click.ClickException(one_line(str(exc)))
+    if raise_errors(raise_errors_env):
+        return None
+    return click.ClickException(
+        f"unexpected {type(exc).__name__}: {one_line(str(exc))} — set {raise_errors_env}=1 for a traceback"
+        " and report it"
+    )
+
+
+class MappedErrorsGroup(click.Group):
+    """A group whose commands' errors go through :func:`user_error` (subcommands included)."""
+
+    def __init__(self, *args: Any, raise_errors_env: str = "HARNESS_MEM_RAISE_ERRORS", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.raise_errors_env = raise_errors_env
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # `harness-mem list | head` closes our stdout early: that is not an error, and Python's
+            # complaint about the unflushed stdout would only be noise.
+            sys.stderr.close()
+            raise click.exceptions.Exit(0) from None
+        except Exception as exc:
+            mapped = user_error(exc, self.raise_errors_env)
+            if mapped is None:
+                raise
+            raise mapped from None
+
+
+def command_group(*, prog_name: str, raise_errors_env: str) -> Callable[[Callable[..., Any]], click.Group]:
+    """``@click.group`` for a CLI's top level: ``-h``, ``--version`` and the shared error mapper."""
+
+    def decorate(f: Callable[..., Any]) -> click.Group:
+        f = click.version_option(package_name=DISTRIBUTION, prog_name=prog_name)(f)
+        return click.group(cls=MappedErrorsGroup, context_settings=CONTEXT_SETTINGS,
+                           raise_errors_env=raise_errors_env)(f)
+
+    return decorate
+
+
+# ---- the database --------------------------------------------------------------------------------
+
+
+def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--db`` (``db_path``): the memory file; None means :func:`harness_mem.db.default_path`."""
+    return click.option(
+        "--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), envvar="HARNESS_MEM_DB",
+        help="Database file [env: HARNESS_MEM_DB; default: memory.db in the user data dir].",
+    )(f)
+
+
+def namespace_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--namespace``/``-N``: the tenant to read and write."""
+    return click.option("--namespace", "-N", default="default", show_default=True, envvar="HARNESS_MEM_NAMESPACE",
+                        help="Tenant to read and write [env: HARNESS_MEM_NAMESPACE].")(f)
+
+
+# ---- output --------------------------------------------------------------------------------------
+
+
+def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json`` (``as_json``) for commands that print a list: one JSON object per line."""
+    return click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")(f)
+
+
+def json_object_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json`` (``as_json``) for commands that print one report: one JSON object."""
+    return click.option("--json", "as_json", is_flag=True, help="One JSON object.")(f)
+
+
+def echo_json(data: Any) -> None:
+    """``data`` as one line of compact JSON on stdout."""
+    click.echo(dumps(data))
+
+
+# ---- model flags ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The model flags as given; :meth:`configured` checks them, :meth:`text_model` builds a model."""
+
+    url: str | None
+    name: str | None
+    api_key: str | None = None
+    timeout: float | None = None
+    hints: Hints = MEM_HINTS
+
+    def configured(self, *, required: bool) -> bool:
+        """True when a model is given, False when none is; half a configuration (or none, when
+        ``required``) is a :class:`~harness_mem.errors.ModelError` naming the missing flag."""
+        return check_model_config(self.url, self.name, required=required, hints=self.hints)
+
+    def text_model(self, *, required: bool) -> OpenAITextModel | None:
+        """harness_mem's text model for these settings, or None when no model is given."""
+        from .providers.openai import configured_text_model  # httpx: only when a model is used
+
+        return configured_text_model(self.url, self.name, api_key=self.api_key, timeout=self.timeout,
+                                     required=required, hints=self.hints)
+
+
+@dataclass(frozen=True)
+class OldName:
+    """An earlier spelling of a model flag, still accepted but not shown in ``--help``."""
+
+    flag: str
+    envvar: str | None = None  # an earlier name of its environment variable, still read
+
+
+def model_options(
+    hints: Hints = MEM_HINTS, *, old_names: Mapping[str, OldName] | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The model flags, passed on to the command as one ``model_settings`` (:class:`ModelSettings`).
+
+    ``old_names`` maps a flag (``"--model-url"``) to its earlier spelling; giving both with
+    different values is a usage error.
+    """
+    old = dict(old_names or {})
+    # (flag, parameter name, environment variables, type, help)
+    specs: list[tuple[str, str, list[str], Any, str]] = [
+        (hints.url_option, "model_url", [hints.url_env],
+         None, f"OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 [env: {hints.url_env}]."),
+        (hints.model_option, "model_name", [hints.model_env], None, f"Model name [env: {hints.model_env}]."),
+        (hints.key_option, "api_key", [hints.key_env],
+         None, f"Bearer token, if the server wants one [env: {hints.key_env}]."),
+        (hints.timeout_option, "model_timeout", [],
+         click.FloatRange(min=0, min_open=True), "Seconds to wait for each model reply [default: 120]."),
+    ]
+    for flag, _, envvars, _, _ in specs:
+        old_envvar = old[flag].envvar if flag in old else None
+        if old_envvar:
+            envvars.append(old_envvar)  # read after the current name
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            ctx = click.get_current_context()
+            values: dict[str, Any] = {}
+            for flag, name, _, _, _ in specs:
+                values[name] = kwargs.pop(name)
+                if flag in old:
+                    values[name] = _prefer_old(ctx, name, values[name], kwargs.pop("old_" + name), flag, old[flag].flag)
+            settings = ModelSettings(values["model_url"], values["model_name"], values["api_key"],
+                                     values["model_timeout"], hints)
+            return f(*args, model_settings=settings, **kwargs)
+
+        command: Callable[..., Any] = wrapper
+        for flag, name, envvars, kind, help_text in reversed(specs):
+            if flag in old:
+                command = click.option(old[flag].flag, "old_" + name, type=kind, hidden=True)(command)
+            command = click.option(flag, name, envvar=envvars or None, type=kind, help=help_text)(command)
+        return command
+
+    return decorate
+
+
+def _prefer_old(ctx: click.Context, name: str, value: Any, old_value: Any, flag: str, old_flag: str) -> Any:
+    """The old flag's value when it was given (it beats an environment variable); a usage error when
+    both spellings were given on the command line with different values."""
+    if old_value is None:
+        return value
+    if value is not None and value != old_value and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+        raise click.UsageError(f"{old_flag} is an old name for {flag}; give {flag} only")
+    return old_value
