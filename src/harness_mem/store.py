@@ -36,7 +36,7 @@ from .filters import Filters, make_filters
 from .models import Entry, Hit, now_ms
 from .protocols import Embedder
 from .providers.embeddings import INSTALL_HINT, default_embedder
-from .redaction.redactor import Redactor
+from .redaction import Redactor
 from .rows import COLUMNS, PLACEHOLDERS, Row, entry_from_row, prepare_row
 from .vectors import VectorIndex, bump_generation, embedding_text, has_vector_table, missing_vectors
 

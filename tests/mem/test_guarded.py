@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from harness_mem.errors import BlockedError, InvalidInputError, WriteRefusedError
 from harness_mem.models import Entry, Hit
 from harness_mem.protocols import Memory
+from harness_mem.redaction import Action, Redactor, luhn_ok
 from harness_mem.redaction.guarded import GuardedMemory, RedactingMemory, jaccard, similarity_tokens
-from harness_mem.redaction.redactor import Action, Redactor, luhn_ok
 
 SECRET = b"test-secret"
 

@@ -17,7 +17,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from harness_mem.errors import InvalidInputError
-from harness_mem.redaction.redactor import (
+from harness_mem.redaction import (
     SECRET_KINDS,
     Action,
     Detector,
@@ -693,7 +693,7 @@ def test_empty_matches_are_ignored(red: Redactor) -> None:
 
 
 def test_custom_detector_object() -> None:
-    from harness_mem.redaction.redactor import Rule
+    from harness_mem.redaction import Rule
 
     detector = Detector("ORDER", (Rule(re.compile(r"ORD-\d+")),))
     redactor = Redactor(Policy.default(), secret=SECRET, detectors=[detector])
