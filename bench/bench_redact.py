@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from harness_mem.redaction.redactor import Redactor, cn_id_ok, iban_ok, luhn_ok
+from harness_mem.redaction import Redactor, cn_id_ok, iban_ok, luhn_ok
 
 WORDS = (
     "the agent should retry the request after the cache warms up and then compare results with "

@@ -33,7 +33,7 @@ from pathlib import Path
 from harness_mem import keyword, migrations
 from harness_mem.db import connect, driver
 from harness_mem.jsonl import import_jsonl
-from harness_mem.redaction.redactor import Redactor
+from harness_mem.redaction import Redactor
 from harness_mem.store import MemoryStore
 
 WORDS = (

@@ -28,8 +28,7 @@ from .models import Entry, Hit
 from .protocols import Embedder, Memory
 from .providers.embeddings import MiniLMEmbedder
 from .providers.textmodel import TextModel
-from .redaction.guarded import GuardedMemory, RedactingMemory
-from .redaction.redactor import Action, Policy, Redactor
+from .redaction import Action, GuardedMemory, Policy, RedactingMemory, Redactor
 from .store import MemoryStore
 
 __all__ = [

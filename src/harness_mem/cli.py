@@ -477,7 +477,7 @@ def redact(text: str | None, policy: str, as_json: bool) -> None:
         harness-mem redact "mail me at ada@example.com"
         cat transcript.txt | harness-mem redact > clean.txt
     """
-    from .redaction.redactor import Redactor
+    from .redaction import Redactor
 
     source = text if text is not None else _read_stdin_text()
     result = (Redactor.hygiene() if policy == "hygiene" else Redactor.default()).scrub(source)

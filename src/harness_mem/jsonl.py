@@ -28,7 +28,7 @@ from typing import IO, Any
 
 from .errors import BlockedError, InvalidInputError, StorageError
 from .models import dumps
-from .redaction.redactor import Redactor
+from .redaction import Redactor
 from .rows import Row, prepare_row
 from .store import BULK_BATCH_SIZE, MAX_BATCH_CHARS, MemoryStore, OnConflict
 

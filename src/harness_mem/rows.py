@@ -26,7 +26,7 @@ from .models import (
     parse_time,
     to_ms,
 )
-from .redaction.redactor import Redactor
+from .redaction import Redactor
 
 COLUMNS = (
     "pk, id, namespace, kind, content, role, session, tags, source, metadata, created_at, expires_at,"

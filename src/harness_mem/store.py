@@ -36,7 +36,7 @@ from .models import Entry, Hit, now_ms
 from .protocols import Embedder
 from .providers.embeddings import default_embedder
 from .recall import Mode, Recall
-from .redaction.redactor import Redactor
+from .redaction import Redactor
 from .rows import COLUMNS, PLACEHOLDERS, Row, entry_from_row, prepare_row
 from .vectors import VectorIndex, bump_generation, embedding_text, has_vector_table
 

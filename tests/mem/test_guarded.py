@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from harness_mem.errors import BlockedError, InvalidInputError, WriteRefusedError
 from harness_mem.models import Entry, Hit
 from harness_mem.protocols import Memory
+from harness_mem.redaction import Action, Redactor, luhn_ok
 from harness_mem.redaction.guarded import GuardedMemory, RedactingMemory, jaccard, similarity_tokens
-from harness_mem.redaction.redactor import Action, Redactor, luhn_ok
 
 SECRET = b"test-secret"
 
@@ -142,7 +142,7 @@ def test_redacting_records_counts_when_asked(inner: ListMemory) -> None:
     assert memory.add("nothing to see").metadata == {}
 
 
-# ---- GuardedMemory: the original's nine cases, now reported ---------------------------------------
+# ---- GuardedMemory: masking, blocking and refusals, each one reported --------------------------
 
 
 def test_guarded_masks_cards(guarded: GuardedMemory, inner: ListMemory) -> None:
@@ -224,7 +224,7 @@ def test_refusals_are_blocked_errors(guarded: GuardedMemory) -> None:
         guarded.add("paid £20")
 
 
-# ---- GuardedMemory: beyond the original ----------------------------------------------------------
+# ---- GuardedMemory: CJK duplicates, a failing recall, dedup settings ---------------------------
 
 
 def test_guarded_dedups_chinese(guarded: GuardedMemory, inner: ListMemory) -> None:

@@ -14,7 +14,7 @@ from worker_helpers import kill_on_marker
 from harness_mem import jsonl
 from harness_mem.errors import InvalidInputError, StorageError
 from harness_mem.jsonl import export_jsonl, import_jsonl
-from harness_mem.redaction.redactor import Detector, Redactor, Rule, default_detectors
+from harness_mem.redaction import Detector, Redactor, Rule, default_detectors
 from harness_mem.rows import prepare_row
 from harness_mem.store import MemoryStore
 

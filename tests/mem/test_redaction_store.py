@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from harness_mem.cli import cli
 from harness_mem.errors import WriteRefusedError
-from harness_mem.redaction.redactor import Redactor
+from harness_mem.redaction import Redactor
 from harness_mem.store import MemoryStore
 
 

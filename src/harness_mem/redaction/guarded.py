@@ -11,15 +11,15 @@ Two boundaries, two wrappers:
 
 A refused write is **reported**: ``add`` raises :class:`~harness_mem.errors.WriteRefusedError` (a
 :class:`~harness_mem.errors.BlockedError`) whose ``reason`` is ``"blocked-substring"``,
-``"policy"`` or ``"duplicate"``. The original system returned success for a dropped write, so an
-agent's "remember this" tool told the user "remembered" when nothing was kept (REFERENCE, gaps
-item 6). Nothing here pretends.
+``"policy"`` or ``"duplicate"``. Reporting success for a dropped write would let an agent's
+"remember this" tool tell the user "remembered" when nothing was kept; nothing here pretends.
 
 Near-duplicates are judged on the *redacted* text, so two notes that differ only in an e-mail
 address are duplicates (both read ``<EMAIL>``). Similarity is the Jaccard index of token sets:
-words of three characters or more, plus bigrams of CJK runs (the original had no bigrams, so
-Chinese text never deduplicated). Candidates come from ``inner.recall(text, recall_k)``; if recall
-fails the write is not treated as a duplicate (a broken index must not block memory).
+words of three characters or more, plus bigrams of CJK runs (Chinese text has no spaces, so
+without bigrams it would never deduplicate). Candidates come from ``inner.recall(text,
+recall_k)``; if recall fails the write is not treated as a duplicate (a broken index must not
+block memory).
 
 Both wrappers pass ``recall`` straight through and hand any extra keyword fields to
 ``inner.add`` unchanged; ids, kinds, roles, sessions and namespaces are identifiers and are not
@@ -37,7 +37,8 @@ from ..errors import InvalidInputError, WriteRefusedError
 from ..keyword import _CJK_RUN
 from ..models import Entry, Hit
 from ..protocols import Memory
-from .redactor import Action, Redactor
+from .policy import Action
+from .redactor import Redactor
 
 __all__ = ["GuardedMemory", "RedactingMemory", "jaccard", "similarity_tokens"]
 
