@@ -39,7 +39,8 @@ bench: install
 	$(BIN)/python bench/bench_store.py
 
 lint: install
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/mypy --strict src
 
 clean:
 	rm -rf $(VENV) demo dist build .pytest_cache

@@ -31,9 +31,11 @@ from .cliutils import (
 from .db import connect, default_path
 from .models import Entry, Hit, dumps, format_time
 from .providers.hints import MEM_HINTS
-from .store import MemoryStore
+from .store import MemoryStore, OnConflict
 
 if TYPE_CHECKING:
+    from click._termui_impl import ProgressBar  # the type click.progressbar returns
+
     from .experience.episode import Episode
     from .experience.store import ExperienceStore
 
@@ -269,10 +271,11 @@ def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool, workers
     from .jsonl import import_jsonl
 
     size = _file_size(source)
-    on_conflict = "replace" if replace else "ignore"
+    on_conflict: OnConflict = "replace" if replace else "ignore"
     show_bar = not quiet and size is not None and size >= PROGRESS_MIN_BYTES
     with open_store(ctx) as store:
         if show_bar:
+            bar: ProgressBar[int]
             with click.progressbar(length=size, label="Importing", file=sys.stderr) as bar:
                 lines = _tracked_lines(source, bar.update)
                 report = import_jsonl(store, lines, on_conflict=on_conflict, workers=workers)

@@ -230,7 +230,7 @@ def _prepared_by_workers(
             else:  # the workers are starting up: prepare this chunk here rather than wait for them
                 pending.append(prepare_chunk(first, chunk, namespace, redactor))
             while pending and not isinstance(pending[0], Future):  # prepared here: write it now
-                yield pending.popleft()
+                yield _received(pending.popleft())
         while pending:
             yield _received(pending.popleft())
     except BrokenProcessPool:

@@ -79,7 +79,7 @@ class Hit:
     entry: Entry
     score: float
     snippet: str = ""
-    components: dict[str, dict[str, float]] | None = None
+    components: dict[str, dict[str, float | int | None]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {"score": self.score, **self.entry.to_dict(), "snippet": self.snippet}

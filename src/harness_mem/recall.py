@@ -107,7 +107,7 @@ class Recall:
                      for name, ranking in rankings.items()} if explain else {}
         hits = []
         for pk, score in ranked:
-            components = None
+            components: dict[str, dict[str, float | int | None]] | None = None
             if explain:
                 # Each retriever's rank (None: outside its list) and score; hybrid also shows the
                 # speaker prior, and scores the candidates a list missed (cosine from the stored vector).

@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from ..errors import InvalidSkillError
 
