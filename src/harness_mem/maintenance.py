@@ -146,12 +146,30 @@ def diagnose(store: MemoryStore) -> dict[str, Any]:
         return "ok"
 
     check("sqlite", lambda: f"{sqlite_version()} via {driver().__name__}")
-    check("fts5", lambda: str(store._conn.execute("SELECT count(*) FROM entries_fts").fetchone()[0]) + " rows indexed")
+    check("fts5", lambda: f"{store.db['entries_fts'].count} rows indexed")
     check("sqlite-vec", lambda: str(store._conn.execute("SELECT vec_version()").fetchone()[0]))
-    check("schema", lambda: f"{stats(store)['schema_version']:04d}, all migrations applied")
+    check("schema", lambda: describe_schema(store))
     check("model", lambda: describe_model(store))
     check("integrity", integrity)
     return {"path": str(store.path), "checks": checks}
+
+
+# What every migrated file holds: the canonical tables, the keyword index and the readable view.
+EXPECTED_TABLES = ("entries", "entries_fts", "settings", "episodes", "skills", "skill_revisions", "consolidations")
+EXPECTED_VIEWS = ("memories",)
+
+
+def describe_schema(store: MemoryStore) -> str:
+    """The schema version and the canonical tables' row counts (raises when a table or view is missing)."""
+    tables, views = set(store.db.table_names()), set(store.db.view_names())
+    missing = [name for name in EXPECTED_TABLES if name not in tables] + [
+        f"view {name}" for name in EXPECTED_VIEWS if name not in views
+    ]
+    if missing:
+        raise StorageError(f"missing {', '.join(missing)} — the file was changed outside harness-mem")
+    applied = [s for s in migrations.status(store._conn) if s.applied_at]
+    counts = ", ".join(f"{name} {store.db[name].count}" for name in ("entries", "episodes", "skills"))
+    return f"{applied[-1].number:04d}, all migrations applied; {counts}"
 
 
 def describe_model(store: MemoryStore) -> str:

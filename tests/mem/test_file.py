@@ -76,3 +76,13 @@ def test_an_empty_sqlite_file_is_taken_over(tmp_path: Path) -> None:
     driver().connect(str(empty)).close()
     with MemoryStore(empty, embedder=None) as store:
         assert store.add("first").content == "first"
+
+
+def test_doctor_reads_the_schema_through_sqlite_utils(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None) as store:
+        store.add("one")
+        schema = next(c for c in store.diagnose()["checks"] if c["name"] == "schema")
+        assert schema["ok"] and schema["detail"].endswith("all migrations applied; entries 1, episodes 0, skills 0")
+        store.db.execute("DROP VIEW memories")
+        schema = next(c for c in store.diagnose()["checks"] if c["name"] == "schema")
+        assert not schema["ok"] and "missing view memories" in schema["detail"]
