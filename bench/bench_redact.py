@@ -134,7 +134,8 @@ def message(r: random.Random) -> tuple[str, int]:
     if r.random() < 0.2:
         value = r.choice(PII)(r)
         at = r.randrange(len(parts) + 1)
-        # Half the time glued to CJK text with no space, the case the original missed.
+        # Half the time glued to CJK text with no space: CJK characters are word characters, so a
+        # pattern anchored on \b finds no boundary there and misses the value.
         parts.insert(at, ("联系方式" + value) if r.random() < 0.5 else f"contact {value}")
         planted = 1
     return " ".join(parts), planted

@@ -672,11 +672,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"| {system.name} | " + " | ".join(cell([recall[conv == c].mean()]) for c in corpus.conversations) + " |")
 
     # The adversarial questions attribute a fact to the wrong speaker; their evidence is the turn
-    # where the other speaker said it. Reported for reference (never tuned on): how often that turn
+    # where the other speaker said it. Reported for information only (never tuned on): how often that turn
     # still reaches the top 10 although the speaker prior favours the named (wrong) speaker.
     adversarial = load(args.data, "locomo_queries_cat5.jsonl")
     adversarial_bank = FeatureBank(adversarial, bank.embed)
-    print("\n## Adversarial questions (category 5): recall of the other speaker's evidence, for reference\n")
+    print("\n## Adversarial questions (category 5): recall of the other speaker's evidence (not tuned on)\n")
     print("| system | R@5 / R@10 / MRR@10 |\n|---|---|")
     for system in (
         System("keyword (product)", keyword_only, [{}]),

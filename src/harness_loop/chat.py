@@ -7,8 +7,8 @@ comes out. Anything with an async ``complete(request)`` is a :class:`Model`.
 
 :class:`ScriptedModel` answers from a FIFO script. Tool-call ids are deterministic -- ``"call_"`` plus
 a short hash of (name, arguments, position in the script) -- so a run is reproducible, and unique per
-call: the original hashed only (name, arguments), so two identical calls shared an id and the second
-spill file overwrote the first.
+call: hashing only (name, arguments) would give two identical calls one id, and the second call's
+spill file would overwrite the first's.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """`Dag` — a run's jobs keyed by id, in insertion order, with the graph questions the scheduler asks.
 
 Insertion order is part of the contract: among jobs that are ready at the same moment, the one
-added first launches first (the original used hash-map order, so two runs of one graph could start
-jobs differently). :meth:`Dag.validate` refuses a graph before anything runs: unknown
+added first launches first, so two runs of one graph always start their jobs in the same order. :meth:`Dag.validate` refuses a graph before anything runs: unknown
 dependencies, routers on unknown jobs or aimed at unknown jobs, and cycles.
 """
 

@@ -12,7 +12,8 @@ adds one, a different sole tool restarts at one, a mixed round resets to zero. N
 
 **Acceptance.** When the model answers without calling tools, checks run in order and stop at the
 first failure. A failure is sent back as a user turn while retries remain; otherwise the run ends
-*Unverified* -- never Done, and TaskCompleted does not fire (the original acked failed verdicts).
+*Unverified* -- never Done, and TaskCompleted does not fire: an answer that failed its checks must
+never be reported as a success.
 """
 
 from __future__ import annotations

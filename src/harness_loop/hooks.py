@@ -3,8 +3,8 @@
 A hook receives a :class:`HookEvent` and may return :class:`Deny` (or nothing). The bus calls hooks in
 registration order; the first Deny wins and stops the rest. The loop honours Deny only on
 ``PreToolUse``, which fires before *any* execution of the call -- read-only calls that run
-concurrently are all vetted first (the original prefetched reads before asking, so Deny came too
-late). Hooks are synchronous: one that needs I/O should enqueue and return.
+concurrently are all vetted first, so a Deny stops a read before it runs, not after it has already
+run. Hooks are synchronous: one that needs I/O should enqueue and return.
 
 Events the loop fires, in order::
 

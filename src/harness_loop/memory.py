@@ -12,7 +12,7 @@ extension points -- guides and hooks -- and nothing else::
 **Recall** comes as two guides, rendered by the loop before every model call with the task as the
 query, their blocks replaced (never stacked into the history):
 
-- :class:`MemoryGuide` -- the ``[memory-recall]`` block of the reference: the store's best hits for
+- :class:`MemoryGuide` -- the ``[memory-recall]`` block: the store's best hits for
   the task, numbered. By default it recalls *curated* memory only (kinds ``note``, ``fact``,
   ``summary``): transcript turns are raw (a repeated task would otherwise find its own earlier user
   turn first, then tool echoes) and episodes have a block of their own. ``kind=None`` recalls all.
@@ -96,14 +96,15 @@ MEMORY_HEADER = "[memory-recall]\nRelevant prior context (from your long-term me
 MEMORY_KINDS: tuple[str, ...] = ("note", "fact", "summary")
 # One recalled entry in the block: a 20 kB note must not ride along on every request.
 MAX_ITEM_CHARS = 1000
-# Over-fetch factor when entries are dropped after recall (excluded tags), as in the reference.
+# Over-fetch factor when entries are dropped after recall (excluded tags): asking for 3k hits
+# usually leaves k after the drop.
 OVERFETCH = 3
 
 
 def format_memory_block(contents: Sequence[str]) -> str:
     """The ``[memory-recall]`` block for ``contents`` (``""`` for none).
 
-    ``"\\n  {i}. {content}"`` per item, as in the reference; continuation lines of a multi-line
+    ``"\\n  {i}. {content}"`` per item after the header; continuation lines of a multi-line
     item are indented under it so that the numbering stays readable.
     """
     if not contents:

@@ -7,15 +7,16 @@ then acts — starts tasks, cancels them, arms backoff timers. So after ``kill -
 state the scheduler had committed to, and :meth:`Orchestrator.resume` continues from it: jobs caught
 ``running``, ``queued`` or ``retrying`` go back to ``pending``; finished jobs never run again.
 
-Where this departs from the original (``harness-rs``, REFERENCE "Gaps and weaknesses" item 10):
+Rules the scheduler keeps, each closing a way a DAG scheduler can go wrong:
 
-- Launch order is deterministic: among ready jobs, insertion order.
+- Launch order is deterministic: among ready jobs, insertion order, so two runs of one graph agree.
 - A job waiting out its backoff is ``retrying`` and holds no concurrency slot.
 - Attempts survive a resume. An attempt cut short by the crash is undone (it never finished, so it
   is charged neither as an attempt nor as a visit); failed attempts stay charged.
 - ``visits`` counts every entry, the first included, so ``max_visits=3`` means at most 3 runs.
 - A visit-cap breach dead-letters the loop — the target and the job whose router asked — and
-  cancels everything downstream of it; the original still ran ``publish`` after a breached loop.
+  cancels everything downstream of it, so a final step such as ``publish`` never runs on the output
+  of a loop that did not converge.
 - Goto targets are checked at run time (and up front when a route declares ``targets``); an
   unknown target dead-letters the routing job instead of crashing the run.
 - Replanned jobs are validated: no reused id, no unknown dependency, no cycle.
@@ -68,7 +69,7 @@ _IN_FLIGHT = (JobState.RUNNING, JobState.QUEUED, JobState.RETRYING, JobState.FAI
 class JobRunner(Protocol):
     """Executes one attempt of a job; raise to fail it. ``upstream`` maps each dep to its result.
 
-    ``job_prompt(job, upstream)`` builds the text the original handed its sub-agents: feedback and
+    ``job_prompt(job, upstream)`` builds the text to hand a job's sub-agent: feedback and
     prior attempt first (after a ``Goto``), then the upstream results, then the job's prompt.
     """
 

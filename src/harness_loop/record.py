@@ -1,7 +1,7 @@
 """Session recording (JSONL), offline replay with divergence reports, and a readable trace.
 
 A :class:`SessionRecorder` writes one JSON object per line, each tagged with ``kind`` and ``ts_ms``,
-to a file of its own: one file per run (the original appended every run into one file). Kinds::
+to a file of its own: one file per run, so a recording holds exactly one run and replays on its own. Kinds::
 
     start{source, session, task, system, config, tools, acceptance, workspace}
     heartbeat{iter}
@@ -16,8 +16,9 @@ to a file of its own: one file per run (the original appended every run into one
 
 :func:`replay` re-runs the loop from the recording alone: the model's turns come from ``post_model``,
 tool results from ``post_tool`` (as the model saw them, already shaped), denials from ``pre_tool``,
-acceptance verdicts from ``acceptance``. No model, no tool function and no file is touched (the
-original re-executed tools live and never compared). Whenever the replayed loop asks for something
+acceptance verdicts from ``acceptance``. No model, no tool function and no file is touched: tools
+are not re-executed live, because a live re-run can change the world and cannot show where the run
+went differently. Whenever the replayed loop asks for something
 the recording does not hold -- another tool, other arguments, one model turn too many -- replay stops
 and reports a :class:`Divergence`; at the end it compares the outcome with the recorded one.
 """

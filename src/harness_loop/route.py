@@ -8,7 +8,8 @@ after a job succeeds and says what happens next: :class:`Continue`, :class:`Goto
 that never converges ends as a dead letter rather than a bill.
 
 Put the criterion in the router, not in the prompt: a model asked to judge its own output tends to
-agree with itself (the original measured "LGTM" for 30 characters against a limit of 15). And say
+agree with itself (in a measured run, a model reviewing its own draft answered "LGTM" to 30
+characters against a limit of 15). And say
 why when going back: without feedback a revise loop produced 33, 33, 33, 31, 33 characters against
 a limit of 26 — a loop that cannot see its own last attempt repeats, it does not refine::
 

@@ -6,8 +6,8 @@ grep or read just the part it needs (measured: 17% cheaper per solved task than 
 
 - If one string in the result makes up >= 80% of it (a file's text, a command's output), that string
   is written raw to ``.txt`` and the rest of the result rides along as ``meta`` when small. Both
-  sizes are measured the same way -- as escaped JSON -- where the original compared a raw length
-  with an escaped one.
+  sizes are measured the same way -- as escaped JSON -- so the 80% test compares like with like
+  (a raw length against an escaped one would misjudge text full of quotes, backslashes or newlines).
 - Otherwise the result is written as pretty JSON to ``.json``.
 - The file is named ``{call id}-{tool}`` with both parts sanitised to ``[A-Za-z0-9_-]``, and created
   exclusively, with ``-2``, ``-3``... on a clash: a repeated call id (scripted models, replays,

@@ -8,8 +8,9 @@ budget of 12 iterations, and hands back a :class:`SubagentResult`. Its status is
 - ``BLOCKED``            stuck, cancelled, out of budget with nothing to show, or said ``BLOCKED:``;
 - ``NEEDS_CONTEXT``      said ``NEEDS_CONTEXT:`` -- it needs something only the caller knows.
 
-The original mapped a failed verdict to Done and fired no events; here the parent's hook bus sees
-``SubagentStart`` and ``SubagentStop`` (audit hooks can account for delegated work).
+A failed acceptance verdict is never reported as ``DONE``, so the parent does not build on an
+unchecked answer. The parent's hook bus sees ``SubagentStart`` and ``SubagentStop``, so audit hooks
+can account for delegated work.
 """
 
 from __future__ import annotations

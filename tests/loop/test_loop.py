@@ -1,4 +1,4 @@
-"""The agent loop against a scripted model: the original's loop tests, and what the guards must do."""
+"""The agent loop against a scripted model: iterations, hooks, budgets, and what the guards must do."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The orchestrator's scenarios: the original's tests, and the gaps it left (REFERENCE item 10)."""
+"""The orchestrator's scenarios: the core DAG behaviour, then the guarantees on scheduling and resume."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def diamond() -> list[Job]:
     ]
 
 
-# ---- the original's scenarios ---------------------------------------------------------------------
+# ---- core scenarios: order, retries, dead letters, replanning, budgets, routers -------------------
 
 
 async def test_diamond_runs_in_dependency_order_and_d_sees_both(store: RunStore) -> None:
@@ -362,7 +362,7 @@ async def test_no_routers_is_a_plain_dag() -> None:
     assert report.state is RunState.COMPLETED and script.starts == ["a", "b", "c"]
 
 
-# ---- beyond the original --------------------------------------------------------------------------
+# ---- scheduling guarantees: backoff slots, durability, cancel, resume, bad input ------------------
 
 
 async def test_backoff_does_not_hold_a_concurrency_slot() -> None:

@@ -51,7 +51,7 @@ def test_render_empty_outcome_keeps_the_prefix() -> None:
     assert Episode("s", "").render() == "Situation: s\nTools used: (none)\nOutcome: "
 
 
-def test_render_multiline_situation_is_the_original_bytes() -> None:
+def test_render_keeps_a_multiline_situation_verbatim() -> None:
     ep = Episode("deploy the site\nthen check the health page", "done", tools=["shell"])
     assert ep.render() == (
         "Situation: deploy the site\nthen check the health page\nTools used: shell\nOutcome: done"
@@ -139,7 +139,8 @@ def test_trimmed_trailing_space_after_empty_outcome() -> None:
 
 
 def test_new_format_is_readable_by_the_old_parser() -> None:
-    """The original parser: first line starting with a prefix, and everything after 'Outcome: '."""
+    """A reader of the older format: the first line starting with each prefix, and everything after
+    'Outcome: '. Other tools read episodes this way, so the newer fields must not break it."""
     text = Episode("ship the release", "tagged and pushed", tools=["shell"], skills=["release-runbook"],
                    success=True).render()
 

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DistillPolicy:
-    """The distiller's thresholds (the original's numbers)."""
+    """The distiller's thresholds: the gate in the module docstring, and the draft's token cap."""
 
     min_tool_calls: int = 4
     min_distinct_tools: int = 2
@@ -78,7 +78,7 @@ class DistillPolicy:
 
 @dataclass(frozen=True)
 class RevisePolicy:
-    """The reviser's caps (the original's numbers)."""
+    """The reviser's caps: how often a skill may be revised, and what a revision must keep."""
 
     lifetime_cap: int = 10
     daily_cap: int = 2
@@ -212,7 +212,7 @@ def _strip_numbering(text: str) -> str:
 
 
 def skill_body(title: str, description: str, situation: str, steps: list[str], pitfalls: list[str]) -> str:
-    """The body of a distilled skill (the original's layout)."""
+    """The body of a distilled skill: title, description, then "When this applies", "Steps", "Pitfalls"."""
     body = f"# {title}\n\n{description}\n\n## When this applies\n\n{situation}\n\n## Steps\n\n"
     body += "".join(f"{i}. {step}\n" for i, step in enumerate(steps, start=1))
     if pitfalls:

@@ -3,7 +3,8 @@
 **Episodes** are stored twice, on purpose. Their rendered text (:meth:`Episode.render`) is a memory
 entry — kind ``"episode"``, source ``"experience"``, tags ``experience``, ``tool:<name>`` for each
 tool, ``skill:<name>`` for each skill, then the episode's own tags — so ordinary recall finds them
-and the original system's readers still understand them. Their fields are also a row in the
+and any tool that reads the episode text format (a contract, see :mod:`.episode`) still
+understands them. Their fields are also a row in the
 ``episodes`` table, so that listing, filtering by tool, skill or result, and joining to skills
 need no text parsing. The row is written from what the store actually kept (the entry's content
 after redaction), never from the caller's raw text, and deleting the entry deletes the row.
@@ -567,7 +568,7 @@ class ExperienceStore:
 class ExperienceGuide:
     """Renders the ``[experience-recall]`` block for a query (``""`` when nothing is recalled).
 
-    The block is the original's, exactly: the header, then for each episode
+    The layout is fixed (tests pin it): the header, then for each episode
     ``"\\n  {i}. situation: …\\n     tools used: …\\n     outcome: …"``. Skills and result are not shown.
     """
 

@@ -1,15 +1,15 @@
 """Transcript capture: every turn of a conversation into memory, without slowing the host down.
 
-The contract comes from the original system (seed 001): **the hook side only enqueues, a background
-writer persists.** An agent loop calls :meth:`TranscriptRecorder.note_user`,
-:meth:`~TranscriptRecorder.note_assistant` and :meth:`~TranscriptRecorder.note_tool` from wherever
-it sees a turn; each call appends one tuple to a queue and returns. Nothing on that path formats,
-serialises, truncates, compares or touches the database, so a call costs the same for a 10-byte
-turn and a 10-MB tool result, and a slow disk or a model load can never stall the host's loop. The
-writer does the rest in batches: it skips blank turns, drops *consecutive* duplicates (same role
-and text — the original measured its shared memory at 70% tool-call echoes), cuts long turns to
-their head plus ``"… [{n} chars truncated]"``, and stores each turn as an entry of kind ``turn``
-with ``role`` and ``session`` as fields, tags ``role:{r}`` and ``session:{s}``, source
+The contract: **the hook side only enqueues, a background writer persists.** An agent loop calls
+:meth:`TranscriptRecorder.note_user`, :meth:`~TranscriptRecorder.note_assistant` and
+:meth:`~TranscriptRecorder.note_tool` from wherever it sees a turn; each call appends one tuple to
+a queue and returns. Nothing on that path formats, serialises, truncates, compares or touches the
+database, so a call costs the same for a 10-byte turn and a 10-MB tool result, and a slow disk or
+a model load can never stall the host's loop. The writer does the rest in batches: it skips blank
+turns, drops *consecutive* duplicates (same role and text — in one measured shared memory, 70% of
+the entries were tool-call echoes), cuts long turns to their head plus
+``"… [{n} chars truncated]"``, and stores each turn as an entry of kind ``turn`` with ``role`` and
+``session`` as fields, tags ``role:{r}`` and ``session:{s}``, source
 ``"transcript"`` and, by default, a 30-day time to live.
 
 **The flush guarantee is part of the API.** Leaving ``async with`` (or awaiting :meth:`aclose`)
@@ -39,8 +39,7 @@ per turn with a keyword-only store (see ``bench/bench_experience.py``), more wit
 A write that fails is logged and counted (:attr:`TranscriptStats.failed`, :attr:`last_error`),
 never raised into the host: losing a turn of transcript must not crash an agent. Transcripts are
 the biggest PII surface; the store redacts every write by default, and a
-:class:`~harness_mem.redaction.guarded.RedactingMemory` (any object with ``add``) can stand in for it, as in
-the original.
+:class:`~harness_mem.redaction.guarded.RedactingMemory` (any object with ``add``) can stand in for it.
 """
 
 from __future__ import annotations
@@ -104,8 +103,8 @@ def truncate_turn(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> tuple[str, i
 def tool_turn_text(name: str, result: Any) -> str:
     """A tool turn's text: ``"[{name}] {result}"``.
 
-    A string result is kept as it is; anything else is written as compact JSON, as the original
-    did. (The original JSON-quoted strings too; that only made them harder to read and recall.)
+    A string result is kept as it is (JSON-quoting it would only escape its quotes and newlines,
+    making it harder to read and to recall); anything else is written as compact JSON.
     """
     if isinstance(result, str):
         body = result

@@ -6,8 +6,8 @@ simplest thing that works; an async host wraps the call (``anyio.to_thread.run_s
 own async client with a thin sync shim. harness_loop's model clients plug in through an adapter on
 their side — harness_mem never imports harness_loop.
 
-Model replies are untrusted text. :func:`extract_json` finds a JSON object in a chatty reply the way
-the original did (the whole text, then a fenced block, then the first ``{`` to the last ``}``), and
+Model replies are untrusted text. :func:`extract_json` finds a JSON object in a chatty reply by
+trying, in order, the whole text, then a fenced block, then the first ``{`` to the last ``}``; and
 :func:`str_list` reads a list of strings from whatever shape a model chose for it.
 
 :class:`ScriptedTextModel` is the test double: a FIFO of replies that records every prompt.
