@@ -74,7 +74,7 @@ def blocks(request: ModelRequest, header: str) -> list[str]:
 # ---- MemoryGuide ---------------------------------------------------------------------------------
 
 
-def test_memory_block_is_the_reference_format_and_empty_without_hits(store: MemoryStore) -> None:
+def test_memory_block_has_a_fixed_format_and_is_empty_without_hits(store: MemoryStore) -> None:
     store.add("the billing service deploys to staging-eu", kind="note")
     store.add("billing invoices are due monthly", kind="fact")
     guide = MemoryGuide(store)

@@ -82,19 +82,19 @@ def spaced(value: str, sep: str = " ", size: int = 4) -> str:
 # ---- the basic cases: e-mail, card, order number, money, mobile, hash, mask -------------------------
 
 
-def test_reference_email_and_card(red: Redactor) -> None:
+def test_email_and_card_are_replaced(red: Redactor) -> None:
     out = red.scrub("reach me at a@b.com or card 4111111111111111 today")
     assert out.text == "reach me at <EMAIL> or card ************1111 today"
     assert out.counts == {"EMAIL": 1, "CREDIT_CARD": 1}
     assert not out.blocked
 
 
-def test_reference_order_number_failing_luhn_is_kept(red: Redactor) -> None:
+def test_an_order_number_failing_luhn_is_kept(red: Redactor) -> None:
     assert not luhn_ok("1234567890123456")
     assert red.scrub("order 1234567890123456 shipped").text == "order 1234567890123456 shipped"
 
 
-def test_reference_money_kept_by_default_blocked_by_hygiene(red: Redactor, hyg: Redactor) -> None:
+def test_money_is_kept_by_default_and_blocked_by_hygiene(red: Redactor, hyg: Redactor) -> None:
     kept = red.scrub("spent $199 today")
     assert kept.text == "spent $199 today"
     assert not kept.blocked and not kept.changed and kept.counts == {}
@@ -109,18 +109,18 @@ def test_cn_id_checksum_helper_agrees() -> None:
     assert cn_id_ok("11010519491231002X")
 
 
-def test_reference_china_mobile(red: Redactor) -> None:
+def test_a_china_mobile_number_is_replaced(red: Redactor) -> None:
     assert red.scrub("call 13800138000").text == "call <PHONE>"
 
 
-def test_reference_hash_is_stable_and_now_keyed(red: Redactor) -> None:
+def test_hash_is_stable_and_keyed(red: Redactor) -> None:
     red.set_action("EMAIL", Action.HASH)
     first = red.scrub("mail a@b.com").text
     assert first == red.scrub("mail a@b.com").text
     assert re.fullmatch(r"mail <EMAIL:[0-9a-f]{12}>", first)  # 48 bits
 
 
-def test_reference_mask_of_a_short_value_no_longer_leaks_it() -> None:
+def test_mask_of_a_short_value_does_not_leak_it() -> None:
     assert mask("abc", 4) == "***"  # a short value is hidden completely
 
 
