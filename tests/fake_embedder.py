@@ -2,8 +2,9 @@
 
 :class:`HashedEmbedder` hashes a text's words and character trigrams into 384 signed dimensions and
 normalises the sum: texts that share words or spellings get a high cosine, and the same text gets the
-same vector in every process. It knows nothing of meaning ("kitty" is not near "cat"), so tests
-whose assertion rests on what a real model understands use the ``embedder`` fixture instead.
+same vector in every process. It knows nothing of meaning ("kitty" is not near "cat"), nor of word
+order (the same words in another order make the same vector), so tests whose assertion rests on what
+a real model understands use the ``embedder`` fixture instead.
 
 The conftest makes it the store's default embedder (what ``embedder="auto"`` and the CLI's
 ``--embedder auto`` resolve to) for every test not marked ``real_model``; :func:`cli_process` does the

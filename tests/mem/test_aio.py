@@ -97,7 +97,7 @@ async def test_concurrent_tasks_writing_through_one_facade_lose_nothing(db_path:
 
         async def writer(task: int) -> None:
             for i in range(adds):
-                await store.add(f"task {task} wrote note {i}", id=f"{task}-{i}", session=f"s{task}")
+                await store.add(f"task t{task} wrote note n{i}", id=f"{task}-{i}", session=f"s{task}")
                 if i % 10 == 0:
                     await store.add_many({"text": f"task {task} batch {i} item {j}", "id": f"{task}-b{i}-{j}"}
                                          for j in range(5))
@@ -126,7 +126,7 @@ async def test_concurrent_tasks_writing_through_one_facade_lose_nothing(db_path:
         assert sync.conn.execute("SELECT count(*) FROM entries_fts").fetchone()[0] == expected
         assert sync.conn.execute("SELECT count(*) FROM entry_vectors").fetchone()[0] == expected
         assert sync.integrity_check() == []
-        assert [h.entry.id for h in await store.recall("task 7 wrote note 19", k=1)] == ["7-19"]
+        assert [h.entry.id for h in await store.recall("task t7 wrote note n19", k=1)] == ["7-19"]
 
 
 class Gated(HashedEmbedder):
