@@ -21,6 +21,7 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARNESS_MEM_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("HARNESS_MEM_DB", raising=False)
     monkeypatch.delenv("HARNESS_MEM_NAMESPACE", raising=False)
+    monkeypatch.delenv("HARNESS_MEM_EMBEDDER", raising=False)  # --embedder's default is what tests expect
     monkeypatch.setenv("HARNESS_MEM_RAISE_ERRORS", "1")
 
 
