@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fake_embedder import HashedEmbedder
 from fake_openai import FakeServer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -25,7 +26,16 @@ def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARNESS_MEM_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("HARNESS_MEM_DB", raising=False)
     monkeypatch.delenv("HARNESS_MEM_NAMESPACE", raising=False)
+    monkeypatch.delenv("HARNESS_MEM_EMBEDDER", raising=False)  # --embedder's default is what tests expect
     monkeypatch.setenv("HARNESS_MEM_RAISE_ERRORS", "1")
+
+
+@pytest.fixture(autouse=True)
+def _test_default_embedder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default embedder (``embedder="auto"``, the CLI's ``--embedder auto``) is the instant
+    HashedEmbedder, unless the test is marked ``real_model``: loading MiniLM costs seconds a process."""
+    if request.node.get_closest_marker("real_model") is None:
+        monkeypatch.setattr("harness_mem.store.default_embedder", HashedEmbedder)
 
 
 @pytest.fixture
@@ -53,10 +63,26 @@ def embedder() -> object:
 
 
 @pytest.fixture
+def hashed_embedder() -> HashedEmbedder:
+    """A fresh deterministic test embedder (its ``calls`` start empty)."""
+    return HashedEmbedder()
+
+
+@pytest.fixture
 def semantic_store(db_path: Path, embedder: object) -> Iterator[object]:
+    """A store on the real model: for tests whose assertion rests on what the model understands."""
     from harness_mem.store import MemoryStore
 
     with MemoryStore(db_path, embedder=embedder) as opened:  # type: ignore[arg-type]
+        yield opened
+
+
+@pytest.fixture
+def hashed_store(db_path: Path, hashed_embedder: HashedEmbedder) -> Iterator[object]:
+    """A store on the test embedder: for tests of the vector plumbing (filters, fusion, reindex…)."""
+    from harness_mem.store import MemoryStore
+
+    with MemoryStore(db_path, embedder=hashed_embedder) as opened:
         yield opened
 
 

@@ -71,21 +71,40 @@ def parse_queries(lines: Iterable[bytes | str]) -> list[Query]:
     """Queries from JSON Lines; a bad line raises InvalidInputError naming its number."""
     queries = []
     for number, raw in enumerate(lines, start=1):
-        try:
-            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-            if not text.strip():
-                continue
-            data = json.loads(text)
-            question, evidence = data["question"], data.get("evidence") or []
-            if not isinstance(question, str) or not isinstance(evidence, list):
-                raise TypeError("question must be a string and evidence a list")
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-            reason = "missing 'question'" if isinstance(exc, KeyError) else str(exc)
-            raise InvalidInputError(f"query line {number}: {reason}") from None
+        data = _query_object(raw, number)
+        if data is None:
+            continue
+        question, evidence = data["question"], data.get("evidence") or []
         prefix = data.get("session_prefix") or (f"{data['conversation']}:" if data.get("conversation") else None)
-        category = data.get("category_name") or str(data.get("category", "all"))
+        category = data.get("category_name") or str(data["category"] if data.get("category") is not None else "all")
         queries.append(Query(question, tuple(map(str, evidence)), prefix, category, data.get("qid")))
     return queries
+
+
+def _query_object(raw: bytes | str, number: int) -> dict[str, Any] | None:
+    """One query line as a JSON object with a string question (None for a blank line), else a clear error."""
+
+    def bad(reason: str) -> InvalidInputError:
+        return InvalidInputError(f"query line {number}: {reason}")
+
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise bad(f"not valid UTF-8 (byte {exc.start})") from None
+    if not raw.strip():
+        return None
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise bad(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise bad(f"expected a JSON object, got {type(data).__name__}")
+    if "question" not in data:
+        raise bad("missing 'question'")
+    if not isinstance(data["question"], str) or not isinstance(data.get("evidence") or [], list):
+        raise bad("question must be a string and evidence a list")
+    return data
 
 
 def _percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -133,7 +152,7 @@ def evaluate(
         scores = [len(evidence & set(ranked[:cutoff])) / len(evidence) for cutoff in CUTOFFS]
         first = next((i for i, hit_id in enumerate(ranked[:10], start=1) if hit_id in evidence), None)
         scores.append(1.0 / first if first else 0.0)
-        for bucket in ("all", query.category):
+        for bucket in dict.fromkeys(("all", query.category)):  # a query without a category counts once
             totals = sums.setdefault(bucket, [0.0] * len(scores))
             for i, value in enumerate(scores):
                 totals[i] += value

@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fake_embedder import cli_process
 
 from harness_mem.cli import cli
 from harness_mem.store import MemoryStore
@@ -29,6 +29,25 @@ def test_add_then_recall_as_json(db_path: Path) -> None:
     assert [h["id"] for h in hits] == [entry["id"]]
     assert {"id", "score", "kind", "role", "session", "content", "created_at", "tags"} <= hits[0].keys()
     assert hits[0]["tags"] == ["ops"]
+
+
+@pytest.mark.slow
+@pytest.mark.real_model
+def test_the_readme_demo_recalls_what_it_shows(db_path: Path) -> None:
+    """The default embedder is the real model here: the recalls the README shows, end to end."""
+    assert run(db_path, "import", str(SAMPLE)).exit_code == 0
+
+    def ranked(query: str, k: int) -> list[str]:
+        result = run(db_path, "recall", query, "-k", str(k), "--json")
+        assert result.exit_code == 0
+        return [json.loads(line)["id"] for line in result.stdout.splitlines()]
+
+    assert ranked("what did we decide about the auth refactor", 3) == [
+        "proj:2026-03-02:1", "proj:2026-03-02:2", "proj:2026-03-02:5"]
+    assert ranked("when can I ship to production", 3) == [
+        "proj:2026-03-23:4", "proj:2026-03-23:2", "proj:2026-03-23:3"]
+    assert ranked("回答偏好", 1) == ["proj:2026-03-23:7"]
+    assert "model: all-MiniLM-L6-v2, 384 dimensions, every entry embedded" in run(db_path, "doctor").stdout
 
 
 def test_readable_recall_shows_rank_score_and_snippet(db_path: Path) -> None:
@@ -143,25 +162,18 @@ def test_every_command_has_help_with_an_example() -> None:
         assert "Example:" in result.stdout, path
 
 
-def _cli_subprocess(*args: str, db: Path, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    env = {k: v for k, v in os.environ.items() if k != "HARNESS_MEM_RAISE_ERRORS"}
-    return subprocess.run(
-        [sys.executable, "-m", "harness_mem", "--db", str(db), *args],
-        input=input, capture_output=True, env=env, timeout=120,
-    )
-
-
 def test_real_process_round_trip_and_errors(db_path: Path) -> None:
-    imported = _cli_subprocess("import", "-", db=db_path, input=SAMPLE.read_bytes())
+    db = ("--db", str(db_path))
+    imported = cli_process(*db, "import", "-", input=SAMPLE.read_bytes())
     assert imported.returncode == 0, imported.stderr
-    recalled = _cli_subprocess("recall", "deploy on Fridays", "--json", "-k", "3", db=db_path)
+    recalled = cli_process(*db, "recall", "deploy on Fridays", "--json", "-k", "3")
     assert recalled.returncode == 0
     first = json.loads(recalled.stdout.splitlines()[0])
     assert "Friday" in first["content"]
-    broken = _cli_subprocess("import", "-", db=db_path, input=b'{"text": "ok"}\n{oops\n')
+    broken = cli_process(*db, "import", "-", input=b'{"text": "ok"}\n{oops\n')
     assert broken.returncode == 1
     assert b"line 2: not valid JSON" in broken.stderr and b"Traceback" not in broken.stderr
-    missing = _cli_subprocess("get", "nope", db=db_path)
+    missing = cli_process(*db, "get", "nope")
     assert missing.returncode == 1 and missing.stderr.count(b"\n") == 1
 
 

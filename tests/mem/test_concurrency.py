@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fake_embedder import HashedEmbedder
 
 from harness_mem.store import MemoryStore
 
@@ -55,6 +56,45 @@ def test_concurrent_writer_processes_lose_nothing(db_path: Path) -> None:
             assert store.get(f"{w}-{per_worker - 1}").content == f"worker {w} wrote entry {per_worker - 1}"
         assert store.integrity_check() == []
         assert len(store.recall("worker wrote entry", k=1000)) == workers * per_worker
+
+
+EMBEDDING_WRITER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, sys.argv[4])  # the tests directory: the deterministic test embedder
+    from fake_embedder import HashedEmbedder
+    from harness_mem.store import MemoryStore
+    path, worker, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    with MemoryStore(path, embedder=HashedEmbedder()) as store:
+        for i in range(count):
+            store.add(f"worker w{worker} planted tree t{i}", id=f"{worker}-{i}")  # a word set of its own
+            if i % 5 == 4:
+                store.delete(f"{worker}-{i - 2}")
+            # This process's vector cache must see its own write while the others keep changing the file.
+            hit = store.recall(f"worker w{worker} planted tree t{i}", k=1, mode="semantic")[0]
+            assert hit.entry.id == f"{worker}-{i}", (i, hit.entry.id)
+    print("done")
+    """
+)
+
+
+def test_concurrent_writer_processes_keep_one_vector_per_entry(db_path: Path) -> None:
+    MemoryStore(db_path, embedder=HashedEmbedder()).close()  # create, migrate and bind the model once
+    workers, per_worker = 4, 30
+    tests_dir = str(Path(__file__).resolve().parents[1])
+    procs = [_spawn(EMBEDDING_WRITER, str(db_path), str(w), str(per_worker), tests_dir) for w in range(workers)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err
+        assert "locked" not in err and out.strip() == "done"
+    with MemoryStore(db_path, embedder=HashedEmbedder()) as store:
+        expected = workers * (per_worker - per_worker // 5)
+        assert store.count() == expected and store.count_missing_vectors() == 0
+        for table in ("entry_vectors", "entries_vec", "entries_fts"):
+            assert store.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == expected, table
+        for entry in store.list():  # each vector belongs to its own entry
+            assert store.recall(entry.content, k=1, mode="semantic")[0].entry.id == entry.id
+        assert store.integrity_check() == []
 
 
 def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import io
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from fake_embedder import cli_process
 from worker_helpers import kill_on_marker
 
 from harness_mem import jsonl
@@ -119,13 +118,11 @@ def test_a_killed_worker_is_one_clear_error_and_keeps_what_was_written(store: Me
 def test_the_cli_import_takes_a_worker_count(db_path: Path, tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_bytes(b"\n".join(LINES) + b"\n")
-    result = subprocess.run([sys.executable, "-m", "harness_mem", "--db", str(db_path), "import", "--workers", "1",
-                             str(source)], capture_output=True, text=True, timeout=120)
+    result = cli_process("--db", str(db_path), "import", "--workers", "1", str(source), raise_errors=True)
     assert result.returncode == 1  # three lines were rejected
-    assert result.stderr.splitlines()[-1] == "Imported 4 entries from 9 lines (1 already stored, 3 rejected)"
-    refused = subprocess.run([sys.executable, "-m", "harness_mem", "--db", str(db_path), "import", "--workers", "-1",
-                              str(source)], capture_output=True, text=True, timeout=120)
-    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert result.stderr.decode().splitlines()[-1] == "Imported 4 entries from 9 lines (1 already stored, 3 rejected)"
+    refused = cli_process("--db", str(db_path), "import", "--workers", "-1", str(source), raise_errors=True)
+    assert refused.returncode == 2 and b"Traceback" not in refused.stderr
 
 
 @pytest.mark.parametrize(

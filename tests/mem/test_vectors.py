@@ -1,4 +1,5 @@
-"""Semantic and hybrid recall with the real model and real sqlite-vec."""
+"""Semantic and hybrid recall on real sqlite-vec: the plumbing with the instant HashedEmbedder, what
+rests on understanding (paraphrases, the prefilter on real vectors) with the real model."""
 
 from __future__ import annotations
 
@@ -8,26 +9,11 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
+from fake_embedder import HashedEmbedder
 
 from harness_mem.errors import EmbedderError
 from harness_mem.store import MemoryStore
 from harness_mem.vectors import VectorIndex, pack_signs
-
-pytestmark = pytest.mark.slow
-
-
-class CountingEmbedder:
-    """The real model, counting model calls."""
-
-    def __init__(self, inner: object) -> None:
-        self.inner = inner
-        self.name, self.dim = inner.name, inner.dim  # type: ignore[attr-defined]
-        self.fingerprint = inner.fingerprint  # type: ignore[attr-defined]
-        self.calls: list[int] = []
-
-    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        self.calls.append(len(texts))
-        return self.inner.embed(texts)  # type: ignore[attr-defined,no-any-return]
 
 
 class OtherModel:
@@ -50,6 +36,7 @@ NOTES = [
 ]
 
 
+@pytest.mark.slow
 def test_semantic_recall_finds_paraphrases(semantic_store: MemoryStore) -> None:
     semantic_store.add_many([{"text": t} for t in NOTES])
     top = semantic_store.recall("a kitty resting on a rug", k=1, mode="semantic")[0]
@@ -58,9 +45,9 @@ def test_semantic_recall_finds_paraphrases(semantic_store: MemoryStore) -> None:
     assert semantic_store.recall("kitty", mode="keyword") == []  # keyword alone cannot see it
 
 
-def test_add_many_embeds_each_batch_in_one_model_call(db_path: Path, embedder: object) -> None:
-    counting = CountingEmbedder(embedder)
-    with MemoryStore(db_path, embedder=counting) as store:  # type: ignore[arg-type]
+def test_add_many_embeds_each_batch_in_one_model_call(db_path: Path, hashed_embedder: HashedEmbedder) -> None:
+    counting = hashed_embedder
+    with MemoryStore(db_path, embedder=counting) as store:
         store.add_many([{"text": f"note number {i}"} for i in range(120)], batch_size=50)
         assert counting.calls == [50, 50, 20]
         store.add_many([{"text": f"note number {i}", "id": f"n{i}"} for i in range(3)])
@@ -71,16 +58,17 @@ def test_add_many_embeds_each_batch_in_one_model_call(db_path: Path, embedder: o
         assert counting.calls[4:] == [1]  # the query embedding is cached
 
 
-def test_filters_apply_before_the_top_k_cut(semantic_store: MemoryStore) -> None:
-    semantic_store.add_many([{"text": f"a story about cats number {i}", "session": "noise"} for i in range(3000)],
-                            batch_size=1000)
-    wanted = semantic_store.add_many([{"text": f"a note about dogs {i}", "session": "wanted"} for i in range(5)])
-    hits = semantic_store.recall("cats", k=5, mode="semantic", session="wanted")
+def test_filters_apply_before_the_top_k_cut(hashed_store: MemoryStore) -> None:
+    hashed_store.add_many([{"text": f"a story about cats number {i}", "session": "noise"} for i in range(3000)],
+                          batch_size=1000)
+    wanted = hashed_store.add_many([{"text": f"a note about dogs {i}", "session": "wanted"} for i in range(5)])
+    hits = hashed_store.recall("cats", k=5, mode="semantic", session="wanted")
     assert sorted(h.entry.id for h in hits) == sorted(e.id for e in wanted)
-    hybrid = semantic_store.recall("cats", k=5, mode="hybrid", session="wanted")
+    hybrid = hashed_store.recall("cats", k=5, mode="hybrid", session="wanted")
     assert sorted(h.entry.id for h in hybrid) == sorted(e.id for e in wanted)
 
 
+@pytest.mark.slow
 def test_prefilter_search_agrees_with_exact_vec0_knn(semantic_store: MemoryStore, embedder: object) -> None:
     adjectives = ("weekly", "urgent", "draft", "final", "late", "annual", "secret", "shared")
     topics = ("budget", "hiring", "outage", "launch", "design", "security", "sales", "travel")
@@ -100,29 +88,30 @@ def test_prefilter_search_agrees_with_exact_vec0_knn(semantic_store: MemoryStore
     assert np.mean(overlaps) >= 0.9
 
 
-def test_delete_removes_vectors_and_other_processes_see_changes(db_path: Path, embedder: object) -> None:
-    with MemoryStore(db_path, embedder=embedder) as a, MemoryStore(db_path, embedder=embedder) as b:  # type: ignore[arg-type]
+def test_delete_removes_vectors_and_other_processes_see_changes(db_path: Path) -> None:
+    # Two connections, as two processes would hold: each keeps its own cache of the vectors.
+    with MemoryStore(db_path, embedder=HashedEmbedder()) as a, MemoryStore(db_path, embedder=HashedEmbedder()) as b:
         a.add_many([{"text": t, "id": str(i)} for i, t in enumerate(NOTES)])
-        assert b.recall("kitten on a carpet", k=1, mode="semantic")[0].entry.id == "0"  # b loads its cache
+        assert b.recall("a cat on a mat", k=1, mode="semantic")[0].entry.id == "0"  # b loads its cache
         assert a.delete("0")
-        assert all(h.entry.id != "0" for h in b.recall("kitten on a carpet", mode="semantic"))
+        assert all(h.entry.id != "0" for h in b.recall("a cat on a mat", mode="semantic"))
         b.add("a small cat napping on a doormat", id="cat2")
-        assert a.recall("kitten on a carpet", k=1, mode="semantic")[0].entry.id == "cat2"
+        assert a.recall("a cat on a mat", k=1, mode="semantic")[0].entry.id == "cat2"
         assert a.db.execute("SELECT count(*) FROM entries_vec").fetchone()[0] == len(NOTES)
         assert a.db.execute("SELECT count(*) FROM entry_vectors").fetchone()[0] == len(NOTES)
 
 
-def test_namespaces_do_not_leak_through_vectors(db_path: Path, embedder: object) -> None:
-    with MemoryStore(db_path, namespace="alice", embedder=embedder) as alice, \
-            MemoryStore(db_path, namespace="bob", embedder=embedder) as bob:  # type: ignore[arg-type]
+def test_namespaces_do_not_leak_through_vectors(db_path: Path, hashed_embedder: HashedEmbedder) -> None:
+    with MemoryStore(db_path, namespace="alice", embedder=hashed_embedder) as alice, \
+            MemoryStore(db_path, namespace="bob", embedder=hashed_embedder) as bob:
         alice.add("alice keeps her spare key under the flower pot")
         assert bob.recall("where is the spare key", mode="semantic") == []
         assert bob.recall("where is the spare key", mode="hybrid") == []
 
 
-def test_explain_shows_each_component(semantic_store: MemoryStore) -> None:
-    semantic_store.add_many([{"text": t} for t in NOTES])
-    hits = semantic_store.recall("database migration locked", k=5, mode="hybrid", explain=True)
+def test_explain_shows_each_component(hashed_store: MemoryStore) -> None:
+    hashed_store.add_many([{"text": t} for t in NOTES])
+    hits = hashed_store.recall("database migration locked", k=5, mode="hybrid", explain=True)
     top = hits[0]
     assert top.entry.content == NOTES[4]
     assert top.components is not None and set(top.components) == {"keyword", "semantic", "speaker"}
@@ -142,12 +131,12 @@ def test_no_embedder_fails_clearly_and_keyword_keeps_working(db_path: Path) -> N
         assert store.recall("deploys")[0].entry.content == "deploys are on Tuesdays"  # default: keyword
 
 
-def test_a_different_model_is_refused_until_reindex(db_path: Path, embedder: object) -> None:
-    with MemoryStore(db_path, embedder=embedder) as store:  # type: ignore[arg-type]
+def test_a_different_model_is_refused_until_reindex(db_path: Path, hashed_embedder: HashedEmbedder) -> None:
+    with MemoryStore(db_path, embedder=hashed_embedder) as store:
         store.add_many([{"text": t} for t in NOTES])
     with MemoryStore(db_path, embedder=OtherModel()) as other:  # type: ignore[arg-type]
         assert other.recall("cat", mode="keyword")  # keyword reads still work
-        with pytest.raises(EmbedderError, match="made by all-MiniLM-L6-v2 .* run `harness-mem reindex`"):
+        with pytest.raises(EmbedderError, match="made by hashed-ngrams-test .* run `harness-mem reindex`"):
             other.recall("cat", mode="semantic")
         with pytest.raises(EmbedderError, match="reindex"):
             other.add("a new note would mix vectors")
@@ -157,21 +146,23 @@ def test_a_different_model_is_refused_until_reindex(db_path: Path, embedder: obj
         assert VectorIndex.recorded_model(other.db.conn)["name"] == "other-model"  # type: ignore[index]
 
 
-def test_entries_without_vectors_are_reported_then_reindexed(db_path: Path, embedder: object) -> None:
+def test_entries_without_vectors_are_reported_then_reindexed(db_path: Path, hashed_embedder: HashedEmbedder) -> None:
     with MemoryStore(db_path, embedder=None) as plain:
         plain.add_many([{"text": t} for t in NOTES])
-    with MemoryStore(db_path, embedder=embedder) as store:  # type: ignore[arg-type]
+    with MemoryStore(db_path, embedder=hashed_embedder) as store:
         with pytest.raises(EmbedderError, match="5 entries have no vector yet .* `harness-mem reindex`"):
             store.recall("cat", mode="semantic")
         seen: list[int] = []
         report = store.reindex(progress=seen.append, batch_size=2)
         assert report["vectors_written"] == 5 and seen == [2, 2, 1]
-        assert store.recall("kitty on a rug", k=1, mode="semantic")[0].entry.content == NOTES[0]
+        # Each vector went to its own entry: every note is its own nearest neighbour.
+        for note in NOTES:
+            assert store.recall(note, k=1, mode="semantic")[0].entry.content == note
         assert store.reindex()["vectors_written"] == 0  # resumable: nothing left to do
 
 
-def test_pack_signs_matches_sqlite_vec_bit_layout(semantic_store: MemoryStore) -> None:
+def test_pack_signs_matches_sqlite_vec_bit_layout(store: MemoryStore) -> None:
     vector = np.linspace(-1, 1, 384, dtype=np.float32)
     ours = pack_signs(vector[None, :])[0].tobytes()
-    theirs = semantic_store.db.execute("SELECT vec_quantize_binary(?)", (vector.tobytes(),)).fetchone()[0]
+    theirs = store.db.execute("SELECT vec_quantize_binary(?)", (vector.tobytes(),)).fetchone()[0]
     assert ours == theirs

@@ -1,0 +1,220 @@
+"""``AsyncMemoryStore`` beyond the happy path: its errors, many tasks on one facade, closing it while in
+use, and answers identical to the sync store's."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import numpy as np
+import numpy.typing as npt
+import pytest
+from fake_embedder import HashedEmbedder
+
+from harness_mem.aio import AsyncMemoryStore
+from harness_mem.errors import HarnessMemError, StorageError
+from harness_mem.store import MemoryStore
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def populate(path: Path) -> None:
+    with MemoryStore(path, embedder=HashedEmbedder()) as store:
+        store.add("we chose argon2id for password hashing", id="hash", tags=["decision"])
+        store.add("deploys happen on Tuesdays", id="deploy", tags=["ops"])
+        store.add_many([{"id": f"t{i}", "text": f"turn {i} about the deploy window", "role": "user" if i % 2 else
+                         "assistant", "session": "s1", "created_at": f"2024-05-01T10:0{i}:00Z"} for i in range(6)])
+
+
+# ---- errors --------------------------------------------------------------------------------------
+
+# (method, positional args, keyword args): each raises a library error in the sync store.
+FAILING: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+    ("get", ("nope",), {}),
+    ("add", ("   ",), {}),
+    ("add", ("x",), {"kind": "memo"}),
+    ("add", ("again",), {"id": "hash"}),
+    ("add_many", ([{"text": "fine"}, {"text": ""}],), {}),
+    ("recall", ("x",), {"mode": "sideways"}),
+    ("recall", ("x",), {"since": "someday"}),
+    ("list", (), {"kind": "memo"}),
+]
+
+
+@pytest.mark.parametrize(("method", "args", "kwargs"), FAILING, ids=[f"{m}-{i}" for i, (m, _, _) in enumerate(FAILING)])
+async def test_errors_are_the_sync_stores_typed_errors(db_path: Path, method: str, args: tuple[Any, ...],
+                                                       kwargs: dict[str, Any]) -> None:
+    populate(db_path)
+    with MemoryStore(db_path, embedder=None) as sync, pytest.raises(HarnessMemError) as expected:
+        result = getattr(sync, method)(*args, **kwargs)
+        if method == "list":
+            list(result)  # the sync list() is a generator: the error comes with the first row
+    async with AsyncMemoryStore(db_path, embedder=None) as store:
+        with pytest.raises(HarnessMemError) as raised:
+            await getattr(store, method)(*args, **kwargs)
+        assert type(raised.value) is type(expected.value) and str(raised.value) == str(expected.value)
+        # The failed call let go of the connection: the facade keeps working.
+        assert (await store.get("hash")).content == "we chose argon2id for password hashing"
+
+
+async def test_a_missing_model_is_an_embedder_error(db_path: Path) -> None:
+    from harness_mem.errors import EmbedderError
+
+    async with AsyncMemoryStore(db_path, embedder=None) as store:
+        with pytest.raises(EmbedderError, match="needs an embedding model"):
+            await store.recall("x", mode="semantic")
+
+
+async def test_a_file_that_is_not_sqlite_fails_on_entering(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("not a database\n" * 100)
+    with pytest.raises(StorageError, match="is not a usable SQLite database"):
+        async with AsyncMemoryStore(path, embedder=None):
+            pass
+    lazy = AsyncMemoryStore(path, embedder=None)  # without `async with`: the first call opens, and fails
+    with pytest.raises(StorageError, match="is not a usable SQLite database"):
+        await lazy.add("x")
+    with pytest.raises(RuntimeError, match="opens on its first awaited call"):
+        lazy.store  # noqa: B018
+
+
+# ---- many tasks, one facade ----------------------------------------------------------------------
+
+
+async def test_concurrent_tasks_writing_through_one_facade_lose_nothing(db_path: Path) -> None:
+    tasks, adds, batches = 16, 20, 2
+    read_errors: list[BaseException] = []
+    async with AsyncMemoryStore(db_path, embedder=HashedEmbedder()) as store:
+
+        async def writer(task: int) -> None:
+            for i in range(adds):
+                await store.add(f"task t{task} wrote note n{i}", id=f"{task}-{i}", session=f"s{task}")
+                if i % 10 == 0:
+                    await store.add_many({"text": f"task {task} batch {i} item {j}", "id": f"{task}-b{i}-{j}"}
+                                         for j in range(5))
+
+        async def reader() -> None:
+            for _ in range(30):
+                try:
+                    await store.recall("task wrote note", k=5)
+                    await store.list(session="s0", limit=3)
+                except BaseException as exc:  # noqa: BLE001 — collected, asserted empty below
+                    read_errors.append(exc)
+                await anyio.sleep(0)
+
+        async with anyio.create_task_group() as group:
+            for task in range(tasks):
+                group.start_soon(writer, task)
+            group.start_soon(reader)
+        assert read_errors == []
+        expected = tasks * (adds + batches * 5)
+        assert (await store.stats())["entries"] == expected
+        sync = store.store
+        assert {e.id for e in sync.list()} == (
+            {f"{t}-{i}" for t in range(tasks) for i in range(adds)}
+            | {f"{t}-b{i}-{j}" for t in range(tasks) for i in range(0, adds, 10) for j in range(5)}
+        )
+        assert sync.db.execute("SELECT count(*) FROM entries_fts").fetchone()[0] == expected
+        assert sync.db.execute("SELECT count(*) FROM entry_vectors").fetchone()[0] == expected
+        assert sync.integrity_check() == []
+        assert [h.entry.id for h in await store.recall("task t7 wrote note n19", k=1)] == ["7-19"]
+
+
+class Gated(HashedEmbedder):
+    """Holds the model call of any text starting with "slow" until ``gate`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered, self.gate = threading.Event(), threading.Event()
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if texts and texts[0].startswith("slow"):
+            self.entered.set()
+            assert self.gate.wait(10), "the test never opened the gate"
+        return super().embed(texts)
+
+
+async def test_aclose_while_in_use_waits_for_the_call_in_flight(db_path: Path) -> None:
+    model = Gated()
+    store = AsyncMemoryStore(db_path, embedder=model)
+    await store.stats()  # opened
+    connection = store.store.db.conn
+    written: dict[str, str] = {}
+    closed = anyio.Event()
+
+    async def add(text: str) -> None:
+        written[text] = (await store.add(text)).id
+
+    async def close() -> None:
+        await store.aclose()
+        closed.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(add, "slow note written while closing")
+        await anyio.to_thread.run_sync(model.entered.wait)  # that call is now inside the worker thread
+        group.start_soon(add, "queued note behind it")
+        group.start_soon(close)
+        await anyio.sleep(0.1)
+        assert not closed.is_set()  # the connection is not closed under the running call
+        model.gate.set()
+    assert closed.is_set() and set(written) == {"slow note written while closing", "queued note behind it"}
+    with pytest.raises(Exception, match="closed"):
+        connection.execute("SELECT 1")  # the connection the facade held is closed
+    await store.aclose()  # closing twice is harmless (and closes the queued call's store if it reopened one)
+    with MemoryStore(db_path, embedder=None) as sync:
+        assert {e.id: e.content for e in sync.list()} == {v: k for k, v in written.items()}
+        assert sync.integrity_check() == []
+
+
+# ---- the same answers as the sync store ----------------------------------------------------------
+
+CALLS: list[tuple[str, Callable[[Any], Any]]] = [
+    ("recall keyword", lambda s: s.recall("deploy window", 5, mode="keyword")),
+    ("recall hybrid", lambda s: s.recall("deploy window", 5, mode="hybrid", explain=True)),
+    ("recall semantic filtered", lambda s: s.recall("turn about", 3, mode="semantic", role="user", session="s1")),
+    ("recall tags", lambda s: s.recall("deploys", tags=["ops"])),
+    ("list", lambda s: s.list(session="s1", newest_first=True, limit=4)),
+    ("list kind", lambda s: s.list(kind="note")),
+    ("get", lambda s: s.get("hash")),
+    ("stats", lambda s: s.stats()),
+]
+
+
+def comparable(value: Any) -> Any:
+    if isinstance(value, list):
+        return [comparable(v) for v in value]
+    if isinstance(value, dict):  # stats: the file's size changes as it is read (the WAL)
+        return {k: v for k, v in value.items() if k != "file_bytes"}
+    return value
+
+
+@pytest.mark.parametrize(("name", "call"), CALLS, ids=[name for name, _ in CALLS])
+async def test_reads_answer_as_the_sync_store_does(db_path: Path, name: str, call: Callable[[Any], Any]) -> None:
+    populate(db_path)
+    with MemoryStore(db_path, embedder=HashedEmbedder()) as sync:
+        result = call(sync)
+        expected = comparable(list(result) if name.startswith("list") else result)
+    async with AsyncMemoryStore(db_path, embedder=HashedEmbedder()) as store:
+        assert comparable(await call(store)) == expected
+    assert expected  # the comparison is not between two empty answers
+
+
+async def test_delete_answers_as_the_sync_store_does(db_path: Path) -> None:
+    populate(db_path)
+    async with AsyncMemoryStore(db_path, embedder=HashedEmbedder()) as store:
+        assert await store.delete("deploy") is True
+        assert await store.delete("deploy") is False
+        hits = await store.recall("deploys happen on Tuesdays", mode="hybrid")
+        assert hits and all(h.entry.id != "deploy" for h in hits)
+    with MemoryStore(db_path, embedder=HashedEmbedder()) as sync:
+        assert sync.delete("deploy") is False and sync.count() == 7
+        assert all(h.entry.id != "deploy" for h in sync.recall("deploys Tuesdays", mode="semantic"))
