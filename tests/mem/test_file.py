@@ -38,8 +38,8 @@ def test_the_memories_view_shows_entries_readably(db_path: Path) -> None:
     assert counts == [{"kind": "fact", "n": 1}, {"kind": "turn", "n": 1}]
 
 
-def test_sqlite_utils_counts_every_table_with_sqlite_vec_loaded(db_path: Path, embedder: object) -> None:
-    with MemoryStore(db_path, embedder=embedder) as store:  # type: ignore[arg-type]
+def test_sqlite_utils_counts_every_table_with_sqlite_vec_loaded(db_path: Path, hashed_embedder: object) -> None:
+    with MemoryStore(db_path, embedder=hashed_embedder) as store:  # type: ignore[arg-type]
         store.add("a note with a vector")
     tables = sqlite_utils("tables", str(db_path), "--counts", f"--load-extension={sqlite_vec.loadable_path()}")
     counts = {t["table"]: t["count"] for t in tables}
