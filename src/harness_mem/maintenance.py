@@ -17,7 +17,7 @@ from .errors import StorageError
 from .models import now_ms
 from .recall import raise_if_missing_vectors
 from .rows import COLUMNS, Row
-from .vectors import VectorIndex, embedding_text, missing_vectors
+from .vectors import VectorIndex, VectorRow, entries_without_vectors, missing_vectors
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -54,18 +54,13 @@ def reindex(store: MemoryStore, *, progress: Callable[[int], None] | None = None
     index = store._vector_index()
     assert index is not None
     while True:
-        rows = store._conn.execute(
-            "SELECT pk, namespace, content, role FROM entries e WHERE NOT EXISTS"
-            " (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk) ORDER BY pk LIMIT ?",
-            (batch_size,),
-        ).fetchall()
+        rows = entries_without_vectors(store._conn, batch_size)
         if not rows:
             break
-        vectors = index.embedder.embed([embedding_text(content, role) for _, _, content, role in rows])
+        vectors = index.embedder.embed([text for _, _, _, _, text, _ in rows])
         with store.transaction():
-            for namespace in {row[1] for row in rows}:
-                chosen = [i for i, row in enumerate(rows) if row[1] == namespace]
-                index.write(namespace, [rows[i][0] for i in chosen], vectors[chosen])
+            index.write([VectorRow(pk, ns, kind, session, created) for pk, ns, kind, session, _, created in rows],
+                        vectors)
             store._vectors_touched = True
         report["vectors_written"] += len(rows)
         if progress is not None:
@@ -76,7 +71,13 @@ def reindex(store: MemoryStore, *, progress: Callable[[int], None] | None = None
 
 def count_missing_vectors(store: MemoryStore) -> int:
     """Entries (in every namespace) that ``reindex`` would embed; 0 without an embedder."""
-    return missing_vectors(store._conn) if store.embedder is not None else 0
+    if store.embedder is None:
+        return 0
+    recorded = VectorIndex.recorded_model(store._conn)
+    if recorded is not None and recorded != VectorIndex(store._conn, store.embedder).identity():
+        return int(store.db["entries"].count)  # another model's vectors: reindex embeds everything again
+    store._vector_index()  # binding the model first upgrades an older file's vectors
+    return missing_vectors(store._conn)
 
 
 def stats(store: MemoryStore) -> dict[str, Any]:

@@ -28,10 +28,10 @@ from . import fusion, keyword
 from .db import Connection
 from .errors import EmbedderError, InvalidInputError
 from .filters import Filters, make_filters
-from .models import Entry, Hit, now_ms
+from .models import Entry, Hit, now_ms, to_ms
 from .providers.embeddings import INSTALL_HINT
 from .rows import COLUMNS, entry_from_row
-from .vectors import VectorIndex, missing_vectors
+from .vectors import VectorFilter, VectorIndex, missing_vectors
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -217,9 +217,11 @@ class Recall:
         if vector is None:
             vector = self._query_vector(query)
         where, params = filters.sql(self.store.namespace, now_ms())
-        if filters.is_empty:
-            # The whole namespace: search the in-memory prefilter, then drop expired entries.
-            found = index.search(vector, k, self.store.namespace)
+        in_index = vector_filter(filters)
+        if filters.is_empty or in_index is not None:
+            # The whole namespace, or filters the index evaluates itself: search there, then check the
+            # hits against every filter (expiry is only in `entries`).
+            found = index.search(vector, k, self.store.namespace, where=in_index)
             live = {pk for (pk,) in self.conn.execute(
                 # CROSS JOIN: look the few hits up by pk, rather than scan the namespace for them.
                 f"SELECT e.pk FROM json_each(?) AS hit CROSS JOIN entries e ON e.pk = hit.value WHERE {where}",
@@ -265,6 +267,19 @@ class Recall:
             f"SELECT {COLUMNS} FROM entries e WHERE e.pk IN (SELECT value FROM json_each(?))", (json.dumps(pks),)
         ).fetchall()
         return {row[0]: entry_from_row(row) for row in rows}
+
+
+def vector_filter(filters: Filters) -> VectorFilter | None:
+    """The filters as the vector index evaluates them, or None when it cannot (or there are none)."""
+    if filters.is_empty or filters.role is not None or filters.session_prefix or filters.tags or filters.any_tags:
+        return None
+    kinds = None if filters.kind is None else (filters.kind,) if isinstance(filters.kind, str) else tuple(filters.kind)
+    return VectorFilter(
+        kinds=kinds,
+        session=filters.session,
+        since_ms=None if filters.since is None else to_ms(filters.since),
+        until_ms=None if filters.until is None else to_ms(filters.until),
+    )
 
 
 def raise_if_missing_vectors(conn: Connection) -> None:

@@ -38,7 +38,7 @@ from .providers.embeddings import default_embedder
 from .recall import Mode, Recall
 from .redaction import Redactor
 from .rows import COLUMNS, PLACEHOLDERS, Row, entry_from_row, prepare_row
-from .vectors import VectorIndex, bump_generation, embedding_text, has_vector_table
+from .vectors import VectorIndex, VectorRow, bump_generation, embedding_text, has_vector_table
 
 OnConflict = Literal["error", "ignore", "replace"]
 
@@ -233,9 +233,11 @@ class MemoryStore:
                 if late:
                     vectors.update(zip(map(id, late), index.embedder.embed([embedding_text(r.content, r.role) for r in late]),
                                        strict=True))
-                for namespace in {row.namespace for row in batch}:
-                    chosen = [(pk, row) for pk, row in zip(pks, batch, strict=True) if row.namespace == namespace]
-                    index.write(namespace, [pk for pk, _ in chosen], np.stack([vectors[id(row)] for _, row in chosen]))
+                index.write(
+                    [VectorRow(pk, row.namespace, row.kind, row.session, row.created_at)
+                     for pk, row in zip(pks, batch, strict=True)],
+                    np.stack([vectors[id(row)] for row in batch]),
+                )
                 self._vectors_touched = True
         return batch
 
@@ -389,7 +391,7 @@ class MemoryStore:
             self._vectors.delete(pk)
         elif has_vector_table(self._conn):  # vectors made by another process's embedder: vec0 has no cascade
             self._conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (pk,))
-        self._conn.execute("DELETE FROM entries WHERE pk = ?", (pk,))  # entry_vectors goes by cascade
+        self._conn.execute("DELETE FROM entries WHERE pk = ?", (pk,))
         self._vectors_touched = True
         if row is not None and row[3] == "turn" and row[1]:
             self._reindex_turn_after(row[0], row[1], row[2], pk)

@@ -1,29 +1,38 @@
-"""The vector index: exact vectors in sqlite-vec, a two-stage search that reads a fraction of them.
+"""The vector index: every embedding lives once, in sqlite-vec, and every semantic query runs through it.
 
-Every entry's embedding lives in a vec0 table (``entries_vec``, float32, cosine distance), keyed by the
-entry's internal pk and written or deleted in the same transaction as the entry: that is the exact
-index (:meth:`VectorIndex.exact_knn`). A brute-force vec0 KNN reads every vector, though, and a vec0
-point lookup costs tens of microseconds, so recall does not use it directly:
+One vec0 table, ``entries_vec``, keyed by the entry's internal pk and written or deleted in the same
+transaction as the entry. Each row holds:
 
-1. **Prefilter** — all of a namespace's entries are ranked by the Hamming distance between the *signs*
-   of their vectors and the query's (48 bytes per 384-dimension vector, held in memory as uint64
-   words); a shortlist of the nearest survives.
-2. **Rescore** — the shortlist is scored by cosine against a float16 copy of each vector, read in one
-   query from the plain table ``entry_vectors`` (microseconds a row). float16 keeps three significant
-   digits: rankings match float32 except for near-ties.
+- ``embedding int8[dim]`` — the vector, scaled by its own largest component to ±127 and rounded.
+  Cosine distance does not depend on each vector's scale, so no scale is stored; the cosine of two
+  int8 vectors differs from the float32 one by about 0.0006 on MiniLM vectors (bench/bench_vectors.py);
+- ``bits bit[dim]`` — the signs of the same vector, for the shortlist;
+- ``namespace`` as the partition key, and ``kind``, ``session_key`` (a 63-bit hash of the session
+  id; text longer than 12 bytes is stored out of line by vec0, which makes equality slow) and
+  ``created_at`` as metadata columns, so a filtered query reads only the rows that match.
 
-The shortlist size was chosen on the benchmark (bench/bench_vectors.py) so that the top 10 agree with
-the exact vec0 KNN. ``entry_vectors`` also keeps the sign bits, so a process loads its prefilter
-without touching the float vectors, and a generation counter in ``settings`` tells each process when
-another one changed the vectors: it then reloads; its own writes update its cache in place.
+A query is answered in two steps, both by vec0:
 
-When filters leave few candidates (a session, a conversation), the prefilter is skipped and all of
-them are rescored: filters always apply before the top-k cut.
+1. **Shortlist** — the entries nearest by Hamming distance between sign bits. Without filters this
+   runs over an in-memory copy of the namespace's sign bits (48 bytes a vector) read straight from
+   vec0's own chunks: a vec0 KNN over 100k bit vectors costs as much as it saves (its per-chunk top-k
+   grows with the shortlist size), while the copy answers in about 2 ms. With filters that vec0 can
+   evaluate (kind, session, time range) the shortlist is a vec0 KNN restricted to them.
+2. **Rescore** — the shortlist's int8 vectors are compared with the query's by
+   ``vec_distance_cosine`` in SQL, reading them by pk from vec0.
+
+When other filters leave few candidates (a role, tags, a conversation's session prefix), all of them
+are rescored exactly: filters always apply before the top-k cut. A generation counter in
+``settings`` tells each process when another changed the vectors; its own writes update its copy in
+place.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -32,14 +41,62 @@ from .db import Connection
 from .errors import EmbedderError
 from .protocols import Embedder
 
-# Below this many candidates, rescore them all (a few ms) instead of cutting with the prefilter.
+TABLE = "entries_vec"
+# Below this many candidates, rescore them all (a few ms) instead of cutting with the shortlist.
 EXACT_MAX_CANDIDATES = 2048
 # Shortlist = max(SHORTLIST_MIN, SHORTLIST_PER_HIT × k): chosen in bench/bench_vectors.py for ≥ 0.95
-# top-10 agreement with exact search on MiniLM vectors at 100k entries.
-SHORTLIST_MIN = 160
-SHORTLIST_PER_HIT = 16
+# top-10 agreement with an exact float32 search on MiniLM vectors at 100k entries.
+SHORTLIST_MIN = 240
+SHORTLIST_PER_HIT = 24
+# vec0 refuses a KNN with k above this.
+MAX_KNN = 4096
 
 GENERATION_KEY = "vectors.generation"
+
+
+class VectorRow(NamedTuple):
+    """What the index keeps beside a vector: the entry's pk and the fields filters look at."""
+
+    pk: int
+    namespace: str
+    kind: str
+    session: str | None
+    created_at: int  # ms since the epoch
+
+
+@dataclass(frozen=True)
+class VectorFilter:
+    """The filters vec0 evaluates itself (its metadata columns); None means "any"."""
+
+    kinds: tuple[str, ...] | None = None
+    session: str | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
+
+    def sql(self) -> tuple[str, list[object]]:
+        clauses: list[str] = []
+        params: list[object] = []
+        if self.kinds is not None:
+            clauses.append(f"kind IN ({', '.join('?' * len(self.kinds))})")
+            params.extend(self.kinds)
+        if self.session is not None:
+            clauses.append("session_key = ?")
+            params.append(session_key(self.session))
+        if self.since_ms is not None:
+            clauses.append("created_at >= ?")
+            params.append(self.since_ms)
+        if self.until_ms is not None:
+            clauses.append("created_at <= ?")
+            params.append(self.until_ms)
+        return "".join(f" AND {c}" for c in clauses), params
+
+
+def session_key(session: str | None) -> int:
+    """The session's key in the index: 0 for none, else a positive 63-bit hash of its id."""
+    if session is None:
+        return 0
+    digest = hashlib.blake2b(session.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return (int.from_bytes(digest, "little") >> 1) or 1
 
 
 def bump_generation(conn: Connection) -> int:
@@ -51,7 +108,7 @@ def bump_generation(conn: Connection) -> int:
 
 
 def has_vector_table(conn: Connection) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'entries_vec'").fetchone() is not None
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (TABLE,)).fetchone() is not None
 
 
 def embedding_text(content: str, role: str | None) -> str:
@@ -61,14 +118,40 @@ def embedding_text(content: str, role: str | None) -> str:
 
 def missing_vectors(conn: Connection) -> int:
     """Entries (in every namespace) that have no vector yet: ``reindex`` embeds them."""
+    if not _has_current_layout(conn):
+        return int(conn.execute("SELECT count(*) FROM entries").fetchone()[0])
+    # vec0 keeps its rows' pks in a plain table: an indexed lookup, not a scan of the vectors.
     return int(conn.execute(
-        "SELECT count(*) FROM entries e WHERE NOT EXISTS (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk)"
+        f"SELECT count(*) FROM entries e WHERE NOT EXISTS (SELECT 1 FROM {TABLE}_rowids r WHERE r.rowid = e.pk)"
     ).fetchone()[0])
 
 
+def entries_without_vectors(conn: Connection, limit: int) -> list[tuple[int, str, str, str | None, str, int]]:
+    """Up to ``limit`` entries that have no vector: (pk, namespace, kind, session, text to embed, created_at)."""
+    rows = conn.execute(
+        "SELECT pk, namespace, kind, session, content, role, created_at FROM entries e WHERE NOT EXISTS"
+        f" (SELECT 1 FROM {TABLE}_rowids r WHERE r.rowid = e.pk) ORDER BY pk LIMIT ?",
+        (limit,),
+    ).fetchall()
+    return [(pk, ns, kind, session, embedding_text(content, role), created) for pk, ns, kind, session, content, role, created in rows]
+
+
 def pack_signs(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
-    """One bit per dimension (1 = positive), packed big-endian like sqlite-vec's ``bit[]``."""
-    return np.packbits(vectors > 0, axis=1)
+    """One bit per dimension (1 = positive), least significant bit first, like sqlite-vec's ``bit[]``."""
+    return np.packbits(vectors > 0, axis=1, bitorder="little")
+
+
+def quantize(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.int8]:
+    """Each vector scaled by its own largest component to ±127 and rounded (cosine ignores the scale)."""
+    peak = np.abs(vectors).max(axis=1, keepdims=True)
+    peak[peak == 0] = 1.0
+    scaled: npt.NDArray[np.int8] = np.rint(vectors * (127.0 / peak)).astype(np.int8)
+    return scaled
+
+
+def _has_current_layout(conn: Connection) -> bool:
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (TABLE,)).fetchone()
+    return row is not None and "bit[" in row[0]
 
 
 @dataclass
@@ -123,34 +206,67 @@ class VectorIndex:
         return recorded
 
     def attach(self) -> None:
-        """Check (or record) that this file's vectors come from this model; create the tables.
+        """Check (or record) that this file's vectors come from this model; create or upgrade the table.
 
         Runs inside the caller's write transaction.
         """
         if self.check_model() is None:
             self.conn.executemany("INSERT INTO settings (key, value) VALUES (?, ?)",
                                   [(f"embedder.{k}", v) for k, v in self.identity().items()])
+        if has_vector_table(self.conn) and not _has_current_layout(self.conn):
+            self._upgrade_float_table()
         self.conn.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS entries_vec USING vec0(embedding float[{self.dim}] distance_metric=cosine)"
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} USING vec0("
+            "namespace text partition key, kind text, session_key integer, created_at integer,"
+            f" embedding int8[{self.dim}] distance_metric=cosine, bits bit[{self.dim}])"
         )
+
+    def _upgrade_float_table(self) -> None:
+        """Files written before int8 storage kept float32 vectors: quantise them into the new table."""
+        self.conn.execute("CREATE TABLE _vectors_upgrade (pk INTEGER PRIMARY KEY, embedding BLOB NOT NULL)")
+        self.conn.execute(f"INSERT INTO _vectors_upgrade SELECT rowid, embedding FROM {TABLE}")
+        self.conn.execute(f"DROP TABLE {TABLE}")
+        self.conn.execute(
+            f"CREATE VIRTUAL TABLE {TABLE} USING vec0("
+            "namespace text partition key, kind text, session_key integer, created_at integer,"
+            f" embedding int8[{self.dim}] distance_metric=cosine, bits bit[{self.dim}])"
+        )
+        last = 0
+        while True:
+            batch = self.conn.execute(
+                "SELECT u.pk, u.embedding, e.namespace, e.kind, e.session, e.created_at FROM _vectors_upgrade u"
+                " JOIN entries e ON e.pk = u.pk WHERE u.pk > ? ORDER BY u.pk LIMIT 5000", (last,)
+            ).fetchall()
+            if not batch:
+                break
+            vectors = np.frombuffer(b"".join(r[1] for r in batch), dtype=np.float32).reshape(len(batch), -1)
+            self._insert([VectorRow(r[0], r[2], r[3], r[4], r[5]) for r in batch], vectors)
+            last = batch[-1][0]
+        self.conn.execute("DROP TABLE _vectors_upgrade")
 
     # ---- writes (inside the store's transaction) -----------------------------------------------
 
-    def write(self, namespace: str, pks: list[int], vectors: npt.NDArray[np.float32]) -> None:
+    def write(self, rows: Sequence[VectorRow], vectors: npt.NDArray[np.float32]) -> None:
+        signs = self._insert(rows, vectors)
+        for namespace in {row.namespace for row in rows}:
+            chosen = [i for i, row in enumerate(rows) if row.namespace == namespace]
+            self._pending.added.append(
+                (namespace, np.asarray([rows[i].pk for i in chosen], dtype=np.int64), signs[chosen])
+            )
+
+    def _insert(self, rows: Sequence[VectorRow], vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
         signs = pack_signs(vectors)
+        scaled = quantize(vectors)
         self.conn.executemany(
-            "INSERT INTO entries_vec (rowid, embedding) VALUES (?, ?)",
-            [(pk, vectors[i].tobytes()) for i, pk in enumerate(pks)],
+            f"INSERT INTO {TABLE} (rowid, namespace, kind, session_key, created_at, embedding, bits)"
+            " VALUES (?, ?, ?, ?, ?, vec_int8(?), vec_bit(?))",
+            [(row.pk, row.namespace, row.kind, session_key(row.session), row.created_at,
+              scaled[i].tobytes(), signs[i].tobytes()) for i, row in enumerate(rows)],
         )
-        halves = vectors.astype(np.float16)
-        self.conn.executemany(
-            "INSERT INTO entry_vectors (pk, bits, half) VALUES (?, ?, ?)",
-            [(pk, signs[i].tobytes(), halves[i].tobytes()) for i, pk in enumerate(pks)],
-        )
-        self._pending.added.append((namespace, np.asarray(pks, dtype=np.int64), signs))
+        return signs
 
     def delete(self, pk: int) -> None:
-        self.conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (pk,))  # vec0 has no cascade
+        self.conn.execute(f"DELETE FROM {TABLE} WHERE rowid = ?", (pk,))  # vec0 has no cascade
         self._pending.deleted.append(pk)
 
     def committed(self, generation: int) -> None:
@@ -182,25 +298,61 @@ class VectorIndex:
         generation = self._generation()
         cache = self._bits.get(namespace)
         if cache is None or cache.generation != generation:
-            rows = self.conn.execute(
-                "SELECT b.pk, b.bits FROM entry_vectors b JOIN entries e ON e.pk = b.pk WHERE e.namespace = ?",
-                (namespace,),
-            ).fetchall()
-            pks = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            raw = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.uint8).reshape(len(rows), self.dim // 8)
+            pks, raw = self._read_bits(namespace)
             cache = _NamespaceBits(generation, pks, raw.view(np.uint64).copy())
             self._bits[namespace] = cache
         return cache
 
+    def _read_bits(self, namespace: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+        """Every vector's pk and sign bits in ``namespace``, read from vec0's chunks.
+
+        A chunk holds up to 1,024 rows: a validity bitmap, their pks and their packed bits side by
+        side. Reading chunks is about 10× faster than selecting the bits row by row; if this
+        sqlite-vec lays its chunks out differently, the row by row query answers instead.
+        """
+        width = self.dim // 8
+        try:
+            chunks = self.conn.execute(
+                f"SELECT c.validity, c.rowids, b.vectors FROM {TABLE}_chunks c"
+                f" JOIN {TABLE}_vector_chunks01 b ON b.rowid = c.chunk_id WHERE c.partition00 = ? ORDER BY c.chunk_id",
+                (namespace,),
+            ).fetchall()
+            pks_parts, bits_parts = [], []
+            for validity, rowids, vectors in chunks:
+                size = len(rowids) // 8
+                valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[:size].astype(bool)
+                pks_parts.append(np.frombuffer(rowids, dtype=np.int64)[valid])
+                bits_parts.append(np.frombuffer(vectors, dtype=np.uint8).reshape(size, width)[valid])
+            if chunks:
+                return np.concatenate(pks_parts), np.concatenate(bits_parts)
+            return np.zeros(0, np.int64), np.zeros((0, width), np.uint8)
+        except Exception:  # another chunk layout: take the public way
+            rows = self.conn.execute(f"SELECT rowid, bits FROM {TABLE} WHERE namespace = ?", (namespace,)).fetchall()
+            pks = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            raw = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.uint8).reshape(len(rows), width)
+            return pks, raw
+
+    @staticmethod
+    def shortlist_size(k: int) -> int:
+        return min(MAX_KNN, max(SHORTLIST_MIN, SHORTLIST_PER_HIT * k))
+
     def search(
-        self, query: npt.NDArray[np.float32], k: int, namespace: str, candidates: list[int] | None = None
+        self,
+        query: npt.NDArray[np.float32],
+        k: int,
+        namespace: str,
+        candidates: list[int] | None = None,
+        where: VectorFilter | None = None,
     ) -> list[tuple[int, float]]:
         """(pk, cosine similarity) of the k nearest entries, best first.
 
-        ``candidates`` restricts the search to those pks (the rows that passed the filters).
+        ``candidates`` restricts the search to those pks (the rows that passed the filters); ``where``
+        restricts it with the filters vec0 evaluates itself.
         """
         if candidates is not None and len(candidates) <= EXACT_MAX_CANDIDATES:
             return self.rescore(query, candidates, k)
+        if where is not None and candidates is None:
+            return self._filtered_knn(query, k, namespace, where)
         cache = self._namespace_bits(namespace)
         pks, words = cache.pks, cache.words
         if candidates is not None:
@@ -208,7 +360,7 @@ class VectorIndex:
             pks, words = pks[keep], words[keep]
         if len(pks) == 0:
             return []
-        shortlist = min(len(pks), max(SHORTLIST_MIN, SHORTLIST_PER_HIT * k))
+        shortlist = min(len(pks), self.shortlist_size(k))
         query_words = pack_signs(query[None, :]).view(np.uint64)
         distances = np.bitwise_count(words ^ query_words).sum(axis=1, dtype=np.int32)
         if shortlist < len(pks):
@@ -217,33 +369,46 @@ class VectorIndex:
             nearest = np.arange(len(pks))
         return self.rescore(query, pks[nearest].tolist(), k)
 
-    def rescore(self, query: npt.NDArray[np.float32], pks: list[int], k: int) -> list[tuple[int, float]]:
-        """Cosine similarity of ``query`` to each pk's vector (float16 copy); the k best."""
+    def _filtered_knn(
+        self, query: npt.NDArray[np.float32], k: int, namespace: str, where: VectorFilter
+    ) -> list[tuple[int, float]]:
+        """A vec0 KNN over the sign bits of the rows ``where`` lets through, rescored in the same query."""
+        clauses, params = where.sql()
         rows = self.conn.execute(
-            "SELECT pk, half FROM entry_vectors WHERE pk IN (SELECT value FROM json_each(?))", (json.dumps(pks),)
+            f"SELECT rowid, vec_distance_cosine(embedding, vec_int8(?)) AS d FROM {TABLE}"
+            f" WHERE bits MATCH vec_bit(?) AND k = ? AND namespace = ?{clauses} ORDER BY d LIMIT ?",
+            [quantize(query[None, :])[0].tobytes(), pack_signs(query[None, :])[0].tobytes(),
+             self.shortlist_size(k), namespace, *params, k],
         ).fetchall()
-        if not rows:
-            return []
-        found = [row[0] for row in rows]
-        matrix = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float16).reshape(len(rows), self.dim)
-        similarity = matrix.astype(np.float32) @ query.astype(np.float32)
-        order = np.argsort(-similarity, kind="stable")[:k]
-        return [(found[i], float(similarity[i])) for i in order]
+        return [(int(pk), 1.0 - float(distance)) for pk, distance in rows]
 
-    def exact_knn(self, query: npt.NDArray[np.float32], k: int) -> list[tuple[int, float]]:
-        """Brute-force vec0 KNN over every vector (the reference the fast path is measured against)."""
+    def rescore(self, query: npt.NDArray[np.float32], pks: list[int], k: int) -> list[tuple[int, float]]:
+        """Cosine similarity of ``query`` to each pk's stored vector, computed by vec0; the k best."""
+        if not pks:
+            return []
+        # json_each … CROSS JOIN reads each row by pk; `rowid IN (…)` would make vec0 scan every chunk.
         rows = self.conn.execute(
-            "SELECT rowid, distance FROM entries_vec WHERE embedding MATCH ? AND k = ?",
-            (query.astype(np.float32).tobytes(), k),
+            f"SELECT v.rowid, vec_distance_cosine(v.embedding, vec_int8(?)) AS d FROM json_each(?) AS j"
+            f" CROSS JOIN {TABLE} v ON v.rowid = j.value ORDER BY d, v.rowid LIMIT ?",
+            (quantize(query[None, :])[0].tobytes(), json.dumps(pks), k),
+        ).fetchall()
+        return [(int(pk), 1.0 - float(distance)) for pk, distance in rows]
+
+    def exact_knn(self, query: npt.NDArray[np.float32], k: int, namespace: str) -> list[tuple[int, float]]:
+        """Brute-force vec0 KNN over every stored vector of ``namespace`` (what the fast path is measured against)."""
+        rows = self.conn.execute(
+            f"SELECT rowid, distance FROM {TABLE} WHERE embedding MATCH vec_int8(?) AND k = ? AND namespace = ?",
+            (quantize(query[None, :])[0].tobytes(), k, namespace),
         ).fetchall()
         return [(int(pk), 1.0 - float(distance)) for pk, distance in rows]
 
     def count(self) -> int:
-        return int(self.conn.execute("SELECT count(*) FROM entry_vectors").fetchone()[0])
+        if not has_vector_table(self.conn):
+            return 0
+        return int(self.conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone()[0])
 
     def clear(self) -> None:
         """Drop every vector and the recorded model (inside a transaction): ``reindex`` starts over."""
-        self.conn.execute("DROP TABLE IF EXISTS entries_vec")
-        self.conn.execute("DELETE FROM entry_vectors")
+        self.conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
         self.conn.execute("DELETE FROM settings WHERE key LIKE 'embedder.%'")
         self._bits.clear()

@@ -124,7 +124,7 @@ async def test_concurrent_tasks_writing_through_one_facade_lose_nothing(db_path:
             | {f"{t}-b{i}-{j}" for t in range(tasks) for i in range(0, adds, 10) for j in range(5)}
         )
         assert sync.db.execute("SELECT count(*) FROM entries_fts").fetchone()[0] == expected
-        assert sync.db.execute("SELECT count(*) FROM entry_vectors").fetchone()[0] == expected
+        assert sync.db.execute("SELECT count(*) FROM entries_vec").fetchone()[0] == expected
         assert sync.integrity_check() == []
         assert [h.entry.id for h in await store.recall("task t7 wrote note n19", k=1)] == ["7-19"]
 

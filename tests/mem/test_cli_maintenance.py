@@ -41,7 +41,7 @@ def test_init_creates_the_file_and_its_folders_and_applies_every_migration(tmp_p
     result = run("--db", str(path), "init")
     assert result.exit_code == 0 and result.stderr == ""
     assert result.stdout == f"Ready: {path} (schema {LATEST:04d})\n"
-    assert {"entries", "entries_fts", "settings", "episodes", "skills", "entry_vectors", "consolidations",
+    assert {"entries", "entries_fts", "settings", "episodes", "skills", "consolidations",
             "_migrations"} <= tables(path)
     conn = connect(path)
     try:

@@ -90,7 +90,7 @@ def test_concurrent_writer_processes_keep_one_vector_per_entry(db_path: Path) ->
     with MemoryStore(db_path, embedder=HashedEmbedder()) as store:
         expected = workers * (per_worker - per_worker // 5)
         assert store.count() == expected and store.count_missing_vectors() == 0
-        for table in ("entry_vectors", "entries_vec", "entries_fts"):
+        for table in ("entries_vec", "entries_fts"):
             assert store.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == expected, table
         for entry in store.list():  # each vector belongs to its own entry
             assert store.recall(entry.content, k=1, mode="semantic")[0].entry.id == entry.id

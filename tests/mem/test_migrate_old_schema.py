@@ -135,7 +135,8 @@ def test_every_row_survives_and_the_schema_is_brought_up_to_date(old_file: tuple
         assert store.stats()["schema_version"] == known_migrations()[-1].number
         tables = {name for (name,) in store.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert {"entries", "entries_fts", "settings", "episodes", "skills", "skill_revisions", "skill_sources",
-                "entry_vectors", "consolidations"} <= tables
+                "consolidations"} <= tables
+        assert "entry_vectors" not in tables  # vectors live only in vec0 now
         settings = dict(store.db.execute("SELECT key, value FROM settings").fetchall())
         assert settings["redaction.secret"] == "ab" * 32  # the file's key is kept, not replaced
         assert settings["vectors.generation"] == "0"

@@ -3,6 +3,7 @@ rests on understanding (paraphrases, the prefilter on real vectors) with the rea
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -83,7 +84,7 @@ def test_prefilter_search_agrees_with_exact_vec0_knn(semantic_store: MemoryStore
     for query in ("budget outage", "hiring plan", "security review", "travel costs", "launch design"):
         vector = embedder.embed([query])[0]  # type: ignore[attr-defined]
         fast = {pk for pk, _ in index.search(vector, 10, semantic_store.namespace)}
-        exact = {pk for pk, _ in index.exact_knn(vector, 10)}
+        exact = {pk for pk, _ in index.exact_knn(vector, 10, semantic_store.namespace)}
         overlaps.append(len(fast & exact) / 10)
     assert np.mean(overlaps) >= 0.9
 
@@ -98,7 +99,6 @@ def test_delete_removes_vectors_and_other_processes_see_changes(db_path: Path) -
         b.add("a small cat napping on a doormat", id="cat2")
         assert a.recall("a cat on a mat", k=1, mode="semantic")[0].entry.id == "cat2"
         assert a.db.execute("SELECT count(*) FROM entries_vec").fetchone()[0] == len(NOTES)
-        assert a.db.execute("SELECT count(*) FROM entry_vectors").fetchone()[0] == len(NOTES)
 
 
 def test_namespaces_do_not_leak_through_vectors(db_path: Path, hashed_embedder: HashedEmbedder) -> None:
@@ -162,7 +162,82 @@ def test_entries_without_vectors_are_reported_then_reindexed(db_path: Path, hash
 
 
 def test_pack_signs_matches_sqlite_vec_bit_layout(store: MemoryStore) -> None:
-    vector = np.linspace(-1, 1, 384, dtype=np.float32)
+    vector = np.random.default_rng(7).standard_normal(384).astype(np.float32)  # mixed signs in every byte
     ours = pack_signs(vector[None, :])[0].tobytes()
     theirs = store.db.execute("SELECT vec_quantize_binary(?)", (vector.tobytes(),)).fetchone()[0]
     assert ours == theirs
+
+
+def test_a_file_with_float32_vectors_is_converted_to_one_int8_copy(db_path: Path) -> None:
+    """A file from before 0008: float32 vectors in vec0 plus compact copies in `entry_vectors`."""
+    from fake_embedder import HashedEmbedder
+
+    from harness_mem.db import connect, write_transaction
+    from harness_mem.migrations import known_migrations, split_statements
+
+    embedder = HashedEmbedder()
+    notes = [f"note {i} about {topic}" for i, topic in enumerate(["billing", "deploys", "hiring", "security"] * 5)]
+    vectors = embedder.embed(notes)
+    conn = connect(db_path).conn
+    conn.execute("CREATE TABLE _migrations (number INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)")
+    for migration in known_migrations():
+        if migration.number == 8:
+            break
+        with write_transaction(conn):
+            for statement in split_statements(migration.sql):
+                conn.execute(statement)
+            conn.execute("INSERT INTO _migrations VALUES (?, ?, 'then')", (migration.number, migration.name))
+    with write_transaction(conn):
+        conn.executemany("INSERT INTO settings (key, value) VALUES (?, ?)",
+                         [(f"embedder.{k}", v) for k, v in VectorIndex(conn, embedder).identity().items()])
+        conn.execute("CREATE VIRTUAL TABLE entries_vec USING vec0(embedding float[384] distance_metric=cosine)")
+        for pk, (note, vector) in enumerate(zip(notes, vectors, strict=True), start=1):
+            conn.execute("INSERT INTO entries (pk, id, kind, content, created_at, content_hash) VALUES (?, ?, 'note', ?, ?, 'h')",
+                         (pk, f"n{pk}", note, 1_700_000_000_000 + pk))
+            conn.execute("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", (pk, note))
+            conn.execute("INSERT INTO entries_vec (rowid, embedding) VALUES (?, ?)", (pk, vector.tobytes()))
+            conn.execute("INSERT INTO entry_vectors (pk, bits, half) VALUES (?, x'00', x'00')", (pk,))
+    conn.close()
+
+    with MemoryStore(db_path, embedder=embedder) as store:
+        assert store.count_missing_vectors() == 0
+        for i, note in enumerate(notes, start=1):
+            assert store.recall(note, k=1, mode="semantic")[0].entry.id == f"n{i}"
+        tables = set(store.db.table_names())
+        assert "entry_vectors" not in tables and "_vectors_upgrade" not in tables
+        sql = store.db.execute("SELECT sql FROM sqlite_master WHERE name = 'entries_vec'").fetchone()[0]
+        assert "int8[384]" in sql and "bit[384]" in sql and "float[" not in sql
+
+
+def test_filters_the_index_evaluates_give_the_exact_answer(hashed_store: MemoryStore) -> None:
+    topics = ["billing", "deploys", "hiring", "security", "travel"]
+    items = [
+        {"text": f"{topics[i % 5]} item {i} for the {['north', 'south', 'east'][i % 3]} team",
+         "role": "user", "session": f"session-with-a-long-identifier-{i % 7}", "kind": "turn" if i % 2 else "note",
+         "created_at": f"2026-01-{1 + i % 28:02d}T10:00:00Z"}
+        for i in range(3000)
+    ]
+    hashed_store.add_many(items)
+    query = "billing item for the north team"
+    vector = hashed_store.embed_queries([query])[0]
+    cases: list[dict[str, object]] = [
+        {"session": "session-with-a-long-identifier-3"},
+        {"kind": "turn"},
+        {"kind": ["turn", "note"], "since": "2026-01-10T00:00:00Z", "until": "2026-01-12T23:00:00Z"},
+        {"session": "session-with-a-long-identifier-5", "kind": "note"},
+    ]
+    for filters in cases:
+        found = hashed_store.recall(query, k=10, mode="semantic", query_vector=vector, **filters)  # type: ignore[arg-type]
+        assert len(found) == 10, filters
+        matching = [e for e in hashed_store.list(**filters)]  # type: ignore[arg-type]
+        assert all(h.entry.id in {e.id for e in matching} for h in found), filters
+        # The exact ranking over every matching entry, by the same stored vectors:
+        index = hashed_store._vector_index()
+        assert index is not None
+        pks = [row[0] for row in hashed_store.db.execute(
+            "SELECT pk FROM entries WHERE id IN (SELECT value FROM json_each(?))",
+            (json.dumps([e.id for e in matching]),))]
+        exact = [pk for pk, _ in index.rescore(vector, pks, 10)]
+        ids = dict(hashed_store.db.execute("SELECT pk, id FROM entries").fetchall())
+        overlap = len({h.entry.id for h in found} & {ids[pk] for pk in exact})
+        assert overlap >= 9, (filters, overlap)
