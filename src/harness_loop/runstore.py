@@ -1,7 +1,7 @@
 """Orchestrator runs as rows: the storage half of harness_loop's DAG orchestrator.
 
 A run is three kinds of row in the memory file (created by harness_loop's migration set,
-:mod:`harness_loop.schema`): the run itself (goal, state, token budget and spend), one row per job
+:data:`MIGRATIONS`): the run itself (goal, state, token budget and spend), one row per job
 (its place in the DAG and where its state machine stands), and an append-only event log with a
 sequence number per run. The orchestrator owns every rule about *what* happens; this module only
 stores and reads, and renders what ``harness-loop runs list|show|events`` prints.
@@ -24,14 +24,28 @@ import socket
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from importlib import resources
 from typing import Any, Protocol, runtime_checkable
 
 from harness_mem.db import Connection, connect, driver, write_transaction
 from harness_mem.errors import DuplicateIdError, InvalidInputError, NotFoundError
+from harness_mem.migrations import HARNESS_MEM, Migration, MigrationSet
 from harness_mem.models import dumps, format_time, from_ms, now_ms
 
-from .schema import migrate
 from .states import JobState, RunState, label
+
+# harness_loop's tables have their own migration set: SQL files in ``harness_loop/migrations/``
+# (inside the package, so the wheel carries them), recorded in ``_migrations_harness_loop``. It comes
+# after harness_mem's set, which brings a runs table made by an older version up to the columns
+# this set expects.
+MIGRATIONS = MigrationSet("harness_loop", resources.files("harness_loop") / "migrations", after=(HARNESS_MEM,))
+
+
+def migrate(conn: Connection) -> list[Migration]:
+    """Apply harness_mem's pending migrations, then harness_loop's; returns the ones this call ran."""
+    done = HARNESS_MEM.migrate(conn)
+    return done + MIGRATIONS.migrate(conn)
+
 
 # The stored names, derived from the enums (harness_loop.states) so there is one definition.
 RUN_STATES: tuple[str, ...] = tuple(state.value for state in RunState)
@@ -290,7 +304,7 @@ class RunStore:
     """Runs, jobs and run events in the memory file, scoped to one namespace.
 
     Give it a connection from :func:`harness_mem.db.connect` on a file migrated by
-    :func:`harness_loop.schema.migrate`, or use :meth:`open`, which connects, migrates both
+    :func:`migrate`, or use :meth:`open`, which connects, migrates both
     harness_mem's and harness_loop's sets, and owns the connection.
     """
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_loop import schema
+from harness_loop import runstore as schema
 from harness_loop.runstore import JOB_STATES, RUN_STATES, NewEvent, RunRecord, RunStore
 from harness_loop.states import JobState, RunState
 from harness_mem.db import Connection, connect, write_transaction
