@@ -218,7 +218,9 @@ class Recall:
             vector = self._query_vector(query)
         where, params = filters.sql(self.store.namespace, now_ms())
         in_index = vector_filter(filters)
-        if filters.is_empty or in_index is not None:
+        # A session is found fastest through the entries' session index, then searched in the cached
+        # sign bits; kinds and time ranges, which can match most of a namespace, are left to vec0.
+        if filters.is_empty or (in_index is not None and filters.session is None):
             # The whole namespace, or filters the index evaluates itself: search there, then check the
             # hits against every filter (expiry is only in `entries`).
             found = index.search(vector, k, self.store.namespace, where=in_index)
