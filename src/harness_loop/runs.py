@@ -7,12 +7,15 @@ those plain row records; the orchestrator never writes SQL and the store never s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field, WithJsonSchema
 
 from harness_loop.runstore import JobRecord, RunRecord, StoredRun, render
+from harness_mem.models import Record
 
 from .dag import Dag
 from .job import Job, JobId, JobResult, JobState, RetryPolicy
@@ -37,30 +40,34 @@ class RunState(StrEnum):
         return self.value
 
 
-@dataclass(frozen=True)
-class RunBudget:
+class RunBudget(Record):
     """A cap on the tokens a run may spend (``None``: no cap)."""
 
-    max_tokens: int | None = None
+    max_tokens: int | None = Field(None, ge=0)
 
     def exceeded(self, spent: int) -> bool:
         """Strictly over: spending exactly the budget is allowed."""
         return self.max_tokens is not None and spent > self.max_tokens
 
 
-@dataclass
-class Run:
+# A Dag is a Python object, not data: in JSON a run's jobs are a list.
+_DAG_SCHEMA = {"type": "array", "items": {"type": "object", "description": "a Job"}, "description": "the jobs, in insertion order"}
+
+
+class Run(Record):
     """One orchestration: goal, DAG, budget, spend, and how many times the planner was asked."""
+
+    model_config = ConfigDict(frozen=False, extra="forbid", arbitrary_types_allowed=True)
 
     id: str
     goal: str
-    dag: Dag
+    dag: Annotated[Dag, WithJsonSchema(_DAG_SCHEMA)]
     state: RunState = RunState.CREATED
-    budget: RunBudget = field(default_factory=RunBudget)
+    budget: RunBudget = Field(default_factory=RunBudget)
     spent_tokens: int = 0
     replans: int = 0
     reason: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
     def to_record(self) -> RunRecord:
         return RunRecord(

@@ -24,12 +24,14 @@ from .errors import (
 from .experience.episode import Episode
 from .experience.skills import Skill
 from .experience.store import ExperienceStore
-from .models import Entry, Hit
+from .models import Entry, Hit, ImportLine
 from .protocols import Embedder, Memory
 from .providers.embeddings import MiniLMEmbedder
 from .providers.textmodel import TextModel
 from .redaction.guarded import GuardedMemory, RedactingMemory
 from .redaction.redactor import Action, Policy, Redactor
+from .schema import json_schema, schemas
+from .settings import Settings
 from .store import MemoryStore
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "GuardedMemory",
     "HarnessMemError",
     "Hit",
+    "ImportLine",
     "InvalidInputError",
     "Memory",
     "MemoryStore",
@@ -54,8 +57,11 @@ __all__ = [
     "Policy",
     "RedactingMemory",
     "Redactor",
+    "Settings",
     "Skill",
     "StorageError",
     "TextModel",
     "WriteRefusedError",
+    "json_schema",
+    "schemas",
 ]

@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from .errors import ExtensionError, StorageError
+from .settings import Settings  # the environment is read and checked in one place
 
 # Writers wait this long for the lock before giving up. Long on purpose: an import holding the
 # write lock for a batch must not surface "database is locked" to a concurrent `add`.
@@ -127,16 +128,9 @@ def write_transaction(conn: Connection) -> Iterator[Connection]:
 
 def default_path() -> Path:
     """``$HARNESS_MEM_DB``, else ``memory.db`` in ``$HARNESS_MEM_HOME`` or the user's data directory."""
-    explicit = os.environ.get("HARNESS_MEM_DB")
-    if explicit:
-        return Path(explicit).expanduser()
-    return home_dir() / "memory.db"
+    return Settings.from_env().db_path()
 
 
 def home_dir() -> Path:
-    home = os.environ.get("HARNESS_MEM_HOME")
-    if home:
-        return Path(home).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
-    return base / "harness-mem"
+    """``$HARNESS_MEM_HOME``, else ``harness-mem`` in the user's data directory."""
+    return Settings.from_env().home_dir()

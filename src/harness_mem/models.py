@@ -23,7 +23,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
-    AfterValidator,
     AliasChoices,
     BaseModel,
     BeforeValidator,
@@ -33,7 +32,6 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
-    ValidationInfo,
     WithJsonSchema,
 )
 from pydantic_core import ErrorDetails
@@ -63,7 +61,8 @@ class Record(BaseModel):
     * Unknown fields are refused, as a dataclass refuses an unknown keyword.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Serialised, every field is present: the schema of what a record dumps to says so.
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_serialization_defaults_required=True)
 
     positional: ClassVar[int | None] = None  # None: every field may be given positionally
     error: ClassVar[type[InvalidInputError]] = InvalidInputError
@@ -81,6 +80,10 @@ class Record(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             raise self.error(type(self).explain(exc)) from None
+
+    # Validation does not need this __init__ (it only maps arguments and rewords errors): marked as
+    # pydantic marks its own, model_validate and check() skip it instead of validating twice.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
     @classmethod
     def check(cls, data: Mapping[str, Any]) -> Self:
@@ -103,6 +106,11 @@ class Record(BaseModel):
         _set(record, "__pydantic_extra__", None)
         _set(record, "__pydantic_private__", None)
         return record
+
+    @classmethod
+    def json_schema(cls, mode: Literal["validation", "serialization"] = "validation") -> dict[str, Any]:
+        """The record's JSON schema (draft 2020-12): as it is validated, or as it serialises to JSON."""
+        return {"$schema": "https://json-schema.org/draft/2020-12/schema", **cls.model_json_schema(mode=mode)}
 
     @classmethod
     def explain(cls, exc: ValidationError) -> str:
@@ -183,7 +191,11 @@ def _json_time(moment: datetime) -> str:
 
 
 # Times are datetimes in Python and ``2024-05-01T12:00:00.000Z`` strings in JSON.
-Time = Annotated[datetime, PlainSerializer(_json_time, return_type=str, when_used="json")]
+Time = Annotated[
+    datetime,
+    PlainSerializer(_json_time, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
 
 
 class Entry(Record):
@@ -240,24 +252,18 @@ class Hit(Record):
 # ---- what comes in -----------------------------------------------------------------------------
 
 
-def _moment(value: Any, info: ValidationInfo) -> datetime | None:
-    """A time the caller gave (ISO-8601, an age like ``7d``, Unix seconds, a datetime), range-checked.
+def _moment(field: str) -> BeforeValidator:
+    """A time the caller gave for ``field`` (ISO-8601, an age like ``7d``, Unix seconds, a datetime),
+    range-checked. An empty value means "not given": ``created_at`` is then now."""
 
-    An empty value means "not given": ``created_at`` is then now.
-    """
-    return read_time(value, info.field_name or "time") if value else None
+    def read(value: Any) -> datetime | None:
+        return read_time(value, field) if value else None
 
-
-def _not_blank(content: str) -> str:
-    if not content or content.isspace():
-        raise InvalidInputError("an entry's content cannot be empty")
-    return content
+    return BeforeValidator(read)
 
 
-def _id_or_none(value: str | None) -> str | None:
-    if value is not None and value.isspace():
-        raise InvalidInputError(f"an id must be a non-empty string, not {value!r}")
-    return value or None  # empty: a new id is made
+# Python's str.isspace() counts U+001C–U+001F as space too; Rust's \s does not.
+_NOT_ALL_SPACE = r"[^\s\x1c-\x1f]"
 
 
 def _optional_kind(value: Any) -> Any:
@@ -273,7 +279,7 @@ _TIME_SCHEMA = {
     "description": "ISO-8601 (2024-05-01T12:00:00Z; no zone means UTC), an age back from now (30m, 24h, 7d, 2w), "
                    "or Unix seconds; within years 1-9999",
 }
-_InTime = Annotated[datetime | None, BeforeValidator(_moment), WithJsonSchema(_TIME_SCHEMA)]
+_InTime = Annotated[datetime | None, WithJsonSchema(_TIME_SCHEMA)]
 
 
 def _line_schema(schema: dict[str, Any]) -> None:
@@ -288,10 +294,10 @@ def _line_schema(schema: dict[str, Any]) -> None:
 class ImportLine(Record):
     """A new entry as it comes in: one JSONL import line, or the fields given to ``MemoryStore.add``.
 
-    Keys the model does not know are ignored here (the JSONL reader has already moved them into
-    ``metadata``). Values are checked, not yet normalised: ``prepare_row`` strips and de-duplicates
-    tags, fills the defaults and redacts. Fields are in the order they are checked, so the first
-    error of a line is the one reported.
+    A line may carry other keys: the JSONL reader keeps them in the entry's ``metadata`` before
+    the line gets here, and this model ignores keys it does not know. Values are checked, not yet
+    normalised: ``prepare_row`` strips and de-duplicates tags, fills the defaults and redacts.
+    Fields are in the order they are checked, so the first error of a line is the one reported.
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore", json_schema_extra=_line_schema)
@@ -299,22 +305,28 @@ class ImportLine(Record):
     content: Annotated[
         StrictStr,
         Field(validation_alias=AliasChoices("content", "text"), max_length=MAX_CONTENT_CHARS,
-              description="the entry's text"),
-        AfterValidator(_not_blank),
+              pattern=_NOT_ALL_SPACE, description="the entry's text"),
     ]
     role: StrictStr | None = Field(None, description="who said it (user, assistant, tool …); makes the kind a turn")
     session: StrictStr | None = Field(None, description="the conversation or run it belongs to")
     kind: Annotated[Kind | None, BeforeValidator(_optional_kind)] = Field(
         None, description="default: turn when a role is given, else note"
     )
-    id: Annotated[StrictStr | None, AfterValidator(_id_or_none)] = Field(
-        None, description="unique in the namespace; default: a new ULID"
+    # Empty: not given. Blank: refused.
+    id: StrictStr | None = Field(
+        None, pattern=f"^$|{_NOT_ALL_SPACE}", description="unique in the namespace; default: a new ULID"
     )
-    created_at: _InTime = Field(None, validation_alias=AliasChoices("created_at", "timestamp"))
-    tags: Annotated[tuple[StrictStr, ...] | None, BeforeValidator(_tag_list)] = None
+    created_at: Annotated[_InTime, _moment("created_at")] = Field(
+        None, validation_alias=AliasChoices("created_at", "timestamp")
+    )
+    tags: Annotated[
+        tuple[StrictStr, ...] | None,
+        BeforeValidator(_tag_list),
+        WithJsonSchema({"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}, {"type": "null"}]}),
+    ] = Field(None, description="a list of tags (or one, as a string); stripped, duplicates dropped")
     source: StrictStr | None = None
     metadata: dict[Any, Any] | None = Field(None, description="any JSON object")
-    expires_at: _InTime = None
+    expires_at: Annotated[_InTime, _moment("expires_at")] = None
     ttl_days: Annotated[float, Field(strict=True, gt=0, lt=3_000_000)] | None = Field(
         None, description="expire this many days from now (wins over expires_at)"
     )
@@ -326,14 +338,16 @@ class ImportLine(Record):
     @classmethod
     def message(cls, field: str, error: ErrorDetails) -> str | None:
         kind, value = error["type"], error.get("input")
-        if field == "content" and kind != "value_error":
+        if field == "content":
             if kind == "string_too_long":
                 return (f"content is {len(value):,} characters; the limit is {MAX_CONTENT_CHARS:,}"
                         " — split it into several entries")
+            if kind == "string_pattern_mismatch":
+                return "an entry's content cannot be empty"
             return "an entry needs its text as a string in 'content' (or 'text')"
         if field == "kind" and kind == "literal_error":
             return unknown_kind(value)
-        if field == "id" and kind != "value_error":
+        if field == "id":
             return f"an id must be a non-empty string, not {value!r}"
         if field == "tags":
             if len(error["loc"]) > 1:
@@ -469,13 +483,18 @@ def _parse_spoken(text: str) -> datetime:
 
 
 def to_ms(moment: datetime) -> int:
-    """Whole milliseconds since the epoch, rounded down.
+    """Whole milliseconds since the epoch, rounded down (naive times are UTC).
 
-    Rounding to whole microseconds first makes the float exact for any date within centuries of now.
+    Integer arithmetic on the timedelta: exact for every datetime, where a float timestamp loses
+    microseconds far from now (and could round 9999-12-31T23:59:59.9999 up into year 10000).
     """
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return round(moment.timestamp() * 1_000_000) // 1000
+    return (moment - _EPOCH) // _ONE_MS
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
 
 
 def now_ms() -> int:
@@ -491,14 +510,9 @@ def read_time(value: Any, field: str) -> datetime:
 
     A time outside that range would be stored, then fail every read as a UTC datetime.
     """
-    try:
-        moment = parse_time(value)
-        ms = to_ms(moment)
-    except InvalidInputError:
-        raise
-    except (OverflowError, OSError, ValueError):  # a datetime at the edge of year 1 or 9999
-        ms = _LAST_MS + 1
-    if not _FIRST_MS <= ms <= _LAST_MS:
+    moment = parse_time(value)
+    # Aware datetimes compare in UTC without overflowing, even a zone's width past year 1 or 9999.
+    if not _FIRST <= moment <= _LAST:
         raise InvalidInputError(f"{field} {value!r} is out of range — use a time within years 1–9999 (UTC)")
     return moment
 
@@ -507,8 +521,8 @@ def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-_FIRST_MS = to_ms(datetime(1, 1, 1, tzinfo=UTC))
-_LAST_MS = to_ms(datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC))
+_FIRST = datetime(1, 1, 1, tzinfo=UTC)
+_LAST = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 
 # allow_nan=False: NaN and Infinity are not JSON, and SQLite's json_valid() refuses them.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

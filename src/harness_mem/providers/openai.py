@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import email.utils
 import json
-import os
 import random
 import time
 from collections.abc import Mapping
@@ -39,6 +38,7 @@ from typing import Any, ClassVar
 import httpx
 
 from ..errors import ModelError
+from ..settings import Settings
 
 __all__ = [
     "DEFAULT_MAX_RETRIES",
@@ -362,11 +362,11 @@ class OpenAITextModel:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> OpenAITextModel:
         """Configured from ``HARNESS_MEM_MODEL_URL``, ``HARNESS_MEM_MODEL`` and ``HARNESS_MEM_API_KEY``."""
-        env = os.environ if environ is None else environ
-        base_url, model = env.get("HARNESS_MEM_MODEL_URL"), env.get("HARNESS_MEM_MODEL")
+        settings = Settings.from_env(environ)
+        base_url, model = settings.model_url, settings.model
         _check_config(base_url, model, required=True)
         assert base_url and model
-        return cls(base_url, model, **{"api_key": env.get("HARNESS_MEM_API_KEY") or None, **overrides})
+        return cls(base_url, model, **{"api_key": settings.api_key, **overrides})
 
 
 def _check_config(base_url: str | None, model: str | None, *, required: bool) -> bool:
