@@ -4,7 +4,7 @@ Every record that crosses the library's edge is a pydantic model built on :class
 store hands out (:class:`Entry`, :class:`Hit`) and what it takes in (:class:`ImportLine`: an import
 line, or the fields of ``MemoryStore.add``). A record is built like a dataclass (positional
 arguments in field order work), and a bad value raises :class:`InvalidInputError` with one line that
-names the field, not a pydantic traceback. Each model's JSON schema is ``Model.model_json_schema()``
+names the field, not a pydantic traceback. Each model's JSON schema is ``Model.json_schema()``
 (:mod:`harness_mem.schema` lists them by name).
 
 Rows read back from the file were checked when they were written: :meth:`Record.trusted` builds a
@@ -46,6 +46,7 @@ HASH_PREFIX = "h1:"
 
 # An entry is a memory, not a document store: past this, callers should split or summarise.
 MAX_CONTENT_CHARS = 1_000_000
+MAX_TTL_DAYS = 3_000_000  # about 8,000 years: past the last date a timestamp can name
 
 
 # ---- records -----------------------------------------------------------------------------------
@@ -88,6 +89,8 @@ class Record(BaseModel):
     @classmethod
     def check(cls, data: Mapping[str, Any]) -> Self:
         """``data`` validated into a record; raises :attr:`error` with a one-line message."""
+        if not isinstance(data, dict):
+            data = dict(data)  # a model validates dicts; any mapping is welcome
         try:
             return cls.__pydantic_validator__.validate_python(data)  # type: ignore[no-any-return]
         except ValidationError as exc:
@@ -187,7 +190,7 @@ def describe_error(error: ErrorDetails, where: str) -> str:
 
 
 def _json_time(moment: datetime) -> str:
-    return format_time(moment)
+    return format_time(moment)  # format_time is defined further down
 
 
 # Times are datetimes in Python and ``2024-05-01T12:00:00.000Z`` strings in JSON.
@@ -327,7 +330,7 @@ class ImportLine(Record):
     source: StrictStr | None = None
     metadata: dict[Any, Any] | None = Field(None, description="any JSON object")
     expires_at: Annotated[_InTime, _moment("expires_at")] = None
-    ttl_days: Annotated[float, Field(strict=True, gt=0, lt=3_000_000)] | None = Field(
+    ttl_days: Annotated[float, Field(strict=True, gt=0, lt=MAX_TTL_DAYS)] | None = Field(
         None, description="expire this many days from now (wins over expires_at)"
     )
     redactions: dict[StrictStr, StrictInt] | None = Field(
@@ -362,9 +365,6 @@ class ImportLine(Record):
         if field == "redactions":
             return 'redactions must be an object of counts, like {"EMAIL": 1}'
         return None
-
-
-MAX_TTL_DAYS = 3_000_000  # about 8,000 years: past the last date a timestamp can name
 
 
 def content_hash(content: str | bytes) -> str:
