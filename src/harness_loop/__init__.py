@@ -16,6 +16,7 @@ from .planner import Planner, StaticPlanner
 from .record import SessionRecorder, replay
 from .route import Next
 from .runs import Run, RunBudget, RunReport
+from .schema import json_schema, schemas
 from .states import JobState, RunState
 from .subagent import SubagentSpec, SubagentStatus, run_subagent
 from .tools import Tool, ToolRegistry, tool
@@ -65,7 +66,9 @@ __all__ = [
     "Unverified",
     "Usage",
     "attach_memory",
+    "json_schema",
     "replay",
     "run_subagent",
+    "schemas",
     "tool",
 ]

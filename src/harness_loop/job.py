@@ -14,27 +14,29 @@ least one attempt.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, ConfigDict, Field, StrictStr, ValidationInfo, field_validator
+from pydantic_core import ErrorDetails
 
 from harness_mem.errors import InvalidInputError
+from harness_mem.models import Record
 
 from .states import JobState
 
 JobId = str
 
 
-@dataclass(frozen=True)
-class JobResult:
+class JobResult(Record):
     """What a job produced, and what producing it cost."""
 
     text: str
-    input_tokens: int = 0
-    output_tokens: int = 0
+    input_tokens: int = Field(0, ge=0)
+    output_tokens: int = Field(0, ge=0)
 
     def with_tokens(self, input_tokens: int, output_tokens: int) -> JobResult:
-        return replace(self, input_tokens=input_tokens, output_tokens=output_tokens)
+        return self.model_copy(update={"input_tokens": input_tokens, "output_tokens": output_tokens})
 
     @property
     def total_tokens(self) -> int:
@@ -54,21 +56,22 @@ class JobFailure(Exception):
         self.output_tokens = output_tokens
 
 
-@dataclass(frozen=True)
-class Backoff:
+class Backoff(Record):
     """How long to wait before a retry: none, a fixed delay, or exponential with a cap (seconds)."""
 
     kind: Literal["none", "fixed", "exponential"] = "none"
-    delay_s: float = 0.0  # fixed
-    base_s: float = 0.0  # exponential
-    factor: int = 2
-    max_s: float = 0.0
+    delay_s: float = Field(0.0, ge=0, description="fixed: the wait before every retry")
+    base_s: float = Field(0.0, ge=0, description="exponential: the first wait")
+    factor: int = Field(2, ge=0, description="exponential: each wait is this many times the one before")
+    max_s: float = Field(0.0, ge=0, description="exponential: the longest wait")
 
-    def __post_init__(self) -> None:
-        if self.kind not in ("none", "fixed", "exponential"):
-            raise InvalidInputError(f"unknown backoff kind {self.kind!r} — use none, fixed or exponential")
-        if min(self.delay_s, self.base_s, self.max_s) < 0 or self.factor < 0:
-            raise InvalidInputError("backoff delays and factor must not be negative")
+    @classmethod
+    def message(cls, field: str, error: ErrorDetails) -> str | None:
+        if field == "kind":
+            return f"unknown backoff kind {error.get('input')!r} — use none, fixed or exponential"
+        if error["type"] == "greater_than_equal":
+            return "backoff delays and factor must not be negative"
+        return None
 
     @classmethod
     def none(cls) -> Backoff:
@@ -78,12 +81,12 @@ class Backoff:
     @classmethod
     def fixed(cls, delay_s: float) -> Backoff:
         """Wait ``delay_s`` seconds before every retry."""
-        return cls("fixed", delay_s=delay_s)
+        return cls(kind="fixed", delay_s=delay_s)
 
     @classmethod
     def exponential(cls, base_s: float, factor: int, max_s: float) -> Backoff:
         """``base_s * factor**(attempt-1)``, capped at ``max_s``."""
-        return cls("exponential", base_s=base_s, factor=factor, max_s=max_s)
+        return cls(kind="exponential", base_s=base_s, factor=factor, max_s=max_s)
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (1-based: 1 precedes the 2nd run)."""
@@ -111,19 +114,15 @@ class Backoff:
             return cls.fixed(float(data["delay_s"]))
         if kind == "exponential":
             return cls.exponential(float(data["base_s"]), int(data["factor"]), float(data["max_s"]))
-        return cls(kind)
+        return cls(kind=kind)
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
+class RetryPolicy(Record):
     """How many times a job may run (``max_attempts`` includes the first) and the wait between."""
 
-    max_attempts: int = 1
-    backoff: Backoff = field(default_factory=Backoff.none)
-
-    def __post_init__(self) -> None:
-        # At least one attempt, as the original's `RetryPolicy::new` guarantees.
-        object.__setattr__(self, "max_attempts", max(int(self.max_attempts), 1))
+    # At least one attempt, as the original's `RetryPolicy::new` guarantees: 0 or less reads as 1.
+    max_attempts: Annotated[int, AfterValidator(lambda n: max(n, 1))] = 1
+    backoff: Backoff = Field(default_factory=Backoff.none)
 
     @classmethod
     def once(cls) -> RetryPolicy:
@@ -135,46 +134,62 @@ class RetryPolicy:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RetryPolicy:
-        return cls(int(data.get("max_attempts", 1)), Backoff.from_dict(data.get("backoff", {})))
+        return cls(max_attempts=int(data.get("max_attempts", 1)), backoff=Backoff.from_dict(data.get("backoff", {})))
 
 
-@dataclass
-class Job:
+def _job_id(value: str) -> str:
+    if not value.strip():
+        raise InvalidInputError(f"a job id must be a non-empty string, not {value!r}")
+    return value
+
+
+class Job(Record):
     """One node of a run's DAG: a prompt, the jobs it waits for, and where it stands.
 
     ``attempts`` counts runs within the current entry (retries); ``visits`` counts entries — one
     for the first run, one more each time a router's ``Goto`` sends the graph back through it. A job
     that fails twice then succeeds, and is re-entered once, has visited twice.
+
+    The spec a caller writes is ``id``, ``prompt``, ``deps`` and ``retry``; the other fields are
+    where the job stands, which the orchestrator updates in place.
     """
 
-    id: JobId
+    model_config = ConfigDict(frozen=False, extra="forbid")
+
+    id: Annotated[StrictStr, AfterValidator(_job_id)] = Field(description="unique within the run")
     prompt: str
-    deps: Sequence[JobId] = ()  # any sequence in; stored as a tuple
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    deps: tuple[JobId, ...] = Field((), description="ids of the jobs this one waits for")  # any sequence in
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
     state: JobState = JobState.PENDING
     result: JobResult | None = None
-    attempts: int = 0
-    visits: int = 0
+    attempts: int = Field(0, ge=0)
+    visits: int = Field(0, ge=0)
     last_error: str | None = None
     # What this job produced on its previous lap and why it was sent back (set by a Goto); both go
     # in front of the prompt so the job improves on its answer instead of repeating it.
     prior_attempt: str | None = None
     feedback: str | None = None
-    spent_tokens: int = 0  # every attempt of every visit, failed ones included
+    spent_tokens: int = Field(0, ge=0, description="every attempt of every visit, failed ones included")
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id.strip():
-            raise InvalidInputError(f"a job id must be a non-empty string, not {self.id!r}")
-        if isinstance(self.deps, str):
-            raise InvalidInputError(f"deps of {self.id!r} must be a list of job ids, not a string")
-        self.deps = tuple(self.deps)
-        self.state = JobState(self.state)
+    @field_validator("deps", mode="before")
+    @classmethod
+    def _deps_not_a_string(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, str):
+            job = info.data.get("id", "?")
+            raise InvalidInputError(f"deps of {job!r} must be a list of job ids, not a string")
+        return value
+
+    @classmethod
+    def message(cls, field: str, error: ErrorDetails) -> str | None:
+        if field == "id" and error["type"] != "value_error":
+            return f"a job id must be a non-empty string, not {error.get('input')!r}"
+        return None
 
     def with_deps(self, deps: Iterable[JobId]) -> Job:
-        return replace(self, deps=tuple(deps))
+        return self.model_copy(update={"deps": tuple(deps)})
 
     def with_retry(self, retry: RetryPolicy) -> Job:
-        return replace(self, retry=retry)
+        return self.model_copy(update={"retry": retry})
 
 
 def job_prompt(job: Job, upstream: Mapping[JobId, JobResult]) -> str:

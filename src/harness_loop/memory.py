@@ -367,8 +367,8 @@ class MemoryWiring:
         episode_id = episode_id_for(self.last_session) if self.session is None else None
         try:
             episode = Episode(
-                truncate_turn(self._task.strip(), DEFAULT_MAX_CHARS)[0],
-                truncate_turn(text.strip(), DEFAULT_MAX_CHARS)[0],
+                situation=truncate_turn(self._task.strip(), DEFAULT_MAX_CHARS)[0],
+                outcome=truncate_turn(text.strip(), DEFAULT_MAX_CHARS)[0],
                 tools=self.recorder.tool_trace.drain(),
                 skills=self.recorder.skill_trace.drain(),
                 success=success,

@@ -36,7 +36,7 @@ import contextlib
 import copy
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from heapq import heappop, heappush
 from typing import Any, Protocol, runtime_checkable
@@ -173,11 +173,11 @@ class Orchestrator:
         which nothing ran; every job carries the reason.
         """
         if not isinstance(budget, RunBudget):
-            budget = RunBudget(budget)
+            budget = RunBudget(max_tokens=budget)
         source = list(jobs)
         dag = Dag()
         for job in source:  # copies: the caller's Job objects are never mutated
-            copy = replace(job)
+            copy = job.model_copy()
             if copy.state in _IN_FLIGHT:
                 copy.state = JobState.PENDING
             dag.add(copy)
@@ -800,7 +800,7 @@ class _Execution:
                      job.state is JobState.SUCCEEDED}
         tx = _Tx()
         try:
-            proposed = [replace(job) for job in await planner.plan(run.goal, succeeded) or ()]
+            proposed = [job.model_copy() for job in await planner.plan(run.goal, succeeded) or ()]
             for job in proposed:
                 job.state, job.attempts, job.visits, job.result = JobState.PENDING, 0, 0, None
             self.dag.check_additions(proposed)

@@ -8,7 +8,6 @@ dependency, no cycle — and an invalid proposal fails the run instead of corrup
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 from .job import Job, JobId, JobResult
@@ -29,4 +28,4 @@ class StaticPlanner:
 
     async def plan(self, goal: str, succeeded: Mapping[JobId, JobResult]) -> Sequence[Job]:
         jobs, self._jobs = self._jobs, None
-        return [replace(job) for job in jobs or ()]
+        return [job.model_copy() for job in jobs or ()]

@@ -7,9 +7,13 @@ those plain row records; the orchestrator never writes SQL and the store never s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field, WithJsonSchema
+
+from harness_mem.models import Record
 
 from .dag import Dag
 from .job import Job, JobId, JobResult, RetryPolicy
@@ -17,30 +21,34 @@ from .runstore import JobRecord, RunRecord, StoredRun, render
 from .states import JobState, RunState
 
 
-@dataclass(frozen=True)
-class RunBudget:
+class RunBudget(Record):
     """A cap on the tokens a run may spend (``None``: no cap)."""
 
-    max_tokens: int | None = None
+    max_tokens: int | None = Field(None, ge=0)
 
     def exceeded(self, spent: int) -> bool:
         """Strictly over: spending exactly the budget is allowed."""
         return self.max_tokens is not None and spent > self.max_tokens
 
 
-@dataclass
-class Run:
+# A Dag is a Python object, not data: in JSON a run's jobs are a list.
+_DAG_SCHEMA = {"type": "array", "items": {"type": "object", "description": "a Job"}, "description": "the jobs, in insertion order"}
+
+
+class Run(Record):
     """One orchestration: goal, DAG, budget, spend, and how many times the planner was asked."""
+
+    model_config = ConfigDict(frozen=False, extra="forbid", arbitrary_types_allowed=True)
 
     id: str
     goal: str
-    dag: Dag
+    dag: Annotated[Dag, WithJsonSchema(_DAG_SCHEMA)]
     state: RunState = RunState.CREATED
-    budget: RunBudget = field(default_factory=RunBudget)
+    budget: RunBudget = Field(default_factory=RunBudget)
     spent_tokens: int = 0
     replans: int = 0
     reason: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
     def to_record(self) -> RunRecord:
         return RunRecord(
@@ -58,7 +66,7 @@ class Run:
             dag.add(job_from_record(record), position=record.position)
         r = stored.run
         return cls(
-            id=r.id, goal=r.goal, dag=dag, state=RunState(r.state), budget=RunBudget(r.max_tokens),
+            id=r.id, goal=r.goal, dag=dag, state=RunState(r.state), budget=RunBudget(max_tokens=r.max_tokens),
             spent_tokens=r.spent_tokens, replans=r.replans, reason=r.reason, metadata=dict(r.metadata),
         )
 
@@ -86,7 +94,7 @@ def job_from_record(record: JobRecord) -> Job:
     """The job a stored row describes."""
     result = None
     if record.result_text is not None:
-        result = JobResult(record.result_text, record.input_tokens, record.output_tokens)
+        result = JobResult(text=record.result_text, input_tokens=record.input_tokens, output_tokens=record.output_tokens)
     return Job(
         id=record.job_id, prompt=record.prompt, deps=record.deps, retry=RetryPolicy.from_dict(record.retry),
         state=JobState(record.state), result=result, attempts=record.attempts, visits=record.visits,

@@ -24,11 +24,13 @@ from .errors import (
 from .experience.episode import Episode
 from .experience.skills import Skill
 from .experience.store import ExperienceStore
-from .models import Entry, Hit
+from .models import Entry, Hit, ImportLine
 from .protocols import Embedder, Memory
 from .providers.embeddings import MiniLMEmbedder
 from .providers.textmodel import TextModel
 from .redaction import Action, GuardedMemory, Policy, RedactingMemory, Redactor
+from .schema import json_schema, schemas
+from .settings import Settings
 from .store import MemoryStore
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "GuardedMemory",
     "HarnessMemError",
     "Hit",
+    "ImportLine",
     "InvalidInputError",
     "Memory",
     "MemoryStore",
@@ -53,8 +56,11 @@ __all__ = [
     "Policy",
     "RedactingMemory",
     "Redactor",
+    "Settings",
     "Skill",
     "StorageError",
     "TextModel",
     "WriteRefusedError",
+    "json_schema",
+    "schemas",
 ]

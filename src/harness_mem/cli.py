@@ -29,6 +29,7 @@ from .cliutils import (
     namespace_option,
 )
 from .db import connect, default_path
+from .errors import InvalidInputError
 from .models import Entry, Hit, dumps, format_time
 from .providers.hints import MEM_HINTS
 from .store import MemoryStore, OnConflict
@@ -135,6 +136,24 @@ def db_path_command(ctx: click.Context) -> None:
         harness-mem db path
     """
     click.echo(str(ctx.obj["db"]))
+
+
+@cli.command()
+@click.argument("name", required=False)
+def schema(name: str | None) -> None:
+    """Print the JSON schema of a record (entry, hit, import-line, filters, episode,
+    skill-front-matter, settings), or of all of them by name.
+
+    \b
+    Example:
+        harness-mem schema import-line
+    """
+    from .schema import json_schema, schemas
+
+    try:
+        echo_json(json_schema(name) if name else schemas())
+    except InvalidInputError as exc:
+        raise click.BadParameter(str(exc), param_hint="NAME") from None
 
 
 @cli.command()

@@ -22,6 +22,7 @@ from typing import Any
 from sqlite_utils import Database
 
 from .errors import ExtensionError, StorageError
+from .settings import Settings  # the environment is read and checked in one place
 
 __all__ = [
     "BOOKKEEPING_TABLE",
@@ -166,16 +167,9 @@ def write_transaction(conn: Connection) -> Iterator[Connection]:
 
 def default_path() -> Path:
     """``$HARNESS_MEM_DB``, else ``memory.db`` in ``$HARNESS_MEM_HOME`` or the user's data directory."""
-    explicit = os.environ.get("HARNESS_MEM_DB")
-    if explicit:
-        return Path(explicit).expanduser()
-    return home_dir() / "memory.db"
+    return Settings.from_env().db_path()
 
 
 def home_dir() -> Path:
-    home = os.environ.get("HARNESS_MEM_HOME")
-    if home:
-        return Path(home).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
-    return base / "harness-mem"
+    """``$HARNESS_MEM_HOME``, else ``harness-mem`` in the user's data directory."""
+    return Settings.from_env().home_dir()

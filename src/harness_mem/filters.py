@@ -1,28 +1,56 @@
-"""Recall and list filters: the conditions every returned entry meets, as one SQL WHERE clause."""
+"""Recall and list filters: the conditions every returned entry meets, as one SQL WHERE clause.
+
+The arguments come from callers, the CLI and MCP tools loosely typed (times as ``7d``, a tag as a
+bare string); :class:`Filters` validates them.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from .models import check_kind, clean_tags, parse_time, to_ms
+from pydantic import BeforeValidator, Field, StrictStr, WithJsonSchema
+
+from .models import Record, check_kind, clean_tags, parse_time, to_ms
 
 
-@dataclass(frozen=True)
-class Filters:
+def _kinds(value: Any) -> Any:
+    """One kind or several, each checked; several become a tuple."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return check_kind(value)
+    return tuple(check_kind(k) for k in value)
+
+
+def _time(value: Any) -> Any:
+    return parse_time(value) if value is not None else None
+
+
+_Tags = Annotated[tuple[str, ...], BeforeValidator(clean_tags)]
+_When = Annotated[
+    datetime | None,
+    BeforeValidator(_time),
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "null"}],
+                    "description": "ISO-8601 or an age back from now (30m, 24h, 7d, 2w)"}),
+]
+
+
+class Filters(Record):
     """Conditions every recalled or listed entry must meet; all optional and combinable."""
 
-    kind: str | Sequence[str] | None = None
-    role: str | None = None
-    session: str | None = None
-    session_prefix: str | None = None
-    tags: Sequence[str] = ()       # all of these
-    any_tags: Sequence[str] = ()   # at least one of these
-    since: datetime | None = None
-    until: datetime | None = None
+    kind: Annotated[str | tuple[str, ...] | None, BeforeValidator(_kinds)] = Field(
+        None, description="one kind, or a list of kinds (any of them)"
+    )
+    role: StrictStr | None = None
+    session: StrictStr | None = None
+    session_prefix: StrictStr | None = None
+    tags: _Tags = Field((), description="all of these")
+    any_tags: _Tags = Field((), description="at least one of these")
+    since: _When = None
+    until: _When = None
 
     @property
     def is_empty(self) -> bool:
@@ -77,17 +105,8 @@ def make_filters(
     since: str | datetime | None = None,
     until: str | datetime | None = None,
 ) -> Filters:
-    """Filters from loosely typed arguments (times as ISO strings or ages like ``7d``)."""
-    if kind is not None:
-        for k in [kind] if isinstance(kind, str) else kind:
-            check_kind(k)
+    """Filters from loosely typed arguments (times as ISO strings or ages like ``7d``), validated."""
     return Filters(
-        kind=kind,
-        role=role,
-        session=session,
-        session_prefix=session_prefix,
-        tags=clean_tags(tags),
-        any_tags=clean_tags(any_tags),
-        since=parse_time(since) if since is not None else None,
-        until=parse_time(until) if until is not None else None,
+        kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags, any_tags=any_tags,
+        since=since, until=until,
     )

@@ -1,4 +1,15 @@
-"""The records the store hands out: :class:`Entry` and :class:`Hit`, and the small rules around them."""
+"""The records harness_mem hands out and takes in, and the small rules around them.
+
+Every record that crosses the library's edge is a pydantic model built on :class:`Record`: what the
+store hands out (:class:`Entry`, :class:`Hit`) and what it takes in (:class:`ImportLine`: an import
+line, or the fields of ``MemoryStore.add``). A record is built like a dataclass (positional
+arguments in field order work), and a bad value raises :class:`InvalidInputError` with one line that
+names the field, not a pydantic traceback. Each model's JSON schema is ``Model.json_schema()``
+(:mod:`harness_mem.schema` lists them by name).
+
+Rows read back from the file were checked when they were written: :meth:`Record.trusted` builds a
+record from them without validating again, so reads pay only for what they read.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +18,36 @@ import json
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    WithJsonSchema,
+)
+from pydantic_core import ErrorDetails
 
 from .errors import InvalidInputError
 
 __all__ = [
     "HASH_PREFIX",
     "KINDS",
+    "MAX_CONTENT_CHARS",
+    "MAX_TTL_DAYS",
     "Entry",
     "Hit",
+    "ImportLine",
     "Kind",
+    "Record",
     "check_kind",
     "clean_tags",
     "content_hash",
@@ -37,43 +66,199 @@ KINDS: tuple[str, ...] = ("note", "turn", "episode", "fact", "summary")
 # Versioned so that a change of algorithm is detectable in stored rows.
 HASH_PREFIX = "h1:"
 
+# An entry is a memory, not a document store: past this, callers should split or summarise.
+MAX_CONTENT_CHARS = 1_000_000
+MAX_TTL_DAYS = 3_000_000  # about 8,000 years: past the last date a timestamp can name
 
-@dataclass(frozen=True)
-class Entry:
+
+# ---- records -----------------------------------------------------------------------------------
+
+
+class Record(BaseModel):
+    """A pydantic model that behaves like the frozen dataclass it replaces.
+
+    * Positional arguments fill the fields in order (at most :attr:`positional` of them, when set).
+    * A value that fails validation raises :attr:`error` (:class:`InvalidInputError` unless a
+      subclass says otherwise) with a one-line message naming the field; :meth:`explain` writes it.
+    * :meth:`check` validates a mapping the same way; :meth:`trusted` skips validation.
+    * Unknown fields are refused, as a dataclass refuses an unknown keyword.
+    """
+
+    # Serialised, every field is present: the schema of what a record dumps to says so.
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_serialization_defaults_required=True)
+
+    positional: ClassVar[int | None] = None  # None: every field may be given positionally
+    error: ClassVar[type[InvalidInputError]] = InvalidInputError
+
+    def __init__(self, /, *args: Any, **data: Any) -> None:
+        if args:
+            names = list(type(self).model_fields)[: self.positional]
+            if len(args) > len(names):
+                raise TypeError(f"{type(self).__name__}() takes at most {len(names)} positional arguments")
+            for name, value in zip(names, args, strict=False):
+                if name in data:
+                    raise TypeError(f"{type(self).__name__}() got multiple values for {name!r}")
+                data[name] = value
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise self.error(type(self).explain(exc)) from None
+
+    # Validation does not need this __init__ (it only maps arguments and rewords errors): marked as
+    # pydantic marks its own, model_validate and check() skip it instead of validating twice.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @classmethod
+    def check(cls, data: Mapping[str, Any]) -> Self:
+        """``data`` validated into a record; raises :attr:`error` with a one-line message."""
+        if not isinstance(data, dict):
+            data = dict(data)  # a model validates dicts; any mapping is welcome
+        try:
+            return cls.__pydantic_validator__.validate_python(data)  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            raise cls.error(cls.explain(exc)) from None
+
+    @classmethod
+    def trusted(cls, values: dict[str, Any]) -> Self:
+        """A record of values known to be valid (every field given), without validating them.
+
+        What ``model_construct`` does, minus its per-field work: rows read back from the file
+        were checked on their way in, and a list or a recall builds thousands of these.
+        """
+        record = object.__new__(cls)
+        _set(record, "__dict__", values)
+        _set(record, "__pydantic_fields_set__", set(values))
+        _set(record, "__pydantic_extra__", None)
+        _set(record, "__pydantic_private__", None)
+        return record
+
+    @classmethod
+    def json_schema(cls, mode: Literal["validation", "serialization"] = "validation") -> dict[str, Any]:
+        """The record's JSON schema (draft 2020-12): as it is validated, or as it serialises to JSON."""
+        return {"$schema": "https://json-schema.org/draft/2020-12/schema", **cls.model_json_schema(mode=mode)}
+
+    @classmethod
+    def explain(cls, exc: ValidationError) -> str:
+        """The first error of ``exc`` as one line that names the field."""
+        error = exc.errors(include_url=False)[0]
+        loc = error["loc"]
+        field = cls._field_of(loc[0]) if loc and isinstance(loc[0], str) else ""
+        if error["type"] == "string_unicode":  # a lone surrogate, which UTF-8 (and SQLite) cannot hold
+            return f"{field} is not valid Unicode (it contains a lone surrogate)"
+        return cls.message(field, error) or describe_error(error, _where(field, loc[1:]))
+
+    @classmethod
+    def message(cls, field: str, error: ErrorDetails) -> str | None:
+        """A subclass's own wording for an error of ``field``; None for the general one."""
+        return None
+
+    @classmethod
+    def _field_of(cls, key: str) -> str:
+        """The field a key of the input fills (keys may be aliases: ``text`` fills ``content``)."""
+        fields = cls.model_fields
+        if key in fields:
+            return key
+        for name, info in fields.items():
+            alias = info.validation_alias
+            choices = alias.choices if isinstance(alias, AliasChoices) else [alias or info.alias]
+            if key in choices:
+                return name
+        return key
+
+
+_set = object.__setattr__
+
+
+def _where(field: str, rest: tuple[int | str, ...]) -> str:
+    return field + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in rest)
+
+
+_NOUNS = {
+    "string": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
+    "list": "a list", "tuple": "a list", "set": "a list", "frozenset": "a list", "dict": "an object",
+    "datetime": "a time", "date": "a date", "model": "an object", "dataclass": "an object",
+    "decimal": "a number", "bytes": "bytes", "none": "null",
+}
+_LIMITS = {
+    "greater_than": ("greater than", "gt"), "greater_than_equal": ("at least", "ge"),
+    "less_than": ("less than", "lt"), "less_than_equal": ("at most", "le"),
+}
+
+
+def describe_error(error: ErrorDetails, where: str) -> str:
+    """One pydantic error as a sentence about ``where`` (a field, or a path such as ``tags[0]``)."""
+    kind = error["type"]
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    if kind in ("value_error", "assertion_error") and "error" in ctx:
+        return str(ctx["error"])  # our own checks raise messages that already name the field
+    if kind == "missing":
+        return f"{where} is required"
+    if kind == "extra_forbidden":
+        return f"unknown field {where!r}"
+    if kind in ("literal_error", "enum"):
+        return f"{where} must be one of {ctx.get('expected')}, not {value!r}"
+    if kind in _LIMITS:
+        words, key = _LIMITS[kind]
+        return f"{where} must be {words} {ctx.get(key)}, not {value!r}"
+    if kind == "string_too_long":
+        return f"{where} is {len(value):,} characters; the limit is {ctx.get('max_length'):,}"
+    if kind == "too_long":
+        return f"{where} has too many items; the limit is {ctx.get('max_length'):,}"
+    noun = _NOUNS.get(kind.rsplit("_", 1)[0]) if kind.endswith(("_type", "_parsing")) else None
+    if noun is not None:
+        return f"{where} must be {noun}, not {type(value).__name__}"
+    return f"{where}: {error['msg'][:1].lower()}{error['msg'][1:]}"
+
+
+def _json_time(moment: datetime) -> str:
+    return format_time(moment)  # format_time is defined further down
+
+
+# Times are datetimes in Python and ``2024-05-01T12:00:00.000Z`` strings in JSON.
+Time = Annotated[
+    datetime,
+    PlainSerializer(_json_time, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+
+
+class Entry(Record):
     """One memory: a note, a transcript turn, an episode, a fact or a summary."""
 
     id: str
     content: str
-    kind: str = "note"
+    kind: Kind = "note"
     namespace: str = "default"
     role: str | None = None
     session: str | None = None
     tags: tuple[str, ...] = ()
     source: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    expires_at: datetime | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: Time = Field(default_factory=lambda: datetime.now(UTC))
+    expires_at: Time | None = None
     content_hash: str = ""
-    redactions: dict[str, int] | None = None  # kinds redacted on write; None: written with redaction off
+    # Kinds redacted on write (name → count); None: written with redaction off.
+    redactions: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; :meth:`from_dict` reads it back unchanged."""
-        data = asdict(self)
-        data["tags"] = list(self.tags)
-        data["created_at"] = format_time(self.created_at)
-        data["expires_at"] = format_time(self.expires_at) if self.expires_at else None
-        return data
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Entry:
+        """The entry :meth:`to_dict` wrote; raises :class:`InvalidInputError` naming a bad field."""
+        return cls.check(data)
 
     def is_expired(self, now: datetime | None = None) -> bool:
         return self.expires_at is not None and self.expires_at <= (now or datetime.now(UTC))
 
 
-@dataclass(frozen=True)
-class Hit:
+class Hit(Record):
     """A recalled entry with its relevance score (higher is better) and a snippet of the match.
 
     ``components`` is filled when recall is asked to explain itself: for each retriever that
-    found the entry, its rank (1-based) and raw score.
+    found the entry, its rank (1-based; None outside its list) and raw score.
     """
 
     entry: Entry
@@ -82,10 +267,126 @@ class Hit:
     components: dict[str, dict[str, float | int | None]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The entry's fields with ``score`` first and ``snippet`` (and ``components``) after."""
         data = {"score": self.score, **self.entry.to_dict(), "snippet": self.snippet}
         if self.components is not None:
             data["components"] = self.components
         return data
+
+
+# ---- what comes in -----------------------------------------------------------------------------
+
+
+def _moment(field: str) -> BeforeValidator:
+    """A time the caller gave for ``field`` (ISO-8601, an age like ``7d``, Unix seconds, a datetime),
+    range-checked. An empty value means "not given": ``created_at`` is then now."""
+
+    def read(value: Any) -> datetime | None:
+        return read_time(value, field) if value else None
+
+    return BeforeValidator(read)
+
+
+# Python's str.isspace() counts U+001C–U+001F as space too; Rust's \s does not.
+_NOT_ALL_SPACE = r"[^\s\x1c-\x1f]"
+
+
+def _optional_kind(value: Any) -> Any:
+    return value or None  # an empty kind means "the default for the item"
+
+
+def _tag_list(value: Any) -> Any:
+    return (value,) if isinstance(value, str) else value  # one tag may come bare
+
+
+_TIME_SCHEMA = {
+    "anyOf": [{"type": "string"}, {"type": "number"}, {"type": "null"}],
+    "description": "ISO-8601 (2024-05-01T12:00:00Z; no zone means UTC), an age back from now (30m, 24h, 7d, 2w), "
+                   "or Unix seconds; within years 1-9999",
+}
+_InTime = Annotated[datetime | None, WithJsonSchema(_TIME_SCHEMA)]
+
+
+def _line_schema(schema: dict[str, Any]) -> None:
+    """The JSON schema of a line: ``text`` may stand for ``content`` and ``timestamp`` for ``created_at``."""
+    props = schema["properties"]
+    props["text"] = {**props["content"], "description": "the same as content (content wins when both are given)"}
+    props["timestamp"] = {**props["created_at"], "description": "the same as created_at (created_at wins)"}
+    schema.pop("required", None)
+    schema["anyOf"] = [{"required": ["content"]}, {"required": ["text"]}]
+
+
+class ImportLine(Record):
+    """A new entry as it comes in: one JSONL import line, or the fields given to ``MemoryStore.add``.
+
+    A line may carry other keys: the JSONL reader keeps them in the entry's ``metadata`` before
+    the line gets here, and this model ignores keys it does not know. Values are checked, not yet
+    normalised: ``prepare_row`` strips and de-duplicates tags, fills the defaults and redacts.
+    Fields are in the order they are checked, so the first error of a line is the one reported.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore", json_schema_extra=_line_schema)
+
+    content: Annotated[
+        StrictStr,
+        Field(validation_alias=AliasChoices("content", "text"), max_length=MAX_CONTENT_CHARS,
+              pattern=_NOT_ALL_SPACE, description="the entry's text"),
+    ]
+    role: StrictStr | None = Field(None, description="who said it (user, assistant, tool …); makes the kind a turn")
+    session: StrictStr | None = Field(None, description="the conversation or run it belongs to")
+    kind: Annotated[Kind | None, BeforeValidator(_optional_kind)] = Field(
+        None, description="default: turn when a role is given, else note"
+    )
+    # Empty: not given. Blank: refused.
+    id: StrictStr | None = Field(
+        None, pattern=f"^$|{_NOT_ALL_SPACE}", description="unique in the namespace; default: a new ULID"
+    )
+    created_at: Annotated[_InTime, _moment("created_at")] = Field(
+        None, validation_alias=AliasChoices("created_at", "timestamp")
+    )
+    tags: Annotated[
+        tuple[StrictStr, ...] | None,
+        BeforeValidator(_tag_list),
+        WithJsonSchema({"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}, {"type": "null"}]}),
+    ] = Field(None, description="a list of tags (or one, as a string); stripped, duplicates dropped")
+    source: StrictStr | None = None
+    metadata: dict[Any, Any] | None = Field(None, description="any JSON object")
+    expires_at: Annotated[_InTime, _moment("expires_at")] = None
+    ttl_days: Annotated[float, Field(strict=True, gt=0, lt=MAX_TTL_DAYS)] | None = Field(
+        None, description="expire this many days from now (wins over expires_at)"
+    )
+    redactions: dict[StrictStr, StrictInt] | None = Field(
+        None, description="counts of kinds already redacted (an export carries them over)"
+    )
+    namespace: StrictStr | None = Field(None, description="default: the store's namespace")
+
+    @classmethod
+    def message(cls, field: str, error: ErrorDetails) -> str | None:
+        kind, value = error["type"], error.get("input")
+        if field == "content":
+            if kind == "string_too_long":
+                return (f"content is {len(value):,} characters; the limit is {MAX_CONTENT_CHARS:,}"
+                        " — split it into several entries")
+            if kind == "string_pattern_mismatch":
+                return "an entry's content cannot be empty"
+            return "an entry needs its text as a string in 'content' (or 'text')"
+        if field == "kind" and kind == "literal_error":
+            return unknown_kind(value)
+        if field == "id":
+            return f"an id must be a non-empty string, not {value!r}"
+        if field == "tags":
+            if len(error["loc"]) > 1:
+                return f"tags must be strings, got {value!r}"
+            return f"tags must be a list of strings, not {type(value).__name__}"
+        if field == "metadata":
+            return f"metadata must be a JSON object, not {type(value).__name__}"
+        if field == "ttl_days":
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                return f"ttl_days {value!r} is too far ahead — at most {MAX_TTL_DAYS:,} days"
+            return f"ttl_days must be a positive number, not {value!r}"
+        if field == "redactions":
+            return 'redactions must be an object of counts, like {"EMAIL": 1}'
+        return None
 
 
 def content_hash(content: str | bytes) -> str:
@@ -95,8 +396,12 @@ def content_hash(content: str | bytes) -> str:
 
 def check_kind(kind: str) -> str:
     if kind not in KINDS:
-        raise InvalidInputError(f"unknown kind {kind!r} — use one of: {', '.join(KINDS)}")
+        raise InvalidInputError(unknown_kind(kind))
     return kind
+
+
+def unknown_kind(kind: Any) -> str:
+    return f"unknown kind {kind!r} — use one of: {', '.join(KINDS)}"
 
 
 def clean_tags(tags: Any) -> tuple[str, ...]:
@@ -200,13 +505,18 @@ def _parse_spoken(text: str) -> datetime:
 
 
 def to_ms(moment: datetime) -> int:
-    """Whole milliseconds since the epoch, rounded down.
+    """Whole milliseconds since the epoch, rounded down (naive times are UTC).
 
-    Rounding to whole microseconds first makes the float exact for any date within centuries of now.
+    Integer arithmetic on the timedelta: exact for every datetime, where a float timestamp loses
+    microseconds far from now (and could round 9999-12-31T23:59:59.9999 up into year 10000).
     """
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return round(moment.timestamp() * 1_000_000) // 1000
+    return (moment - _EPOCH) // _ONE_MS
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
 
 
 def now_ms() -> int:
@@ -217,9 +527,24 @@ def from_ms(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
 
+def read_time(value: Any, field: str) -> datetime:
+    """The time ``value`` names (see :func:`parse_time`), refused cleanly unless within years 1–9999 UTC.
+
+    A time outside that range would be stored, then fail every read as a UTC datetime.
+    """
+    moment = parse_time(value)
+    # Aware datetimes compare in UTC without overflowing, even a zone's width past year 1 or 9999.
+    if not _FIRST <= moment <= _LAST:
+        raise InvalidInputError(f"{field} {value!r} is out of range — use a time within years 1–9999 (UTC)")
+    return moment
+
+
 def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
+
+_FIRST = datetime(1, 1, 1, tzinfo=UTC)
+_LAST = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 
 # allow_nan=False: NaN and Infinity are not JSON, and SQLite's json_valid() refuses them.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

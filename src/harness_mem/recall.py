@@ -118,7 +118,7 @@ class Recall:
                     components["semantic"]["score"] = features[pk].cosine
                     components["speaker"] = {"rank": None, "score": fusion.SPEAKER_PRIOR if features[pk].named else 0.0}
             entry = entries[pk]
-            hits.append(Hit(entry, score, keyword.snippet(entry.content, query), components))
+            hits.append(Hit(entry=entry, score=score, snippet=keyword.snippet(entry.content, query), components=components))
         return hits
 
     def _resolve_mode(self, mode: str | None) -> Mode:

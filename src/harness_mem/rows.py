@@ -1,29 +1,28 @@
 """The ``entries`` row: how an item becomes one (checked, redacted, normalised) and an Entry again.
 
 Writes carry rows, not :class:`Entry` objects: an import needs only the row, and :func:`entry_from_row`
-makes the entry from it exactly as a read does. :func:`prepare_row` runs once per imported line, so
-the common case (a plain turn: no tags, source, metadata or expiry) only pays for checks it needs.
+makes the entry from it exactly as a read does. :func:`prepare_row` runs once per imported line (in
+a worker process for a large import): :class:`~harness_mem.models.ImportLine` validates the item,
+and the common case (a plain turn: no tags, source, metadata or expiry) skips the steps it does not need.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from .errors import InvalidInputError, WriteRefusedError
 from .models import (
-    KINDS,
+    MAX_CONTENT_CHARS,
     Entry,
-    check_kind,
+    ImportLine,
     clean_tags,
     content_hash,
     dumps,
     from_ms,
     new_id,
     now_ms,
-    parse_time,
     to_ms,
 )
 from .redaction import Redactor
@@ -34,11 +33,7 @@ COLUMNS = (
 )
 PLACEHOLDERS = ", ".join("?" * len(COLUMNS.split(",")))
 
-# An entry is a memory, not a document store: past this, callers should split or summarise.
-MAX_CONTENT_CHARS = 1_000_000
-
-# Keys whose absence lets prepare_row skip a step.
-_OPTIONAL_STEPS = frozenset({"tags", "source", "metadata", "expires_at", "ttl_days", "redactions"})
+__all__ = ["COLUMNS", "MAX_CONTENT_CHARS", "PLACEHOLDERS", "Row", "entry_from_row", "prepare_row"]
 
 
 class Row(NamedTuple):
@@ -64,57 +59,35 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
     """The row ``item`` will be stored as: checked, then redacted before anything is stored or indexed.
 
     ``item`` is an :class:`Entry` or a mapping with the keyword arguments of ``MemoryStore.add``
-    (``content`` or ``text``); ``namespace`` is the default when the item names none. Raises
-    :class:`InvalidInputError` for a bad item and :class:`WriteRefusedError` when the redaction
-    policy blocks it.
+    (``content`` or ``text``), validated as an :class:`ImportLine`; ``namespace`` is the default
+    when the item names none. Raises :class:`InvalidInputError` for a bad item (one line, naming the
+    field) and :class:`WriteRefusedError` when the redaction policy blocks it.
     """
     if isinstance(item, Entry):
-        item = {**item.to_dict(), "namespace": item.namespace}
-    get = item.get
-    content = get("content") if "content" in item else get("text")
-    if not isinstance(content, str):
-        raise InvalidInputError("an entry needs its text as a string in 'content' (or 'text')")
-    if len(content) > MAX_CONTENT_CHARS:
-        raise InvalidInputError(
-            f"content is {len(content):,} characters; the limit is {MAX_CONTENT_CHARS:,} — split it into several entries"
-        )
-    if not content or content.isspace():
-        raise InvalidInputError("an entry's content cannot be empty")
-    role, session = _optional_str(item, "role"), _optional_str(item, "session")
-    kind = get("kind") or ("turn" if role else "note")
-    if kind not in KINDS:
-        check_kind(kind)
-    entry_id = get("id") or new_id()
-    if not isinstance(entry_id, str) or not entry_id.strip():
-        raise InvalidInputError(f"an id must be a non-empty string, not {entry_id!r}")
-    created = get("created_at")
-    created_ms = _time_ms(created, "created_at") if created else now_ms()
-    tags: tuple[str, ...] = ()
-    source: str | None = None
-    metadata: Any = {}
+        item = item.to_dict()
+    line = ImportLine.check(item)
+    content = line.content
+    role = line.role or None
+    kind = line.kind or ("turn" if role else "note")
+    entry_id = line.id or new_id()
+    created_ms = to_ms(line.created_at) if line.created_at else now_ms()
+    tags = clean_tags(line.tags) if line.tags else ()
+    source = line.source or None
+    metadata: Any = line.metadata or {}
     metadata_json = "{}"
-    expires_ms: int | None = None
-    carried: Any = None
-    if not _OPTIONAL_STEPS.isdisjoint(item.keys()):
-        tags, source = clean_tags(get("tags")), _optional_str(item, "source")
-        metadata = get("metadata") or {}
-        if not isinstance(metadata, Mapping):
-            raise InvalidInputError(f"metadata must be a JSON object, not {type(metadata).__name__}")
-        if metadata:
-            try:
-                metadata_json = dumps(metadata)
-            except (TypeError, ValueError) as exc:
-                raise InvalidInputError(f"metadata is not JSON-serialisable ({exc})") from None
-            metadata = json.loads(metadata_json)  # a plain JSON copy, for the redactor to walk
-        expires_ms = _expiry(get("expires_at"), get("ttl_days"))
-        carried = get("redactions")  # counts an export carries over
+    if metadata:
+        try:
+            metadata_json = dumps(metadata)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"metadata is not JSON-serialisable ({exc})") from None
+        metadata = json.loads(metadata_json)  # a plain JSON copy, for the redactor to walk
+    if line.ttl_days is not None:
+        expires_ms: int | None = now_ms() + int(line.ttl_days * 86_400_000)
+    else:
+        expires_ms = to_ms(line.expires_at) if line.expires_at else None
     redactions_json: str | None = None
     if redactor is not None:
-        redactions: dict[str, int] = {}
-        if carried:
-            if not isinstance(carried, Mapping) or not all(isinstance(n, int) for n in carried.values()):
-                raise InvalidInputError("redactions must be an object of counts, like {\"EMAIL\": 1}")
-            redactions.update(carried)
+        redactions: dict[str, int] = dict(line.redactions) if line.redactions else {}  # counts an export carries over
         body = redactor.scrub(content)
         extras = redactor.scrub_value([list(tags), source, metadata]) if tags or source or metadata else None
         if body.spans or (extras is not None and extras.counts):
@@ -138,7 +111,7 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
     except UnicodeEncodeError:
         raise InvalidInputError("content is not valid Unicode (it contains a lone surrogate)") from None
     row = Row(
-        None, entry_id, _optional_str(item, "namespace") or namespace, kind, content, role, session,
+        None, entry_id, line.namespace or namespace, kind, content, role, line.session or None,
         dumps(list(tags)) if tags else "[]", source, metadata_json, created_ms, expires_ms, digest, redactions_json,
     )
     _check_encodable(row)
@@ -146,59 +119,23 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
 
 
 def entry_from_row(row: Sequence[Any]) -> Entry:
-    """The :class:`Entry` of a stored row (columns in :data:`COLUMNS` order)."""
-    return Entry(
-        id=row[1],
-        namespace=row[2],
-        kind=row[3],
-        content=row[4],
-        role=row[5],
-        session=row[6],
-        tags=tuple(json.loads(row[7])),
-        source=row[8],
-        metadata=json.loads(row[9]),
-        created_at=from_ms(row[10]),
-        expires_at=from_ms(row[11]) if row[11] is not None else None,
-        content_hash=row[12],
-        redactions=json.loads(row[13]) if row[13] is not None else None,
-    )
-
-
-def _expiry(expires: Any, ttl_days: Any) -> int | None:
-    if ttl_days is not None:
-        if not isinstance(ttl_days, (int, float)) or isinstance(ttl_days, bool) or not ttl_days > 0:
-            raise InvalidInputError(f"ttl_days must be a positive number, not {ttl_days!r}")
-        if ttl_days >= _MAX_TTL_DAYS:
-            raise InvalidInputError(f"ttl_days {ttl_days!r} is too far ahead — at most {_MAX_TTL_DAYS:,} days")
-        return now_ms() + int(ttl_days * 86_400_000)
-    return _time_ms(expires, "expires_at") if expires else None
-
-
-_MAX_TTL_DAYS = 3_000_000  # about 8,000 years: past the last date a timestamp can name
-
-
-def _time_ms(value: Any, field: str) -> int:
-    """Milliseconds since the epoch of a time the caller gave, refused cleanly when out of range."""
-    try:
-        ms = to_ms(parse_time(value))
-    except InvalidInputError:
-        raise
-    except (OverflowError, OSError, ValueError):  # a datetime at the edge of year 1 or 9999
-        ms = _LAST_MS + 1
-    if not _FIRST_MS <= ms <= _LAST_MS:  # it would be stored, then fail every read as a UTC datetime
-        raise InvalidInputError(f"{field} {value!r} is out of range — use a time within years 1–9999 (UTC)")
-    return ms
-
-
-_FIRST_MS = to_ms(datetime(1, 1, 1, tzinfo=UTC))
-_LAST_MS = to_ms(datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC))
-
-
-def _optional_str(item: Mapping[str, Any], key: str) -> str | None:
-    value = item.get(key)
-    if value is None or value.__class__ is str:
-        return value or None
-    raise InvalidInputError(f"{key} must be a string, not {type(value).__name__}")
+    """The :class:`Entry` of a stored row (columns in :data:`COLUMNS` order), built without validation:
+    the row was checked when it was written."""
+    return Entry.trusted({
+        "id": row[1],
+        "content": row[4],
+        "kind": row[3],
+        "namespace": row[2],
+        "role": row[5],
+        "session": row[6],
+        "tags": tuple(json.loads(row[7])),
+        "source": row[8],
+        "metadata": json.loads(row[9]),
+        "created_at": from_ms(row[10]),
+        "expires_at": from_ms(row[11]) if row[11] is not None else None,
+        "content_hash": row[12],
+        "redactions": json.loads(row[13]) if row[13] is not None else None,
+    })
 
 
 _TEXT_FIELDS = ("id", "namespace", "role", "session", "tags", "source", "metadata")  # content: hashed

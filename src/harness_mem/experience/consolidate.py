@@ -264,8 +264,8 @@ def build_episode(turns: Sequence[Turn], base: Episode | None = None) -> Episode
         if first_user is None:
             return None
         return Episode(
-            _clip(first_user.content),
-            _clip(last_assistant.content) if last_assistant else "",
+            situation=_clip(first_user.content),
+            outcome=_clip(last_assistant.content) if last_assistant else "",
             tools=tools,
             tags=[CONSOLIDATED_TAG],
             success=said,
@@ -273,8 +273,8 @@ def build_episode(turns: Sequence[Turn], base: Episode | None = None) -> Episode
     if said is None and last_assistant is None:
         said = base.success  # the new turns neither answer nor judge: the old result stands
     return Episode(
-        base.situation,
-        _clip(last_assistant.content) if last_assistant else base.outcome,
+        situation=base.situation,
+        outcome=_clip(last_assistant.content) if last_assistant else base.outcome,
         tools=[*base.tools, *tools],
         skills=base.skills,
         tags=list(dict.fromkeys([*base.tags, CONSOLIDATED_TAG])),

@@ -40,10 +40,14 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import KW_ONLY, dataclass, field
-from typing import Any
+from functools import partial
+from typing import Annotated, Any, ClassVar
+
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
+from pydantic_core import ErrorDetails
 
 from ..errors import InvalidInputError
+from ..models import Record
 
 SITUATION_PREFIX = "Situation: "
 TOOLS_PREFIX = "Tools used: "
@@ -95,34 +99,48 @@ def _clean_names(values: Iterable[str] | None, what: str) -> list[str]:
     return names
 
 
-@dataclass
-class Episode:
+def _clean_tags(values: Any) -> Any:
+    """Tags stripped and de-duplicated in first-seen order; one tag may come bare, non-strings are dropped."""
+    if values is None:
+        return []
+    if isinstance(values, str):
+        values = [values]
+    return list(dict.fromkeys(t.strip() for t in values if isinstance(t, str) and t.strip()))
+
+
+_Text = Annotated[StrictStr, AfterValidator(str.strip)]
+
+
+class Episode(Record):
     """One remembered experience.
 
     ``situation`` and ``outcome`` are stored stripped (the text format trims them). ``tools`` keeps
     call order and duplicates; ``skills`` names the skills the run followed; ``success`` is
     deliberately three-valued — ``None`` means nobody said, and the distiller treats it as "no".
+    Built as ``Episode(situation, outcome, tools=…, …)``: the rest are keyword-only.
     """
 
-    situation: str
-    outcome: str = ""
-    _: KW_ONLY
-    tools: list[str] = field(default_factory=list)
-    tags: list[str] = field(default_factory=list)
-    skills: list[str] = field(default_factory=list)
-    success: bool | None = None
+    model_config = ConfigDict(frozen=False, extra="forbid")
+    positional: ClassVar[int | None] = 2
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.situation, str) or not isinstance(self.outcome, str):
-            raise InvalidInputError("an episode's situation and outcome must be strings")
-        if self.success is not None and not isinstance(self.success, bool):
-            raise InvalidInputError(f"success must be True, False or None, not {self.success!r}")
-        self.situation = self.situation.strip()
-        self.outcome = self.outcome.strip()
-        self.tools = _clean_names(self.tools, "tool")
-        self.skills = _clean_names(self.skills, "skill")
-        tags = [self.tags] if isinstance(self.tags, str) else self.tags
-        self.tags = list(dict.fromkeys(t.strip() for t in tags if isinstance(t, str) and t.strip()))
+    situation: _Text = Field(description="what the agent faced")
+    outcome: _Text = Field("", description="what came of it")
+    tools: Annotated[list[str], BeforeValidator(partial(_clean_names, what="tool"))] = Field(
+        default_factory=list, description="tool names in call order, duplicates kept"
+    )
+    tags: Annotated[list[str], BeforeValidator(_clean_tags)] = Field(default_factory=list)
+    skills: Annotated[list[str], BeforeValidator(partial(_clean_names, what="skill"))] = Field(
+        default_factory=list, description="the skills the run followed"
+    )
+    success: StrictBool | None = Field(None, description="whether the run worked; null: nobody said")
+
+    @classmethod
+    def message(cls, field: str, error: ErrorDetails) -> str | None:
+        if field in ("situation", "outcome") and error["type"] == "string_type":
+            return "an episode's situation and outcome must be strings"
+        if field == "success" and error["type"] == "bool_type":
+            return f"success must be True, False or None, not {error.get('input')!r}"
+        return None
 
     def succeeded(self) -> bool:
         """True only when the host said the run worked; unknown counts as no."""

@@ -40,13 +40,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
 import yaml
+from pydantic import BeforeValidator, ConfigDict, Field, StrictStr
+from pydantic_core import ErrorDetails
 
-from ..errors import InvalidSkillError
+from ..errors import InvalidInputError, InvalidSkillError
+from ..models import Record
 
 SKILL_FILE = "SKILL.md"
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -516,20 +519,15 @@ class Skill:
             data = {}
         if not isinstance(data, dict):
             raise InvalidSkillError("SKILL.md front matter must be a YAML mapping (key: value lines)")
-        metadata = data.get("metadata")
-        if metadata is not None and not isinstance(metadata, dict):
-            raise InvalidSkillError("SKILL.md 'metadata' must be a mapping")
-        tools = data.get("allowed-tools")
-        if isinstance(tools, list) and all(isinstance(t, str) for t in tools):
-            tools = " ".join(tools)
+        front = SkillFrontMatter.check({str(k): v for k, v in data.items()})
         return cls(
-            name=_scalar(data.get("name"), "name") or "",
-            description=_scalar(data.get("description"), "description") or "",
+            name=front.name or "",
+            description=front.description or "",
             body="\n".join(lines[close + 1 :]),
-            license=_scalar(data.get("license"), "license"),
-            compatibility=_scalar(data.get("compatibility"), "compatibility"),
-            allowed_tools=_scalar(tools, "allowed-tools"),
-            metadata=metadata or {},
+            license=front.license,
+            compatibility=front.compatibility,
+            allowed_tools=front.allowed_tools,
+            metadata=front.metadata or {},
             extra={str(k): v for k, v in data.items() if k not in KNOWN_FIELDS},
         )
 
@@ -537,14 +535,52 @@ class Skill:
         return {**self.front_matter(), "body": self.body}
 
 
-def _scalar(value: Any, key: str) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value
+def _scalar(value: Any) -> Any:
+    """A number or date YAML read as such, as its text; anything else unchanged (a non-string is refused)."""
     if isinstance(value, (int, float, date, datetime)) and not isinstance(value, bool):
         return value.isoformat() if isinstance(value, (date, datetime)) else str(value)
-    raise InvalidSkillError(f"SKILL.md '{key}' must be a string, not {type(value).__name__}")
+    return value
+
+
+def _tool_list(value: Any) -> Any:
+    """``allowed-tools`` may be a YAML list of names: it is kept as the one line the spec writes."""
+    if isinstance(value, list) and all(isinstance(t, str) for t in value):
+        return " ".join(value)
+    return _scalar(value)
+
+
+_Scalar = Annotated[StrictStr | None, BeforeValidator(_scalar)]
+
+
+class SkillFrontMatter(Record):
+    """The YAML front matter of a SKILL.md, as read: the keys agentskills.io defines.
+
+    Only the types are checked here (a list where a string belongs is a malformed file);
+    the specification's rules (name format, description length) are :func:`validate`'s, so that
+    a file breaking them can still be read, linted and fixed. Other keys are allowed and kept.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    error: ClassVar[type[InvalidInputError]] = InvalidSkillError
+
+    name: _Scalar = Field(None, description="lowercase letters and digits joined by single hyphens, at most "
+                                            "64 characters; equal to the skill's directory name")
+    description: _Scalar = Field(None, description="what the skill does and when to use it, 1-1024 UTF-8 bytes")
+    license: _Scalar = None
+    compatibility: _Scalar = Field(None, description="at most 500 characters")
+    metadata: dict[Any, Any] | None = Field(None, description="free-form; metadata.experience is the revision ledger")
+    allowed_tools: Annotated[StrictStr | None, BeforeValidator(_tool_list)] = Field(
+        None, alias="allowed-tools", description="space-separated tool names (a YAML list is read too)"
+    )
+
+    @classmethod
+    def message(cls, field: str, error: ErrorDetails) -> str | None:
+        key = cls.model_fields[field].alias or field if field in cls.model_fields else field
+        if field == "metadata":
+            return "SKILL.md 'metadata' must be a mapping"
+        if error["type"] == "string_type":
+            return f"SKILL.md '{key}' must be a string, not {type(error.get('input')).__name__}"
+        return None
 
 
 # ---- validation and lint -----------------------------------------------------------------------

@@ -635,7 +635,7 @@ class ExperienceRecorder:
         skills: Iterable[str] = (),
     ) -> StoredEpisode:
         """Record the run so far: its tools and skills come from the traces, which start over."""
-        episode = Episode(situation, outcome, tags=list(tags), skills=list(skills), success=success)
+        episode = Episode(situation=situation, outcome=outcome, tags=list(tags), skills=list(skills), success=success)
         return self.record_episode(episode)
 
     def record_episode(self, episode: Episode) -> StoredEpisode:
@@ -643,8 +643,8 @@ class ExperienceRecorder:
         skill trace saw. Both traces are drained either way, so the next run starts clean."""
         tools, used = self.tool_trace.drain(), self.skill_trace.drain()
         filled = Episode(
-            episode.situation,
-            episode.outcome,
+            situation=episode.situation,
+            outcome=episode.outcome,
             tools=episode.tools or tools,
             tags=episode.tags,
             skills=list(dict.fromkeys([*episode.skills, *used])) if used else episode.skills,

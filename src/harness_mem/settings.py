@@ -1,0 +1,74 @@
+"""Settings: the configuration harness_mem reads from the environment, read and checked in one place.
+
+=========================  ==============================================================
+``HARNESS_MEM_DB``         the database file (default: ``memory.db`` in the home directory)
+``HARNESS_MEM_HOME``       the home directory (default: ``$XDG_DATA_HOME/harness-mem``, else
+                           ``~/.local/share/harness-mem``)
+``HARNESS_MEM_NAMESPACE``  the tenant the CLI reads and writes (default: ``default``)
+``HARNESS_MEM_EMBEDDER``   ``auto`` (the built-in model when installed) or ``none`` (keyword only)
+``HARNESS_MEM_MODEL_URL``  an OpenAI-compatible endpoint for the text model
+``HARNESS_MEM_MODEL``      the text model's name
+``HARNESS_MEM_API_KEY``    its bearer token, if the server wants one
+=========================  ==============================================================
+
+An empty variable counts as unset. The CLI's options read the same variables (a flag wins over
+the environment); the library reads them through :meth:`Settings.from_env`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+from pydantic_core import ErrorDetails
+
+from .models import Record
+
+
+class Settings(Record):
+    """harness_mem's environment, validated: ``Settings.from_env()``; fields take the variables' names."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True, protected_namespaces=())
+
+    db: Path | None = Field(None, alias="HARNESS_MEM_DB", description="the database file")
+    home: Path | None = Field(None, alias="HARNESS_MEM_HOME", description="the home directory")
+    namespace: str = Field("default", alias="HARNESS_MEM_NAMESPACE", description="the tenant the CLI uses")
+    embedder: Literal["auto", "none"] = Field(
+        "auto", alias="HARNESS_MEM_EMBEDDER", description="auto: the built-in model when installed; none: keyword only"
+    )
+    model_url: str | None = Field(None, alias="HARNESS_MEM_MODEL_URL", description="OpenAI-compatible endpoint")
+    model: str | None = Field(None, alias="HARNESS_MEM_MODEL", description="the text model's name")
+    api_key: str | None = Field(None, alias="HARNESS_MEM_API_KEY", repr=False, description="bearer token")
+    xdg_data_home: Path | None = Field(None, alias="XDG_DATA_HOME", description="the user's data directory")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The settings in ``environ`` (default: ``os.environ``); raises InvalidInputError naming a bad variable."""
+        env = os.environ if environ is None else environ
+        given = {}
+        for info in cls.model_fields.values():
+            value = env.get(info.alias or "")
+            if value:  # an empty variable counts as unset
+                given[info.alias or ""] = value
+        return cls.check(given)
+
+    @classmethod
+    def message(cls, field: str, error: ErrorDetails) -> str | None:
+        variable = cls.model_fields[field].alias if field in cls.model_fields else field
+        if error["type"] == "literal_error":
+            return f"{variable} must be one of {error.get('ctx', {}).get('expected')}, not {error.get('input')!r}"
+        return f"{variable}: {error['msg']}"
+
+    def home_dir(self) -> Path:
+        """The home directory: ``HARNESS_MEM_HOME``, else ``harness-mem`` in the user's data directory."""
+        if self.home is not None:
+            return self.home.expanduser()
+        base = self.xdg_data_home.expanduser() if self.xdg_data_home else Path.home() / ".local" / "share"
+        return base / "harness-mem"
+
+    def db_path(self) -> Path:
+        """The database file: ``HARNESS_MEM_DB``, else ``memory.db`` in the home directory."""
+        return self.db.expanduser() if self.db is not None else self.home_dir() / "memory.db"
