@@ -58,10 +58,16 @@ class Filters(Record):
         return (self.kind is None and self.role is None and self.session is None and not self.session_prefix
                 and not self.tags and not self.any_tags and self.since is None and self.until is None)
 
-    def sql(self, namespace: str, now_ms: int, alias: str = "e") -> tuple[str, list[Any]]:
-        """A WHERE clause (without the keyword) and its parameters."""
-        clauses = [f"{alias}.namespace = ?", f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)"]
-        params: list[Any] = [namespace, now_ms]
+    def sql(self, namespace: str, now_ms: int, alias: str = "e", *, live: bool = True) -> tuple[str, list[Any]]:
+        """A WHERE clause (without the keyword) and its parameters.
+
+        ``live=False`` leaves out the expiry test, for a first pass that an index answers alone.
+        """
+        clauses = [f"{alias}.namespace = ?"]
+        params: list[Any] = [namespace]
+        if live:
+            clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)")
+            params.append(now_ms)
         if self.kind is not None:
             kinds = [self.kind] if isinstance(self.kind, str) else list(self.kind)
             clauses.append(f"{alias}.kind IN ({', '.join('?' * len(kinds))})")

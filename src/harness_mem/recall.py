@@ -19,7 +19,7 @@ import json
 from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -216,23 +216,33 @@ class Recall:
             return []
         if vector is None:
             vector = self._query_vector(query)
-        where, params = filters.sql(self.store.namespace, now_ms())
+        now = now_ms()
+        where, params = filters.sql(self.store.namespace, now)
         in_index = vector_filter(filters)
         # A session is found fastest through the entries' session index, then searched in the cached
         # sign bits; kinds and time ranges, which can match most of a namespace, are left to vec0.
         if filters.is_empty or (in_index is not None and filters.session is None):
-            # The whole namespace, or filters the index evaluates itself: search there, then check the
-            # hits against every filter (expiry is only in `entries`).
             found = index.search(vector, k, self.store.namespace, where=in_index)
-            live = {pk for (pk,) in self.conn.execute(
-                # CROSS JOIN: look the few hits up by pk, rather than scan the namespace for them.
-                f"SELECT e.pk FROM json_each(?) AS hit CROSS JOIN entries e ON e.pk = hit.value WHERE {where}",
-                [json.dumps([pk for pk, _ in found]), *params],
-            )}
-            if len(live) == len(found):
-                return found
-        candidates = [pk for (pk,) in self.conn.execute(f"SELECT e.pk FROM entries e WHERE {where}", params)]
-        return index.search(vector, k, self.store.namespace, candidates)
+        else:
+            # First without the expiry test, which needs every row and not only the index; the hits
+            # are checked below, and an expired one sends the search round again with it.
+            indexed, indexed_params = filters.sql(self.store.namespace, now, live=False)
+            found = index.search(vector, k, self.store.namespace, self._pks(indexed, indexed_params))
+        if self._all_pass(found, where, params):
+            return found
+        return index.search(vector, k, self.store.namespace, self._pks(where, params))
+
+    def _pks(self, where: str, params: list[Any]) -> list[int]:
+        return [pk for (pk,) in self.conn.execute(f"SELECT e.pk FROM entries e WHERE {where}", params)]
+
+    def _all_pass(self, found: list[tuple[int, float]], where: str, params: list[Any]) -> bool:
+        """True when every hit meets every filter, expiry included (the index knows only some)."""
+        passing = self.conn.execute(
+            # CROSS JOIN: look the few hits up by pk, rather than scan the namespace for them.
+            f"SELECT count(*) FROM json_each(?) AS hit CROSS JOIN entries e ON e.pk = hit.value WHERE {where}",
+            [json.dumps([pk for pk, _ in found]), *params],
+        ).fetchone()[0]
+        return bool(passing == len(found))
 
     def _check_vectors_complete(self, index: VectorIndex) -> None:
         if self.vectors_complete:
