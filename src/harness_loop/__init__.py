@@ -6,6 +6,7 @@ harness_mem never imports it.
 
 from .chat import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
 from .dag import Dag
+from .errors import DagError, OrchestratorError
 from .hooks import Deny, Event, HookBus, HookEvent
 from .job import Backoff, Job, JobResult, RetryPolicy
 from .loop import AgentLoop, BudgetExhausted, Cancelled, Done, LoopConfig, Outcome, Stuck, Unverified
@@ -16,6 +17,7 @@ from .planner import Planner, StaticPlanner
 from .record import SessionRecorder, replay
 from .route import Next
 from .runs import Run, RunBudget, RunReport
+from .runstore import InMemoryRunStore, RunStore
 from .schema import json_schema, schemas
 from .states import JobState, RunState
 from .subagent import SubagentSpec, SubagentStatus, run_subagent
@@ -28,11 +30,13 @@ __all__ = [
     "CachedGuide",
     "Cancelled",
     "Dag",
+    "DagError",
     "Deny",
     "Done",
     "Event",
     "HookBus",
     "HookEvent",
+    "InMemoryRunStore",
     "Job",
     "JobResult",
     "JobRunner",
@@ -47,6 +51,7 @@ __all__ = [
     "OpenAIChatModel",
     "OpenAITextModel",
     "Orchestrator",
+    "OrchestratorError",
     "Outcome",
     "Planner",
     "RetryPolicy",
@@ -54,6 +59,7 @@ __all__ = [
     "RunBudget",
     "RunReport",
     "RunState",
+    "RunStore",
     "ScriptedModel",
     "SessionRecorder",
     "StaticPlanner",

@@ -5,8 +5,8 @@ retry policy, and a place for its result. The two-level model (run + job) is wha
 orchestrator recover from a crash: a job caught ``running`` when the process died goes back to
 ``pending`` on resume, while a ``succeeded`` job keeps its result and never runs again.
 
-States, labels and numbers follow the original (``harness-rs`` ``orchestrator/job.rs``): the
-stored name is snake_case (``dead_lettered``), the display label hyphenated (``dead-lettered``),
+States and numbers are fixed, because runs already stored depend on them: the stored name is
+snake_case (``dead_lettered``), the display label hyphenated (``dead-lettered``),
 exponential backoff is ``min(base * factor**(attempt-1), max)``, and a retry policy allows at
 least one attempt.
 """
@@ -47,7 +47,7 @@ class JobFailure(Exception):
     """Raise from a runner to fail an attempt and still charge the tokens it spent.
 
     Any exception fails the attempt; this one also carries usage, so a model call that answered
-    nonsense counts against the run's budget (the original charged failed attempts nothing).
+    nonsense counts against the run's budget (tokens spent on a failed attempt are still spent).
     """
 
     def __init__(self, message: str, *, input_tokens: int = 0, output_tokens: int = 0) -> None:
@@ -95,7 +95,7 @@ class Backoff(Record):
         if self.kind == "exponential":
             try:
                 grown = self.base_s * float(self.factor) ** max(attempt - 1, 0)
-            except OverflowError:  # saturate, as the original's saturating_pow does
+            except OverflowError:  # saturate to infinity; `min` then caps it at `max_s`
                 grown = math.inf
             return min(grown, self.max_s)
         return 0.0
@@ -120,7 +120,7 @@ class Backoff(Record):
 class RetryPolicy(Record):
     """How many times a job may run (``max_attempts`` includes the first) and the wait between."""
 
-    # At least one attempt, as the original's `RetryPolicy::new` guarantees: 0 or less reads as 1.
+    # At least one attempt (a policy of 0 would never run the job): 0 or less reads as 1.
     max_attempts: Annotated[int, AfterValidator(lambda n: max(n, 1))] = 1
     backoff: Backoff = Field(default_factory=Backoff.none)
 
@@ -195,7 +195,8 @@ class Job(Record):
 def job_prompt(job: Job, upstream: Mapping[JobId, JobResult]) -> str:
     """The text a runner hands its worker: feedback and prior attempt first, then upstream results.
 
-    The prefixes are the original's, byte for byte; upstream results follow ``job.deps`` order.
+    The prefixes are a contract (workers' prompts are tuned to them): keep them byte for byte.
+    Upstream results follow ``job.deps`` order.
     """
     prefix = ""
     if job.feedback is not None:

@@ -14,16 +14,18 @@ from .errors import (
     BlockedError,
     DuplicateIdError,
     EmbedderError,
+    ExtensionError,
     HarnessMemError,
     InvalidInputError,
+    InvalidSkillError,
+    MigrationError,
     ModelError,
     NotFoundError,
+    SchemaTooNewError,
     StorageError,
     WriteRefusedError,
 )
-from .experience.episode import Episode
-from .experience.skills import Skill
-from .experience.store import ExperienceStore
+from .experience import Episode, ExperienceRecorder, ExperienceStore, Skill, TranscriptRecorder
 from .models import Entry, Hit, ImportLine
 from .protocols import Embedder, Memory
 from .providers.embeddings import MiniLMEmbedder
@@ -42,24 +44,30 @@ __all__ = [
     "EmbedderError",
     "Entry",
     "Episode",
+    "ExperienceRecorder",
     "ExperienceStore",
+    "ExtensionError",
     "GuardedMemory",
     "HarnessMemError",
     "Hit",
     "ImportLine",
     "InvalidInputError",
+    "InvalidSkillError",
     "Memory",
     "MemoryStore",
+    "MigrationError",
     "MiniLMEmbedder",
     "ModelError",
     "NotFoundError",
     "Policy",
     "RedactingMemory",
     "Redactor",
+    "SchemaTooNewError",
     "Settings",
     "Skill",
     "StorageError",
     "TextModel",
+    "TranscriptRecorder",
     "WriteRefusedError",
     "json_schema",
     "schemas",

@@ -1,7 +1,7 @@
 """An :class:`Episode`: one unit of experience — the situation faced, the tools used, the outcome.
 
-The text format is a contract shared with the original system (harness-rs) and with every episode
-already sitting in a memory file, so it is kept byte for byte::
+The text format is a contract: other tools parse it, and episodes already sitting in memory files
+use it, so it is kept byte for byte::
 
     Situation: {situation}
     Tools used: {tool, tool, …  or "(none)"}
@@ -10,24 +10,23 @@ already sitting in a memory file, so it is kept byte for byte::
     Outcome: {outcome}               ← always last, no trailing newline
 
 ``Outcome:`` is the terminal field: everything after its prefix, to the end of the text, is the
-outcome. That is why the late fields (skills, result) sit *before* it — the original's reasoning,
-kept here — and why the three-line legacy text still parses (the late fields come back empty and
+outcome. That is why the late fields (skills, result) sit *before* it, and why the three-line
+legacy text still parses (the late fields come back empty and
 unknown) and re-renders to the same bytes.
 
-Where the original lost information without any need to, this parser does better without changing
-a byte of what single-line episodes render to:
+This parser keeps information a first-line-only reader would lose, without changing a byte of what
+single-line episodes render to:
 
 * A multi-line situation round-trips. Its continuation lines run until the first field line
   (``Tools used:`` …). A continuation line that would itself *look* like a field line is written
   with one extra leading space and read back without it, so any text survives
-  (``parse(render(e)) == e``); the original kept only the first line.
+  (``parse(render(e)) == e``); a reader that takes only the first line loses the rest.
 * ``Outcome:`` is found as a line prefix after the situation, not anywhere in the text: a situation
   mentioning "Outcome: " no longer swallows the rest of the episode.
 * Lines are split on ``\\n`` only (not every Unicode line separator), so ``\\r``, form feeds or
   ``\\u2028`` inside a field come back unchanged.
 
-Tags are *not* part of the text (the original did not write them either, and adding a line would
-change the bytes of tagged episodes); :class:`~harness_mem.experience.store.ExperienceStore` keeps them in
+Tags are *not* part of the text (adding a line would change the bytes of tagged episodes); :class:`~harness_mem.experience.store.ExperienceStore` keeps them in
 the entry's tags and in its own table. Old JSON (``{"situation", "tools", "outcome", "tags"}``
 without the late keys) reads through :meth:`Episode.from_dict` / :meth:`Episode.parse`.
 
@@ -154,7 +153,7 @@ class Episode(Record):
     # ---- text -----------------------------------------------------------------------------------
 
     def render(self) -> str:
-        """The searchable text: the seed's format, byte for byte (see the module docstring)."""
+        """The searchable text: the contract format, byte for byte (see the module docstring)."""
         first, *rest = self.situation.split("\n")
         # One extra space on a continuation line that looks like a field line; parse removes it.
         rest = [" " + line if _is_field_line(line.lstrip(" ")) else line for line in rest]

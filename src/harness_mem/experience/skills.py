@@ -5,7 +5,7 @@ A skill is a directory ``<name>/SKILL.md``: YAML front matter between two ``---`
 then a markdown body. :class:`Skill` is that document as a value; ``Skill.parse(skill.render())``
 gives the same value back.
 
-The rules (the original's, from its ``harness-skills`` crate):
+The rules:
 
 * **validation** (errors): name matches ``^[a-z0-9]+(-[a-z0-9]+)*$``, is at most 64 characters and,
   when read from a directory, equals the directory's name; description is 1–1024 UTF-8 *bytes*;
@@ -16,15 +16,15 @@ The rules (the original's, from its ``harness-skills`` crate):
   token Jaccard exceeds 0.5 with at least 4 shared tokens (warning). Drafted skills must have no
   error or warning.
 
-The text helpers the distiller relies on live here too, each fixing a weakness of the original:
+The text helpers the distiller relies on live here too, each with a guarantee worth stating:
 
 * :func:`finalize_description` always returns at most 1024 bytes *including* its ``…`` and cuts on
-  a character boundary (the original appended a 3-byte ellipsis to 1023 bytes and failed its own
-  validation).
+  a character boundary (a 3-byte ellipsis after 1023 bytes would give 1026 bytes and fail the
+  1024-byte check).
 * :func:`slugify` never returns ``""`` for a non-blank text: a situation written only in CJK gets a
   stable ``skill-<hash>`` name instead of a failed draft.
 * :func:`overlap_similarity` tokenises Han (and kana) runs into bigrams, so duplicate detection
-  works for Chinese and Japanese text, where the original silently found no tokens at all.
+  works for Chinese and Japanese text, where whitespace tokenising finds no tokens at all.
 * :class:`SkillIndex` tokenises each existing skill once, with an inverted index, so checking an
   episode against 500 skills touches only the skills that share a token with it.
 """
@@ -129,7 +129,7 @@ def slugify(text: str, *, fallback: bool = True) -> str:
 
     At most 64 characters, cut back to a whole word. Text with no ASCII letters or digits (a CJK
     situation) gets ``skill-<8 hex>``, stable for the same text, unless ``fallback`` is False —
-    then it is ``""``, as in the original.
+    then it is ``""``.
     """
     # NFKC first, so full-width "Ｄｅｐｌｏｙ" reads as "Deploy".
     chars = [c.lower() if c.isascii() and c.isalnum() else "-" for c in unicodedata.normalize("NFKC", text)]
