@@ -219,9 +219,12 @@ class Recall:
         now = now_ms()
         where, params = filters.sql(self.store.namespace, now)
         in_index = vector_filter(filters)
-        # A session is found fastest through the entries' session index, then searched in the cached
-        # sign bits; kinds and time ranges, which can match most of a namespace, are left to vec0.
-        if filters.is_empty or (in_index is not None and filters.session is None):
+        # The index answers the whole namespace and a session alone from its cached bits and session
+        # keys, and kinds and time ranges by a vec0 KNN; a session with more conditions, or filters
+        # only `entries` knows (role, tags, a session prefix), give candidates to search among.
+        if filters.is_empty or (in_index is not None and (
+            filters.session is None or in_index == VectorFilter(session=filters.session)
+        )):
             found = index.search(vector, k, self.store.namespace, where=in_index)
         else:
             # First without the expiry test, which needs every row and not only the index; the hits

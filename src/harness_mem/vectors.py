@@ -32,7 +32,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -160,20 +160,32 @@ class _NamespaceBits:
     generation: int
     pks: npt.NDArray[np.int64]       # (n,), ascending
     columns: npt.NDArray[np.uint64]  # (dim / 64, n)
+    sessions: npt.NDArray[np.int64]  # (n,): each row's session key, the vec0 metadata column
 
     @classmethod
-    def build(cls, generation: int, pks: npt.NDArray[np.int64], bits: npt.NDArray[np.uint8]) -> _NamespaceBits:
+    def build(
+        cls, generation: int, pks: npt.NDArray[np.int64], bits: npt.NDArray[np.uint8], sessions: npt.NDArray[np.int64]
+    ) -> _NamespaceBits:
         order = np.argsort(pks, kind="stable")
-        return cls(generation, pks[order], np.ascontiguousarray(bits[order].view(np.uint64).T))
+        return cls(generation, pks[order], np.ascontiguousarray(bits[order].view(np.uint64).T), sessions[order])
 
-    def add(self, pks: npt.NDArray[np.int64], bits: npt.NDArray[np.uint8]) -> None:
-        merged = _NamespaceBits.build(self.generation, np.concatenate([self.pks, pks]),
-                                      np.concatenate([np.ascontiguousarray(self.columns.T).view(np.uint8), bits]))
-        self.pks, self.columns = merged.pks, merged.columns
+    def add(self, pks: npt.NDArray[np.int64], bits: npt.NDArray[np.uint8], sessions: npt.NDArray[np.int64]) -> None:
+        merged = _NamespaceBits.build(
+            self.generation, np.concatenate([self.pks, pks]),
+            np.concatenate([np.ascontiguousarray(self.columns.T).view(np.uint8), bits]),
+            np.concatenate([self.sessions, sessions]),
+        )
+        self.pks, self.columns, self.sessions = merged.pks, merged.columns, merged.sessions
 
     def remove(self, pks: Sequence[int]) -> None:
         keep = ~np.isin(self.pks, np.asarray(pks, dtype=np.int64))
-        self.pks, self.columns = self.pks[keep], np.ascontiguousarray(self.columns[:, keep])
+        self.pks, self.sessions = self.pks[keep], self.sessions[keep]
+        self.columns = np.ascontiguousarray(self.columns[:, keep])
+
+    def in_session(self, session: str) -> npt.NDArray[np.intp]:
+        """Positions of the rows whose session key is this session's (a hash: callers check the hits)."""
+        found: npt.NDArray[np.intp] = np.flatnonzero(self.sessions == session_key(session))
+        return found
 
     def positions(self, candidates: Sequence[int]) -> npt.NDArray[np.intp]:
         """Where each candidate pk sits (those without a vector are left out), without a scan."""
@@ -210,7 +222,9 @@ def nearest(distances: npt.NDArray[np.uint16], count: int) -> npt.NDArray[np.int
 
 @dataclass
 class _Pending:
-    added: list[tuple[str, npt.NDArray[np.int64], npt.NDArray[np.uint8]]] = field(default_factory=list)
+    added: list[tuple[str, npt.NDArray[np.int64], npt.NDArray[np.uint8], npt.NDArray[np.int64]]] = field(
+        default_factory=list
+    )
     deleted: list[int] = field(default_factory=list)
 
 
@@ -297,9 +311,12 @@ class VectorIndex:
         signs = self._insert(rows, vectors)
         for namespace in {row.namespace for row in rows}:
             chosen = [i for i, row in enumerate(rows) if row.namespace == namespace]
-            self._pending.added.append(
-                (namespace, np.asarray([rows[i].pk for i in chosen], dtype=np.int64), signs[chosen])
-            )
+            self._pending.added.append((
+                namespace,
+                np.asarray([rows[i].pk for i in chosen], dtype=np.int64),
+                signs[chosen],
+                np.asarray([session_key(rows[i].session) for i in chosen], dtype=np.int64),
+            ))
 
     def _insert(self, rows: Sequence[VectorRow], vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
         signs = pack_signs(vectors)
@@ -325,9 +342,9 @@ class VectorIndex:
                 continue
             if pending.deleted:
                 cache.remove(pending.deleted)
-            added = [(pks, signs) for added_ns, pks, signs in pending.added if added_ns == namespace]
+            added = [(pks, signs, keys) for added_ns, pks, signs, keys in pending.added if added_ns == namespace]
             if added:
-                cache.add(np.concatenate([p for p, _ in added]), np.concatenate([s for _, s in added]))
+                cache.add(*(np.concatenate(parts) for parts in zip(*added, strict=True)))
             cache.generation = generation
 
     def rolled_back(self) -> None:
@@ -343,39 +360,46 @@ class VectorIndex:
         generation = self._generation()
         cache = self._bits.get(namespace)
         if cache is None or cache.generation != generation:
-            pks, raw = self._read_bits(namespace)
-            cache = _NamespaceBits.build(generation, pks, raw)
+            cache = _NamespaceBits.build(generation, *self._read_bits(namespace))
             self._bits[namespace] = cache
         return cache
 
-    def _read_bits(self, namespace: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
-        """Every vector's pk and sign bits in ``namespace``, read from vec0's chunks.
+    def _read_bits(
+        self, namespace: str
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+        """Every vector's pk, sign bits and session key in ``namespace``, read from vec0's chunks.
 
-        A chunk holds up to 1,024 rows: a validity bitmap, their pks and their packed bits side by
-        side. Reading chunks is about 10× faster than selecting the bits row by row; if this
-        sqlite-vec lays its chunks out differently, the row by row query answers instead.
+        A chunk holds up to 1,024 rows: a validity bitmap and their pks, and beside it the packed
+        bits and the session keys of the same rows. Reading chunks is about 10× faster than
+        selecting row by row; if this sqlite-vec lays its chunks out differently, the row by row
+        query answers instead.
         """
         width = self.dim // 8
         try:
             chunks = self.conn.execute(
-                f"SELECT c.validity, c.rowids, b.vectors FROM {TABLE}_chunks c"
-                f" JOIN {TABLE}_vector_chunks01 b ON b.rowid = c.chunk_id WHERE c.partition00 = ? ORDER BY c.chunk_id",
+                f"SELECT c.validity, c.rowids, b.vectors, s.data FROM {TABLE}_chunks c"
+                f" JOIN {TABLE}_vector_chunks01 b ON b.rowid = c.chunk_id"
+                f" JOIN {TABLE}_metadatachunks01 s ON s.rowid = c.chunk_id"
+                " WHERE c.partition00 = ? ORDER BY c.chunk_id",
                 (namespace,),
             ).fetchall()
-            pks_parts, bits_parts = [], []
-            for validity, rowids, vectors in chunks:
+            parts: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+            for validity, rowids, vectors, sessions in chunks:
                 size = len(rowids) // 8
                 valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[:size].astype(bool)
-                pks_parts.append(np.frombuffer(rowids, dtype=np.int64)[valid])
-                bits_parts.append(np.frombuffer(vectors, dtype=np.uint8).reshape(size, width)[valid])
+                parts[0].append(np.frombuffer(rowids, dtype=np.int64)[valid])
+                parts[1].append(np.frombuffer(vectors, dtype=np.uint8).reshape(size, width)[valid])
+                parts[2].append(np.frombuffer(sessions, dtype=np.int64)[:size][valid])
             if chunks:
-                return np.concatenate(pks_parts), np.concatenate(bits_parts)
-            return np.zeros(0, np.int64), np.zeros((0, width), np.uint8)
+                return np.concatenate(parts[0]), np.concatenate(parts[1]), np.concatenate(parts[2])
+            return np.zeros(0, np.int64), np.zeros((0, width), np.uint8), np.zeros(0, np.int64)
         except Exception:  # another chunk layout: take the public way
-            rows = self.conn.execute(f"SELECT rowid, bits FROM {TABLE} WHERE namespace = ?", (namespace,)).fetchall()
+            rows = self.conn.execute(
+                f"SELECT rowid, bits, session_key FROM {TABLE} WHERE namespace = ?", (namespace,)
+            ).fetchall()
             pks = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             raw = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.uint8).reshape(len(rows), width)
-            return pks, raw
+            return pks, raw, np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
 
     @staticmethod
     def shortlist_size(k: int) -> int:
@@ -397,10 +421,16 @@ class VectorIndex:
         shortlist = self.shortlist_size(k)
         if candidates is not None and len(candidates) <= shortlist:
             return self.rescore(query, candidates, k)
-        if where is not None and candidates is None:
+        session_only = where is not None and where == VectorFilter(session=where.session)
+        if where is not None and candidates is None and not session_only:
             return self._filtered_knn(query, k, namespace, where)
         cache = self._namespace_bits(namespace)
-        at = None if candidates is None else cache.positions(candidates)
+        if candidates is not None:
+            at = cache.positions(candidates)
+        elif where is not None and where.session is not None:
+            at = cache.in_session(where.session)  # the session keys are cached beside the bits
+        else:
+            at = None
         query_words = pack_signs(query[None, :]).view(np.uint64)[0]
         distances = cache.distances(query_words, at)
         chosen = nearest(distances, shortlist)

@@ -241,3 +241,13 @@ def test_filters_the_index_evaluates_give_the_exact_answer(hashed_store: MemoryS
         ids = dict(hashed_store.db.execute("SELECT pk, id FROM entries").fetchall())
         overlap = len({h.entry.id for h in found} & {ids[pk] for pk in exact})
         assert overlap >= 9, (filters, overlap)
+
+
+def test_a_session_search_skips_expired_entries_and_other_sessions(hashed_store: MemoryStore) -> None:
+    hashed_store.add_many([{"text": f"deploy window note {i}", "session": f"s{i % 4}", "role": "user"} for i in range(400)])
+    hashed_store.add("deploy window note 1", session="s1", role="user", id="gone", created_at="2020-01-01T00:00:00Z",
+                     expires_at="2020-01-02T00:00:00Z")
+    hashed_store.add("deploy window note 1", session="s2", role="user", id="elsewhere")
+    hits = hashed_store.recall("deploy window note 1", k=10, mode="semantic", session="s1")
+    assert len(hits) == 10 and {h.entry.session for h in hits} == {"s1"}
+    assert "gone" not in {h.entry.id for h in hits} and "elsewhere" not in {h.entry.id for h in hits}
