@@ -29,6 +29,7 @@ __all__ = [
     "BUSY_TIMEOUT_MS",
     "Connection",
     "connect",
+    "database",
     "default_path",
     "driver",
     "home_dir",
@@ -94,9 +95,10 @@ def connect(path: str | os.PathLike[str]) -> Database:
     if target != ":memory:":
         Path(target).parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite.connect(target, isolation_level=None, check_same_thread=False)
+    db = database(conn)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        _refuse_foreign(conn, target)  # before any pragma below writes to the file
+        _refuse_foreign(db, target)  # before any pragma below writes to the file
         if target != ":memory:":
             conn.execute("PRAGMA journal_mode = WAL")
         # NORMAL is durable across process crashes in WAL mode; only power loss can drop the last commit.
@@ -112,19 +114,25 @@ def connect(path: str | os.PathLike[str]) -> Database:
     except BaseException:
         conn.close()
         raise
-    # No plugins (their hooks could change the connection), and SQLite's default trigger semantics.
-    return Database(conn, recursive_triggers=False, execute_plugins=False)
+    return db
 
 
 #: Where applied migrations are recorded: a file with tables but without it was not made by harness-mem.
 BOOKKEEPING_TABLE = "_migrations"
 
 
-def _refuse_foreign(conn: Connection, target: str) -> None:
+def database(conn: Connection) -> Database:
+    """``conn`` as a sqlite-utils ``Database``, leaving the connection as it is.
+
+    No plugins (their hooks could change the connection), and SQLite's default trigger semantics:
+    sqlite-utils would otherwise switch recursive triggers on.
+    """
+    return Database(conn, recursive_triggers=False, execute_plugins=False)
+
+
+def _refuse_foreign(db: Database, target: str) -> None:
     """Refuse a SQLite file that harness-mem did not create, leaving it byte for byte as it was."""
-    tables = [row[0] for row in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
-    )]
+    tables = sorted(name for name in db.table_names() if not name.startswith("sqlite_"))
     if tables and BOOKKEEPING_TABLE not in tables:
         shown = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
         raise StorageError(

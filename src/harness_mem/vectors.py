@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from .db import Connection
+from .db import Connection, database
 from .errors import EmbedderError
 from .protocols import Embedder
 
@@ -106,7 +106,7 @@ def bump_generation(conn: Connection) -> int:
 
 
 def has_vector_table(conn: Connection) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (TABLE,)).fetchone() is not None
+    return bool(database(conn)[TABLE].exists())
 
 
 def embedding_text(content: str, role: str | None) -> str:
@@ -148,8 +148,9 @@ def quantize(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.int8]:
 
 
 def _has_current_layout(conn: Connection) -> bool:
-    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (TABLE,)).fetchone()
-    return row is not None and "bit[" in row[0]
+    """True when the vec0 table holds int8 vectors and sign bits (older files kept float32 alone)."""
+    table = database(conn)[TABLE]
+    return bool(table.exists() and "bit[" in table.schema)
 
 
 @dataclass
