@@ -105,7 +105,7 @@ def raw_import(path: Path, lines: list[str], stored_rows: list[tuple[object, ...
     same FTS texts into the same schema with ``executemany``, in one transaction.
 
     Returns (seconds with the parse, seconds of the insert alone)."""
-    conn = connect(path)
+    conn = connect(path).conn
     migrations.migrate(conn)
     started = time.perf_counter()
     for line in lines:
@@ -224,7 +224,7 @@ def main() -> None:
         assert store is not None
         ours_seconds, unredacted_seconds, raw_seconds = min(ours_times), min(plain_times), min(raw_times)
 
-        raw_conn = connect(Path(tmp) / "raw.db")
+        raw_conn = connect(Path(tmp) / "raw.db").conn
         expressions = {q: keyword.match_expression(q) for q in queries}
 
         def raw_query(q: str) -> list[object]:
