@@ -26,6 +26,7 @@ import anyio
 from harness_loop.job import Job, JobResult
 from harness_loop.orchestrator import Orchestrator
 from harness_loop.runstore import (
+    LEASE_MS,
     EventRecord,
     InMemoryRunStore,
     JobRecord,
@@ -59,6 +60,12 @@ class Counting:
 
     def load(self, run_id: str) -> StoredRun:
         return self.inner.load(run_id)
+
+    def claim(self, run_id: str, owner: str, *, ttl_ms: int = LEASE_MS) -> str | None:
+        return self.inner.claim(run_id, owner, ttl_ms=ttl_ms)
+
+    def release(self, run_id: str, owner: str) -> None:
+        self.inner.release(run_id, owner)
 
     def list_runs(self, *, limit: int | None = None, state: str | None = None) -> list[RunSummary]:
         return self.inner.list_runs(limit=limit, state=state)
