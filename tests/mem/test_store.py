@@ -221,3 +221,28 @@ def test_reopening_keeps_everything(db_path: Path) -> None:
     with MemoryStore(db_path, embedder=None) as second:
         assert second.get(entry.id) == entry
         assert second.integrity_check() == []
+
+
+def test_a_transaction_commits_its_writes_together_or_not_at_all(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None) as store:
+        with pytest.raises(RuntimeError), store.transaction():
+            store.add("first of two", id="a")
+            with store.transaction():  # nested: joins the outer one
+                store.add("second of two", id="b")
+            raise RuntimeError("the caller changes its mind")
+        assert store.count() == 0 and store.recall("two", mode="keyword") == []
+        with store.transaction():
+            store.add("first of two", id="a")
+            store.add("second of two", id="b")
+        assert {e.id for e in store.list()} == {"a", "b"}
+
+
+def test_data_version_changes_when_any_connection_writes(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None) as reader, MemoryStore(db_path, embedder=None) as writer:
+        before = reader.data_version()
+        assert reader.data_version() == before  # reading changes nothing
+        writer.add("written by another connection")
+        after = reader.data_version()
+        assert after != before
+        reader.add("written here")
+        assert reader.data_version() != after
