@@ -18,6 +18,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 @pytest.mark.parametrize("package", [harness_mem, harness_loop])
 def test_all_lists_exactly_the_exported_names(package: types.ModuleType) -> None:
+    for name in package.__all__:  # names that load on first use are loaded now
+        getattr(package, name)
     exported = {
         name for name, value in vars(package).items()
         if not name.startswith("_") and not isinstance(value, types.ModuleType) and name != "annotations"
@@ -107,3 +109,15 @@ def test_harness_loop_uses_only_public_harness_mem_names() -> None:
             elif name and name not in public and not isinstance(getattr(module, name, None), types.ModuleType):
                 problems.append(f"{path.name}: {module_name}.{name} is not in its __all__")
     assert problems == []
+
+
+def test_the_import_worker_loads_no_store() -> None:
+    """A large import's worker process imports harness_mem.jsonl: it must not pay for the store,
+    numpy, sqlite-utils or the experience models (it only parses, validates and redacts)."""
+    code = (
+        "import sys, harness_mem.jsonl;"
+        " print(sorted(m for m in ('harness_mem.store', 'numpy', 'sqlite_utils', 'harness_mem.experience')"
+        " if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "[]", result.stderr

@@ -9,31 +9,48 @@
             print(hit.score, hit.entry.content)
 """
 
-from .aio import AsyncMemoryStore
-from .errors import (
-    BlockedError,
-    DuplicateIdError,
-    EmbedderError,
-    ExtensionError,
-    HarnessMemError,
-    InvalidInputError,
-    InvalidSkillError,
-    MigrationError,
-    ModelError,
-    NotFoundError,
-    SchemaTooNewError,
-    StorageError,
-    WriteRefusedError,
-)
-from .experience import Episode, ExperienceRecorder, ExperienceStore, Skill, TranscriptRecorder
-from .models import Entry, Hit, ImportLine
-from .protocols import Embedder, Memory
-from .providers.embeddings import MiniLMEmbedder
-from .providers.textmodel import TextModel
-from .redaction import Action, GuardedMemory, Policy, RedactingMemory, Redactor
-from .schema import json_schema, schemas
-from .settings import Settings
-from .store import MemoryStore
+import importlib
+import typing
+
+# Names load on first use, so that `import harness_mem.jsonl` in an import's worker process, or a
+# command that only reads, does not pay for the whole package (pydantic models, numpy, sqlite-utils).
+_EXPORTS: dict[str, str] = {
+    "Action": ".redaction",
+    "AsyncMemoryStore": ".aio",
+    "BlockedError": ".errors",
+    "DuplicateIdError": ".errors",
+    "Embedder": ".protocols",
+    "EmbedderError": ".errors",
+    "Entry": ".models",
+    "Episode": ".experience",
+    "ExperienceRecorder": ".experience",
+    "ExperienceStore": ".experience",
+    "ExtensionError": ".errors",
+    "GuardedMemory": ".redaction",
+    "HarnessMemError": ".errors",
+    "Hit": ".models",
+    "ImportLine": ".models",
+    "InvalidInputError": ".errors",
+    "InvalidSkillError": ".errors",
+    "json_schema": ".schema",
+    "Memory": ".protocols",
+    "MemoryStore": ".store",
+    "MigrationError": ".errors",
+    "MiniLMEmbedder": ".providers.embeddings",
+    "ModelError": ".errors",
+    "NotFoundError": ".errors",
+    "Policy": ".redaction",
+    "RedactingMemory": ".redaction",
+    "Redactor": ".redaction",
+    "schemas": ".schema",
+    "SchemaTooNewError": ".errors",
+    "Settings": ".settings",
+    "Skill": ".experience",
+    "StorageError": ".errors",
+    "TextModel": ".providers.textmodel",
+    "TranscriptRecorder": ".experience",
+    "WriteRefusedError": ".errors",
+}
 
 __all__ = [
     "Action",
@@ -72,3 +89,44 @@ __all__ = [
     "json_schema",
     "schemas",
 ]
+
+
+def __getattr__(name: str) -> typing.Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if typing.TYPE_CHECKING:
+    from .aio import AsyncMemoryStore
+    from .errors import (
+        BlockedError,
+        DuplicateIdError,
+        EmbedderError,
+        ExtensionError,
+        HarnessMemError,
+        InvalidInputError,
+        InvalidSkillError,
+        MigrationError,
+        ModelError,
+        NotFoundError,
+        SchemaTooNewError,
+        StorageError,
+        WriteRefusedError,
+    )
+    from .experience import Episode, ExperienceRecorder, ExperienceStore, Skill, TranscriptRecorder
+    from .models import Entry, Hit, ImportLine
+    from .protocols import Embedder, Memory
+    from .providers.embeddings import MiniLMEmbedder
+    from .providers.textmodel import TextModel
+    from .redaction import Action, GuardedMemory, Policy, RedactingMemory, Redactor
+    from .schema import json_schema, schemas
+    from .settings import Settings
+    from .store import MemoryStore

@@ -24,13 +24,15 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .errors import BlockedError, InvalidInputError, StorageError
 from .models import dumps
 from .redaction import Redactor
-from .rows import Row, prepare_row
-from .store import BULK_BATCH_SIZE, MAX_BATCH_CHARS, MemoryStore, OnConflict
+from .rows import BULK_BATCH_SIZE, MAX_BATCH_CHARS, Row, prepare_row
+
+if TYPE_CHECKING:  # not at run time: the import worker process loads this module and needs no store
+    from .store import MemoryStore, OnConflict
 
 KNOWN_KEYS = frozenset(
     {"id", "text", "content", "kind", "role", "session", "tags", "timestamp", "created_at", "expires_at",

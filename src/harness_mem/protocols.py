@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .models import Entry, Hit
+
+if TYPE_CHECKING:  # annotations only: code that merely wraps a Memory need not load numpy
+    import numpy as np
+    import numpy.typing as npt
 
 
 @runtime_checkable

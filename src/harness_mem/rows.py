@@ -35,6 +35,9 @@ PLACEHOLDERS = ", ".join("?" * len(COLUMNS.split(",")))
 
 __all__ = ["COLUMNS", "MAX_CONTENT_CHARS", "PLACEHOLDERS", "Row", "entry_from_row", "prepare_row"]
 
+BULK_BATCH_SIZE = 5000  # imports: fewer, larger transactions (each commit also flushes an FTS5 segment)
+MAX_BATCH_CHARS = 32_000_000  # a batch is held in memory until written: bound its text, not only its count
+
 
 class Row(NamedTuple):
     """An ``entries`` row, columns in :data:`COLUMNS` order; ``pk`` is None in a new row (SQLite numbers it)."""

@@ -37,14 +37,12 @@ from .protocols import Embedder
 from .providers.embeddings import default_embedder
 from .recall import Mode, Recall
 from .redaction import Redactor
-from .rows import COLUMNS, PLACEHOLDERS, Row, entry_from_row, prepare_row
+from .rows import COLUMNS, MAX_BATCH_CHARS, PLACEHOLDERS, Row, entry_from_row, prepare_row
 from .vectors import VectorIndex, VectorRow, bump_generation, embedding_text, has_vector_table
 
 OnConflict = Literal["error", "ignore", "replace"]
 
 DEFAULT_BATCH_SIZE = 500
-BULK_BATCH_SIZE = 5000  # imports: fewer, larger transactions (each commit also flushes an FTS5 segment)
-MAX_BATCH_CHARS = 32_000_000  # a batch is held in memory until written: bound its text, not only its count
 
 _DAY_MS = 86_400_000
 
