@@ -63,6 +63,7 @@ def test_version(name: str) -> None:
      "Error: no run 'nope' — `harness-loop runs list` shows the runs in this namespace\n"),
 ])
 def test_a_known_error_is_one_line_and_exit_1(db_path: Path, name: str, args: list[str], message: str) -> None:
+    invoke("harness-mem", "--db", str(db_path), "init")  # the file exists: the error is about the id
     result = invoke(name, *(["--db", str(db_path), *args] if name == "harness-mem" else [args[0], "--db", str(db_path), *args[1:]]))
     assert result.exit_code == 1
     assert result.stderr == message and result.stdout == ""

@@ -70,8 +70,15 @@ def cli(ctx: click.Context, db_path: Path | None, namespace: str, embedder: str,
 
 
 @contextmanager
-def open_store(ctx: click.Context) -> Iterator[MemoryStore]:
-    store = MemoryStore(ctx.obj["db"], namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
+def open_store(ctx: click.Context, *, create: bool = False) -> Iterator[MemoryStore]:
+    """The store at ``--db``. Only commands that write (``create=True``) may bring a new file into
+    being: a read on a path that does not exist is a mistyped path, so it creates nothing."""
+    path = ctx.obj["db"]
+    if not create and str(path) != ":memory:" and not Path(path).exists():
+        raise click.ClickException(
+            f"no database at {path} — create one with `harness-mem init` (or `add`/`import`, which create it)"
+        )
+    store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
                         redactor=ctx.obj["redactor"])
     try:
         yield store
@@ -117,7 +124,7 @@ def init(ctx: click.Context) -> None:
     Example:
         harness-mem --db agent.db init
     """
-    with open_store(ctx) as store:
+    with open_store(ctx, create=True) as store:
         click.echo(f"Ready: {store.path} (schema {store.stats()['schema_version']:04d})")
 
 
@@ -198,7 +205,7 @@ def migrate(ctx: click.Context, list_: bool, set_name: str | None, as_json: bool
     if not list_:
         if set_name is not None:
             raise click.UsageError("--set goes with --list: harness-mem applies only its own set")
-        with open_store(ctx) as store:
+        with open_store(ctx, create=True) as store:
             click.echo(f"Schema is at {store.stats()['schema_version']:04d}")
         return
     conn = connect(ctx.obj["db"]).conn
@@ -250,7 +257,7 @@ def add(ctx: click.Context, text: str, kind: str | None, role: str | None, sessi
     """
     if text == "-":
         text = _read_stdin_text()
-    with open_store(ctx) as store:
+    with open_store(ctx, create=True) as store:
         entry = store.add(text, kind=kind, role=role, session=session, tags=tags, source=source,
                           ttl_days=ttl_days, id=entry_id)
     if as_json:
@@ -292,7 +299,7 @@ def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool, workers
     size = _file_size(source)
     on_conflict: OnConflict = "replace" if replace else "ignore"
     show_bar = not quiet and size is not None and size >= PROGRESS_MIN_BYTES
-    with open_store(ctx) as store:
+    with open_store(ctx, create=True) as store:
         if show_bar:
             bar: ProgressBar[int]
             with click.progressbar(length=size, label="Importing", file=sys.stderr) as bar:
@@ -785,7 +792,7 @@ def skills_import(ctx: click.Context, directory: Path, as_json: bool) -> None:
     Example:
         harness-mem skills import ~/.agent/skills
     """
-    with open_store(ctx) as store:
+    with open_store(ctx, create=True) as store:
         report = _experience(store).import_skills(directory)
     if as_json:
         echo_json(report.to_dict())

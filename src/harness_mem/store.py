@@ -38,6 +38,7 @@ from .providers.embeddings import default_embedder
 from .recall import Mode, Recall
 from .redaction import Redactor
 from .rows import COLUMNS, MAX_BATCH_CHARS, PLACEHOLDERS, Row, entry_from_row, prepare_row
+from .settings import Settings
 from .vectors import VectorIndex, VectorRow, bump_generation, embedding_text, has_vector_table
 
 OnConflict = Literal["error", "ignore", "replace"]
@@ -75,9 +76,12 @@ class MemoryStore:
             path = default_path()
         self.path: Path | str = ":memory:" if str(path) == ":memory:" else Path(path)
         self.namespace = namespace
-        # "auto": the built-in model when its packages are installed. It loads on first use, so
-        # opening a store and keyword recall never pay for it.
-        self.embedder: Embedder | None = default_embedder() if embedder == "auto" else embedder
+        # "auto": the built-in model when its packages are installed, unless HARNESS_MEM_EMBEDDER=none
+        # says keyword only (as it does for the CLI). It loads on first use, so opening a store and
+        # keyword recall never pay for it.
+        if embedder == "auto":
+            embedder = None if Settings.from_env().embedder == "none" else default_embedder()
+        self.embedder: Embedder | None = embedder
         self._vectors: VectorIndex | None = None
         self._vectors_touched = False
         self._in_transaction = False

@@ -111,6 +111,7 @@ def test_get_list_delete_stats_export(db_path: Path) -> None:
     ],
 )
 def test_user_errors_are_one_line_with_a_fix(db_path: Path, args: list[str], code: int, message: str) -> None:
+    MemoryStore(db_path, embedder=None).close()  # the file exists: the errors are about the arguments
     result = run(db_path, *args)
     assert result.exit_code == code
     assert message in result.stderr
@@ -136,6 +137,7 @@ def test_db_path_respects_the_environment(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_doctor_and_migrate_list(db_path: Path) -> None:
+    assert run(db_path, "init").exit_code == 0
     doctor = run(db_path, "doctor")
     assert doctor.exit_code == 0
     assert [line.split()[0] for line in doctor.stdout.splitlines()] == ["ok"] * 6
@@ -194,3 +196,44 @@ def test_doctor_fails_when_entries_lack_vectors(db_path: Path) -> None:
     assert result.exit_code == 1
     assert "FAIL  model: EmbedderError: 1 entries have no vector yet" in result.stdout
     assert "run `harness-mem reindex`" in result.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["recall", "auth"], ["list"], ["get", "x"], ["stats"], ["export"], ["doctor"], ["delete", "x"],
+    ["reindex"], ["episodes", "list"], ["skills", "list"],
+])
+def test_reading_a_path_that_does_not_exist_creates_nothing(tmp_path: Path, args: list[str]) -> None:
+    missing = tmp_path / "typo" / "memroy.db"
+    result = run(missing, *args)
+    assert result.exit_code == 1  # type: ignore[attr-defined]
+    assert result.stderr == (  # type: ignore[attr-defined]
+        f"Error: no database at {missing} — create one with `harness-mem init` (or `add`/`import`, which create it)\n"
+    )
+    assert not missing.parent.exists()
+
+
+def test_eval_on_a_path_that_does_not_exist_creates_nothing(tmp_path: Path) -> None:
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"question": "auth?", "evidence": ["a"]}\n')
+    missing = tmp_path / "nowhere.db"
+    result = run(missing, "eval", str(queries))
+    assert result.exit_code == 1 and "no database at" in result.stderr  # type: ignore[attr-defined]
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize("args", [["add", "a first note"], ["init"]])
+def test_writing_commands_create_the_file(tmp_path: Path, args: list[str]) -> None:
+    path = tmp_path / "new" / "agent.db"
+    assert run(path, *args).exit_code == 0  # type: ignore[attr-defined]
+    assert path.exists()
+
+
+def test_the_python_api_honours_harness_mem_embedder(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_MEM_EMBEDDER", "none")
+    with MemoryStore(db_path) as store:
+        assert store.embedder is None
+        store.add("keyword only, as the environment says")
+        assert [h.entry.content for h in store.recall("keyword")] == ["keyword only, as the environment says"]
+    monkeypatch.setenv("HARNESS_MEM_EMBEDDER", "auto")
+    with MemoryStore(db_path) as store:
+        assert store.embedder is not None
