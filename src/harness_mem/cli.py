@@ -208,7 +208,9 @@ def migrate(ctx: click.Context, list_: bool, set_name: str | None, as_json: bool
         with open_store(ctx, create=True) as store:
             click.echo(f"Schema is at {store.stats()['schema_version']:04d}")
         return
-    conn = connect(ctx.obj["db"]).conn
+    # --list only reads: a file that does not exist yet is listed as an empty one, and not created.
+    exists = str(ctx.obj["db"]) == ":memory:" or Path(ctx.obj["db"]).exists()
+    conn = connect(ctx.obj["db"] if exists else ":memory:").conn
     try:
         found = migrations.overview(conn)
         present = sorted({status.set_name for status in found})
