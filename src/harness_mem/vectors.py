@@ -391,9 +391,12 @@ class VectorIndex:
                 parts[0].append(np.frombuffer(rowids, dtype=np.int64)[valid])
                 parts[1].append(np.frombuffer(vectors, dtype=np.uint8).reshape(size, width)[valid])
                 parts[2].append(np.frombuffer(sessions, dtype=np.int64)[:size][valid])
-            if chunks:
-                return np.concatenate(parts[0]), np.concatenate(parts[1]), np.concatenate(parts[2])
-            return np.zeros(0, np.int64), np.zeros((0, width), np.uint8), np.zeros(0, np.int64)
+            if not chunks:
+                return np.zeros(0, np.int64), np.zeros((0, width), np.uint8), np.zeros(0, np.int64)
+            pks, bits, sessions = np.concatenate(parts[0]), np.concatenate(parts[1]), np.concatenate(parts[2])
+            if len(pks) and not self._agrees(int(pks[-1]), bits[-1], int(sessions[-1])):
+                raise LookupError("vec0's chunks are laid out differently")
+            return pks, bits, sessions
         except Exception:  # another chunk layout: take the public way
             rows = self.conn.execute(
                 f"SELECT rowid, bits, session_key FROM {TABLE} WHERE namespace = ?", (namespace,)
@@ -401,6 +404,11 @@ class VectorIndex:
             pks = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             raw = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.uint8).reshape(len(rows), width)
             return pks, raw, np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
+
+    def _agrees(self, pk: int, bits: npt.NDArray[np.uint8], session: int) -> bool:
+        """True when the public view of row ``pk`` says what the chunks said (the layout is as read)."""
+        row = self.conn.execute(f"SELECT bits, session_key FROM {TABLE} WHERE rowid = ?", (pk,)).fetchone()
+        return row is not None and bytes(row[0]) == bits.tobytes() and int(row[1]) == session
 
     @staticmethod
     def shortlist_size(k: int) -> int:

@@ -251,3 +251,18 @@ def test_a_session_search_skips_expired_entries_and_other_sessions(hashed_store:
     hits = hashed_store.recall("deploy window note 1", k=10, mode="semantic", session="s1")
     assert len(hits) == 10 and {h.entry.session for h in hits} == {"s1"}
     assert "gone" not in {h.entry.id for h in hits} and "elsewhere" not in {h.entry.id for h in hits}
+
+
+def test_the_bit_cache_reads_the_same_rows_either_way(hashed_store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache is read from vec0's chunks; if their layout ever differs, the row-by-row query answers."""
+    hashed_store.add_many([{"text": f"item {i} of the list", "session": f"s{i % 3}"} for i in range(600)])
+    index = hashed_store._vector_index()
+    assert index is not None
+    from_chunks = index._read_bits(hashed_store.namespace)
+    monkeypatch.setattr(VectorIndex, "_agrees", lambda self, pk, bits, session: False)
+    row_by_row = index._read_bits(hashed_store.namespace)
+    order = np.argsort(row_by_row[0])
+    assert np.array_equal(np.sort(from_chunks[0]), row_by_row[0][order])
+    chunk_order = np.argsort(from_chunks[0])
+    assert np.array_equal(from_chunks[1][chunk_order], row_by_row[1][order])
+    assert np.array_equal(from_chunks[2][chunk_order], row_by_row[2][order])
