@@ -69,6 +69,12 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
     if isinstance(item, Entry):
         item = item.to_dict()
     line = ImportLine.check(item)
+    if line.namespace and line.namespace != namespace:
+        # A caller writes only into its own namespace, whatever a line (or an item) says.
+        raise InvalidInputError(
+            f"this entry names namespace {line.namespace!r}, and this store writes into {namespace!r}"
+            " — open it (or run the import with -N) in that namespace"
+        )
     content = line.content
     role = line.role or None
     kind = line.kind or ("turn" if role else "note")
@@ -114,7 +120,7 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
     except UnicodeEncodeError:
         raise InvalidInputError("content is not valid Unicode (it contains a lone surrogate)") from None
     row = Row(
-        None, entry_id, line.namespace or namespace, kind, content, role, line.session or None,
+        None, entry_id, namespace, kind, content, role, line.session or None,
         dumps(list(tags)) if tags else "[]", source, metadata_json, created_ms, expires_ms, digest, redactions_json,
     )
     _check_encodable(row)

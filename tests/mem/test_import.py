@@ -7,10 +7,12 @@ import re
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from fake_embedder import cli_process
 from worker_helpers import kill_on_marker
 
 from harness_mem import jsonl
+from harness_mem.cli import cli
 from harness_mem.errors import InvalidInputError, StorageError
 from harness_mem.jsonl import export_jsonl, import_jsonl
 from harness_mem.redaction import Detector, Redactor, Rule, default_detectors
@@ -146,3 +148,24 @@ def test_times_and_numbers_out_of_range_are_bad_lines_not_a_failed_import(
     assert [(e.line, reason in e.reason) for e in report.errors] == [(2, True)], report.errors
     assert report.added == 2
     assert [e.id for e in store.list()] == ["before", "after"]  # and what was stored reads back
+
+
+def test_a_line_naming_another_namespace_is_refused_and_that_namespace_untouched(db_path: Path, tmp_path: Path) -> None:
+    with MemoryStore(db_path, namespace="victim-tenant", embedder=None) as victim:
+        victim.add("the victim's own memory", id="vmem")
+    hostile = tmp_path / "hostile.jsonl"
+    hostile.write_text(
+        '{"id": "ok", "text": "a line for the attacker\'s own namespace"}\n'
+        '{"id": "vmem", "namespace": "victim-tenant", "text": "overwritten"}\n'
+    )
+    result = CliRunner().invoke(
+        cli, ["--db", str(db_path), "-N", "attacker", "--embedder", "none", "import", "--replace", str(hostile)],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 1
+    assert "line 2: this entry names namespace 'victim-tenant', and this store writes into 'attacker'" in result.stderr
+    assert "Imported 1 entries from 2 lines (0 already stored, 1 rejected)" in result.stdout + result.stderr
+    with MemoryStore(db_path, namespace="victim-tenant", embedder=None) as victim:
+        assert victim.get("vmem").content == "the victim's own memory"
+    with MemoryStore(db_path, namespace="attacker", embedder=None) as attacker, pytest.raises(InvalidInputError):
+        attacker.add_many([{"text": "sneaky", "namespace": "victim-tenant"}])
