@@ -81,12 +81,30 @@ class Recall:
         if k <= 0:
             return []
         filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until)
-        rankings: dict[str, list[tuple[int, float]]] = {}
         named: list[str] = []
         if mode != "keyword":
+            index = self.store._vector_index()  # binding the model may write: before the snapshot
+            assert index is not None
+            self._check_vectors_complete(index)
             named = self._named_roles(query)
             if query_vector is None and query.strip():
                 query_vector = self._query_vector(fusion.strip_names(query, named))
+        # Ranking and reading the winners are several queries: one snapshot of the file for all of
+        # them, so an entry deleted meanwhile by another connection cannot vanish between the two.
+        with self.store._snapshot():
+            return self._hits(query, k, mode, filters, named, explain, query_vector)
+
+    def _hits(
+        self,
+        query: str,
+        k: int,
+        mode: Mode,
+        filters: Filters,
+        named: list[str],
+        explain: bool,
+        query_vector: npt.NDArray[np.float32] | None,
+    ) -> list[Hit]:
+        rankings: dict[str, list[tuple[int, float]]] = {}
         depth = fusion.depth(k) if mode == "hybrid" else k
         if mode in ("keyword", "hybrid"):
             # Keyword scores are cheap past the top few (FTS5 ranks every match anyway), and hybrid

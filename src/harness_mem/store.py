@@ -330,6 +330,21 @@ class MemoryStore:
         if generation is not None and self._vectors is not None:
             self._vectors.committed(generation)
 
+    @contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        """One read transaction around several queries: they all see the file as it was at the first.
+
+        Inside a write transaction the reads already share one view, so nothing more is done.
+        """
+        if self._in_transaction or self._conn.in_transaction:
+            yield
+            return
+        self._conn.execute("BEGIN")  # deferred: a read snapshot in WAL mode, taking no write lock
+        try:
+            yield
+        finally:
+            self._conn.execute("COMMIT")
+
     def data_version(self) -> tuple[int, int]:
         """A token that changes whenever the file's content changes, in this process or another.
 

@@ -246,3 +246,25 @@ def test_data_version_changes_when_any_connection_writes(db_path: Path) -> None:
         assert after != before
         reader.add("written here")
         assert reader.data_version() != after
+
+
+def test_an_entry_deleted_between_ranking_and_reading_does_not_break_recall(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness_mem.recall import Recall
+
+    with MemoryStore(db_path, embedder=None) as store, MemoryStore(db_path, embedder=None) as other:
+        store.add("the deploy checklist lives in the wiki", id="doomed")
+        store.add("the deploy runs on tuesdays", id="kept")
+        read = Recall._entries_by_pk
+
+        def delete_then_read(self: Recall, pks: list[int]) -> object:
+            if other.count():
+                other.delete("doomed")  # another connection commits in between
+            return read(self, pks)
+
+        monkeypatch.setattr(Recall, "_entries_by_pk", delete_then_read)
+        hits = store.recall("deploy", mode="keyword")
+        assert {h.entry.id for h in hits} == {"doomed", "kept"}  # the file as it was when ranking began
+        assert other.count() == 1
+        assert [h.entry.id for h in store.recall("deploy", mode="keyword")] == ["kept"]
