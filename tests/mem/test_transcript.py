@@ -121,6 +121,18 @@ async def test_long_turns_are_truncated_with_a_marker(store: MemoryStore) -> Non
     assert truncate_turn("abc", 2) == ("ab… [1 chars truncated]", 1)
 
 
+@pytest.mark.anyio
+async def test_a_secret_straddling_the_cut_is_redacted_whole(store: MemoryStore) -> None:
+    """Redaction runs on the whole turn before it is cut: no fragment of the card or address survives."""
+    padding = "x" * (DEFAULT_MAX_CHARS - 10)
+    async with TranscriptRecorder(store, session="s") as rec:
+        rec.note_user(f"{padding} card 4111 1111 1111 1111 and ada.lovelace@example.com thanks")
+    (turn,) = turns(store, "s")
+    assert "4111 1" not in turn.content and "ada.lovelace" not in turn.content
+    assert turn.content.startswith(padding) and "chars truncated]" in turn.content
+    assert turn.redactions is not None and turn.redactions.get("CREDIT_CARD") == 1 and turn.redactions.get("EMAIL") == 1
+
+
 async def test_consecutive_duplicates_are_dropped(store: MemoryStore) -> None:
     async with TranscriptRecorder(store, session="s") as rec:
         for _ in range(3):

@@ -389,6 +389,13 @@ class TranscriptRecorder:
             self._counts["duplicates"] += 1
             return None
         self._last = key
+        # Redact the whole text before cutting it: a card number or an address straddling the cut
+        # would otherwise reach the store as a fragment no detector recognises.
+        redactor = getattr(self.memory, "redactor", None) or getattr(getattr(self.memory, "store", None), "redactor", None)
+        found: dict[str, int] = {}
+        if redactor is not None and hasattr(redactor, "scrub"):
+            scrubbed = redactor.scrub(text)
+            text, found = scrubbed.text, dict(scrubbed.counts)
         content, cut = truncate_turn(text, self.max_chars)
         metadata: dict[str, Any] = {}
         if tool is not None:
@@ -410,6 +417,7 @@ class TranscriptRecorder:
             "metadata": metadata or None,
             "created_at": created,
             "expires_at": created + timedelta(days=self.ttl_days) if self.ttl_days is not None else None,
+            **({"redactions": found} if found else {}),
         }
 
     def _write(self, items: list[dict[str, Any]]) -> None:
@@ -434,6 +442,7 @@ class TranscriptRecorder:
             return
         for item in items:  # a plain Memory (a redacting wrapper, say): one add per turn
             content = item.pop("content")
+            item.pop("redactions", None)  # `add` takes no counts; the wrapper scrubs the text again
             try:
                 memory.add(content, **_present(item))
             except Exception as exc:
@@ -462,6 +471,7 @@ class TranscriptRecorder:
             return
         for item in items:  # an async memory with only add: one call per turn
             content = item.pop("content")
+            item.pop("redactions", None)
             try:
                 await memory.add(content, **_present(item))
             except Exception as exc:
