@@ -16,6 +16,7 @@ import anyio
 import anyio.to_thread
 
 from .models import Entry, Hit
+from .redaction import Redactor
 from .store import MemoryStore
 
 
@@ -34,14 +35,19 @@ class AsyncMemoryStore:
         self._store: MemoryStore | None = None
         self._limiter = anyio.CapacityLimiter(1)
 
-    async def _run(self, work: Callable[[MemoryStore], Any]) -> Any:
-        """``work(store)`` in the worker thread, opening the store first if needed."""
+    async def open(self) -> MemoryStore:
+        """Open the file (in the worker thread) unless it is open; the first awaited call does this."""
         if self._store is None:
             path, options = self._open_args
             self._store = await anyio.to_thread.run_sync(
                 functools.partial(MemoryStore, path, **options), limiter=self._limiter
             )
-        return await anyio.to_thread.run_sync(functools.partial(work, self._store), limiter=self._limiter)
+        return self._store
+
+    async def _run(self, work: Callable[[MemoryStore], Any]) -> Any:
+        """``work(store)`` in the worker thread, opening the store first if needed."""
+        store = await self.open()
+        return await anyio.to_thread.run_sync(functools.partial(work, store), limiter=self._limiter)
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return await self._run(lambda store: getattr(store, method)(*args, **kwargs))
@@ -52,6 +58,11 @@ class AsyncMemoryStore:
         if self._store is None:
             raise RuntimeError("the store opens on its first awaited call; await one first")
         return self._store
+
+    @property
+    def redactor(self) -> Redactor | None:
+        """The open store's redactor (None before the file is open, or with redaction off)."""
+        return None if self._store is None else self._store.redactor
 
     async def add(self, content: str, **fields: Any) -> Entry:
         return await self._call("add", content, **fields)  # type: ignore[no-any-return]
@@ -81,7 +92,7 @@ class AsyncMemoryStore:
             await anyio.to_thread.run_sync(store.close, limiter=self._limiter)
 
     async def __aenter__(self) -> AsyncMemoryStore:
-        await self._call("count")
+        await self.open()
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -31,7 +31,7 @@ from .filters import Filters, make_filters
 from .models import Entry, Hit, now_ms, to_ms
 from .providers.embeddings import INSTALL_HINT
 from .rows import COLUMNS, entry_from_row
-from .vectors import VectorFilter, VectorIndex, missing_vectors
+from .vectors import VectorFilter, missing_vectors
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -83,9 +83,8 @@ class Recall:
         filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until)
         named: list[str] = []
         if mode != "keyword":
-            index = self.store._vector_index()  # binding the model may write: before the snapshot
-            assert index is not None
-            self._check_vectors_complete(index)
+            self.store._vector_index()  # binding the model may write: before the snapshot
+            self._check_vectors_complete()
             named = self._named_roles(query)
             if query_vector is None and query.strip():
                 query_vector = self._query_vector(fusion.strip_names(query, named))
@@ -227,22 +226,15 @@ class Recall:
         self, query: str, k: int, filters: Filters, vector: npt.NDArray[np.float32] | None = None
     ) -> list[tuple[int, float]]:
         """(pk, cosine similarity), best first, among the entries that pass ``filters``."""
-        index = self.store._vector_index()
+        index = self.store._vector_index()  # bound, and checked complete, by the caller
         assert index is not None
-        self._check_vectors_complete(index)
         if not query.strip():
             return []
-        if vector is None:
-            vector = self._query_vector(query)
+        assert vector is not None  # the caller embedded every non-blank query
         now = now_ms()
         where, params = filters.sql(self.store.namespace, now)
         in_index = vector_filter(filters)
-        # The index answers the whole namespace and a session alone from its cached bits and session
-        # keys, and kinds and time ranges by a vec0 KNN; a session with more conditions, or filters
-        # only `entries` knows (role, tags, a session prefix), give candidates to search among.
-        if filters.is_empty or (in_index is not None and (
-            filters.session is None or in_index == VectorFilter(session=filters.session)
-        )):
+        if filters.is_empty or in_index is not None:
             found = index.search(vector, k, self.store.namespace, where=in_index)
         else:
             # First without the expiry test, which needs every row and not only the index; the hits
@@ -265,7 +257,7 @@ class Recall:
         ).fetchone()[0]
         return bool(passing == len(found))
 
-    def _check_vectors_complete(self, index: VectorIndex) -> None:
+    def _check_vectors_complete(self) -> None:
         if self.vectors_complete:
             return
         raise_if_missing_vectors(self.conn)
@@ -303,8 +295,15 @@ class Recall:
 
 
 def vector_filter(filters: Filters) -> VectorFilter | None:
-    """The filters as the vector index evaluates them, or None when it cannot (or there are none)."""
+    """The filters as the vector index answers them well, or None (then candidates come from `entries`).
+
+    The index answers a session alone from its cached bits and session keys, and kinds and time
+    ranges by a vec0 KNN over its metadata. A session with more conditions is found faster through
+    the entries' session index, and a role, tags or a session prefix only `entries` knows.
+    """
     if filters.is_empty or filters.role is not None or filters.session_prefix or filters.tags or filters.any_tags:
+        return None
+    if filters.session is not None and (filters.kind is not None or filters.since or filters.until):
         return None
     kinds = None if filters.kind is None else (filters.kind,) if isinstance(filters.kind, str) else tuple(filters.kind)
     return VectorFilter(

@@ -336,7 +336,7 @@ class MemoryStore:
 
         Inside a write transaction the reads already share one view, so nothing more is done.
         """
-        if self._in_transaction or self._conn.in_transaction:
+        if self._conn.in_transaction:
             yield
             return
         self._conn.execute("BEGIN")  # deferred: a read snapshot in WAL mode, taking no write lock

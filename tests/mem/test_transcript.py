@@ -389,3 +389,17 @@ async def test_the_writer_cannot_run_twice(store: MemoryStore) -> None:
     async with TranscriptRecorder(store, session="s") as rec:
         with pytest.raises(InvalidInputError, match="already running"):
             await rec.run()
+
+
+@pytest.mark.anyio
+async def test_an_async_store_not_yet_open_still_gets_whole_turns_redacted(db_path: Path) -> None:
+    from harness_mem.aio import AsyncMemoryStore
+
+    memory = AsyncMemoryStore(db_path, embedder=None)  # no call awaited yet: the file is not open
+    padding = "x" * (DEFAULT_MAX_CHARS - 10)
+    async with TranscriptRecorder(memory, session="s") as rec:
+        rec.note_user(f"{padding} card 4111 1111 1111 1111 end")
+    assert rec.stats.failed == 0
+    (turn,) = turns(memory.store, "s")
+    assert "4111 1" not in turn.content and turn.redactions == {"CREDIT_CARD": 1}
+    await memory.aclose()

@@ -281,6 +281,10 @@ class TranscriptRecorder:
 
     async def _write_batch(self) -> None:
         if self._async_memory:
+            from ..aio import AsyncMemoryStore
+
+            if isinstance(self.memory, AsyncMemoryStore):
+                await self.memory.open()  # its redactor (the file's own key) is needed to prepare turns
             # Only the writer task writes to an async memory (flush() refuses), so batches stay in order.
             with self._write_lock:  # never held across the await below
                 items = self._take()
@@ -391,7 +395,7 @@ class TranscriptRecorder:
         self._last = key
         # Redact the whole text before cutting it: a card number or an address straddling the cut
         # would otherwise reach the store as a fragment no detector recognises.
-        redactor = getattr(self.memory, "redactor", None) or getattr(getattr(self.memory, "store", None), "redactor", None)
+        redactor = getattr(self.memory, "redactor", None)
         found: dict[str, int] = {}
         if redactor is not None and hasattr(redactor, "scrub"):
             scrubbed = redactor.scrub(text)
