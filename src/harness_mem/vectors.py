@@ -171,6 +171,12 @@ class _NamespaceBits:
         return cls(generation, pks[order], np.ascontiguousarray(bits[order].view(np.uint64).T), sessions[order])
 
     def add(self, pks: npt.NDArray[np.int64], bits: npt.NDArray[np.uint8], sessions: npt.NDArray[np.int64]) -> None:
+        if len(self.pks) == 0 or pks.min() > self.pks[-1]:  # new rows number on: append, no re-sort
+            order = np.argsort(pks, kind="stable")
+            self.pks = np.concatenate([self.pks, pks[order]])
+            self.columns = np.concatenate([self.columns, bits[order].view(np.uint64).T], axis=1)
+            self.sessions = np.concatenate([self.sessions, sessions[order]])
+            return
         merged = _NamespaceBits.build(
             self.generation, np.concatenate([self.pks, pks]),
             np.concatenate([np.ascontiguousarray(self.columns.T).view(np.uint8), bits]),
