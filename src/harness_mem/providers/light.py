@@ -1,0 +1,212 @@
+"""The light runtime: the same MiniLM network on onnxruntime and ``tokenizers``, without torch.
+
+``import sentence_transformers`` costs about four seconds and 400 MB before the first vector; a
+command that embeds one query cannot afford it. The light runtime runs an ONNX export of the
+installed weights instead: importing onnxruntime and opening the session take a few tenths of a
+second. The export is made once per model (with torch, which the reference backend brings anyway),
+checked against the reference on probe texts, and cached under the user cache directory, keyed by
+the model's fingerprint: a different model, or changed weights, never reuses it.
+
+The vectors are the reference's to within float rounding (cosine ≥ 0.9999, tested), so a store's
+recorded fingerprint stays valid whichever runtime wrote them. The int8 variant is another model:
+dynamic quantisation of the export, with a fingerprint of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import EmbedderError
+
+#: Bump when the export's graph changes: old exports are then made again, not reused.
+EXPORT_VERSION = 1
+#: Texts the export is checked on against the reference before it is trusted.
+PROBE_TEXTS = (
+    "We chose argon2id for password hashing.",
+    "東京の天気は晴れです。我们讨论了数据库迁移。",
+    "ok",
+    "the deploy failed again " * 40,
+)
+MIN_PROBE_COSINE = 0.9999
+
+
+def cache_dir() -> Path:
+    """``$HARNESS_MEM_CACHE_DIR``, else ``harness-mem`` in ``$XDG_CACHE_HOME`` (default ``~/.cache``)."""
+    explicit = os.environ.get("HARNESS_MEM_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "harness-mem"
+
+
+def export_path(fingerprint: str, *, quantized: bool = False) -> Path:
+    digest = fingerprint.removeprefix("sha256:")
+    name = "model-int8.onnx" if quantized else "model.onnx"
+    return cache_dir() / "onnx" / f"{digest}-v{EXPORT_VERSION}" / name
+
+
+def runtime_available() -> bool:
+    """True when onnxruntime and tokenizers import (checked without importing them)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "tokenizers"))
+
+
+def ensure_export(model_dir: Path, fingerprint: str, *, quantized: bool = False) -> Path:
+    """The cached ONNX file for this model, made (once, then reused) when it is missing."""
+    target = export_path(fingerprint, quantized=quantized)
+    if target.is_file():
+        return target
+    if quantized:
+        source = ensure_export(model_dir, fingerprint)
+        _write_atomically(target, lambda tmp: _quantize(source, tmp))
+    else:
+        _write_atomically(target, lambda tmp: _export(model_dir, tmp))
+    return target
+
+
+def _write_atomically(target: Path, make: Any) -> None:
+    """Make the file beside its final name, then rename: a reader never sees half an export, and
+    two processes exporting at once both end with a whole file."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".export-", suffix=".onnx")
+    os.close(handle)
+    tmp = Path(tmp_name)
+    try:
+        make(tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _export(model_dir: Path, target: Path) -> None:
+    """Trace the transformer with mean pooling and normalisation into one ONNX graph, then check it."""
+    try:
+        import onnx  # noqa: F401  (the exporter needs it; fail here with a clear reason)
+        import torch
+        from transformers import AutoModel
+    except ImportError as exc:
+        raise EmbedderError(f"cannot make the ONNX export: {exc.name} is not installed") from None
+
+    class Pooled(torch.nn.Module):
+        def __init__(self, model: Any) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            tokens = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            weights = attention_mask.unsqueeze(-1).to(tokens.dtype)
+            pooled = (tokens * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, p=2, dim=1)
+
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    model = AutoModel.from_pretrained(str(model_dir), local_files_only=True).eval()
+    # A padded sample, so the traced graph takes the masked path that batches of mixed lengths use.
+    ids = torch.full((2, 8), 1000, dtype=torch.long)
+    mask = torch.ones((2, 8), dtype=torch.long)
+    mask[1, 5:] = 0
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on shapes it treats as constants
+        torch.onnx.export(
+            Pooled(model), (ids, mask), str(target),
+            input_names=["input_ids", "attention_mask"], output_names=["embedding"],
+            dynamic_axes={"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"},
+                          "embedding": {0: "batch"}},
+            opset_version=17, dynamo=False,
+        )
+    _check_against_reference(model_dir, target)
+
+
+def _check_against_reference(model_dir: Path, onnx_file: Path) -> None:
+    from .embeddings import _load_model
+
+    reference = _load_model(str(model_dir), "cpu").encode(list(PROBE_TEXTS), normalize_embeddings=True)
+    light = OnnxEncoder(onnx_file, model_dir).encode(PROBE_TEXTS)
+    worst = float(np.min(np.sum(reference * light, axis=1)))
+    if worst < MIN_PROBE_COSINE:
+        raise EmbedderError(f"the ONNX export disagrees with the reference model (cosine {worst:.6f})")
+
+
+def _quantize(source: Path, target: Path) -> None:
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise EmbedderError(f"cannot quantise the model: {exc.name} is not installed") from None
+    import logging
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # the quantiser logs advice about pre-processing on the root logger
+    try:
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
+    finally:
+        root.setLevel(level)
+
+
+def _max_tokens(model_dir: Path) -> int:
+    """The reference's truncation length (sentence-transformers keeps it beside the weights)."""
+    config = model_dir / "sentence_bert_config.json"
+    try:
+        return int(json.loads(config.read_text())["max_seq_length"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 256
+
+
+_sessions: dict[str, Any] = {}
+_sessions_lock = threading.Lock()
+
+
+class OnnxEncoder:
+    """An ONNX sentence encoder: tokenise, run the graph, return unit-length float32 rows.
+
+    Texts are sorted by length before batching, as sentence-transformers does, so a batch pads
+    only to its own longest text.
+    """
+
+    def __init__(self, onnx_file: Path, model_dir: Path) -> None:
+        try:
+            import onnxruntime  # type: ignore[import-untyped]
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise EmbedderError(f"the light runtime needs {exc.name}") from None
+        with _sessions_lock:
+            key = str(onnx_file)
+            if key not in _sessions:
+                options = onnxruntime.SessionOptions()
+                options.log_severity_level = 3  # warnings about unused initialisers are noise here
+                _sessions[key] = onnxruntime.InferenceSession(key, options, providers=["CPUExecutionProvider"])
+            self.session = _sessions[key]
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self.tokenizer.enable_truncation(_max_tokens(model_dir))
+        self.tokenizer.no_padding()
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64) -> npt.NDArray[np.float32]:
+        encodings = self.tokenizer.encode_batch(list(texts))
+        order = np.argsort([-len(e.ids) for e in encodings], kind="stable")
+        out = np.empty((len(texts), 0), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            chosen = order[start:start + batch_size]
+            width = max(len(encodings[i].ids) for i in chosen)
+            ids = np.zeros((len(chosen), width), dtype=np.int64)
+            mask = np.zeros((len(chosen), width), dtype=np.int64)
+            for row, i in enumerate(chosen):
+                n = len(encodings[i].ids)
+                ids[row, :n] = encodings[i].ids
+                mask[row, :n] = 1
+            vectors = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+            if out.shape[1] == 0:
+                out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
+            out[chosen] = vectors
+        return out
