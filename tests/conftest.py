@@ -36,6 +36,17 @@ def _test_default_embedder(request: pytest.FixtureRequest, monkeypatch: pytest.M
     HashedEmbedder, unless the test is marked ``real_model``: loading MiniLM costs seconds a process."""
     if request.node.get_closest_marker("real_model") is None:
         monkeypatch.setattr("harness_mem.store.default_embedder", HashedEmbedder)
+        monkeypatch.setattr("harness_mem.store.named_embedder", _hashed_by_name)
+
+
+def _hashed_by_name(name: str) -> HashedEmbedder:
+    """A model chosen by name (``--embedder minilm``) is the HashedEmbedder too; unknown names still fail."""
+    from harness_mem.errors import EmbedderError
+    from harness_mem.providers.embeddings import EMBEDDERS, RECORDED_NAMES
+
+    if RECORDED_NAMES.get(name, name) not in EMBEDDERS:
+        raise EmbedderError(f"unknown embedder {name!r}")
+    return HashedEmbedder()
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import contextlib
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,8 +30,9 @@ from .cliutils import (
     namespace_option,
 )
 from .db import connect, default_path
-from .errors import InvalidInputError
+from .errors import InvalidInputError, MissingVectorsWarning
 from .models import Entry, Hit, dumps, format_time
+from .providers.embeddings import EMBEDDERS
 from .providers.hints import MEM_HINTS
 from .store import MemoryStore, OnConflict
 
@@ -47,9 +49,10 @@ PROGRESS_MIN_BYTES = 256 * 1024
 @command_group(prog_name="harness-mem", raise_errors_env="HARNESS_MEM_RAISE_ERRORS")
 @db_option
 @namespace_option
-@click.option("--embedder", type=click.Choice(["auto", "none"]), default="auto", show_default=True,
-              envvar="HARNESS_MEM_EMBEDDER",
-              help="auto: the built-in model when installed; none: keyword only [env: HARNESS_MEM_EMBEDDER].")
+@click.option("--embedder", type=click.Choice(["auto", "none", *EMBEDDERS]), default="auto", show_default=True,
+              help="auto: the file's own model (the built-in one for a new file) unless the file is"
+                   " keyword-only or $HARNESS_MEM_EMBEDDER says otherwise; none: keyword only; or a model"
+                   " by name (switching models is `reindex`).")
 @click.option("--no-redact", is_flag=True,
               help="Store text as given, without redacting PII and secrets (recorded on each entry).")
 @click.pass_context
@@ -64,7 +67,7 @@ def cli(ctx: click.Context, db_path: Path | None, namespace: str, embedder: str,
     ctx.obj = {
         "db": db_path or default_path(),
         "namespace": namespace,
-        "embedder": None if embedder == "none" else "auto",
+        "embedder": embedder,
         "redactor": None if no_redact else "default",
     }
 
@@ -81,9 +84,13 @@ def open_store(ctx: click.Context, *, create: bool = False) -> Iterator[MemorySt
     store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
                         redactor=ctx.obj["redactor"])
     try:
-        yield store
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", MissingVectorsWarning)
+            yield store
     finally:
         store.close()
+    for message in dict.fromkeys(str(w.message) for w in caught if w.category is MissingVectorsWarning):
+        click.echo(f"warning: {message}", err=True)
 
 
 def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -116,16 +123,26 @@ def _describe(entry: Entry) -> str:
 
 
 @cli.command()
+@click.option("--keyword-only", is_flag=True,
+              help="Keep no vectors: every later open recalls by keyword and loads no model.")
 @click.pass_context
-def init(ctx: click.Context) -> None:
+def init(ctx: click.Context, keyword_only: bool) -> None:
     """Create the database (and apply migrations); harmless when it exists.
 
     \b
     Example:
         harness-mem --db agent.db init
+        harness-mem --db notes.db init --keyword-only
     """
+    if keyword_only:
+        ctx.obj["embedder"] = "none"
     with open_store(ctx, create=True) as store:
-        click.echo(f"Ready: {store.path} (schema {store.stats()['schema_version']:04d})")
+        if keyword_only and not store.keyword_only:
+            raise click.ClickException(
+                f"{store.path} already exists with vectors — `harness-mem reindex --keyword-only` drops them"
+            )
+        mode = "keyword-only" if store.keyword_only else "keyword + vectors"
+        click.echo(f"Ready: {store.path} (schema {store.stats()['schema_version']:04d}, {mode})")
 
 
 @cli.group()
@@ -361,11 +378,13 @@ def delete(ctx: click.Context, entry_id: str) -> None:
               help="How to rank [default: hybrid when an embedder is available, else keyword].")
 @filter_options
 @click.option("--explain", is_flag=True, help="Show each retriever's rank and score for every hit.")
+@click.option("--strict", is_flag=True,
+              help="Refuse semantic or hybrid recall while some entries have no vector (default: warn).")
 @json_option
 @click.pass_context
 def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str | None, role: str | None,
            session: str | None, session_prefix: str | None, tags: tuple[str, ...], since: str | None,
-           until: str | None, explain: bool, as_json: bool) -> None:
+           until: str | None, explain: bool, strict: bool, as_json: bool) -> None:
     """Find the entries most relevant to QUERY, best first.
 
     \b
@@ -376,7 +395,7 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
     with open_store(ctx) as store:
         hits = store.recall(query, k=k, mode=mode, kind=kind, role=role, session=session,  # type: ignore[arg-type]
                             session_prefix=session_prefix, tags=tags, since=since, until=until,
-                            explain=explain)
+                            explain=explain, strict=strict)
     if as_json:
         for hit in hits:
             echo_json(hit.to_dict())
@@ -522,28 +541,35 @@ def redact(text: str | None, policy: str, as_json: bool) -> None:
 
 @cli.command()
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--keyword-only", is_flag=True, help="Drop every vector and keep none from now on.")
 @click.pass_context
-def reindex(ctx: click.Context, quiet: bool) -> None:
+def reindex(ctx: click.Context, quiet: bool, keyword_only: bool) -> None:
     """Rebuild the keyword index and embed every entry that has no vector (resumable).
 
-    Run it after changing the embedding model, or on a file written without one.
+    Run it after changing the embedding model, or on a file written without one. It is also how a
+    file switches: `--embedder NAME reindex` to another model (or from keyword-only to vectors),
+    `reindex --keyword-only` to none.
 
     \b
     Example:
         harness-mem reindex
+        harness-mem --embedder minilm-int8 reindex
     """
     with open_store(ctx) as store:
-        missing = store.count_missing_vectors()
+        missing = 0 if keyword_only else store.count_missing_vectors()
         if quiet or not missing:
-            report = store.reindex()
+            report = store.reindex(keyword_only=keyword_only)
         else:
             with click.progressbar(length=missing, label="Embedding", file=sys.stderr) as bar:
                 report = store.reindex(progress=bar.update)
+        stays_keyword_only = store.keyword_only and not keyword_only
     click.echo(
         f"Reindexed {report['entries']} entries: keyword index rebuilt,"
         f" {report['vectors_written']} vectors written, {report['vectors_dropped']} stale vectors dropped",
         err=True,
     )
+    if stays_keyword_only:
+        click.echo("This store is keyword-only; `harness-mem --embedder minilm reindex` gives it vectors.", err=True)
 
 
 @cli.command("eval")

@@ -13,6 +13,7 @@ import contextlib
 import importlib
 import os
 import sqlite3 as _stdlib_sqlite3
+import urllib.parse
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "default_path",
     "driver",
     "home_dir",
+    "is_read_only",
     "sqlite_version",
     "write_transaction",
 ]
@@ -89,17 +91,26 @@ def connect(path: str | os.PathLike[str]) -> Database:
     """Open ``path`` (created if missing) with WAL, a busy timeout, foreign keys and sqlite-vec.
 
     The connection (``.conn``) is in autocommit mode: writes go through :func:`write_transaction`.
+    A file whose location cannot be written (a read-only file, directory or file system) opens
+    read-only: every read works, and a write fails with a line saying where (:func:`is_read_only`).
     """
     sqlite = driver()
     target = str(path)
-    if target != ":memory:":
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite.connect(target, isolation_level=None, check_same_thread=False)
+    read_only = target != ":memory:" and _exists_read_only(Path(target))
+    if target != ":memory:" and not read_only:
+        try:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create {target}: {exc.strerror} ({exc.filename})") from None
+    try:
+        conn = _open(sqlite, target, read_only)
+    except sqlite.Error as exc:
+        raise StorageError(f"cannot open {target}: {exc}") from None
     db = database(conn)
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _refuse_foreign(db, target)  # before any pragma below writes to the file
-        if target != ":memory:":
+        if target != ":memory:" and not read_only:
             conn.execute("PRAGMA journal_mode = WAL")
         # NORMAL is durable across process crashes in WAL mode; only power loss can drop the last commit.
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -107,6 +118,8 @@ def connect(path: str | os.PathLike[str]) -> Database:
         conn.execute(f"PRAGMA cache_size = -{CACHE_SIZE_KIB}")
         conn.execute(f"PRAGMA mmap_size = {MMAP_SIZE_BYTES}")
         conn.execute("PRAGMA temp_store = MEMORY")
+        if read_only:
+            conn.execute("PRAGMA query_only = ON")  # how is_read_only() tells, and a second guard
         _load_sqlite_vec(conn)
     except sqlite.DatabaseError as exc:
         conn.close()
@@ -115,6 +128,41 @@ def connect(path: str | os.PathLike[str]) -> Database:
         conn.close()
         raise
     return db
+
+
+def _exists_read_only(path: Path) -> bool:
+    """True for an existing file that this process cannot write, or whose folder it cannot write
+    (SQLite writes its -wal and -shm files beside it)."""
+    return path.is_file() and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
+
+
+def _open(sqlite: ModuleType, target: str, read_only: bool) -> Connection:
+    if not read_only:
+        return sqlite.connect(target, isolation_level=None, check_same_thread=False)
+    uri = "file:" + urllib.parse.quote(os.path.abspath(target)) + "?mode=ro"
+    conn = sqlite.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite.OperationalError:
+        # A WAL file whose -shm cannot be created here: nobody can write it in this location either,
+        # so it is read as the immutable file it is.
+        conn.close()
+        return sqlite.connect(uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False)
+
+
+def is_read_only(conn: Connection) -> bool:
+    """True for a connection :func:`connect` opened read-only."""
+    return bool(conn.execute("PRAGMA query_only").fetchone()[0])
+
+
+def _refuse_writes(conn: Connection) -> None:
+    if is_read_only(conn):
+        files = [row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"]
+        raise StorageError(
+            f"{files[0] if files else 'the database'} is not writable (a read-only file, folder or file system)"
+            " — nothing was written"
+        )
 
 
 #: Where applied migrations are recorded: a file with tables but without it was not made by harness-mem.
@@ -164,6 +212,7 @@ def write_transaction(conn: Connection) -> Iterator[Connection]:
     IMMEDIATE takes the write lock up front, so a read-then-write transaction cannot fail halfway
     with SQLITE_BUSY when another process writes first; the busy timeout makes it wait instead.
     """
+    _refuse_writes(conn)
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn

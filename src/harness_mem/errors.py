@@ -30,6 +30,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidSkillError",
     "MigrationError",
+    "MissingVectorsWarning",
     "ModelError",
     "NotFoundError",
     "SchemaTooNewError",
@@ -76,6 +77,10 @@ class NotFoundError(HarnessMemError, LookupError):
 
 class EmbedderError(HarnessMemError):
     """No embedder is available, or the file was built with a different one."""
+
+
+class MissingVectorsWarning(UserWarning):
+    """Recall answered although some entries have no vector yet (``reindex`` embeds them)."""
 
 
 class BlockedError(HarnessMemError):

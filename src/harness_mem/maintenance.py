@@ -17,13 +17,21 @@ from .errors import StorageError
 from .models import now_ms
 from .recall import raise_if_missing_vectors
 from .rows import COLUMNS, Row
-from .vectors import VectorIndex, VectorRow, entries_without_vectors, missing_vectors
+from .vectors import (
+    VectorIndex,
+    VectorRow,
+    drop_vectors,
+    entries_without_vectors,
+    missing_vectors,
+    set_keyword_only,
+)
 
 if TYPE_CHECKING:
     from .store import MemoryStore
 
 
-def reindex(store: MemoryStore, *, progress: Callable[[int], None] | None = None, batch_size: int = 256) -> dict[str, int]:
+def reindex(store: MemoryStore, *, progress: Callable[[int], None] | None = None, batch_size: int = 256,
+            keyword_only: bool = False) -> dict[str, int]:
     """Rebuild the derived rows from the canonical ones, in every namespace.
 
     The keyword index is rebuilt in one transaction. Vectors made by another model are dropped;
@@ -41,6 +49,13 @@ def reindex(store: MemoryStore, *, progress: Callable[[int], None] | None = None
         store._conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
                               zip((row[0] for row in rows), texts, strict=True))
     report = {"entries": total, "keyword_rows": total, "vectors_dropped": 0, "vectors_written": 0}
+    if keyword_only:  # the switch to keyword only: no vectors kept, and no model loaded from now on
+        with store.transaction():
+            report["vectors_dropped"] = drop_vectors(store._conn)
+            set_keyword_only(store._conn, True)
+            store._vectors_touched = True
+        store._vectors, store.embedder = None, None
+        return report
     if store.embedder is None:
         return report
     fresh = VectorIndex(store._conn, store.embedder)
@@ -76,7 +91,8 @@ def count_missing_vectors(store: MemoryStore) -> int:
     recorded = VectorIndex.recorded_model(store._conn)
     if recorded is not None and recorded != VectorIndex(store._conn, store.embedder).identity():
         return int(store.db["entries"].count)  # another model's vectors: reindex embeds everything again
-    store._vector_index()  # binding the model first upgrades an older file's vectors
+    if store._vector_index(writing=False) is None:  # keyword-only or read-only: nothing bound yet
+        return int(store.db["entries"].count) if store.keyword_only else missing_vectors(store._conn)
     return missing_vectors(store._conn)
 
 
@@ -175,6 +191,8 @@ def describe_schema(store: MemoryStore) -> str:
 
 def describe_model(store: MemoryStore) -> str:
     """The embedding model in use and the vectors' state (raises when they cannot be used)."""
+    if store.keyword_only:
+        return "none: a keyword-only store (no model is loaded; `reindex` with --embedder adds vectors)"
     if store.embedder is None:
         recorded = VectorIndex.recorded_model(store._conn)
         return "none: keyword recall only" + (f" (vectors by {recorded['name']} stored)" if recorded else "")

@@ -349,9 +349,21 @@ def known_migrations() -> tuple[Migration, ...]:
     return HARNESS_MEM.known()
 
 
-def migrate(conn: Connection) -> list[Migration]:
-    """Apply harness_mem's pending migrations; returns the ones this call ran."""
-    return HARNESS_MEM.migrate(conn)
+def migrate(conn: Connection, *, read_only: bool = False) -> list[Migration]:
+    """Apply harness_mem's pending migrations; returns the ones this call ran.
+
+    A file that cannot be written is only checked: it opens if it is up to date, and otherwise
+    fails with a line that says why (it would need upgrading, which is a write).
+    """
+    if not read_only:
+        return HARNESS_MEM.migrate(conn)
+    pending = [m for m in HARNESS_MEM.status(conn) if m.applied_at is None]
+    if pending:
+        raise MigrationError(
+            f"this file needs {len(pending)} upgrade(s) ({pending[0].name} …) but its location is read-only"
+            " — open it once where it can be written"
+        )
+    return []
 
 
 def status(conn: Connection) -> list[MigrationStatus]:

@@ -16,6 +16,7 @@ ask the same thing repeatedly.
 from __future__ import annotations
 
 import json
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
@@ -26,7 +27,7 @@ import numpy.typing as npt
 
 from . import fusion, keyword
 from .db import Connection
-from .errors import EmbedderError, InvalidInputError
+from .errors import EmbedderError, InvalidInputError, MissingVectorsWarning
 from .filters import Filters, make_filters
 from .models import Entry, Hit, now_ms, to_ms
 from .providers.embeddings import INSTALL_HINT
@@ -47,7 +48,8 @@ class Recall:
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
         self.conn: Connection = store._conn
-        self.vectors_complete = False  # checked once, on the first semantic query
+        self.vectors_complete = False  # every entry has a vector: known true until the file changes
+        self._vectors_checked_at: tuple[int, int] | None = None
         self._query_vectors: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
 
     def __call__(
@@ -66,6 +68,7 @@ class Recall:
         until: str | datetime | None = None,
         explain: bool = False,
         query_vector: npt.NDArray[np.float32] | None = None,
+        strict: bool = False,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
 
@@ -74,6 +77,11 @@ class Recall:
         before the top-``k`` cut: a filtered query still returns ``k`` hits when ``k`` entries match.
         Any text is a valid query: it is never passed raw to FTS5. ``query_vector`` is the query's
         embedding when the caller already has it (see :meth:`embed_queries`).
+
+        While some entries have no vector yet (stored without a model), semantic and hybrid recall
+        answer with the vectors there are, hybrid matching the rest by keyword, and say so with a
+        :class:`MissingVectorsWarning`; ``strict=True`` refuses instead. This is checked before
+        any model is loaded, and when no entry has a vector, hybrid loads none.
         """
         if not isinstance(query, str):
             raise InvalidInputError("a query must be a string")
@@ -82,9 +90,10 @@ class Recall:
             return []
         filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until)
         named: list[str] = []
+        # Binding the model may write (an older file's upgrade): before the snapshot.
+        if mode != "keyword" and not self._vectors_usable(mode, strict):
+            mode = "keyword"
         if mode != "keyword":
-            self.store._vector_index()  # binding the model may write: before the snapshot
-            self._check_vectors_complete()
             named = self._named_roles(query)
             if query_vector is None and query.strip():
                 query_vector = self._query_vector(fusion.strip_names(query, named))
@@ -143,6 +152,11 @@ class Recall:
             return "hybrid" if self.store.embedder is not None else "keyword"
         if mode not in ("keyword", "semantic", "hybrid"):
             raise InvalidInputError(f"unknown recall mode {mode!r} — use keyword, semantic or hybrid")
+        if mode != "keyword" and self.store.embedder is None and self.store.keyword_only:
+            raise EmbedderError(
+                f"{mode} recall needs vectors, and this store is keyword-only — give it vectors with"
+                " `harness-mem --embedder minilm reindex`, or use --mode keyword"
+            )
         if mode != "keyword" and self.store.embedder is None:
             raise EmbedderError(
                 f"{mode} recall needs an embedding model and none is available"
@@ -257,11 +271,32 @@ class Recall:
         ).fetchone()[0]
         return bool(passing == len(found))
 
-    def _check_vectors_complete(self) -> None:
-        if self.vectors_complete:
-            return
-        raise_if_missing_vectors(self.conn)
-        self.vectors_complete = True
+    def _vectors_usable(self, mode: Mode, strict: bool) -> bool:
+        """Whether vectors can answer (False: none can; hybrid then runs on keywords alone).
+
+        Entries without a vector are refused under ``strict``, else reported by a warning.
+        """
+        version = self.store.data_version()
+        if self.vectors_complete and self._vectors_checked_at == version:
+            return True
+        # A keyword-only or read-only file this model has no vectors in binds no index: all missing.
+        bound = self.store._vector_index(writing=False) is not None
+        total = int(self.conn.execute("SELECT count(*) FROM entries").fetchone()[0])
+        missing = missing_vectors(self.conn) if bound else total
+        self.vectors_complete, self._vectors_checked_at = bound and missing == 0, version
+        if not missing:
+            return bound
+        if strict or (mode == "semantic" and missing == total):
+            raise EmbedderError(
+                f"{missing} entries have no vector yet (stored without an embedder) — run `{REINDEX}`"
+                " to embed them, or use --mode keyword"
+            )
+        found_by = "keyword matching alone" if mode == "hybrid" else "no semantic search"
+        warnings.warn(MissingVectorsWarning(
+            f"{missing} of {total} entries have no vector yet, so {found_by} can find them — run `{REINDEX}`"
+            " to embed them"
+        ), stacklevel=4)
+        return missing < total
 
     def _query_vector(self, query: str) -> npt.NDArray[np.float32]:
         """The query's embedding; recent ones are cached (agents ask the same thing repeatedly)."""
@@ -312,6 +347,9 @@ def vector_filter(filters: Filters) -> VectorFilter | None:
         since_ms=None if filters.since is None else to_ms(filters.since),
         until_ms=None if filters.until is None else to_ms(filters.until),
     )
+
+
+REINDEX = "harness-mem reindex"
 
 
 def raise_if_missing_vectors(conn: Connection) -> None:

@@ -5,7 +5,11 @@
 ``HARNESS_MEM_HOME``       the home directory (default: ``$XDG_DATA_HOME/harness-mem``, else
                            ``~/.local/share/harness-mem``)
 ``HARNESS_MEM_NAMESPACE``  the tenant the CLI reads and writes (default: ``default``)
-``HARNESS_MEM_EMBEDDER``   ``auto`` (the built-in model when installed) or ``none`` (keyword only)
+``HARNESS_MEM_EMBEDDER``   ``auto`` (a file's own model, else the built-in one when installed),
+                           ``none`` (keyword only) or a model's name (``minilm``, ``minilm-int8``)
+``HARNESS_MEM_EMBED_RUNTIME`` ``auto`` (light when it can run, else the reference), ``onnx`` or ``torch``
+``HARNESS_MEM_CACHE_DIR``  where the light runtime's model export is kept (default:
+                           ``$XDG_CACHE_HOME/harness-mem``, else ``~/.cache/harness-mem``)
 ``HARNESS_MEM_MODEL_URL``  an OpenAI-compatible endpoint for the text model
 ``HARNESS_MEM_MODEL``      the text model's name
 ``HARNESS_MEM_API_KEY``    its bearer token, if the server wants one
@@ -36,9 +40,15 @@ class Settings(Record):
     db: Path | None = Field(None, alias="HARNESS_MEM_DB", description="the database file")
     home: Path | None = Field(None, alias="HARNESS_MEM_HOME", description="the home directory")
     namespace: str = Field("default", alias="HARNESS_MEM_NAMESPACE", description="the tenant the CLI uses")
-    embedder: Literal["auto", "none"] = Field(
-        "auto", alias="HARNESS_MEM_EMBEDDER", description="auto: the built-in model when installed; none: keyword only"
+    embedder: Literal["auto", "none", "minilm", "minilm-int8"] = Field(
+        "auto", alias="HARNESS_MEM_EMBEDDER",
+        description="auto: a file's own model, else the built-in one; none: keyword only; or a model's name",
     )
+    embed_runtime: Literal["auto", "onnx", "torch"] = Field(
+        "auto", alias="HARNESS_MEM_EMBED_RUNTIME", description="which runtime embeds with the built-in model"
+    )
+    cache_dir: Path | None = Field(None, alias="HARNESS_MEM_CACHE_DIR", description="the model export cache")
+    xdg_cache_home: Path | None = Field(None, alias="XDG_CACHE_HOME", description="the user's cache directory")
     model_url: str | None = Field(None, alias="HARNESS_MEM_MODEL_URL", description="OpenAI-compatible endpoint")
     model: str | None = Field(None, alias="HARNESS_MEM_MODEL", description="the text model's name")
     api_key: str | None = Field(None, alias="HARNESS_MEM_API_KEY", repr=False, description="bearer token")
@@ -67,6 +77,13 @@ class Settings(Record):
         if self.home is not None:
             return self.home.expanduser()
         base = self.xdg_data_home.expanduser() if self.xdg_data_home else Path.home() / ".local" / "share"
+        return base / "harness-mem"
+
+    def cache_path(self) -> Path:
+        """``HARNESS_MEM_CACHE_DIR``, else ``harness-mem`` in the user's cache directory."""
+        if self.cache_dir is not None:
+            return self.cache_dir.expanduser()
+        base = self.xdg_cache_home.expanduser() if self.xdg_cache_home else Path.home() / ".cache"
         return base / "harness-mem"
 
     def db_path(self) -> Path:

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from sqlite_utils import Database
 
 from . import keyword, maintenance, migrations
-from .db import Connection, connect, default_path, write_transaction
+from .db import Connection, connect, default_path, is_read_only, write_transaction
 from .errors import (
     BlockedError,
     DuplicateIdError,
@@ -34,12 +34,20 @@ from .errors import (
 from .filters import make_filters
 from .models import Entry, Hit, now_ms
 from .protocols import Embedder
-from .providers.embeddings import default_embedder
+from .providers.embeddings import RECORDED_NAMES, default_embedder, named_embedder
 from .recall import Mode, Recall
 from .redaction import Redactor
 from .rows import COLUMNS, MAX_BATCH_CHARS, PLACEHOLDERS, Row, entry_from_row, prepare_row
 from .settings import Settings
-from .vectors import VectorIndex, VectorRow, bump_generation, embedding_text, has_vector_table
+from .vectors import (
+    VectorIndex,
+    VectorRow,
+    bump_generation,
+    embedding_text,
+    has_vector_table,
+    is_keyword_only,
+    set_keyword_only,
+)
 
 OnConflict = Literal["error", "ignore", "replace"]
 
@@ -67,7 +75,7 @@ class MemoryStore:
         path: str | os.PathLike[str] | None = None,
         *,
         namespace: str = "default",
-        embedder: Embedder | Literal["auto"] | None = "auto",
+        embedder: Embedder | str | None = "auto",
         redactor: Redactor | Literal["default"] | None = "default",
     ) -> None:
         if not namespace or not isinstance(namespace, str):
@@ -76,12 +84,6 @@ class MemoryStore:
             path = default_path()
         self.path: Path | str = ":memory:" if str(path) == ":memory:" else Path(path)
         self.namespace = namespace
-        # "auto": the built-in model when its packages are installed, unless HARNESS_MEM_EMBEDDER=none
-        # says keyword only (as it does for the CLI). It loads on first use, so opening a store and
-        # keyword recall never pay for it.
-        if embedder == "auto":
-            embedder = None if Settings.from_env().embedder == "none" else default_embedder()
-        self.embedder: Embedder | None = embedder
         self._vectors: VectorIndex | None = None
         self._vectors_touched = False
         self._in_transaction = False
@@ -89,8 +91,11 @@ class MemoryStore:
         #: around the store; writes go through the store's methods and :meth:`transaction`.
         self.db: Database = connect(self.path)
         self._conn: Connection = self.db.conn
+        #: True when the file's location cannot be written: reads work, every write is refused.
+        self.read_only: bool = is_read_only(self._conn)
         try:
-            migrations.migrate(self._conn)
+            created = any(m.number == 1 for m in migrations.migrate(self._conn, read_only=self.read_only))
+            self.embedder: Embedder | None = self._choose_embedder(embedder, created=created)
             # Nothing unredacted reaches the file unless the caller says so (redactor=None), and
             # then every entry written records that it was not redacted.
             self.redactor: Redactor | None = (
@@ -101,9 +106,44 @@ class MemoryStore:
             raise
         self._recall = Recall(self)
 
+    def _choose_embedder(self, embedder: Embedder | str | None, *, created: bool) -> Embedder | None:
+        """The embedder this handle uses; a new file opened without one is recorded keyword-only.
+
+        ``"auto"`` honours, in order: a keyword-only file (no model is loaded), ``HARNESS_MEM_EMBEDDER``,
+        the model the file's vectors were made with, then the built-in model when it is installed.
+        A name (``"minilm"``, ``"minilm-int8"``) or an object is the caller's explicit choice.
+        """
+        if embedder == "auto":
+            wanted = Settings.from_env().embedder
+            if self.keyword_only:
+                return None
+            if wanted == "none":
+                embedder = None
+            elif wanted != "auto":
+                return named_embedder(wanted)
+            else:
+                recorded = VectorIndex.recorded_model(self._conn)
+                known = recorded is not None and recorded.get("name") in RECORDED_NAMES
+                return named_embedder(recorded["name"]) if known and recorded else default_embedder()
+        if isinstance(embedder, str):
+            if embedder != "none":
+                return named_embedder(embedder)
+            embedder = None
+        if embedder is None and created and not self.read_only:
+            with self.transaction():
+                set_keyword_only(self._conn, True)
+        return embedder
+
+    @property
+    def keyword_only(self) -> bool:
+        """True when the file was made (or switched) to keep no vectors: see :meth:`reindex`."""
+        return is_keyword_only(self._conn)
+
     def _redaction_secret(self) -> str:
         """This file's key for HASH pseudonyms (made once, on first open)."""
         row = self._conn.execute("SELECT value FROM settings WHERE key = 'redaction.secret'").fetchone()
+        if row is None and self.read_only:
+            return secrets.token_hex(32)  # nothing can be written here, so no pseudonym is ever stored
         if row is None:
             with write_transaction(self._conn):
                 self._conn.execute("INSERT OR IGNORE INTO settings (key, value) VALUES ('redaction.secret', ?)",
@@ -352,14 +392,21 @@ class MemoryStore:
         """
         return self._conn.total_changes, int(self._conn.execute("PRAGMA data_version").fetchone()[0])
 
-    def _vector_index(self) -> VectorIndex | None:
-        """The vector index for this store's embedder (attached on first use), or None without one."""
+    def _vector_index(self, *, writing: bool = True) -> VectorIndex | None:
+        """The vector index for this store's embedder (attached on first use), or None without one.
+
+        A reader (``writing=False``) never turns a keyword-only file into one with vectors, and
+        never writes to a read-only one: for it there is then no index to search.
+        """
         if self.embedder is None:
             return None
         if self._vectors is None:
             index = VectorIndex(self._conn, self.embedder)
-            with self.transaction():
-                index.attach()
+            if not index.attached():
+                if not writing and (self.read_only or self.keyword_only):
+                    return None
+                with self.transaction():
+                    index.attach()
             self._vectors = index
         return self._vectors
 
@@ -459,6 +506,7 @@ class MemoryStore:
         until: str | datetime | None = None,
         explain: bool = False,
         query_vector: npt.NDArray[np.float32] | None = None,
+        strict: bool = False,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
 
@@ -467,10 +515,14 @@ class MemoryStore:
         before the top-``k`` cut: a filtered query still returns ``k`` hits when ``k`` entries match.
         Any text is a valid query: it is never passed raw to FTS5. ``query_vector`` is the query's
         embedding when the caller already has it (see :meth:`embed_queries`).
+
+        Entries stored without a vector are matched by keyword alone, with a
+        :class:`~harness_mem.errors.MissingVectorsWarning`; ``strict=True`` refuses instead.
         """
         return self._recall(
             query, k, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
             any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,
+            strict=strict,
         )
 
     def embed_queries(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
@@ -482,14 +534,19 @@ class MemoryStore:
 
     # ---- maintenance ---------------------------------------------------------------------------
 
-    def reindex(self, *, progress: Callable[[int], None] | None = None, batch_size: int = 256) -> dict[str, int]:
+    def reindex(self, *, progress: Callable[[int], None] | None = None, batch_size: int = 256,
+                keyword_only: bool = False) -> dict[str, int]:
         """Rebuild the derived rows from the canonical ones, in every namespace.
 
         The keyword index is rebuilt in one transaction. Vectors made by another model are dropped;
         then every entry without a vector is embedded, a batch per transaction, so an interrupted
         reindex resumes where it stopped. ``progress(n)`` is called as entries are done.
+
+        This is also how a file switches models: reindex with another embedder, or with
+        ``keyword_only=True`` to drop the vectors and record that the file keeps none. A
+        keyword-only file gets vectors again by a reindex with an explicit embedder.
         """
-        return maintenance.reindex(self, progress=progress, batch_size=batch_size)
+        return maintenance.reindex(self, progress=progress, batch_size=batch_size, keyword_only=keyword_only)
 
     def count_missing_vectors(self) -> int:
         """Entries (in every namespace) that ``reindex`` would embed; 0 without an embedder."""

@@ -109,6 +109,30 @@ def has_vector_table(conn: Connection) -> bool:
     return bool(database(conn)[TABLE].exists())
 
 
+def drop_vectors(conn: Connection) -> int:
+    """Drop every vector and the recorded model (inside a write transaction); returns how many went."""
+    dropped = int(conn.execute(f"SELECT count(*) FROM {TABLE}_rowids").fetchone()[0]) if _has_current_layout(conn) else 0
+    conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
+    conn.execute("DELETE FROM settings WHERE key LIKE 'embedder.%'")
+    return dropped
+
+
+#: Set in ``settings`` when the file keeps no vectors by choice: opens then load no model.
+KEYWORD_ONLY_KEY = "store.keyword_only"
+
+
+def is_keyword_only(conn: Connection) -> bool:
+    return conn.execute("SELECT 1 FROM settings WHERE key = ?", (KEYWORD_ONLY_KEY,)).fetchone() is not None
+
+
+def set_keyword_only(conn: Connection, keyword_only: bool) -> None:
+    """Record (inside a write transaction) whether the file keeps vectors."""
+    if keyword_only:
+        conn.execute("INSERT OR IGNORE INTO settings (key, value) VALUES (?, '1')", (KEYWORD_ONLY_KEY,))
+    else:
+        conn.execute("DELETE FROM settings WHERE key = ?", (KEYWORD_ONLY_KEY,))
+
+
 def embedding_text(content: str, role: str | None) -> str:
     """What is embedded for an entry: like the keyword index, the speaker goes with the text."""
     return f"{role}: {content}" if role else content
@@ -273,11 +297,19 @@ class VectorIndex:
             )
         return recorded
 
+    def attached(self) -> bool:
+        """True when the file already records this model with a current table (nothing to write);
+        raises if it records another model."""
+        return (self.check_model() is not None and not is_keyword_only(self.conn)
+                and has_vector_table(self.conn) and _has_current_layout(self.conn))
+
     def attach(self) -> None:
         """Check (or record) that this file's vectors come from this model; create or upgrade the table.
 
-        Runs inside the caller's write transaction.
+        Runs inside the caller's write transaction. A keyword-only file stops being one: vectors are
+        about to be written.
         """
+        set_keyword_only(self.conn, False)
         if self.check_model() is None:
             self.conn.executemany("INSERT INTO settings (key, value) VALUES (?, ?)",
                                   [(f"embedder.{k}", v) for k, v in self.identity().items()])
@@ -492,6 +524,5 @@ class VectorIndex:
 
     def clear(self) -> None:
         """Drop every vector and the recorded model (inside a transaction): ``reindex`` starts over."""
-        self.conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
-        self.conn.execute("DELETE FROM settings WHERE key LIKE 'embedder.%'")
+        drop_vectors(self.conn)
         self._bits.clear()

@@ -70,7 +70,7 @@ async def test_a_missing_model_is_an_embedder_error(db_path: Path) -> None:
     from harness_mem.errors import EmbedderError
 
     async with AsyncMemoryStore(db_path, embedder=None) as store:
-        with pytest.raises(EmbedderError, match="needs an embedding model"):
+        with pytest.raises(EmbedderError, match="semantic recall needs"):
             await store.recall("x", mode="semantic")
 
 

@@ -191,6 +191,7 @@ def test_keyword_commands_do_not_import_the_embedding_model(db_path: Path) -> No
 
 
 def test_doctor_fails_when_entries_lack_vectors(db_path: Path) -> None:
+    CliRunner().invoke(cli, ["--db", str(db_path), "init"], catch_exceptions=False)  # a file with vectors
     CliRunner().invoke(cli, ["--db", str(db_path), "--embedder", "none", "add", "a note"], catch_exceptions=False)
     result = CliRunner().invoke(cli, ["--db", str(db_path), "doctor"], catch_exceptions=False)
     assert result.exit_code == 1
@@ -229,9 +230,11 @@ def test_writing_commands_create_the_file(tmp_path: Path, args: list[str]) -> No
 
 
 def test_the_python_api_honours_harness_mem_embedder(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with MemoryStore(db_path) as store:
+        store.add("made with vectors")
     monkeypatch.setenv("HARNESS_MEM_EMBEDDER", "none")
     with MemoryStore(db_path) as store:
-        assert store.embedder is None
+        assert store.embedder is None and not store.keyword_only  # this handle only: the file keeps its vectors
         store.add("keyword only, as the environment says")
         assert [h.entry.content for h in store.recall("keyword")] == ["keyword only, as the environment says"]
     monkeypatch.setenv("HARNESS_MEM_EMBEDDER", "auto")

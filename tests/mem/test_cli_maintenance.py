@@ -40,7 +40,7 @@ def test_init_creates_the_file_and_its_folders_and_applies_every_migration(tmp_p
     path = tmp_path / "new" / "nested" / "agent.db"
     result = run("--db", str(path), "init")
     assert result.exit_code == 0 and result.stderr == ""
-    assert result.stdout == f"Ready: {path} (schema {LATEST:04d})\n"
+    assert result.stdout == f"Ready: {path} (schema {LATEST:04d}, keyword + vectors)\n"
     assert {"entries", "entries_fts", "settings", "episodes", "skills", "consolidations",
             "_migrations"} <= tables(path)
     conn = connect(path)
@@ -73,7 +73,7 @@ def test_init_again_changes_nothing(tmp_path: Path) -> None:
 def test_init_on_an_empty_file_makes_it_a_store(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
     path.touch()
-    assert run("--db", str(path), "init").stdout == f"Ready: {path} (schema {LATEST:04d})\n"
+    assert run("--db", str(path), "init").stdout == f"Ready: {path} (schema {LATEST:04d}, keyword + vectors)\n"
     assert "entries" in tables(path)
 
 
@@ -118,9 +118,14 @@ def test_reindex_embeds_a_keyword_only_store_with_progress_on_stderr(keyword_onl
     db = ("--db", str(keyword_only))
     refused = run(*db, "recall", "cats", "--mode", "semantic")
     assert refused.exit_code == 1
-    assert refused.stderr == ("Error: 5 entries have no vector yet (stored without an embedder)"
-                              " — run `harness-mem reindex` to embed them, or use --mode keyword\n")
-    result = run(*db, "reindex")
+    assert refused.stderr == ("Error: semantic recall needs vectors, and this store is keyword-only — give it"
+                              " vectors with `harness-mem --embedder minilm reindex`, or use --mode keyword\n")
+    kept = run(*db, "reindex")  # a plain reindex honours the file's choice, and says how to switch
+    assert kept.stderr.splitlines() == [
+        REINDEXED.format(n=5, written=0, dropped=0),
+        "This store is keyword-only; `harness-mem --embedder minilm reindex` gives it vectors.",
+    ]
+    result = run(*db, "--embedder", "minilm", "reindex")
     assert result.exit_code == 0 and result.stdout == ""
     assert result.stderr.splitlines() == ["Embedding", REINDEXED.format(n=5, written=5, dropped=0)]
     hits = [json.loads(line) for line in run(*db, "recall", "a note about cats", "--mode", "semantic", "--json").stdout.splitlines()]
@@ -132,7 +137,7 @@ def test_reindex_embeds_a_keyword_only_store_with_progress_on_stderr(keyword_onl
 
 
 def test_reindex_quiet_has_no_progress(keyword_only: Path) -> None:
-    result = run("--db", str(keyword_only), "reindex", "--quiet")
+    result = run("--db", str(keyword_only), "--embedder", "minilm", "reindex", "--quiet")
     assert result.stderr == REINDEXED.format(n=5, written=5, dropped=0) + "\n"
 
 
@@ -150,7 +155,7 @@ def test_reindex_without_an_embedder_rebuilds_the_keyword_index(keyword_only: Pa
     assert found("favourite colour") == [] and found("dogs") == []
     result = run(*db, "reindex")
     assert result.exit_code == 0
-    assert result.stderr == REINDEXED.format(n=5, written=0, dropped=0) + "\n"
+    assert result.stderr.splitlines()[0] == REINDEXED.format(n=5, written=0, dropped=0)
     assert sorted(found("favourite colour")) == ["t0", "t1"] and found("dogs") == ["n2"]
     assert sorted(found("Lisbon")) == ["t1", "t2"]  # each turn's context is rebuilt as it was written
     with MemoryStore(keyword_only, embedder=None) as store:

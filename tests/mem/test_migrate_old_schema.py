@@ -17,7 +17,7 @@ import pytest
 from fake_embedder import HashedEmbedder
 
 from harness_mem.db import Connection, connect, write_transaction
-from harness_mem.errors import EmbedderError
+from harness_mem.errors import EmbedderError, MissingVectorsWarning
 from harness_mem.experience.store import ExperienceStore
 from harness_mem.keyword import index_text
 from harness_mem.migrations import known_migrations, split_statements
@@ -180,7 +180,9 @@ def test_an_old_file_gets_vectors_through_reindex(old_file: tuple[Path, int]) ->
     path, _ = old_file
     with MemoryStore(path, embedder=HashedEmbedder()) as store:
         with pytest.raises(EmbedderError, match=r"8 entries have no vector yet .* run `harness-mem reindex`"):
-            store.recall("password hashing")
+            store.recall("password hashing", strict=True)
+        with pytest.warns(MissingVectorsWarning, match="8 of 8 entries have no vector yet"):
+            assert store.recall("password hashing", k=1)[0].entry.id == "n1"  # by keyword meanwhile
         report = store.reindex()
         assert report == {"entries": 8, "keyword_rows": 8, "vectors_dropped": 0, "vectors_written": 8}
         assert store.recall("password hashing", k=1)[0].entry.id == "n1"

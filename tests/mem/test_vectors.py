@@ -126,7 +126,7 @@ def test_no_embedder_fails_clearly_and_keyword_keeps_working(db_path: Path) -> N
     with MemoryStore(db_path, embedder=None) as store:
         store.add("deploys are on Tuesdays")
         for mode in ("semantic", "hybrid"):
-            with pytest.raises(EmbedderError, match="needs an embedding model .* or use --mode keyword"):
+            with pytest.raises(EmbedderError, match="needs vectors, and this store is keyword-only .* or use --mode keyword"):
                 store.recall("deploys", mode=mode)  # type: ignore[arg-type]
         assert store.recall("deploys")[0].entry.content == "deploys are on Tuesdays"  # default: keyword
 

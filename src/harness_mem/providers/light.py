@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import EmbedderError
+from ..settings import Settings
 
 #: Bump when the export's graph changes: old exports are then made again, not reused.
 EXPORT_VERSION = 1
@@ -42,11 +43,7 @@ MIN_PROBE_COSINE = 0.9999
 
 def cache_dir() -> Path:
     """``$HARNESS_MEM_CACHE_DIR``, else ``harness-mem`` in ``$XDG_CACHE_HOME`` (default ``~/.cache``)."""
-    explicit = os.environ.get("HARNESS_MEM_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "harness-mem"
+    return Settings.from_env().cache_path()
 
 
 def export_path(fingerprint: str, *, quantized: bool = False) -> Path:
