@@ -5,15 +5,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_embedder import HashedEmbedder
+from fake_embedder import HashedEmbedder, hashed_by_name
 from fake_openai import FakeServer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The light runtime's model export (made once, keyed by the model's fingerprint) is kept out of the
+# user's cache directory, and shared by the runs of this machine: making it takes seconds.
+os.environ.setdefault("HARNESS_MEM_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"harness-mem-test-cache-{os.getuid()}"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -36,17 +40,8 @@ def _test_default_embedder(request: pytest.FixtureRequest, monkeypatch: pytest.M
     HashedEmbedder, unless the test is marked ``real_model``: loading MiniLM costs seconds a process."""
     if request.node.get_closest_marker("real_model") is None:
         monkeypatch.setattr("harness_mem.store.default_embedder", HashedEmbedder)
-        monkeypatch.setattr("harness_mem.store.named_embedder", _hashed_by_name)
+        monkeypatch.setattr("harness_mem.store.named_embedder", hashed_by_name)
 
-
-def _hashed_by_name(name: str) -> HashedEmbedder:
-    """A model chosen by name (``--embedder minilm``) is the HashedEmbedder too; unknown names still fail."""
-    from harness_mem.errors import EmbedderError
-    from harness_mem.providers.embeddings import EMBEDDERS, RECORDED_NAMES
-
-    if RECORDED_NAMES.get(name, name) not in EMBEDDERS:
-        raise EmbedderError(f"unknown embedder {name!r}")
-    return HashedEmbedder()
 
 
 @pytest.fixture

@@ -84,11 +84,22 @@ class HashedEmbedder:
         return matrix / norms
 
 
+def hashed_by_name(name: str) -> HashedEmbedder:
+    """A model chosen by name (``--embedder minilm``) is the HashedEmbedder too; unknown names still fail."""
+    from harness_mem.errors import EmbedderError
+    from harness_mem.providers.embeddings import EMBEDDERS, RECORDED_NAMES
+
+    if RECORDED_NAMES.get(name, name) not in EMBEDDERS:
+        raise EmbedderError(f"unknown embedder {name!r}")
+    return HashedEmbedder()
+
+
 def install() -> None:
     """Make :class:`HashedEmbedder` the default embedder of this process (for a CLI run in a subprocess)."""
     import harness_mem.store
 
     harness_mem.store.default_embedder = HashedEmbedder  # type: ignore[assignment]
+    harness_mem.store.named_embedder = hashed_by_name  # type: ignore[assignment]
 
 
 # Runs `python -m harness_mem ARGS…` after install(): the real entry point, with the test embedder.
