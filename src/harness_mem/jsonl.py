@@ -113,6 +113,9 @@ def import_jsonl(
     ``workers`` other processes while this one writes. ``None`` chooses: one worker when the input
     reaches :data:`PARALLEL_MIN_LINES` lines and the machine has a second core, else none.
     """
+    from .store import check_on_conflict  # here: the worker process loads this module without the store
+
+    check_on_conflict(on_conflict)
     if batch_size < 1:
         raise InvalidInputError(f"batch_size must be at least 1, not {batch_size!r}")
     report = ImportReport()

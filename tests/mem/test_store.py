@@ -268,3 +268,25 @@ def test_an_entry_deleted_between_ranking_and_reading_does_not_break_recall(
         assert {h.entry.id for h in hits} == {"doomed", "kept"}  # the file as it was when ranking began
         assert other.count() == 1
         assert [h.entry.id for h in store.recall("deploy", mode="keyword")] == ["kept"]
+
+
+@pytest.mark.parametrize("on_conflict", ["skip", "REPLACE", "", None, 1])
+@pytest.mark.parametrize("write", ["add", "add_many", "add_prepared", "import_jsonl"])
+def test_an_unknown_on_conflict_is_refused_and_never_overwrites(
+    store: MemoryStore, write: str, on_conflict: object
+) -> None:
+    from harness_mem.rows import prepare_row
+
+    store.add("the original", id="a")
+    item = {"content": "an overwrite", "id": "a"}
+    with pytest.raises(InvalidInputError, match="on_conflict must be one of 'error', 'ignore', 'replace'"):
+        if write == "add":
+            store.add("an overwrite", id="a", on_conflict=on_conflict)  # type: ignore[arg-type]
+        elif write == "add_many":
+            store.add_many([item], on_conflict=on_conflict)  # type: ignore[arg-type]
+        elif write == "add_prepared":
+            row = prepare_row(item, namespace=store.namespace, redactor=store.redactor)
+            store.add_prepared([row], on_conflict=on_conflict)  # type: ignore[arg-type]
+        else:
+            import_jsonl(store, [json.dumps(item)], on_conflict=on_conflict)  # type: ignore[arg-type]
+    assert store.get("a").content == "the original"
