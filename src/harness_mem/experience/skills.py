@@ -7,7 +7,7 @@ gives the same value back.
 
 The rules:
 
-* **validation** (errors): name matches ``^[a-z0-9]+(-[a-z0-9]+)*$``, is at most 64 characters and,
+* **validation** (errors): name is all of ``[a-z0-9]+(-[a-z0-9]+)*`` (no newline, no control character), is at most 64 characters and,
   when read from a directory, equals the directory's name; description is 1–1024 UTF-8 *bytes*;
   compatibility is at most 500 characters.
 * **lint** (advice): R1 a description under 30 bytes (warning); R2 a description with no routing
@@ -52,7 +52,9 @@ from ..errors import InvalidInputError, InvalidSkillError
 from ..models import Record
 
 SKILL_FILE = "SKILL.md"
-NAME_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+# Matched whole (``fullmatch``): with ``match`` and ``$``, "deploy\n" would pass, since ``$`` also
+# matches before a final newline, and the newline would end up in a directory name.
+NAME_PATTERN = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 MAX_NAME_CHARS = 64
 MAX_DESCRIPTION_BYTES = 1024
 MAX_COMPATIBILITY_CHARS = 500
@@ -615,7 +617,7 @@ def validate(skill: Skill, *, dir_name: str | None = None) -> list[Finding]:
     else:
         if len(name) > MAX_NAME_CHARS:
             error("name-length", f"name is {len(name)} characters; the limit is {MAX_NAME_CHARS}")
-        if not NAME_PATTERN.match(name):
+        if not NAME_PATTERN.fullmatch(name):
             error("name-format", f"name {name!r} must be lowercase letters and digits joined by single hyphens")
         if dir_name is not None and dir_name != name:
             error("name-directory", f"name {name!r} differs from its directory {dir_name!r}")
@@ -780,15 +782,20 @@ def iter_skills(root: str | os.PathLike[str]) -> Iterator[Skill]:
 def write_skill_md(skill: Skill, root: str | os.PathLike[str]) -> Path:
     """Write ``<root>/<name>/SKILL.md`` atomically, read it back and validate it.
 
-    If the file read back is not valid (or not the same skill), the previous file is restored — or
-    the new directory removed — and :class:`InvalidSkillError` is raised.
+    Nothing is written through a symbolic link: a ``<root>/<name>`` folder or a ``SKILL.md`` that
+    is one is refused with :class:`InvalidInputError`, since writing through it would put the file
+    outside ``root``. If the file read back is not valid (or not the same skill), the previous file
+    is restored — or the new directory removed — and :class:`InvalidSkillError` is raised.
     """
     check_skill(skill)  # the name is safe as a directory name from here on
     directory = Path(root) / skill.name
     target = directory / SKILL_FILE
+    _refuse_link(directory)
     created = not directory.exists()
-    prior = target.read_bytes() if target.is_file() else None
     directory.mkdir(parents=True, exist_ok=True)
+    _refuse_link(directory)  # made a link since the check above
+    _refuse_link(target)
+    prior = target.read_bytes() if target.is_file() else None
     _atomic_write(target, skill.render().encode("utf-8"))
     try:
         reread = read_skill(target)
@@ -808,15 +815,49 @@ def write_skill_md(skill: Skill, root: str | os.PathLike[str]) -> Path:
     return target
 
 
+def _refuse_link(path: Path) -> None:
+    if path.is_symlink():
+        raise InvalidInputError(
+            f"{path} is a symbolic link, and skills are never written through one"
+            " — remove the link or write to another folder"
+        )
+
+
+# Where the platform can, the file is written relative to its folder opened without following a
+# link, so a folder swapped for a link after the checks above is refused too (ELOOP or ENOTDIR).
+_NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# (os.replace shares os.rename's implementation; only the latter is listed in supports_dir_fd.)
+_BY_FOLDER = bool(_NO_FOLLOW) and {os.open, os.rename, os.unlink} <= os.supports_dir_fd
+
+
 def _atomic_write(target: Path, data: bytes) -> None:
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    folder: int | None = None
+    if _BY_FOLDER:
+        try:
+            folder = os.open(target.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NO_FOLLOW)
+        except OSError:
+            _refuse_link(target.parent)
+            raise
+    # Relative to the open folder when there is one, else the full path.
+    tmp_name = f".{target.name}.{os.getpid()}.tmp"
+    tmp = tmp_name if folder is not None else str(target.with_name(tmp_name))
     try:
-        with open(tmp, "wb") as handle:
+        with contextlib.suppress(FileNotFoundError):  # left by a crashed write with this process id
+            os.unlink(tmp, dir_fd=folder)
+        # O_EXCL and O_NOFOLLOW: a link planted at the temporary name is never written through.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_FOLLOW | getattr(os, "O_BINARY", 0), 0o644,
+                     dir_fd=folder)
+        with open(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        # Replacing a name never follows a link there: it replaces the name itself.
+        if folder is not None:
+            os.replace(tmp, target.name, src_dir_fd=folder, dst_dir_fd=folder)
+        else:
+            os.replace(tmp, target)
     finally:
         with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-
+            os.unlink(tmp, dir_fd=folder)
+        if folder is not None:
+            os.close(folder)
