@@ -17,8 +17,10 @@ from __future__ import annotations
 import itertools
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -269,6 +271,26 @@ _worker_setup: tuple[str, Redactor | None] = ("default", None)
 def _start_worker(namespace: str, redactor: Redactor | None) -> None:
     global _worker_setup
     _worker_setup = (namespace, redactor)
+    _exit_with_parent()
+
+
+def _exit_with_parent() -> None:
+    """End this worker process as soon as the process that started it is gone, however it ended.
+
+    A worker waits for chunks from its parent; if the parent is killed (``kill -9``), nothing ever
+    tells it to stop, and it would wait forever, holding the resource tracker open with it. The
+    parent's sentinel (the end of a pipe only the parent holds open, or its process handle on
+    Windows) becomes ready when the parent dies, so one thread waiting on it is enough.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:  # not started by multiprocessing: nothing to watch
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="harness-mem-parent-watch", daemon=True).start()
 
 
 def _prepare_in_worker(first: int, lines: list[bytes | str]) -> _Shipped:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -125,6 +131,52 @@ def test_the_cli_import_takes_a_worker_count(db_path: Path, tmp_path: Path) -> N
     assert result.stderr.decode().splitlines()[-1] == "Imported 4 entries from 9 lines (1 already stored, 3 rejected)"
     refused = cli_process("--db", str(db_path), "import", "--workers", "-1", str(source), raise_errors=True)
     assert refused.returncode == 2 and b"Traceback" not in refused.stderr
+
+
+def _children(pid: int) -> set[int]:
+    """The live (not zombie) processes whose parent is ``pid``, read from /proc."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+                if int(ppid) == pid and state != "Z":
+                    found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_the_workers_of_a_killed_import_exit_with_it(db_path: Path) -> None:
+    # The import reads stdin, which stays open: it is still running, its workers started, when killed.
+    env = {**os.environ, "HARNESS_MEM_EMBEDDER": "none"}
+    proc = subprocess.Popen([sys.executable, "-m", "harness_mem", "--db", str(db_path), "import", "-", "-q",
+                             "--workers", "2"], stdin=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b'{"text": "a line to prepare"}\n' * 40_000)  # enough chunks to start both workers
+        proc.stdin.flush()
+        deadline = time.monotonic() + 60
+        children: set[int] = set()
+        while len(children) < 3 and time.monotonic() < deadline:  # two workers and the resource tracker
+            time.sleep(0.1)
+            children |= _children(proc.pid)
+        assert len(children) >= 3, f"the import did not start its workers: {children}"
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 5
+    while any(map(_alive, children)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = {pid for pid in children if _alive(pid)}
+    for pid in left:  # do not leave them behind when this test fails
+        os.kill(pid, signal.SIGKILL)
+    assert left == set()
 
 
 @pytest.mark.parametrize(
