@@ -6,7 +6,8 @@ Ids make it idempotent: a line whose id is already stored is skipped (or replace
 
 A line is ``{"id"?, "text"|"content", "kind"?, "role"?, "session"?, "tags"?, "timestamp"?|"created_at"?,
 "expires_at"?, "ttl_days"?, "source"?, "metadata"?, "namespace"?}``; any other key is kept in the
-entry's metadata, so nothing a source file says is lost.
+entry's metadata, so nothing a source file says is lost. A line nesting lists and objects more than
+:data:`~harness_mem.models.MAX_NESTING` (64) levels deep is a bad line, like any other.
 
 Reading, checking and redacting a line costs about as much as writing it, so a large import hands
 them to a worker process and writes what it sends back, in order, a transaction per batch.
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from .errors import BlockedError, InvalidInputError, StorageError
-from .models import dumps
+from .models import MAX_NESTING, dumps
 from .redaction import Redactor
 from .rows import BULK_BATCH_SIZE, MAX_BATCH_CHARS, Row, prepare_row
 
@@ -77,6 +78,8 @@ def parse_line(raw: bytes | str) -> dict[str, Any] | None:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidInputError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:  # nested deeper than the parser's stack: far past MAX_NESTING
+        raise InvalidInputError(f"the line is nested more than {MAX_NESTING} levels deep — flatten it") from None
     if not isinstance(data, dict):
         raise InvalidInputError(f"expected a JSON object, got {type(data).__name__}")
     if "content" not in data:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import signal
@@ -200,6 +201,42 @@ def test_times_and_numbers_out_of_range_are_bad_lines_not_a_failed_import(
     assert [(e.line, reason in e.reason) for e in report.errors] == [(2, True)], report.errors
     assert report.added == 2
     assert [e.id for e in store.list()] == ["before", "after"]  # and what was stored reads back
+
+
+def _nested(depth: int, inner: str = "1") -> str:
+    return "[" * depth + inner + "]" * depth
+
+
+def _field(key: str, value: str) -> str:
+    return '{"text": "x", "' + key + '": ' + value + "}"
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (_field("metadata", '{"a": ' + _nested(950) + "}"), "metadata is nested more than 64 levels deep"),
+        (_field("metadata", '{"a": ' + _nested(3000) + "}"), "the line is nested more than 64 levels deep"),
+        (_field("metadata", '{"a": ' * 200 + "1" + "}" * 200), "metadata is nested more than 64"),
+        (_field("extra", _nested(500)), "metadata is nested more than 64"),  # other keys are kept in metadata
+        (_field("tags", _nested(950, '"t"')), "tags is nested more than 64 levels deep"),
+        (_field("redactions", _nested(950)), "redactions is nested more than 64 levels deep"),
+        (_nested(5000), "the line is nested more than 64 levels deep"),
+    ],
+)
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_deeply_nested_line_is_one_bad_line_and_its_batch_is_kept(
+    store: MemoryStore, line: str, reason: str, workers: int
+) -> None:
+    lines = ['{"id": "before", "text": "kept"}', line, '{"id": "after", "text": "kept too"}']
+    report = import_jsonl(store, lines, workers=workers)
+    assert [(e.line, reason in e.reason) for e in report.errors] == [(2, True)], report.errors
+    assert report.added == 2 and [e.id for e in store.list()] == ["before", "after"]
+
+
+def test_metadata_at_the_nesting_limit_is_stored(store: MemoryStore) -> None:
+    line = '{"id": "deep", "text": "x", "metadata": {"a": ' + _nested(62) + "}}"  # 64 levels with the object
+    assert import_jsonl(store, [line]).errors == []
+    assert store.get("deep").metadata["a"] == json.loads(_nested(62))
 
 
 def test_a_line_naming_another_namespace_is_refused_and_that_namespace_untouched(db_path: Path, tmp_path: Path) -> None:

@@ -290,3 +290,48 @@ def test_an_unknown_on_conflict_is_refused_and_never_overwrites(
         else:
             import_jsonl(store, [json.dumps(item)], on_conflict=on_conflict)  # type: ignore[arg-type]
     assert store.get("a").content == "the original"
+
+
+def _deep_list(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def _deep_dict(depth: int) -> dict[str, object]:
+    value: dict[str, object] = {}
+    for _ in range(depth - 1):
+        value = {"k": value}
+    return value
+
+
+_LOOP: dict[str, object] = {}
+_LOOP["self"] = _LOOP
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"metadata": {"a": _deep_list(950)}}, "metadata is nested more than 64 levels deep — flatten it"),
+        ({"metadata": {"a": _deep_list(3000)}}, "metadata is nested more than 64 levels deep — flatten it"),
+        ({"metadata": _deep_dict(1100)}, "metadata is nested more than 64 levels deep — flatten it"),
+        ({"metadata": _deep_dict(65)}, "metadata is nested more than 64 levels deep — flatten it"),
+        ({"metadata": _LOOP}, "metadata is nested more than 64 levels deep"),
+        ({"tags": _deep_list(3000)}, "tags is nested more than 64 levels deep"),
+    ],
+)
+def test_deeply_nested_values_are_refused_as_bad_input(
+    store: MemoryStore, fields: dict[str, object], message: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        store.add("deep", **fields)  # type: ignore[arg-type]
+    refused: list[tuple[int, str]] = []
+    written = store.add_many([{"content": "ok"}, {"content": "deep", **fields}, {"content": "ok too"}],
+                             on_invalid=lambda index, exc: refused.append((index, str(exc))))
+    assert [e.content for e in written] == ["ok", "ok too"]
+    assert [index for index, _ in refused] == [1] and message.split(" —")[0] in refused[0][1]
+
+
+def test_metadata_at_the_nesting_limit_is_stored(store: MemoryStore) -> None:
+    assert store.add("deep", metadata=_deep_dict(64)).metadata == _deep_dict(64)
