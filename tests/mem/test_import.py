@@ -11,7 +11,9 @@ import signal
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -237,6 +239,79 @@ def test_metadata_at_the_nesting_limit_is_stored(store: MemoryStore) -> None:
     line = '{"id": "deep", "text": "x", "metadata": {"a": ' + _nested(62) + "}}"  # 64 levels with the object
     assert import_jsonl(store, [line]).errors == []
     assert store.get("deep").metadata["a"] == json.loads(_nested(62))
+
+
+class _LongLineFile(io.RawIOBase):
+    """A file of a good line, a ``size``-byte line and another good line, made as it is read."""
+
+    def __init__(self, size: int) -> None:
+        self.parts = [b'{"id": "before", "text": "kept"}\n', b'{"text": "', size, b'"}\n{"id": "after", "text": "kept too"}\n']
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while self.parts and not self.parts[0]:
+            self.parts.pop(0)
+        if not self.parts:
+            return 0
+        part = self.parts[0]
+        if isinstance(part, int):  # the long line's text: x after x
+            n = min(len(buffer), part)
+            buffer[:n] = b"x" * n
+            self.parts[0] = part - n
+        else:
+            n = min(len(buffer), len(part))
+            buffer[:n] = part[:n]
+            self.parts[0] = part[n:]
+        return n
+
+
+def test_a_line_past_the_length_limit_is_refused_without_being_held_whole(store: MemoryStore) -> None:
+    tracemalloc.start()
+    try:
+        report = import_jsonl(store, io.BufferedReader(_LongLineFile(200 << 20)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [str(e) for e in report.errors] == [
+        "line 2: the line is longer than 8,388,608 bytes — split its text into several entries"
+    ]
+    assert report.added == 2 and report.lines == 3
+    assert peak < 40 << 20  # the 200 MB line was never read whole
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\n", b"a", b"a\n", b"a\nb", b"\n\na\n\n", b"abcdef\nab\n", b"abcdefghijklmnop\nabc", b"abcdefg",
+     b"abcdef", b"abcdefgh\n" * 3, b"ab\r\ncd\r\n"],
+)
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 100])
+def test_read_lines_cuts_each_line_at_the_limit_wherever_the_blocks_end(
+    monkeypatch: pytest.MonkeyPatch, data: bytes, block: int
+) -> None:
+    monkeypatch.setattr(jsonl, "_READ_BYTES", block)
+    expected = data.split(b"\n")
+    if expected[-1] == b"":
+        expected.pop()
+    read: list[int] = []
+    assert list(jsonl.read_lines(io.BytesIO(data), limit=5, progress=read.append)) == [line[:6] for line in expected]
+    assert list(jsonl.read_lines(io.StringIO(data.decode()), limit=5)) == [line[:6].decode() for line in expected]
+    assert sum(read) == len(data)
+
+
+def test_the_cli_reports_a_line_past_the_length_limit_and_imports_the_rest(db_path: Path, tmp_path: Path) -> None:
+    source = tmp_path / "long.jsonl"
+    with source.open("wb") as out:
+        out.write(b'{"id": "before", "text": "kept"}\n{"text": "' + b"x" * (9 << 20) + b'"}\n')
+        out.write(b'{"id": "after", "text": "kept too"}\n')
+    result = CliRunner().invoke(cli, ["--db", str(db_path), "--embedder", "none", "import", "-q", str(source)],
+                                catch_exceptions=False)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "Error: line 2: the line is longer than 8,388,608 bytes — split its text into several entries",
+        "Imported 2 entries from 3 lines (0 already stored, 1 rejected)",
+    ]
 
 
 def test_a_line_naming_another_namespace_is_refused_and_that_namespace_untouched(db_path: Path, tmp_path: Path) -> None:

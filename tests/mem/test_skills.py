@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,47 @@ def test_allowed_tools_as_a_list_reads_as_the_spec_string() -> None:
 def test_malformed_documents_raise(text: str) -> None:
     with pytest.raises(InvalidSkillError):
         Skill.parse(text)
+
+
+def _billion_laughs() -> str:
+    """387 bytes of YAML whose aliases expand to 9**7 strings."""
+    lines = ["---", "name: lol", "description: d", "metadata:", "  a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    for before, name in zip("abcdef", "bcdefg", strict=True):
+        lines.append(f"  {name}: &{name} [{', '.join([f'*{before}'] * 9)}]")
+    return "\n".join([*lines, "---", "body", ""])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (_billion_laughs(), "uses a YAML anchor or alias"),
+        ("---\nname: a\ndescription: &d text\n---\n", "uses a YAML anchor or alias"),
+        ("---\nname: &n a\ndescription: *n\n---\n", "uses a YAML anchor or alias"),
+        ("---\nname: a\ndescription: " + "x" * (64 << 10) + "\n---\n", "front matter is 65,557 bytes; the limit is 65,536"),
+        ("---\nname: a\ndescription: d\nmetadata: " + "[" * 70 + "]" * 70 + "\n---\n", "nested more than 64 levels"),
+        ("---\nname: a\ndescription: d\nmetadata: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n---\n", "not valid YAML"),
+    ],
+)
+def test_front_matter_that_would_cost_too_much_to_read_is_refused_at_once(text: str, message: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(InvalidSkillError, match=message):
+        Skill.parse(text)
+    assert time.monotonic() - started < 1
+
+
+def test_a_value_used_twice_is_written_out_twice_and_reads_back() -> None:
+    shared = {"steps": [1, 2]}
+    skill = make(metadata={"first": shared, "second": shared})
+    assert "&" not in skill.render() and Skill.parse(skill.render()) == skill
+
+
+def test_a_skill_file_past_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "SKILL.md").write_text(make(name="big", body="x" * (1 << 20)).render())
+    with pytest.raises(InvalidSkillError, match="SKILL.md is larger than 1,048,576 bytes"):
+        read_skill(tmp_path / "big")
+    [found] = scan_skills_dir(tmp_path)
+    assert found.skill is None and "larger than 1,048,576 bytes" in (found.error or "")
 
 
 def test_ledger_survives_yaml_including_an_unquoted_date() -> None:

@@ -7,9 +7,11 @@ gives the same value back.
 
 The rules:
 
-* **validation** (errors): name is all of ``[a-z0-9]+(-[a-z0-9]+)*`` (no newline, no control character), is at most 64 characters and,
-  when read from a directory, equals the directory's name; description is 1–1024 UTF-8 *bytes*;
-  compatibility is at most 500 characters.
+* **validation** (errors): name is all of ``[a-z0-9]+(-[a-z0-9]+)*`` (so no newline or other
+  control character), is at most 64 characters and, when read from a directory, equals the
+  directory's name; description is 1–1024 UTF-8 *bytes*; compatibility is at most 500 characters.
+* **reading** (malformed otherwise): a SKILL.md of at most 1 MiB, front matter of at most 64 KiB,
+  with no YAML anchors or aliases.
 * **lint** (advice): R1 a description under 30 bytes (warning); R2 a description with no routing
   cue such as "Use when…" (info); R3 a body under 50 bytes (info); R4 a description under 60 bytes
   that only restates the name (info); across skills, near-duplicate names, or descriptions whose
@@ -49,7 +51,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, StrictStr
 from pydantic_core import ErrorDetails
 
 from ..errors import InvalidInputError, InvalidSkillError
-from ..models import Record
+from ..models import MAX_NESTING, Record, check_nesting
 
 SKILL_FILE = "SKILL.md"
 # Matched whole (``fullmatch``): with ``match`` and ``$``, "deploy\n" would pass, since ``$`` also
@@ -58,6 +60,11 @@ NAME_PATTERN = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 MAX_NAME_CHARS = 64
 MAX_DESCRIPTION_BYTES = 1024
 MAX_COMPATIBILITY_CHARS = 500
+# What is parsed is bounded: a SKILL.md file is read up to MAX_SKILL_BYTES and its YAML front matter
+# up to MAX_FRONT_MATTER_BYTES; and YAML anchors and aliases are refused, since a few hundred bytes of
+# aliases to aliases (a "billion laughs") expand to billions of values.
+MAX_SKILL_BYTES = 1 << 20
+MAX_FRONT_MATTER_BYTES = 64 << 10
 ELLIPSIS = "…"
 # The front-matter keys agentskills.io defines, in the order they are written.
 KNOWN_FIELDS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")
@@ -69,7 +76,13 @@ ROUTING_CUES = (
 )
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """Writes a value used twice out twice: an anchor and alias would make the file unreadable here."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 # ---- UTF-8 and text helpers --------------------------------------------------------------------
@@ -492,8 +505,10 @@ class Skill:
 
     def render(self) -> str:
         """The SKILL.md text: ``---``, the YAML front matter, ``---``, the body, one final newline."""
+        data = self.front_matter()
+        check_nesting(data, "the skill's front matter")  # and no value containing itself
         front = yaml.dump(
-            self.front_matter(), Dumper=_Dumper, sort_keys=False, allow_unicode=True,
+            data, Dumper=_Dumper, sort_keys=False, allow_unicode=True,
             default_flow_style=False, width=1 << 30,
         )
         return f"---\n{front}---\n{self.body}\n"
@@ -513,10 +528,27 @@ class Skill:
         close = next((i for i in range(1, len(lines)) if lines[i].rstrip() == "---"), None)
         if close is None:
             raise InvalidSkillError("SKILL.md front matter is not closed by a '---' line")
+        front_text = "\n".join(lines[1:close])
+        if len(front_text) > MAX_FRONT_MATTER_BYTES // 4 and utf8_len(front_text) > MAX_FRONT_MATTER_BYTES:
+            raise InvalidSkillError(
+                f"SKILL.md front matter is {utf8_len(front_text):,} bytes; the limit is {MAX_FRONT_MATTER_BYTES:,}"
+            )
         try:
-            data = yaml.load("\n".join(lines[1:close]), Loader=_Loader)
+            # Events are read without building anything, so an alias costs nothing until refused here.
+            for event in yaml.parse(front_text, Loader=_Loader):
+                if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+                    raise InvalidSkillError(
+                        "SKILL.md front matter uses a YAML anchor or alias (&name, *name) — write the value out"
+                    )
+            data = yaml.load(front_text, Loader=_Loader)
         except yaml.YAMLError as exc:
             raise InvalidSkillError(f"SKILL.md front matter is not valid YAML: {exc}") from None
+        except RecursionError:
+            raise InvalidSkillError(f"SKILL.md front matter is nested more than {MAX_NESTING} levels deep") from None
+        try:
+            check_nesting(data, "SKILL.md front matter")
+        except InvalidInputError as exc:
+            raise InvalidSkillError(str(exc)) from None
         if data is None:
             data = {}
         if not isinstance(data, dict):
@@ -726,12 +758,21 @@ def read_skill(path: str | os.PathLike[str]) -> Skill:
     if target.name != SKILL_FILE or target.is_dir():
         target = target / SKILL_FILE
     try:
-        text = target.read_text(encoding="utf-8")
+        text = _read_skill_text(target)
     except FileNotFoundError:
         raise InvalidSkillError(f"{target} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidSkillError(f"cannot read {target}: {exc}") from None
     return Skill.parse(text)
+
+
+def _read_skill_text(path: Path) -> str:
+    """The text of a SKILL.md, read no further than :data:`MAX_SKILL_BYTES` characters."""
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read(MAX_SKILL_BYTES + 1)
+    if len(text) > MAX_SKILL_BYTES:  # as many characters are at least as many bytes
+        raise InvalidSkillError(f"{path} is larger than {MAX_SKILL_BYTES:,} bytes — a skill should be far shorter")
+    return text
 
 
 @dataclass(frozen=True)
@@ -759,7 +800,10 @@ def scan_skills_dir(root: str | os.PathLike[str]) -> list[SkillFile]:
     for name in children:
         file = base / name / SKILL_FILE
         try:
-            text = file.read_text(encoding="utf-8")
+            text = _read_skill_text(file)
+        except InvalidSkillError as exc:
+            found.append(SkillFile(file, None, str(exc)))
+            continue
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             continue  # a directory without a SKILL.md is not a skill
         except (OSError, UnicodeDecodeError) as exc:
