@@ -508,7 +508,12 @@ def parse_time(value: str | datetime | int | float, *, now: datetime | None = No
     relative = _RELATIVE.match(text.lower())
     if relative:
         seconds = float(relative.group(1)) * _UNIT_SECONDS[relative.group(2)]
-        return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+        try:
+            return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+        except (OverflowError, ValueError):  # the age reaches back past what a datetime can hold
+            raise InvalidInputError(
+                f"cannot read a time from {value!r} — an age must reach back no further than year 1"
+            ) from None
     try:
         parsed = datetime.fromisoformat(text.replace("z", "Z"))
     except ValueError:

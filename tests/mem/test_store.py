@@ -335,3 +335,15 @@ def test_deeply_nested_values_are_refused_as_bad_input(
 
 def test_metadata_at_the_nesting_limit_is_stored(store: MemoryStore) -> None:
     assert store.add("deep", metadata=_deep_dict(64)).metadata == _deep_dict(64)
+
+
+@pytest.mark.parametrize("k", [2**63, 2**62, 10**30, 1_000_001, 1.5, "10", True, None])
+def test_a_k_that_is_not_a_sensible_count_is_refused(store: MemoryStore, k: object) -> None:
+    store.add("hello world")
+    with pytest.raises(InvalidInputError, match="k must be a whole number of hits, at most 1,000,000, not"):
+        store.recall("hello", k=k)  # type: ignore[arg-type]
+
+
+def test_the_largest_k_returns_every_hit(store: MemoryStore) -> None:
+    store.add("hello world")
+    assert len(store.recall("hello", k=1_000_000)) == 1 and store.recall("hello", k=0) == []
