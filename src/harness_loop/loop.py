@@ -43,6 +43,7 @@ import anyio
 import anyio.lowlevel
 
 from harness_mem.errors import ModelError
+from harness_mem.models import check_nesting
 
 from .chat import Message, Model, ModelOutput, ModelRequest, Role, ToolCall, Usage
 from .guards import (
@@ -216,8 +217,11 @@ class Cancelled(Outcome):
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data; ValueError when it nests deeper than MAX_NESTING (or contains
+    itself), which JSON encoding would otherwise meet as a RecursionError."""
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
+    check_nesting(value, "the tool's result")
     return json.loads(json.dumps(value, ensure_ascii=False, default=str))
 
 
@@ -284,9 +288,12 @@ class LiveDispatcher:
                 value = await anyio.to_thread.run_sync(partial(t.fn, **kwargs), abandon_on_cancel=True)
         except Exception as exc:  # a tool's failure is the model's information, not the loop's crash
             return _error(f"{type(exc).__name__}: {exc}")
-        if isinstance(value, ToolResult):
-            return replace(value, content=_jsonable(value.content))
-        return ToolResult(True, _jsonable(value))
+        try:
+            if isinstance(value, ToolResult):
+                return replace(value, content=_jsonable(value.content))
+            return ToolResult(True, _jsonable(value))
+        except (ValueError, RecursionError) as exc:  # too deep for JSON: the model is told, the loop goes on
+            return _error(f"`{t.name}` returned a value that cannot be sent as JSON: {exc}")
 
 
 async def _gather(thunks: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:

@@ -313,7 +313,7 @@ def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool, workers
         harness-mem import turns.jsonl
         cat turns.jsonl | harness-mem import -
     """
-    from .jsonl import import_jsonl
+    from .jsonl import import_jsonl, read_lines
 
     size = _file_size(source)
     on_conflict: OnConflict = "replace" if replace else "ignore"
@@ -322,7 +322,7 @@ def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool, workers
         if show_bar:
             bar: ProgressBar[int]
             with click.progressbar(length=size, label="Importing", file=sys.stderr) as bar:
-                lines = _tracked_lines(source, bar.update)
+                lines = read_lines(source, progress=bar.update)
                 report = import_jsonl(store, lines, on_conflict=on_conflict, workers=workers)
         else:
             report = import_jsonl(store, source, on_conflict=on_conflict, workers=workers)
@@ -342,12 +342,6 @@ def _file_size(stream: Any) -> int | None:
         return os.fstat(stream.fileno()).st_size or None
     except (OSError, ValueError, AttributeError):
         return None
-
-
-def _tracked_lines(stream: Any, advance: Callable[[int], None]) -> Iterator[bytes]:
-    for line in stream:
-        advance(len(line))
-        yield line
 
 
 @cli.command()

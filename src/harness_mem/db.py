@@ -101,10 +101,12 @@ def connect(path: str | os.PathLike[str]) -> Database:
         try:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StorageError(f"cannot create {target}: {exc.strerror} ({exc.filename})") from None
+            raise StorageError(_cannot_create(target, exc)) from None
     try:
         conn = _open(sqlite, target, read_only)
     except sqlite.Error as exc:
+        if Path(target).is_dir():
+            raise StorageError(f"{target} is a folder, not a database file — name a file in it") from None
         raise StorageError(f"cannot open {target}: {exc}") from None
     db = database(conn)
     try:
@@ -163,6 +165,14 @@ def _refuse_writes(conn: Connection) -> None:
             f"{files[0] if files else 'the database'} is not writable (a read-only file, folder or file system)"
             " — nothing was written"
         )
+
+
+def _cannot_create(target: str, exc: OSError) -> str:
+    """Why the folders of ``target`` could not be made: a file in the way is named, else the OS's reason."""
+    blocker = next((p for p in reversed(Path(target).parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        return f"cannot create a database at {target}: {blocker} is a file, not a folder — choose another path"
+    return f"cannot create {target}: {exc.strerror} ({exc.filename})"
 
 
 #: Where applied migrations are recorded: a file with tables but without it was not made by harness-mem.

@@ -27,7 +27,7 @@ class Query:
     question: str
     evidence: tuple[str, ...]
     session_prefix: str | None = None
-    category: str = "all"
+    category: str | None = None  # None: counted in the overall figures only
     qid: str | None = None
 
 
@@ -76,7 +76,7 @@ def parse_queries(lines: Iterable[bytes | str]) -> list[Query]:
             continue
         question, evidence = data["question"], data.get("evidence") or []
         prefix = data.get("session_prefix") or (f"{data['conversation']}:" if data.get("conversation") else None)
-        category = data.get("category_name") or str(data["category"] if data.get("category") is not None else "all")
+        category = data.get("category_name") or (str(data["category"]) if data.get("category") is not None else None)
         queries.append(Query(question, tuple(map(str, evidence)), prefix, category, data.get("qid")))
     return queries
 
@@ -126,8 +126,10 @@ def evaluate(
 
     Latency is the retrieval's alone: questions are embedded in one batch beforehand.
     """
-    sums: dict[str, list[float]] = {}
-    counts: dict[str, int] = {}
+    # Per category; the overall figures are kept apart (key None), so that no category name, "all"
+    # included, can share their tally and count a query twice.
+    sums: dict[str | None, list[float]] = {}
+    counts: dict[str | None, int] = {}
     latencies: list[float] = []
     per_query: list[dict[str, Any]] = []
     skipped = 0
@@ -152,7 +154,7 @@ def evaluate(
         scores = [len(evidence & set(ranked[:cutoff])) / len(evidence) for cutoff in CUTOFFS]
         first = next((i for i, hit_id in enumerate(ranked[:10], start=1) if hit_id in evidence), None)
         scores.append(1.0 / first if first else 0.0)
-        for bucket in dict.fromkeys(("all", query.category)):  # a query without a category counts once
+        for bucket in (None, query.category) if query.category is not None else (None,):
             totals = sums.setdefault(bucket, [0.0] * len(scores))
             for i, value in enumerate(scores):
                 totals[i] += value
@@ -160,7 +162,7 @@ def evaluate(
         if keep_per_query:
             per_query.append({"qid": query.qid, "category": query.category, "ranked": ranked, "scores": scores})
 
-    def metrics(bucket: str) -> Metrics:
+    def metrics(bucket: str | None) -> Metrics:
         n = counts.get(bucket, 0)
         if not n:
             return Metrics()
@@ -168,10 +170,10 @@ def evaluate(
         return Metrics(n, r5, r10, mrr)
 
     latencies.sort()
-    categories = sorted(b for b in counts if b != "all")
+    categories = sorted(b for b in counts if b is not None)
     return EvalReport(
         mode=mode or "default",
-        overall=metrics("all"),
+        overall=metrics(None),
         by_category={name: metrics(name) for name in categories},
         latency_ms_p50=_percentile(latencies, 0.5),
         latency_ms_p95=_percentile(latencies, 0.95),

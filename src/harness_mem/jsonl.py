@@ -6,7 +6,10 @@ Ids make it idempotent: a line whose id is already stored is skipped (or replace
 
 A line is ``{"id"?, "text"|"content", "kind"?, "role"?, "session"?, "tags"?, "timestamp"?|"created_at"?,
 "expires_at"?, "ttl_days"?, "source"?, "metadata"?, "namespace"?}``; any other key is kept in the
-entry's metadata, so nothing a source file says is lost.
+entry's metadata, so nothing a source file says is lost. A line nesting lists and objects more than
+:data:`~harness_mem.models.MAX_NESTING` (64) levels deep is a bad line, like any other; so is a line
+longer than :data:`MAX_LINE_BYTES` (8 MiB), which a file is read in blocks to find: only its first
+bytes are ever held, never the whole line.
 
 Reading, checking and redacting a line costs about as much as writing it, so a large import hands
 them to a worker process and writes what it sends back, in order, a transaction per batch.
@@ -17,8 +20,10 @@ from __future__ import annotations
 import itertools
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -27,12 +32,16 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from .errors import BlockedError, InvalidInputError, StorageError
-from .models import dumps
+from .models import MAX_NESTING, dumps
 from .redaction import Redactor
 from .rows import BULK_BATCH_SIZE, MAX_BATCH_CHARS, Row, prepare_row
 
 if TYPE_CHECKING:  # not at run time: the import worker process loads this module and needs no store
     from .store import MemoryStore, OnConflict
+
+# An entry's content is at most a million characters; as JSON, escaped, that is at most about 6 MB.
+MAX_LINE_BYTES = 8 << 20
+_READ_BYTES = 1 << 20  # a file is read this much at a time
 
 KNOWN_KEYS = frozenset(
     {"id", "text", "content", "kind", "role", "session", "tags", "timestamp", "created_at", "expires_at",
@@ -63,6 +72,8 @@ class ImportReport:
 
 def parse_line(raw: bytes | str) -> dict[str, Any] | None:
     """One line as an entry item; None for a blank line; raises InvalidInputError with the reason."""
+    if len(raw) > MAX_LINE_BYTES:  # (a str has at least as many bytes as characters)
+        raise InvalidInputError(f"the line is longer than {MAX_LINE_BYTES:,} bytes — split its text into several entries")
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8")
@@ -75,6 +86,8 @@ def parse_line(raw: bytes | str) -> dict[str, Any] | None:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidInputError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:  # nested deeper than the parser's stack: far past MAX_NESTING
+        raise InvalidInputError(f"the line is nested more than {MAX_NESTING} levels deep — flatten it") from None
     if not isinstance(data, dict):
         raise InvalidInputError(f"expected a JSON object, got {type(data).__name__}")
     if "content" not in data:
@@ -97,9 +110,38 @@ def parse_line(raw: bytes | str) -> dict[str, Any] | None:
     return data
 
 
+def read_lines(
+    stream: IO[bytes] | IO[str], *, limit: int = MAX_LINE_BYTES, progress: Callable[[int], None] | None = None
+) -> Iterator[bytes | str]:
+    """The lines of ``stream`` without their newlines, read a block at a time; ``progress(n)`` is
+    called as each block of ``n`` bytes (or characters) is read.
+
+    A line longer than ``limit`` comes out cut to ``limit + 1`` (which :func:`parse_line` refuses):
+    the rest is skipped as it is read, so a 2 GB line costs no more memory than a short one.
+    """
+    read: Callable[[int], Any] = getattr(stream, "read1", stream.read)  # read1: what has arrived, so a pipe is not held up
+    rest: list[Any] = []  # the start of a line the blocks so far have not finished (at most limit + 1)
+    size = 0
+    while block := read(_READ_BYTES):
+        if progress is not None:
+            progress(len(block))
+        *complete, tail = block.split(b"\n" if isinstance(block, bytes) else "\n")
+        for part in complete:
+            if rest:
+                part = block[:0].join([*rest, part[: limit + 1 - size]]) if size <= limit else block[:0].join(rest)
+                rest, size = [], 0
+            yield part[: limit + 1]
+        if tail and size <= limit:
+            tail = tail[: limit + 1 - size]
+            rest.append(tail)
+            size += len(tail)
+    if rest:
+        yield rest[0][:0].join(rest)
+
+
 def import_jsonl(
     store: MemoryStore,
-    lines: Iterable[bytes | str],
+    lines: Iterable[bytes | str] | IO[bytes] | IO[str],
     *,
     on_conflict: OnConflict = "ignore",
     batch_size: int = BULK_BATCH_SIZE,
@@ -107,15 +149,20 @@ def import_jsonl(
     workers: int | None = None,
 ) -> ImportReport:
     """Import JSON Lines into ``store``, a transaction per ``batch_size`` lines; ``progress(n)`` is
-    called as lines are read.
+    called as lines are read. ``lines`` may be a file, read with :func:`read_lines`.
 
     Parsing, checking and redacting cost about as much as writing, so a large import does them in
     ``workers`` other processes while this one writes. ``None`` chooses: one worker when the input
     reaches :data:`PARALLEL_MIN_LINES` lines and the machine has a second core, else none.
     """
+    from .store import check_on_conflict  # here: the worker process loads this module without the store
+
+    check_on_conflict(on_conflict)
     if batch_size < 1:
         raise InvalidInputError(f"batch_size must be at least 1, not {batch_size!r}")
     report = ImportReport()
+    if hasattr(lines, "read"):
+        lines = read_lines(lines)  # type: ignore[arg-type]
     chunks = _chunks(lines, batch_size, report, progress)
     if workers is None:
         chunks, large = _peek(chunks, PARALLEL_MIN_LINES)
@@ -266,6 +313,26 @@ _worker_setup: tuple[str, Redactor | None] = ("default", None)
 def _start_worker(namespace: str, redactor: Redactor | None) -> None:
     global _worker_setup
     _worker_setup = (namespace, redactor)
+    _exit_with_parent()
+
+
+def _exit_with_parent() -> None:
+    """End this worker process as soon as the process that started it is gone, however it ended.
+
+    A worker waits for chunks from its parent; if the parent is killed (``kill -9``), nothing ever
+    tells it to stop, and it would wait forever, holding the resource tracker open with it. The
+    parent's sentinel (the end of a pipe only the parent holds open, or its process handle on
+    Windows) becomes ready when the parent dies, so one thread waiting on it is enough.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:  # not started by multiprocessing: nothing to watch
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="harness-mem-parent-watch", daemon=True).start()
 
 
 def _prepare_in_worker(first: int, lines: list[bytes | str]) -> _Shipped:

@@ -42,6 +42,7 @@ __all__ = [
     "HASH_PREFIX",
     "KINDS",
     "MAX_CONTENT_CHARS",
+    "MAX_NESTING",
     "MAX_TTL_DAYS",
     "Entry",
     "Hit",
@@ -49,6 +50,7 @@ __all__ = [
     "Kind",
     "Record",
     "check_kind",
+    "check_nesting",
     "clean_tags",
     "content_hash",
     "dumps",
@@ -69,6 +71,10 @@ HASH_PREFIX = "h1:"
 # An entry is a memory, not a document store: past this, callers should split or summarise.
 MAX_CONTENT_CHARS = 1_000_000
 MAX_TTL_DAYS = 3_000_000  # about 8,000 years: past the last date a timestamp can name
+# How deep a value (metadata, an import line) may nest: lists and objects within each other, the
+# outermost counting as one. Real metadata stays within a handful; far deeper, the code that walks
+# it (redaction, JSON, SQLite's json functions) runs out of stack, so it is refused up front.
+MAX_NESTING = 64
 
 
 # ---- records -----------------------------------------------------------------------------------
@@ -389,6 +395,27 @@ class ImportLine(Record):
         return None
 
 
+def check_nesting(value: Any, what: str, limit: int = MAX_NESTING) -> None:
+    """Raise :class:`InvalidInputError` when ``value`` nests lists and objects (dicts, lists, tuples)
+    more than ``limit`` deep.
+
+    It walks with its own stack, never recursing, so any depth can be checked; a value that
+    contains itself counts as too deep.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            raise InvalidInputError(f"{what} is nested more than {limit} levels deep — flatten it")
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list | tuple))
+
+
 def content_hash(content: str | bytes) -> str:
     data = content.encode("utf-8") if isinstance(content, str) else content
     return HASH_PREFIX + hashlib.sha256(data).hexdigest()
@@ -481,7 +508,12 @@ def parse_time(value: str | datetime | int | float, *, now: datetime | None = No
     relative = _RELATIVE.match(text.lower())
     if relative:
         seconds = float(relative.group(1)) * _UNIT_SECONDS[relative.group(2)]
-        return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+        try:
+            return (now or datetime.now(UTC)) - timedelta(seconds=seconds)
+        except (OverflowError, ValueError):  # the age reaches back past what a datetime can hold
+            raise InvalidInputError(
+                f"cannot read a time from {value!r} — an age must reach back no further than year 1"
+            ) from None
     try:
         parsed = datetime.fromisoformat(text.replace("z", "Z"))
     except ValueError:

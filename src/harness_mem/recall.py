@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 Mode = Literal["keyword", "semantic", "hybrid"]
 
 QUERY_CACHE_SIZE = 256
+# The most hits one recall returns: far more than any prompt holds, and well inside SQLite's integers.
+MAX_RECALL_K = 1_000_000
 
 
 class Recall:
@@ -86,6 +88,8 @@ class Recall:
         if not isinstance(query, str):
             raise InvalidInputError("a query must be a string")
         mode = self._resolve_mode(mode)
+        if isinstance(k, bool) or not isinstance(k, int) or k > MAX_RECALL_K:
+            raise InvalidInputError(f"k must be a whole number of hits, at most {MAX_RECALL_K:,}, not {k!r:.40}")
         if k <= 0:
             return []
         filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until)

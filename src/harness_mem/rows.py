@@ -17,6 +17,7 @@ from .models import (
     MAX_CONTENT_CHARS,
     Entry,
     ImportLine,
+    check_nesting,
     clean_tags,
     content_hash,
     dumps,
@@ -68,6 +69,9 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
     """
     if isinstance(item, Entry):
         item = item.to_dict()
+    for key, value in item.items():
+        if isinstance(value, dict | list | tuple):  # before anything walks it
+            check_nesting(value, str(key))
     line = ImportLine.check(item)
     if line.namespace and line.namespace != namespace:
         # A caller writes only into its own namespace, whatever a line (or an item) says.

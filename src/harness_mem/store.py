@@ -50,10 +50,20 @@ from .vectors import (
 )
 
 OnConflict = Literal["error", "ignore", "replace"]
+ON_CONFLICT: tuple[OnConflict, ...] = ("error", "ignore", "replace")
 
 DEFAULT_BATCH_SIZE = 500
 
 _DAY_MS = 86_400_000
+
+
+def check_on_conflict(on_conflict: object) -> None:
+    """Refuse an ``on_conflict`` that is not one of :data:`ON_CONFLICT`: an unknown word must not
+    quietly act as one of them (an overwrite, say)."""
+    if not isinstance(on_conflict, str) or on_conflict not in ON_CONFLICT:
+        raise InvalidInputError(
+            f"on_conflict must be one of {', '.join(map(repr, ON_CONFLICT))}, not {on_conflict!r:.60}"
+        )
 
 
 class MemoryStore:
@@ -212,6 +222,7 @@ class MemoryStore:
         (``content`` or ``text``). A bad item raises before its batch is written, unless
         ``on_invalid(index, error)`` is given: then it is reported there and skipped.
         """
+        check_on_conflict(on_conflict)
         if batch_size < 1:
             raise InvalidInputError(f"batch_size must be at least 1, not {batch_size!r}")
         written: list[Row] = []
@@ -241,6 +252,7 @@ class MemoryStore:
         For importers that prepare rows elsewhere: ``import_jsonl`` parses and redacts in a worker
         process while this one writes.
         """
+        check_on_conflict(on_conflict)
         rows = list(rows)
         for row in rows:
             if type(row) is not Row or row.pk is not None:

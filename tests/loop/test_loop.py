@@ -22,6 +22,7 @@ from harness_loop.loop import (
     Stuck,
     Unverified,
 )
+from harness_loop.spill import ToolResult
 from harness_loop.tools import tool
 
 pytestmark = pytest.mark.anyio
@@ -377,6 +378,42 @@ async def test_tool_errors_and_bad_arguments_reach_the_model(tmp_path: Path) -> 
     assert "has no argument 'm'" in errors[1]
     assert "not valid JSON" in errors[2]
     assert "did you mean `boom`?" in errors[3]
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+_SELF: dict[str, object] = {}
+_SELF["me"] = _SELF
+
+
+@pytest.mark.parametrize(
+    ("result", "error"),
+    [
+        ({"v": _nested(5000)}, "`odd` returned a value that cannot be sent as JSON: the tool's result is nested"
+                               " more than 64 levels deep — flatten it"),
+        (ToolResult(True, {"v": _nested(900)}), "`odd` returned a value that cannot be sent as JSON: the tool's"
+                                                " result is nested more than 64 levels deep — flatten it"),
+        (_SELF, "`odd` returned a value that cannot be sent as JSON: the tool's result is nested more than 64"),
+    ],
+)
+async def test_a_result_too_deep_for_json_is_a_tool_error_and_the_run_goes_on(
+    tmp_path: Path, result: object, error: str
+) -> None:
+    @tool
+    def odd() -> object:
+        """Returns something awkward."""
+        return result
+
+    model = ScriptedModel([ModelOutput.with_calls(ToolCall.of("odd")), "carried on"])
+    out = await AgentLoop(model, [odd], workspace=tmp_path).run("t")
+    assert isinstance(out, Done) and out.text == "carried on"
+    [message] = [json.loads(m.content) for m in out.transcript if m.role is Role.TOOL]
+    assert message["error"].startswith(error)
 
 
 async def test_cancel_interrupts_a_tool_and_keeps_the_transcript_well_formed(tmp_path: Path) -> None:

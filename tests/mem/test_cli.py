@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from fake_embedder import cli_process
 
 from harness_mem.cli import cli
+from harness_mem.errors import StorageError
 from harness_mem.store import MemoryStore
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample_conversation.jsonl"
@@ -108,6 +109,14 @@ def test_get_list_delete_stats_export(db_path: Path) -> None:
         (["add", "x", "--ttl-days", "0"], 1, "Error: ttl_days must be a positive number, not 0.0"),
         (["import", "/no/such/file.jsonl"], 2, "No such file or directory"),
         (["recall", "x", "-k", "0"], 2, "0 is not in the range"),
+        (["recall", "x", "--since", "99999999d"], 1,
+         "Error: cannot read a time from '99999999d' — an age must reach back no further than year 1"),
+        (["list", "--until", "99999999999999999999999999s"], 1,
+         "Error: cannot read a time from '99999999999999999999999999s' — an age must reach back no further than year 1"),
+        (["list", "--since", "9" * 400 + "w"], 1,
+         f"Error: cannot read a time from '{'9' * 400}w' — an age must reach back no further than year 1"),
+        (["recall", "x", "--until", "9999999999h"], 1,
+         "Error: cannot read a time from '9999999999h' — an age must reach back no further than year 1"),
     ],
 )
 def test_user_errors_are_one_line_with_a_fix(db_path: Path, args: list[str], code: int, message: str) -> None:
@@ -118,6 +127,27 @@ def test_user_errors_are_one_line_with_a_fix(db_path: Path, args: list[str], cod
     if code == 1:
         assert result.stderr.strip() == message  # exactly one line, nothing else
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("db", "message"),
+    [
+        ("somefile.txt/x.db", "Error: cannot create a database at {tmp}/somefile.txt/x.db: {tmp}/somefile.txt is a file,"
+                              " not a folder — choose another path"),
+        ("somefile.txt/deeper/x.db", "Error: cannot create a database at {tmp}/somefile.txt/deeper/x.db:"
+                                     " {tmp}/somefile.txt is a file, not a folder — choose another path"),
+    ],
+)
+def test_a_database_path_under_a_file_is_one_line(tmp_path: Path, db: str, message: str) -> None:
+    (tmp_path / "somefile.txt").write_text("not a folder\n")
+    for args in (["add", "x"], ["init"]):
+        result = run(tmp_path / db, *args)
+        assert (result.exit_code, result.stderr) == (1, message.format(tmp=tmp_path) + "\n")  # type: ignore[attr-defined]
+
+
+def test_a_folder_is_not_a_database(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match="is a folder, not a database file — name a file in it"):
+        MemoryStore(tmp_path, embedder=None)
 
 
 def test_recall_of_fts_syntax_is_not_an_error(db_path: Path) -> None:

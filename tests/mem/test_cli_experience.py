@@ -189,6 +189,20 @@ def test_skills_list_show_export_import(db_path: Path, tmp_path: Path) -> None:
     assert run(other, "skills", "import", str(out), "--json").stdout.count('"unchanged":["deploy-static-site"]') == 1
 
 
+def test_skills_export_refuses_a_symlinked_skill_folder(db_path: Path, tmp_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None) as store:
+        ExperienceStore(store).save_skill(SKILL)
+    out, elsewhere = tmp_path / "skills", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / SKILL.name).symlink_to(elsewhere, target_is_directory=True)
+    result = run(db_path, "skills", "export", str(out))
+    assert result.exit_code == 1
+    assert result.stderr == (f"Error: {out / SKILL.name} is a symbolic link, and skills are never written through one"
+                             " — remove the link or write to another folder\n")
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_skills_distill_and_revise_through_the_loopback_server(db_path: Path, fake: FakeServer) -> None:
     deploy_session(db_path, "s-1")
     run(db_path, "consolidate", "-q")

@@ -75,6 +75,27 @@ def test_a_query_without_a_category_counts_once(apples: MemoryStore) -> None:
     assert report.by_category == {}
 
 
+@pytest.mark.parametrize(
+    ("extra", "categories"),
+    [
+        ({}, {}),
+        ({"category": None}, {}),
+        ({"category": "all"}, {"all": 1}),  # a category named "all" is a category like any other
+        ({"category_name": "all", "category": 3}, {"all": 1}),
+        ({"category": 0}, {"0": 1}),
+    ],
+)
+def test_every_query_counts_once_overall_and_once_in_its_category(
+    apples: MemoryStore, extra: dict[str, object], categories: dict[str, int]
+) -> None:
+    queries = [json.dumps({"question": "apple", "evidence": ["a1"], **extra}),
+               json.dumps({"question": "apple", "evidence": ["a0"], "category": "single"})]
+    report = evaluate(apples, parse_queries(queries), mode="keyword")
+    assert report.overall.queries == 2
+    assert {name: m.queries for name, m in report.by_category.items()} == {**categories, "single": 1}
+    assert report.overall.recall_at_5 == 1.0 and report.overall.mrr_at_10 == pytest.approx(0.75)
+
+
 def test_a_conversation_searches_only_its_sessions(store: MemoryStore) -> None:
     store.add_many([{"id": f"c1-{i}", "text": "banana banana banana split", "session": f"c1:s{i}"} for i in range(2)])
     store.add("banana bread and more words here", id="c2-0", session="c2:s0")
@@ -116,7 +137,7 @@ def test_parse_reads_every_documented_field() -> None:
         "q", ("e1", "7"), "conv-26:", "2", "q-1")
     named = parse_queries(["", '{"question": "q", "category": 4, "category_name": "temporal"}', "  "])
     assert [(q.category, q.evidence, q.session_prefix) for q in named] == [("temporal", (), None)]
-    assert parse_queries(['{"question": "q", "category": null}'])[0].category == "all"
+    assert parse_queries(['{"question": "q", "category": null}'])[0].category is None
 
 
 # ---- the command ---------------------------------------------------------------------------------

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -127,6 +136,52 @@ def test_the_cli_import_takes_a_worker_count(db_path: Path, tmp_path: Path) -> N
     assert refused.returncode == 2 and b"Traceback" not in refused.stderr
 
 
+def _children(pid: int) -> set[int]:
+    """The live (not zombie) processes whose parent is ``pid``, read from /proc."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+                if int(ppid) == pid and state != "Z":
+                    found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_the_workers_of_a_killed_import_exit_with_it(db_path: Path) -> None:
+    # The import reads stdin, which stays open: it is still running, its workers started, when killed.
+    env = {**os.environ, "HARNESS_MEM_EMBEDDER": "none"}
+    proc = subprocess.Popen([sys.executable, "-m", "harness_mem", "--db", str(db_path), "import", "-", "-q",
+                             "--workers", "2"], stdin=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b'{"text": "a line to prepare"}\n' * 40_000)  # enough chunks to start both workers
+        proc.stdin.flush()
+        deadline = time.monotonic() + 60
+        children: set[int] = set()
+        while len(children) < 3 and time.monotonic() < deadline:  # two workers and the resource tracker
+            time.sleep(0.1)
+            children |= _children(proc.pid)
+        assert len(children) >= 3, f"the import did not start its workers: {children}"
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 5
+    while any(map(_alive, children)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = {pid for pid in children if _alive(pid)}
+    for pid in left:  # do not leave them behind when this test fails
+        os.kill(pid, signal.SIGKILL)
+    assert left == set()
+
+
 @pytest.mark.parametrize(
     ("line", "reason"),
     [
@@ -148,6 +203,115 @@ def test_times_and_numbers_out_of_range_are_bad_lines_not_a_failed_import(
     assert [(e.line, reason in e.reason) for e in report.errors] == [(2, True)], report.errors
     assert report.added == 2
     assert [e.id for e in store.list()] == ["before", "after"]  # and what was stored reads back
+
+
+def _nested(depth: int, inner: str = "1") -> str:
+    return "[" * depth + inner + "]" * depth
+
+
+def _field(key: str, value: str) -> str:
+    return '{"text": "x", "' + key + '": ' + value + "}"
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (_field("metadata", '{"a": ' + _nested(950) + "}"), "metadata is nested more than 64 levels deep"),
+        (_field("metadata", '{"a": ' + _nested(3000) + "}"), "the line is nested more than 64 levels deep"),
+        (_field("metadata", '{"a": ' * 200 + "1" + "}" * 200), "metadata is nested more than 64"),
+        (_field("extra", _nested(500)), "metadata is nested more than 64"),  # other keys are kept in metadata
+        (_field("tags", _nested(950, '"t"')), "tags is nested more than 64 levels deep"),
+        (_field("redactions", _nested(950)), "redactions is nested more than 64 levels deep"),
+        (_nested(5000), "the line is nested more than 64 levels deep"),
+    ],
+)
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_deeply_nested_line_is_one_bad_line_and_its_batch_is_kept(
+    store: MemoryStore, line: str, reason: str, workers: int
+) -> None:
+    lines = ['{"id": "before", "text": "kept"}', line, '{"id": "after", "text": "kept too"}']
+    report = import_jsonl(store, lines, workers=workers)
+    assert [(e.line, reason in e.reason) for e in report.errors] == [(2, True)], report.errors
+    assert report.added == 2 and [e.id for e in store.list()] == ["before", "after"]
+
+
+def test_metadata_at_the_nesting_limit_is_stored(store: MemoryStore) -> None:
+    line = '{"id": "deep", "text": "x", "metadata": {"a": ' + _nested(62) + "}}"  # 64 levels with the object
+    assert import_jsonl(store, [line]).errors == []
+    assert store.get("deep").metadata["a"] == json.loads(_nested(62))
+
+
+class _LongLineFile(io.RawIOBase):
+    """A file of a good line, a ``size``-byte line and another good line, made as it is read."""
+
+    def __init__(self, size: int) -> None:
+        self.parts = [b'{"id": "before", "text": "kept"}\n', b'{"text": "', size, b'"}\n{"id": "after", "text": "kept too"}\n']
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while self.parts and not self.parts[0]:
+            self.parts.pop(0)
+        if not self.parts:
+            return 0
+        part = self.parts[0]
+        if isinstance(part, int):  # the long line's text: x after x
+            n = min(len(buffer), part)
+            buffer[:n] = b"x" * n
+            self.parts[0] = part - n
+        else:
+            n = min(len(buffer), len(part))
+            buffer[:n] = part[:n]
+            self.parts[0] = part[n:]
+        return n
+
+
+def test_a_line_past_the_length_limit_is_refused_without_being_held_whole(store: MemoryStore) -> None:
+    tracemalloc.start()
+    try:
+        report = import_jsonl(store, io.BufferedReader(_LongLineFile(200 << 20)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [str(e) for e in report.errors] == [
+        "line 2: the line is longer than 8,388,608 bytes — split its text into several entries"
+    ]
+    assert report.added == 2 and report.lines == 3
+    assert peak < 40 << 20  # the 200 MB line was never read whole
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\n", b"a", b"a\n", b"a\nb", b"\n\na\n\n", b"abcdef\nab\n", b"abcdefghijklmnop\nabc", b"abcdefg",
+     b"abcdef", b"abcdefgh\n" * 3, b"ab\r\ncd\r\n"],
+)
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 100])
+def test_read_lines_cuts_each_line_at_the_limit_wherever_the_blocks_end(
+    monkeypatch: pytest.MonkeyPatch, data: bytes, block: int
+) -> None:
+    monkeypatch.setattr(jsonl, "_READ_BYTES", block)
+    expected = data.split(b"\n")
+    if expected[-1] == b"":
+        expected.pop()
+    read: list[int] = []
+    assert list(jsonl.read_lines(io.BytesIO(data), limit=5, progress=read.append)) == [line[:6] for line in expected]
+    assert list(jsonl.read_lines(io.StringIO(data.decode()), limit=5)) == [line[:6].decode() for line in expected]
+    assert sum(read) == len(data)
+
+
+def test_the_cli_reports_a_line_past_the_length_limit_and_imports_the_rest(db_path: Path, tmp_path: Path) -> None:
+    source = tmp_path / "long.jsonl"
+    with source.open("wb") as out:
+        out.write(b'{"id": "before", "text": "kept"}\n{"text": "' + b"x" * (9 << 20) + b'"}\n')
+        out.write(b'{"id": "after", "text": "kept too"}\n')
+    result = CliRunner().invoke(cli, ["--db", str(db_path), "--embedder", "none", "import", "-q", str(source)],
+                                catch_exceptions=False)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "Error: line 2: the line is longer than 8,388,608 bytes — split its text into several entries",
+        "Imported 2 entries from 3 lines (0 already stored, 1 rejected)",
+    ]
 
 
 def test_a_line_naming_another_namespace_is_refused_and_that_namespace_untouched(db_path: Path, tmp_path: Path) -> None:

@@ -1,10 +1,20 @@
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness_mem.keyword import index_text, match_expression, query_terms, snippet
+from harness_mem.keyword import (
+    _CJK_RUN,
+    _WORD,
+    STOP_WORDS,
+    index_text,
+    match_expression,
+    query_terms,
+    snippet,
+)
 from harness_mem.store import MemoryStore
 
 HOSTILE_QUERIES = [
@@ -96,6 +106,44 @@ def test_hits_carry_entry_score_and_snippet(store: MemoryStore) -> None:
 
 def test_snippet_is_whole_content_when_short() -> None:
     assert snippet("short text", "text") == "short text"
+
+
+def _unbounded_snippet(content: str, query: str, width: int = 160) -> str:
+    """The snippet rule without its bounds: every query word, over the whole entry."""
+    if len(content) <= width:
+        return content
+    needles = [w for w in (m.lower() for m in _WORD.findall(query)) if len(w) > 1 and w not in STOP_WORDS]
+    needles += _CJK_RUN.findall(query)
+    lowered = content.lower()
+    positions = [p for p in (lowered.find(n[:5]) for n in needles) if p >= 0]
+    start = max(0, min(positions) - width // 3) if positions else 0
+    end = min(len(content), start + width)
+    start = max(0, end - width)
+    text = content[start:end].strip()
+    return ("…" if start > 0 else "") + text + ("…" if end < len(content) else "")
+
+
+_SNIPPET_WORDS = st.sampled_from(["auth", "refactor", "painting", "paint", "the", "a", "咖啡", "手冲", "x", "Auth",
+                                  "module", "zebra", "!", "postgres"])
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(content=st.lists(_SNIPPET_WORDS, max_size=200).map(" ".join),
+       query=st.lists(_SNIPPET_WORDS, max_size=20).map(" ".join), width=st.sampled_from([20, 160]))
+def test_a_snippet_of_a_normal_query_and_entry_is_the_unbounded_one(content: str, query: str, width: int) -> None:
+    assert snippet(content, query, width) == _unbounded_snippet(content, query, width)
+
+
+def test_a_huge_query_over_huge_entries_makes_snippets_quickly() -> None:
+    words = [f"w{i:05d}x" for i in range(12_000)]  # no entry contains any of them: every search scans all
+    query = " ".join(words)  # 96 kB
+    entry = ("lorem ipsum dolor " * 60_000)[:1_000_000]
+    started = time.monotonic()
+    for _ in range(10):
+        assert snippet(entry, query) == entry[:160].strip() + "…"
+    assert time.monotonic() - started < 2  # unbounded: about ten seconds an entry
+    late = "a" * 500_000 + " needle " + "b" * 499_000
+    assert snippet(late, "needle").startswith("aaaa")  # past the scanned part: the start of the entry
 
 
 def test_better_matches_rank_first(store: MemoryStore) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness_mem.errors import InvalidSkillError
+from harness_mem.errors import InvalidInputError, InvalidSkillError
 from harness_mem.experience import skills as skills_mod
 from harness_mem.experience.skills import (
     MAX_DESCRIPTION_BYTES,
@@ -101,6 +103,47 @@ def test_malformed_documents_raise(text: str) -> None:
         Skill.parse(text)
 
 
+def _billion_laughs() -> str:
+    """387 bytes of YAML whose aliases expand to 9**7 strings."""
+    lines = ["---", "name: lol", "description: d", "metadata:", "  a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    for before, name in zip("abcdef", "bcdefg", strict=True):
+        lines.append(f"  {name}: &{name} [{', '.join([f'*{before}'] * 9)}]")
+    return "\n".join([*lines, "---", "body", ""])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (_billion_laughs(), "uses a YAML anchor or alias"),
+        ("---\nname: a\ndescription: &d text\n---\n", "uses a YAML anchor or alias"),
+        ("---\nname: &n a\ndescription: *n\n---\n", "uses a YAML anchor or alias"),
+        ("---\nname: a\ndescription: " + "x" * (64 << 10) + "\n---\n", "front matter is 65,557 bytes; the limit is 65,536"),
+        ("---\nname: a\ndescription: d\nmetadata: " + "[" * 70 + "]" * 70 + "\n---\n", "nested more than 64 levels"),
+        ("---\nname: a\ndescription: d\nmetadata: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n---\n", "not valid YAML"),
+    ],
+)
+def test_front_matter_that_would_cost_too_much_to_read_is_refused_at_once(text: str, message: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(InvalidSkillError, match=message):
+        Skill.parse(text)
+    assert time.monotonic() - started < 1
+
+
+def test_a_value_used_twice_is_written_out_twice_and_reads_back() -> None:
+    shared = {"steps": [1, 2]}
+    skill = make(metadata={"first": shared, "second": shared})
+    assert "&" not in skill.render() and Skill.parse(skill.render()) == skill
+
+
+def test_a_skill_file_past_the_size_limit_is_refused_unread(tmp_path: Path) -> None:
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "SKILL.md").write_text(make(name="big", body="x" * (1 << 20)).render())
+    with pytest.raises(InvalidSkillError, match="SKILL.md is larger than 1,048,576 bytes"):
+        read_skill(tmp_path / "big")
+    [found] = scan_skills_dir(tmp_path)
+    assert found.skill is None and "larger than 1,048,576 bytes" in (found.error or "")
+
+
 def test_ledger_survives_yaml_including_an_unquoted_date() -> None:
     ledger = Ledger(revision=4, revised_on="2025-03-09", revisions_today=2, origin="distilled")
     skill = make().with_ledger(ledger)
@@ -140,9 +183,20 @@ def test_a_good_skill_is_lint_clean() -> None:
     assert lint(make(), dir_name="deploy-runbook") == []
 
 
-@pytest.mark.parametrize("name", ["Deploy", "deploy_runbook", "-deploy", "deploy-", "deploy--runbook", "dépl"])
+@pytest.mark.parametrize("name", ["Deploy", "deploy_runbook", "-deploy", "deploy-", "deploy--runbook", "dépl",
+                                  # control characters, a trailing newline above all (``$`` matches before it)
+                                  "deploy\n", "deploy\r\n", "\ndeploy", "de\tploy", "deploy\x00", "deploy\x1b",
+                                  "deploy\u2028"])
 def test_bad_names(name: str) -> None:
     assert "name-format" in rules(validate(make(name=name)))
+    with pytest.raises(InvalidSkillError, match="must be lowercase letters and digits"):
+        skills_mod.check_skill(make(name=name))
+
+
+def test_a_name_with_a_trailing_newline_never_becomes_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(InvalidSkillError, match=r"name 'deploy\\n' must be"):
+        write_skill_md(make(name="deploy\n"), tmp_path)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_name_length_and_directory() -> None:
@@ -370,6 +424,38 @@ def test_write_removes_a_new_directory_when_the_read_back_fails(tmp_path: Path, 
     with pytest.raises(InvalidSkillError):
         write_skill_md(make(), tmp_path)
     assert not (tmp_path / "deploy-runbook").exists()
+
+
+@pytest.mark.parametrize("link", ["folder", "file", "temporary file"])
+def test_write_never_follows_a_symbolic_link_out_of_the_target(tmp_path: Path, link: str) -> None:
+    root, outside = tmp_path / "skills", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "SKILL.md").write_text("someone else's file\n")
+    folder = root / "deploy-runbook"
+    if link == "folder":
+        folder.symlink_to(outside, target_is_directory=True)
+    else:
+        folder.mkdir()
+        name = "SKILL.md" if link == "file" else f".SKILL.md.{os.getpid()}.tmp"
+        (folder / name).symlink_to(outside / "SKILL.md")
+    if link == "temporary file":  # a link at the temporary name is removed, never written through
+        assert write_skill_md(make(), root).read_text(encoding="utf-8") == make().render()
+    else:
+        with pytest.raises(InvalidInputError, match="is a symbolic link, and skills are never written through one"):
+            write_skill_md(make(), root)
+    assert [p.name for p in outside.iterdir()] == ["SKILL.md"]
+    assert (outside / "SKILL.md").read_text() == "someone else's file\n"
+
+
+@pytest.mark.skipif(not skills_mod._BY_FOLDER, reason="no O_NOFOLLOW folder writes on this platform")
+def test_a_folder_swapped_for_a_link_after_the_checks_is_refused_too(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "deploy-runbook").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(InvalidInputError, match="is a symbolic link"):
+        skills_mod._atomic_write(tmp_path / "deploy-runbook" / "SKILL.md", b"x")
+    assert list(outside.iterdir()) == []
 
 
 def test_scan_skills_dir(tmp_path: Path) -> None:

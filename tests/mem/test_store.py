@@ -268,3 +268,82 @@ def test_an_entry_deleted_between_ranking_and_reading_does_not_break_recall(
         assert {h.entry.id for h in hits} == {"doomed", "kept"}  # the file as it was when ranking began
         assert other.count() == 1
         assert [h.entry.id for h in store.recall("deploy", mode="keyword")] == ["kept"]
+
+
+@pytest.mark.parametrize("on_conflict", ["skip", "REPLACE", "", None, 1])
+@pytest.mark.parametrize("write", ["add", "add_many", "add_prepared", "import_jsonl"])
+def test_an_unknown_on_conflict_is_refused_and_never_overwrites(
+    store: MemoryStore, write: str, on_conflict: object
+) -> None:
+    from harness_mem.rows import prepare_row
+
+    store.add("the original", id="a")
+    item = {"content": "an overwrite", "id": "a"}
+    with pytest.raises(InvalidInputError, match="on_conflict must be one of 'error', 'ignore', 'replace'"):
+        if write == "add":
+            store.add("an overwrite", id="a", on_conflict=on_conflict)  # type: ignore[arg-type]
+        elif write == "add_many":
+            store.add_many([item], on_conflict=on_conflict)  # type: ignore[arg-type]
+        elif write == "add_prepared":
+            row = prepare_row(item, namespace=store.namespace, redactor=store.redactor)
+            store.add_prepared([row], on_conflict=on_conflict)  # type: ignore[arg-type]
+        else:
+            import_jsonl(store, [json.dumps(item)], on_conflict=on_conflict)  # type: ignore[arg-type]
+    assert store.get("a").content == "the original"
+
+
+def _deep_list(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def _deep_dict(depth: int) -> dict[str, object]:
+    value: dict[str, object] = {}
+    for _ in range(depth - 1):
+        value = {"k": value}
+    return value
+
+
+_LOOP: dict[str, object] = {}
+_LOOP["self"] = _LOOP
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"metadata": {"a": _deep_list(950)}}, "metadata is nested more than 64 levels deep — flatten it"),
+        ({"metadata": {"a": _deep_list(3000)}}, "metadata is nested more than 64 levels deep — flatten it"),
+        ({"metadata": _deep_dict(1100)}, "metadata is nested more than 64 levels deep — flatten it"),
+        ({"metadata": _deep_dict(65)}, "metadata is nested more than 64 levels deep — flatten it"),
+        ({"metadata": _LOOP}, "metadata is nested more than 64 levels deep"),
+        ({"tags": _deep_list(3000)}, "tags is nested more than 64 levels deep"),
+    ],
+)
+def test_deeply_nested_values_are_refused_as_bad_input(
+    store: MemoryStore, fields: dict[str, object], message: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        store.add("deep", **fields)  # type: ignore[arg-type]
+    refused: list[tuple[int, str]] = []
+    written = store.add_many([{"content": "ok"}, {"content": "deep", **fields}, {"content": "ok too"}],
+                             on_invalid=lambda index, exc: refused.append((index, str(exc))))
+    assert [e.content for e in written] == ["ok", "ok too"]
+    assert [index for index, _ in refused] == [1] and message.split(" —")[0] in refused[0][1]
+
+
+def test_metadata_at_the_nesting_limit_is_stored(store: MemoryStore) -> None:
+    assert store.add("deep", metadata=_deep_dict(64)).metadata == _deep_dict(64)
+
+
+@pytest.mark.parametrize("k", [2**63, 2**62, 10**30, 1_000_001, 1.5, "10", True, None])
+def test_a_k_that_is_not_a_sensible_count_is_refused(store: MemoryStore, k: object) -> None:
+    store.add("hello world")
+    with pytest.raises(InvalidInputError, match="k must be a whole number of hits, at most 1,000,000, not"):
+        store.recall("hello", k=k)  # type: ignore[arg-type]
+
+
+def test_the_largest_k_returns_every_hit(store: MemoryStore) -> None:
+    store.add("hello world")
+    assert len(store.recall("hello", k=1_000_000)) == 1 and store.recall("hello", k=0) == []

@@ -7,9 +7,11 @@ gives the same value back.
 
 The rules:
 
-* **validation** (errors): name matches ``^[a-z0-9]+(-[a-z0-9]+)*$``, is at most 64 characters and,
-  when read from a directory, equals the directory's name; description is 1–1024 UTF-8 *bytes*;
-  compatibility is at most 500 characters.
+* **validation** (errors): name is all of ``[a-z0-9]+(-[a-z0-9]+)*`` (so no newline or other
+  control character), is at most 64 characters and, when read from a directory, equals the
+  directory's name; description is 1–1024 UTF-8 *bytes*; compatibility is at most 500 characters.
+* **reading** (malformed otherwise): a SKILL.md of at most 1 MiB, front matter of at most 64 KiB,
+  with no YAML anchors or aliases.
 * **lint** (advice): R1 a description under 30 bytes (warning); R2 a description with no routing
   cue such as "Use when…" (info); R3 a body under 50 bytes (info); R4 a description under 60 bytes
   that only restates the name (info); across skills, near-duplicate names, or descriptions whose
@@ -49,13 +51,20 @@ from pydantic import BeforeValidator, ConfigDict, Field, StrictStr
 from pydantic_core import ErrorDetails
 
 from ..errors import InvalidInputError, InvalidSkillError
-from ..models import Record
+from ..models import MAX_NESTING, Record, check_nesting
 
 SKILL_FILE = "SKILL.md"
-NAME_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+# Matched whole (``fullmatch``): with ``match`` and ``$``, "deploy\n" would pass, since ``$`` also
+# matches before a final newline, and the newline would end up in a directory name.
+NAME_PATTERN = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 MAX_NAME_CHARS = 64
 MAX_DESCRIPTION_BYTES = 1024
 MAX_COMPATIBILITY_CHARS = 500
+# What is parsed is bounded: a SKILL.md file is read up to MAX_SKILL_BYTES and its YAML front matter
+# up to MAX_FRONT_MATTER_BYTES; and YAML anchors and aliases are refused, since a few hundred bytes of
+# aliases to aliases (a "billion laughs") expand to billions of values.
+MAX_SKILL_BYTES = 1 << 20
+MAX_FRONT_MATTER_BYTES = 64 << 10
 ELLIPSIS = "…"
 # The front-matter keys agentskills.io defines, in the order they are written.
 KNOWN_FIELDS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")
@@ -67,7 +76,13 @@ ROUTING_CUES = (
 )
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """Writes a value used twice out twice: an anchor and alias would make the file unreadable here."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 # ---- UTF-8 and text helpers --------------------------------------------------------------------
@@ -490,8 +505,10 @@ class Skill:
 
     def render(self) -> str:
         """The SKILL.md text: ``---``, the YAML front matter, ``---``, the body, one final newline."""
+        data = self.front_matter()
+        check_nesting(data, "the skill's front matter")  # and no value containing itself
         front = yaml.dump(
-            self.front_matter(), Dumper=_Dumper, sort_keys=False, allow_unicode=True,
+            data, Dumper=_Dumper, sort_keys=False, allow_unicode=True,
             default_flow_style=False, width=1 << 30,
         )
         return f"---\n{front}---\n{self.body}\n"
@@ -511,10 +528,27 @@ class Skill:
         close = next((i for i in range(1, len(lines)) if lines[i].rstrip() == "---"), None)
         if close is None:
             raise InvalidSkillError("SKILL.md front matter is not closed by a '---' line")
+        front_text = "\n".join(lines[1:close])
+        if len(front_text) > MAX_FRONT_MATTER_BYTES // 4 and utf8_len(front_text) > MAX_FRONT_MATTER_BYTES:
+            raise InvalidSkillError(
+                f"SKILL.md front matter is {utf8_len(front_text):,} bytes; the limit is {MAX_FRONT_MATTER_BYTES:,}"
+            )
         try:
-            data = yaml.load("\n".join(lines[1:close]), Loader=_Loader)
+            # Events are read without building anything, so an alias costs nothing until refused here.
+            for event in yaml.parse(front_text, Loader=_Loader):
+                if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+                    raise InvalidSkillError(
+                        "SKILL.md front matter uses a YAML anchor or alias (&name, *name) — write the value out"
+                    )
+            data = yaml.load(front_text, Loader=_Loader)
         except yaml.YAMLError as exc:
             raise InvalidSkillError(f"SKILL.md front matter is not valid YAML: {exc}") from None
+        except RecursionError:
+            raise InvalidSkillError(f"SKILL.md front matter is nested more than {MAX_NESTING} levels deep") from None
+        try:
+            check_nesting(data, "SKILL.md front matter")
+        except InvalidInputError as exc:
+            raise InvalidSkillError(str(exc)) from None
         if data is None:
             data = {}
         if not isinstance(data, dict):
@@ -615,7 +649,7 @@ def validate(skill: Skill, *, dir_name: str | None = None) -> list[Finding]:
     else:
         if len(name) > MAX_NAME_CHARS:
             error("name-length", f"name is {len(name)} characters; the limit is {MAX_NAME_CHARS}")
-        if not NAME_PATTERN.match(name):
+        if not NAME_PATTERN.fullmatch(name):
             error("name-format", f"name {name!r} must be lowercase letters and digits joined by single hyphens")
         if dir_name is not None and dir_name != name:
             error("name-directory", f"name {name!r} differs from its directory {dir_name!r}")
@@ -724,12 +758,21 @@ def read_skill(path: str | os.PathLike[str]) -> Skill:
     if target.name != SKILL_FILE or target.is_dir():
         target = target / SKILL_FILE
     try:
-        text = target.read_text(encoding="utf-8")
+        text = _read_skill_text(target)
     except FileNotFoundError:
         raise InvalidSkillError(f"{target} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidSkillError(f"cannot read {target}: {exc}") from None
     return Skill.parse(text)
+
+
+def _read_skill_text(path: Path) -> str:
+    """The text of a SKILL.md, read no further than :data:`MAX_SKILL_BYTES` characters."""
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read(MAX_SKILL_BYTES + 1)
+    if len(text) > MAX_SKILL_BYTES:  # as many characters are at least as many bytes
+        raise InvalidSkillError(f"{path} is larger than {MAX_SKILL_BYTES:,} bytes — a skill should be far shorter")
+    return text
 
 
 @dataclass(frozen=True)
@@ -757,7 +800,10 @@ def scan_skills_dir(root: str | os.PathLike[str]) -> list[SkillFile]:
     for name in children:
         file = base / name / SKILL_FILE
         try:
-            text = file.read_text(encoding="utf-8")
+            text = _read_skill_text(file)
+        except InvalidSkillError as exc:
+            found.append(SkillFile(file, None, str(exc)))
+            continue
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             continue  # a directory without a SKILL.md is not a skill
         except (OSError, UnicodeDecodeError) as exc:
@@ -780,15 +826,20 @@ def iter_skills(root: str | os.PathLike[str]) -> Iterator[Skill]:
 def write_skill_md(skill: Skill, root: str | os.PathLike[str]) -> Path:
     """Write ``<root>/<name>/SKILL.md`` atomically, read it back and validate it.
 
-    If the file read back is not valid (or not the same skill), the previous file is restored — or
-    the new directory removed — and :class:`InvalidSkillError` is raised.
+    Nothing is written through a symbolic link: a ``<root>/<name>`` folder or a ``SKILL.md`` that
+    is one is refused with :class:`InvalidInputError`, since writing through it would put the file
+    outside ``root``. If the file read back is not valid (or not the same skill), the previous file
+    is restored — or the new directory removed — and :class:`InvalidSkillError` is raised.
     """
     check_skill(skill)  # the name is safe as a directory name from here on
     directory = Path(root) / skill.name
     target = directory / SKILL_FILE
+    _refuse_link(directory)
     created = not directory.exists()
-    prior = target.read_bytes() if target.is_file() else None
     directory.mkdir(parents=True, exist_ok=True)
+    _refuse_link(directory)  # made a link since the check above
+    _refuse_link(target)
+    prior = target.read_bytes() if target.is_file() else None
     _atomic_write(target, skill.render().encode("utf-8"))
     try:
         reread = read_skill(target)
@@ -808,15 +859,49 @@ def write_skill_md(skill: Skill, root: str | os.PathLike[str]) -> Path:
     return target
 
 
+def _refuse_link(path: Path) -> None:
+    if path.is_symlink():
+        raise InvalidInputError(
+            f"{path} is a symbolic link, and skills are never written through one"
+            " — remove the link or write to another folder"
+        )
+
+
+# Where the platform can, the file is written relative to its folder opened without following a
+# link, so a folder swapped for a link after the checks above is refused too (ELOOP or ENOTDIR).
+_NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# (os.replace shares os.rename's implementation; only the latter is listed in supports_dir_fd.)
+_BY_FOLDER = bool(_NO_FOLLOW) and {os.open, os.rename, os.unlink} <= os.supports_dir_fd
+
+
 def _atomic_write(target: Path, data: bytes) -> None:
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    folder: int | None = None
+    if _BY_FOLDER:
+        try:
+            folder = os.open(target.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NO_FOLLOW)
+        except OSError:
+            _refuse_link(target.parent)
+            raise
+    # Relative to the open folder when there is one, else the full path.
+    tmp_name = f".{target.name}.{os.getpid()}.tmp"
+    tmp = tmp_name if folder is not None else str(target.with_name(tmp_name))
     try:
-        with open(tmp, "wb") as handle:
+        with contextlib.suppress(FileNotFoundError):  # left by a crashed write with this process id
+            os.unlink(tmp, dir_fd=folder)
+        # O_EXCL and O_NOFOLLOW: a link planted at the temporary name is never written through.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NO_FOLLOW | getattr(os, "O_BINARY", 0), 0o644,
+                     dir_fd=folder)
+        with open(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        # Replacing a name never follows a link there: it replaces the name itself.
+        if folder is not None:
+            os.replace(tmp, target.name, src_dir_fd=folder, dst_dir_fd=folder)
+        else:
+            os.replace(tmp, target)
     finally:
         with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-
+            os.unlink(tmp, dir_fd=folder)
+        if folder is not None:
+            os.close(folder)
