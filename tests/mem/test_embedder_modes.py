@@ -228,3 +228,12 @@ def test_a_file_without_write_permission_is_read_and_never_written(tmp_path: Pat
         check_read_only(path)
     finally:
         path.parent.chmod(0o755)
+
+
+def test_the_environment_knows_every_model_by_name() -> None:
+    from typing import get_args
+
+    from harness_mem.providers.embeddings import EMBEDDERS
+    from harness_mem.settings import Settings
+
+    assert set(get_args(Settings.model_fields["embedder"].annotation)) == {"auto", "none", *EMBEDDERS}

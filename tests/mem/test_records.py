@@ -29,7 +29,8 @@ FIELDS = {
     "episode": {"situation", "outcome", "tools", "tags", "skills", "success"},
     "skill-front-matter": {"name", "description", "license", "compatibility", "metadata", "allowed-tools"},
     "settings": {"HARNESS_MEM_DB", "HARNESS_MEM_HOME", "HARNESS_MEM_NAMESPACE", "HARNESS_MEM_EMBEDDER",
-                 "HARNESS_MEM_MODEL_URL", "HARNESS_MEM_MODEL", "HARNESS_MEM_API_KEY", "XDG_DATA_HOME"},
+                 "HARNESS_MEM_MODEL_URL", "HARNESS_MEM_MODEL", "HARNESS_MEM_API_KEY", "XDG_DATA_HOME",
+                 "HARNESS_MEM_EMBED_RUNTIME", "HARNESS_MEM_CACHE_DIR", "XDG_CACHE_HOME"},
 }
 
 
@@ -165,7 +166,7 @@ def test_settings_are_read_from_the_environment_in_one_place(tmp_path: Path) -> 
     settings = Settings.from_env({"HARNESS_MEM_MODEL_URL": "http://m/v1", "HARNESS_MEM_API_KEY": "sk-secret"})
     assert (settings.model_url, settings.embedder, settings.namespace) == ("http://m/v1", "auto", "default")
     assert "sk-secret" not in repr(settings)
-    with pytest.raises(InvalidInputError, match="HARNESS_MEM_EMBEDDER must be one of 'auto' or 'none', not 'gpu'"):
+    with pytest.raises(InvalidInputError, match="HARNESS_MEM_EMBEDDER must be one of 'auto', 'none', 'minilm' or 'minilm-int8', not 'gpu'"):
         Settings.from_env({"HARNESS_MEM_EMBEDDER": "gpu"})
 
 
