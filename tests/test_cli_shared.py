@@ -192,6 +192,7 @@ def test_migrate_list_shows_both_sets(db_path: Path) -> None:
         ("harness_mem", "skipped", "0006_run_leases"),
         ("harness_mem", "applied", "0007_memories_view"),
         ("harness_mem", "applied", "0008_vectors_in_vec0"),
+        ("harness_mem", "applied", "0009_corrections"),
         ("harness_loop", "applied", "0001_runs"),
     ]
     assert "0002_runs  (retired: the runs tables moved to the harness_loop migration set)" in listing.stdout
@@ -212,7 +213,7 @@ def test_migrate_list_shows_both_sets(db_path: Path) -> None:
 
 def test_migrate_list_on_a_new_file_shows_what_opening_would_do(db_path: Path) -> None:
     listing = invoke("harness-mem", "--db", str(db_path), "migrate", "--list")
-    assert [line.split()[:2] for line in listing.stdout.splitlines()] == [["harness_mem", "pending"]] * 8
+    assert [line.split()[:2] for line in listing.stdout.splitlines()] == [["harness_mem", "pending"]] * 9
     assert not db_path.exists()  # listing is a read: it creates nothing
 
 

@@ -63,6 +63,8 @@ def anyio_backend() -> str:
 # else reaches the file through their methods.
 STORAGE_MODULES = {
     "harness_mem/db.py",
+    "harness_mem/corrections.py",
+    "harness_mem/sessions.py",
     "harness_mem/migrations.py",
     "harness_mem/store.py",
     "harness_mem/recall.py",

@@ -51,6 +51,7 @@ class Filters(Record):
     any_tags: _Tags = Field((), description="at least one of these")
     since: _When = None
     until: _When = None
+    include_superseded: bool = Field(False, description="also entries a correction replaced")
 
     @property
     def is_empty(self) -> bool:
@@ -63,8 +64,11 @@ class Filters(Record):
 
         ``live=False`` leaves out the expiry test, for a first pass that an index answers alone.
         """
-        clauses = [f"{alias}.namespace = ?"]
+        # A forgotten entry is never returned; a superseded one only when asked for.
+        clauses = [f"{alias}.namespace = ?", f"{alias}.forgotten_at IS NULL"]
         params: list[Any] = [namespace]
+        if not self.include_superseded:
+            clauses.append(f"{alias}.superseded_by IS NULL")
         if live:
             clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)")
             params.append(now_ms)
@@ -110,9 +114,10 @@ def make_filters(
     any_tags: Sequence[str] | str = (),
     since: str | datetime | None = None,
     until: str | datetime | None = None,
+    include_superseded: bool = False,
 ) -> Filters:
     """Filters from loosely typed arguments (times as ISO strings or ages like ``7d``), validated."""
     return Filters(
         kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags, any_tags=any_tags,
-        since=since, until=until,
+        since=since, until=until, include_superseded=include_superseded,
     )

@@ -100,6 +100,9 @@ def parse_line(raw: bytes | str) -> dict[str, Any] | None:
         timestamp = data.pop("timestamp")
         data.setdefault("created_at", timestamp)
     data.pop("content_hash", None)  # derived: recomputed from the content, as in an export
+    for name in ("superseded_by", "superseded_at"):  # an export lists live entries: these are null there
+        if data.get(name) is None:
+            data.pop(name, None)
     if data.keys() <= KNOWN_KEYS:  # the common case: nothing to move into the metadata
         return data
     extra = {k: data.pop(k) for k in data.keys() - KNOWN_KEYS}

@@ -41,14 +41,15 @@ def reindex(store: MemoryStore, *, progress: Callable[[int], None] | None = None
     total = store._conn.execute("SELECT count(*) FROM entries").fetchone()[0]
     with store.transaction():
         store._conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('delete-all')")
+        # A forgotten entry gets no index row back: recall must never find it.
         rows = store._conn.execute(
-            f"SELECT {COLUMNS} FROM entries ORDER BY namespace, session, created_at, pk"
+            f"SELECT {COLUMNS} FROM entries WHERE forgotten_at IS NULL ORDER BY namespace, session, created_at, pk"
         ).fetchall()
         # In this order every turn's previous turn is the one before it: no lookups needed.
         texts = store._index_texts([Row._make(row) for row in rows], lookup=False)
         store._conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
                               zip((row[0] for row in rows), texts, strict=True))
-    report = {"entries": total, "keyword_rows": total, "vectors_dropped": 0, "vectors_written": 0}
+    report = {"entries": total, "keyword_rows": len(rows), "vectors_dropped": 0, "vectors_written": 0}
     if keyword_only:  # the switch to keyword only: no vectors kept, and no model loaded from now on
         with store.transaction():
             report["vectors_dropped"] = drop_vectors(store._conn)

@@ -46,6 +46,9 @@ __all__ = [
     "MAX_TTL_DAYS",
     "Entry",
     "Hit",
+    "Remembered",
+    "SessionHit",
+    "SessionSummary",
     "ImportLine",
     "Kind",
     "Record",
@@ -246,6 +249,9 @@ class Entry(Record):
     content_hash: str = ""
     # Kinds redacted on write (name → count); None: written with redaction off.
     redactions: dict[str, int] | None = None
+    # Set when a correction replaced this entry (``MemoryStore.supersede``): by which entry, and when.
+    superseded_by: str | None = None
+    superseded_at: Time | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; :meth:`from_dict` reads it back unchanged."""
@@ -271,13 +277,52 @@ class Hit(Record):
     score: float
     snippet: str = ""
     components: dict[str, dict[str, float | int | None]] | None = None
+    #: With ``recall(context=N)``: the turns around a turn hit in its session, in order (not hits).
+    context: tuple[Entry, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The entry's fields with ``score`` first and ``snippet`` (and ``components``) after."""
+        """The entry's fields with ``score`` first and ``snippet`` (and ``components``, ``context``) after."""
         data = {"score": self.score, **self.entry.to_dict(), "snippet": self.snippet}
         if self.components is not None:
             data["components"] = self.components
+        if self.context is not None:
+            data["context"] = [entry.to_dict() for entry in self.context]
         return data
+
+
+class Remembered(Record):
+    """What ``remember`` (or ``supersede``) did: the id, and whether anything was written."""
+
+    id: str
+    deduped: bool = Field(False, description="an exact duplicate was already stored: this is its id")
+    redactions: dict[str, int] = Field(default_factory=dict, description="what redaction replaced, by kind")
+    supersedes: str | None = Field(None, description="the id of the entry this one corrected")
+
+
+class SessionSummary(Record):
+    """One session (conversation) in a namespace: its size and time span."""
+
+    session: str
+    turns: int
+    started_at: Time
+    ended_at: Time
+
+
+class SessionHit(Record):
+    """A session ranked by ``recall_sessions``: where it best matches, and what frames it."""
+
+    session: str
+    score: float
+    anchor: Hit = Field(description="the session's best-matching entry")
+    around: tuple[Entry, ...] = Field((), description="the turns just before and after the anchor, in order")
+    first: Entry
+    last: Entry
+    turns: int
+    started_at: Time
+    ended_at: Time
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
 
 
 # ---- what comes in -----------------------------------------------------------------------------

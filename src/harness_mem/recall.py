@@ -71,6 +71,7 @@ class Recall:
         explain: bool = False,
         query_vector: npt.NDArray[np.float32] | None = None,
         strict: bool = False,
+        include_superseded: bool = False,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
 
@@ -92,7 +93,7 @@ class Recall:
             raise InvalidInputError(f"k must be a whole number of hits, at most {MAX_RECALL_K:,}, not {k!r:.40}")
         if k <= 0:
             return []
-        filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until)
+        filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until, include_superseded)
         named: list[str] = []
         # Binding the model may write (an older file's upgrade): before the snapshot.
         if mode != "keyword" and not self._vectors_usable(mode, strict):
@@ -253,7 +254,11 @@ class Recall:
         where, params = filters.sql(self.store.namespace, now)
         in_index = vector_filter(filters)
         if filters.is_empty or in_index is not None:
-            found = index.search(vector, k, self.store.namespace, where=in_index)
+            # The index keeps superseded entries' vectors (include_superseded finds them): ask for as
+            # many more as there are such entries, and drop them.
+            hidden = set() if filters.include_superseded else self._superseded_pks()
+            found = index.search(vector, k + len(hidden), self.store.namespace, where=in_index)
+            found = [hit for hit in found if hit[0] not in hidden][:k]
         else:
             # First without the expiry test, which needs every row and not only the index; the hits
             # are checked below, and an expired one sends the search round again with it.
@@ -262,6 +267,13 @@ class Recall:
         if self._all_pass(found, where, params):
             return found
         return index.search(vector, k, self.store.namespace, self._pks(where, params))
+
+    def _superseded_pks(self) -> set[int]:
+        """The namespace's superseded entries (a partial index keeps this lookup small)."""
+        return {pk for (pk,) in self.conn.execute(
+            "SELECT pk FROM entries INDEXED BY entries_superseded WHERE namespace = ? AND superseded_by IS NOT NULL",
+            (self.store.namespace,),
+        )}
 
     def _pks(self, where: str, params: list[Any]) -> list[int]:
         return [pk for (pk,) in self.conn.execute(f"SELECT e.pk FROM entries e WHERE {where}", params)]
@@ -285,7 +297,7 @@ class Recall:
             return True
         # A keyword-only or read-only file this model has no vectors in binds no index: all missing.
         bound = self.store._vector_index(writing=False) is not None
-        total = int(self.conn.execute("SELECT count(*) FROM entries").fetchone()[0])
+        total = int(self.conn.execute("SELECT count(*) FROM entries WHERE forgotten_at IS NULL").fetchone()[0])
         missing = missing_vectors(self.conn) if bound else total
         self.vectors_complete, self._vectors_checked_at = bound and missing == 0, version
         if not missing:

@@ -30,7 +30,7 @@ from .redaction import Redactor
 
 COLUMNS = (
     "pk, id, namespace, kind, content, role, session, tags, source, metadata, created_at, expires_at,"
-    " content_hash, redactions"
+    " content_hash, redactions, superseded_by, superseded_at, forgotten_at"
 )
 PLACEHOLDERS = ", ".join("?" * len(COLUMNS.split(",")))
 
@@ -57,6 +57,9 @@ class Row(NamedTuple):
     expires_at: int | None  # ms
     content_hash: str
     redactions: str | None  # JSON; NULL when written with redaction off
+    superseded_by: str | None = None  # the id of the entry that corrected this one
+    superseded_at: int | None = None  # ms
+    forgotten_at: int | None = None  # ms; a tombstone until purged
 
 
 def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Redactor | None) -> Row:
@@ -148,6 +151,8 @@ def entry_from_row(row: Sequence[Any]) -> Entry:
         "expires_at": from_ms(row[11]) if row[11] is not None else None,
         "content_hash": row[12],
         "redactions": json.loads(row[13]) if row[13] is not None else None,
+        "superseded_by": row[14],
+        "superseded_at": from_ms(row[15]) if row[15] is not None else None,
     })
 
 

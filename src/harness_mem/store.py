@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlite_utils import Database
 
-from . import keyword, maintenance, migrations
+from . import corrections, keyword, maintenance, migrations, sessions
 from .db import Connection, connect, default_path, is_read_only, write_transaction
 from .errors import (
     BlockedError,
@@ -32,7 +32,7 @@ from .errors import (
     StorageError,
 )
 from .filters import make_filters
-from .models import Entry, Hit, now_ms
+from .models import Entry, Hit, Remembered, SessionHit, SessionSummary, now_ms
 from .protocols import Embedder
 from .providers.embeddings import RECORDED_NAMES, default_embedder, named_embedder
 from .recall import Mode, Recall
@@ -318,7 +318,7 @@ class MemoryStore:
     def _previous_turn(self, row: Row, before_pk: int | None) -> tuple[str, str | None] | None:
         found = self._conn.execute(
             "SELECT content, role FROM entries WHERE namespace = ? AND session = ? AND kind = 'turn'"
-            " AND (created_at < ? OR (created_at = ? AND pk < ?)) ORDER BY created_at DESC, pk DESC LIMIT 1",
+            " AND forgotten_at IS NULL AND (created_at < ? OR (created_at = ? AND pk < ?)) ORDER BY created_at DESC, pk DESC LIMIT 1",
             (row.namespace, row.session, row.created_at, row.created_at, before_pk if before_pk is not None else 2**62),
         ).fetchone()
         return (found[0], found[1]) if found else None
@@ -327,7 +327,7 @@ class MemoryStore:
         """Rewrite the index row of the turn that followed a deleted one: it held that turn's text."""
         following = self._conn.execute(
             f"SELECT {COLUMNS} FROM entries e WHERE namespace = ? AND session = ? AND kind = 'turn'"
-            " AND (created_at > ? OR (created_at = ? AND pk > ?)) ORDER BY created_at, pk LIMIT 1",
+            " AND forgotten_at IS NULL AND (created_at > ? OR (created_at = ? AND pk > ?)) ORDER BY created_at, pk LIMIT 1",
             (namespace, session, created_ms, created_ms, pk),
         ).fetchone()
         if following is None:
@@ -462,13 +462,25 @@ class MemoryStore:
         row = self._conn.execute(
             "SELECT namespace, session, created_at, kind FROM entries WHERE pk = ?", (pk,)
         ).fetchone()
+        self._drop_derived(pk)
+        self._conn.execute("DELETE FROM entries WHERE pk = ?", (pk,))
+        if row is not None and row[3] == "turn" and row[1]:
+            self._reindex_turn_after(row[0], row[1], row[2], pk)
+
+    def _drop_derived(self, pk: int) -> None:
+        """Remove an entry's keyword and vector rows (inside a write transaction)."""
         self._conn.execute("DELETE FROM entries_fts WHERE rowid = ?", (pk,))
         if self._vectors is not None:
             self._vectors.delete(pk)
         elif has_vector_table(self._conn):  # vectors made by another process's embedder: vec0 has no cascade
             self._conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (pk,))
-        self._conn.execute("DELETE FROM entries WHERE pk = ?", (pk,))
         self._vectors_touched = True
+
+    def _reindex_neighbour(self, pk: int) -> None:
+        """After a turn is forgotten, the next turn of its session stops carrying its text."""
+        row = self._conn.execute(
+            "SELECT namespace, session, created_at, kind FROM entries WHERE pk = ?", (pk,)
+        ).fetchone()
         if row is not None and row[3] == "turn" and row[1]:
             self._reindex_turn_after(row[0], row[1], row[2], pk)
 
@@ -482,12 +494,62 @@ class MemoryStore:
                 self._delete_pk(pk)
         return len(pks)
 
+    # ---- memory operations (what agents call: tools, MCP) --------------------------------------
+
+    def remember(self, content: str, *, kind: str | None = None, tags: Iterable[str] = (),
+                 session: str | None = None, role: str | None = None, source: str | None = None,
+                 metadata: Mapping[str, Any] | None = None, supersedes: str | None = None) -> Remembered:
+        """Store ``content`` unless an exact duplicate (same kind and redacted text) is already here.
+
+        Returns the id (the existing one with ``deduped=True`` for a duplicate) and what redaction
+        replaced. ``supersedes=ID`` makes it a correction of that entry (see :meth:`supersede`).
+        """
+        return corrections.remember(self, content, kind=kind, tags=tags, session=session, role=role,
+                                    source=source, metadata=metadata, supersedes=supersedes)
+
+    def supersede(self, old_id: str, new_content: str, **changes: Any) -> Remembered:
+        """Correct an entry: the new text becomes a new entry, and the old one is kept, marked as
+        replaced (recall hides it; :meth:`history` shows the chain). Nothing is overwritten."""
+        return corrections.supersede(self, old_id, new_content, **changes)
+
+    def history(self, id: str) -> list[Entry]:
+        """The chain of corrections ``id`` belongs to, oldest first."""
+        return corrections.history(self, id)
+
+    def forget(self, id: str | None = None, **filters: Any) -> int:
+        """Tombstone an entry (or every entry matching ``session=``, ``tags=``, ``kind=``, ``since=``,
+        ``until=``): it is never returned again, and :meth:`purge` removes its content."""
+        return corrections.forget(self, id, **filters)
+
+    def purge(self) -> int:
+        """Remove this namespace's forgotten and expired entries from the file, bytes included."""
+        return corrections.purge(self)
+
+    def recent(self, n: int = 20, *, kind: str | None = None) -> list[Entry]:
+        """The ``n`` latest entries, newest first: "what was I doing"."""
+        if not isinstance(n, int) or not 1 <= n <= sessions.MAX_PAGE:
+            raise InvalidInputError(f"n must be between 1 and {sessions.MAX_PAGE}, not {n!r}")
+        return list(self.list(limit=n, newest_first=True, kind=kind))
+
+    def recall_sessions(self, query: str, k: int = 5, *, context: int = 1, **recall_args: Any) -> list[SessionHit]:
+        """The sessions that best answer ``query``: each with its best hit, the turns around it, its
+        first and last turns, its size and dates."""
+        return sessions.recall_sessions(self, query, k, context=context, **recall_args)
+
+    def sessions(self, limit: int = 20, offset: int = 0) -> list[SessionSummary]:
+        """Sessions, most recently active first, with their sizes."""
+        return sessions.sessions(self, limit, offset)
+
+    def session_turns(self, session: str, offset: int = 0, limit: int = 50) -> list[Entry]:
+        """One session's entries in order, a page at a time."""
+        return sessions.session_turns(self, session, offset, limit)
+
     # ---- reads -------------------------------------------------------------------------------
 
     def get(self, id: str) -> Entry:
         """The entry with this id; raises :class:`NotFoundError` (also for an expired one)."""
         row = self._conn.execute(
-            f"SELECT {COLUMNS} FROM entries e WHERE e.namespace = ? AND e.id = ?"
+            f"SELECT {COLUMNS} FROM entries e WHERE e.namespace = ? AND e.id = ? AND e.forgotten_at IS NULL"
             " AND (e.expires_at IS NULL OR e.expires_at > ?)",
             (self.namespace, id, now_ms()),
         ).fetchone()
@@ -519,6 +581,9 @@ class MemoryStore:
         explain: bool = False,
         query_vector: npt.NDArray[np.float32] | None = None,
         strict: bool = False,
+        min_score: float | None = None,
+        context: int = 0,
+        include_superseded: bool = False,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
 
@@ -530,12 +595,19 @@ class MemoryStore:
 
         Entries stored without a vector are matched by keyword alone, with a
         :class:`~harness_mem.errors.MissingVectorsWarning`; ``strict=True`` refuses instead.
+
+        ``min_score`` drops hits scoring below it; ``context=N`` gives each turn hit the N turns
+        before and after it in its session (``hit.context``); entries a correction replaced are
+        left out unless ``include_superseded``.
         """
-        return self._recall(
+        hits = self._recall(
             query, k, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
             any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,
-            strict=strict,
+            strict=strict, include_superseded=include_superseded,
         )
+        if min_score is not None:
+            hits = [hit for hit in hits if hit.score >= min_score]
+        return sessions.with_context(self, hits, context) if context else hits
 
     def embed_queries(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embeddings of many queries in one model call (to pass to :meth:`recall` as ``query_vector``).

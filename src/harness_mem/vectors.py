@@ -141,17 +141,18 @@ def embedding_text(content: str, role: str | None) -> str:
 def missing_vectors(conn: Connection) -> int:
     """Entries (in every namespace) that have no vector yet: ``reindex`` embeds them."""
     if not _has_current_layout(conn):
-        return int(conn.execute("SELECT count(*) FROM entries").fetchone()[0])
+        return int(conn.execute("SELECT count(*) FROM entries WHERE forgotten_at IS NULL").fetchone()[0])
     # vec0 keeps its rows' pks in a plain table: an indexed lookup, not a scan of the vectors.
     return int(conn.execute(
-        f"SELECT count(*) FROM entries e WHERE NOT EXISTS (SELECT 1 FROM {TABLE}_rowids r WHERE r.rowid = e.pk)"
+        f"SELECT count(*) FROM entries e WHERE e.forgotten_at IS NULL"
+        f" AND NOT EXISTS (SELECT 1 FROM {TABLE}_rowids r WHERE r.rowid = e.pk)"
     ).fetchone()[0])
 
 
 def entries_without_vectors(conn: Connection, limit: int) -> list[tuple[int, str, str, str | None, str, int]]:
     """Up to ``limit`` entries that have no vector: (pk, namespace, kind, session, text to embed, created_at)."""
     rows = conn.execute(
-        "SELECT pk, namespace, kind, session, content, role, created_at FROM entries e WHERE NOT EXISTS"
+        "SELECT pk, namespace, kind, session, content, role, created_at FROM entries e WHERE e.forgotten_at IS NULL AND NOT EXISTS"
         f" (SELECT 1 FROM {TABLE}_rowids r WHERE r.rowid = e.pk) ORDER BY pk LIMIT ?",
         (limit,),
     ).fetchall()

@@ -33,6 +33,7 @@ def test_the_memories_view_shows_entries_readably(db_path: Path) -> None:
     assert rows[0] == {
         "id": rows[0]["id"], "namespace": "default", "kind": "turn", "role": "assistant", "session": "s-42",
         "time": "2026-03-02T09:15:00.250Z", "content": "deploys are on Tuesdays", "tags": '["ops"]',
+        "superseded_by": None,
     }
     counts = sqlite_utils("query", str(db_path), "select kind, count(*) as n from memories group by kind order by kind")
     assert counts == [{"kind": "fact", "n": 1}, {"kind": "turn", "n": 1}]

@@ -21,11 +21,12 @@ from harness_mem.schema import MODELS
 
 FIELDS = {
     "entry": {"id", "content", "kind", "namespace", "role", "session", "tags", "source", "metadata", "created_at",
-              "expires_at", "content_hash", "redactions"},
-    "hit": {"entry", "score", "snippet", "components"},
+              "expires_at", "content_hash", "redactions", "superseded_by", "superseded_at"},
+    "hit": {"entry", "score", "snippet", "components", "context"},
     "import-line": {"content", "text", "role", "session", "kind", "id", "created_at", "timestamp", "tags", "source",
                     "metadata", "expires_at", "ttl_days", "redactions", "namespace"},
-    "filters": {"kind", "role", "session", "session_prefix", "tags", "any_tags", "since", "until"},
+    "filters": {"kind", "role", "session", "session_prefix", "tags", "any_tags", "since", "until",
+                "include_superseded"},
     "episode": {"situation", "outcome", "tools", "tags", "skills", "success"},
     "skill-front-matter": {"name", "description", "license", "compatibility", "metadata", "allowed-tools"},
     "settings": {"HARNESS_MEM_DB", "HARNESS_MEM_HOME", "HARNESS_MEM_NAMESPACE", "HARNESS_MEM_EMBEDDER",
@@ -110,8 +111,8 @@ def test_entries_and_hits_keep_their_dataclass_manners(store: MemoryStore) -> No
         Entry("e2", "x", colour="red")
     with pytest.raises(InvalidInputError, match="score must be a number, not str"):
         Hit(made, "high")
-    with pytest.raises(TypeError, match="at most 4 positional"):
-        Hit(made, 0.5, "", None, "extra")
+    with pytest.raises(TypeError, match="at most 5 positional"):
+        Hit(made, 0.5, "", None, None, "extra")
     stored = store.add("we chose argon2id", tags=["decision"], metadata={"n": 1})
     assert store.get(stored.id) == stored == Entry.from_dict(stored.to_dict())
     assert store.recall("argon2id")[0].entry == stored
