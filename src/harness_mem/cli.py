@@ -362,6 +362,65 @@ def delete(ctx: click.Context, entry_id: str) -> None:
     click.echo(f"Deleted {entry_id}", err=True)
 
 
+@cli.command()
+@click.argument("old_id")
+@click.argument("text")
+@json_object_option
+@click.pass_context
+def supersede(ctx: click.Context, old_id: str, text: str, as_json: bool) -> None:
+    """Correct the entry OLD_ID with TEXT: a new entry replaces it, and the old one is kept, marked.
+
+    Recall then shows the new text only (`--all-versions` shows both); `get` shows the chain.
+
+    \b
+    Example:
+        harness-mem supersede 01J0Z3V6Q4XK8M2N5P7R9S1T3V "the deploy target is staging-eu"
+    """
+    with open_store(ctx) as store:
+        done = store.supersede(old_id, text)
+    if as_json:
+        echo_json(done.to_dict())
+    else:
+        click.echo(done.id)
+
+
+@cli.command()
+@click.argument("entry_id", required=False)
+@click.option("--session", help="Every entry of this session.")
+@click.option("--tag", "tags", multiple=True, help="Every entry carrying this tag (repeatable: all of them).")
+@click.option("--kind", help="Every entry of this kind.")
+@click.option("--since", help="Created at or after: ISO-8601 or an age like 7d.")
+@click.option("--until", help="Created at or before: ISO-8601 or an age.")
+@click.pass_context
+def forget(ctx: click.Context, entry_id: str | None, session: str | None, tags: tuple[str, ...], kind: str | None,
+           since: str | None, until: str | None) -> None:
+    """Forget ENTRY_ID, or every entry the options select: recall never returns it again.
+
+    The content stays in the file until `harness-mem purge`.
+
+    \b
+    Example:
+        harness-mem forget --session s-42
+    """
+    with open_store(ctx) as store:
+        n = store.forget(entry_id, session=session, tags=tags, kind=kind, since=since, until=until)
+    click.echo(f"Forgot {n} entries (`harness-mem purge` removes their content from the file)", err=True)
+
+
+@cli.command()
+@click.pass_context
+def purge(ctx: click.Context) -> None:
+    """Remove forgotten and expired entries from the file: content, index rows and vectors.
+
+    \b
+    Example:
+        harness-mem purge
+    """
+    with open_store(ctx) as store:
+        n = store.purge()
+    click.echo(f"Purged {n} entries (forgotten or expired) from the file", err=True)
+
+
 # ---- reading -----------------------------------------------------------------------------------
 
 
@@ -374,11 +433,15 @@ def delete(ctx: click.Context, entry_id: str) -> None:
 @click.option("--explain", is_flag=True, help="Show each retriever's rank and score for every hit.")
 @click.option("--strict", is_flag=True,
               help="Refuse semantic or hybrid recall while some entries have no vector (default: warn).")
+@click.option("--context", type=click.IntRange(0, 20), default=0, help="Show N turns before and after each turn hit.")
+@click.option("--min-score", type=float, help="Leave out hits scoring below this.")
+@click.option("--all-versions", is_flag=True, help="Include entries that a correction replaced.")
 @json_option
 @click.pass_context
 def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str | None, role: str | None,
            session: str | None, session_prefix: str | None, tags: tuple[str, ...], since: str | None,
-           until: str | None, explain: bool, strict: bool, as_json: bool) -> None:
+           until: str | None, explain: bool, strict: bool, context: int, min_score: float | None,
+           all_versions: bool, as_json: bool) -> None:
     """Find the entries most relevant to QUERY, best first.
 
     \b
@@ -389,7 +452,8 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
     with open_store(ctx) as store:
         hits = store.recall(query, k=k, mode=mode, kind=kind, role=role, session=session,  # type: ignore[arg-type]
                             session_prefix=session_prefix, tags=tags, since=since, until=until,
-                            explain=explain, strict=strict)
+                            explain=explain, strict=strict, context=context, min_score=min_score,
+                            include_superseded=all_versions)
     if as_json:
         for hit in hits:
             echo_json(hit.to_dict())
@@ -402,7 +466,11 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
 
 def _print_hit(rank: int, hit: Hit) -> None:
     click.echo(f"{rank:>2}. [{hit.score:.4g}] {_describe(hit.entry)}")
+    if hit.entry.superseded_by:
+        click.echo(f"    (replaced by {hit.entry.superseded_by})")
     click.echo(f"    {hit.snippet}")
+    for turn in hit.context or ():
+        click.echo(f"      · {turn.role or turn.kind}: {turn.content}")
     if hit.components:
         detail = ", ".join(
             f"{name} {'#' + str(c['rank']) if c['rank'] else '-'} ({c['score']:.4g})"
@@ -424,10 +492,13 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
     """
     with open_store(ctx) as store:
         entry = store.get(entry_id)
+        chain = store.history(entry_id)
     if as_json:
-        echo_json(entry.to_dict())
+        echo_json({**entry.to_dict(), "history": [e.id for e in chain]})
         return
     click.echo(_describe(entry))
+    if len(chain) > 1:
+        click.echo("history: " + " → ".join(e.id + (" (this)" if e.id == entry.id else "") for e in chain))
     if entry.source:
         click.echo(f"source: {entry.source}")
     if entry.expires_at:
@@ -459,8 +530,98 @@ def list_(ctx: click.Context, kind: str | None, role: str | None, session: str |
             if as_json:
                 echo_json(entry.to_dict())
             else:
-                content = " ".join(entry.content.split())
-                click.echo(f"{_describe(entry)}\n    {content[:160]}{'…' if len(content) > 160 else ''}")
+                _print_entry_line(entry)
+
+
+def _print_entry_line(entry: Entry) -> None:
+    content = " ".join(entry.content.split())
+    click.echo(f"{_describe(entry)}\n    {content[:160]}{'…' if len(content) > 160 else ''}")
+
+
+@cli.command()
+@click.option("-n", "n", type=click.IntRange(1, 1000), default=20, show_default=True, help="How many.")
+@click.option("--kind", help="Only this kind.")
+@json_option
+@click.pass_context
+def recent(ctx: click.Context, n: int, kind: str | None, as_json: bool) -> None:
+    """The latest entries, newest first: what was I doing?
+
+    \b
+    Example:
+        harness-mem recent -n 5
+    """
+    with open_store(ctx) as store:
+        entries = store.recent(n, kind=kind)
+    for entry in entries:
+        if as_json:
+            echo_json(entry.to_dict())
+        else:
+            _print_entry_line(entry)
+
+
+@cli.group("sessions")
+def sessions_group() -> None:
+    """Sessions (conversations) as units: list them, read one, find the ones that answer a query."""
+
+
+@sessions_group.command("list")
+@click.option("--limit", "-n", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--offset", type=click.IntRange(min=0), default=0)
+@json_option
+@click.pass_context
+def sessions_list(ctx: click.Context, limit: int, offset: int, as_json: bool) -> None:
+    """Sessions, most recently active first, with their sizes and dates."""
+    with open_store(ctx) as store:
+        found = store.sessions(limit, offset)
+    for summary in found:
+        if as_json:
+            echo_json(summary.model_dump(mode="json"))
+        else:
+            click.echo(f"{summary.session}  {summary.turns} entries  {format_time(summary.started_at)[:16]}"
+                       f" → {format_time(summary.ended_at)[:16]}".replace("T", " "))
+
+
+@sessions_group.command("show")
+@click.argument("session")
+@click.option("--offset", type=click.IntRange(min=0), default=0)
+@click.option("--limit", "-n", type=click.IntRange(1, 1000), default=50, show_default=True)
+@json_option
+@click.pass_context
+def sessions_show(ctx: click.Context, session: str, offset: int, limit: int, as_json: bool) -> None:
+    """The entries of SESSION in order, a page at a time (--offset, --limit)."""
+    with open_store(ctx) as store:
+        turns = store.session_turns(session, offset, limit)
+    if not turns and offset == 0:
+        raise click.ClickException(f"no session {session!r} — `harness-mem sessions list` shows them")
+    for entry in turns:
+        if as_json:
+            echo_json(entry.to_dict())
+        else:
+            click.echo(f"[{format_time(entry.created_at)[:16].replace('T', ' ')}] {entry.role or entry.kind}: {entry.content}")
+
+
+@sessions_group.command("recall")
+@click.argument("query")
+@click.option("-k", "k", type=click.IntRange(1, 100), default=5, show_default=True, help="How many sessions.")
+@click.option("--context", type=click.IntRange(0, 20), default=1, show_default=True,
+              help="Turns shown around each session's best hit.")
+@json_option
+@click.pass_context
+def sessions_recall(ctx: click.Context, query: str, k: int, context: int, as_json: bool) -> None:
+    """The sessions that best answer QUERY: each with its best hit, the turns around it, its size and dates."""
+    with open_store(ctx) as store:
+        found = store.recall_sessions(query, k, context=context)
+    if not found and not as_json:
+        click.echo("No matches.", err=True)
+    for rank, hit in enumerate(found, start=1):
+        if as_json:
+            echo_json(hit.to_dict())
+            continue
+        click.echo(f"{rank:>2}. [{hit.score:.4g}] {hit.session}  {hit.turns} entries"
+                   f"  {format_time(hit.started_at)[:10]} → {format_time(hit.ended_at)[:10]}")
+        for turn in hit.around:
+            marker = "»" if turn.id == hit.anchor.entry.id else "·"
+            click.echo(f"    {marker} {turn.role or turn.kind}: {turn.content}")
 
 
 @cli.command()

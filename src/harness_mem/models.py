@@ -298,6 +298,9 @@ class Remembered(Record):
     redactions: dict[str, int] = Field(default_factory=dict, description="what redaction replaced, by kind")
     supersedes: str | None = Field(None, description="the id of the entry this one corrected")
 
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
 
 class SessionSummary(Record):
     """One session (conversation) in a namespace: its size and time span."""
@@ -314,7 +317,7 @@ class SessionHit(Record):
     session: str
     score: float
     anchor: Hit = Field(description="the session's best-matching entry")
-    around: tuple[Entry, ...] = Field((), description="the turns just before and after the anchor, in order")
+    around: tuple[Entry, ...] = Field((), description="the anchor with the turns just before and after it, in order")
     first: Entry
     last: Entry
     turns: int

@@ -36,6 +36,11 @@ def with_context(store: MemoryStore, hits: list[Hit], n: int) -> list[Hit]:
 
 def around(store: MemoryStore, entry: Entry, n: int) -> list[Entry]:
     """The ``n`` turns before and after ``entry`` in its session, in order, without it."""
+    before, after = _neighbours(store, entry, n)
+    return [*before, *after]
+
+
+def _neighbours(store: MemoryStore, entry: Entry, n: int) -> tuple[list[Entry], list[Entry]]:
     pk = _pk(store, entry.id)
     created = int(entry.created_at.timestamp() * 1000)
     params = (store.namespace, entry.session, created, created, pk, n)
@@ -47,7 +52,7 @@ def around(store: MemoryStore, entry: Entry, n: int) -> list[Entry]:
         f"SELECT {COLUMNS} FROM entries e WHERE {_LIVE} AND (e.created_at > ? OR (e.created_at = ? AND e.pk > ?))"
         " ORDER BY e.created_at, e.pk LIMIT ?", params,
     ).fetchall()
-    return [entry_from_row(row) for row in [*reversed(before), *after]]
+    return [entry_from_row(row) for row in reversed(before)], [entry_from_row(row) for row in after]
 
 
 def _pk(store: MemoryStore, entry_id: str) -> int:
@@ -58,8 +63,8 @@ def _pk(store: MemoryStore, entry_id: str) -> int:
 def recall_sessions(store: MemoryStore, query: str, k: int = 5, *, context: int = 1, **recall_args: Any) -> list[SessionHit]:
     """The ``k`` sessions that best answer ``query``, best first.
 
-    A session scores as its best-matching entry (the anchor); each comes with the turns around the
-    anchor, its first and last turns, its size and its time span. ``recall_args`` are recall's
+    A session scores as its best-matching entry (the anchor); each comes with the ``context`` turns
+    before and after the anchor (``around``, in order, the anchor among them), its first and last turns, its size and its time span. ``recall_args`` are recall's
     (mode, filters).
     """
     if not 1 <= k <= 100:
@@ -75,8 +80,9 @@ def recall_sessions(store: MemoryStore, query: str, k: int = 5, *, context: int 
     for session, anchor in anchors.items():
         summary = _summary(store, session)
         first, last = _bookends(store, session)
+        before, after = _neighbours(store, anchor.entry, context)
         found.append(SessionHit(
-            session=session, score=anchor.score, anchor=anchor, around=tuple(around(store, anchor.entry, context)),
+            session=session, score=anchor.score, anchor=anchor, around=(*before, anchor.entry, *after),
             first=first, last=last, turns=summary.turns, started_at=summary.started_at, ended_at=summary.ended_at,
         ))
     return found
