@@ -120,6 +120,8 @@ def connect(path: str | os.PathLike[str]) -> Database:
         conn.execute(f"PRAGMA cache_size = -{CACHE_SIZE_KIB}")
         conn.execute(f"PRAGMA mmap_size = {MMAP_SIZE_BYTES}")
         conn.execute("PRAGMA temp_store = MEMORY")
+        # Deleted and overwritten content is zeroed, not left in free space: forgotten means gone.
+        conn.execute("PRAGMA secure_delete = ON")
         if read_only:
             conn.execute("PRAGMA query_only = ON")  # how is_read_only() tells, and a second guard
         _load_sqlite_vec(conn)
