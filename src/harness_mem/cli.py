@@ -570,7 +570,12 @@ def sessions_group() -> None:
 @json_option
 @click.pass_context
 def sessions_list(ctx: click.Context, limit: int, offset: int, as_json: bool) -> None:
-    """Sessions, most recently active first, with their sizes and dates."""
+    """Sessions, most recently active first, with their sizes and dates.
+
+    \b
+    Example:
+        harness-mem sessions list -n 10
+    """
     with open_store(ctx) as store:
         found = store.sessions(limit, offset)
     for summary in found:
@@ -588,7 +593,12 @@ def sessions_list(ctx: click.Context, limit: int, offset: int, as_json: bool) ->
 @json_option
 @click.pass_context
 def sessions_show(ctx: click.Context, session: str, offset: int, limit: int, as_json: bool) -> None:
-    """The entries of SESSION in order, a page at a time (--offset, --limit)."""
+    """The entries of SESSION in order, a page at a time (--offset, --limit).
+
+    \b
+    Example:
+        harness-mem sessions show proj:2026-03-02 --limit 20
+    """
     with open_store(ctx) as store:
         turns = store.session_turns(session, offset, limit)
     if not turns and offset == 0:
@@ -608,7 +618,12 @@ def sessions_show(ctx: click.Context, session: str, offset: int, limit: int, as_
 @json_option
 @click.pass_context
 def sessions_recall(ctx: click.Context, query: str, k: int, context: int, as_json: bool) -> None:
-    """The sessions that best answer QUERY: each with its best hit, the turns around it, its size and dates."""
+    """The sessions that best answer QUERY: each with its best hit, the turns around it, its size and dates.
+
+    \b
+    Example:
+        harness-mem sessions recall "when did we pick the auth library" -k 3
+    """
     with open_store(ctx) as store:
         found = store.recall_sessions(query, k, context=context)
     if not found and not as_json:
