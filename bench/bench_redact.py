@@ -1,18 +1,27 @@
-"""Redaction throughput: how many MB/s of chat transcript the Redactor scrubs.
+"""Redaction throughput: how many MB/s of chat transcript the Redactor scrubs, and its share of an import.
 
 The input is a synthetic transcript (deterministic for a seed): English and Chinese chat turns,
-code, shell output, dates, versions, hashes and UUIDs (the look-alikes that must be left alone),
-with personal data and secrets sprinkled into about one turn in five. Two ways of scrubbing it
-are timed:
+code, shell output, config lines, dates, versions, hashes, UUIDs, ISBNs, prices and order numbers
+(the look-alikes that must be left alone), with personal data and secrets of every kind the
+built-in detectors know sprinkled into about one turn in five. Two ways of scrubbing it are timed:
 
 * ``messages`` — one ``scrub`` call per turn, as the store's write path does it;
 * ``document`` — one ``scrub`` call over the whole transcript.
+
+``leaked`` counts planted values whose raw text survives the ``messages`` pass (a detector's
+recall on this corpus, not only its speed).
+
+With ``--import``, the same turns are also written to a fresh store file through
+``MemoryStore(..., embedder=None).add_many`` twice, with the default redactor and with
+``redactor=None``. Redaction's share of import time is the time inside the redactor (a stopwatch
+around each call) over the redacted import's time; the goal is at most 20%.
 
 MB are megabytes of UTF-8 (10**6 bytes). Run::
 
     .venv/bin/python bench/bench_redact.py                  # 20 MB, a table
     .venv/bin/python bench/bench_redact.py --mb 5 --json    # machine-readable
     .venv/bin/python bench/bench_redact.py --per-detector   # where the time goes
+    .venv/bin/python bench/bench_redact.py --mb 5 --import  # and redaction's share of an import
 """
 
 from __future__ import annotations
@@ -22,11 +31,15 @@ import json
 import random
 import string
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 from harness_mem.redaction import Redactor, cn_id_ok, iban_ok, luhn_ok
+from harness_mem.store import MemoryStore
 
 WORDS = (
     "the agent should retry the request after the cache warms up and then compare results with "
@@ -43,7 +56,17 @@ CODE = (
     "ERROR 2024-05-01T12:30:00Z worker-3 timeout after 30.5s (attempt 2/5)\n",
     "pip install harness-mem==0.1.0 numpy==1.26.4 # python 3.11.7\n",
     "awk '{print $1}' access.log | sort | uniq -c | sort -rn | head\n",
+    # config and code with credential-ish names whose values are not credentials
+    "max_tokens=4096\ntoken=true\nkey=value\nsecret: none\nsort_key = created_at\n",
+    '{"use_auth": false, "tokenizer": "bert-base-uncased", "cache_key": "user:42:profile"}\n',
+    "headers = {'Accept': 'application/json', 'X-Request-Id': request_id}\n",
+    "keyboard_layout: qwerty\nmonkey_patch = True\npass_rate: 0.97\n",
 )
+ALNUM = string.ascii_letters + string.digits
+
+
+def _random(r: random.Random, n: int, alphabet: str = ALNUM) -> str:
+    return "".join(r.choice(alphabet) for _ in range(n))
 
 
 def _order_number(r: random.Random) -> str:
@@ -65,15 +88,29 @@ NOISE: tuple[Callable[[random.Random], str], ...] = (
     lambda r: f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}",
     lambda r: "-".join("".join(r.choice("0123456789abcdef") for _ in range(n)) for n in (8, 4, 4, 4, 12)),
     lambda r: f"order #{_order_number(r)}",
+    lambda r: f"order {r.randint(2_000_000_000, 9_999_999_999)}",  # ten digits, no phone context
     lambda r: f"{r.randint(1, 999)}.{r.randint(0, 99)}%",
+    lambda r: f"ISBN 978-{r.randint(0, 9)}-{r.randint(100, 999)}-{r.randint(10000, 99999)}-{r.randint(0, 9)}",
+    lambda r: f"{r.randint(1, 999)}.{r.randint(0, 99):02d} EUR" if r.random() < 0.5 else f"€{r.randint(1, 999)}",
 )
 
 
+def _luhn(body: str) -> str:
+    return body + next(d for d in string.digits if luhn_ok(body + d))
+
+
 def _luhn_card(r: random.Random) -> str:
-    body = "4" + "".join(r.choice(string.digits) for _ in range(14))
-    check = next(d for d in string.digits if luhn_ok(body + d))
-    digits = body + check
+    digits = _luhn("4" + "".join(r.choice(string.digits) for _ in range(14)))
     return r.choice((digits, " ".join(digits[i : i + 4] for i in range(0, 16, 4))))
+
+
+def _odd_card(r: random.Random) -> str:
+    """A card grouped with dots, a no-break or thin space, or underscores; or a 19-digit UnionPay."""
+    if r.random() < 0.25:
+        digits = _luhn("62" + "".join(r.choice(string.digits) for _ in range(16)))
+        return " ".join(digits[i : i + 4] for i in range(0, 19, 4))
+    digits = _luhn("5" + "".join(r.choice(string.digits) for _ in range(14)))
+    return r.choice(".\u00a0\u2009\u202f_").join(digits[i : i + 4] for i in range(0, 16, 4))
 
 
 def _iban(r: random.Random) -> str:
@@ -82,26 +119,66 @@ def _iban(r: random.Random) -> str:
     return f"DE{check}{bban}"
 
 
+def _odd_iban(r: random.Random) -> str:
+    """A GB IBAN in lower case with spaces, or upper case with dashes."""
+    bban = "WEST" + "".join(r.choice(string.digits) for _ in range(14))
+    iban = next(f"GB{c:02d}{bban}" for c in range(2, 99) if iban_ok(f"GB{c:02d}{bban}"))
+    groups = [iban[i : i + 4] for i in range(0, 22, 4)]
+    return " ".join(groups).lower() if r.random() < 0.5 else "-".join(groups)
+
+
 def _cn_id(r: random.Random) -> str:
     body = f"110105{r.randint(1950, 2005)}{r.randint(1, 12):02d}{r.randint(1, 28):02d}{r.randint(0, 999):03d}"
-    return next(body + c for c in "0123456789X" if cn_id_ok(body + c))
+    value = next(body + c for c in "0123456789X" if cn_id_ok(body + c))
+    return value if r.random() < 0.5 else f"{value[:6]} {value[6:14]} {value[14:]}"
 
 
-PII: tuple[Callable[[random.Random], str], ...] = (
-    lambda r: f"{r.choice(WORDS)}.{r.choice(WORDS)}@example.com",
-    lambda r: f"1{r.choice('3456789')}{r.randint(0, 999_999_999):09d}",
-    lambda r: f"+44 20 {r.randint(1000, 9999)} {r.randint(1000, 9999)}",
-    lambda r: f"({r.randint(200, 999)}) {r.randint(200, 999)}-{r.randint(0, 9999):04d}",
-    _luhn_card,
-    _iban,
-    _cn_id,
-    lambda r: f"{r.randint(1, 665):03d}-{r.randint(1, 99):02d}-{r.randint(1, 9999):04d}",
-    lambda r: f"10.{r.randint(0, 255)}.{r.randint(0, 255)}.{r.randint(1, 254)}",
-    lambda r: "sk-proj-" + "".join(r.choice(string.ascii_letters + string.digits) for _ in range(40)),
-    lambda r: "AKIA" + "".join(r.choice(string.ascii_uppercase + string.digits) for _ in range(16)),
-    lambda r: f"password={''.join(r.choice(string.ascii_letters) for _ in range(10))}",
-    lambda r: f"¥{r.randint(1, 9999)}",
-    lambda r: f"{r.randint(1, 999)}元",
+def _national_phone(r: random.Random) -> str:
+    d = lambda n: "".join(r.choice(string.digits) for _ in range(n))  # noqa: E731
+    return r.choice((
+        f"020 7946 {d(4)}", f"07700 900{d(3)}", f"030 {d(8)}", f"0151 {d(8)}", f"03-{d(4)}-{d(4)}",
+        f"090-{d(4)}-{d(4)}", f"01 {d(2)} {d(2)} {d(2)} {d(2)}", f"06.{d(2)}.{d(2)}.{d(2)}.{d(2)}",
+        f"010-{d(8)}", f"138.{d(4)}.{d(4)}", f"0044 20 7946 {d(4)}",
+    ))
+
+
+def _ssn(r: random.Random, sep: str) -> str:
+    return f"{r.randint(1, 665):03d}{sep}{r.randint(1, 99):02d}{sep}{r.randint(1, 9999):04d}"
+
+
+# (how the value is written, the value): the value must not survive redaction. Money is kept by
+# the default policy, so it is planted without a value to check.
+PII: tuple[tuple[str, Callable[[random.Random], str]], ...] = (
+    ("{}", lambda r: f"{r.choice(WORDS)}.{r.choice(WORDS)}@example.com"),
+    ("{}", lambda r: f"{r.choice(('josé', 'zoë', 'müller'))}.{r.choice(WORDS)}@bücher.de"),
+    ("{}", lambda r: f"1{r.choice('3456789')}{r.randint(0, 999_999_999):09d}"),
+    ("{}", lambda r: f"+44 20 {r.randint(1000, 9999)} {r.randint(1000, 9999)}"),
+    ("{}", lambda r: f"({r.randint(200, 999)}) {r.randint(200, 999)}-{r.randint(0, 9999):04d}"),
+    ("{}", _national_phone),
+    ("call me at {}", lambda r: f"{r.randint(201, 989)}555{r.randint(0, 9999):04d}"),
+    ("{}", _luhn_card),
+    ("{}", _odd_card),
+    ("{}", _iban),
+    ("{}", _odd_iban),
+    ("{}", _cn_id),
+    ("{}", lambda r: _ssn(r, "-")),
+    ("{}", lambda r: _ssn(r, ".")),
+    ("SSN {}", lambda r: _ssn(r, "")),
+    ("{}", lambda r: f"10.{r.randint(0, 255)}.{r.randint(0, 255)}.{r.randint(1, 254)}"),
+    ("{}", lambda r: "sk-proj-" + _random(r, 40)),
+    ("{}", lambda r: "AKIA" + _random(r, 16, string.ascii_uppercase + string.digits)),
+    ("{}", lambda r: r.choice(("hf_", "npm_", "glpat-", "GOCSPX-")) + _random(r, 34)),
+    ("https://hooks.slack.com/services/T0A1B2C3D4/B5E6F7G8H9/{}", lambda r: _random(r, 24)),
+    ("aws_secret_access_key {}", lambda r: _random(r, 40, ALNUM + "/+")),
+    ("password={}", lambda r: _random(r, 10, string.ascii_letters)),
+    ("pass={}", lambda r: _random(r, 10)),
+    ("pw={}", lambda r: _random(r, 10)),
+    ("redis://:{}@cache.internal:6379/0", lambda r: _random(r, 12)),
+    ('{{"password": "{}"}}', lambda r: _random(r, 4) + '\\"' + _random(r, 6)),
+    ("Cookie: session={}; theme=dark", lambda r: _random(r, 24)),
+    ("MY_SERVICE_TOKEN_V2={}", lambda r: _random(r, 32)),
+    ("¥{}", lambda r: ""),
+    ("{}元", lambda r: ""),
 )
 
 
@@ -119,8 +196,8 @@ def chinese(r: random.Random, n: int) -> str:
     return "".join(chars) + r.choice(CJK_PUNCT)
 
 
-def message(r: random.Random) -> tuple[str, int]:
-    """One chat turn (prose in either language, sometimes code) and how many values were planted."""
+def message(r: random.Random) -> tuple[str, str | None]:
+    """One chat turn (prose in either language, sometimes code) and the secret planted in it, if any."""
     parts: list[str] = []
     for _ in range(r.randint(1, 6)):
         roll = r.random()
@@ -130,27 +207,29 @@ def message(r: random.Random) -> tuple[str, int]:
             parts.append(chinese(r, r.randint(8, 40)))
         else:
             parts.append(r.choice(CODE))
-    planted = 0
+    planted = None
     if r.random() < 0.2:
-        value = r.choice(PII)(r)
+        template, make = r.choice(PII)
+        planted = make(r)
+        value = template.format(planted or r.randint(1, 9999))
         at = r.randrange(len(parts) + 1)
         # Half the time glued to CJK text with no space: CJK characters are word characters, so a
         # pattern anchored on \b finds no boundary there and misses the value.
         parts.insert(at, ("联系方式" + value) if r.random() < 0.5 else f"contact {value}")
-        planted = 1
     return " ".join(parts), planted
 
 
-def transcript(megabytes: float, seed: int) -> tuple[list[str], int]:
-    """Messages until their UTF-8 size reaches ``megabytes``, and the number of planted values."""
+def transcript(megabytes: float, seed: int) -> tuple[list[str], list[str | None]]:
+    """Messages until their UTF-8 size reaches ``megabytes``, and each one's planted secret (or None)."""
     r = random.Random(seed)
     target = int(megabytes * 1_000_000)
     out: list[str] = []
-    size = planted = 0
+    planted: list[str | None] = []
+    size = 0
     while size < target:
-        m, n = message(r)
+        m, secret = message(r)
         out.append(m)
-        planted += n
+        planted.append(secret)
         size += len(m.encode("utf-8")) + 1
     return out, planted
 
@@ -163,18 +242,19 @@ class Result:
     mb_per_s: float
     texts: int
     spans: int
+    leaked: int | None = None
 
 
-def run_messages(redactor: Redactor, messages: list[str], megabytes: float) -> Result:
+def run_messages(redactor: Redactor, messages: list[str], megabytes: float, planted: list[str | None]) -> Result:
     start = time.perf_counter()
-    spans = 0
-    for m in messages:
-        spans += len(redactor.scrub(m).spans)
+    outputs = [redactor.scrub(m) for m in messages]
     seconds = time.perf_counter() - start
-    return Result("messages", megabytes, seconds, megabytes / seconds, len(messages), spans)
+    spans = sum(len(out.spans) for out in outputs)
+    leaked = sum(1 for out, secret in zip(outputs, planted, strict=True) if secret and secret in out.text)
+    return Result("messages", megabytes, seconds, megabytes / seconds, len(messages), spans, leaked)
 
 
-def run_document(redactor: Redactor, messages: list[str], megabytes: float) -> Result:
+def run_document(redactor: Redactor, messages: list[str], megabytes: float, planted: list[str | None]) -> Result:
     text = "\n".join(messages)
     start = time.perf_counter()
     spans = len(redactor.scrub(text).spans)
@@ -195,6 +275,67 @@ def per_rule(redactor: Redactor, messages: list[str]) -> list[tuple[str, float]]
     return rows
 
 
+class TimedRedactor:
+    """A store's redactor with a stopwatch around each call, to measure redaction's share of a write."""
+
+    def __init__(self, inner: Redactor) -> None:
+        self.inner, self.seconds = inner, 0.0
+
+    def scrub(self, text: str) -> Any:
+        started = time.perf_counter()
+        try:
+            return self.inner.scrub(text)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def scrub_value(self, value: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return self.inner.scrub_value(value)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+
+def import_once(directory: Path, messages: list[str], *, redact: bool) -> tuple[float, float]:
+    """(seconds, seconds inside the redactor) of writing every message as a turn to a fresh file."""
+    path = directory / ("on.db" if redact else "off.db")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    items = [
+        {"content": m, "role": ("user", "assistant")[i % 2], "session": f"s{i // 40}"}
+        for i, m in enumerate(messages)
+    ]
+    with MemoryStore(path, embedder=None, redactor="default" if redact else None) as store:
+        timed = TimedRedactor(store.redactor) if store.redactor is not None else None
+        if timed is not None:
+            store.redactor = timed  # type: ignore[assignment]
+        start = time.perf_counter()
+        store.add_many(items, batch_size=5000)
+        seconds = time.perf_counter() - start
+    return seconds, timed.seconds if timed else 0.0
+
+
+def import_share(messages: list[str], repeat: int) -> dict[str, float]:
+    """Redaction's share of an import: best of ``repeat`` rounds, the two sides interleaved."""
+    on: list[tuple[float, float]] = []
+    off: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for attempt in range(max(1, repeat)):
+            for redact in ((True, False) if attempt % 2 == 0 else (False, True)):
+                seconds, inside = import_once(Path(tmp), messages, redact=redact)
+                if redact:
+                    on.append((seconds, inside))
+                else:
+                    off.append(seconds)
+    seconds, inside = min(on)
+    return {
+        "import_seconds": seconds,
+        "import_without_redaction_seconds": min(off),
+        "redaction_seconds": inside,
+        "redaction_share": inside / seconds,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=float, default=20.0, help="transcript size in MB of UTF-8 (default 20)")
@@ -203,37 +344,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("both", "messages", "document"), default="both")
     parser.add_argument("--repeat", type=int, default=1, help="take the best of N runs (default 1)")
     parser.add_argument("--per-detector", action="store_true", help="also time each rule alone")
+    parser.add_argument("--import", dest="imports", action="store_true",
+                        help="also measure redaction's share of an import (add_many, redaction on and off)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
 
     messages, planted = transcript(args.mb, args.seed)
+    planted_count = sum(1 for secret in planted if secret is not None)
     megabytes = sum(len(m.encode("utf-8")) + 1 for m in messages) / 1_000_000
     redactor = Redactor.default(b"bench") if args.policy == "default" else Redactor.hygiene(b"bench")
     modes = ("messages", "document") if args.mode == "both" else (args.mode,)
     runners = {"messages": run_messages, "document": run_document}
     results = []
     for mode in modes:
-        runs = [runners[mode](redactor, messages, megabytes) for _ in range(max(1, args.repeat))]
+        runs = [runners[mode](redactor, messages, megabytes, planted) for _ in range(max(1, args.repeat))]
         results.append(min(runs, key=lambda res: res.seconds))
     detectors = per_rule(redactor, messages) if args.per_detector else []
+    share = import_share(messages, args.repeat) if args.imports else None
 
     if args.json:
         payload = {
             "python": sys.version.split()[0],
             "policy": args.policy,
-            "planted": planted,
+            "planted": planted_count,
             "results": [asdict(res) for res in results],
             "per_rule": [{"rule": name, "seconds": secs} for name, secs in detectors],
+            "import": share,
         }
         print(json.dumps(payload, indent=2))
         return 0
     print(
         f"redaction throughput, policy={args.policy}, {megabytes:.1f} MB, {len(messages):,} messages, "
-        f"{planted:,} planted values"
+        f"{planted_count:,} planted values"
     )
-    print(f"{'mode':<10} {'seconds':>8} {'MB/s':>7} {'texts':>9} {'spans':>8}")
+    print(f"{'mode':<10} {'seconds':>8} {'MB/s':>7} {'texts':>9} {'spans':>8} {'leaked':>7}")
     for res in results:
-        print(f"{res.mode:<10} {res.seconds:>8.2f} {res.mb_per_s:>7.2f} {res.texts:>9,} {res.spans:>8,}")
+        leaked = "" if res.leaked is None else f"{res.leaked:,}"
+        print(f"{res.mode:<10} {res.seconds:>8.2f} {res.mb_per_s:>7.2f} {res.texts:>9,} {res.spans:>8,} {leaked:>7}")
+    if share is not None:
+        print(
+            f"\nimport (add_many, keyword-only store): {share['import_seconds']:.2f} s redacted, "
+            f"{share['import_without_redaction_seconds']:.2f} s with redactor=None; "
+            f"{share['redaction_seconds']:.2f} s inside the redactor = "
+            f"{share['redaction_share']:.0%} of import time (goal ≤ 20%)"
+        )
     if detectors:
         print(f"\n{'rule':<54} {'seconds':>8} {'MB/s':>8}")
         for name, secs in sorted(detectors, key=lambda row: -row[1]):

@@ -51,8 +51,8 @@ IBAN_LENGTHS: Mapping[str, int] = MappingProxyType(
 
 
 def iban_ok(iban: str) -> bool:
-    """Registry length and the ISO 13616 mod-97 check of an IBAN (spaces ignored)."""
-    compact = iban.replace(" ", "").upper()
+    """Registry length and the ISO 13616 mod-97 check of an IBAN (spaces and dashes ignored, any case)."""
+    compact = iban.replace(" ", "").replace("-", "").upper()
     if IBAN_LENGTHS.get(compact[:2]) != len(compact) or not (compact.isascii() and compact.isalnum()):
         return False
     rearranged = compact[4:] + compact[:4]

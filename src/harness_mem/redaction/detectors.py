@@ -41,6 +41,7 @@ function or a small class, so a redactor pickles and can be sent to import worke
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 import string
 from collections.abc import Callable, Iterable, Iterator
@@ -106,12 +107,17 @@ class Rule:
     With ``overlapping``, the search restarts one character after the start of each match instead
     of after its end, so a look-alike that fails its checksum ("1234 4111 1111 1111 1111" read
     from the "1234") cannot hide a real value that starts inside it.
+
+    With ``skip_inside_value``, a match that starts inside the value just found is not looked at:
+    a credential's value may itself hold "pw=" text, and goes with the value anyway. This keeps
+    "pw=pw=pw=…" from being read from every "=", each time up to the longest value.
     """
 
     pattern: re.Pattern[str]
     locate: Locate | None = None
     within: re.Pattern[str] | None = None
     overlapping: bool = False
+    skip_inside_value: bool = False
 
     def spans(self, text: str, cache: WindowCache | None = None) -> list[tuple[int, int]]:
         """The (start, end) of every valid value in ``text``; ``cache`` shares ``within`` passes."""
@@ -129,7 +135,11 @@ class Rule:
         out: list[tuple[int, int]] = []
         locate = self.locate
         has_value = "value" in self.pattern.groupindex
+        skip = self.skip_inside_value
+        resume = -1
         for match in matches:
+            if skip and match.start() < resume:
+                continue
             if locate is not None:
                 span = locate(match)
                 if span is None:
@@ -140,6 +150,7 @@ class Rule:
                 span = match.span()
             if span[1] > span[0]:
                 out.append(span)
+                resume = span[1]
         return out
 
     def _matches(self, text: str, pos: int, endpos: int) -> Iterator[re.Match[str]]:
@@ -199,9 +210,16 @@ _DIGIT_RE = re.compile(r"[0-9]")
 
 
 # Card, CN ID, SSN and most phone numbers have nine digits or more in a row, with at most single
-# spaces, dots or dashes between them. One pass finds such runs; those rules run only inside them,
-# instead of each entering the matcher at every digit of the text.
-_LONG_NUMBER = _compile(r"[0-9](?<![0-9A-Za-z][0-9])(?:[ .\-]?[0-9]){8,}")
+# separators between them: a space, dot, dash, slash or underscore, or one of the narrow spaces that
+# typesetting puts into long numbers (no-break U+00A0, thin U+2009, narrow no-break U+202F). One
+# pass finds such runs; those rules run only inside them, instead of each entering the matcher at
+# every digit of the text.
+_LONG_NUMBER = _compile(r"[0-9](?<![0-9A-Za-z][0-9])(?:[ .\-/_\u00a0\u2009\u202f]?[0-9]){8,}")
+
+
+def _said_before(words: re.Pattern[str], text: str, start: int, width: int) -> bool:
+    """True when ``words`` (a pattern ending in ``\\Z``) ends in the ``width`` characters before ``start``."""
+    return words.search(text, max(0, start - width), start) is not None
 
 
 def _has_digit(text: str) -> bool:
@@ -231,22 +249,42 @@ class _has_any:  # noqa: N801 -- used like the function it replaces; a class so 
 
 
 # -- e-mail: matched from the "@" (rare, so ``re`` skips to it in C), local part found walking back.
-_EMAIL_DOMAIN = _compile(
-    r"@[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?"
-    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?)*\.[A-Za-z]{2,24}(?![A-Za-z0-9\-])"
+# Addresses may be internationalised (RFC 6531): "josé@example.com", "info@bücher.de", "用户@例子.中国".
+# A domain label is letters and digits of any script with inner hyphens; the top-level label is
+# ASCII letters, a punycode "xn--" label, or non-ASCII letters. An ASCII top-level label ends where
+# CJK text is glued to it ("a@b.com谢谢"), which is why the three are told apart.
+_EMAIL_LABEL = r"[^\W_](?:(?:[^\W_]|-){0,61}[^\W_])?"
+_EMAIL_DOMAIN = re.compile(
+    rf"@{_EMAIL_LABEL}(?:\.{_EMAIL_LABEL})*\."
+    r"(?:[A-Za-z]{2,24}(?![A-Za-z0-9\-])|xn--[A-Za-z0-9\-]{1,59}(?![A-Za-z0-9\-])|[^\W\dA-Za-z_]{2,24}(?![^\W_]|-))"
 )
 _LOCAL_CHARS = frozenset(string.ascii_letters + string.digits + "._%+-")
 _MAX_LOCAL = 64
+# From the CJK radicals on, scripts are written without spaces between words (Han, kana, Hangul…).
+_UNSPACED_SCRIPTS = 0x2E80
 _URL_USERINFO_BEFORE = re.compile(r"://[^\s/@]*:\Z")
+
+
+def _local_char(ch: str) -> bool:
+    # An ASCII local-part character, or a letter or digit of a script written with spaces between
+    # words (accented Latin, Greek, Cyrillic…): "josé", "zoë", "иван".
+    return ch in _LOCAL_CHARS or (127 < ord(ch) < _UNSPACED_SCRIPTS and ch.isalnum())
 
 
 def _locate_email(match: re.Match[str]) -> tuple[int, int] | None:
     text, at = match.string, match.start()
     start = at
-    while start > 0 and text[start - 1] in _LOCAL_CHARS:
+    while start > 0 and _local_char(text[start - 1]):
         start -= 1
         if at - start > _MAX_LOCAL:
             return None
+    if start == at and not match.group().isascii():
+        # "用户@例子.中国": a local part in a script written without spaces is read back to the last
+        # non-letter, and only before a non-ASCII domain; "联系我a@b.com" keeps "联系我".
+        while start > 0 and ord(text[start - 1]) >= _UNSPACED_SCRIPTS and text[start - 1].isalnum():
+            start -= 1
+            if at - start > _MAX_LOCAL:
+                return None
     while start < at and text[start] == ".":  # a local part does not start with a dot
         start += 1
     if start == at:
@@ -258,9 +296,10 @@ def _locate_email(match: re.Match[str]) -> tuple[int, int] | None:
 
 
 # -- phones
-# China mobile: 1[3-9] + 9 digits, plain or 3-4-4; this is the one that hides behind CJK text.
+# China mobile: 1[3-9] + 9 digits, plain or 3-4-4 (spaces, dashes or dots); this is the one that
+# hides behind CJK text.
 _PHONE_CN = _compile(
-    r"1(?<![0-9A-Za-z]1)(?<![0-9]\.1)[3-9][0-9](?:[0-9]{8}|(?P<sep>[ \-])[0-9]{4}(?P=sep)[0-9]{4})"
+    r"1(?<![0-9A-Za-z]1)(?<![0-9]\.1)[3-9][0-9](?:[0-9]{8}|(?P<sep>[ .\-])[0-9]{4}(?P=sep)[0-9]{4})"
     + _NUMBER_END
 )
 # International with a plus: 7-15 digits (E.164) with single separators between them: a space,
@@ -269,6 +308,38 @@ _PHONE_CN = _compile(
 _PHONE_INTL = _compile(
     r"\+(?<![0-9A-Za-z+]\+)[1-9](?:(?:[ .\-]|[ .\-]?\(|\)[ .\-]?)?[0-9]){6,14}" + _NUMBER_END
 )
+# International with the "00" exit code instead: "0044 20 7946 0958", "0086 138 0013 8000". The first
+# group is "00" and a real country code (_country_code_ok), and a separator follows it, so
+# "0012-3456-7890" and "00123456789" are not numbers dialled abroad.
+_PHONE_INTL_00 = _compile(
+    r"0(?<![0-9A-Za-z]0)(?<![0-9][.,\-/]0)0(?P<cc>[1-9][0-9]{0,2})(?P<sep>[ .\-])[0-9]{1,12}"
+    r"(?:(?P=sep)[0-9]{1,8}){0,5}" + _NUMBER_END + r"(?!(?P=sep)[0-9])"
+)
+# ITU country codes: 1 and 7; the two-digit ones; and the zones whose codes have three digits.
+_CC_ONE = frozenset({"1", "7"})
+_CC_TWO = frozenset(
+    "20 27 30 31 32 33 34 36 39 40 41 43 44 45 46 47 48 49 51 52 53 54 55 56 57 58 60 61 62 63 64 65 66 81 82 84 86"
+    " 90 91 92 93 94 95 98".split()
+)
+_CC_THREE_ZONES = frozenset("21 22 23 24 25 26 28 29 35 37 38 42 50 59 67 68 69 80 85 87 88 89 96 97 99".split())
+
+
+def _country_code_ok(cc: str) -> bool:
+    if len(cc) == 1:
+        return cc in _CC_ONE
+    if len(cc) == 2:
+        return cc in _CC_TWO
+    return cc[:2] in _CC_THREE_ZONES
+
+
+def _locate_intl_00(match: re.Match[str]) -> tuple[int, int] | None:
+    cc = match.group("cc")
+    national = len(_digits(match.group())) - 2 - len(cc)
+    if not _country_code_ok(cc) or national < 6 or len(cc) + national > 15:
+        return None
+    return match.span()
+
+
 # North American: (415) 555-2671, 415-555-2671, 415.555.2671, 1-415-555-2671 (same separator).
 _PHONE_NANP_PAREN = _compile(
     r"\((?<![0-9A-Za-z]\()[2-9][0-9]{2}\)[ .\-]?[2-9][0-9]{2}[ .\-][0-9]{4}(?![0-9A-Za-z])(?![.\-][0-9])"
@@ -278,6 +349,55 @@ _PHONE_NANP = _compile(
     r"(?:(?<=1)(?P<cc>[ .\-])[2-9][0-9]{2}(?P=cc)|(?<=[2-9])[0-9]{2}(?P<sep>[ .\-]))"
     r"[2-9][0-9]{2}(?:(?P=cc)|(?P=sep))[0-9]{4}(?![0-9A-Za-z])(?![.\-][0-9])"
 )
+# National numbers dialled with the trunk prefix 0, in groups: UK "020 7946 0958", "07700 900123";
+# DE "030 12345678", "0151 23456789", "030/12345678"; JP "03-1234-5678", "090-1234-5678"; FR
+# "01 23 45 67 89", "06.12.34.56.78"; CN "010-12345678", "0755-1234-5678". One shape covers them:
+# "0" and one to four more digits (the area or mobile prefix), then groups of 2-8 digits joined by
+# one separator throughout, 10-12 digits in all (_locate_national). The leading group has two
+# digits at least, so an ISBN-10 "0-306-40615-2" is not one; dates have too few digits.
+_PHONE_NATIONAL = _compile(
+    r"0(?<![0-9A-Za-z]0)(?<![0-9][.,\-/]0)[1-9][0-9]{0,3}(?P<sep>[ .\-/])[0-9]{2,8}(?:(?P=sep)[0-9]{2,8}){0,3}"
+    + _NUMBER_END + r"(?!(?P=sep)[0-9])"
+)
+# The same with the area code in parentheses: "(020) 7946 0958", "(03) 1234-5678".
+_PHONE_NATIONAL_PAREN = _compile(
+    r"\((?<![0-9A-Za-z]\()0[1-9][0-9]{0,3}\)[ \-]?[0-9]{2,8}(?:[ \-][0-9]{2,8}){0,3}" + _NUMBER_END + r"(?![ \-][0-9])"
+)
+
+
+def _locate_national(match: re.Match[str]) -> tuple[int, int] | None:
+    value = match.group()
+    if not 10 <= len(_digits(value)) <= 12:
+        return None
+    sep = match.group("sep") if "sep" in match.re.groupindex else None
+    # A slash splits an area code from the rest ("030/12345678"), never more; dotted numbers come
+    # in three groups or more ("06.12.34.56.78"), unlike a decimal or a version.
+    if sep == "/" and value.count("/") != 1:
+        return None
+    if sep == "." and value.count(".") < 2:
+        return None
+    return match.span()
+
+
+# A bare run of digits is a phone number only after a phone word ("call", "tel", "mobile", "电话"…,
+# at most 16 characters before it with no digit or line break between): a US number "4155550123"
+# (area code and exchange 2-9, optionally "1" in front) or a national one "02079460958". Without such
+# a word ten digits are as likely an order number, an id or a timestamp, and are left alone (ten
+# digits starting with 1 are Unix timestamps until 2033, and no area code starts with 1).
+_PHONE_BARE = _compile(r"[0-9](?<![0-9A-Za-z][0-9])(?<![0-9][.,\-/][0-9])[0-9]{9,11}" + _NUMBER_END)
+_BARE_PHONE_SHAPE = re.compile(r"1?[2-9][0-9]{2}[2-9][0-9]{6}|0[1-9][0-9]{8,10}")
+_PHONE_WORDS = re.compile(
+    r"(?:(?i:(?<![a-z])(?:phone|tel|telephone|mobile|mob|cell|cellphone|call|fax|sms|text|whatsapp|ph)"
+    r"(?:[ .]*(?:no|nr|number|#))?(?![a-z]))|电话|手机|聯絡電話|電話|联系电话)[^0-9\n]{0,16}\Z"
+)
+
+
+def _locate_bare_phone(match: re.Match[str]) -> tuple[int, int] | None:
+    if _BARE_PHONE_SHAPE.fullmatch(match.group()) is None:
+        return None
+    return match.span() if _said_before(_PHONE_WORDS, match.string, match.start(), 40) else None
+
+
 _ISO_DATE_SHAPE = re.compile(r"\+?[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
@@ -286,65 +406,105 @@ def _not_a_date(value: str) -> bool:
     return _ISO_DATE_SHAPE.fullmatch(value) is None
 
 
-# -- payment cards: 13-19 digits, plain or in groups of four (Amex 4-6-5, Diners 4-6-4), Luhn-valid.
+# -- payment cards: 13-19 digits, plain or grouped (4-4-4-4, 4-4-4-4-3 for a 19-digit UnionPay card,
+# Amex 4-6-5, Diners 4-6-4), Luhn-valid. Groups are joined by one separator throughout: a space,
+# dash, dot or underscore, or a narrow space of typeset text (U+00A0, U+2009, U+202F).
 # The first digit is 2-6 (Mastercard 2/5, Amex 3, Visa 4, Discover/UnionPay 6): this also keeps
 # millisecond Unix timestamps (13 digits starting with 1 until 2033) out.
 _CARD = _compile(
     r"[2-6](?<![0-9A-Za-z][2-6])(?<![0-9][.,\-][2-6])"  # not inside a longer number ("2026-05-23…")
     r"(?:[0-9]{12,18}"
-    r"|[0-9]{3}(?P<sep>[ \-])[0-9]{4}(?P=sep)[0-9]{4}(?P=sep)[0-9]{1,4}(?:(?P=sep)[0-9]{1,3})?"
+    r"|[0-9]{3}(?P<sep>[ .\-_\u00a0\u2009\u202f])[0-9]{4}(?P=sep)[0-9]{4}(?P=sep)[0-9]{1,4}(?:(?P=sep)[0-9]{1,3})?"
     r"|[0-9]{3}[ \-][0-9]{6}[ \-][0-9]{4,5})" + _NUMBER_END
 )
 
 
 def _locate_card(match: re.Match[str]) -> tuple[int, int] | None:
-    value, start = match.group(), match.start()
+    text, (start, end) = match.string, match.span()
+    value = match.group()
+    if match.group("sep") == "_" and "_" in text[max(0, start - 1) : start] + text[end : end + 1]:
+        return None  # "IMG_2024_0501_1230_4567_x": part of a name, not a card written with underscores
     if card_ok(_digits(value)):
-        return match.span()
+        return start, end
     # "4111 1111 1111 1111 2 items": the last short group may not belong to the card.
-    cut = max(value.rfind(" "), value.rfind("-"))
+    cut = len(value.rstrip(string.digits)) - 1
     if cut > 0 and card_ok(_digits(value[:cut])):
         return start, start + cut
     return None
 
 
-# -- IBAN: country, check digits, BBAN; upper case, plain or in groups of four; mod-97 == 1.
+# -- IBAN: country, check digits, BBAN; plain or in groups of four joined by spaces or dashes, in
+# upper or lower case (not mixed); the registry length and mod-97 == 1 decide. The match starts at
+# the check digits (digits are rarer than letters, so ``re`` enters the matcher less often) and the
+# country letters are checked looking back.
 _IBAN = _compile(
-    r"[A-Z](?<![0-9A-Za-z][A-Z])[A-Z][0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?" + _NO_ALNUM_AFTER
+    r"[0-9](?<=[A-Za-z]{2}[0-9])(?<![0-9A-Za-z][A-Za-z]{2}[0-9])[0-9]"
+    r"(?P<sep>[ \-]?)[A-Za-z0-9]{4}(?:(?P=sep)[A-Za-z0-9]{4}){1,6}(?:(?P=sep)[A-Za-z0-9]{1,3})?" + _NO_ALNUM_AFTER
 )
 
 
 def _locate_iban(match: re.Match[str]) -> tuple[int, int] | None:
     # The country fixes the length, so "GB82 WEST 1234 5698 7654 32 OK" is cut after "32" (the
     # regex took " OK" as one more group).
-    value, start = match.group(), match.start()
-    length = IBAN_LENGTHS.get(value[:2])
+    start = match.start() - 2
+    value, sep = match.string[start : match.end()], match.group("sep")
+    length = IBAN_LENGTHS.get(value[:2].upper())
     if length is None:
         return None
     seen = 0
     for i, ch in enumerate(value):
-        if ch != " ":
+        if ch != sep:
             seen += 1
         if seen == length:
             end = i + 1
-            if end < len(value) and value[end] != " ":
-                return None  # the IBAN would end inside a group
-            return (start, start + end) if iban_ok(value[:end]) else None
-    return None
+            break
+    else:
+        return None
+    if end < len(value) and (not sep or value[end] != sep):
+        return None  # the IBAN would end inside a group
+    iban = value[:end]
+    if not (iban.isupper() or iban.islower()):
+        return None  # "Gb82 West …" is not how an IBAN is written
+    if iban.islower():
+        # Lower case lets words through ("at12 this that with from" has the shape of an AT IBAN):
+        # a real BBAN is mostly digits.
+        bban = _alnum_upper(iban)[4:]
+        if sum(ch.isdigit() for ch in bban) * 2 < len(bban):
+            return None
+    return (start, start + end) if iban_ok(iban) else None
 
 
-# -- US Social Security number: AAA-GG-SSSS (or spaced), without the never-issued ranges.
+# -- US Social Security number: AAA-GG-SSSS (spaced, dashed or dotted), without the never-issued
+# ranges; or nine bare digits right after "SSN" or "social security" (nine digits alone are far
+# more often something else).
 _SSN = _compile(
-    r"[0-8](?<![0-9A-Za-z][0-8])(?<![0-9][.\-][0-8])[0-9]{2}(?P<sep>[ \-])[0-9]{2}(?P=sep)[0-9]{4}"
+    r"[0-8](?<![0-9A-Za-z][0-8])(?<![0-9][.\-][0-8])[0-9]{2}(?P<sep>[ .\-])[0-9]{2}(?P=sep)[0-9]{4}"
     r"(?![0-9A-Za-z])(?!(?P=sep)[0-9])"
 )
-
-
-# -- China resident identity number: region, birth date, sequence, ISO 7064 mod 11-2 check char.
-_CN_ID = _compile(
-    r"[1-8](?<![0-9A-Za-z][1-8])[0-9]{5}(?:18|19|20)[0-9]{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12][0-9]|3[01])"
-    r"[0-9]{3}[0-9Xx]" + _NUMBER_END
+_SSN_BARE = _compile(r"[0-8](?<![0-9A-Za-z][0-8])(?<![0-9][.,\-/][0-8])[0-9]{8}" + _NUMBER_END)
+_SSN_WORDS = re.compile(
+    r"(?:(?i:(?<![a-z])(?:ssns?|ss#|social[\s_\-]*security(?:[\s_\-]*(?:numbers?|num|no|nr|#))?)(?![a-z]))"
+    r"|社会安全号码?|社會安全號碼?)[^0-9\n]{0,16}\Z"
 )
+
+
+def _locate_bare_ssn(match: re.Match[str]) -> tuple[int, int] | None:
+    value = match.group()
+    if not ssn_ok(f"{value[:3]}-{value[3:5]}-{value[5:]}"):
+        return None
+    return match.span() if _said_before(_SSN_WORDS, match.string, match.start(), 48) else None
+
+
+# -- China resident identity number: region, birth date, sequence, ISO 7064 mod 11-2 check char;
+# plain, or written 6-8-4 with spaces or dashes ("110101 19900307 123X").
+_CN_ID = _compile(
+    r"[1-8](?<![0-9A-Za-z][1-8])[0-9]{5}(?P<sep>[ \-]?)(?:18|19|20)[0-9]{2}(?:0[1-9]|1[0-2])"
+    r"(?:0[1-9]|[12][0-9]|3[01])(?P=sep)[0-9]{3}[0-9Xx]" + _NUMBER_END
+)
+
+
+def _cn_id_written_ok(value: str) -> bool:
+    return cn_id_ok(value.replace(" ", "").replace("-", ""))
 
 
 # -- IP addresses
@@ -445,12 +605,49 @@ _API_KEYS = (
     _token("ASIA", r"[A-Z0-9]{16}"),  # AWS temporary access key id
     _token("gh[pousr]_", r"[A-Za-z0-9]{36,}"),  # GitHub tokens
     _token("github_pat_", r"[A-Za-z0-9_]{22,}"),  # GitHub fine-grained tokens
+    _token("glpat-", r"[A-Za-z0-9_\-]{20,}"),  # GitLab personal access token
     _token("xox[abposr]-", r"[A-Za-z0-9\-]{10,}"),  # Slack
     _token("AIza", r"[0-9A-Za-z_\-]{35}"),  # Google API key
+    _token("GOCSPX-", r"[A-Za-z0-9_\-]{24,}"),  # Google OAuth client secret
+    _token("hf_", r"[A-Za-z0-9]{30,}"),  # Hugging Face
+    _token("npm_", r"[A-Za-z0-9]{36,}"),  # npm
+)
+# A Slack incoming webhook (or workflow trigger) URL: the path after the host is the credential.
+_SLACK_WEBHOOK = _compile(
+    r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<value>[A-Za-z0-9_\-]{6,}+(?:/[A-Za-z0-9_\-]{6,}+){1,3})"
 )
 _API_KEY_PREFIXES = (
-    "sk-", "sk_", "rk_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "AIza",
+    "sk-", "sk_", "rk_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox",
+    "AIza", "GOCSPX-", "hf_", "npm_", "hooks.slack.com",
 )  # fmt: skip
+
+# An AWS secret access key is 40 characters of base64 with no prefix of its own. It is taken only
+# with context: an access key id (AKIA…, ASIA…) within 256 characters, or "aws … secret" right
+# before it ("aws_secret_access_key …", "AWS Secret Access Key: …"); and only when it mixes upper
+# case, lower case and digits (a 40-character git SHA is lower-case hex).
+_AWS_SECRET = _compile(r"[A-Za-z0-9/+](?<![A-Za-z0-9/+][A-Za-z0-9/+])[A-Za-z0-9/+]{39}(?![A-Za-z0-9/+=])")
+_AWS_KEY_ID = _compile(r"(?:AKIA|ASIA)[A-Z0-9]{16}")
+_AWS_SECRET_WORDS = re.compile(r"(?i:aws)[^\n]{0,24}(?i:secret)[^\n]{0,32}\Z")
+_AWS_CONTEXT = 256
+
+
+def _locate_aws_secret(match: re.Match[str]) -> tuple[int, int] | None:
+    value, text, (start, end) = match.group(), match.string, match.span()
+    if value.isupper() or value.islower() or not _has_digit(value):
+        return None
+    if _said_before(_AWS_SECRET_WORDS, text, start, 64):
+        return start, end
+    if _AWS_KEY_ID.search(text, max(0, start - _AWS_CONTEXT), end + _AWS_CONTEXT) is not None:
+        return start, end
+    return None
+
+
+def _aws_gate(text: str) -> bool:
+    return "AKIA" in text or "ASIA" in text or (
+        _contains_any(text, ("aws", "AWS", "Aws")) and _contains_any(text, ("ecret", "ECRET"))
+    )
+
+
 # header.payload.signature, each base64url; header and payload are JSON objects, so both start "eyJ".
 _JWT = _compile(r"eyJ(?<![A-Za-z0-9_\-]eyJ)[A-Za-z0-9_\-]{5,}+\.eyJ[A-Za-z0-9_\-]{5,}+\.[A-Za-z0-9_\-]*+")
 _PEM_LABEL = r"[A-Z0-9 ]* PRIVATE KEY(?: BLOCK)?-----"
@@ -466,10 +663,13 @@ _PRIVATE_KEY = _compile(
 # the ":", "：" or "=" after a character that can end a key (the last letter of a keyword, a quote,
 # a space); the key is checked looking back, then the value is read forward. The key must end with a keyword: "max_tokens=5",
 # "token_count: 3" and "secretary: Bob" are left alone. A value stops at CJK text: "密码：hunter2，谢谢".
-_ASSIGNMENT = _compile(r"[:=：](?<=[dDeEtTnNyYlLsS\"' \t码令钥牌][:=：])")
+_ASSIGNMENT = _compile(r"[:=：](?<=[dDeEtTnNyYlLsSwW\"' \t码令钥牌][:=：])")
 _ASSIGNMENT_VALUE = _compile(
     r"[ \t]*+(?:(?i:bearer|basic)[ \t]+(?P<auth>[A-Za-z0-9\-._~+/]{8,}=*)"
-    r"|\"(?P<dq>[^\"\n]{1,512})\"|'(?P<sq>[^'\n]{1,512})'"
+    # A quoted value runs to its closing quote, escaped quotes included ('"ab\"cd\"ef"'); one whose
+    # backslashes do not pair up that way ends at the next quote.
+    r"|\"(?P<dq>(?:[^\"\\\n]|\\.){1,512}+)\"|\"(?P<dq_raw>[^\"\n]{1,512})\""
+    r"|'(?P<sq>(?:[^'\\\n]|\\.){1,512}+)'|'(?P<sq_raw>[^'\n]{1,512})'"
     r"|(?P<bare>[^\s\"',;&<>=\u3000-\u303f\u3400-\u9fff\uff00-\uffef]"
     r"[^\s\"',;&<>\u3000-\u303f\u3400-\u9fff\uff00-\uffef]{0,511}))"
 )
@@ -479,31 +679,168 @@ _KEYWORDS = (
         ("secret", "key"), ("api", "key"), ("access", "key"), ("private", "key"), ("client", "secret"),
     ) for sep in ("_", "-", "")),
 )  # fmt: skip
-_ASSIGNMENT_GROUPS = ("auth", "dq", "sq", "bare")
+# "pass" and "pw" name a credential only as a whole word ("DB_PASS=", "dbPw=", not "bypass=" or
+# "npw="), assigned with "=" or as a quoted key ('"pass": …'): "pass: 3" in a test report is a count.
+_SHORT_KEYWORDS = ("pass", "pw")
+_ASSIGNMENT_GROUPS = ("auth", "dq", "dq_raw", "sq", "sq_raw", "bare")
+# Values that say there is no credential, or point at one kept elsewhere: "token=true", "secret:
+# none", "password: ${DB_PASSWORD}", "api_key: <your key>", "password: ********" (this also keeps a
+# second pass over redacted text from finding "<SECRET>").
+_NOT_CREDENTIALS = frozenset({
+    "true", "false", "null", "none", "nil", "undefined", "yes", "no", "on", "off", "empty", "unset", "n/a",
+    "required", "optional", "redacted",
+})  # fmt: skip
+_TEMPLATE = re.compile(r"\{\{[^{}\n]{0,256}\}\}")
+_REFERENCE = re.compile(
+    r"\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Z_][A-Z0-9_]*|\{\{[^{}]*\}\}|<[^<>]*>|%\([A-Za-z_][A-Za-z0-9_]*\)s|\*+|•+"
+)
+
+
+def _short_keyword_ok(key: str) -> bool:
+    """True when ``key`` (as written) ends with "pass" or "pw" as a word of its own."""
+    lower = key.lower()
+    for word in _SHORT_KEYWORDS:
+        if lower.endswith(word):
+            at = len(key) - len(word)
+            before = key[at - 1] if at else ""
+            # A non-letter before it ("DB_PASS", "pw"), or a camel-case join ("dbPass").
+            return not before.isalpha() or (before.islower() and key[at].isupper())
+    return False
+
+
+def _not_a_credential(value: str) -> bool:
+    return value.lower() in _NOT_CREDENTIALS or _REFERENCE.fullmatch(value) is not None
 
 
 def _locate_assignment(match: re.Match[str]) -> tuple[int, int] | None:
     text, start = match.string, match.start()
     # str.endswith over a tuple runs in C: much cheaper than a regex search per ":" and "=".
-    key = text[max(0, start - 24) : start].rstrip(" \t").rstrip("\"'").lower()
-    if not key.endswith(_KEYWORDS):
-        return None
+    written = text[max(0, start - 24) : start].rstrip(" \t")
+    quoted = written[-1:] in ("'", '"')
+    written = written.rstrip("\"'")
+    short = False
+    if not written.lower().endswith(_KEYWORDS):
+        if not ((text[start] == "=" or quoted) and _short_keyword_ok(written)):
+            return None
+        short = True
     value = _ASSIGNMENT_VALUE.match(text, match.end())
     if value is None:
         return None
     for group in _ASSIGNMENT_GROUPS:
         if value.start(group) >= 0:
+            found = value.group(group)
+            if _not_a_credential(found) or (short and found.isdigit() and len(found) < 6):
+                return None  # "pass=3": a count, not a PIN
+            if found.startswith("{{") and _TEMPLATE.match(text, value.start(group)):
+                return None  # "password: {{ vault_password }}" (the bare value stopped at its space)
             return value.span(group)
     return None
+
+
+# A value that looks generated, assigned to any name with a credential word in it: "SECRET_KEY_BASE=…",
+# "authKeyId: …", "key=…" ("MY_SERVICE_TOKEN=…" and "apiKey" end with a keyword and are taken by
+# the rule above whatever their value). Names are split into words (snake, kebab and camel case),
+# so "monkey", "keyboard" and "author" do not count. _looks_random is what leaves "key=value",
+# "sort_key=created_at" and "cache_key: user_42_profile" alone.
+# The value is taken possessively and must end there: a run too long to be a token fails in C, and
+# "=" is allowed only as base64 padding, so "pw=pw=pw=…" is not one long value read from every "=".
+_ASSIGNED_TOKEN = _compile(
+    r"[:=：][ \t]*+[\"'`]?(?P<value>[A-Za-z0-9][A-Za-z0-9_\-+/.~]{15,511}+={0,3}+)(?![A-Za-z0-9_\-+/.~=])"
+)
+_NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_-.")
+_NAME_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_CREDENTIAL_WORDS = frozenset({
+    "key", "keys", "token", "tokens", "secret", "secrets", "password", "passwords", "passwd", "pwd", "pass",
+    "passphrase", "auth", "credential", "credentials", "apikey", "authkey", "authtoken", "accesstoken",
+    "accesskey", "refreshtoken", "secretkey", "privatekey", "sessionkey", "sessiontoken", "clientsecret",
+    "apitoken", "apisecret", "idtoken", "signingkey", "encryptionkey", "masterkey",
+})  # fmt: skip
+_MIN_RANDOM = 16
+_MIN_ENTROPY = 3.0  # bits per character
+_MIN_SWITCHES = 0.25  # share of adjacent pairs that change class
+
+
+def _assigned_name(text: str, at: int) -> str:
+    """The name written before the ":" or "=" at ``at`` (spaces and a closing quote skipped)."""
+    end = at
+    while end > 0 and text[end - 1] in " \t":
+        end -= 1
+    if end > 0 and text[end - 1] in "\"'`":
+        end -= 1
+    start = end
+    while start > 0 and end - start < 64 and text[start - 1] in _NAME_CHARS:
+        start -= 1
+    return text[start:end]
+
+
+def _char_class(ch: str) -> int:
+    if "0" <= ch <= "9":
+        return 0
+    if "a" <= ch <= "z":
+        return 1
+    if "A" <= ch <= "Z":
+        return 2
+    return -1
+
+
+def _looks_random(value: str) -> bool:
+    """Whether ``value`` reads as a generated token rather than a word, a name, a number or a version.
+
+    It must have 16 characters or more, letters and digits, at least 3 bits of entropy per character
+    (Shannon, over its own characters), and change between digit, lower and upper case in at least
+    a quarter of its adjacent pairs (a capital starting a lower-case word does not count, so
+    camel-case names read as smooth as words). Random base62, hex and base64 of 16 characters or
+    more pass about nine times in ten; "utf8mb4_unicode_ci", "claude-3-5-sonnet-20241022",
+    "release-2024-05-01" and "Password123456" do not.
+    """
+    size = len(value)
+    if size < _MIN_RANDOM or not _has_digit(value) or not any(ch.isalpha() for ch in value):
+        return False
+    counts: dict[str, int] = {}
+    for ch in value:
+        counts[ch] = counts.get(ch, 0) + 1
+    entropy = math.log2(size) - sum(n * math.log2(n) for n in counts.values()) / size
+    if entropy < _MIN_ENTROPY:
+        return False
+    pairs = switches = 0
+    previous = _char_class(value[0])
+    for ch in value[1:]:
+        current = _char_class(ch)
+        if previous >= 0 and current >= 0:
+            pairs += 1
+            if current != previous and not (previous == 2 and current == 1):
+                switches += 1
+        previous = current
+    return pairs > 0 and switches >= _MIN_SWITCHES * pairs
+
+
+def _locate_assigned_token(match: re.Match[str]) -> tuple[int, int] | None:
+    text, (start, end) = match.string, match.span("value")
+    while end > start and text[end - 1] == ".":  # "… key=8f3kQz9LmW2xT7vB." ends a sentence
+        end -= 1
+    name = _assigned_name(text, match.start())
+    if not any(word.lower() in _CREDENTIAL_WORDS for word in _NAME_WORDS.findall(name)):
+        return None
+    return (start, end) if _looks_random(text[start:end]) else None
 
 
 # "Bearer <token>" outside a header; a token has a digit somewhere ("the bearer of bad news").
 _BEARER = _compile(
     r"[Bb](?<![A-Za-z][Bb])(?i:earer)[ \t]+(?=[A-Za-z\-._~+/]{0,256}[0-9])(?P<value>[A-Za-z0-9\-._~+/]{12,}=*)"
 )
-_URL_CREDENTIALS = _compile(r"://[^/\s:@]{1,256}+:(?P<value>[^/\s@]{1,256}+)@")
+# "scheme://user:password@host", the user possibly empty ("redis://:password@cache:6379").
+_URL_CREDENTIALS = _compile(r"://[^/\s:@]{0,256}+:(?P<value>[^/\s@]{1,256}+)@")
+# Cookies carry sessions: every value of a "Cookie:" header is redacted, and the cookie a
+# "Set-Cookie:" header sets (not its attributes, after the first ";"). The header regexes only mark
+# where the name=value pairs are; the pair regex runs inside those windows.
+_COOKIE_HEADER = _compile(r"[Cc](?<![A-Za-z0-9_\-][Cc])(?:ookie|OOKIE)[\"']?[ \t]*:[^\r\n]{1,8192}")
+_SET_COOKIE_HEADER = _compile(r"[Ss](?<![A-Za-z0-9_\-][Ss])(?i:et-cookie)[\"']?[ \t]*:[^\r\n;]{1,4096}")
+_COOKIE_PAIR = _compile(
+    r"[!#$%&*+.^_`|~0-9A-Za-z\-](?<![!#$%&*+.^_`|~0-9A-Za-z\-][!#$%&*+.^_`|~0-9A-Za-z\-])"
+    r"[!#$%&*+.^_`|~0-9A-Za-z\-]{0,127}+=(?P<value>[^;\s\"',\\]{1,4096}+)"
+)
 _SECRET_WORDS = (
-    "pass", "pwd", "secret", "token", "key", "credential", "authorization", "bearer", "://",
+    "pass", "pw", "secret", "token", "key", "credential", "auth", "bearer", "cookie", "://",
     "密码", "口令", "密钥", "令牌",
 )  # fmt: skip
 
@@ -587,8 +924,8 @@ def _ip_gate(text: str) -> bool:
 # "@", "::", a key prefix, a PEM or JWT marker, or a credential word. Most text written to memory
 # holds none of it, and these C-level substring checks are far cheaper than a dozen gate calls (or
 # one regex alternation, which re tries at every position).
-_PRESCREEN_NEEDLES = ("-----BEGIN", *_API_KEY_PREFIXES)
-_PRESCREEN_PLAIN = ("@", "::", "eyJ", "AKIA", "ASIA", "AIza", "xox")
+_PRESCREEN_NEEDLES = ("-----BEGIN", *(p for p in _API_KEY_PREFIXES if "-" in p or "_" in p))
+_PRESCREEN_PLAIN = ("@", "::", "eyJ", *(p for p in _API_KEY_PREFIXES if "-" not in p and "_" not in p))
 _ASSIGNMENT_CHARS = (":", "=", "：")
 
 
@@ -596,12 +933,12 @@ def might_hold_pii(text: str) -> bool:
     """False when no built-in detector can match anything in ``text`` (a cheap test, run first)."""
     return (
         _DIGIT_RE.search(text) is not None
-        # Every needle but "@", "::", "eyJ", "AKIA", "ASIA", "AIza" and "xox" holds "-" or "_".
+        # _PRESCREEN_NEEDLES all hold "-" or "_"; the plain ones ("@", "AKIA", "hooks.slack.com" …) do not.
         or (("-" in text or "_" in text) and _contains_any(text, _PRESCREEN_NEEDLES))
         or _contains_any(text, _PRESCREEN_PLAIN)
         or text.count(":") >= 7  # an IPv6 address spelled with letters a-f only
-        # A credential word matters only before ":" or "=" (a bearer token has a digit, a URL
-        # password an "@": both caught above).
+        # A credential word matters only before ":" or "=" (a bearer token and an AWS secret key
+        # have a digit, a URL password an "@": all caught above).
         or (_contains_any(text, _ASSIGNMENT_CHARS) and _contains_any(text.lower(), _SECRET_WORDS))
     )
 
@@ -613,14 +950,24 @@ def default_detectors() -> tuple[Detector, ...]:
         Detector("JWT", (Rule(_JWT),), priority=1, secret=True, gate=_has_any("eyJ")),
         Detector(
             "API_KEY",
-            tuple(Rule(pattern) for pattern in _API_KEYS),
+            (*(Rule(pattern) for pattern in _API_KEYS), Rule(_SLACK_WEBHOOK)),
             priority=2,
             secret=True,
             gate=_has_any(*_API_KEY_PREFIXES),
         ),
+        # The AWS secret access key is an API key found by its context, not a prefix: its own gate
+        # keeps its letter-by-letter scan off texts that name no AWS key or secret.
+        Detector("API_KEY", (Rule(_AWS_SECRET, _locate_aws_secret),), priority=2, secret=True, gate=_aws_gate),
         Detector(
             "SECRET",
-            (Rule(_ASSIGNMENT, _locate_assignment), Rule(_BEARER), Rule(_URL_CREDENTIALS)),
+            (
+                Rule(_ASSIGNMENT, _locate_assignment, skip_inside_value=True),
+                Rule(_ASSIGNED_TOKEN, _locate_assigned_token),
+                Rule(_BEARER),
+                Rule(_URL_CREDENTIALS),
+                Rule(_COOKIE_PAIR, within=_COOKIE_HEADER),
+                Rule(_COOKIE_PAIR, within=_SET_COOKIE_HEADER),
+            ),
             priority=3,
             secret=True,
             gate=_secret_gate,
@@ -641,7 +988,7 @@ def default_detectors() -> tuple[Detector, ...]:
         ),
         Detector(
             "CN_ID",
-            (Rule(_CN_ID, _whole_if(cn_id_ok), _LONG_NUMBER, overlapping=True),),
+            (Rule(_CN_ID, _whole_if(_cn_id_written_ok), _LONG_NUMBER, overlapping=True),),
             priority=6,
             normalize=_alnum_upper,
             gate=_has_digit,
@@ -655,7 +1002,10 @@ def default_detectors() -> tuple[Detector, ...]:
         ),
         Detector(
             "SSN",
-            (Rule(_SSN, _whole_if(ssn_ok), _LONG_NUMBER, overlapping=True),),
+            (
+                Rule(_SSN, _whole_if(ssn_ok), _LONG_NUMBER, overlapping=True),
+                Rule(_SSN_BARE, _locate_bare_ssn, _LONG_NUMBER, overlapping=True),
+            ),
             priority=8,
             normalize=_digits,
             gate=_has_digit,
@@ -665,8 +1015,12 @@ def default_detectors() -> tuple[Detector, ...]:
             (
                 Rule(_PHONE_CN, within=_LONG_NUMBER, overlapping=True),
                 Rule(_PHONE_INTL, _whole_if(_not_a_date)),
+                Rule(_PHONE_INTL_00, _locate_intl_00, _LONG_NUMBER, overlapping=True),
                 Rule(_PHONE_NANP_PAREN),
                 Rule(_PHONE_NANP, within=_LONG_NUMBER, overlapping=True),
+                Rule(_PHONE_NATIONAL, _locate_national, _LONG_NUMBER, overlapping=True),
+                Rule(_PHONE_NATIONAL_PAREN, _locate_national),
+                Rule(_PHONE_BARE, _locate_bare_phone, _LONG_NUMBER, overlapping=True),
             ),
             priority=9,
             normalize=_digits,
