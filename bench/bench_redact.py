@@ -1,9 +1,15 @@
 """Redaction throughput: how many MB/s of chat transcript the Redactor scrubs, and its share of an import.
 
-The input is a synthetic transcript (deterministic for a seed): English and Chinese chat turns,
-code, shell output, config lines, dates, versions, hashes, UUIDs, ISBNs, prices and order numbers
-(the look-alikes that must be left alone), with personal data and secrets of every kind the
-built-in detectors know sprinkled into about one turn in five. Two ways of scrubbing it are timed:
+The input is a synthetic transcript (deterministic for a seed) of English and Chinese chat turns.
+Technical turns carry code, shell output, config lines, dates, versions, hashes, UUIDs, ISBNs,
+prices and order numbers (the look-alikes that must be left alone), and one turn in five carries
+a planted value of one of the kinds the built-in detectors know. Two corpora (``--corpus``):
+
+* ``chat`` (default) — three turns in five are plain conversation, one in five technical, one in
+  five technical with a planted value: a realistic mix for an agent's memory;
+* ``dense`` — every turn technical, look-alikes in every part: a stress test for the detectors.
+
+Two ways of scrubbing are timed:
 
 * ``messages`` — one ``scrub`` call per turn, as the store's write path does it;
 * ``document`` — one ``scrub`` call over the whole transcript.
@@ -22,6 +28,7 @@ MB are megabytes of UTF-8 (10**6 bytes). Run::
     .venv/bin/python bench/bench_redact.py --mb 5 --json    # machine-readable
     .venv/bin/python bench/bench_redact.py --per-detector   # where the time goes
     .venv/bin/python bench/bench_redact.py --mb 5 --import  # and redaction's share of an import
+    .venv/bin/python bench/bench_redact.py --corpus dense   # the stress corpus
 """
 
 from __future__ import annotations
@@ -167,7 +174,8 @@ PII: tuple[tuple[str, Callable[[random.Random], str]], ...] = (
     ("{}", lambda r: f"10.{r.randint(0, 255)}.{r.randint(0, 255)}.{r.randint(1, 254)}"),
     ("{}", lambda r: "sk-proj-" + _random(r, 40)),
     ("{}", lambda r: "AKIA" + _random(r, 16, string.ascii_uppercase + string.digits)),
-    ("{}", lambda r: r.choice(("hf_", "npm_", "glpat-", "GOCSPX-")) + _random(r, 34)),
+    ("{}", lambda r: r.choice(("hf_", "glpat-", "GOCSPX-")) + _random(r, 34)),
+    ("{}", lambda r: "npm_" + _random(r, 36)),
     ("https://hooks.slack.com/services/T0A1B2C3D4/B5E6F7G8H9/{}", lambda r: _random(r, 24)),
     ("aws_secret_access_key {}", lambda r: _random(r, 40, ALNUM + "/+")),
     ("password={}", lambda r: _random(r, 10, string.ascii_letters)),
@@ -182,33 +190,43 @@ PII: tuple[tuple[str, Callable[[random.Random], str]], ...] = (
 )
 
 
-def english(r: random.Random, n: int) -> str:
+def english(r: random.Random, n: int, noise: bool = True) -> str:
     words = [r.choice(WORDS) for _ in range(n)]
-    for _ in range(r.randint(0, 2)):
+    for _ in range(r.randint(0, 2) if noise else 0):
         words.insert(r.randrange(len(words) + 1), r.choice(NOISE)(r))
     return " ".join(words) + "."
 
 
-def chinese(r: random.Random, n: int) -> str:
+def chinese(r: random.Random, n: int, noise: bool = True) -> str:
     chars = [r.choice(HAN) for _ in range(n)]
-    for _ in range(r.randint(0, 2)):
+    for _ in range(r.randint(0, 2) if noise else 0):
         chars.insert(r.randrange(len(chars) + 1), r.choice(NOISE)(r))
     return "".join(chars) + r.choice(CJK_PUNCT)
 
 
-def message(r: random.Random) -> tuple[str, str | None]:
-    """One chat turn (prose in either language, sometimes code) and the secret planted in it, if any."""
+def message(r: random.Random, corpus: str = "chat") -> tuple[str, str | None]:
+    """One chat turn and the secret planted in it, if any.
+
+    ``dense``: every turn is technical (prose in either language with look-alikes in every part,
+    sometimes code), one in five with a planted value: a stress test for the detectors.
+    ``chat``: three turns in five are plain conversation (prose without numbers, as in a chat
+    corpus such as LoCoMo, where 2% of turns hold a digit), one in five is technical as above, and
+    one in five is technical with a planted value.
+    """
+    roll = r.random()
+    technical = corpus == "dense" or roll >= 0.6
+    plant = roll >= 0.8 if corpus == "chat" else roll < 0.2
     parts: list[str] = []
     for _ in range(r.randint(1, 6)):
         roll = r.random()
         if roll < 0.5:
-            parts.append(english(r, r.randint(6, 30)))
-        elif roll < 0.85:
-            parts.append(chinese(r, r.randint(8, 40)))
+            parts.append(english(r, r.randint(6, 30), technical))
+        elif roll < 0.85 or not technical:
+            parts.append(chinese(r, r.randint(8, 40), technical))
         else:
             parts.append(r.choice(CODE))
     planted = None
-    if r.random() < 0.2:
+    if plant:
         template, make = r.choice(PII)
         planted = make(r)
         value = template.format(planted or r.randint(1, 9999))
@@ -219,7 +237,7 @@ def message(r: random.Random) -> tuple[str, str | None]:
     return " ".join(parts), planted
 
 
-def transcript(megabytes: float, seed: int) -> tuple[list[str], list[str | None]]:
+def transcript(megabytes: float, seed: int, corpus: str = "chat") -> tuple[list[str], list[str | None]]:
     """Messages until their UTF-8 size reaches ``megabytes``, and each one's planted secret (or None)."""
     r = random.Random(seed)
     target = int(megabytes * 1_000_000)
@@ -227,7 +245,7 @@ def transcript(megabytes: float, seed: int) -> tuple[list[str], list[str | None]
     planted: list[str | None] = []
     size = 0
     while size < target:
-        m, secret = message(r)
+        m, secret = message(r, corpus)
         out.append(m)
         planted.append(secret)
         size += len(m.encode("utf-8")) + 1
@@ -340,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=float, default=20.0, help="transcript size in MB of UTF-8 (default 20)")
     parser.add_argument("--seed", type=int, default=7, help="random seed for the transcript (default 7)")
+    parser.add_argument("--corpus", choices=("chat", "dense"), default="chat",
+                        help="chat: mostly plain turns (default); dense: look-alikes in every turn")
     parser.add_argument("--policy", choices=("default", "hygiene"), default="default")
     parser.add_argument("--mode", choices=("both", "messages", "document"), default="both")
     parser.add_argument("--repeat", type=int, default=1, help="take the best of N runs (default 1)")
@@ -349,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
 
-    messages, planted = transcript(args.mb, args.seed)
+    messages, planted = transcript(args.mb, args.seed, args.corpus)
     planted_count = sum(1 for secret in planted if secret is not None)
     megabytes = sum(len(m.encode("utf-8")) + 1 for m in messages) / 1_000_000
     redactor = Redactor.default(b"bench") if args.policy == "default" else Redactor.hygiene(b"bench")
@@ -366,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         payload = {
             "python": sys.version.split()[0],
             "policy": args.policy,
+            "corpus": args.corpus,
             "planted": planted_count,
             "results": [asdict(res) for res in results],
             "per_rule": [{"rule": name, "seconds": secs} for name, secs in detectors],
@@ -374,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(payload, indent=2))
         return 0
     print(
-        f"redaction throughput, policy={args.policy}, {megabytes:.1f} MB, {len(messages):,} messages, "
+        f"redaction throughput, policy={args.policy}, corpus={args.corpus}, {megabytes:.1f} MB, {len(messages):,} messages, "
         f"{planted_count:,} planted values"
     )
     print(f"{'mode':<10} {'seconds':>8} {'MB/s':>7} {'texts':>9} {'spans':>8} {'leaked':>7}")

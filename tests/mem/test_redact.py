@@ -605,6 +605,7 @@ WIDENED = [
     ("pwd=hunter2", "hunter2", "SECRET"),
     ("DB_PASS=hunter2 ./run.sh", "hunter2", "SECRET"),
     ("login(dbPw=hunter2)", "hunter2", "SECRET"),
+    ("联系方式pw=hunter2", "hunter2", "SECRET"),
     ('{"pass": "hunter2"}', "hunter2", "SECRET"),
     ("pass=123456", "123456", "SECRET"),
     ("Cookie: session=abc123def456; theme=dark", "abc123def456", "SECRET"),
