@@ -40,6 +40,7 @@ function or a small class, so a redactor pickles and can be sent to import worke
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import re
@@ -73,11 +74,28 @@ WindowCache = dict[re.Pattern[str], list[tuple[int, int]]]
 _WINDOW_SLACK = 4
 
 
+# Windows of a prefilter (a pattern there only to skip text no value can be in) are merged across
+# gaps up to this size: no value lies in a gap, so one search over both windows finds what two
+# would, for less fixed cost. (Not every ``within`` is a prefilter: a cookie pair must be inside
+# its header.)
+_MERGE_GAPS: dict[re.Pattern[str], int] = {}
+
+
 def _windows(within: re.Pattern[str], text: str, cache: WindowCache | None) -> list[tuple[int, int]]:
     """The spans of ``within`` in ``text``, computed once per text when a cache is given."""
     if cache is not None and within in cache:
         return cache[within]
-    windows = [m.span() for m in within.finditer(text)]
+    gap = _MERGE_GAPS.get(within)
+    if gap is None:
+        windows = [m.span() for m in within.finditer(text)]
+    else:
+        windows = []
+        for m in within.finditer(text):
+            start, end = m.span()
+            if windows and start - windows[-1][1] <= gap:
+                windows[-1] = (windows[-1][0], end)
+            else:
+                windows.append((start, end))
     if cache is not None:
         cache[within] = windows
     return windows
@@ -217,11 +235,21 @@ _DIGIT_RE = re.compile(r"[0-9]")
 # pass finds such runs; those rules run only inside them, instead of each entering the matcher at
 # every digit of the text.
 _LONG_NUMBER = _compile(r"[0-9](?<![0-9A-Za-z][0-9])(?:[ .\-/_\u00a0\u2009\u202f]?[0-9]){8,}")
+# Every value the window rules take is nine digits or more joined by these separators, so it lies
+# inside one window.
+_MERGE_GAPS[_LONG_NUMBER] = 256
 
 
 def _said_before(words: re.Pattern[str], text: str, start: int, width: int) -> bool:
     """True when ``words`` (a pattern ending in ``\\Z``) ends in the ``width`` characters before ``start``."""
     return words.search(text, max(0, start - width), start) is not None
+
+
+@functools.lru_cache(maxsize=2)
+def _lower(text: str) -> str:
+    """``text.lower()``, kept for the text being scrubbed: the prescreen and two gates need it, and
+    lowering text with CJK in it costs more than the substring tests that follow."""
+    return text.lower()
 
 
 def _has_digit(text: str) -> bool:
@@ -248,6 +276,23 @@ class _has_any:  # noqa: N801 -- used like the function it replaces; a class so 
 
     def __call__(self, text: str) -> bool:
         return _contains_any(text, self.needles)
+
+
+class _has_match:  # noqa: N801 -- used like a function; a class so that it pickles
+    """A gate that passes when ``pattern`` matches somewhere in the text."""
+
+    __slots__ = ("pattern",)
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+
+    def __call__(self, text: str) -> bool:
+        return self.pattern.search(text) is not None
+
+
+# The gate of the rules that run only inside long-number windows: one object, so that a redactor
+# tests it once per text for all of them.
+_has_long_number = _has_match(_LONG_NUMBER)
 
 
 # -- e-mail: matched from the "@" (rare, so ``re`` skips to it in C), local part found walking back.
@@ -392,7 +437,7 @@ def _locate_bare_phone(match: re.Match[str]) -> tuple[int, int] | None:
 
 
 def _phone_word_gate(text: str) -> bool:
-    return _contains_any(text.lower(), _PHONE_WORD_LIST) or _contains_any(text, ("电话", "手机", "電話"))
+    return _contains_any(_lower(text), _PHONE_WORD_LIST) or _contains_any(text, ("电话", "手机", "電話"))
 
 
 # International with a plus: 7-15 digits (E.164) with single separators between them: a space,
@@ -504,7 +549,11 @@ _SSN_WORDS = re.compile(
     r"(?:(?i:(?<![a-z])(?:ssns?|ss#|social[\s_\-]*security(?:[\s_\-]*(?:numbers?|num|no|nr|#))?)(?![a-z]))"
     r"|社会安全号码?|社會安全號碼?)[^0-9\n]{0,16}\Z"
 )
-_SSN_GATE = ("ssn", "SSN", "Ssn", "ss#", "SS#", "ocial", "OCIAL", "社会安全", "社會安全")
+_SSN_GATE_WORDS = ("ssn", "ss#", "social", "社会安全", "社會安全")
+
+
+def _ssn_word_gate(text: str) -> bool:
+    return _contains_any(_lower(text), _SSN_GATE_WORDS)
 
 
 def _locate_bare_ssn(match: re.Match[str]) -> tuple[int, int] | None:
@@ -639,6 +688,20 @@ _API_KEY_PREFIXES = (
     "sk-", "sk_", "rk_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox",
     "AIza", "GOCSPX-", "hf_", "npm_", "hooks.slack.com",
 )  # fmt: skip
+
+# Most prefixes hold "_" or "-": those are looked for only in text that has one.
+_PREFIXES_UNDERSCORE = tuple(p for p in _API_KEY_PREFIXES if "_" in p)
+_PREFIXES_DASH = tuple(p for p in _API_KEY_PREFIXES if "-" in p and "_" not in p)
+_PREFIXES_PLAIN = tuple(p for p in _API_KEY_PREFIXES if "-" not in p and "_" not in p)
+
+
+def _api_key_gate(text: str) -> bool:
+    return (
+        ("_" in text and _contains_any(text, _PREFIXES_UNDERSCORE))
+        or ("-" in text and _contains_any(text, _PREFIXES_DASH))
+        or _contains_any(text, _PREFIXES_PLAIN)
+    )
+
 
 # An AWS secret access key is 40 characters of base64 with no prefix of its own. It is taken only
 # with context: an access key id (AKIA…, ASIA…) within 256 characters, or "aws … secret" right
@@ -850,11 +913,11 @@ _BEARER = _compile(
 # "scheme://user:password@host", the user possibly empty ("redis://:password@cache:6379").
 _URL_CREDENTIALS = _compile(r"://[^/\s:@]{0,256}+:(?P<value>[^/\s@]{1,256}+)@")
 # Cookies carry sessions: every value of a "Cookie:" header is redacted, and the cookie a
-# "Set-Cookie:" header sets (not its attributes, after the first ";"). The header regexes only mark
-# where the name=value pairs are; the pair regex runs inside those windows.
+# "Set-Cookie:" header sets (not its attributes, after the first ";"). The header regex (found from
+# its literal "ookie") only marks where the name=value pairs are; the pair regex runs inside.
 _COOKIE_HEADERS = _compile(
-    r"[Cc](?<![A-Za-z0-9_\-][Cc])(?:ookie|OOKIE)[\"']?[ \t]*:[^\r\n]{1,8192}"
-    r"|[Ss](?<![A-Za-z0-9_\-][Ss])(?i:et-cookie)[\"']?[ \t]*:[^\r\n;]{1,4096}"
+    r"ookie(?<=[Cc]ookie)(?:(?<=[Ss]et-[Cc]ookie)[\"']?[ \t]*:[^\r\n;]{1,4096}"
+    r"|(?<![A-Za-z0-9_\-][Cc]ookie)[\"']?[ \t]*:[^\r\n]{1,8192})"
 )
 _COOKIE_PAIR = _compile(
     r"[!#$%&*+.^_`|~0-9A-Za-z\-](?<![!#$%&*+.^_`|~0-9A-Za-z\-][!#$%&*+.^_`|~0-9A-Za-z\-])"
@@ -867,7 +930,7 @@ _SECRET_WORDS = (
 
 
 def _secret_gate(text: str) -> bool:
-    return _contains_any(text.lower(), _SECRET_WORDS)
+    return _contains_any(_lower(text), _SECRET_WORDS)
 
 
 # -- money: a currency sign or code before the amount, or a currency word after it.
@@ -929,8 +992,14 @@ def _locate_money_sign(match: re.Match[str]) -> tuple[int, int] | None:
     return None if positional and (code_before or code_after) else (start, end)
 
 
+# One regex search for these (they start with "$" or capitals, rare in text, so ``re`` skips most
+# of it in C) costs less than fifteen substring tests; needles that start with common lower-case
+# letters are the other way round.
+_MONEY_ASCII_RE = re.compile("|".join(re.escape(needle) for needle in _MONEY_ASCII))
+
+
 def _money_gate(text: str) -> bool:
-    if _contains_any(text, _MONEY_ASCII):
+    if _MONEY_ASCII_RE.search(text) is not None:
         return True
     # Plain ASCII text without "$" or a currency code has no money in it.
     return not text.isascii() and _contains_any(text, _MONEY_UNICODE)
@@ -960,7 +1029,7 @@ def might_hold_pii(text: str) -> bool:
         or text.count(":") >= 7  # an IPv6 address spelled with letters a-f only
         # A credential word matters only before ":" or "=" (a bearer token and an AWS secret key
         # have a digit, a URL password an "@": all caught above).
-        or (_contains_any(text, _ASSIGNMENT_CHARS) and _contains_any(text.lower(), _SECRET_WORDS))
+        or (_contains_any(text, _ASSIGNMENT_CHARS) and _contains_any(_lower(text), _SECRET_WORDS))
     )
 
 
@@ -974,7 +1043,7 @@ def default_detectors() -> tuple[Detector, ...]:
             (*(Rule(pattern) for pattern in _API_KEYS), Rule(_SLACK_WEBHOOK)),
             priority=2,
             secret=True,
-            gate=_has_any(*_API_KEY_PREFIXES),
+            gate=_api_key_gate,
         ),
         # A rule that needs a rarer context than its family's gate is a detector of its own, with a
         # gate on that context: the AWS secret key (its scan enters at every letter), cookies, and
@@ -997,7 +1066,7 @@ def default_detectors() -> tuple[Detector, ...]:
             (Rule(_COOKIE_PAIR, within=_COOKIE_HEADERS),),
             priority=3,
             secret=True,
-            gate=_has_any("ookie", "OOKIE"),
+            gate=_has_any("ookie"),
         ),
         Detector(
             "EMAIL",
@@ -1018,39 +1087,42 @@ def default_detectors() -> tuple[Detector, ...]:
             (Rule(_CN_ID, _whole_if(_cn_id_written_ok), _LONG_NUMBER, overlapping=True),),
             priority=6,
             normalize=_alnum_upper,
-            gate=_has_digit,
+            gate=_has_long_number,
         ),
         Detector(
             "CREDIT_CARD",
             (Rule(_CARD, _locate_card, _LONG_NUMBER, overlapping=True),),
             priority=7,
             normalize=_digits,
-            gate=_has_digit,
+            gate=_has_long_number,
         ),
         Detector(
             "SSN",
             (Rule(_SSN, _whole_if(ssn_ok), _LONG_NUMBER, overlapping=True),),
             priority=8,
             normalize=_digits,
-            gate=_has_digit,
+            gate=_has_long_number,
         ),
         Detector(
             "SSN",
             (Rule(_SSN_BARE, _locate_bare_ssn, _LONG_NUMBER, overlapping=True),),
             priority=8,
             normalize=_digits,
-            gate=_has_any(*_SSN_GATE),
+            gate=_ssn_word_gate,
         ),
         Detector(
             "PHONE",
-            (
-                Rule(_PHONE_DIGITS, _locate_phone_digits, _LONG_NUMBER, overlapping=True),
-                Rule(_PHONE_INTL, _whole_if(_not_a_date)),
-                Rule(_PHONE_PAREN, _locate_phone_paren),
-            ),
+            (Rule(_PHONE_DIGITS, _locate_phone_digits, _LONG_NUMBER, overlapping=True),),
             priority=9,
             normalize=_digits,
-            gate=_has_digit,
+            gate=_has_long_number,
+        ),
+        Detector(
+            "PHONE",
+            (Rule(_PHONE_INTL, _whole_if(_not_a_date)), Rule(_PHONE_PAREN, _locate_phone_paren)),
+            priority=9,
+            normalize=_digits,
+            gate=_has_any("+", "("),
         ),
         Detector(
             "PHONE",

@@ -114,6 +114,14 @@ def mask(value: str, keep: int = 4) -> str:
 
 # ---- the redactor ------------------------------------------------------------------------------
 
+
+class _Step(NamedTuple):
+    position: int
+    detector: Detector
+    gate: Callable[[str], bool] | None
+    action: Action
+    keep: bool
+
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
@@ -142,6 +150,7 @@ class Redactor:
         self._detectors: list[Detector] = list(default_detectors() if detectors is None else detectors)
         # The prescreen knows only the built-in detectors' needs: custom ones switch it off.
         self._prescreen: Callable[[str], bool] | None = might_hold_pii if detectors is None else None
+        self._plan: tuple[Policy, int, tuple[_Step, ...]] | None = None
 
     @classmethod
     def default(cls, secret: bytes | str | None = None) -> Redactor:
@@ -212,23 +221,21 @@ class Redactor:
             raise InvalidInputError(f"scrub takes a str, not {type(text).__name__}")
         if not text or (self._prescreen is not None and not self._prescreen(text)):
             return Redaction(text)
-        policy = self.policy
         gates: dict[Callable[[str], bool], bool] = {}
         windows: WindowCache = {}
         active: list[tuple[int, int, int, int, Action]] = []  # (start, -end, priority, index, action)
         kept: list[tuple[int, int, int, int, Action]] = []
-        for index, detector in enumerate(self._detectors):
-            gate = detector.gate
+        for index, detector, gate, action, keep in self._steps():
             if gate is not None:
                 passed = gates.get(gate)
                 if passed is None:
                     passed = gates[gate] = gate(text)
                 if not passed:
                     continue
-            action = policy.action_for(detector.kind)
-            bucket = kept if action is Action.KEEP else active
+            bucket = kept if keep else active
+            priority = detector.priority
             for start, end in detector.spans(text, windows):
-                bucket.append((start, -end, detector.priority, index, action))
+                bucket.append((start, -end, priority, index, action))
         if not active and not kept:
             return Redaction(text)
 
@@ -251,6 +258,20 @@ class Redactor:
             cursor = end
         pieces.append(text[cursor:])
         return Redaction("".join(pieces), tuple(spans), blocked)
+
+    def _steps(self) -> tuple[_Step, ...]:
+        """Each detector with its gate and the action the current policy gives its kind."""
+        # Worked out once per policy (set_action and add_detector make a new one), not per text.
+        plan = self._plan
+        if plan is None or plan[0] is not self.policy or plan[1] != len(self._detectors):
+            policy = self.policy
+            steps = tuple(
+                _Step(index, detector, detector.gate, action, action is Action.KEEP)
+                for index, detector in enumerate(self._detectors)
+                for action in (policy.action_for(detector.kind),)
+            )
+            plan = self._plan = (policy, len(self._detectors), steps)
+        return plan[2]
 
     def _render(self, detector: Detector, action: Action, value: str) -> str:
         if action is Action.KEEP:
