@@ -247,8 +247,9 @@ def _said_before(words: re.Pattern[str], text: str, start: int, width: int) -> b
 
 @functools.lru_cache(maxsize=2)
 def _lower(text: str) -> str:
-    """``text.lower()``, kept for the text being scrubbed: the prescreen and two gates need it, and
-    lowering text with CJK in it costs more than the substring tests that follow."""
+    """``text.lower()``, kept for the text being scrubbed: the prescreen and three gates need it, and
+    lowering text with CJK in it costs more than the substring tests that follow. (The last two
+    texts stay referenced until others replace them.)"""
     return text.lower()
 
 
@@ -497,8 +498,8 @@ def _locate_card(match: re.Match[str]) -> tuple[int, int] | None:
 
 # -- IBAN: country, check digits, BBAN; plain or in groups of four joined by spaces or dashes, in
 # upper or lower case (not mixed); the registry length and mod-97 == 1 decide. The match starts at
-# the check digits (digits are rarer than letters, so ``re`` enters the matcher less often) and the
-# country letters are checked looking back.
+# the check digits (digits are rarer than letters of either case, so ``re`` enters the matcher less
+# often) and the country letters are checked looking back.
 _IBAN = _compile(
     r"[0-9](?<=[A-Za-z]{2}[0-9])(?<![0-9A-Za-z][A-Za-z]{2}[0-9])[0-9]"
     r"(?P<sep>[ \-]?)[A-Za-z0-9]{4}(?:(?P=sep)[A-Za-z0-9]{4}){1,6}(?:(?P=sep)[A-Za-z0-9]{1,3})?" + _NO_ALNUM_AFTER
