@@ -14,8 +14,9 @@ What the model sees and gets back:
   means and its limits, what comes back.
 - **Arguments checked** before anything is read or written -- types, lengths, ranges -- beyond the
   loop's own check of names: a bad one comes back as a tool error naming the argument and the limit.
-- **Compact, readable results**: plain text, one numbered block per hit (id, kind, date, score,
-  content cut to :data:`MAX_SHOWN_CHARS`), ids the model can pass to ``supersede`` and ``forget``.
+- **Compact, readable results**: plain text, one numbered block per hit, best first (id, kind,
+  date, tags, content cut to :data:`MAX_SHOWN_CHARS`, the turns around a conversation hit), ids the
+  model can pass to ``supersede`` and ``forget``.
 - **Errors are results, never crashes**: anything harness_mem refuses (a :class:`GuardedMemory` or
   the redaction policy refusing a write, an unknown id, a read-only file) comes back as
   ``{"error": "<one line>"}`` with ``ok: false``; a refused write says why (``reason``) and, for a
@@ -42,6 +43,7 @@ from typing import Any, Literal, cast
 
 from harness_mem import Entry, GuardedMemory, Hit, MemoryStore
 from harness_mem.errors import HarnessMemError, InvalidInputError, WriteRefusedError
+from harness_mem.models import SessionHit
 
 from .spill import ToolResult
 from .tools import Tool, tool
@@ -66,6 +68,9 @@ MAX_SHOWN_CHARS = 600  # of each hit's content in a result
 MAX_AROUND_CHARS = 240  # of each turn shown around a hit
 OVERFETCH = 3  # recall more when the running run's own turns may have to be dropped
 CURATED_KINDS: tuple[str, ...] = ("note", "fact", "summary")
+# What `recall` searches unless told a kind: curated memory and episodes. Raw conversation turns are
+# many and noisy (tool echoes); they are searched when asked for (kind="turn") or by recall_sessions.
+DEFAULT_RECALL_KINDS: tuple[str, ...] = (*CURATED_KINDS, "episode")
 MEMORY_TOOL_NAMES: tuple[str, ...] = ("forget", "recall", "recall_sessions", "remember", "supersede")
 RecallKind = Literal["note", "fact", "summary", "episode", "turn"]
 
@@ -161,37 +166,62 @@ def _describe(entry: Entry) -> str:
     return " · ".join(parts)
 
 
+def _split_around(anchor: Entry, around: Sequence[Entry]) -> tuple[list[Entry], list[Entry]]:
+    """The turns before and after ``anchor``, by time and then id (ids are ordered within a
+    millisecond), so turns stored in the same millisecond still fall on the right side."""
+    key = (anchor.created_at, anchor.id)
+    before = [e for e in around if (e.created_at, e.id) < key]
+    after = [e for e in around if (e.created_at, e.id) > key]
+    return before, after
+
+
+def _turn_lines(entries: Sequence[Entry], indent: str = "     ") -> list[str]:
+    return [f"{indent}{_speaker(e)}{_cut(e.content, MAX_AROUND_CHARS)}" for e in entries]
+
+
 def format_hits(query: str, hits: Sequence[Hit]) -> str:
-    """Recall hits as numbered blocks: id, what it is, score, content, and any turns around it."""
+    """Recall hits as numbered blocks: id, what it is, content, and any turns around it.
+
+    Scores are left out: their scale depends on the recall mode and means little to a model; the
+    order (best first) carries the ranking.
+    """
     if not hits:
         return f"No memories match {query!r}."
     lines = [f"{len(hits)} memor{'y' if len(hits) == 1 else 'ies'} for {query!r}, best first:"]
     for i, hit in enumerate(hits, 1):
         e = hit.entry
-        lines.append(f"{i}. [{e.id}] {_describe(e)} · score {hit.score:.3g}")
+        lines.append(f"{i}. [{e.id}] {_describe(e)}")
         lines.append(f"   {_cut(e.content, MAX_SHOWN_CHARS)}")
         if hit.context:
-            lines.append("   around it:")
-            lines += [f"     {_speaker(c)}{_cut(c.content, MAX_AROUND_CHARS)}" for c in hit.context]
+            before, after = _split_around(e, hit.context)
+            if before:
+                lines += ["   just before it:", *_turn_lines(before)]
+            if after:
+                lines += ["   just after it:", *_turn_lines(after)]
     return "\n".join(lines)
 
 
-def format_sessions(query: str, found: Sequence[Any]) -> str:
+def format_sessions(query: str, found: Sequence[SessionHit]) -> str:
     """Session hits as numbered blocks: when, how long, how it began, the match in context, how it ended."""
     if not found:
         return f"No past sessions match {query!r}."
     lines = [f"{len(found)} past session{'s' if len(found) != 1 else ''} for {query!r}, best first:"]
     for i, s in enumerate(found, 1):
         span = f"{s.started_at:%Y-%m-%d %H:%M} → {s.ended_at:%Y-%m-%d %H:%M}"
-        lines.append(f"{i}. session {s.session} · {span} · {s.turns} turns · score {s.score:.3g}")
-        lines.append(f"   began: {_speaker(s.first)}{_cut(s.first.content, MAX_AROUND_CHARS)}")
+        lines.append(f"{i}. session {s.session} · {span} · {s.turns} entries")
         anchor = s.anchor.entry
-        before = [e for e in s.around if e.created_at <= anchor.created_at and e.id != anchor.id]
-        after = [e for e in s.around if e.created_at > anchor.created_at]
-        lines += [f"     {_speaker(e)}{_cut(e.content, MAX_AROUND_CHARS)}" for e in before]
+        before, after = _split_around(anchor, s.around)
+        shown = {anchor.id, *(e.id for e in s.around)}
+        if s.first.id not in shown:
+            lines.append(f"   began: {_speaker(s.first)}{_cut(s.first.content, MAX_AROUND_CHARS)}")
+            if before:
+                lines.append("     …")
+        lines += _turn_lines(before, "   ")
         lines.append(f"   best match [{anchor.id}]: {_speaker(anchor)}{_cut(anchor.content, MAX_SHOWN_CHARS)}")
-        lines += [f"     {_speaker(e)}{_cut(e.content, MAX_AROUND_CHARS)}" for e in after]
-        if s.last.id != anchor.id and s.last.id != s.first.id:
+        lines += _turn_lines(after, "   ")
+        if s.last.id not in shown:
+            if after:
+                lines.append("     …")
             lines.append(f"   ended: {_speaker(s.last)}{_cut(s.last.content, MAX_AROUND_CHARS)}")
     return "\n".join(lines)
 
@@ -294,20 +324,21 @@ def memory_tools(
     async def recall(
         query: str, k: int = 5, kind: RecallKind | None = None, context: int = 0
     ) -> Any:
-        """Search long-term memory: notes and facts saved earlier, summaries, past episodes (what was
-        tried on a similar task and how it went) and past conversations' turns.
+        """Search long-term memory: notes and facts saved earlier, summaries, and past episodes (what
+        was tried on a similar task and how it went); with kind "turn", the lines of past
+        conversations.
 
         Use it before answering from assumptions, when the task mentions something that may have
         come up before (a name, a system, a preference), or to find the id of an entry to correct
         or forget. A short query with the distinctive words (names, systems, errors) works best.
-        Returns up to k entries, best first, each with its id, kind, date, score and
+        Returns up to k entries, best first, each with its id, kind, date, tags and
         content (long entries are cut to 600 characters); "No memories match" means nothing
         relevant is stored. The current conversation is not searched: it is already in front of you.
 
         :param query: what to look for, in a few words or a question (at most 1000 characters).
         :param k: how many entries to return, 1 to 20.
         :param kind: only entries of this kind: "note", "fact", "summary", "episode" or "turn" (a
-            line of a past conversation); leave it out to search everything.
+            line of a past conversation); leave it out to search notes, facts, summaries and episodes.
         :param context: for a conversation turn found, also show this many turns before and after
             it (0 to 5).
         """
@@ -316,8 +347,10 @@ def memory_tools(
             n = _int("k", k, 1, MAX_K)
             chosen = _choice("kind", kind, ("note", "fact", "summary", "episode", "turn"), optional=True)
             around = _int("context", context, 0, MAX_CONTEXT)
-            may_be_own = exclude is not None and chosen in (None, "turn")
-            hits = store.recall(text, k=n * OVERFETCH if may_be_own else n, kind=chosen, context=around)
+            may_be_own = exclude is not None and chosen == "turn"
+            hits = store.recall(
+                text, k=n * OVERFETCH if may_be_own else n, kind=chosen or DEFAULT_RECALL_KINDS, context=around
+            )
         except HarnessMemError as exc:
             return _error(exc)
         kept = [h for h in hits if visible(h.entry)][:n]
@@ -329,8 +362,8 @@ def memory_tools(
 
         Use it for questions like "when did we discuss X" or "what did we decide about Y last
         time", where one line is not enough and the surrounding conversation matters. Returns up
-        to k sessions, best first: when each took place, how many turns it had, how it began, the
-        best-matching turn with the turns just before and after it, and how it ended. To read a
+        to k sessions, best first: when each took place, how many entries it has, how it began,
+        the best-matching turn with the turns just before and after it, and how it ended. To read a
         single fact, `recall` is cheaper.
 
         :param query: what the conversation was about (at most 1000 characters).
@@ -356,11 +389,9 @@ def memory_tools(
         """
         try:
             entry_id = _text("id", id, MAX_ID_CHARS).strip("[]")
-            n = store.forget(entry_id)
+            store.forget(entry_id)  # NotFoundError for an unknown id
         except HarnessMemError as exc:
             return _error(exc)
-        if not n:
-            return ToolResult(False, {"error": f"no entry with id {entry_id!r} — use an id that `recall` showed"})
         return f"Forgotten: [{entry_id}] will not be recalled again."
 
     async def supersede(id: str, content: str) -> Any:

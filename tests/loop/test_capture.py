@@ -93,7 +93,8 @@ def test_turns_finished_a_second_before_a_sigkill_are_in_the_store(tmp_path: Pat
     assert len(settled) >= 8  # the test means something only if many turns had time to settle
 
     with MemoryStore(db, embedder=None) as store:  # the file as the kill left it
-        got = turns(store, session)
+        got = store.session_turns(session, limit=1000)
+    assert all(t.kind == "turn" for t in got)
     contents = [t.content for t in got]
     assert contents[0] == "read every page of the billing ledger"
     tool_turns = [c for c in contents if c.startswith("[slow_page] ")]
