@@ -39,9 +39,13 @@ With ``--capture``, it measures what transcript capture costs the loop **per tur
 side**: the same runs with :func:`attach_memory` on a fresh store file, every call of the memory
 hook timed on its own (``perf_counter_ns`` around it). The per-turn events are PostModel and
 PostToolUse -- the hook enqueues and returns, the writer thread does the writing -- reported as
-p50/p99/max; SessionStart (opening the writer's connection, starting its thread) and SessionEnd
+p50/p99/max, next to a hook that does nothing timed the same way (the machine's noise floor: on a
+loaded machine the p99 and max are the scheduler's, not the hook's); SessionStart (opening the writer's connection, starting its thread) and SessionEnd
 (the episode, the last batch, joining the thread) happen once per run and are reported apart. Tool
-results of 20 bytes and of 20 kB show that the per-turn cost does not grow with the turn.
+results of 20 bytes and of 20 kB show that the per-turn cost does not grow with the turn. With a
+zero-latency model the writer thread is busy the whole run and the hooks compete with it for the
+GIL (the worst case); a model that takes 2 ms per call -- still far quicker than a real one --
+leaves the writer idle time to write in, as a real run does.
 
     python bench/bench_loop.py --capture --runs 20 --iters 50
 """
@@ -64,7 +68,7 @@ from typing import Any
 
 import anyio
 
-from harness_loop.chat import ModelOutput, ScriptedModel, ToolCall
+from harness_loop.chat import ModelOutput, ModelRequest, ScriptedModel, ToolCall
 from harness_loop.hooks import Event, Hook, HookBus, HookEvent
 from harness_loop.loop import AgentLoop, Done, Guide
 from harness_loop.memory import CachedGuide, MemoryGuide, MemoryWiring, attach_memory
@@ -345,11 +349,23 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 class TimedBus(HookBus):
-    """A hook bus that times every call of the memory wiring's hook, by event."""
+    """A hook bus that times every call of the memory wiring's hook, by event -- and, as the noise
+    floor, a hook that does nothing, timed the same way on the same events."""
 
     def __init__(self) -> None:
         super().__init__()
         self.samples: dict[Event, list[int]] = {}
+        self.floor: list[int] = []
+
+        def noop(event: HookEvent) -> None:
+            return None
+
+        def timed_noop(event: HookEvent) -> None:
+            started = time.perf_counter_ns()
+            noop(event)
+            self.floor.append(time.perf_counter_ns() - started)
+
+        super().add(timed_noop, Event.POST_MODEL, Event.POST_TOOL_USE)
 
     def add(self, hook: Hook, *events: Event) -> Hook:
         if not isinstance(hook, MemoryWiring):
@@ -364,18 +380,36 @@ class TimedBus(HookBus):
         return super().add(timed, *events)
 
 
+class PacedModel(ScriptedModel):
+    """A scripted model that takes ``latency`` seconds per call (still far below a real model's)."""
+
+    def __init__(self, script: list[ModelOutput | str], latency: float) -> None:
+        super().__init__(script)
+        self.latency = latency
+
+    async def complete(self, request: ModelRequest) -> ModelOutput:
+        if self.latency:
+            await anyio.sleep(self.latency)
+        return await super().complete(request)
+
+
 async def capture_costs(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Per-call cost of the memory hook, by event, over ``args.runs`` runs of ``args.iters``."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for t, label in ((noop_async, "20 B results"), (noop_big, "20 kB results")):
+        cases = (
+            (noop_async, 0.0, "20 B, no wait"),
+            (noop_big, 0.0, "20 kB, no wait"),
+            (noop_async, 0.002, "20 B, 2 ms model"),
+        )
+        for t, latency, label in cases:
             samples: dict[Event, list[int]] = {}
+            floor: list[int] = []
             with MemoryStore(Path(tmp) / f"capture-{t.name}.db", embedder=None) as store:
                 for run in range(args.runs + 1):
                     bus = TimedBus()  # one loop, one wiring, one bus per run
-                    loop = AgentLoop(
-                        ScriptedModel(script(t.name, args.iters)), [t], workspace=Path(tmp), hooks=bus
-                    )
+                    model = PacedModel(script(t.name, args.iters), latency)
+                    loop = AgentLoop(model, [t], workspace=Path(tmp), hooks=bus)
                     attach_memory(loop, store)
                     outcome = await loop.run(TASK)
                     assert isinstance(outcome, Done) and outcome.iters == args.iters, outcome
@@ -383,6 +417,7 @@ async def capture_costs(args: argparse.Namespace) -> list[dict[str, Any]]:
                         continue
                     for event, ns in bus.samples.items():
                         samples.setdefault(event, []).extend(ns)
+                    floor.extend(bus.floor)
             per_turn = samples.get(Event.POST_MODEL, []) + samples.get(Event.POST_TOOL_USE, [])
             groups = [
                 ("per turn (PostModel + PostToolUse)", per_turn),
@@ -390,6 +425,7 @@ async def capture_costs(args: argparse.Namespace) -> list[dict[str, Any]]:
                 ("  PostToolUse", samples.get(Event.POST_TOOL_USE, [])),
                 ("once per run: SessionStart", samples.get(Event.SESSION_START, [])),
                 ("once per run: SessionEnd", samples.get(Event.SESSION_END, [])),
+                ("noise floor: a no-op hook, per turn", floor),
             ]
             for name, ns in groups:
                 us = sorted(x / 1000 for x in ns)
@@ -441,10 +477,10 @@ def main() -> None:
                 print(json.dumps(r))
             return
         print(f"memory hook cost per call ({args.runs} runs × {args.iters} iterations; fresh keyword-only store)")
-        print(f"{'results':<14} {'hook':<36} {'calls':>7} {'p50 µs':>9} {'p99 µs':>9} {'max µs':>10}")
+        print(f"{'case':<18} {'hook':<36} {'calls':>7} {'p50 µs':>9} {'p99 µs':>9} {'max µs':>10}")
         for r in rows:
             print(
-                f"{r['capture']:<14} {r['hook']:<36} {r['calls']:>7} {r['p50_us']:>9.2f} "
+                f"{r['capture']:<18} {r['hook']:<36} {r['calls']:>7} {r['p50_us']:>9.2f} "
                 f"{r['p99_us']:>9.2f} {r['max_us']:>10.2f}"
             )
         return

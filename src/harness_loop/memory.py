@@ -290,7 +290,7 @@ def _final_text(outcome: Outcome) -> str | None:
 def _episode_name(name: str) -> str | None:
     # The episode format keeps tools as a comma-separated line: a name it cannot hold is left out.
     name = name.strip()
-    return name if name and not any(c in name for c in ",\n\r") else None
+    return name if name and "," not in name and "\n" not in name and "\r" not in name else None
 
 
 class MemoryWiring:
