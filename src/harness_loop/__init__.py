@@ -11,6 +11,7 @@ from .hooks import Deny, Event, HookBus, HookEvent
 from .job import Backoff, Job, JobResult, RetryPolicy
 from .loop import AgentLoop, BudgetExhausted, Cancelled, Done, LoopConfig, Outcome, Stuck, Unverified
 from .memory import CachedGuide, MemoryGuide, MemoryWiring, attach_memory
+from .memory_tools import memory_tools
 from .openai_client import OpenAIChatModel, OpenAITextModel
 from .orchestrator import JobRunner, Orchestrator
 from .planner import Planner, StaticPlanner
@@ -73,6 +74,7 @@ __all__ = [
     "Usage",
     "attach_memory",
     "json_schema",
+    "memory_tools",
     "replay",
     "run_subagent",
     "schemas",

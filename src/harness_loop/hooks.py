@@ -9,7 +9,7 @@ run. Hooks are synchronous: one that needs I/O should enqueue and return.
 Events the loop fires, in order::
 
     SessionStart
-    per iteration: Heartbeat, PreModel, PostModel, then either
+    per iteration: Heartbeat, [Compacted,] PreModel, PostModel, then either
                    per tool call PreToolUse and PostToolUse (none after a Deny; a concurrent read-only
                    batch fires all its PreToolUse first), then any Feedback nudge,
                    or, on a turn without tool calls, AcceptanceChecked per check (Feedback on a retry)
@@ -18,7 +18,10 @@ Events the loop fires, in order::
     Cancelled          when cancel() or the cancel event ends the run
     SessionEnd         last (a run that raises fires none: the exception is the news)
 
-``SubagentStart`` / ``SubagentStop`` fire on the parent's bus around a child loop.
+``Compacted`` fires when the conversation neared ``LoopConfig.context_budget`` and its older turns
+were replaced by a summary (``text``: the summary, ``ratio``: the estimated size against the budget
+before, ``replaced``: how many messages the summary stands in for); it can also precede a synthesis
+call. ``SubagentStart`` / ``SubagentStop`` fire on the parent's bus around a child loop.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Event(StrEnum):
     TASK_COMPLETED = "TaskCompleted"
     BUDGET_WARNING = "BudgetWarning"
     CANCELLED = "Cancelled"
+    COMPACTED = "Compacted"
     SUBAGENT_START = "SubagentStart"
     SUBAGENT_STOP = "SubagentStop"
 
@@ -75,6 +79,7 @@ class HookEvent:
     passed: bool | None = None
     ratio: float | None = None
     outcome: Any = None
+    replaced: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

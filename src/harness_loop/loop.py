@@ -23,6 +23,10 @@ Guides (objects with ``render(query) -> str``; memory recall will be one) are re
 model call with the task as the query -- never a retry or synthesis prompt -- and their blocks are
 replaced each time, not stacked into the history.
 
+Long runs: with ``LoopConfig.context_budget`` set, a conversation that nears the budget is compacted
+before the next model call -- older turns summarised by one call to the same model, the task and
+the recent turns kept (see :mod:`.compaction`), a ``Compacted`` hook event fired.
+
 The loop writes its timeline to an optional :class:`Recorder` (see :mod:`.record`). Tools are run by
 a :class:`Dispatcher`; replay swaps in one that answers from the recording.
 """
@@ -42,10 +46,11 @@ from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 import anyio
 import anyio.lowlevel
 
-from harness_mem.errors import ModelError
+from harness_mem.errors import InvalidInputError, ModelError
 from harness_mem.models import check_nesting
 
 from .chat import Message, Model, ModelOutput, ModelRequest, Role, ToolCall, Usage
+from .compaction import compaction_request, estimate_tokens, plan_compaction, summary_message
 from .guards import (
     Acceptance,
     AcceptanceProbe,
@@ -116,6 +121,11 @@ class LoopConfig:
     The defaults were chosen by measurement (leave-one-out runs on verifier-checked tasks): without
     the stuck detector a retry trap burned 16 rounds and two tasks in ten were lost, and spilling
     large results instead of truncating them cut the cost per solved task by 17%.
+
+    Compaction (see :mod:`.compaction`): ``context_budget`` is the conversation's budget in
+    *estimated* tokens (characters / 4, system prompt included, guide blocks not); None never
+    compacts. Before a model call, a conversation at ``compact_at`` of the budget or more has its
+    older turns summarised, keeping recent turns worth up to ``compact_keep`` of the budget.
     """
 
     max_iters: int = 50
@@ -127,6 +137,21 @@ class LoopConfig:
     acceptance_retries: int = 1
     time_limit: float | None = None
     max_output_tokens: int | None = 8000
+    context_budget: int | None = None
+    compact_at: float = 0.8
+    compact_keep: float = 0.3
+
+    def __post_init__(self) -> None:
+        budget = self.context_budget
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+            raise InvalidInputError(
+                f"context_budget must be a positive number of tokens or None (never compact), not {budget!r}"
+            )
+        if not 0 < self.compact_keep < self.compact_at <= 1:
+            raise InvalidInputError(
+                "compaction needs 0 < compact_keep < compact_at <= 1 (fractions of context_budget), "
+                f"not compact_keep={self.compact_keep!r}, compact_at={self.compact_at!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -529,6 +554,8 @@ class AgentLoop:
         )
 
     async def _call_model(self, st: _RunState, *, tools: bool, purpose: str | None = None) -> ModelOutput:
+        if self.config.context_budget is not None:
+            await self._maybe_compact(st, self.config.context_budget)
         request = self._request(st, tools=tools)
         self._record(
             "pre_model",
@@ -557,6 +584,49 @@ class AgentLoop:
         self._fire(Event.POST_MODEL, st, output=output)
         st.messages.append(Message(Role.ASSISTANT, output.text or "", tool_calls=output.tool_calls))
         return output
+
+    async def _maybe_compact(self, st: _RunState, budget: int) -> None:
+        """Summarise the older turns when the conversation has reached ``compact_at`` of ``budget``.
+
+        A failed or blank summary leaves the conversation as it was (the call is recorded); the
+        next model call tries again.
+        """
+        cfg = self.config
+        before = estimate_tokens(st.messages, self.system)
+        if before < cfg.compact_at * budget:
+            return
+        split = plan_compaction(st.messages, cfg.compact_keep * budget)
+        if split is None:
+            return
+        older = st.messages[1:split]
+        limit = max(256, budget // 10)
+        if cfg.max_output_tokens is not None:
+            limit = min(limit, cfg.max_output_tokens)
+        request = compaction_request(st.task, older, max_output_tokens=limit)
+        self._record(
+            "pre_model", iter=st.iter, history_len=len(request.messages), tools_count=0, guides=0,
+            purpose="compaction",
+        )
+        try:
+            output = await self.model.complete(request)
+        except Exception as exc:
+            self._record("model_error", iter=st.iter, error=f"{type(exc).__name__}: {exc}", purpose="compaction")
+            if not isinstance(exc, ModelError):
+                raise
+            return  # the conversation stays whole; the call it was making room for goes ahead
+        st.usage += output.usage
+        if self.recorder is not None:
+            self._record("post_model", iter=st.iter, output=output.to_dict(), purpose="compaction")
+        summary = (output.text or "").strip()
+        if not summary:
+            return
+        st.messages[1:split] = [summary_message(summary, len(older))]
+        after = estimate_tokens(st.messages, self.system)
+        self._record(
+            "compaction", iter=st.iter, replaced=len(older), tokens_before=before, tokens_after=after,
+            budget=budget,
+        )
+        self._fire(Event.COMPACTED, st, text=summary, ratio=round(before / budget, 3), replaced=len(older))
 
     async def _synthesize(self, st: _RunState, prompt: str, purpose: str) -> str | None:
         """One tool-less model call to write the best answer possible; a failure yields None."""

@@ -1,11 +1,11 @@
-"""Memory, as a consumer: recall before each model call, the transcript captured, an episode at the end.
+"""Memory, as a consumer: recall before each model call, turns captured as they happen, an episode at the end.
 
 The loop knows nothing of memory; this module wires harness_mem's public pieces onto the loop's two
 extension points -- guides and hooks -- and nothing else::
 
     store = MemoryStore("agent.db")
     loop = AgentLoop(model, tools)
-    with attach_memory(loop, store):          # guides + hooks; leaving the block writes anything left
+    with attach_memory(loop, store):          # guides + hooks (+ tools=True: memory tools)
         outcome = await loop.run("deploy the site")
     # the run's transcript and its episode are in agent.db
 
@@ -27,21 +27,35 @@ The guides read the store on the loop's thread and let errors through: a misconf
 recall without a model, say) fails the run at its first model call instead of silently answering
 without memory. :class:`MemoryGuide` checks its ``mode`` when it is built, earlier still.
 
-**Capture** follows harness_mem's transcript contract: the hooks only *enqueue* on a
-:class:`~harness_mem.experience.transcript.TranscriptRecorder` -- the task as the ``user`` turn (SessionStart),
-each model turn as ``assistant`` (PostModel; a turn that only calls tools is blank and skipped),
-each tool result as ``tool`` under its tool's name (PostToolUse, the shaped result the model saw).
-The final answer's turn is held back until the run ends so that it can carry the run's result
-(tags ``result:success``/``result:failure``), which is what offline consolidation reads; a run that
-ends without an answer gets a one-line ``system`` turn saying how it ended instead.
+**A run never recalls its own turns.** They are in the store while it runs (see below), so every
+recall made for the run -- :class:`MemoryGuide` and the memory tools (:mod:`.memory_tools`) --
+drops them by session: :meth:`MemoryWiring.is_own` is true for a ``turn`` of the running run's
+session (with a fixed session spanning runs, of the running run: its ``run:<id>`` tag).
 
-**The flush guarantee:** the turns are written when the run ends -- at SessionEnd, before
-``loop.run`` returns -- so when ``await loop.run(task)`` returns, every turn of that run is in the
-store. Writing at the end rather than during the run also keeps the run's own turns out of its
-recall. A run that *raises* fires no SessionEnd (the loop's rule: the exception is the news); its
-queued turns are written by the next run's SessionStart, by :meth:`MemoryWiring.close`, or on
-leaving ``with attach_memory(...)``, whichever comes first. A write that fails is logged and kept in
-:attr:`MemoryWiring.last_error`, never raised: the caller must not lose the outcome to a memory write.
+**Capture** follows harness_mem's transcript contract through a :class:`~harness_loop.capture.TurnWriter`:
+the hooks only *enqueue* -- the task as the ``user`` turn (SessionStart), each model turn as
+``assistant`` (PostModel; a turn that only calls tools is blank and skipped), each tool result as
+``tool`` under its tool's name (PostToolUse, the shaped result the model saw) -- and a writer
+thread with a connection of its own writes them **as the run goes**, a batch at most every
+``flush_interval`` seconds (0.5 by default). A run killed with SIGKILL keeps every turn captured
+more than about one interval before the kill. The final answer's turn is held back until the run
+ends so that it can carry the run's result (tags ``result:success``/``result:failure``), which is
+what offline consolidation reads; a run that ends without an answer gets a one-line ``system``
+turn saying how it ended instead.
+
+**The flush guarantee:** at SessionEnd -- a normal end or a cancellation (:class:`Cancelled`),
+before ``loop.run`` returns -- the writer writes what is still queued and stops, so when ``await
+loop.run(task)`` returns every turn of that run is in the store. That last batch is written while
+the loop's thread waits (milliseconds: at most one interval's turns). A run that *raises* fires no
+SessionEnd (the loop's rule: the exception is the news); its writer keeps writing in the background,
+and is stopped by the next run's SessionStart, by :meth:`MemoryWiring.close`, on leaving ``with
+attach_memory(...)``, or at interpreter exit, whichever comes first. A write that fails is logged
+and kept in :attr:`MemoryWiring.last_error`, never raised: the caller must not lose the outcome to
+a memory write.
+
+The writer's own turn writes do not invalidate the :class:`CachedGuide` blocks (they only cache
+recall, which never returns them): :meth:`MemoryWiring.data_version` leaves them out, and still
+sees every other write -- this process's at once, other processes' within one interval.
 
 **The episode** is recorded at SessionEnd too: situation = the task, tools = the tools that ran (fed
 to the :class:`~harness_mem.experience.store.ExperienceRecorder`'s trace at PostToolUse, so a denied call,
@@ -56,25 +70,30 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from harness_mem import Episode, ExperienceStore, Hit, Memory, MemoryStore
-from harness_mem.errors import DuplicateIdError
+from harness_mem import Entry, Episode, ExperienceStore, Hit, MemoryStore
+from harness_mem.errors import DuplicateIdError, InvalidInputError
 from harness_mem.experience import (
     DEFAULT_MAX_CHARS,
     ExperienceGuide,
     ExperienceRecorder,
     StoredEpisode,
-    TranscriptRecorder,
     TranscriptStats,
     episode_id_for,
     truncate_turn,
 )
 
+from .capture import DEFAULT_INTERVAL, TurnWriter
 from .hooks import Event, HookEvent
 from .loop import AgentLoop, BudgetExhausted, Done, Guide, Outcome, Stuck, Unverified
+from .memory_tools import memory_tools
+from .tools import Tool
+
+if TYPE_CHECKING:
+    from harness_mem import GuardedMemory
 
 __all__ = [
     "MEMORY_HEADER",
@@ -127,6 +146,8 @@ class MemoryGuide:
     :param exclude_tags: drop entries carrying any of these tags (over-fetches ``3 × top_k``).
         Entries whose content repeats an earlier hit's are dropped too.
     :param max_item_chars: longer entries are cut to their head plus a ``[n chars truncated]`` marker.
+    :param exclude: drop entries for which this is true (:meth:`MemoryWiring.is_own`: the running
+        run's own turns); over-fetches ``3 × top_k`` when the kinds recalled include turns.
     :param filters: passed to :meth:`MemoryStore.recall` -- ``kind`` (default :data:`MEMORY_KINDS`;
         None for every kind), ``role``, ``session``, ``session_prefix``, ``tags`` (all of),
         ``any_tags``, ``since``, ``until``.
@@ -141,6 +162,7 @@ class MemoryGuide:
         mode: Literal["keyword", "semantic", "hybrid"] | None = None,
         exclude_tags: Iterable[str] = (),
         max_item_chars: int = MAX_ITEM_CHARS,
+        exclude: Callable[[Entry], bool] | None = None,
         **filters: Any,
     ) -> None:
         self.store = store
@@ -151,6 +173,10 @@ class MemoryGuide:
         self.max_item_chars = max_item_chars
         filters.setdefault("kind", MEMORY_KINDS)
         self.filters = filters
+        kinds = filters["kind"]
+        recalls_turns = kinds is None or "turn" in ([kinds] if isinstance(kinds, str) else kinds)
+        # Only turns can be a run's own (see MemoryWiring.is_own): other kinds need no over-fetch.
+        self.exclude = exclude if recalls_turns else None
         # k=0 resolves the mode and validates nothing else, without touching the index.
         store.recall("", k=0, mode=mode)
 
@@ -158,7 +184,7 @@ class MemoryGuide:
         """The hits the block is made of, best first."""
         if self.top_k <= 0 or not query.strip():
             return []
-        fetch = self.top_k * OVERFETCH if self.exclude_tags else self.top_k
+        fetch = self.top_k * OVERFETCH if self.exclude_tags or self.exclude else self.top_k
         # cast: inside MemoryStore, `list[Hit]` names its own `list` method for type checkers.
         hits = cast("Sequence[Hit]", self.store.recall(query, k=fetch, mode=self.mode, **self.filters))
         kept: list[Hit] = []
@@ -167,6 +193,8 @@ class MemoryGuide:
             if self.min_score is not None and h.score < self.min_score:
                 break  # best first: the rest score lower still
             if self.exclude_tags and self.exclude_tags.intersection(h.entry.tags):
+                continue
+            if self.exclude is not None and self.exclude(h.entry):
                 continue
             if h.entry.content in seen:  # the same note saved twice would take two lines of context
                 continue
@@ -196,19 +224,31 @@ class CachedGuide:
     store was written (by this process or any other: :func:`store_version`), or after ``max_age``
     seconds (entries expire with time, not only with writes). A note saved mid-run therefore shows
     up in the very next call's block, as it would without the cache.
+
+    ``version`` replaces :func:`store_version` as the token of the store's state:
+    :func:`attach_memory` passes :meth:`MemoryWiring.data_version`, which ignores the run's own
+    turn writes.
     """
 
-    def __init__(self, guide: Guide, store: MemoryStore, *, max_age: float = 60.0) -> None:
+    def __init__(
+        self,
+        guide: Guide,
+        store: MemoryStore,
+        *,
+        max_age: float = 60.0,
+        version: Callable[[], Hashable] | None = None,
+    ) -> None:
         self.guide = guide
         self.store = store
         self.max_age = max_age
+        self.version: Callable[[], Hashable] = version or (lambda: store_version(store))
         self.renders = 0  # how many times the wrapped guide actually ran
-        self._key: tuple[str, tuple[int, int]] | None = None
+        self._key: tuple[str, Hashable] | None = None
         self._block = ""
         self._at = 0.0
 
     def render(self, query: str) -> str:
-        key = (query, store_version(self.store))  # read first: a write during render invalidates
+        key = (query, self.version())  # read first: a write during render invalidates
         now = time.monotonic()
         if key != self._key or now - self._at > self.max_age:
             self._block = self.guide.render(query)
@@ -250,7 +290,7 @@ def _final_text(outcome: Outcome) -> str | None:
 def _episode_name(name: str) -> str | None:
     # The episode format keeps tools as a comma-separated line: a name it cannot hold is left out.
     name = name.strip()
-    return name if name and not any(c in name for c in ",\n\r") else None
+    return name if name and "," not in name and "\n" not in name and "\r" not in name else None
 
 
 class MemoryWiring:
@@ -259,6 +299,7 @@ class MemoryWiring:
     After each run: :attr:`last_session` (the session its turns and episode are stored under),
     :attr:`last_episode` (the episode as stored, after redaction; None if none was recorded),
     :attr:`transcript_stats` (turns written, dropped, failed) and :attr:`last_error`.
+    :attr:`tools` holds the memory tools :func:`attach_memory` registered (``tools=True``).
     """
 
     def __init__(
@@ -270,19 +311,26 @@ class MemoryWiring:
         guides: Sequence[Guide] = (),
         transcripts: bool = True,
         record_episode: bool = True,
+        flush_interval: float = DEFAULT_INTERVAL,
     ) -> None:
+        if isinstance(flush_interval, bool) or not isinstance(flush_interval, int | float) or not flush_interval > 0:
+            raise InvalidInputError(f"flush_interval must be a positive number of seconds, not {flush_interval!r}")
         self.store = store
         self.recorder = recorder
         self.session = session
         self.guides = tuple(guides)
         self.transcripts = transcripts
         self.record_episode = record_episode
+        self.flush_interval = float(flush_interval)
+        self.tools: tuple[Tool, ...] = ()
         self.last_session: str | None = None
         self.last_episode: StoredEpisode | None = None
         self.transcript_stats: TranscriptStats | None = None
         self.last_error: str | None = None
-        self._transcript: TranscriptRecorder | None = None
+        self._writer: TurnWriter | None = None
         self._task: str | None = None
+        # The running run: (the session its turns go to, its run tag when the session is shared).
+        self._own: tuple[str, str | None] | None = None
         # The latest turn without tool calls: the final answer if the run ends after it (see _end).
         self._held: tuple[str | None, str | None] | None = None
 
@@ -300,14 +348,14 @@ class MemoryWiring:
             assert event.call is not None and event.result is not None
             if (name := _episode_name(event.call.name)) is not None:
                 self.recorder.on_tool_use(name)
-            if self._transcript is not None:
-                self._transcript.note_tool(event.call.name, event.result.content)
+            if self._writer is not None:
+                self._writer.note_tool(event.call.name, event.result.content)
         elif event.event is Event.POST_MODEL:
             assert event.output is not None
             self._release_held()
             if event.output.tool_calls:
-                if self._transcript is not None:
-                    self._transcript.note_assistant(event.output.text, reasoning=event.output.reasoning)
+                if self._writer is not None:
+                    self._writer.note_assistant(event.output.text, reasoning=event.output.reasoning)
             else:
                 self._held = (event.output.text, event.output.reasoning)
         elif event.event is Event.SESSION_START:
@@ -318,42 +366,53 @@ class MemoryWiring:
     def _release_held(self, success: bool | None = None) -> bool:
         """Enqueue the held answer turn (with the run's result, at the end); False if it was blank."""
         held, self._held = self._held, None
-        if held is None or self._transcript is None:
+        if held is None or self._writer is None:
             return False
         text, reasoning = held
         if not (text and text.strip()) and not (reasoning and reasoning.strip()):
             return False
-        self._transcript.note_assistant(text, reasoning=reasoning, success=success)
+        self._writer.note_assistant(text, reasoning=reasoning, success=success)
         return True
 
     def _start(self, event: HookEvent) -> None:
-        self._close_transcript()  # a run that raised left its turns queued: write them first
+        self._stop_writer()  # a run that raised left its writer running: finish it first
         session = self.session or event.session
         self.last_session, self.last_episode, self.transcript_stats = session, None, None
         self._task, self._held = event.task or "", None
+        # With a fixed session spanning runs, a tag tells the runs apart.
+        run_tag = f"run:{event.session}" if self.session and self.session != event.session else None
+        self._own = (session, run_tag)
         # The traces describe this run only (a run that raised may have left names behind).
         self.recorder.tool_trace.clear()
         self.recorder.skill_trace.clear()
         if self.transcripts:
-            # With a fixed session spanning runs, a tag still tells the runs apart.
-            tags = [f"run:{event.session}"] if self.session and self.session != event.session else []
-            # cast: MemoryStore's keyword-only add() is a Memory in practice, not to a type checker.
-            self._transcript = TranscriptRecorder(cast("Memory", self.store), session=session, tags=tags)
-            self._transcript.note_user(self._task)
+            try:
+                self._writer = TurnWriter(
+                    self.store,
+                    session=session,
+                    tags=[run_tag] if run_tag else [],
+                    interval=self.flush_interval,
+                )
+            except Exception as exc:  # no capture is better than no run
+                self._failed(f"transcript not captured: {type(exc).__name__}: {exc}")
+                return
+            self._writer.note_user(self._task)
 
     def _end(self, outcome: Outcome | None) -> None:
         if outcome is None:  # not a loop's SessionEnd: nothing to conclude
-            self._close_transcript()
+            self._stop_writer()
+            self._own = None
             return
         success = run_success(outcome)
         # The episode first: a consolidation running meanwhile then finds it and updates it rather
         # than creating its own from the turns (see the module docstring).
         if self.record_episode and self._task and self._task.strip():
             self._record_episode(outcome, success)
-        if self._transcript is not None and not self._release_held(success) and success is not None:
-            self._transcript.note("system", f"[run ended: {describe_ending(outcome)}]", success=success)
+        if self._writer is not None and not self._release_held(success) and success is not None:
+            self._writer.note("system", f"[run ended: {describe_ending(outcome)}]", success=success)
         self._held = None
-        self._close_transcript()
+        self._stop_writer()
+        self._own = None
 
     def _record_episode(self, outcome: Outcome, success: bool | None) -> None:
         assert self._task is not None and self.last_session is not None
@@ -382,30 +441,55 @@ class MemoryWiring:
         except Exception as exc:  # the caller must get the outcome even when memory cannot be written
             self._failed(f"episode not recorded: {type(exc).__name__}: {exc}")
 
-    def _close_transcript(self) -> None:
-        transcript, self._transcript = self._transcript, None
-        if transcript is None:
+    def _stop_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is None:
             return
-        transcript.close()  # writes every queued turn, on this thread, before returning
-        self.transcript_stats = transcript.stats
-        if transcript.stats.failed:
-            self._failed(f"{transcript.stats.failed} transcript turn(s) not written: {transcript.last_error}")
+        stats = writer.stop()  # writes every queued turn (on the writer's thread) before returning
+        self.transcript_stats = stats
+        if stats.failed:
+            self._failed(f"{stats.failed} transcript turn(s) not written: {writer.last_error}")
 
     def _failed(self, message: str) -> None:
         self.last_error = message
         logger.warning("memory wiring (session %s): %s", self.last_session, message)
+
+    # ---- what recall needs to know about the running run ---------------------------------------
+
+    def is_own(self, entry: Entry) -> bool:
+        """True for a turn the running run captured itself: recall made for the run drops it."""
+        own = self._own
+        if own is None or entry.kind != "turn" or entry.session != own[0]:
+            return False
+        return own[1] is None or own[1] in entry.tags
+
+    @property
+    def own_session(self) -> str | None:
+        """The session the running run's turns go to (None between runs)."""
+        return None if self._own is None else self._own[0]
+
+    def data_version(self) -> Hashable:
+        """A token of the store's state for recall caches that ignores the running run's own turn
+        writes (recall never returns them) and sees every other write: this connection's at once
+        (``total_changes``), other connections' and processes' as the writer last sampled them."""
+        writer = self._writer
+        if writer is None or not writer.threaded:
+            return store_version(self.store)
+        return ("capturing", id(writer), self.store.data_version()[0], writer.others_version)
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
     @property
     def pending(self) -> int:
         """Transcript turns captured and not yet written."""
-        return 0 if self._transcript is None else self._transcript.pending
+        return 0 if self._writer is None else self._writer.pending
 
     def close(self) -> None:
-        """Write whatever is still queued (the turns of a run that raised). Safe to call twice."""
+        """Write whatever is still queued (the turns of a run that raised) and stop the writer.
+        Safe to call twice."""
         self._held = None  # a run that raised has no result to attach to its last answer
-        self._close_transcript()
+        self._stop_writer()
+        self._own = None
 
     def __enter__(self) -> MemoryWiring:
         return self
@@ -427,6 +511,9 @@ def attach_memory(
     experience_top_k: int = 3,
     transcripts: bool = True,
     record_episode: bool = True,
+    tools: bool = False,
+    guard: GuardedMemory | None = None,
+    flush_interval: float = DEFAULT_INTERVAL,
 ) -> MemoryWiring:
     """Give ``loop`` a memory in ``store``: recall guides, transcript capture, an episode per run.
 
@@ -438,8 +525,13 @@ def attach_memory(
     :param guides: register a :class:`MemoryGuide` (``top_k``) and an ``ExperienceGuide``
         (``experience_top_k``), each in a :class:`CachedGuide`; False to add your own to
         ``loop.guides`` instead.
-    :param transcripts: capture the run's turns through a ``TranscriptRecorder``.
+    :param transcripts: capture the run's turns as they happen (see :mod:`.capture`).
     :param record_episode: record an episode when the run ends.
+    :param tools: register the memory tools (``remember``, ``recall``, ``recall_sessions``,
+        ``forget``, ``supersede``: :func:`~harness_loop.memory_tools.memory_tools`) on the loop;
+        their recall leaves out the running run's own turns.
+    :param guard: with ``tools``, vet the tools' writes through this ``GuardedMemory``'s rules.
+    :param flush_interval: the longest a captured turn waits before it is written, in seconds.
 
     Call it once per loop. The returned :class:`MemoryWiring` is also a context manager whose exit
     writes the turns of a run that raised.
@@ -448,22 +540,31 @@ def attach_memory(
         recorder = experience
     else:
         recorder = ExperienceRecorder(experience if experience is not None else ExperienceStore(store))
-    added: list[Guide] = []
-    if guides:
-        added = [
-            CachedGuide(MemoryGuide(store, top_k=top_k), store),
-            CachedGuide(
-                ExperienceGuide(recorder.experience, top_k=experience_top_k), recorder.experience.store
-            ),
-        ]
-        loop.guides.extend(added)
     wiring = MemoryWiring(
         store,
         recorder,
         session=session,
-        guides=added,
         transcripts=transcripts,
         record_episode=record_episode,
+        flush_interval=flush_interval,
     )
+    if guides:
+        added: list[Guide] = [
+            CachedGuide(
+                MemoryGuide(store, top_k=top_k, exclude=wiring.is_own), store, version=wiring.data_version
+            ),
+            CachedGuide(
+                ExperienceGuide(recorder.experience, top_k=experience_top_k),
+                recorder.experience.store,
+                version=wiring.data_version if recorder.experience.store is store else None,
+            ),
+        ]
+        wiring.guides = tuple(added)
+        loop.guides.extend(added)
+    if tools:
+        wiring.tools = tuple(memory_tools(store, guard=guard, exclude=wiring.is_own))
+        for t in wiring.tools:
+            loop.registry.register(t)
+        loop.tool_specs = loop.registry.specs()
     loop.hooks.add(wiring, *MemoryWiring.events)
     return wiring

@@ -6,10 +6,11 @@ to a file of its own: one file per run, so a recording holds exactly one run and
     start{source, session, task, system, config, tools, acceptance, workspace}
     heartbeat{iter}
     pre_model{iter, history_len, tools_count, guides, purpose?}
-    post_model{iter, output, purpose?}          model_error{iter, error}
+    post_model{iter, output, purpose?}          model_error{iter, error, purpose?}
     pre_tool{iter, seq, action{tool, call_id, args}, denied_by?}
     post_tool{iter, seq, call_id, tool, result{ok, content, digest}, elapsed_ms | denied}
     feedback{iter, origin, text}                acceptance{iter, check, passed, reason}
+    compaction{iter, replaced, tokens_before, tokens_after, budget}
     budget_warning{iter, ratio}                 stuck{iter, origin, reason, repeated}
     cancelled{iter}                             deadline{iter, time_limit}
     end{outcome | error, elapsed_ms}
@@ -233,7 +234,7 @@ def format_trace(records: Sequence[Mapping[str, Any]]) -> list[str]:
                 what = "(no text)" + (
                     f" reasoning: {_clip(out['reasoning'], 50)}" if out.get("reasoning") else ""
                 )
-            tag = "synth" if r.get("purpose") == "synthesis" else "model"
+            tag = {"synthesis": "synth", "compaction": "compact"}.get(str(r.get("purpose")), "model")
             line = (
                 f"{tag:<9} {'→ ' if calls else ''}{what}  [in {u.get('input', 0)}, out {u.get('output', 0)}]"
             )
@@ -254,6 +255,11 @@ def format_trace(records: Sequence[Mapping[str, Any]]) -> list[str]:
         elif kind == "acceptance":
             verdict = "passed" if r.get("passed") else f"FAILED: {_clip(r.get('reason', ''), 60)}"
             line = f"accept    {r.get('check')} {verdict}"
+        elif kind == "compaction":
+            line = (
+                f"compact   {r.get('replaced')} messages summarised: ~{r.get('tokens_before')} → "
+                f"~{r.get('tokens_after')} tokens (budget {r.get('budget')})"
+            )
         elif kind == "budget_warning":
             line = f"budget    iteration budget exhausted (ratio {r.get('ratio')})"
         elif kind == "stuck":

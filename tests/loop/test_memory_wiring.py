@@ -207,7 +207,8 @@ async def test_hooks_only_enqueue_and_the_run_end_flushes(store: MemoryStore, tm
     loop = AgentLoop(
         ScriptedModel([ModelOutput.with_calls(ToolCall.of("probe")), "done"]), [probe], workspace=tmp_path
     )
-    wiring = attach_memory(loop, store)
+    # A long interval: the background writer does not get to write before the run ends.
+    wiring = attach_memory(loop, store, flush_interval=60)
     outcome = await loop.run(TASK)
     # Queued, not written: the task and the model's (blank, tool-call-only) turn, which the writer drops.
     assert seen == {"turns during the run": 0, "pending during the run": 2}
@@ -226,10 +227,11 @@ async def test_a_run_that_raises_is_written_on_leaving_the_block(store: MemorySt
         Failing([ModelOutput.with_calls(ToolCall.of("lookup", key="a"))]), [lookup], workspace=tmp_path
     )
     loop.hooks.add(lambda e: sessions.append(e.session), Event.SESSION_START)
-    with attach_memory(loop, store) as wiring:
+    with attach_memory(loop, store, flush_interval=60) as wiring:
         with pytest.raises(ModelError):
             await loop.run(TASK)
-        # No SessionEnd: the turns (task, tool-call turn, tool result) wait for the block's end.
+        # No SessionEnd: the turns (task, tool-call turn, tool result) wait for the writer's next
+        # batch (an interval away here) or the block's end.
         assert wiring.pending == 3 and store.count(kind="turn") == 0
     assert [t.role for t in turns(store, sessions[0])] == ["user", "tool"]
     assert ExperienceStore(store).count() == 0  # no outcome, no episode
