@@ -52,7 +52,8 @@ def one_side(path: Path, lines: list[str], ids: list[str], expiring: list[str], 
         assert store.delete(entry_id)
     delete_s = time.perf_counter() - started
     with store.transaction():
-        store.db.conn.executemany("UPDATE entries SET expires_at = 1 WHERE id = ?", [(i,) for i in expiring])
+        store.db.conn.executemany("UPDATE entries SET expires_at = 1 WHERE namespace = ? AND id = ?",
+                                  [(store.namespace, i) for i in expiring])
     started = time.perf_counter()
     purged = store.purge_expired()
     purge_s = time.perf_counter() - started

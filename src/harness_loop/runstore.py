@@ -318,6 +318,11 @@ _JOB_UPDATE = (
 _JOB_INSERT = f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES ({', '.join('?' * 17)})"
 
 
+# How many scrubbed values a run store remembers, and the longest it remembers.
+_REMEMBERED = 1024
+_REMEMBERED_CHARS = 4096
+
+
 class RunStore:
     """Runs, jobs and run events in the memory file, scoped to one namespace.
 
@@ -344,6 +349,7 @@ class RunStore:
         )
         self._namespace = self._key(namespace)
         self._owns_connection = False
+        self._scrubbed: dict[str, str] = {}
 
     @classmethod
     def open(
@@ -387,10 +393,31 @@ class RunStore:
         return value if self._redactor is None else self._redactor.pseudonymise(value).text
 
     def _text(self, value: str | None) -> str | None:
-        return value if value is None or self._redactor is None else self._redactor.scrub(value).text
+        if value is None or self._redactor is None:
+            return value
+        found = self._scrubbed.get(value)
+        if found is None:
+            found = self._redactor.scrub(value).text
+            self._remember(value, found)
+        return found
 
     def _json(self, value: Any) -> str:
-        return dumps(value if self._redactor is None else self._redactor.scrub_value(value).value)
+        text = dumps(value)
+        if self._redactor is None:
+            return text
+        found = self._scrubbed.get(text)
+        if found is None:
+            found = dumps(self._redactor.scrub_value(value).value)
+            self._remember(text, found)
+        return found
+
+    def _remember(self, raw: str, scrubbed: str) -> None:
+        """The orchestrator saves the same values at every transition (the run's metadata, a job's
+        result until it changes): each is scrubbed once, while it is short enough to keep."""
+        if len(raw) <= _REMEMBERED_CHARS:
+            if len(self._scrubbed) >= _REMEMBERED:
+                self._scrubbed.clear()
+            self._scrubbed[raw] = scrubbed
 
     def _job_row(self, job: JobRecord, now: int) -> tuple[Any, ...]:
         return (

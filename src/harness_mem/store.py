@@ -505,9 +505,10 @@ class MemoryStore:
 
     def gc(self, *, vacuum: bool = False) -> dict[str, Any]:
         """Collect what the file no longer needs: expired entries (with their index rows and
-        vectors), the WAL (checkpointed and truncated) and free pages (incremental vacuum; a full
-        ``VACUUM`` only with ``vacuum``, which also makes an older file free pages incrementally).
-        Returns what was done and a size report by table. This is ``harness-mem gc``.
+        vectors), deleted entries' words in the keyword index (merged), the WAL (checkpointed and
+        truncated) and free pages (incremental vacuum; a full ``VACUUM`` only with ``vacuum``,
+        which also makes an older file free pages incrementally), in every namespace. Returns what
+        was done and a size report by table. This is ``harness-mem gc``.
         """
         return maintenance.gc(self, vacuum=vacuum)
 
