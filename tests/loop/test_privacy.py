@@ -124,7 +124,7 @@ def test_runs_gc_prunes_only_finished_runs_old_events(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["runs", "--db", str(db), "gc", "--events-older-than", "0s"],
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
-    assert result.stdout.startswith("1 run events pruned; 0 expired entries purged;")
+    assert result.stdout.startswith("1 run events pruned; 0 expired and 0 forgotten entries purged;")
     with RunStore.open(db) as store:
         assert [e.kind for e in store.events("done")] == ["run.completed"]
         assert store.load("done").run.state == "completed"
