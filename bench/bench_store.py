@@ -142,6 +142,13 @@ class TimedRedactor:
         finally:
             self.seconds += time.perf_counter() - started
 
+    def pseudonymise(self, value: str) -> object:
+        started = time.perf_counter()
+        try:
+            return self.inner.pseudonymise(value)
+        finally:
+            self.seconds += time.perf_counter() - started
+
 
 def ours_import(path: Path, lines: list[str], *, redact: bool = True, workers: int | None = None
                 ) -> tuple[float, MemoryStore, float]:

@@ -14,21 +14,26 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 import anyio
 import click
 
+from harness_mem import MemoryStore
 from harness_mem.cliutils import (
     ModelSettings,
     OldName,
     command_group,
     db_option,
     echo_json,
+    gc_report_lines,
+    json_object_option,
     json_option,
     model_options,
     namespace_option,
 )
 from harness_mem.db import default_path
+from harness_mem.models import parse_time, to_ms
 from harness_mem.providers import DEFAULT_TIMEOUT
 
 from .builtin_tools import workspace_tools
@@ -102,6 +107,8 @@ def _describe(outcome: Outcome) -> str:
     help="Where to write the recording [default: WORKSPACE/.harness/sessions]",
 )
 @click.option("--no-record", is_flag=True, help="Do not record the run")
+@click.option("--no-redact", is_flag=True,
+              help="Write the recording and spilled results as given, without redacting PII and secrets")
 def run(
     task: str,
     model_settings: ModelSettings,
@@ -112,6 +119,7 @@ def run(
     system: str,
     record_dir: Path | None,
     no_record: bool,
+    no_redact: bool,
 ) -> None:
     """Run TASK with read-only workspace tools (read_file, list_dir, grep); print the answer.
 
@@ -125,7 +133,9 @@ def run(
     base_url, model_name = model_settings.url, model_settings.name
     assert base_url and model_name
     timeout = model_settings.timeout if model_settings.timeout is not None else DEFAULT_TIMEOUT
-    recorder = None if no_record else SessionRecorder.create(record_dir or workspace / ".harness" / "sessions")
+    redactor: Literal["default"] | None = None if no_redact else "default"
+    recorder = (None if no_record else
+                SessionRecorder.create(record_dir or workspace / ".harness" / "sessions", redactor=redactor))
 
     async def go() -> Outcome:
         async with OpenAIChatModel(
@@ -138,6 +148,7 @@ def run(
                 workspace=workspace,
                 config=LoopConfig(max_iters=max_iters, time_limit=time_limit),
                 recorder=recorder,
+                redactor=redactor,
             )
             return await loop.run(task)
 
@@ -279,3 +290,41 @@ def runs_events(ctx: click.Context, run_id: str, after: int, as_json: bool) -> N
             echo_json(event.to_dict())
     elif events:
         click.echo(render_events(events))
+
+
+#: How long a finished run's events are kept by ``runs gc`` unless told otherwise.
+DEFAULT_EVENT_RETENTION = "30d"
+
+
+@runs.command("gc")
+@click.option("--events-older-than", "older_than", default=DEFAULT_EVENT_RETENTION, show_default=True,
+              help="Prune finished runs' events logged before this: an age (30d, 12h) or an ISO-8601 time.")
+@click.option("--vacuum", is_flag=True,
+              help="Also rewrite the whole file (VACUUM): needs free disk space as large as the file.")
+@json_object_option
+@click.pass_context
+def runs_gc(ctx: click.Context, older_than: str, vacuum: bool, as_json: bool) -> None:
+    """Prune old events of finished runs, then collect the file's garbage as `harness-mem gc` does.
+
+    A run that is still live keeps its whole log; a completed, failed or cancelled run loses the
+    events older than --events-older-than (its run and job rows stay). Then expired memory entries
+    are purged, the WAL truncated and free pages returned, and the sizes by table printed.
+
+    \b
+    Example:
+        harness-loop runs gc
+        harness-loop runs gc --events-older-than 7d --vacuum
+    """
+    cutoff = to_ms(parse_time(older_than))
+    path = ctx.obj["db"]
+    if not Path(path).exists():
+        raise click.ClickException(f"no database at {path} — nothing to collect")
+    # The memory store owns the file's collection; the run store prunes its own table on the same connection.
+    with MemoryStore(path, namespace=ctx.obj["namespace"], embedder=None) as memory:
+        pruned = RunStore.on(memory).prune_events(cutoff)
+        report = {"events_pruned": pruned, **memory.gc(vacuum=vacuum)}
+    if as_json:
+        echo_json(report)
+        return
+    for line in gc_report_lines(report):
+        click.echo(line)

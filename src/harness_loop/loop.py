@@ -41,13 +41,14 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 
 import anyio
 import anyio.lowlevel
 
 from harness_mem.errors import InvalidInputError, ModelError
 from harness_mem.models import check_nesting
+from harness_mem.redaction import Redactor
 
 from .chat import Message, Model, ModelOutput, ModelRequest, Role, ToolCall, Usage
 from .compaction import compaction_request, estimate_tokens, plan_compaction, summary_message
@@ -255,12 +256,18 @@ def _error(message: str, **extra: Any) -> ToolResult:
 
 
 class LiveDispatcher:
-    """Runs calls against a :class:`ToolRegistry`: argument checks, per-call deadline, result shaping."""
+    """Runs calls against a :class:`ToolRegistry`: argument checks, per-call deadline, result shaping.
 
-    def __init__(self, registry: ToolRegistry, workspace: Path, config: LoopConfig) -> None:
+    ``redactor`` scrubs an oversized result before it is spilled to disk or cut (see :mod:`.spill`).
+    """
+
+    def __init__(
+        self, registry: ToolRegistry, workspace: Path, config: LoopConfig, redactor: Redactor | None = None
+    ) -> None:
         self.registry = registry
         self.workspace = workspace
         self.config = config
+        self.redactor = redactor
 
     def is_read_only(self, name: str) -> bool:
         return name in self.registry and self.registry.get(name).read_only
@@ -275,6 +282,7 @@ class LiveDispatcher:
             workspace=self.workspace,
             max_bytes=self.config.max_result_bytes,
             spill=self.config.spill,
+            redactor=self.redactor,
         )
 
     async def _run(self, call: ToolCall) -> ToolResult:
@@ -380,6 +388,8 @@ class AgentLoop:
     :param acceptance: checks on the final answer; default ``[NonEmptyAnswer()]``.
     :param recorder: receives the run's timeline (see :class:`harness_loop.record.SessionRecorder`).
     :param dispatcher: runs tool calls; default a :class:`LiveDispatcher` over ``tools``.
+    :param redactor: scrubs what the loop writes to the workspace (oversized results spilled to
+        ``.harness/spill/``): ``"default"`` is :meth:`Redactor.default`; None writes them as given.
     """
 
     def __init__(
@@ -395,6 +405,7 @@ class AgentLoop:
         acceptance: Sequence[Acceptance] | None = None,
         recorder: Recorder | None = None,
         dispatcher: Dispatcher | None = None,
+        redactor: Redactor | Literal["default"] | None = "default",
     ) -> None:
         self.model = model
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
@@ -405,7 +416,8 @@ class AgentLoop:
         self.guides = list(guides)
         self.acceptance: list[Acceptance] = [NonEmptyAnswer()] if acceptance is None else list(acceptance)
         self.recorder = recorder
-        self.dispatcher = dispatcher or LiveDispatcher(self.registry, self.workspace, self.config)
+        self.redactor: Redactor | None = Redactor.default() if redactor == "default" else redactor
+        self.dispatcher = dispatcher or LiveDispatcher(self.registry, self.workspace, self.config, self.redactor)
         self.tool_specs = self.registry.specs()
         self._state: _RunState | None = None
 

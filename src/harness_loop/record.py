@@ -22,6 +22,15 @@ are not re-executed live, because a live re-run can change the world and cannot 
 went differently. Whenever the replayed loop asks for something
 the recording does not hold -- another tool, other arguments, one model turn too many -- replay stops
 and reports a :class:`Divergence`; at the end it compares the outcome with the recorded one.
+
+**A recording is redacted.** It is a file on disk holding the task, every tool argument and result
+and every model turn, so :class:`SessionRecorder` scrubs each record with its redactor (by default
+:meth:`~harness_mem.Redactor.default`) before writing it, and says so in ``start.redacted``. Replay
+therefore re-runs the *redacted* session: the task, the model's turns and the tool results it
+serves are the scrubbed text, consistently (a value is scrubbed the same way in a model turn and in
+the tool call it made, so a redacted recording replays without divergence). A replay cannot
+reproduce what depended on a redacted value's content; a recorder made with ``redactor=None``
+keeps the raw text (and records ``"redacted": false``).
 """
 
 from __future__ import annotations
@@ -33,11 +42,12 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, Any, Literal, NoReturn
 
 import anyio
 
 from harness_mem.errors import InvalidInputError, ModelError
+from harness_mem.redaction import Redactor
 
 from .chat import Model, ModelOutput, ModelRequest, ToolCall, ToolSpec, canonical_json
 from .guards import AcceptanceProbe, Verdict
@@ -66,10 +76,15 @@ class RecordingError(InvalidInputError):
 
 
 class SessionRecorder:
-    """Writes one run's timeline to a fresh JSONL file (created exclusively; never appended to)."""
+    """Writes one run's timeline to a fresh JSONL file (created exclusively; never appended to).
 
-    def __init__(self, path: str | Path) -> None:
+    :param redactor: what every record passes before it is written; ``"default"`` is
+        :meth:`Redactor.default`, None writes the raw text (the start record says which).
+    """
+
+    def __init__(self, path: str | Path, *, redactor: Redactor | Literal["default"] | None = "default") -> None:
         self.path = Path(path)
+        self.redactor: Redactor | None = Redactor.default() if redactor == "default" else redactor
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file: IO[str] | None = self.path.open("x", encoding="utf-8")
@@ -85,10 +100,12 @@ class SessionRecorder:
         self._finished = False
 
     @classmethod
-    def create(cls, directory: str | Path, *, prefix: str = "session") -> SessionRecorder:
+    def create(
+        cls, directory: str | Path, *, prefix: str = "session", redactor: Redactor | Literal["default"] | None = "default"
+    ) -> SessionRecorder:
         """A recorder on a new, uniquely named file in ``directory``."""
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        return cls(Path(directory) / f"{prefix}-{stamp}-{secrets.token_hex(4)}.jsonl")
+        return cls(Path(directory) / f"{prefix}-{stamp}-{secrets.token_hex(4)}.jsonl", redactor=redactor)
 
     def write(self, kind: str, /, **fields: Any) -> None:
         """Append one record and flush it, so a crash loses at most the line being written."""
@@ -99,9 +116,14 @@ class SessionRecorder:
                 f"{self.path} already holds a finished run — use one SessionRecorder per run "
                 "(SessionRecorder.create(directory) names a fresh file)"
             )
+        if self.redactor is not None:
+            # As JSON first: an object written through str() must not slip past the redactor.
+            plain = json.loads(json.dumps(fields, ensure_ascii=False, default=str))
+            fields = self.redactor.scrub_value(plain).value
         record = {"kind": kind, "ts_ms": int(time.time() * 1000), **fields}
         if kind == "start":
             record["format"] = FORMAT_VERSION
+            record["redacted"] = self.redactor is not None
         self._file.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
         self._file.flush()
         if kind == "end":

@@ -11,6 +11,15 @@ of events in one ``BEGIN IMMEDIATE`` transaction. The orchestrator calls it once
 transition and acts only after it returns, which is what makes ``kill -9`` survivable: the file
 always holds a state the orchestrator had committed to, never half of one.
 
+**Redaction.** A goal, a prompt, a result or an error message carries PII as readily as a memory
+entry does, so every text and JSON value the run store writes passes the redactor first: the file's
+own (the one a :class:`~harness_mem.MemoryStore` on it uses), unless the caller passes another or
+None. Identifiers (run ids, job ids, dependencies, the namespace, lease holders) are pseudonymised
+(:meth:`~harness_mem.Redactor.pseudonymise`), so two stay two and a lookup by the raw id finds the
+run; everything else is scrubbed. Each run records whether its writes were redacted (``redacted``).
+What a resumed run reads back is the redacted text: a job id holding PII comes back as its
+pseudonym, so a router attached to the raw id no longer matches it.
+
 :class:`InMemoryRunStore` has the same interface and semantics without a file, for tests and for
 measuring what persistence costs.
 """
@@ -25,14 +34,18 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from harness_mem.db import Connection, connect, driver, write_transaction
+from harness_mem.db import Connection, connect, driver, redaction_secret, write_transaction
 from harness_mem.errors import DuplicateIdError, InvalidInputError, NotFoundError
 from harness_mem.migrations import HARNESS_MEM, Migration, MigrationSet
 from harness_mem.models import dumps, format_time, from_ms, now_ms
+from harness_mem.redaction import Redactor
 
 from .states import JobState, RunState, label
+
+if TYPE_CHECKING:
+    from harness_mem import MemoryStore
 
 # harness_loop's tables have their own migration set: SQL files in ``harness_loop/migrations/``
 # (inside the package, so the wheel carries them), recorded in ``_migrations_harness_loop``. It comes
@@ -72,6 +85,9 @@ class RunRecord:
     metadata: dict[str, Any] = field(default_factory=dict)
     created_at: int = 0  # ms since the epoch; the store stamps it on create
     updated_at: int = 0  # ms since the epoch; the store stamps it on every save
+    # As stored: True when every write of the run was redacted, False when one was not, None when
+    # unknown (a run written before runs were redacted, or one that only lives in memory).
+    redacted: bool | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -90,6 +106,7 @@ class RunRecord:
             "metadata": self.metadata,
             "created_at": format_time(from_ms(self.created_at)),
             "updated_at": format_time(from_ms(self.updated_at)),
+            "redacted": self.redacted,
         }
 
 
@@ -286,7 +303,8 @@ def _check_records(run: RunRecord, jobs: Sequence[JobRecord]) -> None:
 # ---- SQLite ------------------------------------------------------------------------------------
 
 _RUN_COLUMNS = (
-    "id, namespace, goal, state, max_tokens, spent_tokens, replans, reason, metadata, created_at, updated_at"
+    "id, namespace, goal, state, max_tokens, spent_tokens, replans, reason, metadata, created_at, updated_at,"
+    " redacted"
 )
 _JOB_COLUMNS = (
     "run_id, job_id, position, prompt, deps, retry, state, attempts, visits, result_text, input_tokens,"
@@ -300,35 +318,114 @@ _JOB_UPDATE = (
 _JOB_INSERT = f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES ({', '.join('?' * 17)})"
 
 
+# How many scrubbed values a run store remembers, and the longest it remembers.
+_REMEMBERED = 1024
+_REMEMBERED_CHARS = 4096
+
+
 class RunStore:
     """Runs, jobs and run events in the memory file, scoped to one namespace.
 
     Give it a connection from :func:`harness_mem.db.connect` on a file migrated by
     :func:`migrate`, or use :meth:`open`, which connects, migrates both
-    harness_mem's and harness_loop's sets, and owns the connection.
+    harness_mem's and harness_loop's sets, and owns the connection, or :meth:`on`, which shares a
+    memory store's connection and redactor.
+
+    :param redactor: what every written text passes: ``"default"`` is the file's own redactor
+        (keyed by the file's secret, like the memory store's); None stores text as given, and
+        each run written so records ``redacted = 0``.
     """
 
-    def __init__(self, conn: Connection, *, namespace: str = "default") -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        namespace: str = "default",
+        redactor: Redactor | Literal["default"] | None = "default",
+    ) -> None:
         self._conn = conn
-        self._namespace = namespace
+        self._redactor: Redactor | None = (
+            Redactor.default(secret=redaction_secret(conn)) if redactor == "default" else redactor
+        )
+        self._namespace = self._key(namespace)
         self._owns_connection = False
+        self._scrubbed: dict[str, str] = {}
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, namespace: str = "default") -> RunStore:
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        namespace: str = "default",
+        redactor: Redactor | Literal["default"] | None = "default",
+    ) -> RunStore:
         """Open the file at ``path`` and apply both migration sets; :meth:`close` closes it."""
         conn = connect(path).conn
         try:
             migrate(conn)
+            store = cls(conn, namespace=namespace, redactor=redactor)
         except BaseException:
             conn.close()
             raise
-        store = cls(conn, namespace=namespace)
         store._owns_connection = True
         return store
 
+    @classmethod
+    def on(cls, memory: MemoryStore) -> RunStore:
+        """The runs of ``memory``'s file and namespace, on its connection and with its redactor
+        (None when it was opened with redaction off); applies harness_loop's migrations."""
+        MIGRATIONS.migrate(memory.db.conn)
+        return cls(memory.db.conn, namespace=memory.namespace, redactor=memory.redactor)
+
     @property
     def namespace(self) -> str:
+        """The namespace as stored (its pseudonym when the name holds PII)."""
         return self._namespace
+
+    @property
+    def redactor(self) -> Redactor | None:
+        return self._redactor
+
+    # -- redaction: every value written passes one of these
+
+    def _key(self, value: str) -> str:
+        """An identifier as stored and looked up: sensitive spans pseudonymised (see harness_mem.rows.identity)."""
+        return value if self._redactor is None else self._redactor.pseudonymise(value).text
+
+    def _text(self, value: str | None) -> str | None:
+        if value is None or self._redactor is None:
+            return value
+        found = self._scrubbed.get(value)
+        if found is None:
+            found = self._redactor.scrub(value).text
+            self._remember(value, found)
+        return found
+
+    def _json(self, value: Any) -> str:
+        text = dumps(value)
+        if self._redactor is None:
+            return text
+        found = self._scrubbed.get(text)
+        if found is None:
+            found = dumps(self._redactor.scrub_value(value).value)
+            self._remember(text, found)
+        return found
+
+    def _remember(self, raw: str, scrubbed: str) -> None:
+        """The orchestrator saves the same values at every transition (the run's metadata, a job's
+        result until it changes): each is scrubbed once, while it is short enough to keep."""
+        if len(raw) <= _REMEMBERED_CHARS:
+            if len(self._scrubbed) >= _REMEMBERED:
+                self._scrubbed.clear()
+            self._scrubbed[raw] = scrubbed
+
+    def _job_row(self, job: JobRecord, now: int) -> tuple[Any, ...]:
+        return (
+            self._key(job.run_id), self._key(job.job_id), job.position, self._text(job.prompt),
+            dumps([self._key(dep) for dep in job.deps]), self._json(job.retry), job.state, job.attempts,
+            job.visits, self._text(job.result_text), job.input_tokens, job.output_tokens, job.spent_tokens,
+            self._text(job.last_error), self._text(job.prior_attempt), self._text(job.feedback), now,
+        )
 
     def close(self) -> None:
         if self._owns_connection:
@@ -350,11 +447,12 @@ class RunStore:
         try:
             with write_transaction(conn):
                 conn.execute(
-                    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (run.id, self._namespace, run.goal, run.state, run.max_tokens, run.spent_tokens,
-                     run.replans, run.reason, dumps(run.metadata), now, now),
+                    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (self._key(run.id), self._namespace, self._text(run.goal), run.state, run.max_tokens,
+                     run.spent_tokens, run.replans, self._text(run.reason), self._json(run.metadata), now, now,
+                     int(self._redactor is not None)),
                 )
-                conn.executemany(_JOB_INSERT, [_job_row(job, now) for job in jobs])
+                conn.executemany(_JOB_INSERT, [self._job_row(job, now) for job in jobs])
                 self._append(run.id, events, now)
         except driver().IntegrityError as exc:
             if "runs.id" in str(exc):
@@ -370,44 +468,50 @@ class RunStore:
         _check_records(run, jobs)
         now = now_ms()
         conn = self._conn
+        run_id = self._key(run.id)
         with write_transaction(conn):
             updated = conn.execute(
                 "UPDATE runs SET state = ?, max_tokens = ?, spent_tokens = ?, replans = ?, reason = ?,"
-                " metadata = ?, updated_at = ? WHERE id = ? AND namespace = ?",
-                (run.state, run.max_tokens, run.spent_tokens, run.replans, run.reason,
-                 dumps(run.metadata), now, run.id, self._namespace),
+                " metadata = ?, updated_at = ?, redacted = CASE WHEN ? THEN redacted ELSE 0 END"
+                " WHERE id = ? AND namespace = ?",
+                (run.state, run.max_tokens, run.spent_tokens, run.replans, self._text(run.reason),
+                 self._json(run.metadata), now, int(self._redactor is not None), run_id, self._namespace),
             ).rowcount
             if not updated:
                 raise NotFoundError(f"no run {run.id!r} — create it first")
             for job in jobs:
                 changed = conn.execute(
                     _JOB_UPDATE,
-                    (job.state, job.attempts, job.visits, job.result_text, job.input_tokens,
-                     job.output_tokens, job.spent_tokens, job.last_error, job.prior_attempt, job.feedback,
-                     now, job.run_id, job.job_id),
+                    (job.state, job.attempts, job.visits, self._text(job.result_text), job.input_tokens,
+                     job.output_tokens, job.spent_tokens, self._text(job.last_error),
+                     self._text(job.prior_attempt), self._text(job.feedback), now, run_id, self._key(job.job_id)),
                 ).rowcount
                 if not changed:
-                    conn.execute(_JOB_INSERT, _job_row(job, now))
+                    conn.execute(_JOB_INSERT, self._job_row(job, now))
             self._append(run.id, events, now)
 
     def _append(self, run_id: str, events: Sequence[NewEvent], now: int) -> None:
         if not events:
             return
+        run_id = self._key(run_id)
         # Safe under BEGIN IMMEDIATE: no other writer can take the same seq in between.
         (last,) = self._conn.execute(
             "SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = ?", (run_id,)
         ).fetchone()
         self._conn.executemany(
             "INSERT INTO run_events (run_id, seq, at, kind, job_id, data) VALUES (?, ?, ?, ?, ?, ?)",
-            [(run_id, last + i, now, ev.kind, ev.job_id, dumps(ev.data)) for i, ev in enumerate(events, 1)],
+            [(run_id, last + i, now, self._text(ev.kind),
+              None if ev.job_id is None else self._key(ev.job_id), self._json(ev.data))
+             for i, ev in enumerate(events, 1)],
         )
 
     def claim(self, run_id: str, owner: str, *, ttl_ms: int = LEASE_MS) -> str | None:
         """Take the run's lease for ``owner`` (or renew it); None when taken, else who holds it."""
         now = now_ms()
+        key, owner = self._key(run_id), self._key(owner)
         with write_transaction(self._conn):
             row = self._conn.execute(
-                "SELECT lease_owner, lease_until FROM runs WHERE id = ? AND namespace = ?", (run_id, self._namespace)
+                "SELECT lease_owner, lease_until FROM runs WHERE id = ? AND namespace = ?", (key, self._namespace)
             ).fetchone()
             if row is None:
                 raise NotFoundError(_not_found(run_id))
@@ -416,7 +520,7 @@ class RunStore:
                 return str(holder)
             self._conn.execute(
                 "UPDATE runs SET lease_owner = ?, lease_until = ? WHERE id = ? AND namespace = ?",
-                (owner, now + ttl_ms, run_id, self._namespace),
+                (owner, now + ttl_ms, key, self._namespace),
             )
         return None
 
@@ -425,20 +529,38 @@ class RunStore:
         with write_transaction(self._conn):
             self._conn.execute(
                 "UPDATE runs SET lease_owner = NULL, lease_until = NULL"
-                " WHERE id = ? AND namespace = ? AND lease_owner = ?", (run_id, self._namespace, owner),
+                " WHERE id = ? AND namespace = ? AND lease_owner = ?",
+                (self._key(run_id), self._namespace, self._key(owner)),
             )
+
+    def prune_events(self, older_than: int) -> int:
+        """Delete the events logged before ``older_than`` (ms since the epoch) by finished runs
+        (completed, failed or cancelled), in every namespace: pruning is done for the whole file,
+        as purging expired entries is. A live run's log is never touched, and a run's last event
+        stays (it says how the run ended, and its number is where the next one continues). The
+        run and job rows stay. Returns how many events went.
+        """
+        finished = tuple(sorted(TERMINAL_RUN_STATES))
+        with write_transaction(self._conn):
+            return int(self._conn.execute(
+                "DELETE FROM run_events WHERE at < ? AND run_id IN"
+                f" (SELECT id FROM runs WHERE state IN ({', '.join('?' * len(finished))}))"
+                " AND seq < (SELECT max(seq) FROM run_events AS last WHERE last.run_id = run_events.run_id)",
+                (older_than, *finished),
+            ).rowcount)
 
     # -- reads
 
     def load(self, run_id: str) -> StoredRun:
         """The run and its jobs in insertion order."""
+        key = self._key(run_id)
         row = self._conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ? AND namespace = ?", (run_id, self._namespace)
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ? AND namespace = ?", (key, self._namespace)
         ).fetchone()
         if row is None:
             raise NotFoundError(_not_found(run_id))
         jobs = self._conn.execute(
-            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE run_id = ? ORDER BY position", (run_id,)
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE run_id = ? ORDER BY position", (key,)
         ).fetchall()
         return StoredRun(_run_from_row(row), tuple(_job_from_row(job) for job in jobs))
 
@@ -468,12 +590,13 @@ class RunStore:
 
     def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[EventRecord]:
         """The run's events with ``seq > after``, oldest first."""
+        key = self._key(run_id)
         if not self._conn.execute(
-            "SELECT 1 FROM runs WHERE id = ? AND namespace = ?", (run_id, self._namespace)
+            "SELECT 1 FROM runs WHERE id = ? AND namespace = ?", (key, self._namespace)
         ).fetchone():
             raise NotFoundError(_not_found(run_id))
         sql = "SELECT run_id, seq, at, kind, job_id, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq"
-        params: list[Any] = [run_id, after]
+        params: list[Any] = [key, after]
         if limit is not None:
             sql += " LIMIT ?"
             params.append(max(limit, 0))
@@ -487,18 +610,11 @@ def _not_found(run_id: str) -> str:
     return f"no run {run_id!r} — `harness-loop runs list` shows the runs in this namespace"
 
 
-def _job_row(job: JobRecord, now: int) -> tuple[Any, ...]:
-    return (
-        job.run_id, job.job_id, job.position, job.prompt, dumps(list(job.deps)), dumps(job.retry), job.state,
-        job.attempts, job.visits, job.result_text, job.input_tokens, job.output_tokens, job.spent_tokens,
-        job.last_error, job.prior_attempt, job.feedback, now,
-    )
-
-
 def _run_from_row(row: Sequence[Any]) -> RunRecord:
     return RunRecord(
         id=row[0], namespace=row[1], goal=row[2], state=row[3], max_tokens=row[4], spent_tokens=row[5],
         replans=row[6], reason=row[7], metadata=json.loads(row[8]), created_at=row[9], updated_at=row[10],
+        redacted=None if row[11] is None else bool(row[11]),
     )
 
 

@@ -14,6 +14,11 @@ grep or read just the part it needs (measured: 17% cheaper per solved task than 
   providers that reuse ids) never overwrites an earlier spill.
 - If spilling is off or the write fails, the result is truncated to its first ``max_bytes`` bytes
   and marked as such.
+- A spill file is a copy of the result on disk, so it is written redacted: with a redactor (the
+  loop passes its own), every string of an oversized result is scrubbed *before* it is spilled or
+  truncated, so no value survives in the file, the preview or the head, not even cut in half at the
+  edge. The file name's parts are scrubbed too. The model reads the redacted copy back; a result
+  that fits is passed on as it is (it is never written anywhere).
 
 Marker fields, exactly: ``{spilled, tool, bytes_total, path, preview, note, meta?}`` and
 ``{truncated, tool, bytes_total, bytes_kept, head, note}``.
@@ -27,6 +32,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from harness_mem.redaction import Redactor
 
 __all__ = ["SPILL_DIR", "ToolResult", "render_content", "shape_result"]
 
@@ -124,8 +131,11 @@ def _create_exclusive(directory: Path, stem: str, suffix: str, data: bytes) -> P
 
 
 def _spill(
-    content: Any, rendered: str, total: int, *, tool: str, call_id: str, workspace: Path
+    content: Any, rendered: str, total: int, *, tool: str, call_id: str, workspace: Path,
+    redactor: Redactor | None = None,
 ) -> dict[str, Any]:
+    if redactor is not None:
+        call_id, tool = redactor.scrub(call_id).text, redactor.scrub(tool).text
     stem = f"{_sanitise(call_id, 48) or 'call'}-{_sanitise(tool, 64) or 'tool'}"
     directory = workspace / SPILL_DIR
     dominant = ((), content) if isinstance(content, str) else _dominant_string(content, total)
@@ -181,8 +191,12 @@ def shape_result(
     workspace: Path,
     max_bytes: int | None,
     spill: bool = True,
+    redactor: Redactor | None = None,
 ) -> ToolResult:
-    """``result`` with its digest set, spilled or truncated if its rendered text exceeds ``max_bytes``."""
+    """``result`` with its digest set, spilled or truncated if its rendered text exceeds ``max_bytes``.
+
+    With ``redactor``, an oversized result is scrubbed first, then spilled or truncated.
+    """
     rendered = render_content(result.content)
     digest = result.digest or _digest(rendered)
     if max_bytes is None:
@@ -190,10 +204,16 @@ def shape_result(
     total = len(rendered.encode("utf-8"))
     if total <= max_bytes:
         return replace(result, digest=digest)
+    content = result.content
+    if redactor is not None:  # before the cut: a value straddling it must not survive as a fragment
+        content = redactor.scrub_value(json.loads(json.dumps(content, ensure_ascii=False, default=str))).value
+        rendered = render_content(content)
+        total = len(rendered.encode("utf-8"))
     why = ""
     if spill:
         try:
-            marker = _spill(result.content, rendered, total, tool=tool, call_id=call_id, workspace=workspace)
+            marker = _spill(content, rendered, total, tool=tool, call_id=call_id, workspace=workspace,
+                            redactor=redactor)
             return ToolResult(result.ok, marker, digest)
         except OSError as exc:
             # A read-only or full disk: truncating still keeps the context bounded, and says why.

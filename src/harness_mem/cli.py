@@ -25,6 +25,7 @@ from .cliutils import (
     command_group,
     db_option,
     echo_json,
+    gc_report_lines,
     json_object_option,
     json_option,
     namespace_option,
@@ -740,6 +741,33 @@ def reindex(ctx: click.Context, quiet: bool, keyword_only: bool) -> None:
     )
     if stays_keyword_only:
         click.echo("This store is keyword-only; `harness-mem --embedder minilm reindex` gives it vectors.", err=True)
+
+
+@cli.command()
+@click.option("--vacuum", is_flag=True,
+              help="Also rewrite the whole file (VACUUM): needs free disk space as large as the file.")
+@json_object_option
+@click.pass_context
+def gc(ctx: click.Context, vacuum: bool, as_json: bool) -> None:
+    """Purge expired entries and give deleted data's space back; print sizes by table.
+
+    Expired entries go with their index rows and vectors (opening a store also does this, once a
+    day); the keyword index drops deleted entries' words; the write-ahead log is checkpointed and
+    truncated; free pages go back to the file system (a file made before harness-mem did this on
+    its own keeps them until --vacuum). Run events: `harness-loop runs gc`.
+
+    \b
+    Example:
+        harness-mem gc
+        harness-mem gc --vacuum --json
+    """
+    with open_store(ctx) as store:
+        report = store.gc(vacuum=vacuum)
+    if as_json:
+        echo_json(report)
+        return
+    for line in gc_report_lines(report):
+        click.echo(line)
 
 
 @cli.command("eval")

@@ -47,6 +47,7 @@ __all__ = [
     "command_group",
     "db_option",
     "echo_json",
+    "gc_report_lines",
     "json_object_option",
     "json_option",
     "model_options",
@@ -249,3 +250,44 @@ def _prefer_old(ctx: click.Context, name: str, value: Any, old_value: Any, flag:
     if value is not None and value != old_value and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
         raise click.UsageError(f"{old_flag} is an old name for {flag}; give {flag} only")
     return old_value
+
+
+# ---- reports -------------------------------------------------------------------------------------
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000  # type: ignore[assignment]
+    return str(n)
+
+
+def gc_report_lines(report: dict[str, Any]) -> list[str]:
+    """What ``harness-mem gc`` (and ``harness-loop runs gc``) print: what was done, then sizes by table."""
+    done = [f"{report['expired_purged']} expired and {report['forgotten_purged']} forgotten entries purged",
+            "keyword index merged"]
+    if "events_pruned" in report:
+        done.insert(0, f"{report['events_pruned']} run events pruned")
+    done.append("WAL checkpointed and truncated" if report["wal_truncated"]
+                else "WAL checkpointed (another reader kept it from being truncated)")
+    freed = report["free_pages_before"] - report["free_pages_after"]
+    if report["vacuum"] == "full":
+        done.append("file rewritten (VACUUM)")
+    elif report["vacuum"] == "incremental":
+        done.append(f"{freed} free pages returned")
+    elif report["free_pages_after"] and report["auto_vacuum"] == "none":
+        done.append(f"{report['free_pages_after']} free pages kept (this file does not vacuum itself;"
+                    " --vacuum rewrites it once)")
+    sizes = report["tables"]
+    lines = ["; ".join(done), f"file: {_size(report['bytes_before'])} -> {_size(report['bytes_after'])}"]
+    lines.append(f"{'table':<32} {'rows':>10} {'bytes':>10}")
+    for table, row in sizes["by_table"].items():
+        rows = "-" if row["rows"] is None else str(row["rows"])
+        lines.append(f"{table:<32} {rows:>10} {_size(row['bytes']):>10}")
+    if sizes["source"] != "dbstat":
+        lines.append(f"(bytes by table need SQLite's dbstat, which this build lacks: {sizes['pages']} pages"
+                     f" of {sizes['page_size']} bytes, {sizes['free_pages']} free)")
+    return lines

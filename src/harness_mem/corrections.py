@@ -86,7 +86,7 @@ def _current_pk(store: MemoryStore, entry_id: str) -> int:
     """The pk of a live entry that nothing has replaced yet (what a correction may replace)."""
     found = store._conn.execute(
         "SELECT pk, superseded_by FROM entries WHERE namespace = ? AND id = ? AND forgotten_at IS NULL",
-        (store.namespace, entry_id),
+        (store.namespace, store._key(entry_id)),
     ).fetchone()
     if found is None:
         raise NotFoundError(f"no entry with id {entry_id!r} in namespace {store.namespace!r}")
@@ -110,12 +110,13 @@ def forget(
     Recall, get and list never return a forgotten entry again; its keyword and vector rows are
     removed now, its content at the next :func:`purge`.
     """
-    filters = make_filters(kind=kind, session=session, tags=tags, since=since, until=until, include_superseded=True)
+    filters = make_filters(kind=kind, session=store._key(session), tags=tags, since=since, until=until,
+                           include_superseded=True)
     if id is None and filters.is_empty:
         raise InvalidInputError("forget needs an id or a filter (session, tags, kind, since, until)")
     where, params = filters.sql(store.namespace, now_ms(), live=False)
     if id is not None:
-        where, params = f"{where} AND e.id = ?", [*params, id]
+        where, params = f"{where} AND e.id = ?", [*params, store._key(id)]
     with store.transaction():
         rows = store._conn.execute(f"SELECT pk FROM entries e WHERE {where}", params).fetchall()
         if id is not None and not rows:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import secrets
 import sqlite3 as _stdlib_sqlite3
 import urllib.parse
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ __all__ = [
     "driver",
     "home_dir",
     "is_read_only",
+    "redaction_secret",
     "sqlite_version",
     "write_transaction",
 ]
@@ -87,16 +89,19 @@ def sqlite_version() -> str:
     return str(driver().sqlite_version)
 
 
-def connect(path: str | os.PathLike[str]) -> Database:
+def connect(path: str | os.PathLike[str], *, read_only: bool = False) -> Database:
     """Open ``path`` (created if missing) with WAL, a busy timeout, foreign keys and sqlite-vec.
 
     The connection (``.conn``) is in autocommit mode: writes go through :func:`write_transaction`.
     A file whose location cannot be written (a read-only file, directory or file system) opens
     read-only: every read works, and a write fails with a line saying where (:func:`is_read_only`).
+    ``read_only`` opens an existing file so wherever it is (nothing this connection does can change it).
     """
     sqlite = driver()
     target = str(path)
-    read_only = target != ":memory:" and _exists_read_only(Path(target))
+    if read_only and (target == ":memory:" or not Path(target).is_file()):
+        raise StorageError(f"no database at {target} to open read-only — create it first")
+    read_only = read_only or (target != ":memory:" and _exists_read_only(Path(target)))
     if target != ":memory:" and not read_only:
         try:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
@@ -112,6 +117,10 @@ def connect(path: str | os.PathLike[str]) -> Database:
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _refuse_foreign(db, target)  # before any pragma below writes to the file
+        # A new file frees pages as it goes (PRAGMA incremental_vacuum, `harness-mem gc`); the mode
+        # can only be chosen before the first table exists. An older file keeps NONE until a VACUUM.
+        if not read_only and conn.execute("PRAGMA page_count").fetchone()[0] == 0:
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         if target != ":memory:" and not read_only:
             conn.execute("PRAGMA journal_mode = WAL")
         # NORMAL is durable across process crashes in WAL mode; only power loss can drop the last commit.
@@ -232,6 +241,25 @@ def write_transaction(conn: Connection) -> Iterator[Connection]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def redaction_secret(conn: Connection, *, create: bool = True) -> str | None:
+    """The file's key for keyed pseudonyms (``settings.redaction.secret``), made on first use.
+
+    Every writer on the file (the memory store, the orchestrator's run store) builds its redactor
+    from it, so one value gets one pseudonym whoever wrote it. Needs harness_mem's migrations.
+    Without ``create`` (a read-only open) a file that has none gives None.
+    """
+    query = "SELECT value FROM settings WHERE key = 'redaction.secret'"
+    row = conn.execute(query).fetchone()
+    if row is None and not create:
+        return None
+    if row is None:
+        with write_transaction(conn):
+            conn.execute("INSERT OR IGNORE INTO settings (key, value) VALUES ('redaction.secret', ?)",
+                         (secrets.token_hex(32),))
+        row = conn.execute(query).fetchone()
+    return str(row[0])
 
 
 def default_path() -> Path:

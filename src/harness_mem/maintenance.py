@@ -1,8 +1,22 @@
-"""Maintenance of a store's file: rebuilding derived rows, counting, diagnosing.
+"""Maintenance of a store's file: rebuilding derived rows, counting, diagnosing, collecting garbage.
 
-The functions here back :meth:`MemoryStore.reindex`, :meth:`~MemoryStore.stats` and
-:meth:`~MemoryStore.diagnose` (``harness-mem reindex``, ``stats``, ``doctor``); they run rarely and
-may read the whole file.
+The functions here back :meth:`MemoryStore.reindex`, :meth:`~MemoryStore.stats`,
+:meth:`~MemoryStore.diagnose` and :meth:`~MemoryStore.gc` (``harness-mem reindex``, ``stats``,
+``doctor``, ``gc``); they run rarely and may read the whole file.
+
+**What deleting leaves behind, and how it goes.** Every connection runs with ``secure_delete``: a
+deleted row's bytes are overwritten with zeros, in its page and in pages it frees. Three things
+still hold deleted text until :func:`gc`: the keyword index, which is contentless and so can only
+mark a deleted entry's tokens dead (FTS5's own secure-delete needs the tokens, which a contentless
+index does not have) until its segments are merged; the write-ahead log, which holds recent pages
+until a checkpoint; and free pages, which keep the file's size. :func:`gc` purges expired entries,
+merges the keyword index into one segment (``optimize``: dead tokens are dropped), checkpoints and
+truncates the WAL, and frees pages (incrementally in a file made with ``auto_vacuum =
+INCREMENTAL``, which every new file is; a full ``VACUUM`` only when asked, which also converts an
+older file). Expired entries are also purged when a store is opened, at most once a day
+(:func:`expire_if_due`); forgotten ones (tombstones) at the next ``gc`` (or a namespace's
+``purge``). The orchestrator's run events belong to harness_loop, which prunes them itself
+(``harness-loop runs gc``).
 """
 
 from __future__ import annotations
@@ -12,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import migrations
-from .db import driver, sqlite_version
-from .errors import StorageError
+from .db import BUSY_TIMEOUT_MS, driver, sqlite_version
+from .errors import InvalidInputError, StorageError
 from .models import now_ms
 from .recall import raise_if_missing_vectors
 from .rows import COLUMNS, Row
@@ -207,3 +221,163 @@ def integrity_check(store: MemoryStore) -> list[str]:
     """Problems SQLite finds in the file (an empty list when it is sound)."""
     rows = [r[0] for r in store._conn.execute("PRAGMA integrity_check")]
     return [] if rows == ["ok"] else rows
+
+
+# ---- expiry and garbage collection -------------------------------------------------------------
+
+#: The ``settings`` key holding when expired entries were last purged (ms since the epoch).
+EXPIRY_KEY = "gc.expired_at"
+#: Opening a store purges expired entries at most this often.
+EXPIRY_EVERY_MS = 86_400_000
+_AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}
+
+
+def purge_expired(store: MemoryStore) -> int:
+    """Delete every expired entry (in all namespaces) with its derived rows; returns how many went."""
+    return _purge(store, forgotten=False)[0]
+
+
+def _purge(store: MemoryStore, *, forgotten: bool) -> tuple[int, int]:
+    """Delete expired entries (and, with ``forgotten``, forgotten ones) of every namespace with their
+    derived rows, in one transaction; returns (expired, forgotten) counts."""
+    now = now_ms()
+    with store.transaction():
+        rows = store._conn.execute(
+            "SELECT pk, forgotten_at IS NOT NULL FROM entries WHERE (expires_at IS NOT NULL AND expires_at <= ?)"
+            + (" OR forgotten_at IS NOT NULL" if forgotten else ""), (now,)
+        ).fetchall()
+        for pk, _ in rows:
+            store._delete_pk(pk)
+        store._conn.execute(
+            "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (EXPIRY_KEY, str(now)),
+        )
+    tombstones = sum(1 for _, was_forgotten in rows if was_forgotten)
+    return len(rows) - tombstones, tombstones
+
+
+def _last_expiry(store: MemoryStore) -> int:
+    row = store._conn.execute("SELECT value FROM settings WHERE key = ?", (EXPIRY_KEY,)).fetchone()
+    try:
+        return int(row[0]) if row is not None else 0
+    except ValueError:
+        return 0
+
+
+def expire_if_due(store: MemoryStore) -> int | None:
+    """Purge expired entries when none was purged for a day; the number purged, or None when not due.
+
+    Called on every writable open, so it must cost nothing most of the time: a settings read, then
+    (once the day is up) one probe of the expiry index; the write transaction happens only when
+    something has expired. It never waits for another writer: a busy file (an import, say) is left
+    for the next open, as is a file this process may not write.
+    """
+    now = now_ms()
+    if now - _last_expiry(store) < EXPIRY_EVERY_MS:
+        return None
+    if store._conn.execute(
+        "SELECT 1 FROM entries WHERE expires_at IS NOT NULL AND expires_at <= ? LIMIT 1", (now,)
+    ).fetchone() is None:
+        return None
+    store._conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        if now_ms() - _last_expiry(store) < EXPIRY_EVERY_MS:  # another process just did it
+            return None
+        return purge_expired(store)
+    except driver().OperationalError as exc:
+        if "locked" in str(exc).lower() or "busy" in str(exc).lower():
+            return None
+        raise
+    finally:
+        store._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
+def gc(store: MemoryStore, *, vacuum: bool = False) -> dict[str, Any]:
+    """Purge expired and forgotten entries (every namespace), merge the keyword index, checkpoint and
+    truncate the WAL, free pages; report sizes by table.
+
+    Free pages go back to the file system by ``PRAGMA incremental_vacuum`` when the file's
+    ``auto_vacuum`` mode is INCREMENTAL (every file made since it was introduced). A file in mode
+    NONE keeps its size unless ``vacuum``: then a full ``VACUUM`` rewrites it, switching it to
+    INCREMENTAL on the way (it needs as much free disk space as the file, and the write lock for as long).
+    """
+    if store.read_only:
+        raise InvalidInputError("gc changes the file — open the store for writing, not read-only")
+    conn = store._conn
+    before = file_bytes(store)
+    expired, forgotten = _purge(store, forgotten=True)
+    with store.transaction():  # dead tokens of deleted entries leave the index only when merged
+        conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('optimize')")
+    mode = _AUTO_VACUUM.get(int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]), "none")
+    free_pages = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    vacuumed = "none"
+    if vacuum:
+        if mode == "none":
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect with the VACUUM below
+        conn.execute("VACUUM")
+        vacuumed = "full"
+        mode = _AUTO_VACUUM.get(int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]), "none")
+    elif mode == "incremental" and free_pages:
+        conn.execute("PRAGMA incremental_vacuum").fetchall()  # it frees a page per step: run it to the end
+        vacuumed = "incremental"
+    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    return {
+        "path": str(store.path),
+        "expired_purged": expired,
+        "forgotten_purged": forgotten,
+        "auto_vacuum": mode,
+        "vacuum": vacuumed,
+        "free_pages_before": free_pages,
+        "free_pages_after": int(conn.execute("PRAGMA freelist_count").fetchone()[0]),
+        # A reader in another process can keep the WAL from being reset: its pages stay until then.
+        "wal_truncated": not busy,
+        "bytes_before": before,
+        "bytes_after": file_bytes(store),
+        "tables": table_sizes(store),
+    }
+
+
+def table_sizes(store: MemoryStore) -> dict[str, Any]:
+    """Rows and bytes per table, largest first, with the file's page totals.
+
+    Bytes come from SQLite's ``dbstat`` table (its indexes and, for a virtual table, its shadow
+    tables counted with it) when this SQLite build has it; otherwise only rows are known per table
+    (``bytes`` is None) and the file's page counts give the totals.
+    """
+    conn = store._conn
+    master = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    virtual = [name for kind, name, _, sql in master if kind == "table" and (sql or "").upper().startswith("CREATE VIRTUAL")]
+    owner: dict[str, str] = {}
+    for kind, name, table, _ in master:
+        parent = next((v for v in virtual if name.startswith(f"{v}_") and name != v), None)
+        owner[name] = parent or (table if kind == "index" else name)
+    tables = sorted({owner[name] for kind, name, _, _ in master if kind == "table"})
+    by_table: dict[str, dict[str, Any]] = {}
+    for table in tables:
+        if table in virtual or table.startswith("sqlite_"):
+            rows = None
+        else:
+            rows = int(conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+        by_table[table] = {"rows": rows, "bytes": None}
+    source = "pages"
+    try:
+        stat = conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall()
+    except driver().OperationalError:
+        stat = []
+    else:
+        source = "dbstat"
+        for name, size in stat:
+            entry = by_table.setdefault(owner.get(name, name), {"rows": None, "bytes": None})
+            entry["bytes"] = (entry["bytes"] or 0) + int(size)
+    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+    free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    ordered = sorted(by_table.items(), key=lambda item: (-(item[1]["bytes"] or 0), -(item[1]["rows"] or 0), item[0]))
+    return {
+        "source": source,
+        "page_size": page_size,
+        "pages": pages,
+        "free_pages": free,
+        "file_bytes": page_size * pages,
+        "by_table": dict(ordered),
+    }

@@ -34,7 +34,7 @@ COLUMNS = (
 )
 PLACEHOLDERS = ", ".join("?" * len(COLUMNS.split(",")))
 
-__all__ = ["COLUMNS", "MAX_CONTENT_CHARS", "PLACEHOLDERS", "Row", "entry_from_row", "prepare_row"]
+__all__ = ["COLUMNS", "MAX_CONTENT_CHARS", "PLACEHOLDERS", "Row", "entry_from_row", "identity", "prepare_row"]
 
 BULK_BATCH_SIZE = 5000  # imports: fewer, larger transactions (each commit also flushes an FTS5 segment)
 MAX_BATCH_CHARS = 32_000_000  # a batch is held in memory until written: bound its text, not only its count
@@ -62,6 +62,20 @@ class Row(NamedTuple):
     forgotten_at: int | None = None  # ms; a tombstone until purged
 
 
+def identity(value: str | None, redactor: Redactor | None) -> str | None:
+    """An identity field (id, session, role, namespace) as it is stored and looked up.
+
+    The rule: identity fields pass the same redactor as content, but as keyed pseudonyms
+    (:meth:`Redactor.pseudonymise`), never labels: ``user-ada@example.com`` is stored as
+    ``user-<EMAIL:…>``, two sessions stay two, and every lookup (get by id, ``--session``, a
+    role filter) applies this function to its key, so the raw value still finds the row. Without a
+    redactor (redaction turned off) values are stored and looked up as given.
+    """
+    if value is None or redactor is None:
+        return value
+    return redactor.pseudonymise(value).text
+
+
 def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Redactor | None) -> Row:
     """The row ``item`` will be stored as: checked, then redacted before anything is stored or indexed.
 
@@ -76,7 +90,7 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
         if isinstance(value, dict | list | tuple):  # before anything walks it
             check_nesting(value, str(key))
     line = ImportLine.check(item)
-    if line.namespace and line.namespace != namespace:
+    if line.namespace and identity(line.namespace, redactor) != namespace:
         # A caller writes only into its own namespace, whatever a line (or an item) says.
         raise InvalidInputError(
             f"this entry names namespace {line.namespace!r}, and this store writes into {namespace!r}"
@@ -84,8 +98,20 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
         )
     content = line.content
     role = line.role or None
+    session = line.session or None
     kind = line.kind or ("turn" if role else "note")
     entry_id = line.id or new_id()
+    found: dict[str, int] = {}  # what the identity fields held, by kind
+    if redactor is not None:
+        fields = [line.id, role, session]
+        for i, value in enumerate(fields):
+            if value:
+                pseudonymised = redactor.pseudonymise(value)
+                fields[i] = pseudonymised.text
+                for kind_found, n in pseudonymised.counts.items():
+                    found[kind_found] = found.get(kind_found, 0) + n
+        entry_id = fields[0] or entry_id
+        role, session = fields[1], fields[2]
     created_ms = to_ms(line.created_at) if line.created_at else now_ms()
     tags = clean_tags(line.tags) if line.tags else ()
     source = line.source or None
@@ -104,6 +130,8 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
     redactions_json: str | None = None
     if redactor is not None:
         redactions: dict[str, int] = dict(line.redactions) if line.redactions else {}  # counts an export carries over
+        for kind_found, n in found.items():
+            redactions[kind_found] = redactions.get(kind_found, 0) + n
         body = redactor.scrub(content)
         extras = redactor.scrub_value([list(tags), source, metadata]) if tags or source or metadata else None
         if body.spans or (extras is not None and extras.counts):
@@ -127,7 +155,7 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
     except UnicodeEncodeError:
         raise InvalidInputError("content is not valid Unicode (it contains a lone surrogate)") from None
     row = Row(
-        None, entry_id, namespace, kind, content, role, line.session or None,
+        None, entry_id, namespace, kind, content, role, session,
         dumps(list(tags)) if tags else "[]", source, metadata_json, created_ms, expires_ms, digest, redactions_json,
     )
     _check_encodable(row)

@@ -120,7 +120,7 @@ def session_turns(store: MemoryStore, session: str, offset: int = 0, limit: int 
     _check_page(limit, offset)
     rows = store._conn.execute(
         f"SELECT {COLUMNS} FROM entries e WHERE {_LIVE} ORDER BY e.created_at, e.pk LIMIT ? OFFSET ?",
-        (store.namespace, session, limit, offset),
+        (store.namespace, store._key(session), limit, offset),
     ).fetchall()
     return [entry_from_row(row) for row in rows]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime, timedelta
@@ -22,7 +21,7 @@ import numpy.typing as npt
 from sqlite_utils import Database
 
 from . import corrections, keyword, maintenance, migrations, sessions
-from .db import Connection, connect, default_path, is_read_only, write_transaction
+from .db import Connection, connect, default_path, is_read_only, redaction_secret, write_transaction
 from .errors import (
     BlockedError,
     DuplicateIdError,
@@ -37,7 +36,7 @@ from .protocols import Embedder
 from .providers.embeddings import RECORDED_NAMES, default_embedder, named_embedder
 from .recall import Mode, Recall
 from .redaction import Redactor
-from .rows import COLUMNS, MAX_BATCH_CHARS, PLACEHOLDERS, Row, entry_from_row, prepare_row
+from .rows import COLUMNS, MAX_BATCH_CHARS, PLACEHOLDERS, Row, entry_from_row, identity, prepare_row
 from .settings import Settings
 from .vectors import (
     VectorIndex,
@@ -55,6 +54,7 @@ ON_CONFLICT: tuple[OnConflict, ...] = ("error", "ignore", "replace")
 DEFAULT_BATCH_SIZE = 500
 
 _DAY_MS = 86_400_000
+_IDENTITY_FILTERS = frozenset({"role", "session", "session_prefix"})
 
 
 def check_on_conflict(on_conflict: object) -> None:
@@ -78,6 +78,8 @@ class MemoryStore:
     :param path: the database file (``":memory:"`` for a throwaway store); defaults to
         ``$HARNESS_MEM_DB`` or ``memory.db`` in the user's data directory.
     :param namespace: the tenant every read and write is confined to.
+    :param read_only: open an existing, migrated file without the right to change it: every write
+        fails, and the daily purge of expired entries (see :meth:`gc`) is not run.
     """
 
     def __init__(
@@ -87,6 +89,7 @@ class MemoryStore:
         namespace: str = "default",
         embedder: Embedder | str | None = "auto",
         redactor: Redactor | Literal["default"] | None = "default",
+        read_only: bool = False,
     ) -> None:
         if not namespace or not isinstance(namespace, str):
             raise InvalidInputError("namespace must be a non-empty string")
@@ -99,22 +102,29 @@ class MemoryStore:
         self._in_transaction = False
         #: The file as a sqlite-utils ``Database``: for looking (tables, schema, rows), not for writing
         #: around the store; writes go through the store's methods and :meth:`transaction`.
-        self.db: Database = connect(self.path)
+        self.db: Database = connect(self.path, read_only=read_only)
         self._conn: Connection = self.db.conn
-        #: True when the file's location cannot be written: reads work, every write is refused.
+        #: True when the file is open read-only (asked for, or its location cannot be written):
+        #: reads work, every write is refused.
         self.read_only: bool = is_read_only(self._conn)
         try:
             created = any(m.number == 1 for m in migrations.migrate(self._conn, read_only=self.read_only))
             self.embedder: Embedder | None = self._choose_embedder(embedder, created=created)
             # Nothing unredacted reaches the file unless the caller says so (redactor=None), and
-            # then every entry written records that it was not redacted.
+            # then every entry written records that it was not redacted. Read-only, a file without
+            # a key gets a throwaway one: nothing it could pseudonymise is ever stored.
             self.redactor: Redactor | None = (
-                Redactor.default(secret=self._redaction_secret()) if redactor == "default" else redactor
+                Redactor.default(secret=redaction_secret(self._conn, create=not self.read_only))
+                if redactor == "default" else redactor
             )
+            # The namespace is an identity field: stored, and so matched, as its pseudonym.
+            self.namespace = self._key(namespace) or namespace
+            self._recall = Recall(self)
+            if not self.read_only:
+                maintenance.expire_if_due(self)
         except BaseException:
             self._conn.close()
             raise
-        self._recall = Recall(self)
 
     def _choose_embedder(self, embedder: Embedder | str | None, *, created: bool) -> Embedder | None:
         """The embedder this handle uses; a new file opened without one is recorded keyword-only.
@@ -149,17 +159,19 @@ class MemoryStore:
         """True when the file was made (or switched) to keep no vectors: see :meth:`reindex`."""
         return is_keyword_only(self._conn)
 
-    def _redaction_secret(self) -> str:
-        """This file's key for HASH pseudonyms (made once, on first open)."""
-        row = self._conn.execute("SELECT value FROM settings WHERE key = 'redaction.secret'").fetchone()
-        if row is None and self.read_only:
-            return secrets.token_hex(32)  # nothing can be written here, so no pseudonym is ever stored
-        if row is None:
-            with write_transaction(self._conn):
-                self._conn.execute("INSERT OR IGNORE INTO settings (key, value) VALUES ('redaction.secret', ?)",
-                                  (secrets.token_hex(32),))
-            row = self._conn.execute("SELECT value FROM settings WHERE key = 'redaction.secret'").fetchone()
-        return str(row[0])
+    def _key(self, value: str | None) -> str | None:
+        """An identity value (id, session, role) as this store stores it, for a lookup by equality."""
+        return identity(value, self.redactor)
+
+    def _filters(self, filters: dict[str, Any]) -> dict[str, Any]:
+        """Filters whose identity values (role, session, session prefix) are in their stored form.
+
+        A prefix ending inside a sensitive value cannot match its pseudonym: only whole values do.
+        """
+        if self.redactor is None:
+            return filters
+        return {name: self._key(value) if name in _IDENTITY_FILTERS and isinstance(value, str) else value
+                for name, value in filters.items()}
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -451,7 +463,7 @@ class MemoryStore:
         """Delete an entry and its derived rows; False when there was none."""
         with self.transaction():
             row = self._conn.execute(
-                "SELECT pk FROM entries WHERE namespace = ? AND id = ?", (self.namespace, id)
+                "SELECT pk FROM entries WHERE namespace = ? AND id = ?", (self.namespace, self._key(id))
             ).fetchone()
             if row is None:
                 return False
@@ -485,14 +497,20 @@ class MemoryStore:
             self._reindex_turn_after(row[0], row[1], row[2], pk)
 
     def purge_expired(self) -> int:
-        """Delete every expired entry (in all namespaces); returns how many went."""
-        with self.transaction():
-            pks = [r[0] for r in self._conn.execute(
-                "SELECT pk FROM entries WHERE expires_at IS NOT NULL AND expires_at <= ?", (now_ms(),)
-            )]
-            for pk in pks:
-                self._delete_pk(pk)
-        return len(pks)
+        """Delete every expired entry (in all namespaces) with its derived rows; returns how many went.
+
+        Opening a store does this once a day on its own; :meth:`gc` does it and gives the space back.
+        """
+        return maintenance.purge_expired(self)
+
+    def gc(self, *, vacuum: bool = False) -> dict[str, Any]:
+        """Collect what the file no longer needs: expired entries (with their index rows and
+        vectors), deleted entries' words in the keyword index (merged), the WAL (checkpointed and
+        truncated) and free pages (incremental vacuum; a full ``VACUUM`` only with ``vacuum``,
+        which also makes an older file free pages incrementally), in every namespace. Returns what
+        was done and a size report by table. This is ``harness-mem gc``.
+        """
+        return maintenance.gc(self, vacuum=vacuum)
 
     # ---- memory operations (what agents call: tools, MCP) --------------------------------------
 
@@ -551,7 +569,7 @@ class MemoryStore:
         row = self._conn.execute(
             f"SELECT {COLUMNS} FROM entries e WHERE e.namespace = ? AND e.id = ? AND e.forgotten_at IS NULL"
             " AND (e.expires_at IS NULL OR e.expires_at > ?)",
-            (self.namespace, id, now_ms()),
+            (self.namespace, self._key(id), now_ms()),
         ).fetchone()
         if row is None:
             raise NotFoundError(
@@ -561,7 +579,7 @@ class MemoryStore:
 
 
     def count(self, **filters: Any) -> int:
-        where, params = make_filters(**filters).sql(self.namespace, now_ms())
+        where, params = make_filters(**self._filters(filters)).sql(self.namespace, now_ms())
         return int(self._conn.execute(f"SELECT count(*) FROM entries e WHERE {where}", params).fetchone()[0])
 
     def recall(
@@ -600,6 +618,7 @@ class MemoryStore:
         before and after it in its session (``hit.context``); entries a correction replaced are
         left out unless ``include_superseded``.
         """
+        role, session, session_prefix = self._key(role), self._key(session), self._key(session_prefix)
         hits = self._recall(
             query, k, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
             any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,
@@ -660,7 +679,7 @@ class MemoryStore:
     # the builtin, and type checkers would read later annotations that way.
     def list(self, *, limit: int | None = None, newest_first: bool = False, **filters: Any) -> Iterator[Entry]:
         """Entries in creation order (or newest first), filtered like :meth:`recall`."""
-        where, params = make_filters(**filters).sql(self.namespace, now_ms())
+        where, params = make_filters(**self._filters(filters)).sql(self.namespace, now_ms())
         order = "DESC" if newest_first else "ASC"
         sql = f"SELECT {COLUMNS} FROM entries e WHERE {where} ORDER BY e.created_at {order}, e.pk {order}"
         if limit is not None:

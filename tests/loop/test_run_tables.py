@@ -16,7 +16,7 @@ from harness_mem.migrations import known_migrations, recorded_sets, split_statem
 from harness_mem.store import MemoryStore
 
 RUN_COLUMNS = ["id", "namespace", "goal", "state", "max_tokens", "spent_tokens", "replans", "reason",
-               "metadata", "created_at", "updated_at", "lease_owner", "lease_until"]
+               "metadata", "created_at", "updated_at", "lease_owner", "lease_until", "redacted"]
 JOB_COLUMNS = ["run_id", "job_id", "position", "prompt", "deps", "retry", "state", "attempts", "visits",
                "result_text", "input_tokens", "output_tokens", "spent_tokens", "last_error", "prior_attempt",
                "feedback", "updated_at"]
@@ -52,13 +52,14 @@ def shape(conn: Connection) -> dict[str, object]:
 def test_a_new_file_gets_the_runs_tables_from_harness_loop(tmp_path: Path) -> None:
     conn = connect(tmp_path / "new.db")
     ran = schema.migrate(conn)
-    assert [m.name for m in ran][-1] == "0001_runs"
+    assert [m.name for m in ran][-2:] == ["0001_runs", "0002_run_privacy"]
     assert [row[1] for row in conn.execute("PRAGMA table_info(runs)")] == RUN_COLUMNS
     assert [row[1] for row in conn.execute("PRAGMA table_info(jobs)")] == JOB_COLUMNS
     assert [row[1] for row in conn.execute("PRAGMA table_info(run_events)")] == EVENT_COLUMNS
     assert set(shape(conn)["triggers"]) == TRIGGERS  # type: ignore[arg-type]
     assert recorded_sets(conn) == ["harness_mem", "harness_loop"]
-    assert [(s.name, s.state) for s in schema.MIGRATIONS.status(conn)] == [("0001_runs", "applied")]
+    assert [(s.name, s.state) for s in schema.MIGRATIONS.status(conn)] == [
+        ("0001_runs", "applied"), ("0002_run_privacy", "applied")]
     assert schema.migrate(conn) == []
 
 
@@ -93,7 +94,7 @@ def test_a_file_from_an_earlier_version_upgrades_with_its_rows(tmp_path: Path, u
     assert states[2] == ("applied" if upto >= 2 else "skipped")
     assert states[6] == ("applied" if upto >= 2 else "skipped")
     assert all(state != "pending" for state in states.values())
-    assert [s.state for s in schema.MIGRATIONS.status(conn)] == ["applied"]
+    assert [s.state for s in schema.MIGRATIONS.status(conn)] == ["applied", "applied"]
     conn.close()
     with MemoryStore(tmp_path / "old.db", embedder=None) as memory:
         assert memory.get("e1").content == "kept across upgrades"
@@ -121,7 +122,7 @@ def test_a_newer_harness_loop_schema_is_refused(tmp_path: Path) -> None:
     conn = _new_file(tmp_path)
     conn.execute("INSERT INTO _migrations_harness_loop VALUES (7, '0007_later', '2030-01-01')")
     with pytest.raises(SchemaTooNewError, match=r"has harness_loop schema version 0007 but this installation knows"
-                                                 r" only up to 0001 — upgrade harness-mem"):
+                                                 r" only up to 0002 — upgrade harness-mem"):
         RunStore.open(tmp_path / "fresh.db")
     MemoryStore(tmp_path / "fresh.db", embedder=None).close()  # harness_mem's own set is still fine
 

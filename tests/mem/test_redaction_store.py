@@ -11,85 +11,12 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pii import FILLER, PII, SAMPLES, assert_absent, every_stored_text
 
 from harness_mem.cli import cli
 from harness_mem.errors import WriteRefusedError
 from harness_mem.redaction import Redactor
 from harness_mem.store import MemoryStore
-
-
-def luhn(body: str) -> str:
-    digits = [int(d) for d in body + "0"]
-    for i in range(len(digits) - 2, -1, -2):
-        digits[i] = digits[i] * 2 - 9 if digits[i] * 2 > 9 else digits[i] * 2
-    return body + str((10 - sum(digits) % 10) % 10)
-
-
-def iban(country: str, bban: str) -> str:
-    numeric = "".join(str(int(c, 36)) for c in bban + country + "00")
-    return f"{country}{98 - int(numeric) % 97:02d}{bban}"
-
-
-def cn_id(body17: str) -> str:
-    weights = [7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2]
-    return body17 + "10X98765432"[sum(int(d) * w for d, w in zip(body17, weights, strict=True)) % 11]
-
-
-def grouped(value: str, sep: str) -> str:
-    return sep.join(value[i:i + 4] for i in range(0, len(value), 4))
-
-
-cards = st.from_regex(r"4[0-9]{14}", fullmatch=True).map(luhn)
-PII = st.one_of(
-    st.from_regex(r"[a-z]{3,8}\.[a-z]{2,6}@[a-z]{3,8}\.(com|org|io)", fullmatch=True),
-    st.from_regex(r"1[3-9][0-9]{9}", fullmatch=True),                       # China mobile
-    st.from_regex(r"\+44 20 [0-9]{4} [0-9]{4}", fullmatch=True),            # international
-    st.from_regex(r"\([2-9][0-9]{2}\) [2-9][0-9]{2}-[0-9]{4}", fullmatch=True),  # North American
-    cards,
-    cards.map(lambda c: grouped(c, " ")),
-    cards.map(lambda c: grouped(c, "-")),
-    st.from_regex(r"[0-9]{18}", fullmatch=True).map(lambda b: iban("DE", b)),
-    st.from_regex(r"(11|31|44)[0-9]{4}(19[5-9][0-9])(0[1-9])(1[0-9])[0-9]{3}", fullmatch=True).map(cn_id),
-    st.from_regex(r"(1[0-9]{2}|5[0-9]{2})-(1[0-9])-(1[0-9]{3})", fullmatch=True),  # US SSN
-    st.from_regex(r"10\.(1[0-9]{2})\.(2[0-4][0-9])\.(1[0-9]{2})", fullmatch=True),
-    st.from_regex(r"2001:db8:[0-9a-f]{4}:[0-9a-f]{4}::[1-9a-f]{1,3}", fullmatch=True),
-    st.from_regex(r"sk-proj-[A-Za-z0-9]{40}", fullmatch=True),
-    st.from_regex(r"AKIA[A-Z0-9]{16}", fullmatch=True),
-    st.from_regex(r"ghp_[A-Za-z0-9]{36}", fullmatch=True),
-    st.from_regex(r"xoxb-[0-9]{11}-[0-9]{11}-[A-Za-z0-9]{24}", fullmatch=True),
-    st.from_regex(r"eyJ[A-Za-z0-9_-]{20}\.eyJ[A-Za-z0-9_-]{30}\.[A-Za-z0-9_-]{43}", fullmatch=True),
-)
-# Latin words sit next to a value with a separator between ("call 13800138000 now": glued to a
-# letter, "abc13800138000" reads as an identifier); CJK text may be glued on directly, as people write.
-FILLER = st.one_of(
-    st.text(alphabet="abcdefghij klmnop", min_size=0, max_size=20).map(lambda s: f" {s} "),
-    st.sampled_from(" ,;:()[]\n\t\"'").map(lambda s: f" {s} "),
-    st.text(alphabet="用户的联系方式是请记下手机邮箱卡号", min_size=0, max_size=8),
-)
-
-
-def every_stored_text(db: Path) -> bytes:
-    """The file, its WAL and shared memory, and every text or blob value of every table."""
-    data = b"".join(p.read_bytes() for p in sorted(db.parent.iterdir()) if p.name.startswith(db.name))
-    with MemoryStore(db, embedder=None, redactor=None) as store:
-        tables = [r[0] for r in store.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        for table in tables:
-            if table.startswith("entries_vec"):
-                continue  # float vectors: no text
-            for row in store.db.execute(f'SELECT * FROM "{table}"'):
-                for value in row:
-                    if isinstance(value, str):
-                        data += value.encode()
-                    elif isinstance(value, bytes):
-                        data += value
-    return data
-
-
-def assert_absent(values: list[str], data: bytes) -> None:
-    lowered = data.lower()
-    for value in values:
-        assert value.encode() not in data, value
-        assert value.lower().encode() not in lowered, value  # FTS lower-cases its tokens
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -186,4 +113,132 @@ def test_transcript_capture_never_stores_raw_pii(tmp_path_factory: pytest.TempPa
                 recorder.note_tool("lookup", {"contact": value, "note": f"found {value}"})
                 recorder.note_assistant(f"noted {value} ")
         assert store.count(session="s-1") == 3 * len(values)
+    assert_absent(values, every_stored_text(db))
+
+
+# ---- identity fields --------------------------------------------------------------------------
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(PII, min_size=2, max_size=4, unique=True))
+def test_identity_fields_are_stored_as_pseudonyms_and_found_by_their_raw_value(
+        tmp_path_factory: pytest.TempPathFactory, values: list[str]) -> None:
+    db = tmp_path_factory.mktemp("identity") / "memory.db"
+    with MemoryStore(db, embedder=None, namespace=f"tenant {values[0]}") as store:
+        for value in values:
+            store.add("a plain note about the deploy", id=f"id {value}", session=f"user {value}",
+                      role=f"speaker {value}")
+        store.add_many([{"text": "imported turn", "id": f"import {value}", "session": f"user {value}",
+                         "role": "user", "namespace": f"tenant {values[0]}"} for value in values])
+        for value in values:  # every lookup by the raw value finds its own entries, and only those
+            assert store.get(f"id {value}").content == "a plain note about the deploy"
+            assert store.count(session=f"user {value}") == 2
+            stored = store.get(f"id {value}").session
+            assert [e.session for e in store.list(role=f"speaker {value}")] == [stored]
+            assert {hit.entry.session for hit in store.recall("deploy", session=f"user {value}")} == {stored}
+            assert store.get(f"import {value}").role == "user"
+        assert len({e.session for e in store.list()}) == len(values)  # two sessions never merge
+        assert all(e.redactions for e in store.list(kind="turn"))  # what the identity fields held is counted
+        assert store.delete(f"id {values[0]}") and store.count() == 2 * len(values) - 1
+    with MemoryStore(db, embedder=None, namespace=f"tenant {values[0]}") as again:  # the same key next time
+        assert again.count(session=f"user {values[1]}") == 2
+    assert_absent(values, every_stored_text(db))
+
+
+def test_the_cli_stores_a_session_address_as_its_pseudonym_and_finds_it(db_path: Path) -> None:
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(cli, ["--db", str(db_path), "--embedder", "none", *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.stderr
+        return result.stdout
+
+    entry_id = run("add", "met about the launch", "--session", "user-ada@example.com", "--role", "user").strip()
+    listed = [json.loads(line) for line in run("list", "--session", "user-ada@example.com", "--json").splitlines()]
+    assert [e["id"] for e in listed] == [entry_id]
+    assert listed[0]["session"].startswith("<EMAIL:") and "ada" not in listed[0]["session"]
+    assert run("list", "--session", "user-bob@example.com", "--json") == ""
+    assert_absent(["ada@example.com", "user-ada"], every_stored_text(db_path))
+
+
+def test_without_redaction_identity_fields_are_stored_as_given(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None, redactor=None, namespace="ada@example.com") as raw:
+        raw.add("x", session="user-ada@example.com", id="ada@example.com")
+        assert raw.get("ada@example.com").session == "user-ada@example.com"
+        assert raw.namespace == "ada@example.com"
+
+
+def test_pseudonymising_is_a_fixed_point_and_keeps_what_is_not_sensitive() -> None:
+    redactor = Redactor.default(secret="k")
+    for value in ["user-ada@example.com", "run 13800138000 / AKIAIOSFODNN7EXAMPLE", "plain-id", "costs $500"]:
+        once = redactor.pseudonymise(value).text
+        assert redactor.pseudonymise(once).text == once
+    assert redactor.pseudonymise("plain-id").text == "plain-id"
+    assert redactor.pseudonymise("costs $500").text == "costs $500"  # kept by the policy: kept here too
+    a, b = redactor.pseudonymise("ada@example.com").text, redactor.pseudonymise("bob@example.com").text
+    assert a != b and a == redactor.pseudonymise("ADA@example.com").text  # the e-mail's normal form
+    assert redactor.pseudonymise("AKIAIOSFODNN7EXAMPLE").text.startswith("<API_KEY:")  # never a shared label
+
+
+# ---- experience: episodes, consolidation, skills ------------------------------------------------
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(PII, min_size=1, max_size=3, unique=True))
+def test_episodes_and_consolidation_never_store_raw_pii(tmp_path_factory: pytest.TempPathFactory,
+                                                        values: list[str]) -> None:
+    from harness_mem.experience import Episode, ExperienceStore, consolidate
+
+    db = tmp_path_factory.mktemp("experience") / "memory.db"
+    with MemoryStore(db, embedder=None) as store:
+        experience = ExperienceStore(store)
+        for value in values:
+            stored = experience.save(
+                Episode(situation=f"customer {value} asked for a refund", outcome=f"refunded {value}",
+                        tools=["lookup"], tags=[f"customer {value}"], success=True),
+                id=f"episode {value}", session=f"run {value}",
+            )
+            assert experience.get(f"episode {value}").id == stored.id
+            assert experience.get(stored.id).episode.tags == stored.episode.tags
+            store.add_many([
+                {"text": f"I am {value}, please help", "role": "user", "session": f"chat {value}"},
+                {"text": f"Done for {value}.", "role": "assistant", "session": f"chat {value}",
+                 "tags": ["result:success"]},
+            ])
+            report = consolidate(store, session=f"chat {value}")
+            assert [s.action for s in report.sessions] == ["created"]
+        assert experience.count() == 2 * len(values)
+        assert experience.delete(f"episode {values[0]}")
+    assert_absent(values, every_stored_text(db))
+
+
+def test_skills_saved_imported_and_revised_never_store_raw_pii(tmp_path: Path) -> None:
+    from harness_mem.experience import ExperienceStore, Skill
+
+    values = list(SAMPLES)
+    db = tmp_path / "memory.db"
+    source = tmp_path / "incoming" / "refund-flow"
+    source.mkdir(parents=True)
+    source.joinpath("SKILL.md").write_text(Skill(
+        name="refund-flow", description=f"Use when a refund is asked for by {values[0]}.",
+        body="\n".join(f"- call {value} first" for value in values), metadata={"owner": values[1]},
+    ).render(), encoding="utf-8")
+    with MemoryStore(db, embedder=None) as store:
+        experience = ExperienceStore(store)
+        report = experience.import_skills(tmp_path / "incoming")
+        assert report.saved == ["refund-flow"]
+        saved = experience.save_skill(Skill(
+            name="escalation", description=f"Use when {values[3]} shows up in a log line.",
+            body=f"Page {values[4]} and {values[5]}.", license=f"ask {values[0]}",
+            compatibility=f"needs {values[6]}", extra={"contact": values[7]},
+        ), rationale=f"written after talking to {values[8]}", episode_id=f"episode {values[9]}")
+        assert saved.version == 1 and "<PHONE>" in saved.skill.body
+        revised = experience.save_skill(
+            Skill(name="escalation", description="Use when an alert fires.", body=f"Page {values[10]} now."),
+            origin="revised", rationale=f"it misled {values[11]}",
+        )
+        assert revised.version == 2
+        history = experience.skill_history("escalation")
+        assert [v.origin for v in history] == ["saved", "revised"]
+        assert history[0].episode_id is not None and history[0].episode_id.startswith("episode <")
+        # Importing the same tree again is idempotent: the stored (redacted) document is unchanged.
+        assert experience.import_skills(tmp_path / "incoming").unchanged == ["refund-flow"]
     assert_absent(values, every_stored_text(db))

@@ -475,7 +475,7 @@ class _Job:
         """Sessions with turns past their watermark (the episode's, or the facts' with a model)."""
         rows = self.ledger.sessions_past_watermark(
             with_facts=self.model is not None,
-            session=session,
+            session=self.store._key(session),  # as stored: its pseudonym when it holds PII
             since_ms=None if since is None else to_ms(parse_time(since)),
             cutoff_ms=None if session is not None else _idle_cutoff(idle, now_ms()),
         )
@@ -565,7 +565,7 @@ class _Job:
                 source=EXPERIENCE_SOURCE, metadata=mark.metadata, id=new_id(), created_at=mark.when,
             )
             kept = Episode.parse(entry.content) or episode  # what the store kept (after any redaction)
-            kept.tags = list(episode.tags)
+            kept.tags = self.experience.kept_tags(episode.tags)
             row = self.ledger.episode_row_entry(mark.episode_id)
             if row is None:
                 raise _Conflict(f"the id {mark.episode_id!r} is taken by an entry that is not an episode")

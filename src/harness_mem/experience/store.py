@@ -7,7 +7,8 @@ and any tool that reads the episode text format (a contract, see :mod:`.episode`
 understands them. Their fields are also a row in the
 ``episodes`` table, so that listing, filtering by tool, skill or result, and joining to skills
 need no text parsing. The row is written from what the store actually kept (the entry's content
-after redaction), never from the caller's raw text, and deleting the entry deletes the row.
+after redaction, its id as stored), never from the caller's raw text, and deleting the entry deletes
+the row. The episode's own tags are scrubbed as the entry's tags are.
 
 **Recall** asks the memory store for episodes relevant to a situation (over-fetching 2k), then
 ranks them by relevance × a result weight: :data:`RESULT_WEIGHTS` gives a success ×1.25, an
@@ -19,7 +20,11 @@ keep the store's order). Failures are still recalled — knowing what did not wo
 document adds a ``skill_revisions`` row with its origin (distilled, revised, imported, saved),
 rationale and the episode that prompted it, and ``skill_sources`` links a skill to the episodes it
 came from. :meth:`ExperienceStore.export_skills` and :meth:`ExperienceStore.import_skills` move
-skills to and from a ``<dir>/<name>/SKILL.md`` tree.
+skills to and from a ``<dir>/<name>/SKILL.md`` tree. Every save (by hand, imported, distilled or
+revised) passes the memory store's redactor: the document's fields (description, body, the
+other front-matter values, metadata) and the rationale are scrubbed before anything is written, and
+the episode id is stored as its pseudonym, as the entry's id is. A skill's name is its identity on
+disk (the directory's name, ``[a-z0-9-]``) and is stored as validated.
 
 **Recording during a run**: :class:`ExperienceRecorder` holds a :class:`ToolTrace` and a
 :class:`SkillUseTrace` for the host's hooks, and turns them into an episode when the run ends.
@@ -33,7 +38,7 @@ import builtins
 import json
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -218,6 +223,22 @@ class ExperienceStore:
     def namespace(self) -> str:
         return self.store.namespace
 
+    def _key(self, value: str | None) -> str | None:
+        """An episode id as stored (its pseudonym when it holds PII), for a lookup by equality."""
+        return self.store._key(value)
+
+    def _redacted_skill(self, skill: Skill) -> Skill:
+        """``skill`` with every text of its document scrubbed by the store's redactor (the name aside)."""
+        redactor = self.store.redactor
+        if redactor is None:
+            return skill
+        description, body, license_, compatibility, tools, metadata, extra = redactor.scrub_value([
+            skill.description, skill.body, skill.license, skill.compatibility, skill.allowed_tools,
+            skill.metadata, skill.extra,
+        ]).value
+        return replace(skill, description=description, body=body, license=license_, compatibility=compatibility,
+                       allowed_tools=tools, metadata=metadata, extra=extra)
+
     # ---- episodes ---------------------------------------------------------------------------
 
     def record(
@@ -261,17 +282,24 @@ class ExperienceStore:
             kept = Episode.parse(entry.content)
             if kept is None:
                 raise StorageError("the stored episode text no longer parses as an episode")
-            kept.tags = list(episode.tags)
+            kept.tags = self.kept_tags(episode.tags)
             self.conn.execute(
                 "INSERT INTO episodes (id, namespace, entry_id, situation, tools, skills, outcome, success,"
                 " tags, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    episode_id, self.namespace, entry.id, kept.situation, dumps(kept.tools),
+                    entry.id, self.namespace, entry.id, kept.situation, dumps(kept.tools),
                     dumps(kept.skills), kept.outcome, None if kept.success is None else int(kept.success),
                     dumps(kept.tags), to_ms(entry.created_at),
                 ),
             )
-        return StoredEpisode(episode_id, kept, entry.created_at, entry.id)
+        return StoredEpisode(entry.id, kept, entry.created_at, entry.id)
+
+    def kept_tags(self, tags: Iterable[str]) -> builtins.list[str]:
+        """An episode's own tags as its row stores them: scrubbed as the entry's tags are."""
+        redactor = self.store.redactor
+        if redactor is None:
+            return builtins.list(tags)
+        return [str(tag) for tag in redactor.scrub_value(builtins.list(tags)).value]
 
     def _live(self) -> str:
         """Join condition: the episode's entry is missing (structural only) or not expired."""
@@ -284,7 +312,7 @@ class ExperienceStore:
         """The episode with this id; raises :class:`NotFoundError`."""
         row = self.conn.execute(
             f"SELECT {_EPISODE_COLUMNS} FROM episodes ep {self._live()} AND ep.id = ?",
-            (self.namespace, now_ms(), id),
+            (self.namespace, now_ms(), self._key(id)),
         ).fetchone()
         if row is None:
             raise NotFoundError(
@@ -327,15 +355,16 @@ class ExperienceStore:
 
     def delete(self, id: str) -> bool:
         """Delete an episode and its memory entry; False when there was none."""
+        key = self._key(id)
         with self.store.transaction():
             row = self.conn.execute(
-                "SELECT entry_id FROM episodes WHERE namespace = ? AND id = ?", (self.namespace, id)
+                "SELECT entry_id FROM episodes WHERE namespace = ? AND id = ?", (self.namespace, key)
             ).fetchone()
             if row is None:
                 return self.store.delete(id)  # an episode entry with no row (written by an older writer)
             if row[0] is not None:
                 self.store.delete(row[0])  # the row goes with it (ON DELETE CASCADE)
-            self.conn.execute("DELETE FROM episodes WHERE namespace = ? AND id = ?", (self.namespace, id))
+            self.conn.execute("DELETE FROM episodes WHERE namespace = ? AND id = ?", (self.namespace, key))
         return True
 
     def recall(
@@ -418,7 +447,13 @@ class ExperienceStore:
         if origin not in SKILL_ORIGINS:
             raise InvalidInputError(f"unknown skill origin {origin!r} — use one of: {', '.join(SKILL_ORIGINS)}")
         check_skill(skill)
+        skill = self._redacted_skill(skill)
+        check_skill(skill)  # a label longer than what it replaced could push the description over its limit
         text = skill.render()
+        redactor = self.store.redactor
+        if redactor is not None:
+            rationale = redactor.scrub(rationale).text
+        episode_id = self._key(episode_id)
         now = now_ms()
         with self.store.transaction():
             row = self.conn.execute(

@@ -14,6 +14,11 @@ guessing is useless. No secret given means a random one per Redactor (stable wit
 (API keys, passwords, tokens) are never hashed: a low-entropy password could still be guessed by
 someone holding the key, so HASH falls back to a label for them, and MASK hides them completely.
 
+**Identifiers.** ``pseudonymise(value)`` is the rule for fields that are looked up by equality (ids,
+sessions, roles, namespaces): every sensitive span becomes its keyed pseudonym whatever the policy
+says, so two sessions never merge under one label, a lookup by the raw value finds the row by
+pseudonymising its key the same way, and a stored value passed back in maps to itself.
+
 **Overlaps.** Detectors can match overlapping text ("api_key: sk-…" is both an assignment and a key).
 Candidates are sorted by start, then longest first, then detector priority, and accepted greedily
 when they do not overlap an accepted one: deterministic, whatever order detectors ran in. A span
@@ -44,6 +49,11 @@ _SHORT_VALUE = 8
 # Characters MASK leaves in place, so that a masked card still reads "**** **** **** 1111".
 _MASK_SEPARATORS = frozenset(" -")
 _HASH_HEX_CHARS = 12  # 48 bits
+# A pseudonym as :meth:`Redactor.pseudonym` writes it: never scanned again.
+_PSEUDONYM = re.compile(r"<[A-Z][A-Z0-9_]*:[0-9a-f]{12}>")
+# How many identifiers a redactor remembers the pseudonyms of, and the longest it remembers.
+_CACHED_PSEUDONYMS = 4096
+_CACHED_CHARS = 256
 
 
 # ---- results -----------------------------------------------------------------------------------
@@ -151,6 +161,10 @@ class Redactor:
         # The prescreen knows only the built-in detectors' needs: custom ones switch it off.
         self._prescreen: Callable[[str], bool] | None = might_hold_pii if detectors is None else None
         self._plan: tuple[Policy, int, tuple[_Step, ...]] | None = None
+        # Identifiers repeat (a session has many turns, a run many transitions): their pseudonyms are
+        # remembered, for the policy they were made under.
+        self._pseudonyms: dict[str, Redaction] = {}
+        self._pseudonyms_policy: Policy | None = None
 
     @classmethod
     def default(cls, secret: bytes | str | None = None) -> Redactor:
@@ -201,6 +215,7 @@ class Redactor:
         kind = name.upper()
         self._detectors.append(Detector(kind, (Rule(compiled),), priority=priority, secret=secret))
         self._prescreen = None
+        self._pseudonyms = {}
         self.policy = self.policy.with_action(kind, action)
         return self
 
@@ -219,31 +234,9 @@ class Redactor:
         """Detect, resolve overlaps, and rewrite ``text`` as the policy says."""
         if not isinstance(text, str):
             raise InvalidInputError(f"scrub takes a str, not {type(text).__name__}")
-        if not text or (self._prescreen is not None and not self._prescreen(text)):
+        accepted = self._accepted(text)
+        if not accepted:
             return Redaction(text)
-        gates: dict[Callable[[str], bool], bool] = {}
-        windows: WindowCache = {}
-        active: list[tuple[int, int, int, int, Action]] = []  # (start, -end, priority, index, action)
-        kept: list[tuple[int, int, int, int, Action]] = []
-        for index, detector, gate, action, keep in self._steps():
-            if gate is not None:
-                passed = gates.get(gate)
-                if passed is None:
-                    passed = gates[gate] = gate(text)
-                if not passed:
-                    continue
-            bucket = kept if keep else active
-            priority = detector.priority
-            for start, end in detector.spans(text, windows):
-                bucket.append((start, -end, priority, index, action))
-        if not active and not kept:
-            return Redaction(text)
-
-        accepted = _greedy(active, [])
-        if kept:
-            # KEEP spans never shield a redacting one: they only fill what is left.
-            accepted = sorted(accepted + _greedy(kept, accepted), key=lambda c: c[0])
-
         pieces: list[str] = []
         spans: list[Span] = []
         cursor = 0
@@ -272,6 +265,90 @@ class Redactor:
             )
             plan = self._plan = (policy, len(self._detectors), steps)
         return plan[2]
+
+    def pseudonymise(self, value: str) -> Redaction:
+        """``value`` as an identifier is stored: every sensitive span replaced by its keyed pseudonym.
+
+        For identity fields (an entry's id, session, role and namespace; a run's and a job's id),
+        which are looked up by equality, so a label would merge two sessions into one. Whatever
+        the policy says (label, mask, hash or block; a credential included), each span that would
+        be redacted becomes ``<KIND:hhhhhhhhhhhh>`` (:meth:`pseudonym`); KEEP spans stay. The same
+        value always maps to the same text under one key, so a lookup by the raw value applies
+        this method to its key and finds the row. Pseudonyms already in ``value`` are left as they
+        are, and the result is a fixed point: ``pseudonymise(pseudonymise(v).text).text`` equals
+        ``pseudonymise(v).text``, so a stored id passed back in finds itself. Never blocks.
+        Spans carry offsets into the text of the pass that found them (one pass in practice).
+        """
+        if not isinstance(value, str):
+            raise InvalidInputError(f"pseudonymise takes a str, not {type(value).__name__}")
+        if self._pseudonyms_policy is not self.policy:
+            self._pseudonyms, self._pseudonyms_policy = {}, self.policy
+        found = self._pseudonyms.get(value)
+        if found is not None:
+            return found
+        spans: list[Span] = []
+        text = value
+        while True:  # a pass replaces raw characters by tokens, so passes end (after one, in practice)
+            pieces: list[str] = []
+            cursor = 0
+            for token in [*_PSEUDONYM.finditer(text), None]:
+                gap_end = token.start() if token is not None else len(text)
+                pieces.append(self._pseudonymise_gap(text[cursor:gap_end], spans))
+                if token is not None:
+                    pieces.append(token.group())
+                    cursor = token.end()
+            new_text = "".join(pieces)
+            if new_text == text:
+                break
+            text = new_text
+        found = Redaction(text, tuple(spans))
+        if len(value) <= _CACHED_CHARS:
+            if len(self._pseudonyms) >= _CACHED_PSEUDONYMS:
+                self._pseudonyms.clear()
+            self._pseudonyms[value] = found
+        return found
+
+    def _pseudonymise_gap(self, gap: str, spans: list[Span]) -> str:
+        pieces: list[str] = []
+        cursor = 0
+        for start, neg_end, _priority, index, action in self._accepted(gap):
+            if action is Action.KEEP:
+                continue
+            end = -neg_end
+            detector = self._detectors[index]
+            pieces.append(gap[cursor:start])
+            pieces.append(self.pseudonym(detector.kind, gap[start:end], detector.normalize))
+            spans.append(Span(detector.kind, start, end, Action.HASH))
+            cursor = end
+        pieces.append(gap[cursor:])
+        return "".join(pieces)
+
+    def _accepted(self, text: str) -> list[tuple[int, int, int, int, Action]]:
+        """The spans to act on, in text order: ``(start, -end, priority, detector index, action)``."""
+        if not text or (self._prescreen is not None and not self._prescreen(text)):
+            return []
+        gates: dict[Callable[[str], bool], bool] = {}
+        windows: WindowCache = {}
+        active: list[tuple[int, int, int, int, Action]] = []  # (start, -end, priority, index, action)
+        kept: list[tuple[int, int, int, int, Action]] = []
+        for index, detector, gate, action, keep in self._steps():
+            if gate is not None:
+                passed = gates.get(gate)
+                if passed is None:
+                    passed = gates[gate] = gate(text)
+                if not passed:
+                    continue
+            bucket = kept if keep else active
+            priority = detector.priority
+            for start, end in detector.spans(text, windows):
+                bucket.append((start, -end, priority, index, action))
+        if not active and not kept:
+            return []
+        accepted = _greedy(active, [])
+        if kept:
+            # KEEP spans never shield a redacting one: they only fill what is left.
+            accepted = sorted(accepted + _greedy(kept, accepted), key=lambda c: c[0])
+        return accepted
 
     def _render(self, detector: Detector, action: Action, value: str) -> str:
         if action is Action.KEEP:

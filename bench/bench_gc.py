@@ -1,0 +1,123 @@
+"""What ``PRAGMA secure_delete`` costs, and what ``harness-mem gc`` takes, at 100k entries.
+
+    python bench/bench_gc.py               # 100k synthetic turns (bench_store's), 2,000 deletes
+    python bench/bench_gc.py --n 20000 --json
+
+Every connection harness_mem opens runs with ``secure_delete = ON`` (deleted bytes are zeroed, not
+left readable in free pages). This measures it against the same work with it OFF, and with FAST
+(zeroes only what costs no extra I/O: free pages keep their old content), set on the store's
+connection; each mode on its own file built the same way, the modes interleaved and rotated round
+after round (the best round of each is kept), so that a busy machine hurts none of them alone:
+
+- import: ``import_jsonl`` of the same lines (one process, ``workers=0``, so both sides do the same
+  work in the same place);
+- delete: ``MemoryStore.delete`` of the same ids, one transaction each, as ``harness-mem delete`` does;
+- purge: the same share of entries set to expire, then ``purge_expired`` in one transaction;
+- gc: ``MemoryStore.gc()`` after the deletes and the purge (keyword-index merge, WAL checkpoint,
+  incremental vacuum), then ``gc(vacuum=True)`` (a full VACUUM) for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from bench_store import make_rows
+
+from harness_mem.jsonl import import_jsonl
+from harness_mem.store import MemoryStore
+
+MODES = ("ON", "FAST", "OFF")  # ON is what harness_mem uses; FAST zeroes only what costs no extra I/O
+
+
+def build(path: Path, lines: list[str], *, mode: str) -> tuple[MemoryStore, float]:
+    store = MemoryStore(path, embedder=None)
+    store.db.execute(f"PRAGMA secure_delete = {mode}")
+    started = time.perf_counter()
+    report = import_jsonl(store, lines, workers=0)
+    elapsed = time.perf_counter() - started
+    assert report.added == len(lines) and not report.errors, report.errors[:3]
+    return store, elapsed
+
+
+def one_side(path: Path, lines: list[str], ids: list[str], expiring: list[str], *, mode: str,
+             collect: bool) -> dict[str, float]:
+    store, import_s = build(path, lines, mode=mode)
+    started = time.perf_counter()
+    for entry_id in ids:
+        assert store.delete(entry_id)
+    delete_s = time.perf_counter() - started
+    with store.transaction():
+        store.db.conn.executemany("UPDATE entries SET expires_at = 1 WHERE namespace = ? AND id = ?",
+                                  [(store.namespace, i) for i in expiring])
+    started = time.perf_counter()
+    purged = store.purge_expired()
+    purge_s = time.perf_counter() - started
+    assert purged == len(expiring)
+    result = {"import_s": import_s, "delete_ms_each": delete_s / len(ids) * 1000, "purge_s": purge_s}
+    if collect:
+        started = time.perf_counter()
+        report = store.gc()
+        result["gc_s"] = time.perf_counter() - started
+        result["gc_bytes_before"] = report["bytes_before"]
+        result["gc_bytes_after"] = report["bytes_after"]
+        started = time.perf_counter()
+        report = store.gc(vacuum=True)
+        result["gc_vacuum_s"] = time.perf_counter() - started
+        result["vacuum_bytes_after"] = report["bytes_after"]
+    store.close()
+    for leftover in path.parent.glob(path.name + "*"):
+        leftover.unlink()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=100_000, help="turn entries to import")
+    parser.add_argument("--deletes", type=int, default=2000, help="entries deleted one by one")
+    parser.add_argument("--expire", type=float, default=0.1, help="share of entries purged as expired")
+    parser.add_argument("--repeat", type=int, default=2, help="rounds (modes interleaved; best kept)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+
+    rows = make_rows(args.n)
+    lines = [json.dumps(row) for row in rows]
+    rng = random.Random(3)
+    chosen = rng.sample([str(row["id"]) for row in rows], args.deletes + int(args.n * args.expire))
+    ids, expiring = chosen[: args.deletes], chosen[args.deletes:]
+    best: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(args.repeat):
+            for mode in MODES[round_ % 3:] + MODES[:round_ % 3]:  # rotated: no mode is always first
+                found = one_side(Path(tmp) / f"{mode}.db", lines, ids, expiring, mode=mode,
+                                 collect=mode == "ON" and round_ == 0)
+                kept = best.setdefault(mode, found)
+                for key, value in found.items():
+                    kept[key] = min(kept[key], value) if key.endswith(("_s", "_each")) else value
+    on, fast, off = best["ON"], best["FAST"], best["OFF"]
+    result = {
+        "n": args.n, "deletes": len(ids), "expired": len(expiring), "repeat": args.repeat,
+        "on": on, "fast": fast, "off": off,
+        "ratio_import": on["import_s"] / off["import_s"],
+        "ratio_delete": on["delete_ms_each"] / off["delete_ms_each"],
+        "ratio_purge": on["purge_s"] / off["purge_s"],
+    }
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"{args.n:,} entries; {len(ids):,} deleted one by one; {len(expiring):,} purged as expired;"
+          f" best of {args.repeat}")
+    for name, key, unit in (("import", "import_s", "s"), ("delete", "delete_ms_each", "ms each"),
+                            ("purge", "purge_s", "s")):
+        print(f"{name:<7} ON {on[key]:.2f} {unit}  FAST {fast[key]:.2f}  OFF {off[key]:.2f}"
+              f"   ON/OFF ×{on[key] / off[key]:.2f}")
+    print(f"gc      {on['gc_s']:.2f} s ({on['gc_bytes_before'] / 1e6:.1f} MB -> {on['gc_bytes_after'] / 1e6:.1f} MB)")
+    print(f"gc --vacuum {on['gc_vacuum_s']:.2f} s (-> {on['vacuum_bytes_after'] / 1e6:.1f} MB)")
+
+
+if __name__ == "__main__":
+    main()

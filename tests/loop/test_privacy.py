@@ -1,0 +1,235 @@
+"""Nothing unredacted reaches the disk from harness_loop either: PII of every kind the default
+detectors cover, sent through the orchestrator (goal, prompts, results, errors, feedback, events,
+ids), the agent loop (spilled results, recordings, transcripts, episodes) and a whole run with memory
+attached, must not appear in any byte of the database, its -wal and -shm, or any file the run wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from click.testing import CliRunner
+from pii import SAMPLES, assert_absent, every_written_byte, grouped, luhn
+
+from harness_loop.chat import ModelOutput, ScriptedModel, ToolCall
+from harness_loop.cli import main
+from harness_loop.job import Job, JobResult, RetryPolicy
+from harness_loop.loop import AgentLoop, Done
+from harness_loop.memory import attach_memory
+from harness_loop.orchestrator import Orchestrator
+from harness_loop.record import SessionRecorder, read_session, replay
+from harness_loop.route import Next
+from harness_loop.runs import RunState
+from harness_loop.runstore import NewEvent, RunRecord, RunStore
+from harness_loop.spill import SPILL_DIR
+from harness_loop.tools import tool
+from harness_mem.redaction import Redactor
+from harness_mem.store import MemoryStore
+
+pytestmark = pytest.mark.anyio
+
+V = SAMPLES
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def test_the_samples_are_all_redacted() -> None:
+    """The proofs below mean something only if every sample is one the redactor finds."""
+    redactor = Redactor.default()
+    for value in V:
+        assert value not in redactor.scrub(f"see {value} now").text
+
+
+# ---- the orchestrator ---------------------------------------------------------------------------
+
+
+async def test_an_orchestrated_run_stores_no_raw_pii(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    verdicts = iter([Next.back_to_with("draft", f"too vague: name {V[6]} explicitly")])
+
+    async def runner(job: Job, upstream: Mapping[str, JobResult]) -> JobResult:
+        if job.id == "notify":
+            raise RuntimeError(f"could not reach {V[1]} or {V[2]}")
+        return JobResult(text=f"{job.id} done: contact {V[3]}, card {V[4]}")
+
+    jobs = [
+        Job(id=f"lookup {V[0]}", prompt=f"find the account of {V[0]} and {V[5]}"),
+        Job(id="draft", prompt=f"draft a reply to {V[7]}", deps=[f"lookup {V[0]}"]),
+        Job(id="review", prompt="check the draft", deps=["draft"]),
+        Job(id="notify", prompt=f"text {V[8]}", deps=["review"], retry=RetryPolicy(max_attempts=2)),
+    ]
+    with RunStore.open(db) as store:
+        orchestrator = Orchestrator(runner, store=store).route("review", lambda result: next(verdicts, Next.Continue()))
+        report = await orchestrator.run(f"help {V[9]} with {V[10]}", jobs, run_id=f"run {V[11]}")
+        assert report.state is RunState.FAILED and report.job("notify").error
+        # Looked up by its raw id, the run is found; what comes back is the redacted text.
+        stored = store.load(f"run {V[11]}")
+        assert stored.run.redacted is True and stored.run.id.startswith("run <API_KEY:")
+        assert stored.run.goal == "help <SSN> with <API_KEY>"
+        assert stored.job("notify").last_error == "could not reach ************6467 or **** **** **** 1888"
+        assert [job.job_id for job in stored.jobs][0].startswith("lookup <EMAIL:")
+        assert stored.jobs[1].deps == (stored.jobs[0].job_id,)
+        events = store.events(f"run {V[11]}")
+        assert any(e.kind == "job.failed" for e in events)
+        assert {e.job_id for e in events if e.job_id} >= {stored.jobs[0].job_id}
+        # A stored run cancelled later: its reason passes the redactor too.
+        store.create(RunRecord(id=f"later {V[0]}", goal="wait"), [], [NewEvent("run.created", data={"who": V[1]})])
+        assert orchestrator.cancel(f"later {V[0]}", reason=f"asked by {V[2]}")
+        assert store.load(f"later {V[0]}").run.state == "cancelled"
+    assert_absent(V, every_written_byte(tmp_path))
+
+
+def test_a_run_store_on_a_memory_store_uses_its_redactor_and_records_an_opt_out(tmp_path: Path) -> None:
+    with MemoryStore(tmp_path / "a.db", embedder=None, redactor=None) as raw:
+        runs = RunStore.on(raw)
+        runs.create(RunRecord(id="r1", goal=f"mail {V[0]}"))
+        assert runs.load("r1").run.goal == f"mail {V[0]}" and runs.load("r1").run.redacted is False
+    with MemoryStore(tmp_path / "a.db", embedder=None) as memory:
+        runs = RunStore.on(memory)
+        runs.create(RunRecord(id="r2", goal=f"mail {V[0]}"))
+        assert runs.load("r2").run.goal == "mail <EMAIL>" and runs.load("r2").run.redacted is True
+        runs.save(RunRecord(id="r2", goal="", state="completed"))
+        # One write without redaction marks the run for good.
+        RunStore(memory.db.conn, redactor=None).save(RunRecord(id="r2", goal="", state="completed", reason=V[0]))
+        assert runs.load("r2").run.redacted is False
+
+
+def test_the_file_keys_pseudonyms_the_same_for_memory_and_runs(tmp_path: Path) -> None:
+    with MemoryStore(tmp_path / "a.db", embedder=None, namespace=f"team {V[0]}") as memory:
+        memory.add("x", session=f"run {V[3]}")
+        with RunStore.open(tmp_path / "a.db", namespace=f"team {V[0]}") as runs:
+            runs.create(RunRecord(id=f"run {V[3]}", goal="g"))
+            assert runs.namespace == memory.namespace and V[0] not in runs.namespace
+            assert runs.load(f"run {V[3]}").run.id == next(memory.list()).session
+
+
+# ---- pruning finished runs' events ---------------------------------------------------------------
+
+
+def test_runs_gc_prunes_only_finished_runs_old_events(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    with RunStore.open(db) as store:
+        store.create(RunRecord(id="done", goal="g"), [], [NewEvent("run.created", data={"note": "zebracorn"})])
+        store.save(RunRecord(id="done", goal="g", state="completed"), [], [NewEvent("run.completed")])
+        store.create(RunRecord(id="live", goal="g", state="executing"), [], [NewEvent("run.created")])
+        assert store.prune_events(0) == 0  # nothing is older than the epoch
+    result = CliRunner().invoke(main, ["runs", "--db", str(db), "gc", "--events-older-than", "0s"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith("1 run events pruned; 0 expired and 0 forgotten entries purged;")
+    with RunStore.open(db) as store:
+        assert [e.kind for e in store.events("done")] == ["run.completed"]
+        assert store.load("done").run.state == "completed"
+        assert [e.kind for e in store.events("live")] == ["run.created"]
+        store.save(RunRecord(id="done", goal="g", state="completed"), [], [NewEvent("run.noted")])
+        # The last event of a run stays, so its numbering carries on after a prune.
+        assert [(e.seq, e.kind) for e in store.events("done")] == [(2, "run.completed"), (3, "run.noted")]
+    assert_absent(["zebracorn"], every_written_byte(tmp_path))
+    bad = CliRunner().invoke(main, ["runs", "--db", str(db), "gc", "--events-older-than", "soon"])
+    assert bad.exit_code == 1 and bad.stderr.startswith("Error: cannot read a time from 'soon'")
+    assert "Traceback" not in bad.output
+
+
+# ---- the agent loop: spill files, recordings, transcripts, episodes -----------------------------
+
+
+def huge_result() -> str:
+    """600 card numbers and as many AWS keys: far over the 24 KiB ceiling, so it is spilled."""
+    cards = [luhn(f"4{i:014d}") for i in range(600)]
+    keys = [f"AKIA{i:016d}" for i in range(600)]
+    lines = [f"row {i}: card {grouped(card, ' ') if i % 2 else card}, key {key}"
+             for i, (card, key) in enumerate(zip(cards, keys, strict=True))]
+    return "\n".join(lines)
+
+
+@tool
+def export_customers(region: str) -> str:
+    """Dump the customer table."""
+    return huge_result()
+
+
+@tool
+def customer_record(email: str) -> dict[str, Any]:
+    """A customer's record, with a huge notes field (spilled, the rest kept as meta)."""
+    return {"email": email, "phone": V[5], "notes": huge_result()}
+
+
+@tool(read_only=True)
+def lookup(email: str) -> dict[str, Any]:
+    """A small result: it stays in the context, unspilled."""
+    return {"email": email, "iban": V[7], "ok": True}
+
+
+def script() -> list[ModelOutput | str]:
+    return [
+        ModelOutput.with_calls(ToolCall.of("lookup", email=V[0]), text=f"Looking up {V[0]}."),
+        ModelOutput.with_calls(ToolCall.of("export_customers", region=f"near {V[6]}"),
+                               ToolCall.of("customer_record", email=V[0])),
+        f"The customer {V[0]} has card {V[1]} and phone {V[4]}.",
+    ]
+
+
+async def test_spill_files_hold_no_raw_pii(tmp_path: Path) -> None:
+    raw = huge_result()
+    loop = AgentLoop(ScriptedModel(script()), [lookup, export_customers, customer_record], workspace=tmp_path)
+    outcome = await loop.run(f"Export the customers of {V[9]}")
+    assert isinstance(outcome, Done)
+    spilled = sorted((tmp_path / SPILL_DIR).iterdir())
+    assert len(spilled) == 2 and all(p.stat().st_size > 10_000 for p in spilled)
+    text = "\n".join(p.read_text(encoding="utf-8") for p in spilled)
+    assert text.count("<API_KEY>") == 1200 and text.count("************") >= 600
+    markers = [json.loads(m.content) for m in outcome.transcript if m.content.startswith('{"spilled"')]
+    assert len(markers) == 2 and all("AKIA" not in m["preview"] for m in markers)
+    secrets = [*V, *(line.split("key ")[1] for line in raw.splitlines()[:50]),
+               *(line.split("card ")[1].split(",")[0] for line in raw.splitlines()[:50])]
+    assert_absent(secrets, every_written_byte(tmp_path))
+
+
+async def test_spilling_without_a_redactor_is_explicit(tmp_path: Path) -> None:
+    loop = AgentLoop(ScriptedModel(script()), [lookup, export_customers, customer_record], workspace=tmp_path,
+                     redactor=None)
+    await loop.run("export")
+    assert "AKIA0000000000000000" in "".join(p.read_text() for p in (tmp_path / SPILL_DIR).iterdir())
+
+
+async def test_a_recording_holds_no_raw_pii_and_replays_from_the_redacted_text(tmp_path: Path) -> None:
+    recorder = SessionRecorder.create(tmp_path / "sessions")
+    with recorder:
+        loop = AgentLoop(ScriptedModel(script()), [lookup, export_customers, customer_record],
+                         workspace=tmp_path / "work", recorder=recorder)
+        outcome = await loop.run(f"Export the customers of {V[9]}, then mail {V[0]}")
+    session = read_session(recorder.path)
+    start = session.of_kind("start")[0]
+    assert start["redacted"] is True and "<EMAIL>" in start["task"]
+    assert_absent(V, every_written_byte(tmp_path))
+    report = await replay(recorder.path)
+    assert report.reproduced, report.divergences
+    assert isinstance(report.outcome, Done) and "<EMAIL>" in report.outcome.text
+    assert report.outcome.text != outcome.text  # the live run answered with the raw text
+
+
+async def test_a_whole_run_with_memory_leaves_no_raw_pii_anywhere(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    with MemoryStore(db, embedder=None) as store:
+        store.add(f"{V[0]} prefers e-mail; their backup card is {V[1]}", kind="fact", session=f"user {V[0]}")
+        recorder = SessionRecorder.create(tmp_path / "sessions")
+        with recorder:
+            loop = AgentLoop(ScriptedModel(script()), [lookup, export_customers, customer_record],
+                             workspace=tmp_path / "work", recorder=recorder)
+            with attach_memory(loop, store, session=f"user {V[0]}") as wiring:
+                outcome = await loop.run(f"Export the customers of {V[9]} for {V[0]}")
+        assert isinstance(outcome, Done) and wiring.last_error is None
+        assert store.count(session=f"user {V[0]}", kind="turn") >= 3
+        assert wiring.last_episode is not None
+        with RunStore.on(store) as runs:
+            runs.create(RunRecord(id=f"run {V[0]}", goal=f"follow up with {V[2]}"))
+        await anyio.sleep(0)
+    assert_absent(V, every_written_byte(tmp_path))

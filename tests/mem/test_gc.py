@@ -1,0 +1,167 @@
+"""What deleting and expiring leave in the file: secure_delete, ``gc``, and the daily purge on open.
+
+Each proof writes text through the store with redaction off (so the raw words reach the file),
+deletes or expires it, and then reads every byte of the database, its -wal and its -shm.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from pii import assert_absent, every_stored_text
+
+from harness_mem import maintenance
+from harness_mem.cli import cli
+from harness_mem.db import connect
+from harness_mem.errors import HarnessMemError, InvalidInputError
+from harness_mem.models import now_ms
+from harness_mem.store import MemoryStore
+
+# Words found nowhere else in a store's file, so that finding one means the deleted text survived.
+SECRETS = ["zebracorn flumadiddle-diagnosis", "quixoticvellum7731 wugsalary"]
+PAST = "2020-01-01T00:00:00Z"
+EMPTY = hashlib.sha256(b"").hexdigest()
+
+
+def file_digest(db: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(db.parent.iterdir()) if p.name.startswith(db.name)}
+
+
+def raw_rows(db: Path) -> int:
+    conn = connect(db, read_only=True).conn
+    try:
+        return int(conn.execute("SELECT count(*) FROM entries").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_every_connection_deletes_securely(store: MemoryStore) -> None:
+    assert store.db.execute("PRAGMA secure_delete").fetchone()[0] == 1
+    assert store.db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # a new file frees pages incrementally
+
+
+def test_deleted_text_is_gone_from_every_byte_after_gc(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None, redactor=None) as store:
+        doomed = [store.add(text, role="user", session="s1") for text in SECRETS]
+        store.add_many([{"text": f"filler note number {i} about deploys", "session": "s1", "role": "user"}
+                        for i in range(300)])
+        assert store.delete(doomed[0].id)
+        assert store.forget(doomed[1].id) == 1  # a tombstone: its content goes at the next gc
+        report = store.gc()
+        assert report["forgotten_purged"] == 1 and report["wal_truncated"] and report["free_pages_after"] == 0
+        assert store.count() == 300
+        assert_absent([w for text in SECRETS for w in text.split()], every_stored_text(db_path))
+    assert_absent([w for text in SECRETS for w in text.split()], every_stored_text(db_path))
+
+
+def test_expired_text_is_purged_with_its_derived_rows_by_gc(db_path: Path) -> None:
+    from fake_embedder import HashedEmbedder
+
+    with MemoryStore(db_path, embedder=HashedEmbedder()) as store:
+        store.redactor = None  # the raw words must reach the file for the proof to mean anything
+        for text in SECRETS:
+            store.add(text, expires_at=PAST)
+        kept = store.add("still wanted", ttl_days=30)
+        assert raw_rows(db_path) == 3
+        report = store.gc()
+        assert report["expired_purged"] == 2 and report["tables"]["by_table"]["entries"]["rows"] == 1
+        assert [h.entry.id for h in store.recall("still wanted", mode="semantic")] == [kept.id]
+        assert store.db.execute("SELECT count(*) FROM entries_vec").fetchone()[0] == 1
+    assert_absent([w for text in SECRETS for w in text.split()], every_stored_text(db_path))
+
+
+def test_opening_purges_expired_entries_at_most_once_a_day(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None) as store:
+        store.add("gone by morning", expires_at=PAST)
+        store.add("here to stay")
+    with MemoryStore(db_path, embedder=None) as store:  # the first open after it expired purges it
+        assert raw_rows(db_path) == 1
+        last = int(store.db.execute("SELECT value FROM settings WHERE key = ?", (maintenance.EXPIRY_KEY,))
+                   .fetchone()[0])
+        assert now_ms() - last < 60_000
+        store.add("expired too", expires_at=PAST)
+    with MemoryStore(db_path, embedder=None):  # within the day: left for later (recall hides it anyway)
+        assert raw_rows(db_path) == 2
+    with MemoryStore(db_path, embedder=None) as store, store.transaction():
+        store.db.execute("UPDATE settings SET value = ? WHERE key = ?",
+                         (str(now_ms() - 2 * maintenance.EXPIRY_EVERY_MS), maintenance.EXPIRY_KEY))
+    with MemoryStore(db_path, embedder=None):
+        assert raw_rows(db_path) == 1
+
+
+def test_nothing_expired_costs_no_write_on_open(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None) as store:
+        store.add("no expiry here")
+    before = file_digest(db_path)
+    with MemoryStore(db_path, embedder=None) as store:
+        assert store.db.execute("SELECT 1 FROM settings WHERE key = ?", (maintenance.EXPIRY_KEY,)).fetchone() is None
+        assert store.db.conn.total_changes == 0
+    assert file_digest(db_path) == before
+
+
+def test_a_read_only_open_never_purges_or_writes(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None) as store:
+        store.add("expired, but only a writer may purge it", expires_at=PAST)
+        store.add("live")
+    before = file_digest(db_path)
+    with MemoryStore(db_path, embedder=None, read_only=True) as reader:
+        assert [e.content for e in reader.list()] == ["live"]
+        assert raw_rows(db_path) == 2
+        with pytest.raises(HarnessMemError):
+            reader.add("refused")
+        with pytest.raises(InvalidInputError, match="gc changes the file"):
+            reader.gc()
+    after = file_digest(db_path)
+    assert after["memory.db"] == before["memory.db"]
+    assert after.get("memory.db-wal", before.get("memory.db-wal")) in (before.get("memory.db-wal"), EMPTY)
+    with pytest.raises(HarnessMemError, match="no database at"):
+        MemoryStore(db_path.parent / "missing.db", read_only=True)
+
+
+def test_gc_vacuums_an_older_file_only_when_asked(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None) as store:  # a file from before incremental vacuum
+        store.db.execute("PRAGMA auto_vacuum = NONE")
+        store.db.execute("VACUUM")
+        assert store.db.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+        ids = [e.id for e in store.add_many([{"text": f"note {i} " + "padding " * 200} for i in range(200)])]
+        for entry_id in ids:
+            store.delete(entry_id)
+        report = store.gc()
+        assert report["auto_vacuum"] == "none" and report["vacuum"] == "none" and report["free_pages_after"] > 0
+        report = store.gc(vacuum=True)
+        assert report["vacuum"] == "full" and report["auto_vacuum"] == "incremental"
+        assert report["free_pages_after"] == 0 and report["bytes_after"] < report["bytes_before"]
+        assert store.db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+
+
+def test_the_size_report_names_every_table(store: MemoryStore) -> None:
+    store.add_many([{"text": f"turn {i}", "role": "user", "session": "s"} for i in range(20)])
+    sizes = store.gc()["tables"]
+    assert sizes["by_table"]["entries"]["rows"] == 20
+    assert {"entries", "entries_fts", "settings", "episodes", "skills"} <= set(sizes["by_table"])
+    assert not any(name.startswith("entries_fts_") for name in sizes["by_table"])  # shadow tables fold in
+    assert sizes["source"] in ("dbstat", "pages") and sizes["pages"] * sizes["page_size"] == sizes["file_bytes"]
+    if sizes["source"] == "dbstat":
+        assert sizes["by_table"]["entries"]["bytes"] > 0
+
+
+def test_the_gc_command(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None) as store:
+        store.add("old", expires_at=PAST)
+        with store.transaction():  # as if the daily purge had just run: only gc collects it now
+            store.db.execute("INSERT INTO settings (key, value) VALUES (?, ?)", (maintenance.EXPIRY_KEY, str(now_ms())))
+    result = CliRunner().invoke(cli, ["--db", str(db_path), "--embedder", "none", "gc"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("1 expired and 0 forgotten entries purged; keyword index merged; WAL checkpointed and truncated")
+    assert lines[1].startswith("file: ") and lines[2].split() == ["table", "rows", "bytes"]
+    assert any(line.split()[:2] == ["entries", "0"] for line in lines[3:])
+    result = CliRunner().invoke(cli, ["--db", str(db_path), "--embedder", "none", "gc", "--vacuum", "--json"],
+                                catch_exceptions=False)
+    report = json.loads(result.stdout)
+    assert report["vacuum"] == "full" and report["expired_purged"] == 0
