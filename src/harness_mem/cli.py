@@ -1170,6 +1170,32 @@ class _ProgressLines:
             click.echo(f"{self.verb} {done}/{total} sessions ({item})", err=True)
 
 
+# ---- serving ------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Database file (the same as harness-mem --db, given after the command).")
+@click.pass_context
+def mcp(ctx: click.Context, db_path: Path | None) -> None:
+    """Serve the store to an MCP host (Claude Desktop, Claude Code, Cursor…) over stdio.
+
+    Eight tools: remember, recall, recall_sessions, get_memory, update_memory, forget,
+    recent_activity, find_skills. The host starts this command itself: see the README for the
+    configuration block.
+
+    \b
+    Example:
+        harness-mem mcp --db ~/agent-memory.db
+    """
+    from .mcp_server import serve  # the MCP SDK loads only for this command
+
+    if db_path is not None:
+        ctx.obj["db"] = db_path
+    with open_store(ctx, create=True) as store:
+        serve(store)
+
+
 
 def main() -> None:
     cli(prog_name="harness-mem")
