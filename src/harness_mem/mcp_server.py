@@ -266,7 +266,8 @@ class MemoryTools:
         if self.model.ready:
             return None, None
         if self.model.error is not None:
-            return "keyword", f"semantic matching is unavailable ({self.model.error}); this answer matched keywords only"
+            return "keyword", (f"semantic matching is unavailable ({self.model.error});"
+                               " this answer matched keywords only")
         return "keyword", ("the embedding model is still loading, so this answer matched keywords only;"
                            " ask again in a few seconds to match by meaning too")
 
@@ -298,8 +299,9 @@ class MemoryTools:
         with self._lock, self._noting(notes):
             found = self.store.recall_sessions(query, k, context=context, mode=mode)
         return SessionsResult(mode=mode or "hybrid", note=" ".join(notes) or None, sessions=[
-            SessionMatch(session=s.session, score=round(s.score, 6), turns=s.turns, started_at=format_time(s.started_at),
-                         ended_at=format_time(s.ended_at), anchor=_hit(s.anchor), around=[_memory(e) for e in s.around],
+            SessionMatch(session=s.session, score=round(s.score, 6), turns=s.turns,
+                         started_at=format_time(s.started_at), ended_at=format_time(s.ended_at),
+                         anchor=_hit(s.anchor), around=[_memory(e) for e in s.around],
                          first=_memory(s.first), last=_memory(s.last))
             for s in found
         ])
@@ -321,7 +323,8 @@ class MemoryTools:
                                      ended_at=format_time(s.ended_at)) for s in active],
         )
 
-    def find_skills(self, query: str | None = None, k: int = 5, *, include_instructions: bool = True) -> SkillsResult:
+    def find_skills(self, query: str | None = None, k: int = 5, *,
+                    include_instructions: bool = True) -> SkillsResult:
         # The experience package (YAML, the SKILL.md rules) loads only when skills are asked for.
         from .experience.skills import overlap_similarity, skill_key_text
         from .experience.store import ExperienceStore
@@ -349,7 +352,8 @@ class MemoryTools:
     def _wait_for_model(self) -> None:
         """Writes embed what they store: wait until the model can (a failed load is reported by the write)."""
         if self.store.embedder is not None and not self.model.wait(MODEL_WAIT_SECONDS):
-            raise EmbedderError(f"the embedding model is still loading after {MODEL_WAIT_SECONDS:.0f} s — try again later")
+            raise EmbedderError(
+                f"the embedding model is still loading after {MODEL_WAIT_SECONDS:.0f} s — try again later")
 
     def remember(self, content: str, *, kind: str = "note", tags: list[str] | None = None,
                  session: str | None = None) -> RememberResult:
@@ -370,7 +374,8 @@ class MemoryTools:
                               supersedes=done.supersedes)
 
     def forget(self, id: str) -> ForgetResult:
-        with self._lock:
+        # Every version at once (one transaction): forgetting a fact must not leave its older wording.
+        with self._lock, self.store.transaction():
             chain = [entry.id for entry in self.store.history(id)]  # NotFoundError for an unknown id
             forgotten = sum(self.store.forget(entry_id) for entry_id in chain)
         return ForgetResult(forgotten=forgotten, ids=chain)
@@ -378,13 +383,17 @@ class MemoryTools:
 
 # ---- the MCP server ----------------------------------------------------------------------------------
 
-Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS,
-                             description=f"what to look for, in plain words (any text; up to {MAX_QUERY_CHARS:,} characters)")]
-Content = Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS,
-                               description=f"the memory: one self-contained statement (up to {MAX_CONTENT_CHARS:,} characters)")]
+# The arguments' types: their constraints and descriptions are the input schema the model sees.
+Query = Annotated[str, Field(
+    min_length=1, max_length=MAX_QUERY_CHARS,
+    description=f"what to look for, in plain words (any text; up to {MAX_QUERY_CHARS:,} characters)")]
+Content = Annotated[str, Field(
+    min_length=1, max_length=MAX_CONTENT_CHARS,
+    description=f"the memory: one self-contained statement (up to {MAX_CONTENT_CHARS:,} characters)")]
 MemoryId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, description="a memory's id, as a tool returned it")]
 Tag = Annotated[str, Field(min_length=1, max_length=MAX_TAG_CHARS)]
-Tags = Annotated[list[Tag] | None, Field(max_length=MAX_TAGS, description=f"labels (up to {MAX_TAGS}, each up to {MAX_TAG_CHARS} characters)")]
+Tags = Annotated[list[Tag] | None, Field(
+    max_length=MAX_TAGS, description=f"labels (up to {MAX_TAGS}, each up to {MAX_TAG_CHARS} characters)")]
 Session = Annotated[str | None, Field(min_length=1, max_length=MAX_SESSION_CHARS)]
 StrictBool = Annotated[bool, Field(strict=True)]
 
@@ -499,9 +508,12 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         tags: Annotated[Tags, Field(description="only memories carrying all these tags")] = None,
         session: Annotated[Session, Field(description="only this conversation")] = None,
         since: Annotated[str | None, Field(max_length=40, description=(
-            "only memories created since then: an age back from now (30m, 24h, 7d, 2w) or an ISO-8601 time"))] = None,
-        context: Annotated[int, _strict_int(0, MAX_CONTEXT, "for conversation turns: how many turns before and after each hit to include")] = 0,
-        include_superseded: Annotated[StrictBool, Field(description="also return memories that update_memory replaced")] = False,
+            "only memories created since then: an age back from now (30m, 24h, 7d, 2w) or an ISO-8601 time"
+        ))] = None,
+        context: Annotated[int, _strict_int(
+            0, MAX_CONTEXT, "for conversation turns: how many turns before and after each hit to include")] = 0,
+        include_superseded: Annotated[StrictBool, Field(
+            description="also return memories that update_memory replaced")] = False,
     ) -> Annotated[CallToolResult, RecallResult]:
         return _run(lambda: tools.recall(query, k, kind=kind, tags=tags, session=session, since=since,
                                          context=context, include_superseded=include_superseded))
