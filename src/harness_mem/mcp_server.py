@@ -123,7 +123,7 @@ class SessionMatch(BaseModel):
     started_at: str
     ended_at: str
     anchor: RecallHit = Field(description="the session's best-matching entry")
-    around: list[Memory] = Field(description="the turns just before and after the anchor, in order")
+    around: list[Memory] = Field(description="the anchor with the turns just before and after it, in order")
     first: Memory = Field(description="the session's first entry")
     last: Memory = Field(description="the session's last entry")
 
@@ -540,8 +540,9 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
     server.register(recall_sessions, read_only=True, description=(
         "Find the past conversations (sessions) that best match a query, rather than single memories: for"
         ' "when did we talk about X" or to see what was said around it. Each session comes with its'
-        " best-matching entry (anchor), the turns just before and after it, its first and last entries, its"
-        " number of entries and its time span. Only memories recorded with a session count. `mode` and `note`"
+        " best-matching entry (anchor), an excerpt around it (the anchor with the turns just before and"
+        " after it, in order), its first and last entries, its number of entries and its time span. Only"
+        " memories recorded with a session count. `mode` and `note`"
         f" are as in recall. Limits: query up to {MAX_QUERY_CHARS:,} characters; k up to {MAX_SESSIONS};"
         f" context up to {MAX_CONTEXT} turns."
     ))

@@ -200,7 +200,8 @@ async def test_sessions_recent_activity_and_skills(tmp_path: Path) -> None:
         best = found["sessions"][0]
         assert best["session"] == "s-1" and best["turns"] == 3
         assert best["anchor"]["content"] == "run certbot renew, then reload nginx"
-        assert [m["content"] for m in best["around"]] == ["how do I rotate the TLS certificate", "thanks, that worked"]
+        assert [m["content"] for m in best["around"]] == [
+            "how do I rotate the TLS certificate", "run certbot renew, then reload nginx", "thanks, that worked"]
         assert best["first"]["content"].startswith("how do I") and best["last"]["content"] == "thanks, that worked"
 
         hit = (await call(client, "recall", query="certbot renew nginx", k=1, context=1))["hits"][0]
