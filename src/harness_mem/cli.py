@@ -1178,9 +1178,9 @@ class _ProgressLines:
               help="Database file (the same as harness-mem --db, given after the command).")
 @click.pass_context
 def mcp(ctx: click.Context, db_path: Path | None) -> None:
-    """Serve the store to an MCP host (Claude Desktop, Claude Code, Cursor…) over stdio.
+    """Serve the store to an MCP host over stdio.
 
-    Eight tools: remember, recall, recall_sessions, get_memory, update_memory, forget,
+    For Claude Desktop, Claude Code, Cursor and other MCP hosts. Eight tools: remember, recall, recall_sessions, get_memory, update_memory, forget,
     recent_activity, find_skills. The host starts this command itself: see the README for the
     configuration block.
 
