@@ -1180,9 +1180,9 @@ class _ProgressLines:
 def mcp(ctx: click.Context, db_path: Path | None) -> None:
     """Serve the store to an MCP host over stdio.
 
-    For Claude Desktop, Claude Code, Cursor and other MCP hosts. Eight tools: remember, recall, recall_sessions, get_memory, update_memory, forget,
-    recent_activity, find_skills. The host starts this command itself: see the README for the
-    configuration block.
+    For Claude Desktop, Claude Code, Cursor and other MCP hosts, which start this command
+    themselves (the README has the configuration block). Eight tools: remember, recall,
+    recall_sessions, get_memory, update_memory, forget, recent_activity, find_skills.
 
     \b
     Example:
