@@ -82,7 +82,9 @@ def open_store(ctx: click.Context, *, create: bool = False) -> Iterator[MemorySt
         raise click.ClickException(
             f"no database at {path} — create one with `harness-mem init` (or `add`/`import`, which create it)"
         )
-    store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
+    # One command, then exit: a small page cache keeps a cold recall's memory down (a long-running
+    # process such as `mcp` keeps the default, which warm queries need).
+    store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"], cache_mib=16,
                         redactor=ctx.obj["redactor"])
     try:
         with warnings.catch_warnings(record=True) as caught:

@@ -16,9 +16,10 @@ ask the same thing repeatedly.
 from __future__ import annotations
 
 import json
+import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -98,14 +99,21 @@ class Recall:
         # Binding the model may write (an older file's upgrade): before the snapshot.
         if mode != "keyword" and not self._vectors_usable(mode, strict):
             mode = "keyword"
+        pending: _Background | None = None
         if mode != "keyword":
             named = self._named_roles(query)
             if query_vector is None and query.strip():
-                query_vector = self._query_vector(fusion.strip_names(query, named))
+                # The query is embedded in a thread while SQLite ranks by keyword: a cold process
+                # loads its model in the time the keyword index takes (both release the GIL).
+                pending = _Background(self._query_vector, fusion.strip_names(query, named))
         # Ranking and reading the winners are several queries: one snapshot of the file for all of
         # them, so an entry deleted meanwhile by another connection cannot vanish between the two.
-        with self.store._snapshot():
-            return self._hits(query, k, mode, filters, named, explain, query_vector)
+        try:
+            with self.store._snapshot():
+                return self._hits(query, k, mode, filters, named, explain, query_vector, pending)
+        finally:
+            if pending is not None:
+                pending.join()
 
     def _hits(
         self,
@@ -116,6 +124,7 @@ class Recall:
         named: list[str],
         explain: bool,
         query_vector: npt.NDArray[np.float32] | None,
+        pending: _Background | None = None,
     ) -> list[Hit]:
         rankings: dict[str, list[tuple[int, float]]] = {}
         depth = fusion.depth(k) if mode == "hybrid" else k
@@ -125,6 +134,8 @@ class Recall:
             rankings["keyword"] = self._keyword_ranking(
                 query, fusion.KEYWORD_DEPTH if mode == "hybrid" else depth, filters
             )
+        if pending is not None:
+            query_vector = pending.result()
         if mode in ("semantic", "hybrid"):
             rankings["semantic"] = self._semantic_ranking(query, depth, filters, query_vector)
         features: dict[int, fusion.Candidate] = {}
@@ -343,6 +354,33 @@ class Recall:
             f"SELECT {COLUMNS} FROM entries e WHERE e.pk IN (SELECT value FROM json_each(?))", (json.dumps(pks),)
         ).fetchall()
         return {row[0]: entry_from_row(row) for row in rows}
+
+
+class _Background:
+    """One call run in a thread; :meth:`result` waits for it and returns its value or raises its error."""
+
+    def __init__(self, call: Callable[[str], npt.NDArray[np.float32]], argument: str) -> None:
+        self._value: npt.NDArray[np.float32] | None = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._value = call(argument)
+            except BaseException as exc:  # handed to the caller by result()
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="harness-mem-embed", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> npt.NDArray[np.float32]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
 
 
 def vector_filter(filters: Filters) -> VectorFilter | None:

@@ -80,6 +80,8 @@ class MemoryStore:
     :param namespace: the tenant every read and write is confined to.
     :param read_only: open an existing, migrated file without the right to change it: every write
         fails, and the daily purge of expired entries (see :meth:`gc`) is not run.
+    :param cache_mib: SQLite's page cache for this connection. Warm recall over a large file wants
+        the default; a process that answers one query and exits does as well with less.
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class MemoryStore:
         embedder: Embedder | str | None = "auto",
         redactor: Redactor | Literal["default"] | None = "default",
         read_only: bool = False,
+        cache_mib: int = 64,
     ) -> None:
         if not namespace or not isinstance(namespace, str):
             raise InvalidInputError("namespace must be a non-empty string")
@@ -102,7 +105,7 @@ class MemoryStore:
         self._in_transaction = False
         #: The file as a sqlite-utils ``Database``: for looking (tables, schema, rows), not for writing
         #: around the store; writes go through the store's methods and :meth:`transaction`.
-        self.db: Database = connect(self.path, read_only=read_only)
+        self.db: Database = connect(self.path, read_only=read_only, cache_mib=cache_mib)
         self._conn: Connection = self.db.conn
         #: True when the file is open read-only (asked for, or its location cannot be written):
         #: reads work, every write is refused.

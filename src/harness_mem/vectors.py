@@ -142,6 +142,15 @@ def missing_vectors(conn: Connection) -> int:
     """Entries (in every namespace) that have no vector yet: ``reindex`` embeds them."""
     if not _has_current_layout(conn):
         return int(conn.execute("SELECT count(*) FROM entries WHERE forgotten_at IS NULL").fetchone()[0])
+    # Counting first reads only indexes: a vector row exists only for a live entry (deleting or
+    # forgetting an entry drops its vector), so equal counts mean nothing is missing, and the
+    # common case never reads the entries' pages (a cold recall would pull them into memory).
+    live, vectors = conn.execute(
+        "SELECT (SELECT count(*) FROM entries) - (SELECT count(*) FROM entries WHERE forgotten_at IS NOT NULL),"
+        f" (SELECT count(*) FROM {TABLE}_rowids)"
+    ).fetchone()
+    if live == vectors:
+        return 0
     # vec0 keeps its rows' pks in a plain table: an indexed lookup, not a scan of the vectors.
     return int(conn.execute(
         f"SELECT count(*) FROM entries e WHERE e.forgotten_at IS NULL"
