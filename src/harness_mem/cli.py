@@ -82,10 +82,10 @@ def open_store(ctx: click.Context, *, create: bool = False) -> Iterator[MemorySt
         raise click.ClickException(
             f"no database at {path} — create one with `harness-mem init` (or `add`/`import`, which create it)"
         )
-    # One command, then exit: a small page cache keeps a cold recall's memory down (a long-running
-    # process such as `mcp` keeps the default, which warm queries need).
-    store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"], cache_mib=16,
-                        redactor=ctx.obj["redactor"])
+    # A read answers once and exits: a small page cache keeps a cold recall's memory down (writes,
+    # an import above all, and long-running processes such as `mcp` keep the default).
+    store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
+                        redactor=ctx.obj["redactor"], cache_mib=64 if create else 4)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", MissingVectorsWarning)
