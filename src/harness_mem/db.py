@@ -238,10 +238,22 @@ def write_transaction(conn: Connection) -> Iterator[Connection]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        if _is_disk_full(exc):
+            files = [row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"]
+            raise StorageError(
+                f"no space left to write {files[0] if files else 'the database'}"
+                " — this transaction was rolled back and what was committed before it is kept; free some space"
+            ) from None
         raise
-    conn.execute("COMMIT")
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    """SQLITE_FULL, whichever driver raised it."""
+    return type(exc).__name__ == "OperationalError" and "disk is full" in str(exc)
 
 
 def redaction_secret(conn: Connection, *, create: bool = True) -> str | None:

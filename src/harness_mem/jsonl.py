@@ -174,11 +174,18 @@ def import_jsonl(
         prepared = _prepared_by_workers(chunks, store.namespace, store.redactor, workers)
     else:
         prepared = _prepared_here(chunks, store.namespace, store.redactor)
-    for rows, errors in prepared:
-        written = store.add_prepared(rows, on_conflict=on_conflict)
-        report.added += written
-        report.skipped += len(rows) - written
-        report.errors.extend(LineError(number, reason) for number, reason in errors)
+    try:
+        for rows, errors in prepared:
+            written = store.add_prepared(rows, on_conflict=on_conflict)
+            report.added += written
+            report.skipped += len(rows) - written
+            report.errors.extend(LineError(number, reason) for number, reason in errors)
+    finally:
+        # Shut the workers down here, on this thread, when a write fails: left to the garbage
+        # collector, the generator's cleanup may run on the pool's own thread, which cannot join itself.
+        close = getattr(prepared, "close", None)
+        if close is not None:
+            close()
     report.errors.sort(key=lambda e: e.line)
     return report
 
