@@ -240,8 +240,11 @@ def write_transaction(conn: Connection) -> Iterator[Connection]:
         yield conn
         conn.execute("COMMIT")
     except BaseException as exc:
-        if conn.in_transaction:
+        try:
             conn.execute("ROLLBACK")
+        except driver().OperationalError as failed:
+            if "no transaction is active" not in str(failed):  # a failed COMMIT may have ended it already
+                raise
         if _is_disk_full(exc):
             files = [row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"]
             raise StorageError(
