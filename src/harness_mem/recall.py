@@ -53,6 +53,7 @@ class Recall:
         self.conn: Connection = store._conn
         self.vectors_complete = False  # every entry has a vector: known true until the file changes
         self._vectors_checked_at: tuple[int, int] | None = None
+        self._vector_counts: tuple[bool, int, int] | None = None  # (bound, entries, missing) at that check
         self._query_vectors: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
 
     def __call__(
@@ -306,10 +307,14 @@ class Recall:
         version = self.store.data_version()
         if self.vectors_complete and self._vectors_checked_at == version:
             return True
-        # A keyword-only or read-only file this model has no vectors in binds no index: all missing.
-        bound = self.store._vector_index(writing=False) is not None
-        total = int(self.conn.execute("SELECT count(*) FROM entries WHERE forgotten_at IS NULL").fetchone()[0])
-        missing = missing_vectors(self.conn) if bound else total
+        if self._vectors_checked_at == version and self._vector_counts is not None:
+            bound, total, missing = self._vector_counts  # unchanged file: no need to count again
+        else:
+            # A keyword-only or read-only file this model has no vectors in binds no index: all missing.
+            bound = self.store._vector_index(writing=False) is not None
+            total = int(self.conn.execute("SELECT count(*) FROM entries WHERE forgotten_at IS NULL").fetchone()[0])
+            missing = missing_vectors(self.conn) if bound else total
+            self._vector_counts = bound, total, missing
         self.vectors_complete, self._vectors_checked_at = bound and missing == 0, version
         if not missing:
             return bound
