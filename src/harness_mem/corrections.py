@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import InvalidInputError, NotFoundError
 from .filters import make_filters
 from .models import Entry, Remembered, now_ms
-from .rows import COLUMNS, entry_from_row, prepare_row
+from .rows import COLUMNS, Row, entry_from_row, prepare_row
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -53,23 +53,33 @@ def remember(
             "session": session, "role": role, "source": source, "metadata": metadata}
     row = prepare_row(item, namespace=store.namespace, redactor=store.redactor)
     redactions = json.loads(row.redactions) if row.redactions else {}
+    if supersedes is None and (found := _duplicate(store, row)) is not None:  # the common repeat: a read only
+        return Remembered(id=found, deduped=True, redactions=redactions)
+    # The model runs before the write lock is taken (the first call in a process loads it); the checks
+    # are made again under the lock, so the duplicate test and the correction mark stay atomic.
+    vectors = store._embed_new([row], "error") if store._vector_index() else {}
     with store.transaction():
         if supersedes is None:
-            found = store._conn.execute(
-                "SELECT id FROM entries WHERE namespace = ? AND kind = ? AND content_hash = ?"
-                " AND superseded_by IS NULL AND forgotten_at IS NULL AND (expires_at IS NULL OR expires_at > ?)"
-                " LIMIT 1",
-                (row.namespace, row.kind, row.content_hash, now_ms()),
-            ).fetchone()
+            found = _duplicate(store, row)
             if found is not None:
-                return Remembered(id=found[0], deduped=True, redactions=redactions)
+                return Remembered(id=found, deduped=True, redactions=redactions)
         else:
             old_pk = _current_pk(store, supersedes)
-        store.add_prepared([row])
+        store._write([row], "error", vectors)
         if supersedes is not None:
             store._conn.execute("UPDATE entries SET superseded_by = ?, superseded_at = ? WHERE pk = ?",
                                 (row.id, now_ms(), old_pk))
     return Remembered(id=row.id, deduped=False, redactions=redactions, supersedes=supersedes)
+
+
+def _duplicate(store: MemoryStore, row: Row) -> str | None:
+    """The id of a current entry with the same namespace, kind and (redacted) content, if any."""
+    found = store._conn.execute(
+        "SELECT id FROM entries WHERE namespace = ? AND kind = ? AND content_hash = ?"
+        " AND superseded_by IS NULL AND forgotten_at IS NULL AND (expires_at IS NULL OR expires_at > ?) LIMIT 1",
+        (row.namespace, row.kind, row.content_hash, now_ms()),
+    ).fetchone()
+    return str(found[0]) if found else None
 
 
 def supersede(store: MemoryStore, old_id: str, new_content: str, **changes: Any) -> Remembered:

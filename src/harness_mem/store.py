@@ -279,11 +279,16 @@ class MemoryStore:
                 )
         return len(self._write(rows, on_conflict)) if rows else 0
 
-    def _write(self, batch: list[Row], on_conflict: OnConflict) -> list[Row]:
-        """Insert a batch and its index rows in one transaction; returns the rows written."""
+    def _write(self, batch: list[Row], on_conflict: OnConflict,
+               vectors: dict[int, npt.NDArray[np.float32]] | None = None) -> list[Row]:
+        """Insert a batch and its index rows in one transaction; returns the rows written.
+
+        ``vectors`` are the rows' embeddings when the caller made them already (see ``_embed_new``).
+        """
         index = self._vector_index()
         # Embed before taking the write lock: a model call must not hold up other writers.
-        vectors = self._embed_new(batch, on_conflict) if index else {}
+        if vectors is None:
+            vectors = self._embed_new(batch, on_conflict) if index else {}
         with self.transaction():
             batch = self._resolve_conflicts(batch, on_conflict)
             if not batch:

@@ -201,3 +201,22 @@ def test_cli_supersede_forget_purge_and_sessions(db_path: Path) -> None:
     assert missing.exit_code == 1  # type: ignore[attr-defined]
     assert [json.loads(line)["content"] for line in run(db_path, "recent", "--json").stdout.splitlines()] == [  # type: ignore[attr-defined]
         "the standup is at 10:00"]
+
+
+def test_remember_calls_the_model_outside_the_write_lock(db_path: Path) -> None:
+    from fake_embedder import HashedEmbedder
+
+    class LockWatcher(HashedEmbedder):
+        store: MemoryStore | None = None
+
+        def embed(self, texts):  # type: ignore[no-untyped-def]
+            assert self.store is None or not self.store.db.conn.in_transaction, "embedding under the write lock"
+            return super().embed(texts)
+
+    model = LockWatcher()
+    with MemoryStore(db_path, embedder=model) as store:
+        model.store = store
+        first = store.remember("the release train leaves on Thursdays")
+        store.supersede(first.id, "the release train leaves on Wednesdays")
+        assert model.calls == [1, 1]
+        assert store.remember("the release train leaves on Wednesdays").deduped and model.calls == [1, 1]
