@@ -30,7 +30,7 @@ from .cliutils import (
     json_option,
     namespace_option,
 )
-from .db import connect, default_path
+from .db import CACHE_SIZE_KIB, ONE_SHOT_CACHE_KIB, connect, default_path
 from .errors import InvalidInputError, MissingVectorsWarning
 from .models import Entry, Hit, dumps, format_time
 from .providers.embeddings import EMBEDDERS
@@ -85,7 +85,7 @@ def open_store(ctx: click.Context, *, create: bool = False) -> Iterator[MemorySt
     # A read answers once and exits: a small page cache keeps a cold recall's memory down (writes,
     # an import above all, and long-running processes such as `mcp` keep the default).
     store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
-                        redactor=ctx.obj["redactor"], cache_mib=64 if create else 4)
+                        redactor=ctx.obj["redactor"], cache_kib=CACHE_SIZE_KIB if create else ONE_SHOT_CACHE_KIB)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", MissingVectorsWarning)

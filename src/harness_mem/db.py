@@ -45,6 +45,8 @@ __all__ = [
 # write lock for a batch must not surface "database is locked" to a concurrent `add`.
 BUSY_TIMEOUT_MS = 30_000
 CACHE_SIZE_KIB = 64 * 1024
+#: For a process that reads once and exits: a cold recall's pages, without holding on to more.
+ONE_SHOT_CACHE_KIB = 4 * 1024
 
 Connection = Any  # sqlite3.Connection of whichever driver was chosen
 
@@ -88,7 +90,7 @@ def sqlite_version() -> str:
     return str(driver().sqlite_version)
 
 
-def connect(path: str | os.PathLike[str], *, read_only: bool = False, cache_mib: int = CACHE_SIZE_KIB // 1024) -> Database:
+def connect(path: str | os.PathLike[str], *, read_only: bool = False, cache_kib: int = CACHE_SIZE_KIB) -> Database:
     """Open ``path`` (created if missing) with WAL, a busy timeout, foreign keys and sqlite-vec.
 
     The connection (``.conn``) is in autocommit mode: writes go through :func:`write_transaction`.
@@ -125,7 +127,7 @@ def connect(path: str | os.PathLike[str], *, read_only: bool = False, cache_mib:
         # NORMAL is durable across process crashes in WAL mode; only power loss can drop the last commit.
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute(f"PRAGMA cache_size = -{int(cache_mib) * 1024}")
+        conn.execute(f"PRAGMA cache_size = -{int(cache_kib)}")
         # No memory-mapped I/O: a mapped page a query touches stays in the process's resident set,
         # and one cold recall over 100k entries would map ~50 MB more; warm queries measured no faster.
         conn.execute("PRAGMA mmap_size = 0")

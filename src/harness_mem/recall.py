@@ -103,10 +103,13 @@ class Recall:
         pending: _Background | None = None
         if mode != "keyword":
             named = self._named_roles(query)
+            asked = fusion.strip_names(query, named)
+            if query_vector is None and query.strip():
+                query_vector = self._query_vectors.get(asked)  # a repeated query: no thread, no model
             if query_vector is None and query.strip():
                 # The query is embedded in a thread while SQLite ranks by keyword: a cold process
                 # loads its model in the time the keyword index takes (both release the GIL).
-                pending = _Background(self._query_vector, fusion.strip_names(query, named))
+                pending = _Background(self._query_vector, asked)
         # Ranking and reading the winners are several queries: one snapshot of the file for all of
         # them, so an entry deleted meanwhile by another connection cannot vanish between the two.
         try:

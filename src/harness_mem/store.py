@@ -21,7 +21,15 @@ import numpy.typing as npt
 from sqlite_utils import Database
 
 from . import corrections, keyword, maintenance, migrations, sessions
-from .db import Connection, connect, default_path, is_read_only, redaction_secret, write_transaction
+from .db import (
+    CACHE_SIZE_KIB,
+    Connection,
+    connect,
+    default_path,
+    is_read_only,
+    redaction_secret,
+    write_transaction,
+)
 from .errors import (
     BlockedError,
     DuplicateIdError,
@@ -80,7 +88,7 @@ class MemoryStore:
     :param namespace: the tenant every read and write is confined to.
     :param read_only: open an existing, migrated file without the right to change it: every write
         fails, and the daily purge of expired entries (see :meth:`gc`) is not run.
-    :param cache_mib: SQLite's page cache for this connection. Warm recall over a large file wants
+    :param cache_kib: SQLite's page cache for this connection. Warm recall over a large file wants
         the default; a process that answers one query and exits does as well with less.
     """
 
@@ -92,7 +100,7 @@ class MemoryStore:
         embedder: Embedder | str | None = "auto",
         redactor: Redactor | Literal["default"] | None = "default",
         read_only: bool = False,
-        cache_mib: int = 64,
+        cache_kib: int = CACHE_SIZE_KIB,
     ) -> None:
         if not namespace or not isinstance(namespace, str):
             raise InvalidInputError("namespace must be a non-empty string")
@@ -105,7 +113,7 @@ class MemoryStore:
         self._in_transaction = False
         #: The file as a sqlite-utils ``Database``: for looking (tables, schema, rows), not for writing
         #: around the store; writes go through the store's methods and :meth:`transaction`.
-        self.db: Database = connect(self.path, read_only=read_only, cache_mib=cache_mib)
+        self.db: Database = connect(self.path, read_only=read_only, cache_kib=cache_kib)
         self._conn: Connection = self.db.conn
         #: True when the file is open read-only (asked for, or its location cannot be written):
         #: reads work, every write is refused.
