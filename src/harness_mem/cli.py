@@ -29,6 +29,7 @@ from .cliutils import (
     json_object_option,
     json_option,
     namespace_option,
+    stats_lines,
 )
 from .db import CACHE_SIZE_KIB, ONE_SHOT_CACHE_KIB, connect, default_path
 from .errors import InvalidInputError, MissingVectorsWarning
@@ -646,7 +647,9 @@ def sessions_recall(ctx: click.Context, query: str, k: int, context: int, as_jso
 @json_object_option
 @click.pass_context
 def stats(ctx: click.Context, as_json: bool) -> None:
-    """Counts by kind and role, sessions, and the file's size.
+    """Counts by kind and role, sessions, the largest sessions, and the file's size by table and index.
+
+    With --json: one object (`harness-mem schema stats` describes it).
 
     \b
     Example:
@@ -657,12 +660,8 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         echo_json(report)
         return
-    for key, value in report.items():
-        if isinstance(value, dict):
-            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
-        elif isinstance(value, list):
-            value = ", ".join(map(str, value)) or "-"
-        click.echo(f"{key:<22} {value}")
+    for line in stats_lines(report):
+        click.echo(line)
 
 
 @cli.command()

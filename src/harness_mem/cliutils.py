@@ -54,6 +54,7 @@ __all__ = [
     "namespace_option",
     "one_line",
     "raise_errors",
+    "stats_lines",
     "user_error",
 ]
 
@@ -287,7 +288,46 @@ def gc_report_lines(report: dict[str, Any]) -> list[str]:
     for table, row in sizes["by_table"].items():
         rows = "-" if row["rows"] is None else str(row["rows"])
         lines.append(f"{table:<32} {rows:>10} {_size(row['bytes']):>10}")
-    if sizes["source"] != "dbstat":
-        lines.append(f"(bytes by table need SQLite's dbstat, which this build lacks: {sizes['pages']} pages"
-                     f" of {sizes['page_size']} bytes, {sizes['free_pages']} free)")
+    if sizes["source"] == "pages":
+        lines.append(_NO_SIZES.format(**sizes))
+    return lines
+
+
+_NO_SIZES = ("(bytes by table need a file with a pointer map (`gc --vacuum` adds one) or SQLite's dbstat, which"
+             " this build lacks: {pages} pages of {page_size} bytes, {free_pages} free)")
+#: ``stats`` lists at most this many parts of the file one by one, each at least 1% of it.
+_PARTS_SHOWN, _PART_SHARE = 8, 0.01
+
+
+def stats_lines(report: dict[str, Any]) -> list[str]:
+    """What ``harness-mem stats`` prints: one line per count, then the largest sessions and the
+    file's bytes by table and index (the largest parts; the others, and any under 1%, summed on one line)."""
+    lines = []
+    for key, value in report.items():
+        if key in ("largest_sessions", "sizes"):
+            continue
+        if key in ("file_bytes", "bytes_per_entry") and value is not None:
+            value = f"{_size(value)} ({value:,} B)" if key == "file_bytes" else f"{value:,.0f} B"
+        elif isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+        elif isinstance(value, list):
+            value = ", ".join(map(str, value)) or "-"
+        lines.append(f"{key:<26} {value}")
+    if report["largest_sessions"]:
+        lines += ["", f"{'largest sessions':<40} {'entries':>8} {'content':>10}"]
+        lines += [f"  {s['session']:<38} {s['turns']:>8,} {_size(s['content_bytes']):>10}"
+                  for s in report["largest_sessions"]]
+    sizes = report["sizes"]
+    if not sizes["parts"]:
+        return [*lines, "", _NO_SIZES.format(**sizes)]
+    total = sizes["file_bytes"] or 1
+    lines += ["", f"{'file by table and index':<40} {'bytes':>8} {'share':>10}"]
+    shown = [p for p in sizes["parts"] if p["bytes"] / total >= _PART_SHARE][:_PARTS_SHOWN]
+    for part in shown:
+        lines.append(f"  {part['name']:<38} {_size(part['bytes']):>8} {part['bytes'] / total:>10.1%}")
+    others = len(sizes["parts"]) - len(shown)
+    if others:
+        rest = sizes["file_bytes"] - sum(p["bytes"] for p in shown)
+        lines.append(f"  {f'{others} more':<38} {_size(rest):>8} {rest / total:>10.1%}")
+    lines.append(f"  {'total (' + sizes['source'] + ')':<38} {_size(sizes['file_bytes']):>8} {1:>10.1%}")
     return lines

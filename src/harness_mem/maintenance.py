@@ -21,6 +21,7 @@ older file). Expired entries are also purged when a store is opened, at most onc
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from . import migrations
 from .db import BUSY_TIMEOUT_MS, driver, sqlite_version
 from .errors import InvalidInputError, StorageError
-from .models import now_ms
+from .models import FileSizes, SessionSize, StoreStats, now_ms
+from .pages import count_pages
 from .recall import raise_if_missing_vectors
 from .rows import COLUMNS, Row
 from .vectors import (
@@ -111,46 +113,94 @@ def count_missing_vectors(store: MemoryStore) -> int:
     return missing_vectors(store._conn)
 
 
+# An entry ``stats`` counts: in the namespace and not expired.
+_LIVE = "namespace = ? AND (expires_at IS NULL OR expires_at > ?)"
+
+
 def stats(store: MemoryStore) -> dict[str, Any]:
-    """Counts by kind and role, sessions, the file's size, and the schema version."""
+    """Counts by kind and role, sessions, the largest sessions, the file's size by table and index,
+    and the schema version: a :class:`~harness_mem.models.StoreStats` as a JSON-ready dict.
+
+    It reads each live entry of the namespace once (a plain scan of the table: cheaper than
+    visiting the rows through an index, which the filter on expiry would need anyway), the
+    session index twice, and a few pages of the file for the sizes (:func:`file_sizes`).
+    """
     ns, now = store.namespace, now_ms()
-    live = "namespace = ? AND (expires_at IS NULL OR expires_at > ?)"
-    by_kind = dict(store._conn.execute(
-        f"SELECT kind, count(*) FROM entries WHERE {live} GROUP BY kind ORDER BY kind", (ns, now)
-    ).fetchall())
-    by_role = dict(store._conn.execute(
-        f"SELECT role, count(*) FROM entries WHERE {live} AND role IS NOT NULL GROUP BY role ORDER BY 2 DESC",
-        (ns, now),
-    ).fetchall())
+    by_kind: dict[str, int] = {}
+    by_role: dict[str, int] = {}
+    redacted: dict[str, int] = {}
+    unredacted = expired = 0
+    for gone, kind, role, redactions, n in store._conn.execute(
+        "SELECT expires_at IS NOT NULL AND expires_at <= ?, kind, role, redactions, count(*)"
+        " FROM entries NOT INDEXED WHERE namespace = ? GROUP BY 1, 2, 3, 4", (now, ns)
+    ):
+        if gone:  # expired, not purged yet: counted apart
+            expired += n
+            continue
+        by_kind[kind] = by_kind.get(kind, 0) + n
+        if role is not None:
+            by_role[role] = by_role.get(role, 0) + n
+        if redactions is None:
+            unredacted += n
+            continue
+        for name, count in _redaction_counts(redactions):
+            redacted[name] = redacted.get(name, 0) + count * n
     sessions = store._conn.execute(
-        f"SELECT count(DISTINCT session) FROM entries WHERE {live}", (ns, now)
-    ).fetchone()[0]
-    expired = store._conn.execute(
-        "SELECT count(*) FROM entries WHERE namespace = ? AND expires_at <= ?", (ns, now)
-    ).fetchone()[0]
-    redacted = dict(store._conn.execute(
-        f"SELECT j.key, sum(j.value) FROM entries, json_each(entries.redactions) AS j WHERE {live}"
-        " GROUP BY j.key ORDER BY 2 DESC, 1", (ns, now),
-    ).fetchall())
-    unredacted = store._conn.execute(
-        f"SELECT count(*) FROM entries WHERE {live} AND redactions IS NULL", (ns, now)
+        f"SELECT count(DISTINCT session) FROM entries WHERE {_LIVE}", (ns, now)
     ).fetchone()[0]
     namespaces = [r[0] for r in store._conn.execute("SELECT DISTINCT namespace FROM entries ORDER BY 1")]
     applied = [s for s in migrations.status(store._conn) if s.applied_at]
-    return {
-        "path": str(store.path),
-        "namespace": ns,
-        "entries": sum(by_kind.values()),
-        "by_kind": by_kind,
-        "by_role": by_role,
-        "sessions": sessions,
-        "expired_pending_purge": expired,
-        "redacted": redacted,
-        "written_without_redaction": unredacted,
-        "namespaces": namespaces,
-        "schema_version": applied[-1].number if applied else 0,
-        "file_bytes": file_bytes(store),
-    }
+    entries, size = sum(by_kind.values()), file_bytes(store)
+    report = StoreStats(
+        path=str(store.path),
+        namespace=ns,
+        entries=entries,
+        by_kind=dict(sorted(by_kind.items())),
+        by_role=dict(sorted(by_role.items(), key=lambda item: (-item[1], item[0]))),
+        sessions=sessions,
+        expired_pending_purge=expired,
+        redacted=dict(sorted(redacted.items(), key=lambda item: (-item[1], item[0]))),
+        written_without_redaction=unredacted,
+        namespaces=namespaces,
+        schema_version=applied[-1].number if applied else 0,
+        file_bytes=size,
+        bytes_per_entry=round(size / entries, 1) if entries else None,
+        largest_sessions=largest_sessions(store),
+        sizes=FileSizes.check(file_sizes(store)),
+    )
+    return report.model_dump(mode="json")
+
+
+def _redaction_counts(redactions: str) -> list[tuple[str, int]]:
+    """(kind, count) pairs of an entry's ``redactions`` column (a JSON object of counts)."""
+    try:
+        counts = json.loads(redactions)
+    except ValueError:
+        return []
+    if not isinstance(counts, dict):
+        return []
+    return [(str(k), int(v)) for k, v in counts.items() if isinstance(v, int | float)]
+
+
+#: How many sessions ``stats`` lists as the largest.
+LARGEST_SESSIONS = 5
+
+
+def largest_sessions(store: MemoryStore, limit: int = LARGEST_SESSIONS) -> list[SessionSize]:
+    """The namespace's sessions with the most live entries, largest first (ties by session id),
+    with the bytes of their content."""
+    ns, now = store.namespace, now_ms()
+    top = store._conn.execute(
+        f"SELECT session, count(*) FROM entries WHERE {_LIVE} AND session IS NOT NULL"
+        " GROUP BY session ORDER BY 2 DESC, 1 LIMIT ?", (ns, now, limit),
+    ).fetchall()
+    found = []
+    for session, turns in top:
+        content = store._conn.execute(
+            f"SELECT sum(length(CAST(content AS BLOB))) FROM entries WHERE {_LIVE} AND session = ?", (ns, now, session),
+        ).fetchone()[0]
+        found.append(SessionSize(session=session, turns=turns, content_bytes=int(content or 0)))
+    return found
 
 
 def file_bytes(store: MemoryStore) -> int:
@@ -340,44 +390,121 @@ def gc(store: MemoryStore, *, vacuum: bool = False) -> dict[str, Any]:
 def table_sizes(store: MemoryStore) -> dict[str, Any]:
     """Rows and bytes per table, largest first, with the file's page totals.
 
-    Bytes come from SQLite's ``dbstat`` table (its indexes and, for a virtual table, its shadow
-    tables counted with it) when this SQLite build has it; otherwise only rows are known per table
-    (``bytes`` is None) and the file's page counts give the totals.
+    A table's bytes include its indexes and, for a virtual table, its shadow tables (see
+    :func:`file_sizes` for where they come from). When neither route is open, only rows are known
+    per table (``bytes`` is None) and the file's page counts give the totals.
     """
     conn = store._conn
-    master = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
-    virtual = [name for kind, name, _, sql in master if kind == "table" and (sql or "").upper().startswith("CREATE VIRTUAL")]
-    owner: dict[str, str] = {}
-    for kind, name, table, _ in master:
-        parent = next((v for v in virtual if name.startswith(f"{v}_") and name != v), None)
-        owner[name] = parent or (table if kind == "index" else name)
-    tables = sorted({owner[name] for kind, name, _, _ in master if kind == "table"})
+    btrees = _schema_btrees(store)
+    virtual = {b.owner for b in btrees if b.kind in _GROUPED}
     by_table: dict[str, dict[str, Any]] = {}
-    for table in tables:
+    for table in sorted({b.owner for b in btrees}):
         if table in virtual or table.startswith("sqlite_"):
             rows = None
         else:
             rows = int(conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
         by_table[table] = {"rows": rows, "bytes": None}
-    source = "pages"
-    try:
-        stat = conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall()
-    except driver().OperationalError:
-        stat = []
-    else:
-        source = "dbstat"
-        for name, size in stat:
-            entry = by_table.setdefault(owner.get(name, name), {"rows": None, "bytes": None})
-            entry["bytes"] = (entry["bytes"] or 0) + int(size)
-    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-    pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
-    free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    totals, pages, source = _btree_pages(store, btrees)
+    if pages is not None:
+        for b in btrees:
+            entry = by_table.setdefault(b.owner, {"rows": None, "bytes": None})
+            entry["bytes"] = (entry["bytes"] or 0) + pages.get(b.name, 0) * totals["page_size"]
     ordered = sorted(by_table.items(), key=lambda item: (-(item[1]["bytes"] or 0), -(item[1]["rows"] or 0), item[0]))
-    return {
-        "source": source,
-        "page_size": page_size,
-        "pages": pages,
-        "free_pages": free,
-        "file_bytes": page_size * pages,
-        "by_table": dict(ordered),
-    }
+    return {"source": source, **totals, "by_table": dict(ordered)}
+
+
+# What a virtual table's module makes of it, as the size report names it.
+_VIRTUAL_KINDS = {"fts5": "keyword index", "vec0": "vector index"}
+# Kinds whose b-trees (shadow tables and their indexes) are reported together, under their owner.
+_GROUPED = {*_VIRTUAL_KINDS.values(), "virtual table"}
+
+
+class _BTree:
+    """A b-tree of the file (a table, an index or a shadow table) and what it belongs to."""
+
+    def __init__(self, name: str, root: int, kind: str, owner: str) -> None:
+        self.name, self.root, self.kind, self.owner = name, root, kind, owner
+
+
+def _schema_btrees(store: MemoryStore) -> list[_BTree]:
+    """Every b-tree in the file with its kind ("table", "index", or what its virtual table is:
+    "keyword index", "vector index", "virtual table") and the table it belongs to. A virtual
+    table's shadow tables (``entries_fts_data``, ``entries_vec_chunks``, …) and their indexes
+    belong to the virtual table."""
+    master = store._conn.execute("SELECT type, name, tbl_name, sql, rootpage FROM sqlite_master").fetchall()
+    virtual: dict[str, str] = {}
+    for kind, name, _, sql, _ in master:
+        text = (sql or "").upper()
+        if kind == "table" and text.startswith("CREATE VIRTUAL"):
+            module = text.split("USING", 1)[-1].strip().split("(", 1)[0].strip().lower()
+            virtual[name] = _VIRTUAL_KINDS.get(module, "virtual table")
+    found = [_BTree("sqlite_schema", 1, "table", "sqlite_schema")]
+    for kind, name, table, _, root in master:
+        if not root or kind not in ("table", "index"):
+            continue
+        parent = next((v for v in virtual if (table == v or table.startswith(f"{v}_")) and name != v), None)
+        if parent is not None:
+            found.append(_BTree(name, int(root), virtual[parent], parent))
+        else:
+            found.append(_BTree(name, int(root), kind, table if kind == "index" else name))
+    # A virtual table has no b-tree of its own: it is listed with no pages, to own its shadows.
+    found += [_BTree(name, 0, kind, name) for name, kind in virtual.items()]
+    return found
+
+
+def _btree_pages(store: MemoryStore, btrees: list[_BTree]) -> tuple[dict[str, int], dict[str, int] | None, str]:
+    """(the file's page totals, pages per b-tree name or None, where those came from).
+
+    From the file's pointer map when it has one (a file with auto_vacuum, as every file harness_mem
+    creates: a few pages read, see :mod:`harness_mem.pages`), else from SQLite's ``dbstat`` table when
+    this build has it (it reads every page), else per b-tree pages are unknown ("pages").
+    """
+    conn = store._conn
+    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    count = int(conn.execute("PRAGMA page_count").fetchone()[0])
+    free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    totals = {"page_size": page_size, "pages": count, "free_pages": free, "file_bytes": page_size * count}
+    mapped = count_pages(store.path, count) if isinstance(store.path, Path) else None
+    if mapped is not None:
+        by_root = {b.root: b.name for b in btrees if b.root}
+        return totals, {by_root.get(root, f"page {root}"): n for root, n in mapped.by_root.items()}, "pointer-map"
+    try:
+        stat = conn.execute("SELECT name, count(*) FROM dbstat GROUP BY name").fetchall()
+    except driver().OperationalError:
+        return totals, None, "pages"
+    return totals, {str(name): int(n) for name, n in stat}, "dbstat"
+
+
+def file_sizes(store: MemoryStore) -> dict[str, Any]:
+    """The file's bytes by what holds them, largest first: each table and each index on its own, a
+    virtual table together with its shadow tables ("keyword index (entries_fts*)"), free pages,
+    and the pages of the file's own structure (its pointer map). The parts add up to the file's
+    size; they are empty when this SQLite build cannot tell (no pointer map, no ``dbstat``)."""
+    btrees = _schema_btrees(store)
+    totals, pages, source = _btree_pages(store, btrees)
+    parts: list[dict[str, Any]] = []
+    if pages is not None:
+        page_size = totals["page_size"]
+        grouped: dict[tuple[str, str], int] = {}
+        for b in btrees:
+            group = (b.owner, b.kind) if b.kind in _GROUPED else (b.name, b.kind)
+            grouped[group] = grouped.get(group, 0) + pages.get(b.name, 0)
+        owners = {b.name: b.owner for b in btrees}
+        for (name, kind), n in grouped.items():
+            if not n:
+                continue
+            if kind in _GROUPED:
+                parts.append({"name": f"{kind} ({name}*)", "kind": kind, "table": name, "pages": n})
+            else:
+                parts.append({"name": name, "kind": kind, "table": owners[name], "pages": n})
+        if totals["free_pages"]:
+            parts.append({"name": "free pages", "kind": "free", "table": None, "pages": totals["free_pages"]})
+        # The file's own pages (its pointer map, the lock-byte page past 1 GiB) and any b-tree
+        # the schema does not name: what the parts above leave of the file.
+        rest = totals["pages"] - sum(grouped.values()) - totals["free_pages"]
+        if rest > 0:
+            parts.append({"name": "pointer map and other pages", "kind": "file", "table": None, "pages": rest})
+        for part in parts:
+            part["bytes"] = part["pages"] * page_size
+        parts.sort(key=lambda part: (-part["pages"], part["name"]))
+    return {"source": source, **totals, "parts": parts}

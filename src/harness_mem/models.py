@@ -45,10 +45,14 @@ __all__ = [
     "MAX_NESTING",
     "MAX_TTL_DAYS",
     "Entry",
+    "FilePart",
+    "FileSizes",
     "Hit",
     "Remembered",
     "SessionHit",
+    "SessionSize",
     "SessionSummary",
+    "StoreStats",
     "ImportLine",
     "Kind",
     "Record",
@@ -326,6 +330,58 @@ class SessionHit(Record):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+class FilePart(Record):
+    """Part of a store's file: a table, an index, a virtual table with its shadow tables, free pages."""
+
+    name: str = Field(description='the table or index; a virtual table as "keyword index (entries_fts*)"')
+    kind: Literal["table", "index", "keyword index", "vector index", "virtual table", "free", "file"] = Field(
+        description="file: the file's own pages (its pointer map)")
+    table: str | None = Field(description="the table it belongs to (an index's table, a shadow table's owner)")
+    pages: int
+    bytes: int
+
+
+class FileSizes(Record):
+    """A store's file by what holds it. ``parts`` add up to ``file_bytes``; they are empty when the
+    SQLite build cannot tell (a file without a pointer map, and no ``dbstat``)."""
+
+    source: Literal["pointer-map", "dbstat", "pages"] = Field(
+        description="where the sizes come from: the file's pointer map, SQLite's dbstat, or page totals only")
+    page_size: int
+    pages: int
+    free_pages: int
+    file_bytes: int = Field(description="pages × page size: the database file as committed, the WAL included")
+    parts: tuple[FilePart, ...] = Field(description="largest first")
+
+
+class SessionSize(Record):
+    """A session's size: its live entries and the UTF-8 bytes of their content."""
+
+    session: str = Field(description="the session id as stored (pseudonymised when the store pseudonymises)")
+    turns: int
+    content_bytes: int
+
+
+class StoreStats(Record):
+    """What ``MemoryStore.stats`` reports about a store's namespace and its file."""
+
+    path: str
+    namespace: str
+    entries: int = Field(description="live entries of the namespace (not expired)")
+    by_kind: dict[str, int]
+    by_role: dict[str, int]
+    sessions: int
+    expired_pending_purge: int
+    redacted: dict[str, int] = Field(description="kinds redacted on write, with their counts")
+    written_without_redaction: int
+    namespaces: list[str]
+    schema_version: int
+    file_bytes: int = Field(description="the database file and its WAL, as on disk")
+    bytes_per_entry: float | None = Field(description="file_bytes / entries (None when there are none)")
+    largest_sessions: tuple[SessionSize, ...] = Field(description="the five with the most entries")
+    sizes: FileSizes
 
 
 # ---- what comes in -----------------------------------------------------------------------------

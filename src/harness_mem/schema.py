@@ -14,7 +14,7 @@ from .errors import InvalidInputError
 from .experience.episode import Episode
 from .experience.skills import SkillFrontMatter
 from .filters import Filters
-from .models import Entry, Hit, ImportLine, Record
+from .models import Entry, Hit, ImportLine, Record, StoreStats
 from .settings import Settings
 
 Mode = Literal["validation", "serialization"]
@@ -28,6 +28,7 @@ MODELS: dict[str, tuple[type[Record], Mode]] = {
     "episode": (Episode, "validation"),
     "skill-front-matter": (SkillFrontMatter, "validation"),
     "settings": (Settings, "validation"),
+    "stats": (StoreStats, "serialization"),
 }
 
 

@@ -672,7 +672,9 @@ class MemoryStore:
         return maintenance.count_missing_vectors(self)
 
     def stats(self) -> dict[str, Any]:
-        """Counts by kind and role, sessions, the file's size, and the schema version."""
+        """Counts by kind and role, sessions, the largest sessions, the file's size by table and
+        index, and the schema version: a :class:`~harness_mem.models.StoreStats` as a JSON-ready
+        dict (``harness-mem schema stats`` describes it)."""
         return maintenance.stats(self)
 
     def diagnose(self) -> dict[str, Any]:

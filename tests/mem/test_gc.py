@@ -145,9 +145,11 @@ def test_the_size_report_names_every_table(store: MemoryStore) -> None:
     assert sizes["by_table"]["entries"]["rows"] == 20
     assert {"entries", "entries_fts", "settings", "episodes", "skills"} <= set(sizes["by_table"])
     assert not any(name.startswith("entries_fts_") for name in sizes["by_table"])  # shadow tables fold in
-    assert sizes["source"] in ("dbstat", "pages") and sizes["pages"] * sizes["page_size"] == sizes["file_bytes"]
-    if sizes["source"] == "dbstat":
-        assert sizes["by_table"]["entries"]["bytes"] > 0
+    assert sizes["source"] == "pointer-map" and sizes["pages"] * sizes["page_size"] == sizes["file_bytes"]
+    assert sizes["by_table"]["entries"]["bytes"] > 0  # the table with its indexes
+    counted = sum(t["bytes"] for t in sizes["by_table"].values())
+    assert counted + sizes["free_pages"] * sizes["page_size"] < sizes["file_bytes"]  # and the pointer map
+    assert counted + (sizes["free_pages"] + 1) * sizes["page_size"] == sizes["file_bytes"]
 
 
 def test_the_gc_command(db_path: Path) -> None:

@@ -32,6 +32,9 @@ FIELDS = {
     "settings": {"HARNESS_MEM_DB", "HARNESS_MEM_HOME", "HARNESS_MEM_NAMESPACE", "HARNESS_MEM_EMBEDDER",
                  "HARNESS_MEM_MODEL_URL", "HARNESS_MEM_MODEL", "HARNESS_MEM_API_KEY", "XDG_DATA_HOME",
                  "HARNESS_MEM_EMBED_RUNTIME", "HARNESS_MEM_CACHE_DIR", "XDG_CACHE_HOME"},
+    "stats": {"path", "namespace", "entries", "by_kind", "by_role", "sessions", "expired_pending_purge", "redacted",
+              "written_without_redaction", "namespaces", "schema_version", "file_bytes", "bytes_per_entry",
+              "largest_sessions", "sizes"},
 }
 
 
