@@ -1,0 +1,470 @@
+"""A million entries on a laptop: a synthetic chat-memory corpus with LoCoMo planted in it, and its import.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_scale.py --n 100000
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_scale.py --n 1000000 --db /tmp/scale-1m.db --keep
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_scale.py --n 1000000 --db /tmp/scale-1m.db --reuse --json
+
+The corpus (:func:`generate`, seeded, streamed: a million turns in seconds) looks like chat memory:
+- words drawn from a Zipf law (rank r has weight 1 / (r + 2.7)^1.15) over a vocabulary of common English
+  function words first, then everyday content words (so questions about LoCoMo's topics also match
+  filler turns), then tens of thousands of pronounceable pseudo-words (the long tail of names,
+  identifiers and typos);
+- about N/50 sessions, log-normal in length (median ~33 turns, some in the hundreds), each an agent
+  session (user, assistant, sometimes tool) or a chat between two named speakers (none of them a speaker
+  of the dev conversations, so a question naming a LoCoMo speaker is not matched by role on filler);
+- turns of log-normal length (median 18 words, tool output longer, a few past 100), sessions spread
+  over 2022-01 to 2024-03, turns seconds to minutes apart.
+
+Planting: every turn of the LoCoMo dev conversations (read at run time from ``--data``, never
+copied into the project) goes in as its own session with its own ids, roles and timestamps, at its
+place in time among the filler. :func:`planted_questions` gives their questions with the evidence
+entry ids and the conversation's session ids, for recall measured over the whole store and within
+the conversation (``session_prefix="conv-26:"``).
+
+Import (:func:`measure_import`): N entries (filler and planted together) written as JSON Lines and
+imported keyword-only the way ``harness-mem import`` does (``import_jsonl``, its worker process
+included), against the raw engine in the same run as ``bench_store.py`` defines it (the same lines
+parsed with ``json.loads``, then the rows harness_mem stored and the same FTS5 texts inserted with
+``executemany`` into the same schema, in one transaction); and the file's bytes and bytes per entry.
+
+The built file is kept with ``--db PATH --keep``; ``--reuse`` opens it again without importing when
+its side file (``PATH.corpus.json``) records the same n, seed and generator. Recall at scale opens it
+with :func:`open_built` and asks :func:`planted_questions`; :func:`main` prints one table of
+:func:`table_rows`, which those measurements extend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_store import COLUMNS, index_texts, raw_import  # noqa: E402
+from tune_hybrid import CATEGORIES, DEFAULT_DATA, load  # noqa: E402
+
+from harness_mem.db import driver  # noqa: E402
+from harness_mem.jsonl import import_jsonl  # noqa: E402
+from harness_mem.store import MemoryStore  # noqa: E402
+
+#: Bumped whenever the corpus a (n, seed) gives changes: a kept file of another version is rebuilt.
+GENERATOR = 1
+DEFAULT_SEED = 7
+START = datetime(2022, 1, 1, tzinfo=UTC)
+SPAN_SECONDS = (datetime(2024, 3, 1, tzinfo=UTC) - START).total_seconds()
+
+# ---------------------------------------------------------------------------------------- words
+
+# The most frequent English words, roughly in order of frequency: they take the top Zipf ranks.
+FUNCTION_WORDS = """
+the i to and a you it of is that in we this for be on not with have do was are my so but just at can
+what if me they it's i'm don't your as all like about be there from or an he know get one will would
+out up think no yes he's she was were how when had her his them their our us been more some could
+go then really because that's did now here very got well good time which who see also any want
+well going make even right into than too way back over only other people new its much where thing
+things need why still these those said say by off let let's i'll we're you're can't didn't should
+""".split()
+
+# Everyday content words: conversation topics, work and agent-session vocabulary. They follow the
+# function words in rank, so each appears thousands of times in a million turns.
+CONTENT_WORDS = """
+work job team project meeting deadline manager office boss colleague career interview promotion salary
+family kids son daughter mom dad parents brother sister wife husband friend friends baby dog cat pet
+school class teacher student homework exam college university degree study research paper book books
+read reading write writing story poem novel library art painting paint drawing draw sculpture museum
+gallery photo photos camera picture music song songs guitar piano violin concert band singing dance
+dancing movie movies film show series game games play playing soccer football basketball tennis
+running run marathon hiking hike camping camp trip travel vacation beach mountain lake river forest
+park garden plants flowers tree trees sunrise sunset weather rain snow summer winter spring autumn
+food cooking cook recipe dinner lunch breakfast coffee tea cake bread pizza pasta salad restaurant
+kitchen house home apartment room bedroom car bike bus train flight airport hotel city town country
+health doctor hospital sick medicine exercise gym yoga workout sleep tired stress anxiety therapy
+support group community volunteer charity church festival party birthday wedding anniversary
+holiday christmas gift gifts shopping clothes shoes money budget rent bills bank savings
+computer phone laptop app website email message internet online video podcast blog post
+code bug fix test tests deploy release build branch merge commit review error errors log logs server
+database query index cache latency timeout retry queue worker job cron schedule config settings
+password token auth login session user users account customer ticket incident alert dashboard
+report metric metrics plan roadmap feature features issue issues design api service services cluster
+docker container image backup restore migration schema table file files folder script function
+python javascript rust golang java sql linux terminal shell command output input install update
+version upgrade staging production rollback canary pipeline ci build_failed flaky checkout payment
+invoice refund order shipping delivery package price discount coupon subscription trial plan
+happy sad excited proud grateful nervous worried angry calm busy free ready sure sorry glad
+great nice cool awesome amazing beautiful hard easy important different favorite favourite
+love like enjoy hope wish feel felt remember forget learn learned teach taught help helped try tried
+started start finish finished open opened close closed bought buy sold sell moved move visit visited
+week weekend month year today tomorrow yesterday morning evening night day days weeks months years
+adopt adopted shelter animal animals horse horses bird birds fish ocean sea island boat sailing
+pottery ceramics knitting sewing crafts woodworking baking gardening fishing climbing surfing
+skiing skating cycling swimming journal diary meditation mindfulness self care wellness
+transgender lgbtq pride identity acceptance counseling mental career change mentor mentoring
+conference speech talk presentation slides workshop course lesson tutorial guide docs readme
+""".split()
+
+SYLLABLES_START = "b c d f g h j k l m n p r s t v w z b d k l m n p r s t br dr gr pl st tr ch sh".split()
+SYLLABLES_VOWEL = "a e i o u a e i o u a e o ai ee oo ou y".split()
+SYLLABLES_END = ["", "", "", "", "", "", "n", "r", "s", "t", "l", "m", "nd", "st", "x", "ng"]
+
+# Speakers of the named chats: common first names, none of them a speaker of the LoCoMo dev set.
+NAMES = """
+Alice Bob Carol Dave Erin Frank Grace Heidi Ivan Judy Karl Laura Mallory Nina Oscar Peggy Quentin Rupert
+Sybil Trent Ursula Victor Wendy Xavier Yvonne Zack Aaron Bella Cedric Diana Elena Felix Greta Hugo Iris
+Jasper Kira Leon Mira Noah Olga Pablo Rosa Sven Tara Umar Vera Walt Yara Zoe Liam Emma Olivia Ethan
+""".split()
+
+ZIPF_SHIFT, ZIPF_EXPONENT = 2.7, 1.15
+WORD_LENGTH_MEDIAN, WORD_LENGTH_SIGMA = 18, 0.55
+TOOL_LENGTH_MEDIAN, TOOL_LENGTH_SIGMA = 40, 0.8
+MAX_WORDS = 600
+SESSION_MEAN, SESSION_SIGMA = 50, 0.9
+NAMED_SESSION_SHARE = 0.3
+CHUNK_SESSIONS = 200  # sessions generated per numpy batch
+
+
+def pseudo_words(count: int, rng: np.random.Generator, taken: set[str]) -> list[str]:
+    """``count`` distinct pronounceable made-up words (one to three syllables), none in ``taken``."""
+    found: list[str] = []
+    seen = set(taken)
+    while len(found) < count:
+        batch = count - len(found) + 64
+        parts = [rng.integers(0, len(p), size=(batch, 3)) for p in (SYLLABLES_START, SYLLABLES_VOWEL, SYLLABLES_END)]
+        syllables = rng.choice([1, 2, 3], p=[0.3, 0.5, 0.2], size=batch)
+        for i in range(batch):
+            word = "".join(SYLLABLES_START[parts[0][i, j]] + SYLLABLES_VOWEL[parts[1][i, j]] + SYLLABLES_END[parts[2][i, j]]
+                           for j in range(syllables[i]))
+            if len(word) > 2 and word not in seen:
+                seen.add(word)
+                found.append(word)
+                if len(found) == count:
+                    break
+    return found
+
+
+@functools.cache
+def vocabulary(seed: int, size: int = 30_000) -> tuple[str, ...]:
+    """The ranked vocabulary: function words, then content words (shuffled), then pseudo-words."""
+    rng = np.random.default_rng([seed, 1])
+    function = list(dict.fromkeys(FUNCTION_WORDS))
+    content = [w for w in dict.fromkeys(CONTENT_WORDS) if w not in set(function)]
+    content = [content[i] for i in rng.permutation(len(content))]
+    head = function + content
+    return (*head, *pseudo_words(size - len(head), rng, set(head)))
+
+
+def zipf_weights(size: int) -> np.ndarray:
+    """Each rank's share of the words: 1 / (rank + ZIPF_SHIFT) ** ZIPF_EXPONENT, normalised."""
+    weights = 1.0 / (np.arange(1, size + 1) + ZIPF_SHIFT) ** ZIPF_EXPONENT
+    return weights / weights.sum()
+
+
+@functools.cache
+def zipf_table(size: int, slots: int = 1 << 24) -> np.ndarray:
+    """A table of word ranks, each filling its share of ``slots``: a uniform draw of a slot is a Zipf
+    draw of a word (a gather per word instead of a binary search). The rarest of 30,000 words still
+    get about 30 slots, so rounding moves their share by a few percent at most."""
+    counts = np.maximum(1, np.rint(zipf_weights(size) * slots)).astype(np.int64)
+    return np.repeat(np.arange(size, dtype=np.uint16 if size <= 1 << 16 else np.uint32), counts)
+
+
+# --------------------------------------------------------------------------------------- planted
+
+
+@dataclass(frozen=True)
+class PlantedQuestion:
+    """A LoCoMo question over turns planted in the corpus."""
+
+    qid: str
+    conversation: str
+    question: str
+    category: str
+    evidence: tuple[str, ...]  # entry ids, as stored
+    sessions: tuple[str, ...]  # the conversation's session ids, as stored
+
+    @property
+    def session_prefix(self) -> str:
+        """The filter that keeps recall within the conversation (``recall(..., session_prefix=…)``)."""
+        return self.conversation + ":"
+
+
+def planted_turns(data: Path = DEFAULT_DATA, conversations: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The LoCoMo turns to plant, as import lines, grouped by session in time order (the loader's
+    ids, roles and texts; each session's timestamp, in UTC)."""
+    corpus = load(data)
+    turns = [t for t in corpus.turns if conversations is None or t.conversation in conversations]
+    order = sorted(range(len(turns)), key=lambda i: (turns[i].date, turns[i].session, i))
+    return [{"id": turns[i].id, "text": turns[i].text, "role": turns[i].role, "session": turns[i].session,
+             "timestamp": turns[i].date.isoformat() + "Z"} for i in order]
+
+
+def planted_questions(data: Path = DEFAULT_DATA, conversations: Sequence[str] | None = None) -> list[PlantedQuestion]:
+    """The LoCoMo questions whose evidence is planted, with the evidence entry ids and the session
+    ids of their conversation."""
+    corpus = load(data)
+    sessions: dict[str, list[str]] = {}
+    for t in corpus.turns:
+        if t.session not in sessions.setdefault(t.conversation, []):
+            sessions[t.conversation].append(t.session)
+    return [
+        PlantedQuestion(q.qid, q.conversation, q.text, CATEGORIES[q.category],
+                        tuple(corpus.turns[i].id for i in q.evidence), tuple(sessions[q.conversation]))
+        for q in corpus.questions if conversations is None or q.conversation in conversations
+    ]
+
+
+# -------------------------------------------------------------------------------------- the corpus
+
+
+def _session_lengths(total: int, rng: np.random.Generator) -> list[int]:
+    """Log-normal session lengths (mean SESSION_MEAN turns) adding up to ``total``."""
+    mu = math.log(SESSION_MEAN) - SESSION_SIGMA**2 / 2
+    lengths: list[int] = []
+    left = total
+    while left > 0:
+        drawn = np.clip(np.rint(rng.lognormal(mu, SESSION_SIGMA, size=max(16, left // SESSION_MEAN + 1))), 2, 2000)
+        for n in drawn.astype(int).tolist():
+            n = min(n, left)
+            lengths.append(n)
+            left -= n
+            if not left:
+                break
+    return lengths
+
+
+def generate(n: int, seed: int = DEFAULT_SEED, *, planted: Sequence[dict[str, Any]] = ()) -> Iterator[dict[str, Any]]:
+    """``n`` turns as import lines (id, text, role, session, timestamp): filler sessions in time
+    order, with the ``planted`` turns (whole sessions, in time order) each at its place in time.
+    ``n`` counts both; the same (n, seed, planted) gives the same turns.
+
+    Sessions are drawn a chunk at a time with numpy (lengths, roles, word counts, words, times),
+    then turned into rows: a million turns take seconds, and memory stays that of one chunk."""
+    rng = np.random.default_rng([seed, 2])
+    words = np.array(vocabulary(seed), dtype=object)
+    table = zipf_table(len(words))
+    lengths = _session_lengths(max(0, n - len(planted)), rng)
+    starts = np.sort(rng.uniform(0, SPAN_SECONDS, size=len(lengths)))
+    # When each planted turn happened, in seconds after START (its place among the filler sessions).
+    plant_times = [(datetime.fromisoformat(t["timestamp"].replace("Z", "+00:00")) - START).total_seconds()
+                   for t in planted]
+    plant_at = 0  # the next planted turn to emit
+    start_ms = np.datetime64(START.replace(tzinfo=None), "ms")
+    turn = 0
+    for first in range(0, len(lengths), CHUNK_SESSIONS):
+        chunk = lengths[first:first + CHUNK_SESSIONS]
+        turns = sum(chunk)
+        named = (rng.random(len(chunk)) < NAMED_SESSION_SHARE).tolist()
+        speakers = rng.integers(0, len(NAMES), size=(len(chunk), 2)).tolist()
+        tool = (rng.random(turns) < 0.2).tolist()  # an assistant turn followed by a tool's output
+        roles: list[str] = []
+        for s, length in enumerate(chunk):
+            if named[s]:  # two different speakers, taking turns
+                a = speakers[s][0]
+                b = (a + 1 + speakers[s][1] % (len(NAMES) - 1)) % len(NAMES)
+                roles += [NAMES[a] if i % 2 == 0 else NAMES[b] for i in range(length)]
+                continue
+            previous = "assistant"  # an agent session opens with the user
+            for i in range(length):
+                role = ("tool" if previous == "assistant" and i and tool[len(roles)] else
+                        "assistant" if previous in ("user", "tool") else "user")
+                roles.append(role)
+                previous = role
+        is_tool = np.array([r == "tool" for r in roles])
+        sizes = np.where(is_tool, rng.lognormal(math.log(TOOL_LENGTH_MEDIAN), TOOL_LENGTH_SIGMA, size=turns),
+                         rng.lognormal(math.log(WORD_LENGTH_MEDIAN), WORD_LENGTH_SIGMA, size=turns))
+        counts = np.clip(np.rint(sizes), 1, MAX_WORDS).astype(np.int64)
+        tokens = words[table[rng.integers(0, len(table), size=int(counts.sum()))]].tolist()
+        ends = np.cumsum(counts).tolist()
+        begins = [0, *ends[:-1]]
+        questions = (rng.random(turns) < 0.15).tolist()
+        # Turn times: the session's start, then gaps of about 45 s (exponential) between its turns.
+        gaps = rng.exponential(45.0, size=turns)
+        elapsed = np.cumsum(gaps) - gaps
+        session_of = np.repeat(np.arange(len(chunk)), chunk)
+        firsts = np.cumsum(chunk) - np.array(chunk)
+        clock = starts[first + session_of] + elapsed - elapsed[firsts][session_of]
+        stamps = np.datetime_as_string(start_ms + (clock * 1000).astype("timedelta64[ms]")).tolist()
+        for s, (length, at) in enumerate(zip(chunk, firsts.tolist(), strict=True)):
+            while plant_at < len(planted) and plant_times[plant_at] <= starts[first + s]:
+                yield planted[plant_at]
+                plant_at += 1
+            session = f"s{first + s}"
+            for i in range(at, at + length):
+                text = " ".join(tokens[begins[i]:ends[i]])
+                yield {"id": f"g{turn}", "text": text[0].upper() + text[1:] + ("?" if questions[i] else "."),
+                       "role": roles[i], "session": session, "timestamp": stamps[i] + "Z"}
+                turn += 1
+    yield from planted[plant_at:]
+
+
+def write_jsonl(path: Path, rows: Iterator[dict[str, Any]]) -> int:
+    """Write ``rows`` as JSON Lines; returns how many."""
+    count = 0
+    with path.open("w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False))
+            out.write("\n")
+            count += 1
+    return count
+
+
+# ------------------------------------------------------------------------------------ build, reuse
+
+
+def meta_path(db: Path) -> Path:
+    return Path(f"{db}.corpus.json")
+
+
+def built_meta(db: Path) -> dict[str, Any] | None:
+    """What the side file says the built store at ``db`` holds (None without one or without the file)."""
+    try:
+        return json.loads(meta_path(db).read_text()) if db.exists() else None  # type: ignore[no-any-return]
+    except (OSError, ValueError):
+        return None
+
+
+def remove_db(db: Path) -> None:
+    for suffix in ("", "-wal", "-shm", ".corpus.json"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+
+def file_bytes(db: Path) -> int:
+    return sum(Path(f"{db}{suffix}").stat().st_size for suffix in ("", "-wal") if Path(f"{db}{suffix}").exists())
+
+
+def build_corpus(n: int, seed: int, db: Path, *, data: Path = DEFAULT_DATA, conversations: Sequence[str] | None = None,
+                 reuse: bool = True, work: Path | None = None) -> dict[str, Any]:
+    """The store at ``db`` holding the corpus of (n, seed) with LoCoMo planted, built unless ``reuse``
+    finds it there already. Returns the side file's record plus, when it imported, the timings:
+    ``generate_seconds`` (writing the JSON Lines), ``import_seconds``, and the lines' path in
+    ``jsonl`` (under ``work``, a temporary folder by default; the caller removes it)."""
+    planted = planted_turns(data, conversations)
+    wanted = {"n": n, "seed": seed, "generator": GENERATOR, "conversations": sorted(conversations or []) or "all",
+              "planted_turns": len(planted)}
+    meta = built_meta(db)
+    if reuse and meta is not None and {k: meta.get(k) for k in wanted} == wanted:
+        return {**meta, "reused": True}
+    remove_db(db)
+    work = work or Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    lines = work / "corpus.jsonl"
+    started = time.perf_counter()
+    written = write_jsonl(lines, generate(n, seed, planted=planted))
+    generated = time.perf_counter() - started
+    with MemoryStore(db, embedder=None) as store, lines.open("rb") as source:
+        started = time.perf_counter()
+        report = import_jsonl(store, source)
+        imported = time.perf_counter() - started
+        assert report.added == written and not report.errors, report.errors[:3]
+        sessions = store.db.execute("SELECT count(DISTINCT session) FROM entries").fetchone()[0]
+    meta = {**wanted, "entries": written, "sessions": sessions, "file_bytes": file_bytes(db)}
+    meta_path(db).write_text(json.dumps(meta, indent=2))
+    return {**meta, "reused": False, "generate_seconds": generated, "import_seconds": imported, "jsonl": lines}
+
+
+def open_built(db: Path, **store_args: Any) -> MemoryStore:
+    """The built store, keyword-only unless ``store_args`` say otherwise (recall measurements)."""
+    if built_meta(db) is None:
+        raise FileNotFoundError(f"no built corpus at {db} (run bench_scale.py --db {db} --keep first)")
+    return MemoryStore(db, **{"embedder": None, **store_args})
+
+
+def measure_import(n: int, seed: int, db: Path, *, data: Path = DEFAULT_DATA, reuse: bool = False,
+                   raw: bool = True) -> dict[str, Any]:
+    """Build (or reuse) the store and, when it was imported here, time the raw engine on the same rows."""
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        built = build_corpus(n, seed, db, data=data, reuse=reuse, work=Path(tmp))
+        result = {k: v for k, v in built.items() if k != "jsonl"}
+        entries = built["entries"]
+        result["bytes_per_entry"] = round(built["file_bytes"] / entries, 1)
+        if built["reused"]:
+            return result
+        result["generate_rows_per_s"] = round(entries / built["generate_seconds"])
+        result["import_rows_per_s"] = round(entries / built["import_seconds"])
+        if not raw:
+            return result
+        lines = built["jsonl"].read_text(encoding="utf-8").splitlines()
+        with MemoryStore(db, embedder=None, read_only=True) as store:
+            stored = store.db.execute(f"SELECT {COLUMNS} FROM entries ORDER BY pk").fetchall()
+        with_parse, insert_only = raw_import(Path(tmp) / "raw.db", lines, stored, index_texts(stored))
+        raw_bytes = file_bytes(Path(tmp) / "raw.db")
+    result.update({
+        "raw_seconds": with_parse,
+        "raw_rows_per_s": round(entries / with_parse),
+        "raw_insert_only_rows_per_s": round(entries / insert_only),
+        "import_ratio": round(with_parse / built["import_seconds"], 3),
+        "import_ratio_insert_only": round(insert_only / built["import_seconds"], 3),
+        "raw_file_bytes": raw_bytes,
+    })
+    return result
+
+
+# ------------------------------------------------------------------------------------------ report
+
+
+def table_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """The printed table, a (measure, value) pair a line; recall measurements add their own rows."""
+    rows = [("entries", f"{result['entries']:,} in {result['sessions']:,} sessions"
+             f" ({result['planted_turns']:,} planted LoCoMo turns, seed {result['seed']})")]
+    if result["reused"]:
+        rows.append(("import", "reused the built file (no import)"))
+    else:
+        rows.append(("generate", f"{result['generate_seconds']:.1f} s, {result['generate_rows_per_s']:,} rows/s"))
+        rows.append(("import (keyword-only)", f"{result['import_seconds']:.1f} s, {result['import_rows_per_s']:,} rows/s"))
+        if "raw_rows_per_s" in result:
+            rows.append(("raw engine", f"{result['raw_seconds']:.1f} s, {result['raw_rows_per_s']:,} rows/s"
+                         f" (insert alone {result['raw_insert_only_rows_per_s']:,} rows/s)"))
+            rows.append(("ours / raw", f"{result['import_ratio']:.2f} (against the insert alone"
+                         f" {result['import_ratio_insert_only']:.2f}; goal ≥ 0.50)"))
+    rows.append(("file", f"{result['file_bytes'] / 1e6:,.1f} MB, {result['bytes_per_entry']:,.0f} B per entry"
+                 + (f" (raw engine's file {result['raw_file_bytes'] / 1e6:,.1f} MB)" if "raw_file_bytes" in result else "")))
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=100_000, help="entries in the store, planted turns included")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the locomo-dev folder (default: %(default)s)")
+    parser.add_argument("--db", type=Path, help="where to build the store (default: a temporary file)")
+    parser.add_argument("--keep", action="store_true", help="keep the built store at --db")
+    parser.add_argument("--reuse", action="store_true", help="use the store at --db when it holds this n and seed")
+    parser.add_argument("--no-raw", dest="raw", action="store_false", help="skip the raw engine's import")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    if args.n < 1:
+        parser.error("--n must be at least 1")
+    if (args.keep or args.reuse) and args.db is None:
+        parser.error("--keep and --reuse need --db PATH")
+    if args.db is not None and args.db.exists() and built_meta(args.db) is None:
+        parser.error(f"{args.db} exists and was not built here — remove it or choose another --db")
+    if not (args.data / "locomo_turns.jsonl").exists():
+        parser.error(f"no locomo_turns.jsonl in {args.data}")
+
+    with tempfile.TemporaryDirectory(prefix="bench-scale-db-") as tmp:
+        db = args.db or Path(tmp) / "scale.db"
+        result = {"sqlite": f"{driver().sqlite_version} ({driver().__name__})",
+                  **measure_import(args.n, args.seed, db, data=args.data, reuse=args.reuse, raw=args.raw)}
+        if not args.keep and args.db is not None and not result["reused"]:
+            remove_db(db)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"harness-mem at scale — SQLite {result['sqlite']}")
+    for name, value in table_rows(result):
+        print(f"  {name:<24} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
