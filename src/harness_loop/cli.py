@@ -308,7 +308,8 @@ def runs_gc(ctx: click.Context, older_than: str, vacuum: bool, as_json: bool) ->
 
     A run that is still live keeps its whole log; a completed, failed or cancelled run loses the
     events older than --events-older-than (its run and job rows stay). Then expired memory entries
-    are purged, the WAL truncated and free pages returned, and the sizes by table printed.
+    are purged, the file rewritten when anything was pruned or purged (free disk space as large as
+    the file is needed), the WAL truncated and free pages returned, and the sizes by table printed.
 
     \b
     Example:
@@ -322,7 +323,9 @@ def runs_gc(ctx: click.Context, older_than: str, vacuum: bool, as_json: bool) ->
     # The memory store owns the file's collection; the run store prunes its own table on the same connection.
     with MemoryStore(path, namespace=ctx.obj["namespace"], embedder=None) as memory:
         pruned = RunStore.on(memory).prune_events(cutoff)
-        report = {"events_pruned": pruned, **memory.gc(vacuum=vacuum)}
+        # Pruned events leave every byte only with a rewrite of the file (SQLite keeps old copies of
+        # rows in rebuilt pages, see harness_mem.maintenance), as purged entries do.
+        report = {"events_pruned": pruned, **memory.gc(vacuum=vacuum or pruned > 0)}
     if as_json:
         echo_json(report)
         return

@@ -752,10 +752,12 @@ def reindex(ctx: click.Context, quiet: bool, keyword_only: bool) -> None:
 def gc(ctx: click.Context, vacuum: bool, as_json: bool) -> None:
     """Purge expired entries and give deleted data's space back; print sizes by table.
 
-    Expired entries go with their index rows and vectors (opening a store also does this, once a
-    day); the keyword index drops deleted entries' words; the write-ahead log is checkpointed and
-    truncated; free pages go back to the file system (a file made before harness-mem did this on
-    its own keeps them until --vacuum). Run events: `harness-loop runs gc`.
+    Expired and forgotten entries go with their index rows and vectors (opening a store also
+    purges expired ones, once a day); the keyword index drops deleted entries' words; when an entry
+    was purged, the file is rewritten, so no old copy of it survives in a page (this needs free
+    disk space as large as the file); the write-ahead log is checkpointed and truncated; free pages
+    go back to the file system (a file made before harness-mem did this on its own keeps them until
+    --vacuum). Run events: `harness-loop runs gc`.
 
     \b
     Example:

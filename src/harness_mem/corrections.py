@@ -3,8 +3,8 @@
 Nothing is overwritten in place. A correction is a new entry; the old one stays, pointing at it
 (``superseded_by``), and recall hides it unless asked. Forgetting leaves a tombstone: the entry's
 keyword and vector rows go at once, so recall can never return it, and :func:`purge` later removes
-its content from the file itself (with ``secure_delete`` and an FTS5 merge, so the bytes are gone
-too, not only unreachable).
+its content from the file itself (with ``secure_delete``, an FTS5 merge and a rewrite of the file,
+so the bytes are gone too, not only unreachable).
 
 The functions here back :meth:`MemoryStore.remember`, ``supersede``, ``forget``, ``purge`` and
 ``history``.
@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from . import maintenance
 from .errors import InvalidInputError, NotFoundError
 from .filters import make_filters
 from .models import Entry, Remembered, now_ms
@@ -142,9 +143,11 @@ def forget(
 def purge(store: MemoryStore) -> int:
     """Remove forgotten and expired entries of this namespace from the file; returns how many went.
 
-    Deleted pages are zeroed (``secure_delete``), the keyword index's segments are merged so that
-    no deleted term survives in them, and the WAL is checkpointed and truncated: the text is gone
-    from the file's bytes, not only from its tables.
+    Deleted rows are zeroed (``secure_delete``), the keyword index's segments are merged so that
+    no deleted term survives in them, the file is rewritten (``VACUUM``: SQLite's page rebuilding
+    leaves old copies of rows in the unused middle of live pages, which only a rewrite removes),
+    and the WAL is checkpointed and truncated: the text is gone from the file's bytes, not only
+    from its tables. The rewrite needs free disk space as large as the file.
     """
     store._conn.execute("PRAGMA secure_delete = ON")
     with store.transaction():
@@ -157,6 +160,7 @@ def purge(store: MemoryStore) -> int:
         if pks:
             store._conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('optimize')")
     if pks:
+        maintenance.rewrite(store)
         store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return len(pks)
 

@@ -5,17 +5,27 @@ The functions here back :meth:`MemoryStore.reindex`, :meth:`~MemoryStore.stats`,
 ``doctor``, ``gc``); they run rarely and may read the whole file.
 
 **What deleting leaves behind, and how it goes.** Every connection runs with ``secure_delete``: a
-deleted row's bytes are overwritten with zeros, in its page and in pages it frees. Three things
-still hold deleted text until :func:`gc`: the keyword index, which is contentless and so can only
-mark a deleted entry's tokens dead (FTS5's own secure-delete needs the tokens, which a contentless
-index does not have) until its segments are merged; the write-ahead log, which holds recent pages
-until a checkpoint; and free pages, which keep the file's size. :func:`gc` purges expired entries,
-merges the keyword index into one segment (``optimize``: dead tokens are dropped), checkpoints and
-truncates the WAL, and frees pages (incrementally in a file made with ``auto_vacuum =
-INCREMENTAL``, which every new file is; a full ``VACUUM`` only when asked, which also converts an
-older file). Expired entries are also purged when a store is opened, at most once a day
-(:func:`expire_if_due`); forgotten ones (tombstones) at the next ``gc`` (or a namespace's
-``purge``). The orchestrator's run events belong to harness_loop, which prunes them itself
+deleted row's bytes are overwritten with zeros, in its page and in pages it frees. Four things
+still hold deleted text: the keyword index, which is contentless and so can only mark a deleted
+entry's tokens dead (FTS5's own secure-delete needs the tokens, which a contentless index does not
+have) until its segments are merged; the write-ahead log, which holds recent pages until a
+checkpoint; free pages, which keep the file's size; and old copies of rows in the unused middle of
+live pages. SQLite leaves those when it rebuilds a B-tree page (a row that grew and moved, a page
+split or merged): it writes the cells afresh from the end of the page and does not clear the bytes
+below them, so a row that moved while it was alive keeps a readable copy there after it is deleted,
+which ``secure_delete`` never reaches. Only rewriting every page (``VACUUM``) removes those.
+
+:func:`gc` purges expired and forgotten entries, merges the keyword index into one segment
+(``optimize``: dead tokens are dropped), and then, when it purged any entry, rewrites the file
+(:func:`rewrite`) so no copy of one survives; otherwise it frees pages (incrementally in a file made
+with ``auto_vacuum = INCREMENTAL``, which every new file is; a full ``VACUUM`` only when asked,
+which also converts an older file). It ends by checkpointing and truncating the WAL. A namespace's
+``purge`` does the same for its own forgotten and expired entries. Expired entries are also purged
+when a store is opened, at most once a day (:func:`expire_if_due`), without the rewrite: their
+copies go at the next ``gc`` or ``purge`` that rewrites the file. Forgotten ones (tombstones) go at
+the next ``gc`` or ``purge``. An entry removed with ``delete`` is zeroed where it lies; its old
+copies, if SQLite left any, go with the next rewrite (``gc`` after a purge, or ``gc --vacuum``).
+The orchestrator's run events belong to harness_loop, which prunes them itself
 (``harness-loop runs gc``).
 """
 
@@ -342,14 +352,26 @@ def expire_if_due(store: MemoryStore) -> int | None:
         store._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
-def gc(store: MemoryStore, *, vacuum: bool = False) -> dict[str, Any]:
-    """Purge expired and forgotten entries (every namespace), merge the keyword index, checkpoint and
-    truncate the WAL, free pages; report sizes by table.
+def rewrite(store: MemoryStore) -> None:
+    """Rewrite every page of the file (``VACUUM``): no byte of a deleted row survives it, not even
+    the copies SQLite's page rebuilding leaves in the unused middle of a live page (see the module
+    docstring). It needs free disk space as large as the file, and the write lock for as long."""
+    if store._conn.in_transaction:
+        raise StorageError("the file cannot be rewritten inside a transaction — purge outside the `with` block")
+    store._conn.execute("VACUUM")
 
-    Free pages go back to the file system by ``PRAGMA incremental_vacuum`` when the file's
+
+def gc(store: MemoryStore, *, vacuum: bool = False) -> dict[str, Any]:
+    """Purge expired and forgotten entries (every namespace), merge the keyword index, rewrite the
+    file when an entry was purged, checkpoint and truncate the WAL, free pages; report sizes by table.
+
+    A purged entry's text must leave every byte of the file, and only a full ``VACUUM`` removes
+    the old copies of rows that SQLite's page rebuilding leaves behind (:func:`rewrite`); it needs
+    as much free disk space as the file, and the write lock for as long. With nothing purged, free
+    pages go back to the file system by ``PRAGMA incremental_vacuum`` when the file's
     ``auto_vacuum`` mode is INCREMENTAL (every file made since it was introduced). A file in mode
     NONE keeps its size unless ``vacuum``: then a full ``VACUUM`` rewrites it, switching it to
-    INCREMENTAL on the way (it needs as much free disk space as the file, and the write lock for as long).
+    INCREMENTAL on the way.
     """
     if store.read_only:
         raise InvalidInputError("gc changes the file — open the store for writing, not read-only")
@@ -361,10 +383,10 @@ def gc(store: MemoryStore, *, vacuum: bool = False) -> dict[str, Any]:
     mode = _AUTO_VACUUM.get(int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]), "none")
     free_pages = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
     vacuumed = "none"
-    if vacuum:
-        if mode == "none":
+    if vacuum or expired or forgotten:
+        if vacuum and mode == "none":
             conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect with the VACUUM below
-        conn.execute("VACUUM")
+        rewrite(store)
         vacuumed = "full"
         mode = _AUTO_VACUUM.get(int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]), "none")
     elif mode == "incremental" and free_pages:

@@ -520,8 +520,9 @@ class MemoryStore:
         return maintenance.purge_expired(self)
 
     def gc(self, *, vacuum: bool = False) -> dict[str, Any]:
-        """Collect what the file no longer needs: expired entries (with their index rows and
-        vectors), deleted entries' words in the keyword index (merged), the WAL (checkpointed and
+        """Collect what the file no longer needs: expired and forgotten entries (with their index
+        rows and vectors), deleted entries' words in the keyword index (merged), old copies of
+        purged rows (the whole file rewritten when an entry was purged), the WAL (checkpointed and
         truncated) and free pages (incremental vacuum; a full ``VACUUM`` only with ``vacuum``,
         which also makes an older file free pages incrementally), in every namespace. Returns what
         was done and a size report by table. This is ``harness-mem gc``.
