@@ -116,6 +116,18 @@ def tool_turn_text(name: str, result: Any) -> str:
     return f"[{name}] {body}"
 
 
+def _scrubbed_json(redactor: Any, result: Any) -> tuple[str | None, dict[str, int]]:
+    """A non-string tool result as :func:`tool_turn_text` writes it, with every string in it
+    scrubbed first, and what was found; None when it is not JSON data (a circular structure: its
+    ``repr`` is then scrubbed as text)."""
+    try:
+        plain = json.loads(json.dumps(result, ensure_ascii=False, default=str))
+    except (TypeError, ValueError):
+        return None, {}
+    scrubbed = redactor.scrub_value(plain)
+    return json.dumps(scrubbed.value, ensure_ascii=False, separators=(",", ":")), dict(scrubbed.counts)
+
+
 @dataclass(frozen=True)
 class TranscriptStats:
     """What a recorder has done so far.
@@ -379,8 +391,19 @@ class TranscriptRecorder:
 
     def _prepare(self, queued: _Queued) -> dict[str, Any] | None:
         role, raw, reasoning, tool, success, at_ns = queued
+        redactor = getattr(self.memory, "redactor", None)
+        if redactor is None or not hasattr(redactor, "scrub"):
+            redactor = None
+        found: dict[str, int] = {}
         if tool is not None:
-            text = tool_turn_text(tool, raw)
+            if redactor is not None and hasattr(redactor, "scrub_value") and not isinstance(raw, str):
+                # Scrub a structured result before it is written as JSON: JSON escapes the quotes
+                # of a string value, and a '"password": "…"' inside one reads '\"password\": \"…\"',
+                # which no detector takes for an assignment.
+                body, found = _scrubbed_json(redactor, raw)
+                text = tool_turn_text(tool, raw) if body is None else f"[{tool}] {body}"
+            else:
+                text = tool_turn_text(tool, raw)
         else:
             text = raw if isinstance(raw, str) else ("" if raw is None else str(raw))
             if reasoning and not text.strip():
@@ -395,11 +418,11 @@ class TranscriptRecorder:
         self._last = key
         # Redact the whole text before cutting it: a card number or an address straddling the cut
         # would otherwise reach the store as a fragment no detector recognises.
-        redactor = getattr(self.memory, "redactor", None)
-        found: dict[str, int] = {}
-        if redactor is not None and hasattr(redactor, "scrub"):
+        if redactor is not None:
             scrubbed = redactor.scrub(text)
-            text, found = scrubbed.text, dict(scrubbed.counts)
+            text = scrubbed.text
+            for kind, n in scrubbed.counts.items():
+                found[kind] = found.get(kind, 0) + n
         content, cut = truncate_turn(text, self.max_chars)
         metadata: dict[str, Any] = {}
         if tool is not None:
