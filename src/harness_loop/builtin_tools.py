@@ -2,13 +2,17 @@
 
 Every path is resolved (symlinks included) and refused if it leaves the workspace. Reads are paged
 so that a large file -- a spilled tool result, say -- can be read piece by piece without its result
-being spilled again.
+being spilled again. A line shown cut short (grep's first 300 characters, the head of one giant
+line) is cut before a value the cut would go through: results reach transcripts and recordings,
+which redact a value whole but cannot recognise half of one.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from harness_mem.redaction import cut_point
 
 from .tools import Tool, ToolContext, tool
 
@@ -43,6 +47,7 @@ def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 400) ->
         if size + len(line.encode()) > MAX_READ_BYTES:
             if not page:  # one giant line (minified code, a spilled blob): show its head, not all of it
                 head = line.encode()[:MAX_READ_BYTES].decode("utf-8", errors="ignore")
+                head = head[: cut_point(line, len(head))]
                 return f"{head}\n[line {start + 1} is {len(line.encode())} bytes; only its start is shown — use grep]"
             break
         page.append(line)
@@ -88,7 +93,7 @@ def grep(ctx: ToolContext, pattern: str, path: str = ".", max_matches: int = 100
             continue  # binary or unreadable: not greppable text
         for n, line in enumerate(text.splitlines(), 1):
             if regex.search(line):
-                matches.append(f"{f.relative_to(root)}:{n}: {line[:300]}")
+                matches.append(f"{f.relative_to(root)}:{n}: {line[: cut_point(line, 300)]}")
                 if len(matches) >= max_matches:
                     return [*matches, f"[stopped at {max_matches} matches]"]
     return matches

@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from harness_mem.redaction import cut_point
+
 from .chat import Message, ModelRequest, Role, ToolCall, canonical_json
 
 __all__ = [
@@ -106,7 +108,10 @@ def plan_compaction(messages: Sequence[Message], keep_tokens: float) -> int | No
 
 
 def _clip(text: str, limit: int = MAX_RENDERED_CHARS) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} chars cut]"
+    # Cut short of a value, not through it: a summary echoing half a card number would reach the
+    # recording as a fragment its redaction cannot recognise.
+    kept = cut_point(text, limit)
+    return text if len(text) <= limit else f"{text[:kept]}… [{len(text) - kept} chars cut]"
 
 
 def render_messages(messages: Sequence[Message]) -> str:

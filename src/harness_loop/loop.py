@@ -48,7 +48,7 @@ import anyio.lowlevel
 
 from harness_mem.errors import InvalidInputError, ModelError
 from harness_mem.models import check_nesting
-from harness_mem.redaction import Redactor
+from harness_mem.redaction import Redactor, cut_point
 
 from .chat import Message, Model, ModelOutput, ModelRequest, Role, ToolCall, Usage
 from .compaction import compaction_request, estimate_tokens, plan_compaction, summary_message
@@ -291,9 +291,10 @@ class LiveDispatcher:
         except UnknownToolError as exc:
             return _error(str(exc))
         if isinstance(call.args, str):
+            # Cut short of a value: the error is recorded and captured, redacted whole then.
+            shown = call.args[: cut_point(call.args, 200, self.redactor)]
             return _error(
-                f"the arguments to `{call.name}` were not valid JSON: {call.args[:200]!r} — "
-                "send them as one JSON object"
+                f"the arguments to `{call.name}` were not valid JSON: {shown!r} — send them as one JSON object"
             )
         try:
             kwargs = t.bind(call.args, ToolContext(self.workspace, call.id, call.name))

@@ -425,9 +425,12 @@ class MemoryWiring:
         # several runs gets one episode per run, each with a fresh id.
         episode_id = episode_id_for(self.last_session) if self.session is None else None
         try:
+            # The task and the answer are not redacted yet (the store redacts the episode as it
+            # writes it): their cuts must not go through a value, or half of it gets past.
+            redactor = self.store.redactor
             episode = Episode(
-                situation=truncate_turn(self._task.strip(), DEFAULT_MAX_CHARS)[0],
-                outcome=truncate_turn(text.strip(), DEFAULT_MAX_CHARS)[0],
+                situation=truncate_turn(self._task.strip(), DEFAULT_MAX_CHARS, redactor=redactor)[0],
+                outcome=truncate_turn(text.strip(), DEFAULT_MAX_CHARS, redactor=redactor)[0],
                 tools=self.recorder.tool_trace.drain(),
                 skills=self.recorder.skill_trace.drain(),
                 success=success,

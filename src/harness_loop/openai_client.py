@@ -42,6 +42,7 @@ from harness_mem.providers.openai import (
     ModelTimeoutError,
     check_model_config,
 )
+from harness_mem.redaction import cut_point
 
 from .chat import Message, ModelOutput, ModelRequest, Role, StopReason, ToolCall, Usage, scripted_call_id
 
@@ -102,8 +103,9 @@ def parse_completion(data: Any, *, position: int = 0) -> ModelOutput:
         choice = data["choices"][0]
         msg = choice.get("message") or {}
     except (KeyError, IndexError, TypeError, AttributeError):
-        raise ModelResponseError(
-            f"the server's answer has no choices[0].message: {json.dumps(data)[:200]} — "
+        body = json.dumps(data)
+        raise ModelResponseError(  # cut short of a value: what records the error redacts it whole
+            f"the server's answer has no choices[0].message: {body[: cut_point(body, 200)]} — "
             f"is {LOOP_HINTS.url_option} an OpenAI-compatible /v1 endpoint?"
         ) from None
     calls = []

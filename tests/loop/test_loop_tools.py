@@ -209,3 +209,15 @@ def test_builtin_tools_stay_inside_the_workspace(tmp_path: Path) -> None:
         read_file.fn(ctx, "../etc/passwd")
     with pytest.raises(PermissionError):
         list_dir.fn(ctx, "/")
+
+
+def test_builtin_tools_cut_a_long_line_short_of_a_value(tmp_path: Path) -> None:
+    # A card straddling grep's 300th character, or the end of a giant line's head, is dropped whole:
+    # half of it would reach the transcript as digits no detector recognises.
+    card = "4111 1111 1111 1111"
+    (tmp_path / "log.txt").write_text("a " * 145 + "card " + card + " end\n")
+    ctx = ToolContext(tmp_path, "c", "t")
+    assert grep.fn(ctx, "card") == ["log.txt:1: " + "a " * 145 + "card "]
+    (tmp_path / "giant.txt").write_text("c " * 9_995 + card + " tail" * 10)
+    giant = read_file.fn(ctx, "giant.txt")
+    assert "4111" not in giant and giant.endswith("only its start is shown — use grep]")

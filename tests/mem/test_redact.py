@@ -699,6 +699,20 @@ def test_placeholders_in_credential_fields_are_kept(red: Redactor) -> None:
     assert red.scrub("password=$ecret42").text == "password=<SECRET>"
 
 
+def test_a_cut_moves_back_to_the_start_of_a_value_it_would_go_through(red: Redactor) -> None:
+    from harness_mem.redaction import cut_point
+
+    text = "mail ada@example.com or call 13800138000, paid $500 today"
+    assert red.cut_point(text, 10) == 5  # inside the address: before it
+    assert red.cut_point(text, 5) == 5 and red.cut_point(text, 20) == 20  # at its edges: as asked
+    assert red.cut_point(text, 33) == 29  # inside the phone number
+    assert red.cut_point(text, 49) == 49  # money is kept by the policy: cutting it leaks nothing
+    assert red.cut_point(text, 1_000) == len(text) and red.cut_point(text, -3) == 0
+    assert cut_point(text, 10) == 5  # the default detectors when no redactor is given
+    red.add_detector("ticket", r"TCK-\d+")
+    assert red.cut_point("see TCK-123456 now", 8) == 4  # a redactor's own detectors count too
+
+
 # ---- actions --------------------------------------------------------------------------------------
 
 

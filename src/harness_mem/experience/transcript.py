@@ -65,6 +65,7 @@ from ..protocols import Memory
 
 if TYPE_CHECKING:
     from ..aio import AsyncMemoryStore
+    from ..redaction import Redactor
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
@@ -89,15 +90,19 @@ TRANSCRIPT_SOURCE = "transcript"
 RESULT_TAGS: dict[bool, str] = {True: "result:success", False: "result:failure"}
 
 
-def truncate_turn(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> tuple[str, int]:
+def truncate_turn(text: str, max_chars: int = DEFAULT_MAX_CHARS, *, redactor: Redactor | None = None) -> tuple[str, int]:
     """``text`` cut to its first ``max_chars`` characters plus ``"… [{n} chars truncated]"``, and ``n``.
 
-    ``max_chars`` of 0 (or less) keeps every character.
+    ``max_chars`` of 0 (or less) keeps every character. With ``redactor``, for text not redacted
+    yet, the cut never goes through a value it finds: it moves back to the value's start
+    (:func:`~harness_mem.redaction.cut_point`), so the redaction that runs when the text is
+    written takes the value whole instead of missing a fragment of it.
     """
     if max_chars <= 0 or len(text) <= max_chars:
         return text, 0
-    cut = len(text) - max_chars
-    return f"{text[:max_chars]}… [{cut} chars truncated]", cut
+    kept = max_chars if redactor is None else redactor.cut_point(text, max_chars)
+    cut = len(text) - kept
+    return f"{text[:kept]}… [{cut} chars truncated]", cut
 
 
 def tool_turn_text(name: str, result: Any) -> str:

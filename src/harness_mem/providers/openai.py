@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 import httpx
 
 from ..errors import ModelError
+from ..redaction import cut_point
 from .hints import MEM_HINTS, Hints, check_model_config
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "OpenAITextModel",
     "check_model_config",
     "configured_text_model",
+    "excerpt",
     "retry_after",
     "server_message",
 ]
@@ -101,19 +103,26 @@ class ModelResponseError(ModelAPIError):
 # ---- shared helpers (harness_loop imports these) -------------------------------------------------
 
 
+def excerpt(text: str, limit: int) -> str:
+    """The first ``limit`` characters of a server's text for an error message, cut short of a value
+    that straddles the end: a server echoing a prompt can quote PII, and what records the error
+    later redacts a value whole but not half of one (see :func:`harness_mem.redaction.cut_point`)."""
+    return text[: cut_point(text, limit)]
+
+
 def server_message(response: httpx.Response) -> str:
     """The error message a server put in its body (OpenAI's ``{"error": {"message"}}`` or plain text)."""
     try:
         data = response.json()
     except ValueError:
-        return " ".join(response.text.split())[:300]
+        return excerpt(" ".join(response.text.split()), 300)
     if isinstance(data, dict):
         err = data.get("error", data)
         if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:300]
+            return excerpt(str(err["message"]), 300)
         if isinstance(err, str):
-            return err[:300]
-    return json.dumps(data)[:300]
+            return excerpt(err, 300)
+    return excerpt(json.dumps(data), 300)
 
 
 def retry_after(response: httpx.Response) -> float | None:
@@ -198,7 +207,7 @@ class ChatEndpoint:
                 raise ModelStatusError(
                     f"{self.url} answered HTTP {status}: {server_message(response)}{tries} — {_fix_for(status, hints)}",
                     status=status,
-                    body=response.text[:2000],
+                    body=excerpt(response.text, 2000),
                 )
             asked = retry_after(response)
             if asked is not None:
@@ -212,7 +221,7 @@ class ChatEndpoint:
             return response.json()
         except ValueError:
             raise ModelResponseError(
-                f"{self.url} answered with something that is not JSON: {response.text[:200]!r} — "
+                f"{self.url} answered with something that is not JSON: {excerpt(response.text, 200)!r} — "
                 f"is {self.hints.url_option} an OpenAI-compatible /v1 endpoint?",
                 status=response.status_code,
             ) from None
@@ -328,13 +337,13 @@ class OpenAITextModel:
             content = message.get("content")
         except (KeyError, IndexError, TypeError, AttributeError):
             raise ModelResponseError(
-                f"the server's answer has no choices[0].message: {json.dumps(data)[:200]} — "
+                f"the server's answer has no choices[0].message: {excerpt(json.dumps(data), 200)} — "
                 f"is {self.endpoint.hints.url_option} an OpenAI-compatible /v1 endpoint?"
             ) from None
         if content is None:
             return ""
         if not isinstance(content, str):
-            raise ModelResponseError(f"the server's message content is not text: {json.dumps(content)[:200]}")
+            raise ModelResponseError(f"the server's message content is not text: {excerpt(json.dumps(content), 200)}")
         return content
 
     def close(self) -> None:

@@ -2,6 +2,7 @@
 
 - :class:`Redactor` — detectors and a policy applied to text, with its results :class:`Redaction`,
   :class:`Span` and :class:`ScrubbedValue` (``redactor``); the store runs one on every write path;
+  :func:`cut_point` says where a text can be cut short without leaving half a value behind;
 - :class:`Policy` and :class:`Action` — what to do with each kind of finding (label, mask, hash,
   block, keep) (``policy``);
 - :class:`Detector` and :class:`Rule` — what to look for, and :func:`default_detectors`, the
@@ -16,7 +17,7 @@ from .checksums import cn_id_ok, iban_ok, luhn_ok
 from .detectors import Detector, Rule, default_detectors
 from .guarded import GuardedMemory, RedactingMemory
 from .policy import SECRET_KINDS, Action, Policy
-from .redactor import Redaction, Redactor, ScrubbedValue, Span, mask
+from .redactor import Redaction, Redactor, ScrubbedValue, Span, cut_point, mask
 
 __all__ = [
     "SECRET_KINDS",
@@ -31,6 +32,7 @@ __all__ = [
     "ScrubbedValue",
     "Span",
     "cn_id_ok",
+    "cut_point",
     "default_detectors",
     "iban_ok",
     "luhn_ok",

@@ -28,6 +28,7 @@ ones, so a "$4111111111111111" kept as money cannot hide a card.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -40,7 +41,7 @@ from ..errors import InvalidInputError
 from .detectors import Detector, Rule, WindowCache, default_detectors, might_hold_pii, unchanged
 from .policy import Action, Policy
 
-__all__ = ["Redaction", "Redactor", "ScrubbedValue", "Span", "mask"]
+__all__ = ["Redaction", "Redactor", "ScrubbedValue", "Span", "cut_point", "mask"]
 
 # A masked secret shows no length either.
 _SECRET_MASK = "********"
@@ -252,6 +253,26 @@ class Redactor:
         pieces.append(text[cursor:])
         return Redaction("".join(pieces), tuple(spans), blocked)
 
+    def cut_point(self, text: str, limit: int) -> int:
+        """Where to cut ``text`` to keep at most ``limit`` characters without going through a value
+        this redactor finds: ``limit``, or the start of the value that straddles it (``len(text)``
+        when the text is no longer than ``limit``).
+
+        For a cut made before the text is redacted (a tool error quoting its arguments, a server's
+        error message, an episode's task): a card, an address or a key cut in half leaves a head
+        that no detector recognises afterwards ("4111 1111 1111", "ada.lovelace@"), so the
+        redaction that runs when the text is written could not take it. Moved to the value's start,
+        the cut keeps a value whole or drops it whole. Only the text up to ``limit`` and
+        :data:`CUT_LOOKAHEAD` characters after it is read.
+        """
+        if limit >= len(text):
+            return len(text)
+        cut = max(limit, 0)
+        for start, neg_end, _priority, _index, action in self._accepted(text[: cut + CUT_LOOKAHEAD]):
+            if action is not Action.KEEP and start < cut < -neg_end:
+                return start  # spans are disjoint: at most one straddles the cut
+        return cut
+
     def _steps(self) -> tuple[_Step, ...]:
         """Each detector with its gate and the action the current policy gives its kind."""
         # Worked out once per policy (set_action and add_detector make a new one), not per text.
@@ -428,3 +449,20 @@ def _greedy(
         accepted.append(cand)
         cursor = end
     return accepted
+
+
+#: How far past a cut :meth:`Redactor.cut_point` reads: a value straddling the cut is found whole
+#: when it ends within this many characters of it (any but a long private key, which its
+#: detector finds by its first lines alone).
+CUT_LOOKAHEAD = 4096
+
+
+@functools.cache
+def _default_redactor() -> Redactor:
+    return Redactor.default()
+
+
+def cut_point(text: str, limit: int, redactor: Redactor | None = None) -> int:
+    """:meth:`Redactor.cut_point` with ``redactor`` (its own detectors included), or with the
+    default detectors when none is given (only where values are matters here, not their policy)."""
+    return (redactor or _default_redactor()).cut_point(text, limit)
