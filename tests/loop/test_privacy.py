@@ -12,22 +12,38 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from click.testing import CliRunner
-from pii import SAMPLES, assert_absent, every_written_byte, grouped, luhn
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pii import (
+    EVERY_FORM,
+    FORMS,
+    PII,
+    SAMPLES,
+    SLOW_PATH,
+    assert_absent,
+    every_written_byte,
+    grouped,
+    luhn,
+    straddling,
+)
 
 from harness_loop.chat import ModelOutput, ScriptedModel, ToolCall
 from harness_loop.cli import main
 from harness_loop.job import Job, JobResult, RetryPolicy
-from harness_loop.loop import AgentLoop, Done
+from harness_loop.loop import AgentLoop, Done, LoopConfig
 from harness_loop.memory import attach_memory
+from harness_loop.openai_client import OpenAIChatModel
 from harness_loop.orchestrator import Orchestrator
 from harness_loop.record import SessionRecorder, read_session, replay
 from harness_loop.route import Next
 from harness_loop.runs import RunState
 from harness_loop.runstore import NewEvent, RunRecord, RunStore
-from harness_loop.spill import SPILL_DIR
+from harness_loop.spill import PREVIEW_BYTES, SPILL_DIR
 from harness_loop.tools import tool
+from harness_mem.experience import DEFAULT_MAX_CHARS
 from harness_mem.redaction import Redactor
 from harness_mem.store import MemoryStore
 
@@ -45,7 +61,7 @@ def test_the_samples_are_all_redacted() -> None:
     """The proofs below mean something only if every sample is one the redactor finds."""
     redactor = Redactor.default()
     for value in V:
-        assert value not in redactor.scrub(f"see {value} now").text
+        assert_absent([value], redactor.scrub(f"see {value} now").text.encode(), heads=True)
 
 
 # ---- the orchestrator ---------------------------------------------------------------------------
@@ -233,3 +249,210 @@ async def test_a_whole_run_with_memory_leaves_no_raw_pii_anywhere(tmp_path: Path
             runs.create(RunRecord(id=f"run {V[0]}", goal=f"follow up with {V[2]}"))
         await anyio.sleep(0)
     assert_absent(V, every_written_byte(tmp_path))
+
+
+# ---- generated values of every form, through the orchestrator and a whole loop ---------------------
+
+
+def by_form(values: list[str]) -> dict[str, str]:
+    return dict(zip(FORMS, values, strict=True))
+
+
+@SLOW_PATH
+@given(values=EVERY_FORM)
+def test_an_orchestrated_run_with_every_form_stores_no_raw_pii(tmp_path_factory: pytest.TempPathFactory,
+                                                              values: list[str]) -> None:
+    """Goal, prompts, results, errors, router feedback, events, cancel reasons, run and job ids."""
+    root = tmp_path_factory.mktemp("orchestrated")
+    every, pick = "; ".join(values), by_form(values)
+    lookup, draft = f"lookup {pick['card-nbsp']}", f"draft {pick['ssn-bare']}"
+    notify = f"notify {pick['key-slack-webhook']}"
+    verdicts = iter([Next.back_to_with(draft, f"too vague: name {every}")])
+
+    async def runner(job: Job, upstream: Mapping[str, JobResult]) -> JobResult:
+        if job.id == notify:
+            raise RuntimeError(f"could not reach {every}")
+        return JobResult(text=f"{job.id} done: {every}")
+
+    jobs = [
+        Job(id=lookup, prompt=f"find the accounts of {every}"),
+        Job(id=draft, prompt=f"draft a reply to {every}", deps=[lookup]),
+        Job(id="review", prompt="check the draft", deps=[draft]),
+        Job(id=notify, prompt=f"text {every}", deps=["review"], retry=RetryPolicy(max_attempts=2)),
+    ]
+    run_id = f"run {pick['secret-cookie']}"
+
+    async def main() -> None:
+        with RunStore.open(root / "agent.db") as store:
+            orchestrator = Orchestrator(runner, store=store).route(
+                "review", lambda result: next(verdicts, Next.Continue()))
+            report = await orchestrator.run(f"help {every}", jobs, run_id=run_id)
+            assert report.state is RunState.FAILED and report.job(notify).error
+            stored = store.load(run_id)  # found by its raw id; what comes back is redacted
+            assert stored.run.redacted is True and stored.jobs[-1].last_error
+            assert [job.state for job in stored.jobs] == ["succeeded", "succeeded", "succeeded", "dead_lettered"]
+            assert any(e.kind == "job.reentered" for e in store.events(run_id))
+            later = f"later {pick['iban-lower']}"
+            store.create(RunRecord(id=later, goal="wait"), [], [NewEvent("run.created", data={"who": list(values)})])
+            assert orchestrator.cancel(later, reason=f"asked by {every}")
+
+    anyio.run(main)
+    assert_absent(values, every_written_byte(root))
+
+
+@tool
+def echo_all(rows: list[str]) -> str:
+    """Every row, 24 KiB and more: spilled."""
+    return "\n".join(f"row {i}: {row}" for i in range(12) for row in rows)
+
+
+@tool
+def record_of(email: str, rows: list[str]) -> dict[str, Any]:
+    """A record with a huge notes field (spilled, the rest kept as meta)."""
+    return {"email": email, "rows": rows[:5], "notes": "\n".join(f"note {i}: {row}" for i in range(12) for row in rows)}
+
+
+@tool(read_only=True)
+def find(query: str, rows: list[str]) -> dict[str, Any]:
+    """A small result: it stays in the context, unspilled."""
+    return {"query": query, "found": rows}
+
+
+@SLOW_PATH
+@given(values=EVERY_FORM)
+def test_a_whole_run_with_every_form_leaves_no_raw_pii_anywhere(tmp_path_factory: pytest.TempPathFactory,
+                                                               values: list[str]) -> None:
+    """Spill files, the recording, transcript turns, the episode, a run record: all from one loop run."""
+    root = tmp_path_factory.mktemp("loop")
+    every, rows = "; ".join(values), [str(v) for v in values]
+    script = [
+        ModelOutput.with_calls(ToolCall.of("find", query=every, rows=rows), text=f"Looking up {every}."),
+        ModelOutput.with_calls(ToolCall.of("echo_all", rows=rows), ToolCall.of("record_of", email=rows[0], rows=rows)),
+        f"Done for {every}.",
+    ]
+
+    async def main() -> None:
+        with MemoryStore(root / "agent.db", embedder=None) as store:
+            store.add(every, kind="fact", session=f"user {values[0]}")
+            recorder = SessionRecorder.create(root / "sessions")
+            with recorder:
+                loop = AgentLoop(ScriptedModel(script), [find, echo_all, record_of], workspace=root / "work",
+                                 recorder=recorder)
+                with attach_memory(loop, store, session=f"user {values[0]}") as wiring:
+                    outcome = await loop.run(f"Export the customers of {every}")
+            assert isinstance(outcome, Done) and wiring.last_error is None and wiring.last_episode is not None
+            assert len(list((root / "work" / SPILL_DIR).iterdir())) == 2
+            assert store.count(session=f"user {values[0]}", kind="turn") >= 3
+            with RunStore.on(store) as runs:
+                runs.create(RunRecord(id=f"run {values[1]}", goal=f"follow up with {every}"))
+
+    anyio.run(main)
+    assert_absent(values, every_written_byte(root))
+
+
+# ---- truncation: a cut through a value leaves nothing of it -------------------------------------------
+
+CUTS = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def offsets(value: str) -> st.SearchStrategy[int]:
+    """How far into ``value`` a cut falls: never at its edges."""
+    return st.integers(1, len(value) - 1)
+
+
+@tool
+def text_of(text: str) -> str:
+    """Return ``text``: a result as long as the caller makes it."""
+    return text
+
+
+async def run_with_memory(root: Path, store: MemoryStore, script: list[ModelOutput | str], task: str,
+                          config: LoopConfig | None = None, name: str = "run") -> Any:
+    """One loop run with a recording and memory attached (transcript turns, an episode)."""
+    recorder = SessionRecorder.create(root / "sessions", prefix=name)
+    with recorder:
+        loop = AgentLoop(ScriptedModel(script), [text_of], workspace=root / "work", recorder=recorder,
+                         config=config or LoopConfig())
+        with attach_memory(loop, store, session=f"cut {name}") as wiring:
+            outcome = await loop.run(task)
+    assert wiring.last_error is None
+    return outcome
+
+
+@CUTS
+@given(value=PII, data=st.data())
+def test_a_value_straddling_a_result_cut_leaves_no_fragment(tmp_path_factory: pytest.TempPathFactory,
+                                                           value: str, data: st.DataObject) -> None:
+    """A spilled result's preview is its first 4 KiB; a result that cannot be spilled keeps its first
+    24 KiB. Both reach the transcript and the recording."""
+    offset = data.draw(offsets(value), label="offset")
+    root = tmp_path_factory.mktemp("result-cut")
+    tail = " and more" * 3000  # over the 24 KiB ceiling
+    previewed = straddling(value, PREVIEW_BYTES, offset) + tail
+    truncated = straddling(value, LoopConfig().max_result_bytes or 0, offset) + tail
+
+    async def main() -> None:
+        with MemoryStore(root / "agent.db", embedder=None) as store:
+            calls = [ModelOutput.with_calls(ToolCall.of("text_of", text=previewed)), "done"]
+            outcome = await run_with_memory(root, store, calls, "show the text", name="spilled")
+            assert isinstance(outcome, Done) and len(list((root / "work" / SPILL_DIR).iterdir())) == 1
+            calls = [ModelOutput.with_calls(ToolCall.of("text_of", text=truncated)), "done"]
+            outcome = await run_with_memory(root, store, calls, "show the text", LoopConfig(spill=False), "cut")
+            assert isinstance(outcome, Done)
+            assert any('"truncated":true' in t.content for t in store.list(session="cut cut"))
+
+    anyio.run(main)
+    assert_absent([value], every_written_byte(root), heads=True)
+
+
+@CUTS
+@given(value=PII, data=st.data())
+def test_a_value_straddling_an_episode_cut_leaves_no_fragment(tmp_path_factory: pytest.TempPathFactory,
+                                                             value: str, data: st.DataObject) -> None:
+    """The episode a run leaves keeps the first 2,000 characters of its task and of its answer."""
+    offset = data.draw(offsets(value), label="offset")
+    root = tmp_path_factory.mktemp("episode-cut")
+    task = straddling(value, DEFAULT_MAX_CHARS, offset) + " then report back"
+    answer = straddling(value, DEFAULT_MAX_CHARS, offset) + " is what I found"
+
+    async def main() -> None:
+        with MemoryStore(root / "agent.db", embedder=None) as store:
+            assert isinstance(await run_with_memory(root, store, [answer], task), Done)
+            assert any("chars truncated]" in e.content for e in store.list(kind="episode"))
+
+    anyio.run(main)
+    assert_absent([value], every_written_byte(root), heads=True)
+
+
+@CUTS
+@given(value=PII, data=st.data())
+def test_a_value_straddling_an_error_message_cut_leaves_no_fragment(tmp_path_factory: pytest.TempPathFactory,
+                                                                   value: str, data: st.DataObject) -> None:
+    """A server's error message is cut to 300 characters, and the arguments of a tool call that are
+    not JSON to 200: the error reaches the recording, the transcript and the orchestrator's job."""
+    offset = data.draw(offsets(value), label="offset")
+    root = tmp_path_factory.mktemp("error-cut")
+    echoed = straddling(value, 300, offset) + " is not an allowed input"
+    bad_args = straddling(value, 200, offset) + " }"
+
+    def server(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json={"error": {"message": echoed}})
+
+    async def runner(job: Job, upstream: Mapping[str, JobResult]) -> JobResult:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(server))
+        model = OpenAIChatModel("http://model.test/v1", "m", client=client, max_retries=0)
+        recorder = SessionRecorder.create(root / "sessions", prefix=job.id)
+        with recorder:
+            await AgentLoop(model, [], workspace=root / "work", recorder=recorder).run(job.prompt)
+        return JobResult(text="not reached")
+
+    async def main() -> None:
+        with MemoryStore(root / "agent.db", embedder=None) as store:
+            calls = [ModelOutput.with_calls(ToolCall(id="call-1", name="text_of", args=bad_args)), "done"]
+            assert isinstance(await run_with_memory(root, store, calls, "show the text"), Done)
+            with RunStore.on(store) as runs:
+                report = await Orchestrator(runner, store=runs).run("ask", [Job(id="ask", prompt="hello")])
+            assert "HTTP 400" in (report.job("ask").error or "")
+
+    anyio.run(main)
+    assert_absent([value], every_written_byte(root), heads=True)

@@ -1,6 +1,8 @@
-"""Nothing unredacted reaches the file: generated PII of every kind, written through the store's API
-and the CLI import, must not appear in the database file, its -wal and -shm files, or any table
-(FTS shadow tables included)."""
+"""Nothing unredacted reaches the file: generated PII of every form the default detectors promise to
+catch, written through the store's API, the CLI import, transcript capture, identity fields,
+episodes and skills, must not appear in the database file, its -wal and -shm files, or any table
+(FTS shadow tables included) -- not even cut in half by a truncation, and, once deleted, expired
+and collected, or forgotten and purged, not even in its redacted form."""
 
 from __future__ import annotations
 
@@ -11,12 +13,45 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pii import FILLER, PII, SAMPLES, assert_absent, every_stored_text
+from pii import (
+    EVERY_FORM,
+    FILLER,
+    FORMS,
+    PII,
+    SAMPLES,
+    SLOW_PATH,
+    assert_absent,
+    every_stored_text,
+    spellings,
+    straddling,
+)
 
 from harness_mem.cli import cli
 from harness_mem.errors import WriteRefusedError
 from harness_mem.redaction import Redactor
 from harness_mem.store import MemoryStore
+
+REDACTOR = Redactor.default(secret=b"proofs")
+
+
+def distinct(value: str) -> str:
+    """What a pseudonym is keyed by, near enough: "4111 1111 1111 1111" and "4111111111111111" are
+    one card, and as identity fields they are one session."""
+    return "".join(ch for ch in value.lower() if ch.isalnum())
+
+
+# ---- the generated values mean something -----------------------------------------------------------
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(values=EVERY_FORM, before=FILLER, after=FILLER)
+def test_every_form_is_redacted_in_context(values: list[str], before: str, after: str) -> None:
+    """The proofs below prove something only if each generated value is one the redactor finds,
+    in the contexts they write it in (words, punctuation, CJK text glued on)."""
+    for name, value in zip(FORMS, values, strict=True):
+        out = REDACTOR.scrub(f"{before}{value}{after}")
+        assert out.counts, name
+        assert_absent([value], out.text.encode(), heads=True)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -116,11 +151,22 @@ def test_transcript_capture_never_stores_raw_pii(tmp_path_factory: pytest.TempPa
     assert_absent(values, every_stored_text(db))
 
 
+def test_a_credential_inside_a_structured_tool_result_is_scrubbed_before_it_becomes_json(store: MemoryStore) -> None:
+    from harness_mem.experience import TranscriptRecorder
+
+    # Written as JSON first, '"password": "…"' inside a string value would read '\\"password\\": \\"…\\"'.
+    with TranscriptRecorder(store, session="s") as recorder:
+        recorder.note_tool("config", {"body": '{"password": "Xq7Lm2Vb9Nz4", "user": "ada"}'})
+    turn = next(store.list(session="s"))
+    assert "Xq7Lm2Vb9Nz4" not in turn.content and "<SECRET>" in turn.content
+    assert turn.redactions == {"SECRET": 1}
+
+
 # ---- identity fields --------------------------------------------------------------------------
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(values=st.lists(PII, min_size=2, max_size=4, unique=True))
+@given(values=st.lists(PII, min_size=2, max_size=4, unique_by=distinct))
 def test_identity_fields_are_stored_as_pseudonyms_and_found_by_their_raw_value(
         tmp_path_factory: pytest.TempPathFactory, values: list[str]) -> None:
     db = tmp_path_factory.mktemp("identity") / "memory.db"
@@ -142,6 +188,27 @@ def test_identity_fields_are_stored_as_pseudonyms_and_found_by_their_raw_value(
         assert store.delete(f"id {values[0]}") and store.count() == 2 * len(values) - 1
     with MemoryStore(db, embedder=None, namespace=f"tenant {values[0]}") as again:  # the same key next time
         assert again.count(session=f"user {values[1]}") == 2
+    assert_absent(values, every_stored_text(db))
+
+
+@SLOW_PATH
+@given(values=EVERY_FORM)
+def test_every_form_in_every_identity_field(tmp_path_factory: pytest.TempPathFactory, values: list[str]) -> None:
+    db = tmp_path_factory.mktemp("identity-every-form") / "memory.db"
+    # The number keeps two values that pseudonymise alike (one card spaced and dashed) apart.
+    items = [{"text": "a plain note about the deploy", "id": f"id{i} {v}", "session": f"user{i} {v}",
+              "role": f"speaker{i} {v}", "tags": [f"who {v}"], "source": f"chat with {v}"}
+             for i, v in enumerate(values)]
+    with MemoryStore(db, embedder=None, namespace=f"tenant {values[0]}") as store:
+        store.add_many(items[: len(items) // 2])
+        for item in items[len(items) // 2:]:
+            store.add(item.pop("text"), **item)
+        for i, v in enumerate(values):
+            entry = store.get(f"id{i} {v}")
+            assert store.count(session=f"user{i} {v}") == 1
+            assert [e.id for e in store.list(role=f"speaker{i} {v}")] == [entry.id]
+            assert entry.redactions
+        assert store.delete(f"id0 {values[0]}") and store.count() == len(values) - 1
     assert_absent(values, every_stored_text(db))
 
 
@@ -213,7 +280,7 @@ def test_episodes_and_consolidation_never_store_raw_pii(tmp_path_factory: pytest
 def test_skills_saved_imported_and_revised_never_store_raw_pii(tmp_path: Path) -> None:
     from harness_mem.experience import ExperienceStore, Skill
 
-    values = list(SAMPLES)
+    values = [str(v) for v in SAMPLES]  # plain strings: YAML front matter cannot hold a str subclass
     db = tmp_path / "memory.db"
     source = tmp_path / "incoming" / "refund-flow"
     source.mkdir(parents=True)
@@ -241,4 +308,117 @@ def test_skills_saved_imported_and_revised_never_store_raw_pii(tmp_path: Path) -
         assert history[0].episode_id is not None and history[0].episode_id.startswith("episode <")
         # Importing the same tree again is idempotent: the stored (redacted) document is unchanged.
         assert experience.import_skills(tmp_path / "incoming").unchanged == ["refund-flow"]
+    assert_absent(SAMPLES, every_stored_text(db))
+
+
+@SLOW_PATH
+@given(values=EVERY_FORM)
+def test_skills_with_every_form_never_store_raw_pii(tmp_path_factory: pytest.TempPathFactory,
+                                                    values: list[str]) -> None:
+    from harness_mem.experience import ExperienceStore, Skill
+
+    plain = [str(v) for v in values]  # YAML front matter cannot hold a str subclass
+    root = tmp_path_factory.mktemp("skills")
+    db, source = root / "memory.db", root / "incoming" / "contact-flow"
+    source.mkdir(parents=True)
+    source.joinpath("SKILL.md").write_text(Skill(
+        name="contact-flow", description=f"Use when a customer like {plain[0]} writes in.",
+        body="\n".join(f"- check {v}" for v in plain), metadata={"owner": plain[1], "all": " | ".join(plain)},
+    ).render(), encoding="utf-8")
+    with MemoryStore(db, embedder=None) as store:
+        experience = ExperienceStore(store)
+        assert experience.import_skills(root / "incoming").saved == ["contact-flow"]
+        saved = experience.save_skill(Skill(
+            name="escalation", description=f"Use when {plain[2]} shows up in a log line.",
+            body="\n".join(f"Page {v}." for v in plain), license=f"ask {plain[3]}",
+            compatibility=f"needs {plain[4]}", extra={"contact": plain[5], "all": plain},
+        ), rationale=" / ".join(plain), episode_id=f"episode {plain[6]}")
+        revised = experience.save_skill(
+            Skill(name="escalation", description="Use when an alert fires.", body=" / ".join(plain)),
+            origin="revised", rationale=f"it misled {plain[7]}",
+        )
+        assert (saved.version, revised.version) == (1, 2)
     assert_absent(values, every_stored_text(db))
+
+
+# ---- truncation: a cut through a value leaves nothing of it --------------------------------------------
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=PII, data=st.data())
+def test_a_value_straddling_a_transcript_or_episode_cut_leaves_no_fragment(
+        tmp_path_factory: pytest.TempPathFactory, value: str, data: st.DataObject) -> None:
+    """A turn is cut at 2,000 characters, and so are an episode's situation and outcome: the value
+    the cut goes through must be redacted whole first, or its head reaches the file unrecognised."""
+    from harness_mem.experience import DEFAULT_MAX_CHARS, ExperienceStore, TranscriptRecorder, consolidate
+
+    offset = data.draw(st.integers(1, len(value) - 1), label="offset")
+    text = straddling(value, DEFAULT_MAX_CHARS, offset) + " and the rest of the turn"
+    db = tmp_path_factory.mktemp("cut") / "memory.db"
+    with MemoryStore(db, embedder=None) as store:
+        with TranscriptRecorder(store, session="cut") as recorder:
+            recorder.note_user(text)
+            recorder.note_tool("lookup", text)
+            recorder.note_assistant(f"done: {text}")
+        turns = list(store.list(session="cut"))
+        assert len(turns) == 3 and all("chars truncated]" in t.content for t in turns)
+        report = consolidate(store, session="cut")  # the episode's situation and outcome are cut too
+        assert [s.action for s in report.sessions] == ["created"]
+        assert ExperienceStore(store).count() == 1
+    assert_absent([value], every_stored_text(db), heads=True)
+
+
+# ---- deleted, expired, forgotten: gone, redacted form included ------------------------------------------
+
+PAST = "2020-01-01T00:00:00Z"
+
+
+@SLOW_PATH
+@given(values=EVERY_FORM)
+def test_deleted_expired_and_forgotten_pii_leaves_no_trace(tmp_path_factory: pytest.TempPathFactory,
+                                                            values: list[str]) -> None:
+    """Every value is stored (redacted) in one of four ways and then removed: deleted, or expired,
+    and collected by ``gc``; forgotten, or superseded and then forgotten, and purged. Afterwards
+    neither the value nor the text that was stored for it (content, session, tags) is in any byte
+    of the file, its -wal or -shm."""
+    from fake_embedder import HashedEmbedder
+
+    db = tmp_path_factory.mktemp("removed") / "memory.db"
+    collected: list[str] = []  # what was stored for the deleted and expired entries
+    purged: list[str] = []  # ... and for the forgotten ones
+    with MemoryStore(db, embedder=HashedEmbedder()) as store:
+        store.add_many([{"text": f"filler note number {i} about the weekly deploy", "session": "kept", "role": "user"}
+                        for i in range(50)])
+        kept = store.add("this note stays")
+        to_forget, to_delete = [], []
+        for i, value in enumerate(values):
+            # Each stored text is its own ("<PHONE>" alone is in many): a number in every field.
+            text, session, tag = f"zanzibar{i:03d}quokka wrote {value} today", f"user{i:03d} {value}", f"who{i:03d} {value}"
+            if i % 4 == 0:
+                entry = store.add(text, session=session, role="user", tags=[tag])
+                to_delete.append(entry.id)
+            elif i % 4 == 1:
+                entry = store.add(text, session=session, role="user", metadata={"v": value}, expires_at=PAST)
+            else:
+                entry = store.get(store.remember(text, tags=[tag], session=session).id)
+                to_forget.append(entry.id)
+            stored = [entry.content, entry.session or "", *entry.tags]  # the session: its pseudonym
+            if i % 4 == 3:  # corrected: the correction stays (with the session and tags), the old text goes
+                store.supersede(entry.id, f"corrected note {i}")
+                stored = [entry.content]
+            (collected if i % 4 < 2 else purged).extend(stored)
+        assert_absent(values, every_stored_text(db))  # never stored raw in the first place
+        found = every_stored_text(db).lower()
+        assert all(any(s in found for s in spellings(text)) for text in collected + purged)  # the proof can fail
+
+        assert all(store.delete(entry_id) for entry_id in to_delete)
+        report = store.gc()
+        assert report["expired_purged"] == len(values[1::4]) and report["wal_truncated"]
+        assert_absent(collected, every_stored_text(db))
+
+        assert sum(store.forget(entry_id) for entry_id in to_forget) == len(to_forget)
+        assert store.purge() == len(to_forget)
+        assert_absent(purged, every_stored_text(db))
+        assert store.get(kept.id).content == "this note stays"
+        assert {e.content for e in store.list(kind="note")} >= {f"corrected note {i}" for i in range(3, len(values), 4)}
+    assert_absent([*values, *collected, *purged], every_stored_text(db))
