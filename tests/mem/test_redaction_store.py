@@ -22,6 +22,7 @@ from pii import (
     SLOW_PATH,
     assert_absent,
     every_stored_text,
+    every_written_byte,
     spellings,
     straddling,
 )
@@ -65,7 +66,7 @@ def test_api_writes_never_store_raw_pii(tmp_path_factory: pytest.TempPathFactory
                       source=f"chat with {value}", metadata={"raw": value, "nested": {"list": [value]}})
         store.add_many([{"text": f"batch {value} end"} for value in values])
         assert store.count() == 2 * len(values)
-    assert_absent(values, every_stored_text(db))
+    assert_absent(values, every_written_byte(db.parent))
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -73,7 +74,8 @@ def test_api_writes_never_store_raw_pii(tmp_path_factory: pytest.TempPathFactory
 def test_cli_import_never_stores_raw_pii(tmp_path_factory: pytest.TempPathFactory, values: list[str],
                                          before: str) -> None:
     directory = tmp_path_factory.mktemp("cli")
-    db, source = directory / "memory.db", directory / "in.jsonl"
+    db, source = directory / "store" / "memory.db", directory / "in.jsonl"  # the input is the caller's
+    db.parent.mkdir()
     source.write_text("".join(
         json.dumps({"text": f"{before}{value}", "role": "user", "session": "s", "tags": [value],
                     "metadata": {"v": value}, "extra_field": value}, ensure_ascii=False) + "\n"
@@ -82,7 +84,7 @@ def test_cli_import_never_stores_raw_pii(tmp_path_factory: pytest.TempPathFactor
     result = CliRunner().invoke(cli, ["--db", str(db), "--embedder", "none", "import", str(source)],
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
-    assert_absent(values, every_stored_text(db))
+    assert_absent(values, every_written_byte(db.parent))
 
 
 def test_counts_are_recorded_per_entry_and_in_stats(store: MemoryStore) -> None:
@@ -148,7 +150,7 @@ def test_transcript_capture_never_stores_raw_pii(tmp_path_factory: pytest.TempPa
                 recorder.note_tool("lookup", {"contact": value, "note": f"found {value}"})
                 recorder.note_assistant(f"noted {value} ")
         assert store.count(session="s-1") == 3 * len(values)
-    assert_absent(values, every_stored_text(db))
+    assert_absent(values, every_written_byte(db.parent))
 
 
 def test_a_credential_inside_a_structured_tool_result_is_scrubbed_before_it_becomes_json(store: MemoryStore) -> None:
@@ -188,7 +190,7 @@ def test_identity_fields_are_stored_as_pseudonyms_and_found_by_their_raw_value(
         assert store.delete(f"id {values[0]}") and store.count() == 2 * len(values) - 1
     with MemoryStore(db, embedder=None, namespace=f"tenant {values[0]}") as again:  # the same key next time
         assert again.count(session=f"user {values[1]}") == 2
-    assert_absent(values, every_stored_text(db))
+    assert_absent(values, every_written_byte(db.parent))
 
 
 @SLOW_PATH
@@ -209,7 +211,7 @@ def test_every_form_in_every_identity_field(tmp_path_factory: pytest.TempPathFac
             assert [e.id for e in store.list(role=f"speaker{i} {v}")] == [entry.id]
             assert entry.redactions
         assert store.delete(f"id0 {values[0]}") and store.count() == len(values) - 1
-    assert_absent(values, every_stored_text(db))
+    assert_absent(values, every_written_byte(db.parent))
 
 
 def test_the_cli_stores_a_session_address_as_its_pseudonym_and_finds_it(db_path: Path) -> None:
@@ -274,14 +276,15 @@ def test_episodes_and_consolidation_never_store_raw_pii(tmp_path_factory: pytest
             assert [s.action for s in report.sessions] == ["created"]
         assert experience.count() == 2 * len(values)
         assert experience.delete(f"episode {values[0]}")
-    assert_absent(values, every_stored_text(db))
+    assert_absent(values, every_written_byte(db.parent))
 
 
 def test_skills_saved_imported_and_revised_never_store_raw_pii(tmp_path: Path) -> None:
     from harness_mem.experience import ExperienceStore, Skill
 
     values = [str(v) for v in SAMPLES]  # plain strings: YAML front matter cannot hold a str subclass
-    db = tmp_path / "memory.db"
+    db = tmp_path / "store" / "memory.db"  # apart from the SKILL.md given as input
+    db.parent.mkdir()
     source = tmp_path / "incoming" / "refund-flow"
     source.mkdir(parents=True)
     source.joinpath("SKILL.md").write_text(Skill(
@@ -308,7 +311,7 @@ def test_skills_saved_imported_and_revised_never_store_raw_pii(tmp_path: Path) -
         assert history[0].episode_id is not None and history[0].episode_id.startswith("episode <")
         # Importing the same tree again is idempotent: the stored (redacted) document is unchanged.
         assert experience.import_skills(tmp_path / "incoming").unchanged == ["refund-flow"]
-    assert_absent(SAMPLES, every_stored_text(db))
+    assert_absent(SAMPLES, every_written_byte(db.parent))
 
 
 @SLOW_PATH
@@ -319,8 +322,9 @@ def test_skills_with_every_form_never_store_raw_pii(tmp_path_factory: pytest.Tem
 
     plain = [str(v) for v in values]  # YAML front matter cannot hold a str subclass
     root = tmp_path_factory.mktemp("skills")
-    db, source = root / "memory.db", root / "incoming" / "contact-flow"
+    db, source = root / "store" / "memory.db", root / "incoming" / "contact-flow"  # the input apart
     source.mkdir(parents=True)
+    db.parent.mkdir()
     source.joinpath("SKILL.md").write_text(Skill(
         name="contact-flow", description=f"Use when a customer like {plain[0]} writes in.",
         body="\n".join(f"- check {v}" for v in plain), metadata={"owner": plain[1], "all": " | ".join(plain)},
@@ -338,7 +342,7 @@ def test_skills_with_every_form_never_store_raw_pii(tmp_path_factory: pytest.Tem
             origin="revised", rationale=f"it misled {plain[7]}",
         )
         assert (saved.version, revised.version) == (1, 2)
-    assert_absent(values, every_stored_text(db))
+    assert_absent(values, every_written_byte(db.parent))
 
 
 # ---- truncation: a cut through a value leaves nothing of it --------------------------------------------
@@ -365,7 +369,7 @@ def test_a_value_straddling_a_transcript_or_episode_cut_leaves_no_fragment(
         report = consolidate(store, session="cut")  # the episode's situation and outcome are cut too
         assert [s.action for s in report.sessions] == ["created"]
         assert ExperienceStore(store).count() == 1
-    assert_absent([value], every_stored_text(db), heads=True)
+    assert_absent([value], every_written_byte(db.parent), heads=True)
 
 
 # ---- deleted, expired, forgotten: gone, redacted form included ------------------------------------------
@@ -421,4 +425,4 @@ def test_deleted_expired_and_forgotten_pii_leaves_no_trace(tmp_path_factory: pyt
         assert_absent(purged, every_stored_text(db))
         assert store.get(kept.id).content == "this note stays"
         assert {e.content for e in store.list(kind="note")} >= {f"corrected note {i}" for i in range(3, len(values), 4)}
-    assert_absent([*values, *collected, *purged], every_stored_text(db))
+    assert_absent([*values, *collected, *purged], every_written_byte(db.parent))
