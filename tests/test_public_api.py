@@ -68,6 +68,7 @@ STORAGE_MODULES = {
     "harness_mem/migrations.py",
     "harness_mem/store.py",
     "harness_mem/recall.py",
+    "harness_mem/bm25.py",
     "harness_mem/maintenance.py",
     "harness_mem/vectors.py",
     "harness_mem/experience/store.py",

@@ -84,6 +84,10 @@ class Filters(Record):
         if self.session_prefix:
             clauses.append(f"substr({alias}.session, 1, ?) = ?")
             params.extend([len(self.session_prefix), self.session_prefix])
+            if ord(self.session_prefix[-1]) < 0x10FFFF:
+                # The same condition as a range (UTF-8 sorts by code point), which the session index answers.
+                clauses.append(f"{alias}.session >= ? AND {alias}.session < ?")
+                params.extend([self.session_prefix, self.session_prefix[:-1] + chr(ord(self.session_prefix[-1]) + 1)])
         if self.tags:
             clauses.append(
                 f"NOT EXISTS (SELECT 1 FROM json_each(?) AS wanted WHERE wanted.value NOT IN"

@@ -27,12 +27,13 @@ import numpy as np
 import numpy.typing as npt
 
 from . import fusion, keyword
+from .bm25 import KeywordIndex
 from .db import Connection
 from .errors import EmbedderError, InvalidInputError, MissingVectorsWarning
 from .filters import Filters, make_filters
 from .models import Entry, Hit, now_ms, to_ms
 from .providers.embeddings import INSTALL_HINT
-from .rows import COLUMNS, entry_from_row
+from .rows import COLUMNS, Row, entry_from_row
 from .vectors import VectorFilter, missing_vectors
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class Recall:
         self._vectors_checked_at: tuple[int, int] | None = None
         self._vector_counts: tuple[bool, int, int] | None = None  # (bound, entries, missing) at that check
         self._query_vectors: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        self.keywords = KeywordIndex()
 
     def __call__(
         self,
@@ -74,6 +76,7 @@ class Recall:
         query_vector: npt.NDArray[np.float32] | None = None,
         strict: bool = False,
         include_superseded: bool = False,
+        exact: bool = False,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
 
@@ -87,6 +90,10 @@ class Recall:
         answer with the vectors there are, hybrid matching the rest by keyword, and say so with a
         :class:`MissingVectorsWarning`; ``strict=True`` refuses instead. This is checked before
         any model is loaded, and when no entry has a vector, hybrid loads none.
+
+        On a large file, keyword ranking scores exactly only a query's rarer words and adds the
+        common ones per candidate (see :mod:`harness_mem.bm25`); ``exact=True`` has FTS5 score
+        every word on every match.
         """
         if not isinstance(query, str):
             raise InvalidInputError("a query must be a string")
@@ -114,7 +121,7 @@ class Recall:
         # them, so an entry deleted meanwhile by another connection cannot vanish between the two.
         try:
             with self.store._snapshot():
-                return self._hits(query, k, mode, filters, named, explain, query_vector, pending)
+                return self._hits(query, k, mode, filters, named, explain, query_vector, pending, exact)
         finally:
             if pending is not None:
                 pending.join()
@@ -129,6 +136,7 @@ class Recall:
         explain: bool,
         query_vector: npt.NDArray[np.float32] | None,
         pending: _Background | None = None,
+        exact: bool = False,
     ) -> list[Hit]:
         rankings: dict[str, list[tuple[int, float]]] = {}
         depth = fusion.depth(k) if mode == "hybrid" else k
@@ -136,7 +144,7 @@ class Recall:
             # Keyword scores are cheap past the top few (FTS5 ranks every match anyway), and hybrid
             # needs them for the semantic candidates too: take them deep.
             rankings["keyword"] = self._keyword_ranking(
-                query, fusion.KEYWORD_DEPTH if mode == "hybrid" else depth, filters
+                query, fusion.KEYWORD_DEPTH if mode == "hybrid" else depth, filters, exact
             )
         if pending is not None:
             query_vector = pending.result()
@@ -184,34 +192,20 @@ class Recall:
             )
         return mode  # type: ignore[return-value]
 
-    def _keyword_ranking(self, query: str, k: int, filters: Filters) -> list[tuple[int, float]]:
-        """(pk, score) by BM25, best first; the score is ``-bm25`` so that higher is better."""
-        expression = keyword.match_expression(query)
-        if expression is None:
+    def _keyword_ranking(self, query: str, k: int, filters: Filters, exact: bool = False) -> list[tuple[int, float]]:
+        """(pk, score) by BM25, best first; higher is better (see bm25.py)."""
+        terms = keyword.query_terms(query)
+        if not terms:
             return []
-        where, params = filters.sql(self.store.namespace, now_ms())
-        # Ask FTS5 for a shortlist first: ORDER BY rank LIMIT lets it skip sorting every match.
-        # If filters leave fewer than k of the shortlist, fall back to ranking all matches.
-        shortlist = max(4 * k, 64)
-        for limit in (shortlist, -1):
-            rows = self.conn.execute(
-                "SELECT e.pk, f.rank FROM"
-                " (SELECT rowid, rank FROM entries_fts WHERE entries_fts MATCH ? ORDER BY rank LIMIT ?) AS f"
-                # CROSS JOIN keeps the matches as the outer loop: otherwise SQLite may start from
-                # `entries` through the namespace index and test the filters on every row.
-                f" CROSS JOIN entries e ON e.pk = f.rowid WHERE {where} ORDER BY f.rank LIMIT ?",
-                [expression, limit, *params, k],
-            ).fetchall()
-            if len(rows) >= k or limit == -1:
-                break
-            if self._match_count(expression) <= shortlist:
-                break
-        return [(pk, -float(rank)) for pk, rank in rows]
+        return self.keywords.ranking(self.conn, terms, k, filters, self.store.namespace, now_ms(),
+                                     self._index_texts, exact=exact)
 
-    def _match_count(self, expression: str) -> int:
-        return int(self.conn.execute(
-            "SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (expression,)
-        ).fetchone()[0])
+    def _index_texts(self, pks: Sequence[int]) -> dict[int, str]:
+        """The keyword-index text of each entry (as its write made it), for ranking by term frequency."""
+        rows = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries e WHERE pk IN (SELECT value FROM json_each(?))", (json.dumps(list(pks)),)
+        ).fetchall()
+        return {row[0]: self.store._index_texts([Row._make(row)], before_pk=row[0])[0] for row in rows}
 
     def _fuse(
         self,

@@ -619,6 +619,7 @@ class MemoryStore:
         min_score: float | None = None,
         context: int = 0,
         include_superseded: bool = False,
+        exact: bool = False,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
 
@@ -633,13 +634,15 @@ class MemoryStore:
 
         ``min_score`` drops hits scoring below it; ``context=N`` gives each turn hit the N turns
         before and after it in its session (``hit.context``); entries a correction replaced are
-        left out unless ``include_superseded``.
+        left out unless ``include_superseded``. ``exact=True`` ranks keywords with BM25 over every
+        word of the query on every match, which costs time in proportion to the file on a large one
+        (the default scores only the rarer words that way: see :mod:`harness_mem.bm25`).
         """
         role, session, session_prefix = self._key(role), self._key(session), self._key(session_prefix)
         hits = self._recall(
             query, k, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
             any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,
-            strict=strict, include_superseded=include_superseded,
+            strict=strict, include_superseded=include_superseded, exact=exact,
         )
         if min_score is not None:
             hits = [hit for hit in hits if hit.score >= min_score]

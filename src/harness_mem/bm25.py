@@ -1,0 +1,392 @@
+"""Top-k BM25 that does not score every match: keyword recall at a million entries.
+
+FTS5's ``bm25()`` costs time in proportion to every row holding any query term: it walks each
+term's whole posting list to count it (for the idf), then scores every matching row, a few µs each.
+An OR of a question's words touches a large share of a big file: at a million entries, most of a
+second. Walking a posting list for rowids alone, or intersecting two (FTS5 seeks the longer one),
+costs far less. So when the words' lists are long together (over :data:`SCORED_ROWS` rows), the
+ranking is built from such reads instead:
+
+- each term's document frequency comes from the index's vocabulary (``fts5vocab``), the word
+  looked up in the form the index stores it: lower case, diacritics removed, Porter-stemmed as the
+  index's tokenizer does (``snowballstemmer``'s "porter" agrees with it on all but a few words; a
+  word it stems otherwise is counted directly);
+- **candidates** are every entry holding one of the rarest terms (the rarest whose lists hold at
+  most :data:`CANDIDATE_ROWS` rows together), and every entry holding two of the next
+  :data:`PAIRED` terms (an AND, which FTS5 answers by seeking);
+- each other term is looked up among the candidates (another AND);
+- a candidate scores BM25 with every term it holds counted once: idf by FTS5's formula from the
+  df, times the length part from the entry's token count, with FTS5's k1 and b. Chat turns are
+  short and rarely repeat a word, so this is the score FTS5 would give in nearly every case.
+
+What it leaves out: an entry holding a single common word and none of the rare ones (its score is
+below any entry holding two of the words, or the rare one). ``exact=True`` always has FTS5 score
+every word on every match. On LoCoMo questions planted among a million chat turns the two find the
+same evidence (bench/bench_scale.py), and a filtered query is answered inside its filter the same
+way, at a cost that follows the filter's size, not the file's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import combinations
+from typing import Any
+
+from .db import Connection, is_read_only
+from .filters import Filters
+
+# FTS5's bm25() constants.
+K1 = 1.2
+B = 0.75
+# Above this many posting-list rows for the whole query, FTS5 no longer scores it (a few µs a row).
+SCORED_ROWS = 4096
+# The rarest terms' entries that are all candidates, at most (read as rowids: well under a µs a row).
+CANDIDATE_ROWS = 8192
+# How many of the next-rarest terms give candidates by pairs (each pair is one AND).
+PAIRED = 4
+# A filtered recall whose filter leaves at most this many entries ranks inside them.
+NARROW = 5000
+# A rowid lookup costs about as much as walking this many posting-list entries.
+_PROBE_COST = 40
+# Candidates scored in full, at least (by their idf weight, the rest cannot reach the top 10).
+_RESCORED = 200
+# Entries of one group (holding the same terms) whose lengths are read, at most.
+_GROUP_LENGTHS = 2000
+# A remembered df is read again once the row count has moved by this share of it.
+_STALE_SHARE = 0.01
+_CACHED_TERMS = 65536
+_VOCAB = "temp.harness_mem_vocab"
+# What unicode61 reads as a token: letters and digits (the underscore separates).
+_TOKEN = re.compile(r"[^\W_]+")
+
+#: Gives the keyword-index text of each entry asked for (by pk), as it was written.
+IndexTexts = Callable[[Sequence[int]], dict[int, str]]
+
+
+@dataclass(frozen=True)
+class Term:
+    """One query term: its FTS5 string (quoted) and how many entries hold it."""
+
+    fts: str
+    df: int
+
+    @property
+    def form(self) -> str | None:
+        """The token the index stores for a one-word term (None for a phrase or a prefix)."""
+        word = self.fts[1:-1]
+        if self.fts.startswith('"') and self.fts.endswith('"') and " " not in word and '"' not in word:
+            return index_form(word)
+        return None
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> Any:
+    import snowballstemmer  # type: ignore[import-untyped]
+
+    return snowballstemmer.stemmer("porter")
+
+
+@lru_cache(maxsize=8192)
+def index_form(word: str) -> str:
+    """``word`` as the index's tokenizer stores it (porter over unicode61, diacritics removed)."""
+    folded = "".join(ch for ch in unicodedata.normalize("NFKD", word) if not unicodedata.combining(ch)).lower()
+    if len(folded) < 3 or not folded.isascii() or not folded.isalpha():
+        return folded  # the tokenizer leaves short words alone; the stemmer knows only a-z
+    return str(_stemmer().stemWord(folded))
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """An SQLite varint (big-endian, 7 bits a byte, the ninth byte whole) at ``pos``: (value, next pos)."""
+    value = 0
+    for _ in range(8):
+        byte = data[pos]
+        pos += 1
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value, pos
+    return (value << 8) | data[pos], pos + 1
+
+
+def idf(rows: int, df: int) -> float:
+    """FTS5's idf: log((N - n + 0.5) / (n + 0.5)), floored at a millionth."""
+    value = math.log((rows - df + 0.5) / (df + 0.5))
+    return value if value > 0 else 1e-6
+
+
+def share(tf: int, length: int, average: float) -> float:
+    """The BM25 term-frequency part, FTS5's way: tf·(k1+1) / (tf + k1·(1 − b + b·len/avglen))."""
+    ratio = length / average if average > 0 else 1.0
+    return tf * (K1 + 1) / (tf + K1 * (1 - B + B * ratio))
+
+
+class KeywordIndex:
+    """BM25 rankings over ``entries_fts`` for one store (it keeps a df cache)."""
+
+    def __init__(self, *, scored_rows: int = SCORED_ROWS, candidate_rows: int = CANDIDATE_ROWS,
+                 narrow: int = NARROW) -> None:
+        self.scored_rows = scored_rows
+        self.candidate_rows = candidate_rows
+        self.narrow = narrow
+        self._df: dict[str, tuple[int, int]] = {}  # index form: (df, the row count it was read at)
+
+    # ---- statistics -----------------------------------------------------------------------------
+
+    def stats(self, conn: Connection) -> tuple[int, float]:
+        """(rows, average tokens per row), as FTS5 keeps them for bm25()."""
+        row = conn.execute("SELECT block FROM entries_fts_data WHERE id = 1").fetchone()
+        if row is None or not row[0]:
+            return 0, 0.0
+        rows, pos = _varint(row[0], 0)
+        tokens, _ = _varint(row[0], pos)
+        return rows, (tokens / rows if rows else 0.0)
+
+    def _ensure_vocab(self, conn: Connection) -> None:
+        if conn.execute("SELECT 1 FROM temp.sqlite_master WHERE name = 'harness_mem_vocab'").fetchone():
+            return
+        read_only = is_read_only(conn)
+        if read_only:  # a temp table writes nothing to the file; query_only forbids it all the same
+            conn.execute("PRAGMA query_only = OFF")
+        try:
+            conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {_VOCAB} USING fts5vocab(main, entries_fts, row)")
+        finally:
+            if read_only:
+                conn.execute("PRAGMA query_only = ON")
+
+    def document_frequency(self, conn: Connection, fts: str, rows: int) -> int:
+        """How many entries hold the term ``fts`` (a quoted word, a quoted phrase or a prefix).
+
+        Counts are remembered while the file cannot have moved them by more than 1%: a common
+        word's count is reused across many writes, a rare word's is read again after any.
+        """
+        word = fts[1:-1]
+        single = fts.startswith('"') and fts.endswith('"') and " " not in word and '"' not in word
+        key = index_form(word) if single else fts
+        cached = self._df.get(key)
+        if cached is not None and abs(rows - cached[1]) <= _STALE_SHARE * cached[0]:
+            return cached[0]
+        found = None
+        if single:
+            self._ensure_vocab(conn)
+            found = conn.execute(f"SELECT doc FROM {_VOCAB} WHERE term = ?", (key,)).fetchone()
+        if found is None:
+            # A phrase, a prefix, or a word stemmed otherwise (or absent): count its entries.
+            found = conn.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (fts,)).fetchone()
+        if len(self._df) >= _CACHED_TERMS:
+            self._df.clear()
+        self._df[key] = (int(found[0]), rows)
+        return int(found[0])
+
+    # ---- ranking --------------------------------------------------------------------------------
+
+    def ranking(
+        self, conn: Connection, terms: Sequence[str], k: int, filters: Filters, namespace: str, now: int,
+        texts: IndexTexts, *, exact: bool = False,
+    ) -> list[tuple[int, float]]:
+        """(pk, score) of the ``k`` best entries by BM25 that pass ``filters``, best first.
+
+        FTS5 scores the query itself when ``exact`` or when its words' posting lists are short
+        together; otherwise see the module docstring. A filter that leaves few entries (a session,
+        a conversation's prefix, a day) is answered inside them: each term's entries are read
+        within their rowid range, or looked up one by one when that is cheaper.
+        """
+        where, params = filters.sql(namespace, now)
+        rows, average = self.stats(conn)
+        if exact or rows <= self.scored_rows:
+            return self._fts_ranking(conn, " OR ".join(terms), k, where, params)
+        counted = [Term(t, self.document_frequency(conn, t, rows)) for t in terms]
+        counted = sorted((t for t in counted if t.df), key=lambda t: t.df)  # a word no entry holds adds nothing
+        if sum(t.df for t in counted) <= self.scored_rows:
+            return self._fts_ranking(conn, " OR ".join(t.fts for t in counted), k, where, params) if counted else []
+        if not filters.is_empty:
+            inside = conn.execute(f"SELECT e.pk FROM entries e WHERE {where} LIMIT ?", [*params, self.narrow + 1]).fetchall()
+            if len(inside) <= self.narrow:
+                held = self._held_within(conn, counted, sorted(pk for (pk,) in inside), rows)
+                return self._score(conn, counted, held, rows, average, k, texts)
+        held, rare = self._held_by_candidates(conn, counted)
+        passing = lambda pks: self._passing(conn, pks, where, params)  # noqa: E731
+        scored = self._score(conn, counted, held, rows, average, k, texts, passing)
+        # An entry holding one of the other terms alone scores at most idf·(k1+1). Where that could
+        # reach the top k, that term's own best entries (ranked by FTS5) join the candidates, if
+        # the term is not so common that ranking its entries costs more than the query's budget.
+        added = False
+        for i in range(rare, len(counted)):
+            if len(scored) >= k and idf(rows, counted[i].df) * (K1 + 1) <= scored[k - 1][1]:
+                continue
+            if counted[i].df > self.candidate_rows:
+                continue
+            for pk, _ in self._fts_ranking(conn, counted[i].fts, k, where, params):
+                held[pk] = held.get(pk, 0) | (1 << i)
+                added = True
+        if added:
+            scored = self._score(conn, counted, held, rows, average, k, texts, passing)
+        if len(scored) < k:
+            # Fewer candidates than hits wanted (the filters exclude most of what the words find,
+            # or few entries hold two words): entries holding one common word count now.
+            return self._fts_ranking(conn, " OR ".join(t.fts for t in counted), k, where, params)
+        return scored
+
+    def _fts_ranking(
+        self, conn: Connection, expression: str, k: int, where: str, params: list[Any]
+    ) -> list[tuple[int, float]]:
+        """FTS5's own ranking of ``expression``, filtered; the score is ``-bm25`` (higher is better)."""
+        # Ask FTS5 for a shortlist first: ORDER BY rank LIMIT lets it skip sorting every match.
+        # If filters leave fewer than k of the shortlist, fall back to ranking all matches.
+        shortlist = max(4 * k, 64)
+        rows: list[Any] = []
+        for limit in (shortlist, -1):
+            rows = conn.execute(
+                "SELECT e.pk, f.rank FROM"
+                " (SELECT rowid, rank FROM entries_fts WHERE entries_fts MATCH ? ORDER BY rank LIMIT ?) AS f"
+                # CROSS JOIN keeps the matches as the outer loop: otherwise SQLite may start from
+                # `entries` through the namespace index and test the filters on every row.
+                f" CROSS JOIN entries e ON e.pk = f.rowid WHERE {where} ORDER BY f.rank LIMIT ?",
+                [expression, limit, *params, k],
+            ).fetchall()
+            if len(rows) >= k or limit == -1:
+                break
+            count = conn.execute(
+                "SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (expression,)
+            ).fetchone()[0]
+            if count <= shortlist:
+                break
+        return [(pk, -float(rank)) for pk, rank in rows]
+
+    # ---- which entries hold which terms -----------------------------------------------------------
+
+    def _rowids(self, conn: Connection, expression: str, *bounds: int) -> list[int]:
+        if bounds:
+            sql = "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ? AND rowid BETWEEN ? AND ?"
+        else:
+            sql = "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ?"
+        return [pk for (pk,) in conn.execute(sql, (expression, *bounds))]
+
+    def _held_by_candidates(self, conn: Connection, terms: list[Term]) -> tuple[dict[int, int], int]:
+        """The candidates (see the module docstring), each with the set of terms it holds as a bit
+        mask over ``terms`` (rarest first), and how many of the rarest terms gave all their entries."""
+        count = 0
+        total = 0
+        for term in terms:
+            if count and total + term.df > self.candidate_rows:
+                break
+            count += 1
+            total += term.df
+        held: dict[int, int] = {}
+        for i, term in enumerate(terms[:count]):
+            bit = 1 << i
+            for pk in self._rowids(conn, term.fts):
+                held[pk] = held.get(pk, 0) | bit
+        anchor = "(" + " OR ".join(t.fts for t in terms[:count]) + ")"
+        for i in range(count, len(terms)):
+            bit = 1 << i
+            for pk in self._rowids(conn, f"{anchor} AND {terms[i].fts}"):
+                held[pk] |= bit
+        # Entries holding none of the rarest terms but two of the next ones. They may hold a third
+        # term beyond these: it is not looked up (its idf is lower than theirs).
+        for i, j in combinations(range(count, min(len(terms), count + PAIRED)), 2):
+            both = (1 << i) | (1 << j)
+            for pk in self._rowids(conn, f"{terms[i].fts} AND {terms[j].fts}"):
+                held[pk] = held.get(pk, 0) | both
+        return held, count
+
+    def _held_within(self, conn: Connection, terms: list[Term], pks: list[int], rows: int) -> dict[int, int]:
+        """Which of the entries ``pks`` (sorted) hold which terms (a bit mask over ``terms``)."""
+        held: dict[int, int] = {}
+        if not pks:
+            return held
+        members = set(pks)
+        low, high = pks[0], pks[-1]
+        span = (high - low + 1) / max(rows, 1)
+        as_json = json.dumps(pks)
+        for i, term in enumerate(terms):
+            bit = 1 << i
+            if term.df * span <= _PROBE_COST * len(pks):  # walking the term's rows in the range is cheaper
+                holders: Iterable[int] = (pk for pk in self._rowids(conn, term.fts, low, high) if pk in members)
+            else:
+                holders = [pk for (pk,) in conn.execute(
+                    "SELECT c.value FROM json_each(?) AS c WHERE EXISTS"
+                    " (SELECT 1 FROM entries_fts WHERE entries_fts MATCH ? AND rowid = c.value)",
+                    (as_json, term.fts),
+                )]
+            for pk in holders:
+                held[pk] = held.get(pk, 0) | bit
+        return held
+
+    # ---- scores ---------------------------------------------------------------------------------
+
+    def _score(
+        self, conn: Connection, terms: list[Term], held: dict[int, int], rows: int, average: float, k: int,
+        texts: IndexTexts, passing: Callable[[list[int]], set[int]] | None = None,
+    ) -> list[tuple[int, float]]:
+        """The best ``k`` of the entries in ``held`` (pk: mask of the terms it holds), best first.
+
+        Entries are weighed by the idf of the terms they hold, most first, and those holding the
+        same terms by their length (BM25's length part): the best :data:`_RESCORED` (or ``2k``) of
+        them are then scored in full, each term's frequency counted in the entry's index text.
+        ``passing`` (the filters) tells which of a group's entries may be returned.
+        """
+        idfs = [idf(rows, t.df) for t in terms]
+        by_mask: dict[int, list[int]] = {}
+        for pk, mask in held.items():
+            by_mask.setdefault(mask, []).append(pk)
+        weight = {mask: sum(idfs[i] for i in range(len(terms)) if mask >> i & 1) for mask in by_mask}
+        wanted = max(_RESCORED, 2 * k)
+        # Groups from the heaviest: a lighter group can still beat a heavier one through shorter
+        # entries (the length part varies by about 2x), so groups are read until the next one's
+        # weight, even at the shortest length, cannot reach the last one wanted.
+        shortlist: list[tuple[float, int, int]] = []  # (-presence score, pk, mask)
+        for mask in sorted(by_mask, key=lambda m: -weight[m]):
+            if len(shortlist) >= wanted:
+                floor = -sorted(shortlist)[wanted - 1][0]
+                if weight[mask] * share(1, 0, average) < floor:
+                    break
+            group = by_mask[mask][:_GROUP_LENGTHS]
+            if passing is not None:
+                allowed = passing(group)
+                group = [pk for pk in group if pk in allowed]
+            lengths = self._lengths(conn, group)
+            shortlist.extend((-weight[mask] * share(1, lengths.get(pk, 0), average), pk, mask) for pk in group)
+        shortlist.sort()
+        best = shortlist[:wanted]
+        lengths = self._lengths(conn, [pk for _, pk, _ in best])
+        written = texts([pk for _, pk, _ in best])
+        forms = [t.form for t in terms]
+        prefixes = {form[:3] for form in forms if form}
+        scored = []
+        for _, pk, mask in best:
+            counts = Counter(
+                index_form(token) for token in _TOKEN.findall(written.get(pk, "").lower()) if token[:3] in prefixes
+            )
+            length = lengths.get(pk, 0)
+            score = 0.0
+            for i, form in enumerate(forms):
+                if mask >> i & 1:
+                    tf = max(1, counts[form]) if form is not None else 1
+                    score += idfs[i] * share(tf, length, average)
+            scored.append((pk, score))
+        scored.sort(key=lambda item: (-item[1], item[0]))
+        return scored[:k]
+
+    def _lengths(self, conn: Connection, pks: Sequence[int]) -> dict[int, int]:
+        """Each entry's length in index tokens (what bm25() normalises by)."""
+        return {
+            pk: _varint(size, 0)[0] if size else 0
+            for pk, size in conn.execute(
+                "SELECT id, sz FROM entries_fts_docsize WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(pks)),),
+            )
+        }
+
+    def _passing(self, conn: Connection, pks: Sequence[int], where: str, params: list[Any]) -> set[int]:
+        """Which of ``pks`` pass the filters' WHERE clause."""
+        # CROSS JOIN: look each pk up, rather than let SQLite scan the namespace index testing each row.
+        return {pk for (pk,) in conn.execute(
+            f"SELECT e.pk FROM json_each(?) AS c CROSS JOIN entries e ON e.pk = c.value WHERE {where}",
+            [json.dumps(list(pks)), *params],
+        )}
