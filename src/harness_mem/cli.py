@@ -440,12 +440,14 @@ def purge(ctx: click.Context) -> None:
 @click.option("--context", type=click.IntRange(0, 20), default=0, help="Show N turns before and after each turn hit.")
 @click.option("--min-score", type=float, help="Leave out hits scoring below this.")
 @click.option("--all-versions", is_flag=True, help="Include entries that a correction replaced.")
+@click.option("--exact", is_flag=True,
+              help="Rank keywords by BM25 over every word on every match (slower on a large file).")
 @json_option
 @click.pass_context
 def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str | None, role: str | None,
            session: str | None, session_prefix: str | None, tags: tuple[str, ...], since: str | None,
            until: str | None, explain: bool, strict: bool, context: int, min_score: float | None,
-           all_versions: bool, as_json: bool) -> None:
+           all_versions: bool, exact: bool, as_json: bool) -> None:
     """Find the entries most relevant to QUERY, best first.
 
     \b
@@ -457,7 +459,7 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
         hits = store.recall(query, k=k, mode=mode, kind=kind, role=role, session=session,  # type: ignore[arg-type]
                             session_prefix=session_prefix, tags=tags, since=since, until=until,
                             explain=explain, strict=strict, context=context, min_score=min_score,
-                            include_superseded=all_versions)
+                            include_superseded=all_versions, exact=exact)
     if as_json:
         for hit in hits:
             echo_json(hit.to_dict())

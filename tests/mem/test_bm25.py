@@ -169,3 +169,28 @@ def test_hostile_queries_rank_without_error(corpus: Path) -> None:
                       "paint " * 500, ""]:
             hits = store.recall(query, k=5, mode="keyword")
             assert len(hits) <= 5
+
+
+def test_the_cli_ranks_exactly_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`recall --exact` reaches the ranking (and plain recall does not ask for it)."""
+    from click.testing import CliRunner
+
+    from harness_mem.cli import cli
+
+    asked: list[bool] = []
+    ranking = KeywordIndex.ranking
+
+    def watched(self: KeywordIndex, *args: object, exact: bool = False, **kwargs: object) -> object:
+        asked.append(exact)
+        return ranking(self, *args, exact=exact, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(KeywordIndex, "ranking", watched)
+    db = tmp_path / "c.db"
+    with MemoryStore(db, embedder=None) as store:
+        store.add_many([{"content": f"note {i} about the weather"} for i in range(20)])
+    args = ["--db", str(db), "recall", "weather", "--mode", "keyword", "-k", "3", "--json"]
+    fast = CliRunner().invoke(cli, args, catch_exceptions=False)
+    exact = CliRunner().invoke(cli, [*args, "--exact"], catch_exceptions=False)
+    assert fast.exit_code == exact.exit_code == 0
+    assert asked == [False, True]
+    assert len(exact.stdout.splitlines()) == 3
