@@ -206,6 +206,15 @@ def test_recall_reads_episode_entries_without_a_row(exp: ExperienceStore, store:
     assert hits[0].episode == Episode("deploy the marketing site", "done", tools=["shell", "shell"], tags=["legacy"])
 
 
+def test_an_episode_written_as_a_note_after_a_recall_is_found_by_the_next(exp: ExperienceStore, store: MemoryStore) -> None:
+    """Recall ranks episode entries by their (indexed) kind; notes count once one holds an episode."""
+    exp.record(Episode("rotate the signing keys", "rotated", tools=["vault"]))
+    assert [h.episode.situation for h in exp.recall("deploy the marketing site")] == []
+    text = "Situation: deploy the marketing site\nTools used: shell\nOutcome: done"
+    store.add(text, kind="note", tags=["experience"], id="old-2")
+    assert [h.id for h in exp.recall("deploy the marketing site")] == ["old-2"]
+
+
 def test_recall_finds_cjk_situations(exp: ExperienceStore) -> None:
     episode_id = exp.record(deploy(situation="把网站部署到生产环境"))
     assert [h.id for h in exp.recall("部署网站")] == [episode_id]

@@ -212,6 +212,10 @@ class ExperienceStore:
 
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
+        # Whether the namespace holds episodes written as notes (see _episode_kinds), and up to
+        # which entry that has been looked for.
+        self._notes_hold_episodes = False
+        self._notes_checked_to = 0
 
     @property
     def conn(self) -> Any:
@@ -394,7 +398,11 @@ class ExperienceStore:
         fetch = 2 * k if success is None else 6 * k
         options: dict[str, Any] = {} if mode is None else {"mode": mode}
         # cast: MemoryStore.recall's `list[Hit]` is read as its own `list` method by type checkers.
-        hits = cast("Sequence[Hit]", self.store.recall(situation, k=fetch, tags=tags, **options))
+        # The kind as well as the tag: the kind is indexed, so a few episodes among many entries
+        # are ranked among themselves instead of by testing the tags of every entry.
+        hits = cast("Sequence[Hit]", self.store.recall(
+            situation, k=fetch, kind=self._episode_kinds(), tags=tags, **options
+        ))
         rows = self._rows_for_entries([hit.entry.id for hit in hits])
         found: builtins.list[RecalledEpisode] = []
         for hit in hits:
@@ -414,6 +422,21 @@ class ExperienceStore:
             found.append(RecalledEpisode(stored.id, episode, score, hit.score, stored.created_at, hit.entry.id))
         found.sort(key=lambda r: -r.score)  # stable: equal scores keep the store's order
         return found[:k]
+
+    def _episode_kinds(self) -> str | tuple[str, ...]:
+        """The kinds episode entries have here: "episode", and "note" when an older writer or an
+        import stored episodes as notes. Entries are looked at once each, newest first time round."""
+        if not self._notes_hold_episodes:
+            newest = self.conn.execute("SELECT max(pk) FROM entries").fetchone()[0] or 0
+            if newest > self._notes_checked_to:
+                found = self.conn.execute(
+                    "SELECT 1 FROM entries WHERE pk > ? AND pk <= ? AND namespace = ? AND kind = 'note'"
+                    " AND EXISTS (SELECT 1 FROM json_each(tags) WHERE value = ?) LIMIT 1",
+                    (self._notes_checked_to, newest, self.namespace, EXPERIENCE_TAG),
+                ).fetchone()
+                self._notes_hold_episodes = found is not None
+                self._notes_checked_to = newest
+        return ("episode", "note") if self._notes_hold_episodes else "episode"
 
     def _rows_for_entries(self, entry_ids: builtins.list[str]) -> dict[str, StoredEpisode]:
         if not entry_ids:
