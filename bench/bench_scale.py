@@ -411,6 +411,75 @@ def measure_import(n: int, seed: int, db: Path, *, data: Path = DEFAULT_DATA, re
 # ------------------------------------------------------------------------------------------ report
 
 
+# ---------------------------------------------------------------------------------- keyword recall
+
+
+def _percentiles(seconds: Sequence[float]) -> tuple[float, float]:
+    ordered = sorted(seconds)
+    return ordered[len(ordered) // 2] * 1e3, ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1e3
+
+
+def _evidence_session(store: MemoryStore, q: PlantedQuestion) -> str | None:
+    entry = store.get(q.evidence[0])
+    return entry.session if entry is not None else None
+
+
+def measure_keyword(db: Path, questions: Sequence[PlantedQuestion], *, k: int = 10) -> dict[str, Any]:
+    """Keyword recall over the built store: every planted question asked over the whole store and
+    within its conversation (``session_prefix``), by the default ranking (bm25.py) and by exact
+    BM25 (FTS5 scoring every match), with latency (wall and CPU) and R@10 on the evidence turns; and
+    each question within the one session holding its first evidence turn.
+
+    The two rankings alternate question by question, so load on the machine falls on both alike.
+    """
+    found: dict[str, int] = {}
+    wall: dict[str, list[float]] = {}
+    cpu: dict[str, float] = {}
+    wanted = 0
+    with open_built(db, read_only=True) as store:
+        store.recall("warm up the page cache", k=k, mode="keyword")
+        for q in questions:
+            wanted += len(q.evidence)
+            session = _evidence_session(store, q)
+            runs: list[tuple[str, dict[str, Any]]] = [
+                ("fast", {}), ("exact", {"exact": True}),
+                ("fast in conversation", {"session_prefix": q.session_prefix}),
+                ("exact in conversation", {"session_prefix": q.session_prefix, "exact": True}),
+            ]
+            if session is not None:
+                runs.append(("fast in session", {"session": session}))
+            for name, options in runs:
+                started, started_cpu = time.perf_counter(), time.process_time()
+                hits = store.recall(q.question, k=k, mode="keyword", **options)
+                wall.setdefault(name, []).append(time.perf_counter() - started)
+                cpu[name] = cpu.get(name, 0.0) + time.process_time() - started_cpu
+                found[name] = found.get(name, 0) + len({h.entry.id for h in hits} & set(q.evidence))
+    result: dict[str, Any] = {"questions": len(questions), "evidence": wanted}
+    for name, times in wall.items():
+        p50, p95 = _percentiles(times)
+        key = name.replace(" ", "_")
+        result[f"{key}_p50_ms"], result[f"{key}_p95_ms"] = round(p50, 2), round(p95, 2)
+        result[f"{key}_cpu_ms"] = round(cpu[name] / len(times) * 1e3, 2)
+        if not name.endswith("session"):
+            result[f"{key}_recall_at_{k}"] = round(found[name] / wanted, 4)
+    return result
+
+
+def keyword_rows(kw: dict[str, Any]) -> list[tuple[str, str]]:
+    """Table rows for :func:`measure_keyword`'s result."""
+    return [
+        ("keyword recall", f"p50 {kw['fast_p50_ms']:.1f} ms, p95 {kw['fast_p95_ms']:.1f} ms, mean CPU {kw['fast_cpu_ms']:.1f} ms"
+         f" (goal p50 ≤ 25, p95 ≤ 100)"),
+        ("  exact BM25", f"p50 {kw['exact_p50_ms']:.1f} ms, p95 {kw['exact_p95_ms']:.1f} ms, mean CPU {kw['exact_cpu_ms']:.1f} ms"),
+        ("keyword R@10", f"{kw['fast_recall_at_10']:.4f} (exact {kw['exact_recall_at_10']:.4f}; goal within .005)"
+         f" over {kw['questions']:,} questions"),
+        ("  in the conversation", f"{kw['fast_in_conversation_recall_at_10']:.4f}"
+         f" (exact {kw['exact_in_conversation_recall_at_10']:.4f})"),
+        ("filtered keyword", f"conversation p50 {kw['fast_in_conversation_p50_ms']:.1f} ms, one session p50"
+         f" {kw['fast_in_session_p50_ms']:.1f} ms (unfiltered {kw['fast_p50_ms']:.1f}; goal ≤ unfiltered)"),
+    ]
+
+
 def table_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
     """The printed table, a (measure, value) pair a line; recall measurements add their own rows."""
     rows = [("entries", f"{result['entries']:,} in {result['sessions']:,} sessions"
@@ -440,6 +509,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the built store at --db")
     parser.add_argument("--reuse", action="store_true", help="use the store at --db when it holds this n and seed")
     parser.add_argument("--no-raw", dest="raw", action="store_false", help="skip the raw engine's import")
+    parser.add_argument("--keyword", action="store_true", help="measure keyword recall on the planted questions")
+    parser.add_argument("--questions", type=int, help="ask only the first N planted questions")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if args.n < 1:
@@ -455,13 +526,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         db = args.db or Path(tmp) / "scale.db"
         result = {"sqlite": f"{driver().sqlite_version} ({driver().__name__})",
                   **measure_import(args.n, args.seed, db, data=args.data, reuse=args.reuse, raw=args.raw)}
+        questions = planted_questions(args.data)[: args.questions]
+        if args.keyword:
+            result["keyword"] = measure_keyword(db, questions)
         if not args.keep and args.db is not None and not result["reused"]:
             remove_db(db)
     if args.json:
         print(json.dumps(result))
         return 0
     print(f"harness-mem at scale — SQLite {result['sqlite']}")
-    for name, value in table_rows(result):
+    rows = table_rows(result) + (keyword_rows(result["keyword"]) if "keyword" in result else [])
+    for name, value in rows:
         print(f"  {name:<24} {value}")
     return 0
 

@@ -67,8 +67,6 @@ _EXAMINED = 4
 _STALE_SHARE = 0.01
 _CACHED_TERMS = 65536
 _VOCAB = "temp.harness_mem_vocab"
-# What unicode61 reads as a token: letters and digits (the underscore separates).
-_TOKEN = re.compile(r"[^\W_]+")
 
 #: Gives the keyword-index text of each entry asked for (by pk), as it was written.
 IndexTexts = Callable[[Sequence[int]], dict[int, str]]
@@ -97,10 +95,18 @@ def _stemmer() -> Any:
     return snowballstemmer.stemmer("porter")
 
 
+def _fold(text: str) -> str:
+    """``text`` without diacritics (unicode61's remove_diacritics)."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    if decomposed == text:  # nothing to remove (curly quotes, CJK, emoji): the common case
+        return text
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
 @lru_cache(maxsize=8192)
 def index_form(word: str) -> str:
     """``word`` as the index's tokenizer stores it (porter over unicode61, diacritics removed)."""
-    folded = "".join(ch for ch in unicodedata.normalize("NFKD", word) if not unicodedata.combining(ch)).lower()
+    folded = _fold(word).lower()
     if len(folded) < 3 or not folded.isascii() or not folded.isalpha():
         return folded  # the tokenizer leaves short words alone; the stemmer knows only a-z
     return str(_stemmer().stemWord(folded))
@@ -388,12 +394,16 @@ class KeywordIndex:
         best = chosen[:wanted]
         written = texts([pk for _, pk, _ in best])
         forms = [t.form for t in terms]
-        prefixes = {form[:3] for form in forms if form}
+        # Only tokens that start like a term's form can be that term (a Porter stem is the word
+        # with its ending changed): the regex finds just those, in C.
+        starts = sorted({re.escape(form[:3]) for form in forms if form}, key=len, reverse=True)
+        candidates = re.compile(r"(?<![^\W_])(?:" + "|".join(starts) + r")[^\W_]*") if starts else None
         scored = []
         for _, pk, mask in best:
-            counts = Counter(
-                index_form(token) for token in _TOKEN.findall(written.get(pk, "").lower()) if token[:3] in prefixes
-            )
+            text = written.get(pk, "").lower()
+            if not text.isascii():  # as the tokenizer does: "josé" is stored as "jose"
+                text = _fold(text)
+            counts = Counter(index_form(token) for token in candidates.findall(text)) if candidates else Counter()
             length = lengths.get(pk, 0)
             score = 0.0
             for i, form in enumerate(forms):
@@ -416,4 +426,6 @@ class KeywordIndex:
             sql = ("SELECT e.pk, d.sz FROM json_each(?) AS c CROSS JOIN entries e ON e.pk = c.value"
                    f" CROSS JOIN entries_fts_docsize d ON d.id = e.pk WHERE {filters[0]}")
             params = filters[1]
-        return {pk: _varint(size, 0)[0] if size else 0 for pk, size in conn.execute(sql, [json.dumps(list(pks)), *params])}
+        # A length below 128 is one byte, the common case by far.
+        return {pk: (size[0] if size[0] < 0x80 else _varint(size, 0)[0]) if size else 0
+                for pk, size in conn.execute(sql, [json.dumps(list(pks)), *params])}

@@ -33,7 +33,7 @@ from .errors import EmbedderError, InvalidInputError, MissingVectorsWarning
 from .filters import Filters, make_filters
 from .models import Entry, Hit, now_ms, to_ms
 from .providers.embeddings import INSTALL_HINT
-from .rows import COLUMNS, Row, entry_from_row
+from .rows import COLUMNS, entry_from_row
 from .vectors import VectorFilter, missing_vectors
 
 if TYPE_CHECKING:
@@ -198,14 +198,7 @@ class Recall:
         if not terms:
             return []
         return self.keywords.ranking(self.conn, terms, k, filters, self.store.namespace, now_ms(),
-                                     self._index_texts, exact=exact)
-
-    def _index_texts(self, pks: Sequence[int]) -> dict[int, str]:
-        """The keyword-index text of each entry (as its write made it), for ranking by term frequency."""
-        rows = self.conn.execute(
-            f"SELECT {COLUMNS} FROM entries e WHERE pk IN (SELECT value FROM json_each(?))", (json.dumps(list(pks)),)
-        ).fetchall()
-        return {row[0]: self.store._index_texts([Row._make(row)], before_pk=row[0])[0] for row in rows}
+                                     self.store._index_texts_of, exact=exact)
 
     def _fuse(
         self,

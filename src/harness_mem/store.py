@@ -333,15 +333,32 @@ class MemoryStore:
         texts = []
         for row in rows:
             if row.kind != "turn" or not row.session:
-                texts.append(keyword.index_text(row.content, row.role))
+                texts.append(_index_text(row.content, row.role, row.kind, row.session, row.created_at, None))
                 continue
             key = (row.namespace, row.session)
             if key not in last:
                 last[key] = self._previous_turn(row, before_pk) if lookup else None
-            texts.append(keyword.index_text(row.content, row.role, day=_day(row.created_at // _DAY_MS),
-                                            previous=last[key]))
+            texts.append(_index_text(row.content, row.role, row.kind, row.session, row.created_at, last[key]))
             last[key] = (row.content, row.role)
         return texts
+
+    def _index_texts_of(self, pks: Sequence[int]) -> dict[int, str]:
+        """The keyword-index text of each stored entry, as its write made it (keyword ranking counts
+        term frequencies in it): one query for all, each turn with the one before it in its session."""
+        rows = self._conn.execute(
+            "SELECT e.pk, e.content, e.role, e.kind, e.session, e.created_at, p.content, p.role"
+            " FROM json_each(?) AS c CROSS JOIN entries e ON e.pk = c.value"
+            " LEFT JOIN entries p ON p.pk = (SELECT q.pk FROM entries q WHERE e.kind = 'turn'"
+            " AND q.namespace = e.namespace AND q.session = e.session AND q.kind = 'turn' AND q.forgotten_at IS NULL"
+            " AND (q.created_at < e.created_at OR (q.created_at = e.created_at AND q.pk < e.pk))"
+            " ORDER BY q.created_at DESC, q.pk DESC LIMIT 1)",
+            (json.dumps(list(pks)),),
+        ).fetchall()
+        return {
+            pk: _index_text(content, role, kind, session, created_at,
+                            (previous, previous_role) if previous is not None else None)
+            for pk, content, role, kind, session, created_at, previous, previous_role in rows
+        }
 
     def _previous_turn(self, row: Row, before_pk: int | None) -> tuple[str, str | None] | None:
         found = self._conn.execute(
@@ -716,6 +733,14 @@ def _duplicate(namespace: str, entry_id: str) -> DuplicateIdError:
         f"an entry with id {entry_id!r} already exists in namespace {namespace!r}"
         " — choose another id, or replace it"
     )
+
+
+def _index_text(content: str, role: str | None, kind: str, session: str | None, created_ms: int,
+                previous: tuple[str, str | None] | None) -> str:
+    """An entry's keyword-index text: a turn of a session carries its date and the turn before it."""
+    if kind != "turn" or not session:
+        return keyword.index_text(content, role)
+    return keyword.index_text(content, role, day=_day(created_ms // _DAY_MS), previous=previous)
 
 
 @lru_cache(maxsize=4096)
