@@ -7,6 +7,7 @@ of its own. Recall ranks turns; these functions give what surrounds them. Every 
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidInputError
@@ -21,7 +22,11 @@ MAX_PAGE = 1000
 #: Turns recall_sessions ranks before grouping them, per session asked for.
 TURNS_PER_SESSION = 8
 
-_LIVE = "e.namespace = ? AND e.session = ? AND e.forgotten_at IS NULL AND e.superseded_by IS NULL"
+_CURRENT = "e.forgotten_at IS NULL AND e.superseded_by IS NULL"
+#: With the entries a correction replaced: what frames a session recalled with them.
+_KEPT = "e.forgotten_at IS NULL"
+_IN_SESSION = "e.namespace = ? AND e.session = ?"
+_LIVE = f"{_IN_SESSION} AND {_CURRENT}"
 
 
 def with_context(store: MemoryStore, hits: list[Hit], n: int) -> list[Hit]:
@@ -40,16 +45,17 @@ def around(store: MemoryStore, entry: Entry, n: int) -> list[Entry]:
     return [*before, *after]
 
 
-def _neighbours(store: MemoryStore, entry: Entry, n: int) -> tuple[list[Entry], list[Entry]]:
+def _neighbours(store: MemoryStore, entry: Entry, n: int, shown: str = _CURRENT) -> tuple[list[Entry], list[Entry]]:
     pk = _pk(store, entry.id)
+    where = f"{_IN_SESSION} AND {shown}"
     created = int(entry.created_at.timestamp() * 1000)
     params = (store.namespace, entry.session, created, created, pk, n)
     before = store._conn.execute(
-        f"SELECT {COLUMNS} FROM entries e WHERE {_LIVE} AND (e.created_at < ? OR (e.created_at = ? AND e.pk < ?))"
+        f"SELECT {COLUMNS} FROM entries e WHERE {where} AND (e.created_at < ? OR (e.created_at = ? AND e.pk < ?))"
         " ORDER BY e.created_at DESC, e.pk DESC LIMIT ?", params,
     ).fetchall()
     after = store._conn.execute(
-        f"SELECT {COLUMNS} FROM entries e WHERE {_LIVE} AND (e.created_at > ? OR (e.created_at = ? AND e.pk > ?))"
+        f"SELECT {COLUMNS} FROM entries e WHERE {where} AND (e.created_at > ? OR (e.created_at = ? AND e.pk > ?))"
         " ORDER BY e.created_at, e.pk LIMIT ?", params,
     ).fetchall()
     return [entry_from_row(row) for row in reversed(before)], [entry_from_row(row) for row in after]
@@ -65,39 +71,55 @@ def recall_sessions(store: MemoryStore, query: str, k: int = 5, *, context: int 
 
     A session scores as its best-matching entry (the anchor); each comes with the ``context`` turns
     before and after the anchor (``around``, in order, the anchor among them), its first and last turns, its size and its time span. ``recall_args`` are recall's
-    (mode, filters).
+    (mode, filters); with ``include_superseded`` the replaced turns count in the session's frame too.
     """
     if not 1 <= k <= 100:
         raise InvalidInputError(f"k must be between 1 and 100 sessions, not {k}")
-    hits = store.recall(query, k=min(1000, k * TURNS_PER_SESSION), **recall_args)
-    anchors: dict[str, Hit] = {}
-    for hit in hits:  # best first: the first hit of a session is its anchor
-        if hit.entry.session and hit.entry.session not in anchors:
-            anchors[hit.entry.session] = hit
-            if len(anchors) == k:
-                break
-    found = []
-    for session, anchor in anchors.items():
-        summary = _summary(store, session)
-        first, last = _bookends(store, session)
-        before, after = _neighbours(store, anchor.entry, context)
-        found.append(SessionHit(
-            session=session, score=anchor.score, anchor=anchor, around=(*before, anchor.entry, *after),
-            first=first, last=last, turns=summary.turns, started_at=summary.started_at, ended_at=summary.ended_at,
-        ))
+    hits = [hit for hit in store.recall(query, k=min(1000, k * TURNS_PER_SESSION), **recall_args) if hit.entry.session]
+    shown = _KEPT if recall_args.get("include_superseded") else _CURRENT
+    found: list[SessionHit] = []
+    # The frames are read in one snapshot, and from the hits still there in it: another process may
+    # delete, forget or correct turns between the ranking and these reads, and a session is then
+    # framed by what it holds now (or left out, once no hit of it is left), never half gone.
+    with store._snapshot():
+        kept = _still_there(store, [hit.entry.id for hit in hits], shown)
+        anchors: dict[str, Hit] = {}
+        for hit in hits:  # best first: the first hit of a session is its anchor
+            session = hit.entry.session
+            if session is not None and hit.entry.id in kept and session not in anchors:
+                anchors[session] = hit
+                if len(anchors) == k:
+                    break
+        for session, anchor in anchors.items():
+            summary = _summary(store, session, shown)
+            first, last = _bookends(store, session, shown)
+            before, after = _neighbours(store, anchor.entry, context, shown)
+            found.append(SessionHit(
+                session=session, score=anchor.score, anchor=anchor, around=(*before, anchor.entry, *after),
+                first=first, last=last, turns=summary.turns, started_at=summary.started_at, ended_at=summary.ended_at,
+            ))
     return found
 
 
-def _summary(store: MemoryStore, session: str) -> SessionSummary:
+def _still_there(store: MemoryStore, ids: list[str], shown: str) -> set[str]:
+    """Those of ``ids`` that are still stored in a session, and still ``shown``."""
+    return {row[0] for row in store._conn.execute(
+        "SELECT e.id FROM json_each(?) AS wanted CROSS JOIN entries e ON e.namespace = ? AND e.id = wanted.value"
+        f" WHERE e.session IS NOT NULL AND {shown}",
+        (json.dumps(ids), store.namespace),
+    )}
+
+
+def _summary(store: MemoryStore, session: str, shown: str) -> SessionSummary:
     turns, started, ended = store._conn.execute(
-        f"SELECT count(*), min(e.created_at), max(e.created_at) FROM entries e WHERE {_LIVE}", (store.namespace, session),
+        f"SELECT count(*), min(e.created_at), max(e.created_at) FROM entries e WHERE {_IN_SESSION} AND {shown}", (store.namespace, session),
     ).fetchone()
     return SessionSummary(session=session, turns=turns, started_at=from_ms(started), ended_at=from_ms(ended))
 
 
-def _bookends(store: MemoryStore, session: str) -> tuple[Entry, Entry]:
+def _bookends(store: MemoryStore, session: str, shown: str) -> tuple[Entry, Entry]:
     rows = [store._conn.execute(
-        f"SELECT {COLUMNS} FROM entries e WHERE {_LIVE} ORDER BY e.created_at {order}, e.pk {order} LIMIT 1",
+        f"SELECT {COLUMNS} FROM entries e WHERE {_IN_SESSION} AND {shown} ORDER BY e.created_at {order}, e.pk {order} LIMIT 1",
         (store.namespace, session),
     ).fetchone() for order in ("ASC", "DESC")]
     return entry_from_row(rows[0]), entry_from_row(rows[1])

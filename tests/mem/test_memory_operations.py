@@ -173,6 +173,39 @@ def test_recall_sessions_ranks_sessions_with_their_frame(store: MemoryStore) -> 
         store.session_turns("s2", limit=0)
 
 
+def test_recall_sessions_with_replaced_turns_frames_the_session_with_them(store: MemoryStore) -> None:
+    # The only turn left in s1 is one a correction replaced (the correction itself was forgotten):
+    # recalled with include_superseded, the session is framed by it instead of failing on an empty frame.
+    old = turns(store, "s1", ["the offsite is in porto"])[0]
+    store.forget(store.supersede(old, "the offsite is in lisbon").id)
+    found = store.recall_sessions("offsite porto", include_superseded=True)
+    assert [(s.session, s.turns, s.first.id, s.last.id) for s in found] == [("s1", 1, old, old)]
+    assert [e.id for e in found[0].around] == [old]
+    assert store.recall_sessions("offsite porto") == []
+
+
+def test_recall_sessions_frames_sessions_as_they_are_after_another_process_wrote(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another connection forgets one session and a turn of another between the ranking and the
+    # frames: the emptied session is left out, the other framed without the forgotten turn.
+    with MemoryStore(db_path, embedder=None) as store, MemoryStore(db_path, embedder=None) as other:
+        gone = turns(store, "s1", ["the offsite is in porto", "porto in may"])
+        kept = turns(store, "s2", ["offsite budget", "the offsite caterer", "booked"])
+        ranked = store.recall
+
+        def recall_then_forget(*args: object, **kwargs: object) -> object:
+            hits = ranked(*args, **kwargs)  # type: ignore[arg-type]
+            other.forget(session="s1")
+            other.forget(kept[2])
+            return hits
+
+        monkeypatch.setattr(store, "recall", recall_then_forget)
+        found = store.recall_sessions("offsite porto", k=2)
+        assert [(s.session, s.turns, s.last.id) for s in found] == [("s2", 2, kept[1])]
+        assert not {e.id for e in found[0].around} & {*gone, kept[2]}
+
+
 # ---- the command line -----------------------------------------------------------------------------
 
 
