@@ -50,6 +50,7 @@ from .vectors import (
     entries_without_vectors,
     missing_vectors,
     set_keyword_only,
+    still_without_vectors,
 )
 
 if TYPE_CHECKING:
@@ -99,14 +100,16 @@ def reindex(store: MemoryStore, *, progress: Callable[[int], None] | None = None
         rows = entries_without_vectors(store._conn, batch_size)
         if not rows:
             break
-        vectors = index.embedder.embed([text for _, _, _, _, text, _ in rows])
+        vectors = index.embedder.embed([text for _, _, _, _, text, _ in rows])  # outside the write lock
         with store.transaction():
-            index.write([VectorRow(pk, ns, kind, session, created) for pk, ns, kind, session, _, created in rows],
-                        vectors)
-            store._vectors_touched = True
-        report["vectors_written"] += len(rows)
+            # Another process may have changed some of these entries while the model ran.
+            keep = still_without_vectors(store._conn, rows)
+            if keep:
+                index.write([VectorRow(*rows[i][:4], rows[i][5]) for i in keep], vectors[keep])
+                store._vectors_touched = True
+        report["vectors_written"] += len(keep)
         if progress is not None:
-            progress(len(rows))
+            progress(len(rows))  # every row read is done: written, or gone (a changed one is read again)
     store._recall.vectors_complete = True
     return report
 

@@ -168,6 +168,26 @@ def entries_without_vectors(conn: Connection, limit: int) -> list[tuple[int, str
     return [(pk, ns, kind, session, embedding_text(content, role), created) for pk, ns, kind, session, content, role, created in rows]
 
 
+def still_without_vectors(conn: Connection, rows: Sequence[tuple[int, str, str, str | None, str, int]]) -> list[int]:
+    """The positions in ``rows`` (from :func:`entries_without_vectors`) that may have their vectors written.
+
+    Called inside the write transaction, after the model ran outside it: meanwhile another
+    connection may have deleted or forgotten an entry (a vector then would belong to nobody, and
+    block the pk's reuse), embedded it, or deleted it and stored another entry under the same pk
+    (the vector would then be of the wrong text). Only rows that are as they were read pass.
+    """
+    current = {
+        pk: (ns, kind, session, embedding_text(content, role), created)
+        for pk, ns, kind, session, content, role, created in conn.execute(
+            "SELECT pk, namespace, kind, session, content, role, created_at FROM entries e"
+            " WHERE e.pk IN (SELECT value FROM json_each(?)) AND e.forgotten_at IS NULL"
+            f" AND NOT EXISTS (SELECT 1 FROM {TABLE}_rowids r WHERE r.rowid = e.pk)",
+            (json.dumps([row[0] for row in rows]),),
+        )
+    }
+    return [i for i, (pk, *read) in enumerate(rows) if current.get(pk) == tuple(read)]
+
+
 def pack_signs(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
     """One bit per dimension (1 = positive), least significant bit first, like sqlite-vec's ``bit[]``."""
     return np.packbits(vectors > 0, axis=1, bitorder="little")

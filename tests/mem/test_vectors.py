@@ -161,6 +161,46 @@ def test_entries_without_vectors_are_reported_then_reindexed(db_path: Path, hash
         assert store.reindex()["vectors_written"] == 0  # resumable: nothing left to do
 
 
+class WritesWhileEmbedding(HashedEmbedder):
+    """The test embedder, running ``meanwhile`` (another connection's writes) on its first call:
+    reindex embeds outside the write lock, so other processes may write in that time."""
+
+    def __init__(self, meanwhile: object) -> None:
+        super().__init__()
+        self.meanwhile = meanwhile
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if self.meanwhile is not None:
+            self.meanwhile, run = None, self.meanwhile
+            run()  # type: ignore[operator]
+        return super().embed(texts)
+
+
+def test_reindex_writes_no_vector_for_what_changed_while_it_embedded(db_path: Path) -> None:
+    MemoryStore(db_path, embedder=HashedEmbedder()).close()  # a file with vectors
+    with MemoryStore(db_path, embedder=None) as plain:  # a process without the model writes
+        plain.add_many([{"text": t, "id": f"n{i}"} for i, t in enumerate(NOTES)])
+
+        def meanwhile() -> None:
+            plain.delete("n1")
+            plain.forget("n2")
+            plain.delete("n4")  # the highest pk: the next entry is stored under it again
+            plain.add("a new note about tide tables and harbour pilots", id="n5")
+
+        with MemoryStore(db_path, embedder=WritesWhileEmbedding(meanwhile)) as store:
+            report = store.reindex()
+            assert report["vectors_written"] == 3  # n0, n3, then n5 read again under its reused pk
+            pks = dict(store.db.execute("SELECT id, pk FROM entries WHERE forgotten_at IS NULL").fetchall())
+            vectors = {pk for (pk,) in store.db.execute("SELECT rowid FROM entries_vec")}
+            assert vectors == set(pks.values()) and set(pks) == {"n0", "n3", "n5"}
+            for entry in store.list():  # each vector is of its own entry's text
+                assert store.recall(entry.content, k=1, mode="semantic")[0].entry.id == entry.id
+            plain.delete("n5")
+            plain.add("one more", id="n6")  # under that pk once more: no vector left in the way
+            assert store.reindex()["vectors_written"] == 1 and store.count_missing_vectors() == 0
+            assert store.integrity_check() == []
+
+
 def test_pack_signs_matches_sqlite_vec_bit_layout(store: MemoryStore) -> None:
     vector = np.random.default_rng(7).standard_normal(384).astype(np.float32)  # mixed signs in every byte
     ours = pack_signs(vector[None, :])[0].tobytes()
