@@ -485,11 +485,15 @@ def _btree_pages(store: MemoryStore, btrees: list[_BTree]) -> tuple[dict[str, in
     this build has it (it reads every page), else per b-tree pages are unknown ("pages").
     """
     conn = store._conn
-    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-    count = int(conn.execute("PRAGMA page_count").fetchone()[0])
-    free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    # One read transaction around the page counts and the reading of the file's bytes: while it reads
+    # from the WAL, no other connection's checkpoint can truncate or restart it. (A snapshot of a fully
+    # checkpointed file does not hold the WAL: if it changes meanwhile, count_pages says so with None.)
+    with store._snapshot():
+        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        count = int(conn.execute("PRAGMA page_count").fetchone()[0])
+        free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+        mapped = count_pages(store.path, count) if isinstance(store.path, Path) else None
     totals = {"page_size": page_size, "pages": count, "free_pages": free, "file_bytes": page_size * count}
-    mapped = count_pages(store.path, count) if isinstance(store.path, Path) else None
     if mapped is not None:
         by_root = {b.root: b.name for b in btrees if b.root}
         return totals, {by_root.get(root, f"page {root}"): n for root, n in mapped.by_root.items()}, "pointer-map"

@@ -11,7 +11,9 @@ pages included, without reading the b-trees themselves.
 The newest copy of a page may still be in the write-ahead log: committed frames of the ``-wal`` file
 are read over the main file's pages, the way a reader sees them. The counts are a snapshot of the
 file as this function reads it; a writer committing meanwhile can make them differ by a few pages
-from what a query on the same connection saw.
+from what a query on the same connection saw. A page that comes back short (a checkpoint truncated
+the WAL after its frames were listed, or a frame is still being written) means the file changed
+under the reader: there is no answer then, rather than one made of missing pages.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class PageCounts:
     other: int = 0
 
 
+class _Changed(Exception):
+    """A page read came back short: the file changed while it was read."""
+
+
 class _Pages:
     """Pages of the file, the newest committed copy of each (from the WAL when it has one)."""
 
@@ -58,9 +64,13 @@ class _Pages:
         offset = self.wal.get(pgno)
         if offset is not None and self.wal_file is not None:
             self.wal_file.seek(offset)
-            return self.wal_file.read(self.page_size)
-        self.file.seek((pgno - 1) * self.page_size)
-        return self.file.read(self.page_size)
+            page = self.wal_file.read(self.page_size)
+        else:
+            self.file.seek((pgno - 1) * self.page_size)
+            page = self.file.read(self.page_size)
+        if len(page) < self.page_size:
+            raise _Changed(f"page {pgno}")
+        return page
 
 
 def _wal_frames(wal_file: BinaryIO, page_size: int) -> dict[int, int]:
@@ -104,7 +114,8 @@ def count_pages(path: Path, page_count: int) -> PageCounts | None:
     """Pages of the file at ``path`` by b-tree root, from its pointer map.
 
     ``page_count`` is the file's size in pages as its connection sees it (``PRAGMA page_count``).
-    None when the file has no pointer map (``auto_vacuum`` NONE) or cannot be read as SQLite.
+    None when the file has no pointer map (``auto_vacuum`` NONE), cannot be read as SQLite, or
+    changed while it was read (another connection checkpointed the WAL away).
     """
     try:
         with path.open("rb") as file:
@@ -115,7 +126,7 @@ def count_pages(path: Path, page_count: int) -> PageCounts | None:
             finally:
                 if wal_file is not None:
                     wal_file.close()
-    except OSError:
+    except (OSError, _Changed):
         return None
 
 

@@ -8,15 +8,18 @@ another process: one process must not open a file through two SQLite libraries).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from click.testing import CliRunner
 from fake_embedder import HashedEmbedder
 from jsonschema import Draft202012Validator
 
+import harness_mem.pages
 from harness_mem import json_schema
 from harness_mem.cli import cli
 from harness_mem.pages import count_pages
@@ -159,3 +162,28 @@ def test_not_a_database_has_no_pages(tmp_path: Path) -> None:
     junk.write_bytes(b"not sqlite at all" * 10)
     assert count_pages(junk, 1) is None
     assert count_pages(tmp_path / "missing.db", 1) is None
+
+
+def test_a_wal_checkpointed_away_while_it_is_read_gives_no_counts(
+    db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process's `gc` truncates the WAL (wal_checkpoint(TRUNCATE)) after the reader listed
+    # its frames: the pages it then reads come back short, and it says it has no answer.
+    with MemoryStore(db_path, embedder=None) as store:
+        store.db.execute("PRAGMA wal_autocheckpoint = 0")
+        fill(store, {"s": 50})
+        pages = store.stats()["sizes"]["pages"]
+        copy = tmp_path / "copy" / "memory.db"  # the copies are cut, never the store's own files
+        copy.parent.mkdir()
+        copy.write_bytes(db_path.read_bytes())
+        Path(f"{copy}-wal").write_bytes(Path(f"{db_path}-wal").read_bytes())
+    assert count_pages(copy, pages) is not None
+    listed = harness_mem.pages._wal_frames
+
+    def then_truncated(wal_file: BinaryIO, page_size: int) -> dict[int, int]:
+        frames = listed(wal_file, page_size)
+        os.truncate(f"{copy}-wal", 0)
+        return frames
+
+    monkeypatch.setattr(harness_mem.pages, "_wal_frames", then_truncated)
+    assert count_pages(copy, pages) is None
