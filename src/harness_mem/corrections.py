@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import maintenance
+from .db import truncate_wal
 from .errors import InvalidInputError, NotFoundError
 from .filters import make_filters
 from .models import Entry, Remembered, now_ms
@@ -161,7 +162,7 @@ def purge(store: MemoryStore) -> int:
             store._conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('optimize')")
     if pks:
         maintenance.rewrite(store)
-        store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        truncate_wal(store._conn)
     return len(pks)
 
 

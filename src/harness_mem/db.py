@@ -14,6 +14,7 @@ import importlib
 import os
 import secrets
 import sqlite3 as _stdlib_sqlite3
+import time
 import urllib.parse
 from collections.abc import Iterator
 from functools import cache
@@ -38,6 +39,7 @@ __all__ = [
     "is_read_only",
     "redaction_secret",
     "sqlite_version",
+    "truncate_wal",
     "write_transaction",
 ]
 
@@ -45,6 +47,14 @@ __all__ = [
 # write lock for a batch must not surface "database is locked" to a concurrent `add`.
 BUSY_TIMEOUT_MS = 30_000
 CACHE_SIZE_KIB = 64 * 1024
+# A try at emptying the WAL waits this long for the other connections, holding the write lock
+# meanwhile: the first try briefly, each next one twice as long up to the longest (a reader still
+# in the log is a query under way; a new one no longer enters the log once it is all copied). Each
+# comes after a pause longer than a waiting writer's longest sleep (SQLite's busy handler sleeps
+# at most 100 ms at a time), so every writer waiting gets its turn in between.
+TRUNCATE_FIRST_TRY_MS = 250
+TRUNCATE_LONGEST_TRY_MS = 2000
+TRUNCATE_PAUSE_S = 0.15
 #: For a process that reads once and exits: a cold recall's pages, without holding on to more.
 ONE_SHOT_CACHE_KIB = 4 * 1024
 
@@ -227,6 +237,35 @@ def _load_sqlite_vec(conn: Connection) -> None:
             f"could not load sqlite-vec ({exc}) — reinstall sqlite-vec for this platform"
             " (pip install --force-reinstall sqlite-vec)"
         ) from None
+
+
+def truncate_wal(conn: Connection, *, patience_ms: int | None = None) -> bool:
+    """Copy the write-ahead log into the file and truncate it to nothing; False when a reader kept it.
+
+    ``wal_checkpoint(TRUNCATE)`` holds the write lock while it copies the log and while it waits for
+    the readers still in the log to leave, for as long as its busy timeout: every writer, in every
+    process, waits as long, and one that was already waiting gives up first ("database is locked").
+    So the log is copied without the write lock first (PASSIVE), and the truncation is tried with
+    short waits (from ``TRUNCATE_FIRST_TRY_MS`` to ``TRUNCATE_LONGEST_TRY_MS``), the lock let go in
+    between, for up to ``patience_ms`` (the busy timeout by default). A reader that stays in the log
+    longer keeps it: the next checkpoint truncates it.
+    """
+    patience_ms = BUSY_TIMEOUT_MS if patience_ms is None else patience_ms
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    give_up = time.monotonic() + patience_ms / 1000
+    wait_ms = TRUNCATE_FIRST_TRY_MS
+    try:
+        while True:
+            conn.execute(f"PRAGMA busy_timeout = {wait_ms}")
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            if not busy:
+                return True
+            if time.monotonic() >= give_up:
+                return False
+            time.sleep(TRUNCATE_PAUSE_S)
+            wait_ms = min(2 * wait_ms, TRUNCATE_LONGEST_TRY_MS)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
 @contextlib.contextmanager

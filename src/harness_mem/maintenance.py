@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import migrations
-from .db import BUSY_TIMEOUT_MS, driver, sqlite_version
+from .db import BUSY_TIMEOUT_MS, driver, sqlite_version, truncate_wal
 from .errors import InvalidInputError, StorageError
 from .models import FileSizes, SessionSize, StoreStats, now_ms
 from .pages import count_pages
@@ -395,7 +395,7 @@ def gc(store: MemoryStore, *, vacuum: bool = False) -> dict[str, Any]:
     elif mode == "incremental" and free_pages:
         conn.execute("PRAGMA incremental_vacuum").fetchall()  # it frees a page per step: run it to the end
         vacuumed = "incremental"
-    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    truncated = truncate_wal(conn)
     return {
         "path": str(store.path),
         "expired_purged": expired,
@@ -405,7 +405,7 @@ def gc(store: MemoryStore, *, vacuum: bool = False) -> dict[str, Any]:
         "free_pages_before": free_pages,
         "free_pages_after": int(conn.execute("PRAGMA freelist_count").fetchone()[0]),
         # A reader in another process can keep the WAL from being reset: its pages stay until then.
-        "wal_truncated": not busy,
+        "wal_truncated": truncated,
         "bytes_before": before,
         "bytes_after": file_bytes(store),
         "tables": table_sizes(store),

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from pii import assert_absent, every_stored_text
 
+import harness_mem.db
 from harness_mem import maintenance
 from harness_mem.cli import cli
 from harness_mem.db import connect
@@ -204,3 +207,30 @@ def test_purge_leaves_no_copy_a_page_rebuild_made(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(maintenance, "rewrite", lambda store: None)
     left = forgotten_copies(tmp_path / "b" / "memory.db", seed=8)
     assert left, "this layout no longer leaves an old copy behind: pick another seed, so the proof can fail"
+
+
+def test_gc_never_holds_writers_up_while_a_reader_stays_in_the_wal(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A TRUNCATE checkpoint holds the write lock while it waits for the readers in the log: a reader
+    # that stays (a slow export, say) made gc hold every writer up for the whole busy timeout, and a
+    # writer already waiting gave up with "database is locked".
+    monkeypatch.setattr(harness_mem.db, "BUSY_TIMEOUT_MS", 5000)  # each connection below, and gc's patience
+    monkeypatch.setattr(harness_mem.db, "TRUNCATE_LONGEST_TRY_MS", 500)
+    with MemoryStore(db_path, embedder=None) as store, MemoryStore(db_path, embedder=None) as reader, \
+            MemoryStore(db_path, embedder=None) as writer:
+        store.add_many([{"text": f"note {i} about the deploy"} for i in range(200)])
+        listing = reader.list()
+        next(listing)  # a read transaction in the log, left open
+        report: dict[str, object] = {}
+        collecting = threading.Thread(target=lambda: report.update(store.gc()))
+        collecting.start()
+        time.sleep(0.5)  # gc is trying to truncate the log by now
+        began = time.monotonic()
+        writer.add("written while gc waits for the reader")
+        waited = time.monotonic() - began
+        collecting.join()
+        assert waited < 2, f"a writer waited {waited:.1f} s for gc"
+        assert report["wal_truncated"] is False  # the reader kept the log: the next gc empties it
+        listing.close()
+        assert store.gc()["wal_truncated"] is True
+        assert Path(f"{db_path}-wal").stat().st_size == 0
+        assert store.count() == 201
