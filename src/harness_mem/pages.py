@@ -118,16 +118,34 @@ def count_pages(path: Path, page_count: int) -> PageCounts | None:
     changed while it was read (another connection checkpointed the WAL away).
     """
     try:
-        with path.open("rb") as file:
-            wal_path = Path(f"{path}-wal")
-            wal_file = wal_path.open("rb") if wal_path.exists() else None
-            try:
-                return _count(file, wal_file, page_count)
-            finally:
-                if wal_file is not None:
-                    wal_file.close()
+        file = _held_open(path)
+        file.seek(0)
+        wal_path = Path(f"{path}-wal")
+        wal_file = wal_path.open("rb") if wal_path.exists() else None
+        try:
+            return _count(file, wal_file, page_count)
+        finally:
+            if wal_file is not None:
+                wal_file.close()  # (SQLite's WAL locks are on the -shm file, not this one)
     except (OSError, _Changed):
         return None
+
+
+# Database files this process has read, held open until it exits. Closing any descriptor of a file
+# releases every POSIX lock the process holds on it, SQLite's own included: so a file that SQLite
+# may have open here is opened once and never closed. Keyed by device and inode, so a file
+# replaced under the same name is opened anew.
+_OPEN_FILES: dict[tuple[int, int], BinaryIO] = {}
+
+
+def _held_open(path: Path) -> BinaryIO:
+    status = path.stat()
+    key = (status.st_dev, status.st_ino)
+    file = _OPEN_FILES.get(key)
+    if file is None:
+        # Unbuffered: a buffer kept between calls would serve pages from before the last write.
+        file = _OPEN_FILES[key] = path.open("rb", buffering=0)
+    return file
 
 
 def _count(file: BinaryIO, wal_file: BinaryIO | None, page_count: int) -> PageCounts | None:

@@ -187,3 +187,21 @@ def test_a_wal_checkpointed_away_while_it_is_read_gives_no_counts(
 
     monkeypatch.setattr(harness_mem.pages, "_wal_frames", then_truncated)
     assert count_pages(copy, pages) is None
+
+
+def test_reading_the_pages_keeps_sqlites_locks_on_the_file(db_path: Path) -> None:
+    """Closing any descriptor of a file drops every POSIX lock the process holds on it, SQLite's
+    included: the pages are read through a descriptor that stays open."""
+    with MemoryStore(db_path, embedder=None) as store:
+        store.add("hello")
+        inode = f":{db_path.stat().st_ino} "
+
+        def locks() -> list[str]:
+            return [line.split(":", 1)[1] for line in Path("/proc/locks").read_text().splitlines() if inode in line]
+
+        held = locks()
+        assert held, "SQLite holds a lock on an open WAL-mode file"
+        for _ in range(2):
+            store.stats()
+            assert count_pages(db_path, store.db.execute("PRAGMA page_count").fetchone()[0]) is not None
+            assert locks() == held
