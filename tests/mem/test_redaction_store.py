@@ -357,7 +357,8 @@ def test_a_value_straddling_a_transcript_or_episode_cut_leaves_no_fragment(
     from harness_mem.experience import DEFAULT_MAX_CHARS, ExperienceStore, TranscriptRecorder, consolidate
 
     offset = data.draw(st.integers(1, len(value) - 1), label="offset")
-    text = straddling(value, DEFAULT_MAX_CHARS, offset) + " and the rest of the turn"
+    # A long tail: once the value is redacted (a label is shorter), the turn is still over the cut.
+    text = straddling(value, DEFAULT_MAX_CHARS, offset) + " and the rest of the turn" + " more" * 400
     db = tmp_path_factory.mktemp("cut") / "memory.db"
     with MemoryStore(db, embedder=None) as store:
         with TranscriptRecorder(store, session="cut") as recorder:
