@@ -7,20 +7,22 @@ second. Walking a posting list for rowids alone, or intersecting two (FTS5 seeks
 costs far less. So when the words' lists are long together (over :data:`SCORED_ROWS` rows), the
 ranking is built from such reads instead:
 
-- each term's document frequency comes from the index's vocabulary (``fts5vocab``), the word
-  looked up in the form the index stores it: lower case, diacritics removed, Porter-stemmed as the
-  index's tokenizer does (``snowballstemmer``'s "porter" agrees with it on all but a few words; a
-  word it stems otherwise is counted directly);
+- each term's document frequency is counted by FTS5 (a walk of its posting list, stopped at
+  :data:`_COUNTED` rows; a more common term is counted in four slices of the rowid range);
 - **candidates** are every entry holding one of the rarest terms (the rarest whose lists hold at
   most :data:`CANDIDATE_ROWS` rows together), and every entry holding two of the next
   :data:`PAIRED` terms (an AND, which FTS5 answers by seeking);
 - each other term is looked up among the candidates (another AND);
-- a candidate scores BM25 with every term it holds counted once: idf by FTS5's formula from the
-  df, times the length part from the entry's token count, with FTS5's k1 and b. Chat turns are
-  short and rarely repeat a word, so this is the score FTS5 would give in nearly every case.
+- candidates are weighed by the idf of the terms they hold and, a slice at a time, by their length
+  (BM25 with every term counted once); an entry holding one other term alone joins when that term's
+  idf could still reach the top;
+- the best few hundred are then scored in full: each term's frequency counted in the entry's index
+  text (rebuilt as its write made it), whose tokens are read in the form the index stores them
+  (lower case, diacritics removed, Porter-stemmed as the tokenizer does: ``snowballstemmer``'s
+  "porter" agrees with it on all but a few words), with FTS5's idf, k1 and b.
 
-What it leaves out: an entry holding a single common word and none of the rare ones (its score is
-below any entry holding two of the words, or the rare one). ``exact=True`` always has FTS5 score
+What it leaves out: an entry holding a single common word and none of the rare ones, and one whose
+words repeat so often that its one-count weight ranked it below the few hundred scored in full. ``exact=True`` always has FTS5 score
 every word on every match. On LoCoMo questions planted among a million chat turns the two find the
 same evidence (bench/bench_scale.py), and a filtered query is answered inside its filter the same
 way, at a cost that follows the filter's size, not the file's.
@@ -42,7 +44,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .db import Connection, is_read_only
+from .db import Connection
 from .filters import Filters
 
 # FTS5's bm25() constants.
@@ -66,7 +68,8 @@ _EXAMINED = 4
 # A remembered df is read again once the row count has moved by this share of it.
 _STALE_SHARE = 0.01
 _CACHED_TERMS = 65536
-_VOCAB = "temp.harness_mem_vocab"
+# Terms held by fewer entries than this are counted exactly; more common ones by sampling.
+_COUNTED = 16384
 
 #: Gives the keyword-index text of each entry asked for (by pk), as it was written.
 IndexTexts = Callable[[Sequence[int]], dict[int, str]]
@@ -177,41 +180,39 @@ class KeywordIndex:
         tokens, _ = _varint(row[0], pos)
         return rows, (tokens / rows if rows else 0.0)
 
-    def _ensure_vocab(self, conn: Connection) -> None:
-        if conn.execute("SELECT 1 FROM temp.sqlite_master WHERE name = 'harness_mem_vocab'").fetchone():
-            return
-        read_only = is_read_only(conn)
-        if read_only:  # a temp table writes nothing to the file; query_only forbids it all the same
-            conn.execute("PRAGMA query_only = OFF")
-        try:
-            conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {_VOCAB} USING fts5vocab(main, entries_fts, row)")
-        finally:
-            if read_only:
-                conn.execute("PRAGMA query_only = ON")
-
     def document_frequency(self, conn: Connection, fts: str, rows: int) -> int:
         """How many entries hold the term ``fts`` (a quoted word, a quoted phrase or a prefix).
 
-        Counts are remembered while the file cannot have moved them by more than 1%: a common
-        word's count is reused across many writes, a rare word's is read again after any.
+        Counted by FTS5 itself (its own tokenizer) up to :data:`_COUNTED`; a term held by more is
+        counted in four slices of the rowid range and scaled up, so the cost stays bounded however
+        common the term (its idf is low then, and a 1% error moves it by about 0.01). Counts are
+        remembered while the file cannot have moved them by more than 1%: a common term's count
+        is reused across many writes, a rare term's is read again after any.
         """
-        word = fts[1:-1]
-        single = fts.startswith('"') and fts.endswith('"') and " " not in word and '"' not in word
-        key = index_form(word) if single else fts
-        cached = self._df.get(key)
+        cached = self._df.get(fts)
         if cached is not None and abs(rows - cached[1]) <= _STALE_SHARE * cached[0]:
             return cached[0]
-        found = None
-        if single:
-            self._ensure_vocab(conn)
-            found = conn.execute(f"SELECT doc FROM {_VOCAB} WHERE term = ?", (key,)).fetchone()
-        if found is None:
-            # A phrase, a prefix, or a word stemmed otherwise (or absent): count its entries.
-            found = conn.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (fts,)).fetchone()
+        df = conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM entries_fts WHERE entries_fts MATCH ? LIMIT ?)", (fts, _COUNTED)
+        ).fetchone()[0]
+        if df >= _COUNTED:
+            # Two queries: SQLite reads the end of the b-tree for a lone min() or max(), not for both.
+            low = conn.execute("SELECT min(id) FROM entries_fts_docsize").fetchone()[0]
+            high = conn.execute("SELECT max(id) FROM entries_fts_docsize").fetchone()[0]
+            span = high - low + 1
+            width = max(1, span // 32)
+            sampled = sum(
+                conn.execute(
+                    "SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ? AND rowid BETWEEN ? AND ?",
+                    (fts, start, start + width - 1),
+                ).fetchone()[0]
+                for start in (low + span * i // 4 for i in range(4))
+            )
+            df = max(_COUNTED, min(rows, round(sampled * span / (4 * width))))
         if len(self._df) >= _CACHED_TERMS:
             self._df.clear()
-        self._df[key] = (int(found[0]), rows)
-        return int(found[0])
+        self._df[fts] = (df, rows)
+        return int(df)
 
     # ---- ranking --------------------------------------------------------------------------------
 

@@ -142,14 +142,28 @@ def test_only_live_entries_of_the_callers_namespace_come_back(tmp_path: Path) ->
 
 
 def test_the_stemmed_forms_are_the_ones_the_index_stores(tmp_path: Path) -> None:
+    """Term frequencies are counted on tokens read the way the index's tokenizer stores them."""
     words = ["painting", "paints", "happiness", "happily", "relational", "agreed", "running", "caresses",
              "ponies", "josé", "Ünïcode", "us", "go", "ab", "x1y2", "generalizations", "oscillators"]
     with MemoryStore(tmp_path / "s.db", embedder=None) as store:
         store.add(" ".join(words))
-        index = KeywordIndex()
-        index._ensure_vocab(store._conn)
-        stored = {t for (t,) in store._conn.execute(f"SELECT term FROM {bm25._VOCAB}")}
+        store.db.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, entries_fts, row)")
+        stored = {t for (t,) in store.db.execute("SELECT term FROM temp.v")}
     assert {index_form(w) for w in words} <= stored
+
+
+def test_a_common_terms_count_is_sampled_close_to_the_truth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bm25, "_COUNTED", 200)
+    rng = random.Random(3)
+    with MemoryStore(tmp_path / "d.db", embedder=None) as store:
+        store.add_many([{"content": ("tea " if rng.random() < 0.3 else "") + _text(rng)} for _ in range(4000)])
+        index = KeywordIndex()
+        rows, _ = index.stats(store._conn)
+        truth = store.db.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH '\"tea\"'").fetchone()[0]
+        rare = store.db.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH '\"karn\"'").fetchone()[0]
+        assert truth > 200 > rare
+        assert index.document_frequency(store._conn, '"tea"', rows) == pytest.approx(truth, rel=0.15)
+        assert index.document_frequency(store._conn, '"karn"', rows) == rare
 
 
 def test_a_read_only_store_ranks_at_scale_without_writing(corpus: Path) -> None:
