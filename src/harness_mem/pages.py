@@ -18,6 +18,7 @@ under the reader: there is no answer then, rather than one made of missing pages
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,8 +119,8 @@ def count_pages(path: Path, page_count: int) -> PageCounts | None:
     changed while it was read (another connection checkpointed the WAL away).
     """
     try:
-        file = _held_open(path)
-        file.seek(0)
+        borrowed = _descriptor_open_on(path)
+        file: BinaryIO = _Borrowed(borrowed) if borrowed is not None else path.open("rb")  # type: ignore[assignment]
         wal_path = Path(f"{path}-wal")
         wal_file = wal_path.open("rb") if wal_path.exists() else None
         try:
@@ -127,25 +128,46 @@ def count_pages(path: Path, page_count: int) -> PageCounts | None:
         finally:
             if wal_file is not None:
                 wal_file.close()  # (SQLite's WAL locks are on the -shm file, not this one)
+            if borrowed is None:
+                file.close()
     except (OSError, _Changed):
         return None
 
 
-# Database files this process has read, held open until it exits. Closing any descriptor of a file
-# releases every POSIX lock the process holds on it, SQLite's own included: so a file that SQLite
-# may have open here is opened once and never closed. Keyed by device and inode, so a file
-# replaced under the same name is opened anew.
-_OPEN_FILES: dict[tuple[int, int], BinaryIO] = {}
+# Closing any descriptor of a file releases every POSIX lock the process holds on it, SQLite's own
+# included. So the file is read through a descriptor SQLite already has open on it (found in
+# /proc/self/fd; read with pread, which moves no file offset), and opened (and closed) here only
+# where there is none: no connection of this process has the file open then.
 
 
-def _held_open(path: Path) -> BinaryIO:
-    status = path.stat()
-    key = (status.st_dev, status.st_ino)
-    file = _OPEN_FILES.get(key)
-    if file is None:
-        # Unbuffered: a buffer kept between calls would serve pages from before the last write.
-        file = _OPEN_FILES[key] = path.open("rb", buffering=0)
-    return file
+def _descriptor_open_on(path: Path) -> int | None:
+    """A descriptor this process already has open on the file at ``path`` (Linux), or None."""
+    try:
+        target = path.resolve()
+        for entry in os.scandir("/proc/self/fd"):
+            try:
+                if Path(os.readlink(entry.path)) == target:
+                    return int(entry.name)
+            except OSError:
+                continue
+    except OSError:
+        return None
+    return None
+
+
+class _Borrowed:
+    """File-like reads through a descriptor owned by someone else: never closed here."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.offset = fd, 0
+
+    def seek(self, offset: int) -> None:
+        self.offset = offset
+
+    def read(self, size: int) -> bytes:
+        data = os.pread(self.fd, size, self.offset)
+        self.offset += len(data)
+        return data
 
 
 def _count(file: BinaryIO, wal_file: BinaryIO | None, page_count: int) -> PageCounts | None:
