@@ -39,19 +39,21 @@ import argparse
 import functools
 import json
 import math
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_store import COLUMNS, index_texts, raw_import  # noqa: E402
+from bench_store import COLUMNS, index_texts, percentile, raw_import  # noqa: E402
 from tune_hybrid import CATEGORIES, DEFAULT_DATA, load  # noqa: E402
 
 from harness_mem.db import driver  # noqa: E402
@@ -408,6 +410,389 @@ def measure_import(n: int, seed: int, db: Path, *, data: Path = DEFAULT_DATA, re
     return result
 
 
+# ------------------------------------------------------------------- vectors: semantic and hybrid recall
+#
+# A store with vectors, built apart from the keyword-only one (its own file, beside it), and the
+# semantic, hybrid and filtered recall measured on it against vec0's exact KNN over the same vectors.
+# The filler's vectors are synthetic (bench/synthetic_embedder.py); the planted turns' and the
+# questions' are the real model's.
+
+VECTOR_ANCHORS = 4000  # real vectors of filler texts the synthetic ones are drawn around
+EXACT_SAMPLES = 30  # questions timed against the exact KNN (a second or more each at 1M)
+
+
+def vector_db(db: Path) -> Path:
+    """Where the store with vectors goes, beside the keyword-only one at ``db``."""
+    return db.with_name(f"{db.stem}-vectors{db.suffix}")
+
+
+def remove_vector_db(db: Path) -> None:
+    for suffix in ("", "-wal", "-shm", ".corpus.json", ".minilm.npy", ".minilm.json", ".questions.npy",
+                   ".questions.json"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+
+def anchor_texts(seed: int, count: int = VECTOR_ANCHORS) -> list[str]:
+    """What the store would embed for ``count`` filler turns spread over a corpus of 40 × count."""
+    from harness_mem.vectors import embedding_text
+
+    rows = generate(40 * count, seed)
+    return [embedding_text(row["text"], row["role"]) for i, row in enumerate(rows) if i % 40 == 0][:count]
+
+
+def vector_embedder(db: Path, seed: int, data: Path = DEFAULT_DATA) -> Any:
+    """The bench's embedder for the store at ``db``: real MiniLM vectors for the planted turns,
+    synthetic ones around real filler vectors for the rest (computed once, cached beside ``db``)."""
+    from synthetic_embedder import SyntheticMiniLM, model_fingerprint, real_vectors
+
+    from harness_mem.vectors import embedding_text
+
+    planted = [embedding_text(t["text"], t["role"]) for t in planted_turns(data)]
+    anchors = anchor_texts(seed)
+    started = time.perf_counter()
+    vectors = real_vectors(Path(f"{db}.minilm.npy"), anchors + planted)
+    embedder = SyntheticMiniLM(vectors[:len(anchors)], dict(zip(planted, vectors[len(anchors):], strict=True)),
+                               model_fingerprint())
+    embedder.setup_seconds = time.perf_counter() - started
+    return embedder
+
+
+def build_vector_corpus(n: int, seed: int, db: Path, *, data: Path = DEFAULT_DATA, reuse: bool = True,
+                        raw: bool = True) -> dict[str, Any]:
+    """The store at ``db`` holding the corpus of (n, seed) with a vector per entry, written through the
+    store (``import_jsonl`` into ``MemoryStore(db, embedder=…)``), unless ``reuse`` finds it built.
+
+    Returns the side file's record plus, when it imported: ``import_seconds``, ``embed_seconds`` (the
+    embedder's share), and with ``raw`` the same vectors inserted into the same vec0 table by
+    ``executemany`` alone (``raw_vec0_seconds``), the floor of the vector half of a write."""
+    embedder = vector_embedder(db, seed, data)
+    planted = planted_turns(data)
+    wanted = {"n": n, "seed": seed, "generator": GENERATOR, "conversations": "all", "planted_turns": len(planted),
+              "vectors": embedder.fingerprint}
+    meta = built_meta(db)
+    if reuse and meta is not None and {k: meta.get(k) for k in wanted} == wanted:
+        return {**meta, "reused": True, "embedder": embedder}
+    for suffix in ("", "-wal", "-shm", ".corpus.json"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    timed_embed = _TimedEmbedder(embedder)
+    with tempfile.TemporaryDirectory(prefix="bench-scale-vec-") as tmp:
+        lines = Path(tmp) / "corpus.jsonl"
+        written = write_jsonl(lines, generate(n, seed, planted=planted))
+        with MemoryStore(db, embedder=timed_embed) as store, lines.open("rb") as source:
+            started, cpu = time.perf_counter(), time.process_time()
+            report = import_jsonl(store, source)
+            imported, imported_cpu = time.perf_counter() - started, time.process_time() - cpu
+            assert report.added == written and not report.errors, report.errors[:3]
+            sessions = store.db.execute("SELECT count(DISTINCT session) FROM entries").fetchone()[0]
+        raw_seconds = raw_vec0_insert(lines, embedder, Path(tmp) / "raw.db") if raw else None
+    assert embedder.real_given == len(planted), (embedder.real_given, len(planted))  # every planted turn: real
+    meta = {**wanted, "entries": written, "sessions": sessions, "file_bytes": file_bytes(db),
+            "real_vectors": embedder.real_given, "synthetic_vectors": embedder.synthetic_given}
+    meta_path(db).write_text(json.dumps(meta, indent=2))
+    result = {**meta, "reused": False, "embedder": embedder, "import_seconds": imported,
+              "import_cpu_seconds": imported_cpu, "embed_seconds": timed_embed.seconds}
+    if raw_seconds is not None:
+        result["raw_vec0_seconds"] = raw_seconds
+    return result
+
+
+class _TimedEmbedder:
+    """An embedder with the time spent in its ``embed`` counted (same identity)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.seconds = inner, 0.0
+        self.name, self.dim, self.fingerprint = inner.name, inner.dim, inner.fingerprint
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        started = time.perf_counter()
+        try:
+            return self.inner.embed(texts)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+
+def raw_vec0_insert(lines: Path, embedder: Any, path: Path, batch: int = 5000) -> float:
+    """Seconds to insert the vectors of ``lines`` into a vec0 table declared as the store declares it,
+    with ``executemany`` and the store's quantisation, in one transaction (embedding not counted)."""
+    from harness_mem.db import connect, write_transaction
+    from harness_mem.vectors import embedding_text, pack_signs, quantize, session_key
+
+    conn = connect(path).conn
+    conn.execute("CREATE VIRTUAL TABLE v USING vec0(namespace text partition key, kind text, session_key integer,"
+                 f" created_at integer, embedding int8[{embedder.dim}] distance_metric=cosine,"
+                 f" bits bit[{embedder.dim}])")
+    spent = 0.0
+    with write_transaction(conn), lines.open(encoding="utf-8") as source:
+        pk = 0
+        while True:
+            rows = [json.loads(line) for _, line in zip(range(batch), source, strict=False)]
+            if not rows:
+                break
+            vectors = embedder.synthetic([embedding_text(r["text"], r["role"]) for r in rows])
+            started = time.perf_counter()
+            scaled, signs = quantize(vectors), pack_signs(vectors)
+            conn.executemany(
+                "INSERT INTO v (rowid, namespace, kind, session_key, created_at, embedding, bits)"
+                " VALUES (?, 'default', 'turn', ?, ?, vec_int8(?), vec_bit(?))",
+                [(pk + i + 1, session_key(r["session"]), i, scaled[i].tobytes(), signs[i].tobytes())
+                 for i, r in enumerate(rows)])
+            spent += time.perf_counter() - started
+            pk += len(rows)
+    conn.close()
+    return spent
+
+
+def question_vectors(db: Path, questions: Sequence[PlantedQuestion]) -> npt.NDArray[np.float32]:
+    """The real model's vectors of the questions, as recall embeds them (``embed_queries``: the
+    speaker names the store knows taken out), cached beside ``db``."""
+    from harness_mem.providers.embeddings import MiniLMEmbedder
+
+    path = Path(f"{db}.questions.npy")
+    side = path.with_suffix(".json")
+    model = MiniLMEmbedder()
+    wanted = {"model": model.fingerprint, "texts": [q.question for q in questions]}
+    if path.exists() and side.exists() and json.loads(side.read_text(encoding="utf-8")) == wanted:
+        return np.load(path)  # type: ignore[no-any-return]
+    with MemoryStore(db, embedder=model, read_only=True) as store:
+        vectors = store.embed_queries(wanted["texts"])
+    np.save(path, vectors)
+    side.write_text(json.dumps(wanted), encoding="utf-8")
+    return vectors
+
+
+def _timed(call: Callable[[], Any]) -> tuple[float, float, Any]:
+    """(wall ms, CPU ms of this process, result) of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    value = call()
+    return (time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000, value
+
+
+def _latency(samples: list[tuple[float, float]]) -> dict[str, float]:
+    walls, cpus = [w for w, _ in samples], [c for _, c in samples]
+    return {"p50_ms": round(float(np.median(walls)), 2), "p95_ms": round(percentile(walls, 0.95), 2),
+            "cpu_p50_ms": round(float(np.median(cpus)), 2)}
+
+
+def _recall_at(hits: Sequence[str], evidence: Sequence[str]) -> float:
+    return len(set(hits) & set(evidence)) / len(evidence)
+
+
+def measure_vectors(db: Path, embedder: Any, questions: Sequence[PlantedQuestion], vectors: npt.NDArray[np.float32],
+                    *, k: int = 10, exact_samples: int = EXACT_SAMPLES) -> dict[str, Any]:
+    """Semantic, hybrid and filtered recall over the store with vectors at ``db``, every question
+    asked with its real vector (``query_vector=``: the embedding is not timed), beside vec0's exact
+    KNN over the same stored vectors, in this process (warm: the first query, which loads the sign
+    bits, is timed apart by :func:`measure_first_result`)."""
+    result: dict[str, Any] = {}
+    with open_built(db, embedder=embedder) as store:
+        index = store._vector_index()
+        ns = store.namespace
+        store.recall(questions[0].question, k=k, mode="semantic", query_vector=vectors[0])  # loads the bits
+        every = range(len(questions))
+        step = max(1, len(questions) // exact_samples)
+        sampled = list(every)[::step][:exact_samples]
+        exact, fast, agree, agree_conversation = [], [], [], []
+        conversations = {q.conversation: [pk for (pk,) in store.db.execute(
+            "SELECT pk FROM entries WHERE session LIKE ?", (q.session_prefix + "%",))] for q in questions}
+        for i in sampled:
+            wall, cpu, truth = _timed(lambda i=i: index.exact_knn(vectors[i], k, ns))
+            exact.append((wall, cpu))
+            wall, cpu, found = _timed(lambda i=i: index.search(vectors[i], k, ns))
+            fast.append((wall, cpu))
+            agree.append(len({pk for pk, _ in found} & {pk for pk, _ in truth}) / max(1, len(truth)))
+            # Within the conversation: the search over its entries against all of them rescored.
+            pks = conversations[questions[i].conversation]
+            within = {pk for pk, _ in index.search(vectors[i], k, ns, candidates=pks)}
+            agree_conversation.append(len(within & {pk for pk, _ in index.rescore(vectors[i], pks, k)}) / k)
+        result["exact"] = _latency(exact)
+        result["search"] = _latency(fast)  # the index alone, on the same questions
+        result["agreement"] = round(float(np.mean(agree)), 4)
+        result["agreement_min"] = round(float(np.min(agree)), 2)
+        result["agreement_conversation"] = round(float(np.mean(agree_conversation)), 4)
+        result["exact_samples"] = len(sampled)
+        runs: dict[str, Callable[[int], dict[str, Any]]] = {
+            "semantic": lambda i: {"mode": "semantic"},
+            "hybrid": lambda i: {"mode": "hybrid"},
+            "keyword": lambda i: {"mode": "keyword"},
+            "semantic_session": lambda i: {"mode": "semantic", "session": _evidence_session(store, questions[i])},
+            "hybrid_session": lambda i: {"mode": "hybrid", "session": _evidence_session(store, questions[i])},
+            "semantic_conversation": lambda i: {"mode": "semantic", "session_prefix": questions[i].session_prefix},
+            "hybrid_conversation": lambda i: {"mode": "hybrid", "session_prefix": questions[i].session_prefix},
+        }
+        for name, arguments in runs.items():
+            samples, recalls = [], []
+            for i in every:
+                args = arguments(i)
+                wall, cpu, hits = _timed(lambda i=i, args=args: store.recall(  # type: ignore[misc]
+                    questions[i].question, k=k, query_vector=vectors[i], **args))
+                samples.append((wall, cpu))
+                recalls.append(_recall_at([h.entry.id for h in hits], questions[i].evidence))
+            result[name] = {**_latency(samples), f"r@{k}": round(float(np.mean(recalls)), 4)}
+    return result
+
+
+def _evidence_session(store: MemoryStore, question: PlantedQuestion) -> str | None:
+    """The session of the question's first evidence turn (a filter that keeps the answer)."""
+    return store.get(question.evidence[0]).session
+
+
+class _Identity:
+    """The recorded model's identity without the model: every query comes with its vector."""
+
+    def __init__(self, name: str, dim: int, fingerprint: str) -> None:
+        self.name, self.dim, self.fingerprint = name, dim, fingerprint
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        raise AssertionError("the probe passes every query's vector: nothing is embedded")
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory in MB: VmHWM (Linux), which starts afresh at exec, unlike
+    ``getrusage``'s ru_maxrss, which a child started by fork inherits from its parent's peak."""
+    import resource
+
+    try:
+        status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+        return round(int(status["VmHWM"].split()[0]) / 1024, 1)
+    except (OSError, KeyError, ValueError):
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _read_bytes() -> int:
+    """Bytes this process has read through read(2) so far, page cache hits included (Linux)."""
+    try:
+        return int(dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())["rchar"])
+    except (OSError, KeyError, ValueError):
+        return -1
+
+
+def probe_first_result(db: Path, first: str, queries: int = 40) -> dict[str, Any]:
+    """Run in a fresh process (see :func:`measure_first_result`): open the store, time the first
+    recall (``first``: a mode, or ``bits`` for the sign-bit load alone), then a mix of recalls, and
+    report the process's peak RSS."""
+    started = time.perf_counter()
+    meta = built_meta(db)
+    assert meta is not None
+    texts = json.loads(Path(f"{db}.questions.json").read_text(encoding="utf-8"))["texts"]
+    vectors = np.load(Path(f"{db}.questions.npy"))
+    identity = _Identity("bench-synthetic-minilm", vectors.shape[1], meta["vectors"])
+    out: dict[str, Any] = {}
+    read_before = _read_bytes()
+    wall, cpu, store = _timed(lambda: MemoryStore(db, embedder=identity))
+    out["open_ms"], out["open_cpu_ms"] = round(wall, 1), round(cpu, 1)
+    if first == "bits":
+        index = store._vector_index()
+        wall, cpu, _ = _timed(lambda: index._namespace_bits(store.namespace))
+    else:
+        wall, cpu, _ = _timed(lambda: store.recall(texts[0], k=10, mode=first, query_vector=vectors[0]))
+    out["first_ms"], out["first_cpu_ms"] = round(wall, 1), round(cpu, 1)
+    out["first_read_mb"] = round((_read_bytes() - read_before) / 1e6, 1)
+    out["since_start_ms"] = round((time.perf_counter() - started) * 1000, 1)
+    out["rss_after_first_mb"] = _peak_rss_mb()
+    mixes: list[dict[str, Any]] = [{"mode": "semantic"}, {"mode": "hybrid"}, {"mode": "semantic", "session_prefix": "conv-26:"},
+                                   {"mode": "hybrid", "session_prefix": "conv-30:"}, {"mode": "keyword"}]
+    after: list[tuple[float, float]] = []
+    for n in range(1, queries + 1):
+        i = n % len(texts)
+        wall, cpu, _ = _timed(lambda i=i, n=n: store.recall(texts[i], k=10, query_vector=vectors[i], **mixes[n % len(mixes)]))
+        after.append((wall, cpu))
+    out["next"] = _latency(after)
+    store.close()
+    out["max_rss_mb"] = _peak_rss_mb()
+    return out
+
+
+def measure_first_result(db: Path) -> dict[str, Any]:
+    """Time to the first result in fresh processes: the first query semantic, hybrid, or the sign-bit
+    load alone; each process's peak RSS after a mix of recalls. The process start is counted from the
+    parent (imports included)."""
+    results: dict[str, Any] = {}
+    for first in ("semantic", "hybrid", "bits"):
+        code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import bench_scale;"
+                " from pathlib import Path;"
+                " print(json.dumps(bench_scale.probe_first_result(Path(sys.argv[2]), sys.argv[3])))")
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parent), str(db), first],
+                              capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise RuntimeError(f"the first-result probe failed: {done.stderr.strip()[-2000:]}")
+        results[first] = {**json.loads(done.stdout.strip().splitlines()[-1]),
+                          "process_ms": round((time.perf_counter() - started) * 1000, 1)}
+    return results
+
+
+
+def measure_vector_recall(n: int, seed: int, db: Path, *, data: Path = DEFAULT_DATA, reuse: bool = False,
+                          raw: bool = True, exact_samples: int = EXACT_SAMPLES,
+                          questions: Sequence[PlantedQuestion] | None = None) -> dict[str, Any]:
+    """Build (or reuse) the store with vectors at ``db``, then measure recall on it (every planted
+    question, or ``questions``), warm in this process and cold in fresh ones."""
+    built = build_vector_corpus(n, seed, db, data=data, reuse=reuse, raw=raw)
+    embedder = built.pop("embedder")
+    every = planted_questions(data)
+    vectors = question_vectors(db, every)  # all of them, once: the cache holds the whole set
+    asked = {q.qid for q in (every if questions is None else questions)}
+    vectors = vectors[[i for i, q in enumerate(every) if q.qid in asked]]
+    questions = [q for q in every if q.qid in asked]
+    result: dict[str, Any] = {"build": built, "questions": len(questions)}
+    result.update(measure_vectors(db, embedder, questions, vectors, exact_samples=exact_samples))
+    result["first_result"] = measure_first_result(db)
+    return result
+
+
+def vector_table_rows(v: dict[str, Any]) -> list[tuple[str, str]]:
+    """The rows of the vector measurements (:func:`measure_vector_recall`)."""
+    def ms(m: dict[str, Any]) -> str:
+        return f"{m['p50_ms']:,.1f} ms p50 ({m['cpu_p50_ms']:,.1f} ms CPU), p95 {m['p95_ms']:,.0f} ms"
+
+    def ratio(a: dict[str, Any], b: dict[str, Any]) -> str:
+        return f"{a['p50_ms'] / b['p50_ms']:.2f}× (CPU {a['cpu_p50_ms'] / max(b['cpu_p50_ms'], 1e-9):.2f}×)"
+
+    b, first = v["build"], v["first_result"]
+    rows = [("vectors", f"SYNTHETIC for the {b['synthetic_vectors']:,} filler turns (bench/synthetic_embedder.py:"
+             f" real MiniLM vectors of filler texts plus noise); real MiniLM for the {b['real_vectors']:,} planted"
+             f" turns and the {v['questions']:,} questions — every figure below is on these vectors")]
+    if b["reused"]:
+        rows.append(("build with vectors", "reused the built file"))
+    else:
+        rows.append(("build with vectors", f"{b['import_seconds']:.0f} s ({b['import_cpu_seconds']:.0f} s CPU here),"
+                     f" {b['entries'] / b['import_seconds']:,.0f} rows/s through import_jsonl; of it the embedder"
+                     f" {b['embed_seconds']:.0f} s" + (f"; the same vectors into vec0 alone {b['raw_vec0_seconds']:.0f} s"
+                                                      if "raw_vec0_seconds" in b else "")))
+    rows.append(("file with vectors", f"{b['file_bytes'] / 1e6:,.0f} MB, {b['file_bytes'] / b['entries']:,.0f} B per entry"))
+    rows += [
+        ("exact KNN (vec0)", ms(v["exact"]) + f" over {v['exact_samples']} questions"),
+        ("semantic search", ms(v["search"]) + f" = {ratio(v['search'], v['exact'])} of exact, same questions"),
+        ("semantic recall", ms(v["semantic"]) + f" = {v['exact']['p50_ms'] / v['semantic']['p50_ms']:.0f}× faster"
+         f" than exact (goal ≥ 20×)"),
+        ("top-10 agreement", f"{v['agreement']:.3f} with exact (lowest {v['agreement_min']:.1f}; goal ≥ 0.95);"
+         f" within the conversation {v['agreement_conversation']:.3f}"),
+        ("hybrid recall", ms(v["hybrid"]) + " (goal p50 ≤ 60 ms); keyword alone " + ms(v["keyword"])),
+        ("semantic, one session", ms(v["semantic_session"]) + " = " + ratio(v["semantic_session"], v["semantic"])
+         + " of unfiltered (goal ≤ 1)"),
+        ("hybrid, one session", ms(v["hybrid_session"]) + " = " + ratio(v["hybrid_session"], v["hybrid"]) + " of unfiltered"),
+        ("semantic, conversation", ms(v["semantic_conversation"]) + " = "
+         + ratio(v["semantic_conversation"], v["semantic"]) + " of unfiltered"),
+        ("hybrid, conversation", ms(v["hybrid_conversation"]) + " = " + ratio(v["hybrid_conversation"], v["hybrid"])
+         + " of unfiltered"),
+        ("R@10 (whole store)", f"semantic {v['semantic']['r@10']:.3f}, hybrid {v['hybrid']['r@10']:.3f},"
+         f" keyword {v['keyword']['r@10']:.3f}"),
+        ("R@10 (conversation)", f"semantic {v['semantic_conversation']['r@10']:.3f},"
+         f" hybrid {v['hybrid_conversation']['r@10']:.3f}"),
+        ("R@10 (evidence session)", f"semantic {v['semantic_session']['r@10']:.3f},"
+         f" hybrid {v['hybrid_session']['r@10']:.3f}"),
+    ]
+    for mode in ("semantic", "hybrid"):
+        f = first[mode]
+        rows.append((f"first {mode} (cold)", f"{f['first_ms']:,.0f} ms ({f['first_cpu_ms']:,.0f} ms CPU, {f['first_read_mb']:,.0f} MB"
+                     f" read) after opening in {f['open_ms']:,.0f} ms; {f['process_ms'] / 1000:.1f} s from process start"))
+    bits = first["bits"]
+    rows.append(("  sign-bit load", f"{bits['first_ms']:,.0f} ms ({bits['first_cpu_ms']:,.0f} ms CPU), {bits['first_read_mb']:,.0f} MB read"))
+    rows.append(("max RSS recalling", f"{max(f['max_rss_mb'] for f in first.values()):,.0f} MB after the first query and"
+                 f" {40} more of every mode (goal ≤ 600 MB)"))
+    return rows
+
+
 # ------------------------------------------------------------------------------------------ report
 
 
@@ -512,6 +897,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keyword", action="store_true", help="measure keyword recall on the planted questions")
     parser.add_argument("--questions", type=int, help="ask only the first N planted questions")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--vectors", action="store_true",
+                        help="also build a store with (partly synthetic) vectors beside --db and measure semantic,"
+                             " hybrid and filtered recall on it against vec0's exact KNN")
+    parser.add_argument("--exact-samples", type=int, default=EXACT_SAMPLES,
+                        help="questions timed against the exact KNN with --vectors (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.n < 1:
         parser.error("--n must be at least 1")
@@ -529,6 +919,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         questions = planted_questions(args.data)[: args.questions]
         if args.keyword:
             result["keyword"] = measure_keyword(db, questions)
+        if args.vectors:
+            with_vectors = vector_db(db)
+            result["vectors"] = measure_vector_recall(args.n, args.seed, with_vectors, data=args.data, reuse=args.reuse,
+                                                      raw=args.raw, exact_samples=args.exact_samples, questions=questions)
+            if not args.keep and not result["vectors"]["build"]["reused"]:
+                remove_vector_db(with_vectors)
         if not args.keep and args.db is not None and not result["reused"]:
             remove_db(db)
     if args.json:
@@ -538,6 +934,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = table_rows(result) + (keyword_rows(result["keyword"]) if "keyword" in result else [])
     for name, value in rows:
         print(f"  {name:<24} {value}")
+    if "vectors" in result:
+        print("  semantic and hybrid recall (every question asked with its vector: the embedding is not timed)")
+        for name, value in vector_table_rows(result["vectors"]):
+            print(f"  {name:<24} {value}")
     return 0
 
 

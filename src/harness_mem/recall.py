@@ -34,7 +34,7 @@ from .filters import Filters, make_filters
 from .models import Entry, Hit, now_ms, to_ms
 from .providers.embeddings import INSTALL_HINT
 from .rows import COLUMNS, entry_from_row
-from .vectors import VectorFilter, missing_vectors
+from .vectors import VectorFilter, live_entries, missing_vectors
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -302,8 +302,8 @@ class Recall:
         else:
             # A keyword-only or read-only file this model has no vectors in binds no index: all missing.
             bound = self.store._vector_index(writing=False) is not None
-            total = int(self.conn.execute("SELECT count(*) FROM entries WHERE forgotten_at IS NULL").fetchone()[0])
-            missing = missing_vectors(self.conn) if bound else total
+            total = live_entries(self.conn)
+            missing = missing_vectors(self.conn, total) if bound else total
             self._vector_counts = bound, total, missing
         self.vectors_complete, self._vectors_checked_at = bound and missing == 0, version
         if not missing:

@@ -13,13 +13,23 @@ transaction as the entry. Each row holds:
 
 A query is answered in two steps, both by vec0:
 
-1. **Shortlist** — the entries nearest by Hamming distance between sign bits. This runs over an
-   in-memory copy of the namespace's sign bits and session keys (56 bytes an entry), read straight
-   from vec0's own chunks: a vec0 KNN over 100k bit vectors costs as much as it saves (its per-chunk
-   top-k grows with the shortlist size), while the copy answers in under a millisecond
-   (bench/bench_vectors.py: the whole search is 0.07× an exact vec0 KNN). A session filter selects
-   rows of the copy by session key; kinds and time ranges are a vec0 KNN restricted by its metadata;
-   other filters (role, tags, a session prefix) hand in the candidate pks.
+1. **Shortlist** — the entries nearest by sign bits, in two passes over an in-memory copy of the
+   namespace's sign bits and session keys (56 bytes an entry), read straight from vec0's own
+   chunks: a vec0 KNN over 100k bit vectors costs as much as it saves (its per-chunk top-k grows
+   with the shortlist size), while the copy answers in milliseconds.
+
+   a. the Hamming distance to the query's signs keeps PREFILTER_PER_SHORTLIST × the shortlist;
+   b. those are ranked again by a *weighted* Hamming distance: a differing sign costs the query's
+      magnitude in that dimension (in 2^WEIGHT_BITS - 1 levels), so the query keeps its precision
+      and only the stored side is one bit. Plain Hamming counts a sign the query barely has like
+      its largest one: on MiniLM questions over a million entries its top 240 held 0.76 of the
+      exact top 10, the weighted pass's 0.92 (bench/bench_scale.py --vectors).
+
+   The shortlist grows with the rows searched (ROWS_PER_SHORTLISTED): a one-bit estimate misranks
+   a near neighbour below a share of the rows that does not shrink as the rows grow.
+   A session filter selects rows of the copy by session key; kinds and time ranges are a vec0 KNN
+   restricted by its metadata (plain Hamming there); other filters (role, tags, a session prefix)
+   hand in the candidate pks.
 2. **Rescore** — the shortlist's int8 vectors are compared with the query's by
    ``vec_distance_cosine`` in SQL, reading them by pk from vec0.
 
@@ -32,7 +42,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -42,10 +52,20 @@ from .errors import EmbedderError
 from .protocols import Embedder
 
 TABLE = "entries_vec"
-# Shortlist = max(SHORTLIST_MIN, SHORTLIST_PER_HIT × k): chosen in bench/bench_vectors.py for ≥ 0.95
-# top-10 agreement with an exact float32 search on MiniLM vectors at 100k entries.
+# Shortlist = max(SHORTLIST_MIN, SHORTLIST_PER_HIT × k, rows / ROWS_PER_SHORTLISTED), chosen in
+# bench/bench_scale.py --vectors for ≥ 0.95 top-10 agreement with vec0's exact KNN on MiniLM questions
+# at 100k and 1M entries (0.99 and 0.97).
 SHORTLIST_MIN = 240
-SHORTLIST_PER_HIT = 24
+SHORTLIST_PER_HIT = 10
+ROWS_PER_SHORTLISTED = 1000
+# The Hamming pass keeps this many rows per shortlisted one for the weighted pass: fewer than about
+# ten lose some of the exact top 10 before the weighted pass sees them.
+PREFILTER_PER_SHORTLIST = 16
+# The query's magnitudes are weighed in 2^WEIGHT_BITS - 1 levels: three bits rank as well as float
+# weights do, and keep the distance a small integer (a histogram finds the cut).
+WEIGHT_BITS = 3
+# A filtered vec0 KNN ranks by plain Hamming distance: it needs the longer shortlist of old.
+HAMMING_SHORTLIST_PER_HIT = 24
 # vec0 refuses a KNN with k above this.
 MAX_KNN = 4096
 
@@ -138,18 +158,25 @@ def embedding_text(content: str, role: str | None) -> str:
     return f"{role}: {content}" if role else content
 
 
-def missing_vectors(conn: Connection) -> int:
-    """Entries (in every namespace) that have no vector yet: ``reindex`` embeds them."""
+def live_entries(conn: Connection) -> int:
+    """Entries (in every namespace) not forgotten, counted from indexes alone: all of them by the
+    smallest index, less the forgotten by theirs. ``forgotten_at IS NULL`` would read every entry's
+    row, the whole table (at a million entries, hundreds of MB for a cold recall to pull in)."""
+    return int(conn.execute(
+        "SELECT (SELECT count(*) FROM entries) - (SELECT count(*) FROM entries WHERE forgotten_at IS NOT NULL)"
+    ).fetchone()[0])
+
+
+def missing_vectors(conn: Connection, live: int | None = None) -> int:
+    """Entries (in every namespace) that have no vector yet: ``reindex`` embeds them. ``live`` is
+    :func:`live_entries` when the caller has just counted them."""
+    live = live_entries(conn) if live is None else live
     if not _has_current_layout(conn):
-        return int(conn.execute("SELECT count(*) FROM entries WHERE forgotten_at IS NULL").fetchone()[0])
+        return live
     # Counting first reads only indexes: a vector row exists only for a live entry (deleting or
     # forgetting an entry drops its vector), so equal counts mean nothing is missing, and the
-    # common case never reads the entries' pages (a cold recall would pull them into memory).
-    live, vectors = conn.execute(
-        "SELECT (SELECT count(*) FROM entries) - (SELECT count(*) FROM entries WHERE forgotten_at IS NOT NULL),"
-        f" (SELECT count(*) FROM {TABLE}_rowids)"
-    ).fetchone()
-    if live == vectors:
+    # common case never reads the entries' pages.
+    if live == int(conn.execute(f"SELECT count(*) FROM {TABLE}_rowids").fetchone()[0]):
         return 0
     # vec0 keeps its rows' pks in a plain table: an indexed lookup, not a scan of the vectors.
     return int(conn.execute(
@@ -219,21 +246,26 @@ class _NamespaceBits:
 
     @classmethod
     def build(
-        cls, generation: int, pks: npt.NDArray[np.int64], bits: npt.NDArray[np.uint8], sessions: npt.NDArray[np.int64]
+        cls, generation: int, pks: npt.NDArray[np.int64], columns: npt.NDArray[np.uint64],
+        sessions: npt.NDArray[np.int64],
     ) -> _NamespaceBits:
-        order = np.argsort(pks, kind="stable")
-        return cls(generation, pks[order], np.ascontiguousarray(bits[order].view(np.uint64).T), sessions[order])
+        """The cache of rows in any order (``columns``: (dim / 64, n)); rows read in pk order, as
+        vec0 fills its chunks, are kept as they are (no sort, no copy)."""
+        if len(pks) > 1 and not bool(np.all(pks[1:] > pks[:-1])):
+            order = np.argsort(pks, kind="stable")
+            pks, columns, sessions = pks[order], columns[:, order], sessions[order]
+        return cls(generation, pks, np.ascontiguousarray(columns), sessions)
 
     def add(self, pks: npt.NDArray[np.int64], bits: npt.NDArray[np.uint8], sessions: npt.NDArray[np.int64]) -> None:
+        added = bits.view(np.uint64).T
         if len(self.pks) == 0 or pks.min() > self.pks[-1]:  # new rows number on: append, no re-sort
             order = np.argsort(pks, kind="stable")
             self.pks = np.concatenate([self.pks, pks[order]])
-            self.columns = np.concatenate([self.columns, bits[order].view(np.uint64).T], axis=1)
+            self.columns = np.concatenate([self.columns, added[:, order]], axis=1)
             self.sessions = np.concatenate([self.sessions, sessions[order]])
             return
         merged = _NamespaceBits.build(
-            self.generation, np.concatenate([self.pks, pks]),
-            np.concatenate([np.ascontiguousarray(self.columns.T).view(np.uint8), bits]),
+            self.generation, np.concatenate([self.pks, pks]), np.concatenate([self.columns, added], axis=1),
             np.concatenate([self.sessions, sessions]),
         )
         self.pks, self.columns, self.sessions = merged.pks, merged.columns, merged.sessions
@@ -259,12 +291,53 @@ class _NamespaceBits:
 
     def distances(self, query_words: npt.NDArray[np.uint64], at: npt.NDArray[np.intp] | None) -> npt.NDArray[np.uint16]:
         """Hamming distance from the query's sign bits to each row (or to the rows ``at``)."""
-        total: npt.NDArray[np.uint16] | None = None
+        rows = len(self.pks) if at is None else len(at)
+        total = np.zeros(rows, dtype=np.uint16)
+        differ = np.empty(rows, dtype=np.uint64)
+        count = np.empty(rows, dtype=np.uint8)
         for column, word in zip(self.columns, query_words, strict=True):
-            part = np.bitwise_count(np.bitwise_xor(column if at is None else column[at], word))
-            total = part.astype(np.uint16) if total is None else total + part
-        assert total is not None
+            np.bitwise_xor(column if at is None else column[at], word, out=differ)
+            total += np.bitwise_count(differ, out=count)
         return total
+
+    def weighted_distances(self, query: QueryBits, at: npt.NDArray[np.intp]) -> npt.NDArray[np.uint16]:
+        """Sum, over the dimensions where row ``at``'s sign differs from the query's, of the query's
+        magnitude there (in levels: see :class:`QueryBits`)."""
+        total = np.zeros(len(at), dtype=np.uint16)
+        differ = np.empty(len(at), dtype=np.uint64)
+        masked = np.empty(len(at), dtype=np.uint64)
+        count = np.empty(len(at), dtype=np.uint8)
+        for c, column in enumerate(self.columns):
+            np.bitwise_xor(column[at], query.signs[c], out=differ)
+            for level, plane in enumerate(query.planes[:, c]):
+                np.bitwise_and(differ, plane, out=masked)
+                np.bitwise_count(masked, out=count)
+                total += count.astype(np.uint16) << level
+        return total
+
+
+@dataclass(frozen=True)
+class QueryBits:
+    """A query as the shortlist compares it: its sign bits, and its magnitudes in 2^WEIGHT_BITS - 1
+    levels as bit planes (``planes[b]`` holds bit b of each dimension's level), each a row of
+    64-bit words like the cached columns."""
+
+    signs: npt.NDArray[np.uint64]   # (dim / 64,)
+    planes: npt.NDArray[np.uint64]  # (WEIGHT_BITS, dim / 64)
+
+    @classmethod
+    def of(cls, query: npt.NDArray[np.float32]) -> QueryBits:
+        magnitude = np.abs(query.astype(np.float32))
+        peak = float(magnitude.max())
+        top = (1 << WEIGHT_BITS) - 1
+        levels = np.rint(magnitude * (top / peak)).astype(np.uint8) if peak > 0 else np.zeros(len(query), np.uint8)
+        planes = np.stack([(levels >> b) & 1 for b in range(WEIGHT_BITS)])
+        return cls(
+            pack_signs(query[None, :]).view(np.uint64)[0],
+            np.packbits(planes, axis=1, bitorder="little").view(np.uint64),
+        )
+
+
 
 
 def nearest(distances: npt.NDArray[np.uint16], count: int) -> npt.NDArray[np.intp]:
@@ -279,6 +352,20 @@ def nearest(distances: npt.NDArray[np.uint16], count: int) -> npt.NDArray[np.int
     below = np.flatnonzero(distances < cut)
     at_cut = np.flatnonzero(distances == cut)[: count - len(below)]
     return np.concatenate([below, at_cut])
+
+
+def cache_shortlist(
+    cache: _NamespaceBits, query: npt.NDArray[np.float32], count: int, at: npt.NDArray[np.intp] | None = None
+) -> npt.NDArray[np.intp]:
+    """Positions in ``cache`` of the ``count`` rows (among ``at``, or all) nearest to ``query``: the
+    nearest by Hamming distance, ranked again by the weighted distance (see the module docstring)."""
+    bits = QueryBits.of(query)
+    kept = nearest(cache.distances(bits.signs, at), PREFILTER_PER_SHORTLIST * count)
+    if at is not None:
+        kept = at[kept]
+    if len(kept) <= count:
+        return kept
+    return kept[nearest(cache.weighted_distances(bits, kept), count)]
 
 
 @dataclass
@@ -435,52 +522,66 @@ class VectorIndex:
 
     def _read_bits(
         self, namespace: str
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-        """Every vector's pk, sign bits and session key in ``namespace``, read from vec0's chunks.
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+        """Every vector's pk, sign bits (as cache columns: (dim / 64, n) words) and session key in
+        ``namespace``, read from vec0's chunks.
 
         A chunk holds up to 1,024 rows: a validity bitmap and their pks, and beside it the packed
-        bits and the session keys of the same rows. Reading chunks is about 10× faster than
-        selecting row by row; if this sqlite-vec lays its chunks out differently, the row by row
-        query answers instead.
+        bits and the session keys of the same rows. The bitmaps are read first (a few bytes a
+        chunk) to size the arrays; then each chunk's blobs go straight into them, one chunk at a
+        time, so a million rows take their 56 MB and little more. Reading chunks is about 10× faster
+        than selecting row by row; if this sqlite-vec lays its chunks out differently, the row by row
+        query answers instead. The int8 vectors are never read.
         """
         width = self.dim // 8
+        words = self.dim // 64
         try:
-            chunks = self.conn.execute(
-                f"SELECT c.validity, c.rowids, b.vectors, s.data FROM {TABLE}_chunks c"
+            chunks = f" FROM {TABLE}_chunks c WHERE c.partition00 = ? ORDER BY c.chunk_id"
+            valid = [np.unpackbits(np.frombuffer(v, dtype=np.uint8), bitorder="little").astype(bool)
+                     for (v,) in self.conn.execute("SELECT c.validity" + chunks, (namespace,))]
+            rows = sum(int(v.sum()) for v in valid)
+            pks = np.empty(rows, dtype=np.int64)
+            columns = np.empty((words, rows), dtype=np.uint64)
+            sessions = np.empty(rows, dtype=np.int64)
+            at = 0
+            cursor = self.conn.execute(
+                f"SELECT c.rowids, b.vectors, s.data FROM {TABLE}_chunks c"
                 f" JOIN {TABLE}_vector_chunks01 b ON b.rowid = c.chunk_id"
                 f" JOIN {TABLE}_metadatachunks01 s ON s.rowid = c.chunk_id"
                 " WHERE c.partition00 = ? ORDER BY c.chunk_id",
                 (namespace,),
-            ).fetchall()
-            parts: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
-            for validity, rowids, vectors, sessions in chunks:
+            )
+            for number, (rowids, vectors, keys) in enumerate(cursor):
                 size = len(rowids) // 8
-                valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[:size].astype(bool)
-                parts[0].append(np.frombuffer(rowids, dtype=np.int64)[valid])
-                parts[1].append(np.frombuffer(vectors, dtype=np.uint8).reshape(size, width)[valid])
-                parts[2].append(np.frombuffer(sessions, dtype=np.int64)[:size][valid])
-            if not chunks:
-                return np.zeros(0, np.int64), np.zeros((0, width), np.uint8), np.zeros(0, np.int64)
-            pks, bits, sessions = np.concatenate(parts[0]), np.concatenate(parts[1]), np.concatenate(parts[2])
-            if len(pks) and not self._agrees(int(pks[-1]), bits[-1], int(sessions[-1])):
+                mask = valid[number][:size]
+                count = int(mask.sum())
+                if count == size:  # a full chunk: slices, no mask
+                    mask = slice(None)  # type: ignore[assignment]
+                pks[at:at + count] = np.frombuffer(rowids, dtype=np.int64)[mask]
+                columns[:, at:at + count] = np.frombuffer(vectors, dtype=np.uint64).reshape(size, words)[mask].T
+                sessions[at:at + count] = np.frombuffer(keys, dtype=np.int64)[:size][mask]
+                at += count
+            if at != rows or (rows and not self._agrees(int(pks[-1]), columns[:, -1], int(sessions[-1]))):
                 raise LookupError("vec0's chunks are laid out differently")
-            return pks, bits, sessions
+            return pks, columns, sessions
         except Exception:  # another chunk layout: take the public way
-            rows = self.conn.execute(
+            found = self.conn.execute(
                 f"SELECT rowid, bits, session_key FROM {TABLE} WHERE namespace = ?", (namespace,)
             ).fetchall()
-            pks = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            raw = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.uint8).reshape(len(rows), width)
-            return pks, raw, np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
+            pks = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
+            raw = np.frombuffer(b"".join(r[1] for r in found), dtype=np.uint8).reshape(len(found), width)
+            columns = np.ascontiguousarray(raw.view(np.uint64).T)
+            return pks, columns, np.fromiter((r[2] for r in found), dtype=np.int64, count=len(found))
 
-    def _agrees(self, pk: int, bits: npt.NDArray[np.uint8], session: int) -> bool:
+    def _agrees(self, pk: int, words: npt.NDArray[np.uint64], session: int) -> bool:
         """True when the public view of row ``pk`` says what the chunks said (the layout is as read)."""
         row = self.conn.execute(f"SELECT bits, session_key FROM {TABLE} WHERE rowid = ?", (pk,)).fetchone()
-        return row is not None and bytes(row[0]) == bits.tobytes() and int(row[1]) == session
+        return row is not None and bytes(row[0]) == np.ascontiguousarray(words).tobytes() and int(row[1]) == session
 
     @staticmethod
-    def shortlist_size(k: int) -> int:
-        return min(MAX_KNN, max(SHORTLIST_MIN, SHORTLIST_PER_HIT * k))
+    def shortlist_size(k: int, rows: int = 0) -> int:
+        """How many of ``rows`` rows the sign bits shortlist for rescoring, for the top ``k``."""
+        return min(MAX_KNN, max(SHORTLIST_MIN, SHORTLIST_PER_HIT * k, rows // ROWS_PER_SHORTLISTED))
 
     def search(
         self,
@@ -495,8 +596,7 @@ class VectorIndex:
         ``candidates`` restricts the search to those pks (the rows that passed the filters); ``where``
         restricts it with the filters vec0 evaluates itself.
         """
-        shortlist = self.shortlist_size(k)
-        if candidates is not None and len(candidates) <= shortlist:
+        if candidates is not None and len(candidates) <= self.shortlist_size(k, len(candidates)):
             return self.rescore(query, candidates, k)
         session_only = where is not None and where == VectorFilter(session=where.session)
         if where is not None and candidates is None and not session_only:
@@ -508,11 +608,8 @@ class VectorIndex:
             at = cache.in_session(where.session)  # the session keys are cached beside the bits
         else:
             at = None
-        query_words = pack_signs(query[None, :]).view(np.uint64)[0]
-        distances = cache.distances(query_words, at)
-        chosen = nearest(distances, shortlist)
-        pks = cache.pks if at is None else cache.pks[at]
-        return self.rescore(query, pks[chosen].tolist(), k)
+        shortlist = self.shortlist_size(k, len(cache.pks) if at is None else len(at))
+        return self.rescore(query, cache.pks[cache_shortlist(cache, query, shortlist, at)].tolist(), k)
 
     def _filtered_knn(
         self, query: npt.NDArray[np.float32], k: int, namespace: str, where: VectorFilter
@@ -523,7 +620,7 @@ class VectorIndex:
             f"SELECT rowid, vec_distance_cosine(embedding, vec_int8(?)) AS d FROM {TABLE}"
             f" WHERE bits MATCH vec_bit(?) AND k = ? AND namespace = ?{clauses} ORDER BY d LIMIT ?",
             [quantize(query[None, :])[0].tobytes(), pack_signs(query[None, :])[0].tobytes(),
-             self.shortlist_size(k), namespace, *params, k],
+             min(MAX_KNN, max(SHORTLIST_MIN, HAMMING_SHORTLIST_PER_HIT * k)), namespace, *params, k],
         ).fetchall()
         return [(int(pk), 1.0 - float(distance)) for pk, distance in rows]
 

@@ -4,6 +4,7 @@ rests on understanding (paraphrases, the prefilter on real vectors) with the rea
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -295,14 +296,108 @@ def test_a_session_search_skips_expired_entries_and_other_sessions(hashed_store:
 
 def test_the_bit_cache_reads_the_same_rows_either_way(hashed_store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cache is read from vec0's chunks; if their layout ever differs, the row-by-row query answers."""
-    hashed_store.add_many([{"text": f"item {i} of the list", "session": f"s{i % 3}"} for i in range(600)])
+    hashed_store.add_many([{"text": f"item {i} of the list", "session": f"s{i % 3}", "id": f"i{i}"} for i in range(1500)])
+    for i in range(0, 1500, 7):  # holes in both chunks (vec0's validity bitmap)
+        hashed_store.delete(f"i{i}")
     index = hashed_store._vector_index()
     assert index is not None
     from_chunks = index._read_bits(hashed_store.namespace)
     monkeypatch.setattr(VectorIndex, "_agrees", lambda self, pk, bits, session: False)
     row_by_row = index._read_bits(hashed_store.namespace)
     order = np.argsort(row_by_row[0])
+    assert len(from_chunks[0]) == 1500 - len(range(0, 1500, 7))
     assert np.array_equal(np.sort(from_chunks[0]), row_by_row[0][order])
     chunk_order = np.argsort(from_chunks[0])
-    assert np.array_equal(from_chunks[1][chunk_order], row_by_row[1][order])
+    assert np.array_equal(from_chunks[1][:, chunk_order], row_by_row[1][:, order])
     assert np.array_equal(from_chunks[2][chunk_order], row_by_row[2][order])
+    # The columns hold each row's packed signs, as vec0 stores them.
+    first = int(row_by_row[0][order][0])
+    stored = hashed_store.db.execute("SELECT bits FROM entries_vec WHERE rowid = ?", (first,)).fetchone()[0]
+    assert np.ascontiguousarray(from_chunks[1][:, chunk_order[0]]).tobytes() == bytes(stored)
+
+
+class MatrixEmbedder:
+    """Text "row i" embeds as row i of a fixed matrix: the test chooses every stored vector."""
+
+    name, fingerprint = "matrix-test", "matrix-test:1"
+
+    def __init__(self, matrix: npt.NDArray[np.float32]) -> None:
+        self.matrix = matrix
+        self.dim = matrix.shape[1]
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return np.stack([self.matrix[int(t.split()[-1])] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
+
+def test_weighted_distance_counts_the_query_magnitude_of_each_differing_sign(db_path: Path) -> None:
+    from harness_mem.vectors import WEIGHT_BITS, QueryBits, cache_shortlist
+
+    rng = np.random.default_rng(3)
+    matrix = rng.standard_normal((500, 384)).astype(np.float32)
+    with MemoryStore(db_path, embedder=MatrixEmbedder(matrix)) as store:  # type: ignore[arg-type]
+        store.add_many([{"text": f"row {i}"} for i in range(len(matrix))])
+        index = store._vector_index()
+        assert index is not None
+        cache = index._namespace_bits(store.namespace)
+        query = rng.standard_normal(384).astype(np.float32)
+        rows = np.arange(len(cache.pks))
+        found = cache.weighted_distances(QueryBits.of(query), rows)
+        # By hand: the query's magnitudes in 2^WEIGHT_BITS - 1 levels, summed where the signs differ.
+        levels = np.rint(np.abs(query) / np.abs(query).max() * ((1 << WEIGHT_BITS) - 1))
+        stored = matrix[cache.pks - cache.pks.min()]  # pks number the rows in insertion order
+        expected = ((stored > 0) != (query > 0)) @ levels
+        assert np.array_equal(found, expected.astype(np.uint16))
+        # The shortlist is the rows of smallest weighted distance among the Hamming pass's survivors.
+        chosen = cache_shortlist(cache, query, 20)
+        assert len(chosen) == 20 and found[chosen].max() <= np.sort(found)[19] + 0
+
+
+def test_the_shortlist_holds_the_exact_top_10_where_plain_hamming_loses_some(db_path: Path) -> None:
+    """Vectors spread unevenly over their dimensions, as a sentence model's are (variance falling
+    with rank, randomly rotated): the query's large components decide its neighbours, and plain
+    Hamming, counting every sign alike, shortlists only part of the exact top 10; weighing each
+    sign by the query's magnitude there holds nearly all of it in the same shortlist."""
+    from harness_mem.vectors import SHORTLIST_MIN
+
+    rng = np.random.default_rng(2)
+    rotation, _ = np.linalg.qr(rng.standard_normal((384, 384)))
+    shape = rotation * np.sqrt(np.arange(1, 385) ** -0.5)
+    matrix = (rng.standard_normal((6000, 384)) @ shape.T).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    with MemoryStore(db_path, embedder=MatrixEmbedder(matrix)) as store:  # type: ignore[arg-type]
+        store.add_many([{"text": f"row {i}"} for i in range(len(matrix))], batch_size=2000)
+        index = store._vector_index()
+        assert index is not None
+        agreement, hamming_agreement = [], []
+        for _ in range(20):
+            query = (rng.standard_normal(384) @ shape.T).astype(np.float32)
+            exact = [pk for pk, _ in index.exact_knn(query, 10, store.namespace)]
+            found = [pk for pk, _ in index.search(query, 10, store.namespace)]
+            agreement.append(len(set(found) & set(exact)) / 10)
+            # What plain Hamming's shortlist of the same size would have held, for contrast.
+            hamming = np.count_nonzero((matrix > 0) != (query > 0), axis=1)
+            shortlist = set((np.argsort(hamming, kind="stable")[:SHORTLIST_MIN] + 1).tolist())
+            hamming_agreement.append(len(shortlist & set(exact)) / 10)
+        assert np.mean(agreement) >= 0.95
+        assert np.mean(hamming_agreement) <= 0.9
+
+
+def test_a_cold_recall_counts_the_entries_from_indexes_alone(db_path: Path) -> None:
+    """Checking that every entry has a vector must not read every entry's row: at a million entries
+    that is the whole table, and it made the first query of a process read hundreds of MB."""
+    with MemoryStore(db_path, embedder=HashedEmbedder()) as store:
+        store.add_many([{"text": f"note {i} about deploys", "id": f"n{i}"} for i in range(40)])
+        store.forget("n3")
+        store.forget("n4")
+    with MemoryStore(db_path, embedder=HashedEmbedder()) as cold:
+        statements: list[str] = []
+        cold._conn.set_trace_callback(statements.append)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # 38 live entries, 38 vectors: nothing reported missing
+            assert len(cold.recall("deploys", k=50, mode="semantic")) == 38
+        cold._conn.set_trace_callback(None)
+        counts = [sql for sql in statements if "count(" in sql and "entries" in sql]
+        assert counts
+        for sql in counts:
+            plan = [row[3] for row in cold._conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+            assert not any(step.split()[:2] == ["SCAN", "entries"] and "INDEX" not in step for step in plan), (sql, plan)
