@@ -7,6 +7,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -85,3 +86,25 @@ def test_the_command_line_refuses_a_file_it_did_not_build(tmp_path: Path, capsys
     with pytest.raises(SystemExit):
         bench_scale.main(["--n", "10", "--keep"])
     assert "need --db" in capsys.readouterr().err
+
+
+def test_the_synthetic_embedder_is_its_own_model_and_stays_near_real_vectors() -> None:
+    from synthetic_embedder import NAME, RHO, SyntheticMiniLM
+
+    rng = np.random.default_rng(0)
+    mean = rng.standard_normal(384)
+    anchors = (mean + 2 * rng.standard_normal((300, 384))).astype(np.float32)  # a cone, as sentence vectors are
+    anchors /= np.linalg.norm(anchors, axis=1, keepdims=True)
+    real = anchors[0] * 1.0
+    embedder = SyntheticMiniLM(anchors, {"Caroline: a planted turn": real}, "sha256:model")
+    assert embedder.name == NAME and embedder.fingerprint.startswith(NAME) and "sha256:model" in embedder.fingerprint
+    first = embedder.embed(["user: filler one", "Caroline: a planted turn", "user: filler two"])
+    again = SyntheticMiniLM(anchors, {}, "sha256:model").embed(["user: filler one"])
+    assert np.array_equal(first[0], again[0])  # a function of the text alone
+    assert np.array_equal(first[1], real) and (embedder.real_given, embedder.synthetic_given) == (1, 2)
+    assert np.allclose(np.linalg.norm(first, axis=1), 1, atol=1e-5)
+    filler = embedder.embed([f"user: filler {i}" for i in range(400)])
+    nearest = (filler @ anchors.T).max(axis=1)
+    assert nearest.mean() > RHO - 0.1  # each sits by a real vector ...
+    assert (filler @ anchors.mean(axis=0)).mean() > 0.5 * (anchors @ anchors.mean(axis=0)).mean()  # ... in their cone
+    assert (filler[:200] @ filler[200:].T).max() < 0.99  # and no two are the same

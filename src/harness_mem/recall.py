@@ -149,7 +149,9 @@ class Recall:
         if pending is not None:
             query_vector = pending.result()
         if mode in ("semantic", "hybrid"):
-            rankings["semantic"] = self._semantic_ranking(query, depth, filters, query_vector)
+            # Hybrid takes the semantic list as fusion candidates, each scored by its exact cosine:
+            # it needs the near neighbours in, not their exact order (see VectorIndex.search).
+            rankings["semantic"] = self._semantic_ranking(query, depth, filters, query_vector, exact_order=mode == "semantic")
         features: dict[int, fusion.Candidate] = {}
         if mode == "hybrid":
             assert query_vector is not None or not rankings["semantic"]
@@ -244,9 +246,11 @@ class Recall:
         )]
 
     def _semantic_ranking(
-        self, query: str, k: int, filters: Filters, vector: npt.NDArray[np.float32] | None = None
+        self, query: str, k: int, filters: Filters, vector: npt.NDArray[np.float32] | None = None,
+        exact_order: bool = True,
     ) -> list[tuple[int, float]]:
-        """(pk, cosine similarity), best first, among the entries that pass ``filters``."""
+        """(pk, cosine similarity), best first, among the entries that pass ``filters``
+        (``exact_order``: see :meth:`VectorIndex.search <harness_mem.vectors.VectorIndex.search>`)."""
         index = self.store._vector_index()  # bound, and checked complete, by the caller
         assert index is not None
         if not query.strip():
@@ -259,16 +263,17 @@ class Recall:
             # The index keeps superseded entries' vectors (include_superseded finds them): ask for as
             # many more as there are such entries, and drop them.
             hidden = set() if filters.include_superseded else self._superseded_pks()
-            found = index.search(vector, k + len(hidden), self.store.namespace, where=in_index)
+            found = index.search(vector, k + len(hidden), self.store.namespace, where=in_index, exact_order=exact_order)
             found = [hit for hit in found if hit[0] not in hidden][:k]
         else:
             # First without the expiry test, which needs every row and not only the index; the hits
             # are checked below, and an expired one sends the search round again with it.
             indexed, indexed_params = filters.sql(self.store.namespace, now, live=False)
-            found = index.search(vector, k, self.store.namespace, self._pks(indexed, indexed_params))
+            found = index.search(vector, k, self.store.namespace, self._pks(indexed, indexed_params),
+                                 exact_order=exact_order)
         if self._all_pass(found, where, params):
             return found
-        return index.search(vector, k, self.store.namespace, self._pks(where, params))
+        return index.search(vector, k, self.store.namespace, self._pks(where, params), exact_order=exact_order)
 
     def _superseded_pks(self) -> set[int]:
         """The namespace's superseded entries (a partial index keeps this lookup small)."""

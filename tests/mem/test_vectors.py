@@ -401,3 +401,23 @@ def test_a_cold_recall_counts_the_entries_from_indexes_alone(db_path: Path) -> N
         for sql in counts:
             plan = [row[3] for row in cold._conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
             assert not any(step.split()[:2] == ["SCAN", "entries"] and "INDEX" not in step for step in plan), (sql, plan)
+
+
+def test_semantic_recall_grows_its_shortlist_with_the_rows_and_hybrid_keeps_its_own(
+    hashed_store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Semantic recall rescores more rows as the store grows (to keep its exact top k); hybrid's
+    candidates are scored again by fusion, so its shortlist stays the size its k asks for."""
+    from harness_mem import vectors
+
+    hashed_store.add_many([{"text": f"deploy note {i} for the team"} for i in range(3000)], batch_size=1000)
+    rescored: list[int] = []
+    original = VectorIndex.rescore
+    monkeypatch.setattr(VectorIndex, "rescore", lambda self, query, pks, k: rescored.append(len(pks)) or original(self, query, pks, k))
+    monkeypatch.setattr(vectors, "ROWS_PER_SHORTLISTED", 5)  # 3,000 rows: a shortlist of 600
+    assert len(hashed_store.recall("deploy note", k=10, mode="semantic")) == 10
+    assert rescored == [600]
+    rescored.clear()
+    assert len(hashed_store.recall("deploy note", k=10, mode="hybrid")) == 10
+    # The semantic candidates: the shortlist for hybrid's depth (50), not for the rows.
+    assert rescored[0] == VectorIndex.shortlist_size(50) < 600
