@@ -644,11 +644,6 @@ def measure_vectors(db: Path, embedder: Any, questions: Sequence[PlantedQuestion
     return result
 
 
-def _evidence_session(store: MemoryStore, question: PlantedQuestion) -> str | None:
-    """The session of the question's first evidence turn (a filter that keeps the answer)."""
-    return store.get(question.evidence[0]).session
-
-
 class _Identity:
     """The recorded model's identity without the model: every query comes with its vector."""
 
