@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade "pip>=25.1"
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet --editable ".[embed]" --group test
+	$(BIN)/pip install --quiet --editable ".[embed,postgres]" --group test
 	touch $@
 
 demo: install

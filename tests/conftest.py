@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fake_embedder import HashedEmbedder, hashed_by_name
 from fake_openai import FakeServer
+from postgres_server import PostgresServer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -116,3 +117,24 @@ def server() -> Iterator[FakeServer]:
 def fake(server: FakeServer) -> FakeServer:
     server.reset()
     return server
+
+
+# A real PostgreSQL 18 + pgvector server (tests/postgres_server.py), started at the first test that
+# asks for it and stopped at the end of the run. Not skipped when it cannot start: CI must run these.
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    try:
+        server.start()
+    except Exception as exc:  # any cause: the message says which, and the test fails
+        pytest.fail(f"the PostgreSQL test server could not start: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn(postgres_server: PostgresServer) -> str:
+    """The superuser's DSN on the ``harness_mem`` database, which has the ``vector`` extension."""
+    return postgres_server.dsn

@@ -58,23 +58,23 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-# The modules that hold SQL: the memory store and its recall, maintenance and vectors, the file's
-# connection and migrations, the experience tables, and the orchestrator's run tables. Everything
-# else reaches the file through their methods.
+# The modules that hold SQL: the engines behind the storage seam (and the SQLite file's connection,
+# migrations and vectors), the experience tables, and the orchestrator's run tables. The store and
+# its recall, corrections, sessions and maintenance reach the rows through the seam's methods.
 STORAGE_MODULES = {
     "harness_mem/db.py",
-    "harness_mem/corrections.py",
-    "harness_mem/sessions.py",
     "harness_mem/migrations.py",
-    "harness_mem/store.py",
-    "harness_mem/recall.py",
-    "harness_mem/bm25.py",
-    "harness_mem/maintenance.py",
     "harness_mem/vectors.py",
+    "harness_mem/engines/sqlite.py",
+    "harness_mem/engines/sqlite_files.py",
+    "harness_mem/engines/sqlite_keywords.py",
+    "harness_mem/engines/sqlite_where.py",
     "harness_mem/experience/store.py",
     "harness_mem/experience/ledger.py",
     "harness_loop/runstore.py",
 }
+# What the seam keeps engine-free: no SQL, and no engine module imported.
+ABOVE_THE_SEAM = ("store", "recall", "corrections", "sessions", "maintenance", "bm25", "fusion", "filters", "storage")
 _SQL_CALL = re.compile(r"\.(execute|executemany|executescript)\(|\._conn\b|\.db\.conn\b")
 
 
@@ -84,6 +84,127 @@ def test_sql_lives_only_in_the_storage_modules() -> None:
         if str(path.relative_to(SRC)) not in STORAGE_MODULES and _SQL_CALL.search(path.read_text())
     ]
     assert offenders == []
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Every module of both packages by dotted name: (its file, whether it is a package)."""
+    found = {}
+    for path in SRC.rglob("*.py"):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Which of our modules each module imports: every import, type-only and function-level ones too."""
+    import ast
+
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, (path, is_package) in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".") if is_package else name.split(".")[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                for alias in node.names:
+                    if f"{target}.{alias.name}" in modules:
+                        graph[name].add(f"{target}.{alias.name}")
+                    elif target in modules:
+                        graph[name].add(target)
+            elif isinstance(node, ast.Import):
+                graph[name] |= {alias.name for alias in node.names if alias.name in modules}
+    return graph
+
+
+def test_no_two_modules_import_each_other_even_through_others() -> None:
+    graph = _import_graph()
+    # Tarjan's strongly connected components: a component of more than one module is a cycle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in graph[module]:
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == module:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    assert cycles == []
+
+
+def _private_names(path: Path) -> set[str]:
+    """The private names a module defines: functions, classes, module globals and attributes it sets."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def test_no_module_reaches_into_another_modules_private_names() -> None:
+    """``x._name`` (or ``from m import _name``) where ``_name`` belongs to another of our modules."""
+    import ast
+
+    modules = _modules()
+    private = {name: _private_names(path) for name, (path, _) in modules.items()}
+    offenders = []
+    for name, (path, _) in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                used = [alias.name for alias in node.names]
+            elif isinstance(node, ast.Attribute):
+                used = [node.attr]
+            else:
+                continue
+            for attr in used:
+                if not attr.startswith("_") or attr.startswith("__") or attr in private[name]:
+                    continue
+                owners = [other for other, names in private.items() if attr in names and other != name]
+                if owners:
+                    offenders.append(f"{name}:{node.lineno} uses {attr} of {', '.join(owners)}")
+    assert offenders == []
+
+
+def test_the_store_and_its_parts_use_the_storage_seam_alone() -> None:
+    """Above the seam no module imports an engine (the facade opens one through ``engines``), the
+    SQLite connection module or the vector index."""
+    graph = _import_graph()
+    engine_modules = {m for m in graph if m.startswith("harness_mem.engines.")} | {
+        "harness_mem.db", "harness_mem.vectors", "harness_mem.migrations"}
+    offenders = {
+        f"harness_mem.{module}": sorted(graph[f"harness_mem.{module}"] & engine_modules)
+        for module in ABOVE_THE_SEAM if graph[f"harness_mem.{module}"] & engine_modules
+    }
+    # The facade takes the default location and the cache size from the connection module.
+    assert offenders == {"harness_mem.store": ["harness_mem.db"]}
 
 
 def _imports_from_harness_mem(path: Path) -> list[tuple[str, str]]:

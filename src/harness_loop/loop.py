@@ -426,10 +426,11 @@ class AgentLoop:
 
     def cancel(self) -> None:
         """Cancel the run in progress (if any): it returns :class:`Cancelled`."""
-        self._interrupt(cancelled=True)
+        self.interrupt(cancelled=True)
 
-    def _interrupt(self, *, cancelled: bool) -> None:
-        # Without ``cancelled`` the run ends as if its deadline struck (replay re-enacts deadlines so).
+    def interrupt(self, *, cancelled: bool) -> None:
+        """End the run in progress: as cancelled, or (without ``cancelled``) as if its deadline
+        struck, which is how replay re-enacts a recorded deadline."""
         st = self._state
         if st is not None and st.scope is not None:
             st.cancelled = st.cancelled or cancelled

@@ -385,7 +385,7 @@ class _Tape:
     async def interrupt_or_diverge(self, what: str, expected: Any, got: Any) -> NoReturn:
         """The recording ran out here: re-enact the recorded interruption, or report a divergence."""
         if self.interruption and self.loop is not None:
-            self.loop._interrupt(cancelled=self.interruption == "cancelled")
+            self.loop.interrupt(cancelled=self.interruption == "cancelled")
             await anyio.sleep_forever()  # the loop's cancel scope ends this wait
         raise _Diverged(Divergence(what, self.current_iter, expected, got))
 

@@ -16,17 +16,13 @@ import json
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import maintenance
-from .db import truncate_wal
 from .errors import InvalidInputError, NotFoundError
-from .filters import make_filters
+from .filters import Selection, make_filters
 from .models import Entry, Remembered, now_ms
-from .rows import COLUMNS, Row, entry_from_row, prepare_row
-
-if TYPE_CHECKING:
-    from .store import MemoryStore
+from .rows import Row, entry_from_row, prepare_row
+from .storage import Scope, Storage
 
 
 def normalise(content: str) -> str:
@@ -35,7 +31,8 @@ def normalise(content: str) -> str:
 
 
 def remember(
-    store: MemoryStore,
+    storage: Storage,
+    scope: Scope,
     content: str,
     *,
     kind: str | None = None,
@@ -53,62 +50,63 @@ def remember(
     """
     item = {"content": normalise(content), "kind": kind, "tags": list(tags) if not isinstance(tags, str) else tags,
             "session": session, "role": role, "source": source, "metadata": metadata}
-    row = prepare_row(item, namespace=store.namespace, redactor=store.redactor)
+    row = prepare_row(item, namespace=scope.namespace, redactor=scope.redactor)
     redactions = json.loads(row.redactions) if row.redactions else {}
-    if supersedes is None and (found := _duplicate(store, row)) is not None:  # the common repeat: a read only
+    if supersedes is None and (found := _duplicate(storage, row)) is not None:  # the common repeat: a read only
         return Remembered(id=found, deduped=True, redactions=redactions)
     # The model runs before the write lock is taken (the first call in a process loads it); the checks
     # are made again under the lock, so the duplicate test and the correction mark stay atomic.
-    vectors = store._embed_new([row], "error") if store._vector_index() else {}
-    with store.transaction():
+    vectors = storage.embed_new([row], "error")
+    with storage.transaction():
         if supersedes is None:
-            found = _duplicate(store, row)
+            found = _duplicate(storage, row)
             if found is not None:
                 return Remembered(id=found, deduped=True, redactions=redactions)
         else:
-            old_pk = _current_pk(store, supersedes)
-        store._write([row], "error", vectors)
+            old_pk = _current_pk(storage, scope, supersedes)
+        storage.write([row], "error", vectors)
         if supersedes is not None:
-            store._conn.execute("UPDATE entries SET superseded_by = ?, superseded_at = ? WHERE pk = ?",
-                                (row.id, now_ms(), old_pk))
+            storage.mark_superseded(old_pk, row.id, now_ms())
     return Remembered(id=row.id, deduped=False, redactions=redactions, supersedes=supersedes)
 
 
-def _duplicate(store: MemoryStore, row: Row) -> str | None:
+def _duplicate(storage: Storage, row: Row) -> str | None:
     """The id of a current entry with the same namespace, kind and (redacted) content, if any."""
-    found = store._conn.execute(
-        "SELECT id FROM entries WHERE namespace = ? AND kind = ? AND content_hash = ?"
-        " AND superseded_by IS NULL AND forgotten_at IS NULL AND (expires_at IS NULL OR expires_at > ?) LIMIT 1",
-        (row.namespace, row.kind, row.content_hash, now_ms()),
-    ).fetchone()
-    return str(found[0]) if found else None
+    return storage.duplicate_of(row.namespace, row.kind, row.content_hash, now_ms())
 
 
-def supersede(store: MemoryStore, old_id: str, new_content: str, **changes: Any) -> Remembered:
+def supersede(storage: Storage, scope: Scope, old_id: str, new_content: str, **changes: Any) -> Remembered:
     """Correct an entry: a new entry with ``new_content`` replaces ``old_id``, which is kept and marked.
 
     The new entry keeps the old one's kind, role, session and tags unless ``changes`` gives others.
     """
-    old = store.get(old_id)
+    old = _get(storage, scope, old_id)
     defaults = {"kind": old.kind, "role": old.role, "session": old.session, "tags": old.tags}
-    return remember(store, new_content, supersedes=old_id, **{**defaults, **changes})
+    return remember(storage, scope, new_content, supersedes=old_id, **{**defaults, **changes})
 
 
-def _current_pk(store: MemoryStore, entry_id: str) -> int:
+def _get(storage: Storage, scope: Scope, entry_id: str) -> Entry:
+    row = storage.get(scope.namespace, scope.key(entry_id) or entry_id, now_ms())
+    if row is None:
+        raise NotFoundError(
+            f"no entry with id {entry_id!r} in namespace {scope.namespace!r} — `harness-mem list` shows the ids"
+        )
+    return entry_from_row(row)
+
+
+def _current_pk(storage: Storage, scope: Scope, entry_id: str) -> int:
     """The pk of a live entry that nothing has replaced yet (what a correction may replace)."""
-    found = store._conn.execute(
-        "SELECT pk, superseded_by FROM entries WHERE namespace = ? AND id = ? AND forgotten_at IS NULL",
-        (store.namespace, store._key(entry_id)),
-    ).fetchone()
+    found = storage.current(scope.namespace, scope.key(entry_id) or entry_id)
     if found is None:
-        raise NotFoundError(f"no entry with id {entry_id!r} in namespace {store.namespace!r}")
+        raise NotFoundError(f"no entry with id {entry_id!r} in namespace {scope.namespace!r}")
     if found[1] is not None:
         raise InvalidInputError(f"entry {entry_id!r} was already superseded by {found[1]!r} — correct that one")
-    return int(found[0])
+    return found[0]
 
 
 def forget(
-    store: MemoryStore,
+    storage: Storage,
+    scope: Scope,
     id: str | None = None,
     *,
     session: str | None = None,
@@ -122,73 +120,51 @@ def forget(
     Recall, get and list never return a forgotten entry again; its keyword and vector rows are
     removed now, its content at the next :func:`purge`.
     """
-    filters = make_filters(kind=kind, session=store._key(session), tags=tags, since=since, until=until,
+    filters = make_filters(kind=kind, session=scope.key(session), tags=tags, since=since, until=until,
                            include_superseded=True)
     if id is None and filters.is_empty:
         raise InvalidInputError("forget needs an id or a filter (session, tags, kind, since, until)")
-    where, params = filters.sql(store.namespace, now_ms(), live=False)
-    if id is not None:
-        where, params = f"{where} AND e.id = ?", [*params, store._key(id)]
-    with store.transaction():
-        rows = store._conn.execute(f"SELECT pk FROM entries e WHERE {where}", params).fetchall()
-        if id is not None and not rows:
-            raise NotFoundError(f"no entry with id {id!r} in namespace {store.namespace!r}")
-        when = now_ms()
-        for (pk,) in rows:
-            store._drop_derived(pk)
-            store._conn.execute("UPDATE entries SET forgotten_at = ? WHERE pk = ?", (when, pk))
-            store._reindex_neighbour(pk)
-    return len(rows)
-
-
-def purge(store: MemoryStore) -> int:
-    """Remove forgotten and expired entries of this namespace from the file; returns how many went.
-
-    Deleted rows are zeroed (``secure_delete``), the keyword index's segments are merged so that
-    no deleted term survives in them, the file is rewritten (``VACUUM``: SQLite's page rebuilding
-    leaves old copies of rows in the unused middle of live pages, which only a rewrite removes),
-    and the WAL is checkpointed and truncated: the text is gone from the file's bytes, not only
-    from its tables. The rewrite needs free disk space as large as the file.
-    """
-    store._conn.execute("PRAGMA secure_delete = ON")
-    with store.transaction():
-        pks = [pk for (pk,) in store._conn.execute(
-            "SELECT pk FROM entries WHERE namespace = ? AND (forgotten_at IS NOT NULL"
-            " OR (expires_at IS NOT NULL AND expires_at <= ?))", (store.namespace, now_ms()),
-        )]
-        for pk in pks:
-            store._delete_pk(pk)
-        if pks:
-            store._conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('optimize')")
-    if pks:
-        maintenance.rewrite(store)
-        truncate_wal(store._conn)
+    selection = Selection(filters, scope.namespace, now_ms(), live=False)
+    with storage.transaction():
+        pks = storage.pks(selection, entry_id=None if id is None else scope.key(id) or id)
+        if id is not None and not pks:
+            raise NotFoundError(f"no entry with id {id!r} in namespace {scope.namespace!r}")
+        storage.forget(pks, now_ms())
     return len(pks)
 
 
-def history(store: MemoryStore, entry_id: str) -> list[Entry]:
+def purge(storage: Storage, scope: Scope) -> int:
+    """Remove forgotten and expired entries of this namespace from the store; returns how many went.
+
+    Deleted rows are zeroed, the keyword index is merged so that no deleted term survives in it,
+    the store is rewritten (SQLite's page rebuilding leaves old copies of rows in the unused middle
+    of live pages, which only a rewrite removes), and the write-ahead log is emptied: the text is
+    gone from the file's bytes, not only from its tables. The rewrite needs free disk space as
+    large as the file.
+    """
+    expired, forgotten = storage.purge(now_ms(), namespace=scope.namespace)
+    if expired or forgotten:
+        storage.merge_keyword_index()
+        storage.rewrite()
+        storage.truncate_log()
+    return expired + forgotten
+
+
+def history(storage: Storage, scope: Scope, entry_id: str) -> list[Entry]:
     """The correction chain ``entry_id`` belongs to, oldest first (one entry when never corrected)."""
-    entry = store.get(entry_id)
+    entry = _get(storage, scope, entry_id)
     chain = [entry]
     seen = {entry.id}
     while True:  # back: the entries each one replaced
-        before = _one(store, "superseded_by = ?", chain[0].id)
+        before = storage.kept(scope.namespace, superseded_by=chain[0].id)
         if before is None or before.id in seen:
             break
-        chain.insert(0, before)
+        chain.insert(0, entry_from_row(before))
         seen.add(before.id)
     while chain[-1].superseded_by and chain[-1].superseded_by not in seen:  # forward: what replaced it
-        after = _one(store, "id = ?", chain[-1].superseded_by)
+        after = storage.kept(scope.namespace, entry_id=chain[-1].superseded_by)
         if after is None:
             break
-        chain.append(after)
+        chain.append(entry_from_row(after))
         seen.add(after.id)
     return chain
-
-
-def _one(store: MemoryStore, condition: str, value: str) -> Entry | None:
-    row = store._conn.execute(
-        f"SELECT {COLUMNS} FROM entries e WHERE e.namespace = ? AND e.forgotten_at IS NULL AND e.{condition}"
-        " ORDER BY e.pk LIMIT 1", (store.namespace, value),
-    ).fetchone()
-    return entry_from_row(row) if row else None

@@ -1,4 +1,4 @@
-"""Recall and list filters: the conditions every returned entry meets, as one SQL WHERE clause.
+"""Recall and list filters: the conditions every returned entry meets (each engine renders them).
 
 The arguments come from callers, the CLI and MCP tools loosely typed (times as ``7d``, a tag as a
 bare string); :class:`Filters` validates them.
@@ -6,14 +6,14 @@ bare string); :class:`Filters` validates them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, StrictStr, WithJsonSchema
 
-from .models import Record, check_kind, clean_tags, parse_time, to_ms
+from .models import Record, check_kind, clean_tags, parse_time
 
 
 def _kinds(value: Any) -> Any:
@@ -59,54 +59,22 @@ class Filters(Record):
         return (self.kind is None and self.role is None and self.session is None and not self.session_prefix
                 and not self.tags and not self.any_tags and self.since is None and self.until is None)
 
-    def sql(self, namespace: str, now_ms: int, alias: str = "e", *, live: bool = True) -> tuple[str, list[Any]]:
-        """A WHERE clause (without the keyword) and its parameters.
 
-        ``live=False`` leaves out the expiry test, for a first pass that an index answers alone.
-        """
-        # A forgotten entry is never returned; a superseded one only when asked for.
-        clauses = [f"{alias}.namespace = ?", f"{alias}.forgotten_at IS NULL"]
-        params: list[Any] = [namespace]
-        if not self.include_superseded:
-            clauses.append(f"{alias}.superseded_by IS NULL")
-        if live:
-            clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)")
-            params.append(now_ms)
-        if self.kind is not None:
-            kinds = [self.kind] if isinstance(self.kind, str) else list(self.kind)
-            clauses.append(f"{alias}.kind IN ({', '.join('?' * len(kinds))})")
-            params.extend(kinds)
-        for column in ("role", "session"):
-            value = getattr(self, column)
-            if value is not None:
-                clauses.append(f"{alias}.{column} = ?")
-                params.append(value)
-        if self.session_prefix:
-            clauses.append(f"substr({alias}.session, 1, ?) = ?")
-            params.extend([len(self.session_prefix), self.session_prefix])
-            if ord(self.session_prefix[-1]) < 0x10FFFF:
-                # The same condition as a range (UTF-8 sorts by code point), which the session index answers.
-                clauses.append(f"{alias}.session >= ? AND {alias}.session < ?")
-                params.extend([self.session_prefix, self.session_prefix[:-1] + chr(ord(self.session_prefix[-1]) + 1)])
-        if self.tags:
-            clauses.append(
-                f"NOT EXISTS (SELECT 1 FROM json_each(?) AS wanted WHERE wanted.value NOT IN"
-                f" (SELECT value FROM json_each({alias}.tags)))"
-            )
-            params.append(json.dumps(list(self.tags)))
-        if self.any_tags:
-            clauses.append(
-                f"EXISTS (SELECT 1 FROM json_each({alias}.tags) AS have WHERE have.value IN"
-                f" (SELECT value FROM json_each(?)))"
-            )
-            params.append(json.dumps(list(self.any_tags)))
-        if self.since is not None:
-            clauses.append(f"{alias}.created_at >= ?")
-            params.append(to_ms(self.since))
-        if self.until is not None:
-            clauses.append(f"{alias}.created_at <= ?")
-            params.append(to_ms(self.until))
-        return " AND ".join(clauses), params
+@dataclass(frozen=True)
+class Selection:
+    """Filters bound to a namespace and a moment: what an engine turns into its own query.
+
+    ``live=False`` leaves out the expiry test, for a first pass that an index answers alone.
+    """
+
+    filters: Filters
+    namespace: str
+    now: int
+    live: bool = True
+
+    def but(self, **changes: Any) -> Selection:
+        """This selection with some of its filters changed."""
+        return Selection(self.filters.model_copy(update=changes), self.namespace, self.now, self.live)
 
 
 def make_filters(

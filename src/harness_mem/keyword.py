@@ -19,7 +19,7 @@ from functools import lru_cache
 
 # Han (with extensions and compatibility ideographs), Hiragana and Katakana: scripts written without
 # spaces. Hangul is spaced, so unicode61 handles it as it is.
-_CJK_RUN = re.compile(
+CJK_RUN = re.compile(
     r"[\u3040-\u309f\u30a0-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef]+"
 )
 _WORD = re.compile(r"\w+")
@@ -72,7 +72,7 @@ def index_text(
         text = _day_line(day) + text
     if text.isascii():  # the common case, and far cheaper than the regex
         return text
-    return _CJK_RUN.sub(lambda m: " " + " ".join(_bigrams(m.group())) + " ", text)
+    return CJK_RUN.sub(lambda m: " " + " ".join(_bigrams(m.group())) + " ", text)
 
 
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
@@ -88,9 +88,9 @@ def query_terms(query: str) -> list[str]:
     """The FTS5 terms for a query, already quoted and safe to OR together (may be empty)."""
     words: list[str] = []
     phrases: list[str] = []
-    for part in _CJK_RUN.split(query):
+    for part in CJK_RUN.split(query):
         words.extend(w.lower() for w in _WORD.findall(part))
-    for run in _CJK_RUN.findall(query):
+    for run in CJK_RUN.findall(query):
         if len(run) == 1:
             phrases.append(f'"{run}"*')  # a lone character: any bigram that starts with it
             continue
@@ -124,7 +124,7 @@ def snippet(content: str, query: str, width: int = 160) -> str:
         return content
     # Match a word's first five characters so that "painting" finds "paint" (the index stems too).
     needles = [w[:5] for w in (m.lower() for m in _WORD.findall(query)) if len(w) > 1 and w not in STOP_WORDS]
-    needles += _CJK_RUN.findall(query)
+    needles += CJK_RUN.findall(query)
     needles = list(dict.fromkeys(needles))[:MAX_QUERY_TERMS]
     lowered = content[:SNIPPET_SCAN_CHARS].lower()
     first = len(lowered)

@@ -3,10 +3,10 @@
 :class:`Recall` is what :meth:`MemoryStore.recall <harness_mem.store.MemoryStore.recall>` runs. Each
 mode is a ranking of internal pks:
 
-- keyword: FTS5 BM25 over the context index (``keyword.py`` builds the match expression, so no
-  query can be an FTS5 syntax error);
-- semantic: cosine similarity through the vector index (``vectors.py``), filters applied before the
-  top-k cut;
+- keyword: BM25 over the context index (``keyword.py`` makes the query's terms, so no query can
+  be a syntax error; ``bm25.py`` ranks over what the engine's keyword index answers);
+- semantic: cosine similarity through the engine's vector index, filters applied before the top-k
+  cut;
 - hybrid: every candidate of either ranking gets both features, then ``fusion.py`` scores them.
 
 Only the final top ``k`` are read back as entries. A query's embedding is cached per store: agents
@@ -15,29 +15,24 @@ ask the same thing repeatedly.
 
 from __future__ import annotations
 
-import json
 import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from . import fusion, keyword
 from .bm25 import KeywordIndex
-from .db import Connection
 from .errors import EmbedderError, InvalidInputError, MissingVectorsWarning
-from .filters import Filters, make_filters
-from .models import Entry, Hit, now_ms, to_ms
+from .filters import Filters, Selection, make_filters
+from .models import Entry, Hit, now_ms
 from .providers.embeddings import INSTALL_HINT
-from .rows import COLUMNS, entry_from_row
-from .vectors import VectorFilter, live_entries, missing_vectors
-
-if TYPE_CHECKING:
-    from .store import MemoryStore
+from .rows import entry_from_row
+from .storage import Scope, Storage
 
 Mode = Literal["keyword", "semantic", "hybrid"]
 
@@ -47,11 +42,11 @@ MAX_RECALL_K = 1_000_000
 
 
 class Recall:
-    """The recall half of a :class:`~harness_mem.store.MemoryStore` (it shares the store's connection)."""
+    """The recall half of a :class:`~harness_mem.store.MemoryStore`: rankings over its storage."""
 
-    def __init__(self, store: MemoryStore) -> None:
-        self.store = store
-        self.conn: Connection = store._conn
+    def __init__(self, storage: Storage, scope: Scope) -> None:
+        self.storage = storage
+        self.scope = scope
         self.vectors_complete = False  # every entry has a vector: known true until the file changes
         self._vectors_checked_at: tuple[int, int] | None = None
         self._vector_counts: tuple[bool, int, int] | None = None  # (bound, entries, missing) at that check
@@ -120,7 +115,7 @@ class Recall:
         # Ranking and reading the winners are several queries: one snapshot of the file for all of
         # them, so an entry deleted meanwhile by another connection cannot vanish between the two.
         try:
-            with self.store._snapshot():
+            with self.storage.snapshot():
                 return self._hits(query, k, mode, filters, named, explain, query_vector, pending, exact)
         finally:
             if pending is not None:
@@ -179,15 +174,15 @@ class Recall:
 
     def _resolve_mode(self, mode: str | None) -> Mode:
         if mode is None:
-            return "hybrid" if self.store.embedder is not None else "keyword"
+            return "hybrid" if self.storage.embedder is not None else "keyword"
         if mode not in ("keyword", "semantic", "hybrid"):
             raise InvalidInputError(f"unknown recall mode {mode!r} — use keyword, semantic or hybrid")
-        if mode != "keyword" and self.store.embedder is None and self.store.keyword_only:
+        if mode != "keyword" and self.storage.embedder is None and self.storage.keyword_only:
             raise EmbedderError(
                 f"{mode} recall needs vectors, and this store is keyword-only — give it vectors with"
                 " `harness-mem --embedder minilm reindex`, or use --mode keyword"
             )
-        if mode != "keyword" and self.store.embedder is None:
+        if mode != "keyword" and self.storage.embedder is None:
             raise EmbedderError(
                 f"{mode} recall needs an embedding model and none is available"
                 f" — {INSTALL_HINT}, or use --mode keyword"
@@ -199,8 +194,8 @@ class Recall:
         terms = keyword.query_terms(query)
         if not terms:
             return []
-        return self.keywords.ranking(self.conn, terms, k, filters, self.store.namespace, now_ms(),
-                                     self.store._index_texts_of, exact=exact)
+        selection = Selection(filters, self.scope.namespace, now_ms())
+        return self.keywords.ranking(self.storage.keywords, terms, k, selection, exact=exact)
 
     def _fuse(
         self,
@@ -222,12 +217,10 @@ class Recall:
         if not pks:
             return [], {}
         uncosined = [pk for pk in pks if pk not in cosines]
-        if uncosined and vector is not None and self.store._vectors is not None:
-            cosines.update(self.store._vectors.rescore(vector, uncosined, len(uncosined)))
+        if uncosined and vector is not None:
+            cosines.update(self.storage.cosines(vector, uncosined))
         lowered = {name.lower() for name in named}
-        rows = self.conn.execute(
-            "SELECT pk, role, session FROM entries WHERE pk IN (SELECT value FROM json_each(?))", (json.dumps(pks),)
-        ).fetchall()
+        rows = self.storage.speakers(pks)
         candidates = [
             fusion.Candidate(pk, keyword_scores.get(pk, 0.0), cosines.get(pk, 0.0),
                              role is not None and role.lower() in lowered, session)
@@ -240,76 +233,32 @@ class Recall:
         words = fusion.query_words(query)
         if not words:
             return []
-        return [row[0] for row in self.conn.execute(
-            "SELECT DISTINCT role FROM entries WHERE namespace = ? AND lower(role) IN (SELECT value FROM json_each(?))",
-            (self.store.namespace, json.dumps(words)),
-        )]
+        return self.storage.roles_named(self.scope.namespace, words)
 
     def _semantic_ranking(
         self, query: str, k: int, filters: Filters, vector: npt.NDArray[np.float32] | None = None,
         exact_order: bool = True,
     ) -> list[tuple[int, float]]:
         """(pk, cosine similarity), best first, among the entries that pass ``filters``
-        (``exact_order``: see :meth:`VectorIndex.search <harness_mem.vectors.VectorIndex.search>`)."""
-        index = self.store._vector_index()  # bound, and checked complete, by the caller
-        assert index is not None
+        (``exact_order``: see :meth:`Storage.nearest <harness_mem.storage.Storage.nearest>`)."""
         if not query.strip():
             return []
         assert vector is not None  # the caller embedded every non-blank query
-        now = now_ms()
-        where, params = filters.sql(self.store.namespace, now)
-        in_index = vector_filter(filters)
-        if filters.is_empty or in_index is not None:
-            # The index keeps superseded entries' vectors (include_superseded finds them): ask for as
-            # many more as there are such entries, and drop them.
-            hidden = set() if filters.include_superseded else self._superseded_pks()
-            found = index.search(vector, k + len(hidden), self.store.namespace, where=in_index, exact_order=exact_order)
-            found = [hit for hit in found if hit[0] not in hidden][:k]
-        else:
-            # First without the expiry test, which needs every row and not only the index; the hits
-            # are checked below, and an expired one sends the search round again with it.
-            indexed, indexed_params = filters.sql(self.store.namespace, now, live=False)
-            found = index.search(vector, k, self.store.namespace, self._pks(indexed, indexed_params),
-                                 exact_order=exact_order)
-        if self._all_pass(found, where, params):
-            return found
-        return index.search(vector, k, self.store.namespace, self._pks(where, params), exact_order=exact_order)
-
-    def _superseded_pks(self) -> set[int]:
-        """The namespace's superseded entries (a partial index keeps this lookup small)."""
-        return {pk for (pk,) in self.conn.execute(
-            "SELECT pk FROM entries INDEXED BY entries_superseded WHERE namespace = ? AND superseded_by IS NOT NULL",
-            (self.store.namespace,),
-        )}
-
-    def _pks(self, where: str, params: list[Any]) -> list[int]:
-        return [pk for (pk,) in self.conn.execute(f"SELECT e.pk FROM entries e WHERE {where}", params)]
-
-    def _all_pass(self, found: list[tuple[int, float]], where: str, params: list[Any]) -> bool:
-        """True when every hit meets every filter, expiry included (the index knows only some)."""
-        passing = self.conn.execute(
-            # CROSS JOIN: look the few hits up by pk, rather than scan the namespace for them.
-            f"SELECT count(*) FROM json_each(?) AS hit CROSS JOIN entries e ON e.pk = hit.value WHERE {where}",
-            [json.dumps([pk for pk, _ in found]), *params],
-        ).fetchone()[0]
-        return bool(passing == len(found))
+        selection = Selection(filters, self.scope.namespace, now_ms())
+        return self.storage.nearest(vector, k, selection, exact_order=exact_order)
 
     def _vectors_usable(self, mode: Mode, strict: bool) -> bool:
         """Whether vectors can answer (False: none can; hybrid then runs on keywords alone).
 
         Entries without a vector are refused under ``strict``, else reported by a warning.
         """
-        version = self.store.data_version()
+        version = self.storage.data_version()
         if self.vectors_complete and self._vectors_checked_at == version:
             return True
         if self._vectors_checked_at == version and self._vector_counts is not None:
             bound, total, missing = self._vector_counts  # unchanged file: no need to count again
         else:
-            # A keyword-only or read-only file this model has no vectors in binds no index: all missing.
-            bound = self.store._vector_index(writing=False) is not None
-            total = live_entries(self.conn)
-            missing = missing_vectors(self.conn, total) if bound else total
-            self._vector_counts = bound, total, missing
+            bound, total, missing = self._vector_counts = self.storage.vector_counts()
         self.vectors_complete, self._vectors_checked_at = bound and missing == 0, version
         if not missing:
             return bound
@@ -331,8 +280,8 @@ class Recall:
         if cached is not None:
             self._query_vectors.move_to_end(query)
             return cached
-        assert self.store.embedder is not None
-        vector: npt.NDArray[np.float32] = np.asarray(self.store.embedder.embed([query])[0], dtype=np.float32)
+        assert self.storage.embedder is not None
+        vector: npt.NDArray[np.float32] = np.asarray(self.storage.embedder.embed([query])[0], dtype=np.float32)
         self._query_vectors[query] = vector
         if len(self._query_vectors) > QUERY_CACHE_SIZE:
             self._query_vectors.popitem(last=False)
@@ -343,17 +292,12 @@ class Recall:
 
         Each is embedded as recall would: without the speaker names it mentions (see fusion.py).
         """
-        if self.store.embedder is None:
+        if self.storage.embedder is None:
             raise EmbedderError(f"no embedding model is available — {INSTALL_HINT}")
-        return self.store.embedder.embed([fusion.strip_names(q, self._named_roles(q)) for q in queries])
+        return self.storage.embedder.embed([fusion.strip_names(q, self._named_roles(q)) for q in queries])
 
     def _entries_by_pk(self, pks: list[int]) -> dict[int, Entry]:
-        if not pks:
-            return {}
-        rows = self.conn.execute(
-            f"SELECT {COLUMNS} FROM entries e WHERE e.pk IN (SELECT value FROM json_each(?))", (json.dumps(pks),)
-        ).fetchall()
-        return {row[0]: entry_from_row(row) for row in rows}
+        return {pk: entry_from_row(row) for pk, row in self.storage.rows(pks).items()}
 
 
 class _Background:
@@ -383,32 +327,12 @@ class _Background:
         return self._value
 
 
-def vector_filter(filters: Filters) -> VectorFilter | None:
-    """The filters as the vector index answers them well, or None (then candidates come from `entries`).
-
-    The index answers a session alone from its cached bits and session keys, and kinds and time
-    ranges by a vec0 KNN over its metadata. A session with more conditions is found faster through
-    the entries' session index, and a role, tags or a session prefix only `entries` knows.
-    """
-    if filters.is_empty or filters.role is not None or filters.session_prefix or filters.tags or filters.any_tags:
-        return None
-    if filters.session is not None and (filters.kind is not None or filters.since or filters.until):
-        return None
-    kinds = None if filters.kind is None else (filters.kind,) if isinstance(filters.kind, str) else tuple(filters.kind)
-    return VectorFilter(
-        kinds=kinds,
-        session=filters.session,
-        since_ms=None if filters.since is None else to_ms(filters.since),
-        until_ms=None if filters.until is None else to_ms(filters.until),
-    )
-
-
 REINDEX = "harness-mem reindex"
 
 
-def raise_if_missing_vectors(conn: Connection) -> None:
+def raise_if_missing_vectors(storage: Storage) -> None:
     """Refuse semantic recall while some entries have no vector (they would silently never match)."""
-    missing = missing_vectors(conn)
+    missing = storage.missing_vectors()
     if missing:
         raise EmbedderError(
             f"{missing} entries have no vector yet (stored without an embedder)"

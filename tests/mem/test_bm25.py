@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness_mem import bm25
 from harness_mem.bm25 import KeywordIndex, index_form
+from harness_mem.engines import sqlite_keywords
 from harness_mem.store import MemoryStore
 
 # A few hundred words whose frequencies fall off like a language's, with inflections the stemmer folds.
@@ -93,9 +93,9 @@ def test_the_fast_path_really_runs_and_counts_repeated_words(corpus: Path, tmp_p
         index = _small(store)
         repeated = store.add("museum museum museum paint walking").id
         once = store.add("museum paint walking").id
-        rows, _ = index.stats(store._conn)
+        rows, _ = store.storage.keywords.stats()
         assert rows == 3002
-        df = {w: index.document_frequency(store._conn, f'"{w}"', rows) for w in ("museum", "paint", "walking")}
+        df = {w: index.document_frequency(store.storage.keywords, f'"{w}"', rows) for w in ("museum", "paint", "walking")}
         assert sum(df.values()) > index.scored_rows
         hits = {h.entry.id: h.score for h in store.recall("museum paint walking", k=50, mode="keyword")}
         exact = {h.entry.id: h.score for h in store.recall("museum paint walking", k=50, mode="keyword", exact=True)}
@@ -153,17 +153,17 @@ def test_the_stemmed_forms_are_the_ones_the_index_stores(tmp_path: Path) -> None
 
 
 def test_a_common_terms_count_is_sampled_close_to_the_truth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bm25, "_COUNTED", 200)
+    monkeypatch.setattr(sqlite_keywords, "COUNTED", 200)
     rng = random.Random(3)
     with MemoryStore(tmp_path / "d.db", embedder=None) as store:
         store.add_many([{"content": ("tea " if rng.random() < 0.3 else "") + _text(rng)} for _ in range(4000)])
         index = KeywordIndex()
-        rows, _ = index.stats(store._conn)
+        rows, _ = store.storage.keywords.stats()
         truth = store.db.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH '\"tea\"'").fetchone()[0]
         rare = store.db.execute("SELECT count(*) FROM entries_fts WHERE entries_fts MATCH '\"karn\"'").fetchone()[0]
         assert truth > 200 > rare
-        assert index.document_frequency(store._conn, '"tea"', rows) == pytest.approx(truth, rel=0.15)
-        assert index.document_frequency(store._conn, '"karn"', rows) == rare
+        assert index.document_frequency(store.storage.keywords, '"tea"', rows) == pytest.approx(truth, rel=0.15)
+        assert index.document_frequency(store.storage.keywords, '"karn"', rows) == rare
 
 
 def test_a_read_only_store_ranks_at_scale_without_writing(corpus: Path) -> None:

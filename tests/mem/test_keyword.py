@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness_mem.keyword import (
-    _CJK_RUN,
+    CJK_RUN,
     _WORD,
     STOP_WORDS,
     index_text,
@@ -113,7 +113,7 @@ def _unbounded_snippet(content: str, query: str, width: int = 160) -> str:
     if len(content) <= width:
         return content
     needles = [w for w in (m.lower() for m in _WORD.findall(query)) if len(w) > 1 and w not in STOP_WORDS]
-    needles += _CJK_RUN.findall(query)
+    needles += CJK_RUN.findall(query)
     lowered = content.lower()
     positions = [p for p in (lowered.find(n[:5]) for n in needles) if p >= 0]
     start = max(0, min(positions) - width // 3) if positions else 0

@@ -113,7 +113,7 @@ def test_purge_removes_forgotten_text_from_the_bytes_of_the_file(db_path: Path) 
         t = turns(store, "s1", [f"remember {secret}", "ok, stored", "thanks"])
         store.remember(f"note: {secret}")
         assert store.forget(session="s1") == 3 and store.forget(tags=(), kind="note", since="1d") >= 1
-        store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         assert b"quokkafeather" in file_bytes(db_path)  # forgotten is not yet gone: the proof can fail
         assert store.purge() >= 4
     raw = file_bytes(db_path)

@@ -79,7 +79,7 @@ def test_prefilter_search_agrees_with_exact_vec0_knn(semantic_store: MemoryStore
         (w, v, p) for w in adjectives for v in topics for p in places)] * 3
     texts = [f"{t} (copy {i // 512})" for i, t in enumerate(texts)]  # 1,536 distinct texts
     semantic_store.add_many([{"text": t} for t in texts], batch_size=1000)
-    index = semantic_store._vector_index()
+    index = semantic_store.storage.vector_index()
     assert index is not None
     overlaps = []
     for query in ("budget outage", "hiring plan", "security review", "travel costs", "launch design"):
@@ -273,7 +273,7 @@ def test_filters_the_index_evaluates_give_the_exact_answer(hashed_store: MemoryS
         matching = [e for e in hashed_store.list(**filters)]  # type: ignore[arg-type]
         assert all(h.entry.id in {e.id for e in matching} for h in found), filters
         # The exact ranking over every matching entry, by the same stored vectors:
-        index = hashed_store._vector_index()
+        index = hashed_store.storage.vector_index()
         assert index is not None
         pks = [row[0] for row in hashed_store.db.execute(
             "SELECT pk FROM entries WHERE id IN (SELECT value FROM json_each(?))",
@@ -299,7 +299,7 @@ def test_the_bit_cache_reads_the_same_rows_either_way(hashed_store: MemoryStore,
     hashed_store.add_many([{"text": f"item {i} of the list", "session": f"s{i % 3}", "id": f"i{i}"} for i in range(1500)])
     for i in range(0, 1500, 7):  # holes in both chunks (vec0's validity bitmap)
         hashed_store.delete(f"i{i}")
-    index = hashed_store._vector_index()
+    index = hashed_store.storage.vector_index()
     assert index is not None
     from_chunks = index._read_bits(hashed_store.namespace)
     monkeypatch.setattr(VectorIndex, "_agrees", lambda self, pk, bits, session: False)
@@ -336,7 +336,7 @@ def test_weighted_distance_counts_the_query_magnitude_of_each_differing_sign(db_
     matrix = rng.standard_normal((500, 384)).astype(np.float32)
     with MemoryStore(db_path, embedder=MatrixEmbedder(matrix)) as store:  # type: ignore[arg-type]
         store.add_many([{"text": f"row {i}"} for i in range(len(matrix))])
-        index = store._vector_index()
+        index = store.storage.vector_index()
         assert index is not None
         cache = index._namespace_bits(store.namespace)
         query = rng.standard_normal(384).astype(np.float32)
@@ -366,7 +366,7 @@ def test_the_shortlist_holds_the_exact_top_10_where_plain_hamming_loses_some(db_
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     with MemoryStore(db_path, embedder=MatrixEmbedder(matrix)) as store:  # type: ignore[arg-type]
         store.add_many([{"text": f"row {i}"} for i in range(len(matrix))], batch_size=2000)
-        index = store._vector_index()
+        index = store.storage.vector_index()
         assert index is not None
         agreement, hamming_agreement = [], []
         for _ in range(20):
@@ -391,15 +391,15 @@ def test_a_cold_recall_counts_the_entries_from_indexes_alone(db_path: Path) -> N
         store.forget("n4")
     with MemoryStore(db_path, embedder=HashedEmbedder()) as cold:
         statements: list[str] = []
-        cold._conn.set_trace_callback(statements.append)
+        cold.storage.conn.set_trace_callback(statements.append)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # 38 live entries, 38 vectors: nothing reported missing
             assert len(cold.recall("deploys", k=50, mode="semantic")) == 38
-        cold._conn.set_trace_callback(None)
+        cold.storage.conn.set_trace_callback(None)
         counts = [sql for sql in statements if "count(" in sql and "entries" in sql]
         assert counts
         for sql in counts:
-            plan = [row[3] for row in cold._conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+            plan = [row[3] for row in cold.storage.conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
             assert not any(step.split()[:2] == ["SCAN", "entries"] and "INDEX" not in step for step in plan), (sql, plan)
 
 

@@ -475,7 +475,7 @@ class _Job:
         """Sessions with turns past their watermark (the episode's, or the facts' with a model)."""
         rows = self.ledger.sessions_past_watermark(
             with_facts=self.model is not None,
-            session=self.store._key(session),  # as stored: its pseudonym when it holds PII
+            session=self.store.scope.key(session),  # as stored: its pseudonym when it holds PII
             since_ms=None if since is None else to_ms(parse_time(since)),
             cutoff_ms=None if session is not None else _idle_cutoff(idle, now_ms()),
         )

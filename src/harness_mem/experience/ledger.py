@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..engines.sqlite import connection_of
 from ..models import dumps, now_ms
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ class ConsolidationLedger:
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
         self.namespace = store.namespace
-        self._conn = store._conn  # the store's own connection: writes join its transactions
+        self._conn = connection_of(store.storage)  # the store's own connection: writes join its transactions
 
     def sessions_past_watermark(
         self, *, with_facts: bool, session: str | None, since_ms: int | None, cutoff_ms: int | None

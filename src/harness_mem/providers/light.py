@@ -131,9 +131,9 @@ def _export(model_dir: Path, target: Path) -> None:
 
 
 def _check_against_reference(model_dir: Path, onnx_file: Path) -> None:
-    from .embeddings import _load_model
+    from .reference import load_reference_model
 
-    reference = _load_model(str(model_dir), "cpu").encode(list(PROBE_TEXTS), normalize_embeddings=True)
+    reference = load_reference_model(str(model_dir), "cpu").encode(list(PROBE_TEXTS), normalize_embeddings=True)
     light = OnnxEncoder(onnx_file, model_dir).encode(PROBE_TEXTS)
     worst = float(np.min(np.sum(reference * light, axis=1)))
     if worst < MIN_PROBE_COSINE:

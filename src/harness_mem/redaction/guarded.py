@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import InvalidInputError, WriteRefusedError
-from ..keyword import _CJK_RUN
+from ..keyword import CJK_RUN
 from ..models import Entry, Hit
 from ..protocols import Memory
 from .policy import Action
@@ -51,9 +51,9 @@ _MIN_WORD = 3  # shorter words ("is", "of", "我们" is handled as a bigram) car
 def similarity_tokens(text: str) -> frozenset[str]:
     """Lower-cased words of three characters or more, plus the bigrams of every CJK run."""
     tokens: set[str] = set()
-    for part in _CJK_RUN.split(text):
+    for part in CJK_RUN.split(text):
         tokens.update(word.lower() for word in _WORD.findall(part) if len(word) >= _MIN_WORD)
-    for run in _CJK_RUN.findall(text):
+    for run in CJK_RUN.findall(text):
         if len(run) == 1:
             tokens.add(run)
         else:

@@ -1,0 +1,778 @@
+"""The SQLite engine: one file holds the entries, their keyword index (FTS5) and their vectors (vec0).
+
+Canonical rows live in ``entries``; the keyword index (``entries_fts``) and the vectors
+(``entries_vec``) are derived from them and written and deleted in the same transaction, so a crash
+can never leave an entry half-indexed. Every write takes the lock up front (``BEGIN IMMEDIATE``), so
+several processes can share a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import date, timedelta
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import keyword, migrations
+from ..db import (
+    BUSY_TIMEOUT_MS,
+    CACHE_SIZE_KIB,
+    Connection,
+    connect,
+    driver,
+    is_read_only,
+    redaction_secret,
+    sqlite_version,
+    truncate_wal,
+    write_transaction,
+)
+from ..errors import StorageError
+from ..filters import Selection
+from ..models import to_ms
+from ..protocols import Embedder
+from ..rows import COLUMNS, PLACEHOLDERS, Row
+from ..storage import OnConflict, SessionSpan, Storage, VectorCounts, duplicate_id
+from ..vectors import (
+    VectorFilter,
+    VectorIndex,
+    VectorRow,
+    bump_generation,
+    drop_vectors,
+    embedding_text,
+    entries_without_vectors,
+    has_vector_table,
+    is_keyword_only,
+    live_entries,
+    missing_vectors,
+    set_keyword_only,
+    still_without_vectors,
+)
+from . import sqlite_files
+from .sqlite_keywords import FTS5Keywords
+from .sqlite_where import where
+
+_DAY_MS = 86_400_000
+_CURRENT = "e.forgotten_at IS NULL AND e.superseded_by IS NULL"
+#: With the entries a correction replaced: what frames a session recalled with them.
+_KEPT = "e.forgotten_at IS NULL"
+_IN_SESSION = "e.namespace = ? AND e.session = ?"
+# An entry ``stats`` counts: in the namespace and not expired.
+_LIVE = "namespace = ? AND (expires_at IS NULL OR expires_at > ?)"
+
+
+class SQLiteStorage(Storage):
+    """Entries and their derived rows in one SQLite file (``":memory:"`` for a throwaway one)."""
+
+    engine = "sqlite"
+
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False,
+                 cache_kib: int = CACHE_SIZE_KIB) -> None:
+        self.path: Path | str = ":memory:" if str(path) == ":memory:" else Path(path)
+        #: The file as a sqlite-utils ``Database``: for looking (tables, schema, rows), not for writing
+        #: around the store.
+        self.db = connect(self.path, read_only=read_only, cache_kib=cache_kib)
+        #: The raw connection, for the storage of other tables in the same file (episodes, skills,
+        #: the orchestrator's runs), whose writes join this storage's transactions.
+        self.conn: Connection = self.db.conn
+        self.read_only = is_read_only(self.conn)
+        self.embedder: Embedder | None = None
+        self.keywords = FTS5Keywords(self.conn, self.index_texts)
+        self._vectors: VectorIndex | None = None
+        self._vectors_touched = False
+        self._in_transaction = False
+
+    def __repr__(self) -> str:
+        return f"<SQLiteStorage {str(self.path)!r}>"
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+    def migrate(self) -> bool:
+        return any(m.number == 1 for m in migrations.migrate(self.conn, read_only=self.read_only))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ---- settings of the file ------------------------------------------------------------------
+
+    def redaction_secret(self, *, create: bool) -> str | None:
+        return redaction_secret(self.conn, create=create)
+
+    @property
+    def keyword_only(self) -> bool:
+        return is_keyword_only(self.conn)
+
+    def set_keyword_only(self, keyword_only: bool) -> None:
+        set_keyword_only(self.conn, keyword_only)
+
+    def recorded_model(self) -> dict[str, str] | None:
+        return VectorIndex.recorded_model(self.conn)
+
+    def setting(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_setting(self, key: str, value: str) -> None:
+        self.conn.execute(
+            "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    # ---- transactions ----------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        if self._in_transaction:
+            yield
+            return
+        self._in_transaction = True
+        self._vectors_touched = False
+        generation = None
+        try:
+            with write_transaction(self.conn):
+                yield
+                if self._vectors_touched:
+                    generation = bump_generation(self.conn)
+        except BaseException:
+            if self._vectors is not None:
+                self._vectors.rolled_back()
+            raise
+        finally:
+            self._in_transaction = False
+        if generation is not None and self._vectors is not None:
+            self._vectors.committed(generation)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Inside a write transaction the reads already share one view, so nothing more is done."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN")  # deferred: a read snapshot in WAL mode, taking no write lock
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
+
+    def data_version(self) -> tuple[int, int]:
+        return self.conn.total_changes, int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
+    @contextmanager
+    def without_waiting(self) -> Iterator[None]:
+        self.conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            yield
+        finally:
+            self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+    def is_busy(self, exc: BaseException) -> bool:
+        text = str(exc).lower()
+        return isinstance(exc, driver().OperationalError) and ("locked" in text or "busy" in text)
+
+    # ---- the vector index ------------------------------------------------------------------------
+
+    def use_embedder(self, embedder: Embedder | None) -> None:
+        self.embedder = embedder
+        self._vectors = None
+
+    def vectors_bound(self, *, writing: bool = True) -> bool:
+        return self.vector_index(writing=writing) is not None
+
+    def vector_index(self, *, writing: bool = True) -> VectorIndex | None:
+        """The vector index for this storage's embedder (attached on first use), or None without one.
+
+        A reader (``writing=False``) never turns a keyword-only file into one with vectors, and
+        never writes to a read-only one: for it there is then no index to search.
+        """
+        if self.embedder is None:
+            return None
+        if self._vectors is None:
+            index = VectorIndex(self.conn, self.embedder)
+            if not index.attached():
+                if not writing and (self.read_only or self.keyword_only):
+                    return None
+                with self.transaction():
+                    index.attach()
+            self._vectors = index
+        return self._vectors
+
+    def check_model(self) -> str:
+        assert self.embedder is not None
+        index = VectorIndex(self.conn, self.embedder)
+        index.check_model()
+        return f"{index.identity()['name']}, {index.dim} dimensions"
+
+    def model_differs(self) -> bool:
+        recorded = self.recorded_model()
+        return (self.embedder is not None and recorded is not None
+                and recorded != VectorIndex(self.conn, self.embedder).identity())
+
+    def embed_new(self, rows: Sequence[Row], on_conflict: OnConflict) -> dict[int, npt.NDArray[np.float32]]:
+        if self.vector_index() is None:
+            return {}
+        todo = list(rows)
+        if on_conflict == "ignore":  # re-importing a file must not re-embed what is stored
+            stored = set()
+            for namespace in {row.namespace for row in rows}:
+                ids = [row.id for row in rows if row.namespace == namespace]
+                stored |= {(namespace, found) for found in self._stored_ids(namespace, ids)}
+            todo = [row for row in rows if (row.namespace, row.id) not in stored]
+        if not todo:
+            return {}
+        assert self.embedder is not None
+        matrix = self.embedder.embed([embedding_text(row.content, row.role) for row in todo])
+        return {id(row): matrix[i] for i, row in enumerate(todo)}
+
+    def _stored_ids(self, namespace: str, ids: Sequence[str]) -> list[str]:
+        return [found[0] for found in self.conn.execute(
+            "SELECT id FROM entries WHERE namespace = ? AND id IN (SELECT value FROM json_each(?))",
+            (namespace, json.dumps(list(ids))),
+        )]
+
+    # ---- writes ------------------------------------------------------------------------------------
+
+    def write(self, rows: Sequence[Row], on_conflict: OnConflict,
+              vectors: dict[int, npt.NDArray[np.float32]] | None = None) -> list[Row]:
+        index = self.vector_index()
+        # Embed before taking the write lock: a model call must not hold up other writers.
+        if vectors is None:
+            vectors = self.embed_new(rows, on_conflict) if index else {}
+        with self.transaction():
+            batch = self._resolve_conflicts(list(rows), on_conflict)
+            if not batch:
+                return []
+            texts = self._index_texts(batch)  # before the batch's rows exist
+            # Every row's pk is NULL, so SQLite numbers them on from the largest pk, and the write lock
+            # is ours until COMMIT: their pks are known, and the index rows can go in as one call.
+            first = self.conn.execute("SELECT coalesce(max(pk), 0) + 1 FROM entries").fetchone()[0]
+            pks = range(first, first + len(batch))
+            self.conn.executemany(f"INSERT INTO entries ({COLUMNS}) VALUES ({PLACEHOLDERS})", batch)
+            if self.conn.execute("SELECT last_insert_rowid()").fetchone()[0] != pks[-1]:
+                raise StorageError("entries were numbered out of sequence — run `harness-mem doctor`")
+            self.conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", zip(pks, texts, strict=True))
+            if index is not None:
+                late = [row for row in batch if id(row) not in vectors]  # raced in since the pre-check: rare
+                if late:
+                    vectors.update(zip(map(id, late), index.embedder.embed([embedding_text(r.content, r.role) for r in late]),
+                                       strict=True))
+                index.write(
+                    [VectorRow(pk, row.namespace, row.kind, row.session, row.created_at)
+                     for pk, row in zip(pks, batch, strict=True)],
+                    np.stack([vectors[id(row)] for row in batch]),
+                )
+                self._vectors_touched = True
+        return batch
+
+    def _resolve_conflicts(self, batch: list[Row], on_conflict: OnConflict) -> list[Row]:
+        """The rows to insert once ids already stored (or repeated in the batch) are settled."""
+        unique: dict[tuple[str, str], Row] = {}
+        for row in batch:
+            key = (row.namespace, row.id)
+            if key in unique:
+                if on_conflict == "error":
+                    raise duplicate_id(*key)
+                if on_conflict == "ignore":
+                    continue
+            unique[key] = row
+        for namespace in {namespace for namespace, _ in unique}:
+            ids = [entry_id for ns, entry_id in unique if ns == namespace]
+            for entry_id, pk in self.conn.execute(
+                "SELECT id, pk FROM entries WHERE namespace = ? AND id IN (SELECT value FROM json_each(?))",
+                (namespace, json.dumps(ids)),
+            ).fetchall():
+                if on_conflict == "error":
+                    raise duplicate_id(namespace, entry_id)
+                if on_conflict == "ignore":
+                    del unique[(namespace, entry_id)]
+                else:
+                    self._delete_pk(pk)
+        return list(unique.values())
+
+    def delete(self, namespace: str, entry_id: str) -> bool:
+        with self.transaction():
+            row = self.conn.execute(
+                "SELECT pk FROM entries WHERE namespace = ? AND id = ?", (namespace, entry_id)
+            ).fetchone()
+            if row is None:
+                return False
+            self._delete_pk(row[0])
+        return True
+
+    def _delete_pk(self, pk: int) -> None:
+        row = self.conn.execute(
+            "SELECT namespace, session, created_at, kind FROM entries WHERE pk = ?", (pk,)
+        ).fetchone()
+        self._drop_derived(pk)
+        self.conn.execute("DELETE FROM entries WHERE pk = ?", (pk,))
+        if row is not None and row[3] == "turn" and row[1]:
+            self._reindex_turn_after(row[0], row[1], row[2], pk)
+
+    def _drop_derived(self, pk: int) -> None:
+        """Remove an entry's keyword and vector rows (inside a write transaction)."""
+        self.conn.execute("DELETE FROM entries_fts WHERE rowid = ?", (pk,))
+        if self._vectors is not None:
+            self._vectors.delete(pk)
+        elif has_vector_table(self.conn):  # vectors made by another process's embedder: vec0 has no cascade
+            self.conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (pk,))
+        self._vectors_touched = True
+
+    def forget(self, pks: Sequence[int], when: int) -> None:
+        with self.transaction():
+            for pk in pks:
+                self._drop_derived(pk)
+                self.conn.execute("UPDATE entries SET forgotten_at = ? WHERE pk = ?", (when, pk))
+                # The next turn of its session stops carrying its text.
+                row = self.conn.execute(
+                    "SELECT namespace, session, created_at, kind FROM entries WHERE pk = ?", (pk,)
+                ).fetchone()
+                if row is not None and row[3] == "turn" and row[1]:
+                    self._reindex_turn_after(row[0], row[1], row[2], pk)
+
+    def mark_superseded(self, pk: int, by: str, when: int) -> None:
+        self.conn.execute("UPDATE entries SET superseded_by = ?, superseded_at = ? WHERE pk = ?", (by, when, pk))
+
+    def purge(self, now: int, *, namespace: str | None = None, forgotten: bool = True) -> tuple[int, int]:
+        with self.transaction():
+            scope = "namespace = ? AND " if namespace is not None else ""
+            rows = self.conn.execute(
+                f"SELECT pk, forgotten_at IS NOT NULL FROM entries WHERE {scope}((expires_at IS NOT NULL"
+                " AND expires_at <= ?)" + (" OR forgotten_at IS NOT NULL)" if forgotten else ")"),
+                ([namespace] if namespace is not None else []) + [now],
+            ).fetchall()
+            for pk, _ in rows:
+                self._delete_pk(pk)
+        tombstones = sum(1 for _, was_forgotten in rows if was_forgotten)
+        return len(rows) - tombstones, tombstones
+
+    def has_expired(self, now: int) -> bool:
+        return self.conn.execute(
+            "SELECT 1 FROM entries WHERE expires_at IS NOT NULL AND expires_at <= ? LIMIT 1", (now,)
+        ).fetchone() is not None
+
+    # ---- the keyword index's texts -------------------------------------------------------------------
+
+    def _index_texts(self, rows: Sequence[Row], *, before_pk: int | None = None, lookup: bool = True) -> list[str]:
+        """Keyword-index texts for rows in time order: a turn carries its date and the turn before it.
+
+        The previous turn is the latest one of the same session among the stored rows (looked up
+        once per session, below ``before_pk`` when given) and the rows earlier in the list.
+        """
+        last: dict[tuple[str, str], tuple[str, str | None] | None] = {}
+        texts = []
+        for row in rows:
+            if row.kind != "turn" or not row.session:
+                texts.append(_index_text(row.content, row.role, row.kind, row.session, row.created_at, None))
+                continue
+            key = (row.namespace, row.session)
+            if key not in last:
+                last[key] = self._previous_turn(row, before_pk) if lookup else None
+            texts.append(_index_text(row.content, row.role, row.kind, row.session, row.created_at, last[key]))
+            last[key] = (row.content, row.role)
+        return texts
+
+    def index_texts(self, pks: Sequence[int]) -> dict[int, str]:
+        """The keyword-index text of each stored entry, as its write made it (keyword ranking counts
+        term frequencies in it): one query for all, each turn with the one before it in its session."""
+        rows = self.conn.execute(
+            "SELECT e.pk, e.content, e.role, e.kind, e.session, e.created_at, p.content, p.role"
+            " FROM json_each(?) AS c CROSS JOIN entries e ON e.pk = c.value"
+            " LEFT JOIN entries p ON p.pk = (SELECT q.pk FROM entries q WHERE e.kind = 'turn'"
+            " AND q.namespace = e.namespace AND q.session = e.session AND q.kind = 'turn' AND q.forgotten_at IS NULL"
+            " AND (q.created_at < e.created_at OR (q.created_at = e.created_at AND q.pk < e.pk))"
+            " ORDER BY q.created_at DESC, q.pk DESC LIMIT 1)",
+            (json.dumps(list(pks)),),
+        ).fetchall()
+        return {
+            pk: _index_text(content, role, kind, session, created_at,
+                            (previous, previous_role) if previous is not None else None)
+            for pk, content, role, kind, session, created_at, previous, previous_role in rows
+        }
+
+    def _previous_turn(self, row: Row, before_pk: int | None) -> tuple[str, str | None] | None:
+        found = self.conn.execute(
+            "SELECT content, role FROM entries WHERE namespace = ? AND session = ? AND kind = 'turn'"
+            " AND forgotten_at IS NULL AND (created_at < ? OR (created_at = ? AND pk < ?)) ORDER BY created_at DESC, pk DESC LIMIT 1",
+            (row.namespace, row.session, row.created_at, row.created_at, before_pk if before_pk is not None else 2**62),
+        ).fetchone()
+        return (found[0], found[1]) if found else None
+
+    def _reindex_turn_after(self, namespace: str, session: str, created_ms: int, pk: int) -> None:
+        """Rewrite the index row of the turn that followed a deleted one: it held that turn's text."""
+        following = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries e WHERE namespace = ? AND session = ? AND kind = 'turn'"
+            " AND forgotten_at IS NULL AND (created_at > ? OR (created_at = ? AND pk > ?)) ORDER BY created_at, pk LIMIT 1",
+            (namespace, session, created_ms, created_ms, pk),
+        ).fetchone()
+        if following is None:
+            return
+        text = self._index_texts([Row._make(following)], before_pk=following[0])[0]
+        self.conn.execute("DELETE FROM entries_fts WHERE rowid = ?", (following[0],))
+        self.conn.execute("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", (following[0], text))
+
+    # ---- reads ---------------------------------------------------------------------------------------
+
+    def get(self, namespace: str, entry_id: str, now: int) -> Row | None:
+        row = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries e WHERE e.namespace = ? AND e.id = ? AND e.forgotten_at IS NULL"
+            " AND (e.expires_at IS NULL OR e.expires_at > ?)",
+            (namespace, entry_id, now),
+        ).fetchone()
+        return None if row is None else Row._make(row)
+
+    def rows(self, pks: Sequence[int]) -> dict[int, Row]:
+        if not pks:
+            return {}
+        found = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries e WHERE e.pk IN (SELECT value FROM json_each(?))", (json.dumps(list(pks)),)
+        ).fetchall()
+        return {row[0]: Row._make(row) for row in found}
+
+    def select(self, selection: Selection, *, limit: int | None = None, offset: int = 0,
+               newest_first: bool = False) -> Iterator[Row]:
+        clause, params = where(selection)
+        order = "DESC" if newest_first else "ASC"
+        sql = f"SELECT {COLUMNS} FROM entries e WHERE {clause} ORDER BY e.created_at {order}, e.pk {order}"
+        if limit is not None or offset:
+            sql += " LIMIT ? OFFSET ?"
+            params += [-1 if limit is None else limit, offset]
+        for row in self.conn.execute(sql, params):
+            yield Row._make(row)
+
+    def count(self, selection: Selection) -> int:
+        clause, params = where(selection)
+        return int(self.conn.execute(f"SELECT count(*) FROM entries e WHERE {clause}", params).fetchone()[0])
+
+    def pks(self, selection: Selection, *, entry_id: str | None = None) -> list[int]:
+        clause, params = where(selection)
+        if entry_id is not None:
+            clause, params = f"{clause} AND e.id = ?", [*params, entry_id]
+        return [pk for (pk,) in self.conn.execute(f"SELECT e.pk FROM entries e WHERE {clause}", params)]
+
+    def duplicate_of(self, namespace: str, kind: str, content_hash: str, now: int) -> str | None:
+        found = self.conn.execute(
+            "SELECT id FROM entries WHERE namespace = ? AND kind = ? AND content_hash = ?"
+            " AND superseded_by IS NULL AND forgotten_at IS NULL AND (expires_at IS NULL OR expires_at > ?) LIMIT 1",
+            (namespace, kind, content_hash, now),
+        ).fetchone()
+        return str(found[0]) if found else None
+
+    def current(self, namespace: str, entry_id: str) -> tuple[int, str | None] | None:
+        found = self.conn.execute(
+            "SELECT pk, superseded_by FROM entries WHERE namespace = ? AND id = ? AND forgotten_at IS NULL",
+            (namespace, entry_id),
+        ).fetchone()
+        return None if found is None else (int(found[0]), found[1])
+
+    def kept(self, namespace: str, *, entry_id: str | None = None, superseded_by: str | None = None) -> Row | None:
+        column, value = ("id", entry_id) if entry_id is not None else ("superseded_by", superseded_by)
+        row = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries e WHERE e.namespace = ? AND e.forgotten_at IS NULL AND e.{column} = ?"
+            " ORDER BY e.pk LIMIT 1", (namespace, value),
+        ).fetchone()
+        return None if row is None else Row._make(row)
+
+    def pk_of(self, namespace: str, entry_id: str) -> int | None:
+        row = self.conn.execute("SELECT pk FROM entries WHERE namespace = ? AND id = ?", (namespace, entry_id)).fetchone()
+        return None if row is None else int(row[0])
+
+    # ---- what recall asks ------------------------------------------------------------------------
+
+    def speakers(self, pks: Sequence[int]) -> list[tuple[int, str | None, str | None]]:
+        return [(pk, role, session) for pk, role, session in self.conn.execute(
+            "SELECT pk, role, session FROM entries WHERE pk IN (SELECT value FROM json_each(?))", (json.dumps(list(pks)),)
+        )]
+
+    def roles_named(self, namespace: str, words: Sequence[str]) -> list[str]:
+        return [row[0] for row in self.conn.execute(
+            "SELECT DISTINCT role FROM entries WHERE namespace = ? AND lower(role) IN (SELECT value FROM json_each(?))",
+            (namespace, json.dumps(list(words))),
+        )]
+
+    def nearest(self, vector: npt.NDArray[np.float32], k: int, selection: Selection, *,
+                exact_order: bool = True) -> list[tuple[int, float]]:
+        index = self.vector_index()
+        assert index is not None  # bound, and checked complete, by the caller
+        namespace, filters = selection.namespace, selection.filters
+        in_index = _vector_filter(selection)
+        if filters.is_empty or in_index is not None:
+            # The index keeps superseded entries' vectors (include_superseded finds them): ask for as
+            # many more as there are such entries, and drop them.
+            hidden = set() if filters.include_superseded else self._superseded_pks(namespace)
+            found = index.search(vector, k + len(hidden), namespace, where=in_index, exact_order=exact_order)
+            found = [hit for hit in found if hit[0] not in hidden][:k]
+        else:
+            # First without the expiry test, which needs every row and not only the index; the hits
+            # are checked below, and an expired one sends the search round again with it.
+            indexed = Selection(filters, namespace, selection.now, live=False)
+            found = index.search(vector, k, namespace, self.pks(indexed), exact_order=exact_order)
+        if self._all_pass(found, selection):
+            return found
+        return index.search(vector, k, namespace, self.pks(selection), exact_order=exact_order)
+
+    def cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, float]:
+        index = self.vector_index(writing=False)
+        return dict(index.rescore(vector, list(pks), len(pks))) if index is not None and pks else {}
+
+    def _superseded_pks(self, namespace: str) -> set[int]:
+        """The namespace's superseded entries (a partial index keeps this lookup small)."""
+        return {pk for (pk,) in self.conn.execute(
+            "SELECT pk FROM entries INDEXED BY entries_superseded WHERE namespace = ? AND superseded_by IS NOT NULL",
+            (namespace,),
+        )}
+
+    def _all_pass(self, found: list[tuple[int, float]], selection: Selection) -> bool:
+        """True when every hit meets every filter, expiry included (the index knows only some)."""
+        clause, params = where(selection)
+        passing = self.conn.execute(
+            # CROSS JOIN: look the few hits up by pk, rather than scan the namespace for them.
+            f"SELECT count(*) FROM json_each(?) AS hit CROSS JOIN entries e ON e.pk = hit.value WHERE {clause}",
+            [json.dumps([pk for pk, _ in found]), *params],
+        ).fetchone()[0]
+        return bool(passing == len(found))
+
+    def vector_counts(self) -> VectorCounts:
+        # A keyword-only or read-only file this model has no vectors in binds no index: all missing.
+        bound = self.vector_index(writing=False) is not None
+        total = live_entries(self.conn)
+        return VectorCounts(bound, total, missing_vectors(self.conn, total) if bound else total)
+
+    def missing_vectors(self) -> int:
+        return missing_vectors(self.conn)
+
+    # ---- sessions ------------------------------------------------------------------------------------
+
+    def neighbours(self, namespace: str, session: str, created_ms: int, pk: int, n: int, *,
+                   include_superseded: bool = False) -> tuple[list[Row], list[Row]]:
+        shown = _KEPT if include_superseded else _CURRENT
+        condition = f"{_IN_SESSION} AND {shown}"
+        params = (namespace, session, created_ms, created_ms, pk, n)
+        before = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries e WHERE {condition} AND (e.created_at < ? OR (e.created_at = ? AND e.pk < ?))"
+            " ORDER BY e.created_at DESC, e.pk DESC LIMIT ?", params,
+        ).fetchall()
+        after = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries e WHERE {condition} AND (e.created_at > ? OR (e.created_at = ? AND e.pk > ?))"
+            " ORDER BY e.created_at, e.pk LIMIT ?", params,
+        ).fetchall()
+        return [Row._make(row) for row in reversed(before)], [Row._make(row) for row in after]
+
+    def still_there(self, namespace: str, ids: Sequence[str], *, include_superseded: bool = False) -> set[str]:
+        shown = _KEPT if include_superseded else _CURRENT
+        return {row[0] for row in self.conn.execute(
+            "SELECT e.id FROM json_each(?) AS wanted CROSS JOIN entries e ON e.namespace = ? AND e.id = wanted.value"
+            f" WHERE e.session IS NOT NULL AND {shown}",
+            (json.dumps(list(ids)), namespace),
+        )}
+
+    def session_span(self, namespace: str, session: str, *, include_superseded: bool = False) -> SessionSpan:
+        shown = _KEPT if include_superseded else _CURRENT
+        turns, started, ended = self.conn.execute(
+            f"SELECT count(*), min(e.created_at), max(e.created_at) FROM entries e WHERE {_IN_SESSION} AND {shown}",
+            (namespace, session),
+        ).fetchone()
+        return SessionSpan(session, int(turns), started, ended)
+
+    def bookends(self, namespace: str, session: str, *, include_superseded: bool = False) -> tuple[Row, Row]:
+        shown = _KEPT if include_superseded else _CURRENT
+        first, last = (self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries e WHERE {_IN_SESSION} AND {shown} ORDER BY e.created_at {order}, e.pk {order} LIMIT 1",
+            (namespace, session),
+        ).fetchone() for order in ("ASC", "DESC"))
+        return Row._make(first), Row._make(last)
+
+    def sessions(self, namespace: str, limit: int, offset: int) -> list[SessionSpan]:
+        rows = self.conn.execute(
+            "SELECT e.session, count(*), min(e.created_at), max(e.created_at) FROM entries e"
+            f" WHERE e.namespace = ? AND e.session IS NOT NULL AND {_CURRENT}"
+            " GROUP BY e.session ORDER BY max(e.created_at) DESC, e.session LIMIT ? OFFSET ?",
+            (namespace, limit, offset),
+        ).fetchall()
+        return [SessionSpan(s, int(n), a, b) for s, n, a, b in rows]
+
+    def session_rows(self, namespace: str, session: str, offset: int, limit: int) -> list[Row]:
+        rows = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries e WHERE {_IN_SESSION} AND {_CURRENT} ORDER BY e.created_at, e.pk LIMIT ? OFFSET ?",
+            (namespace, session, limit, offset),
+        ).fetchall()
+        return [Row._make(row) for row in rows]
+
+    # ---- rebuilding derived rows -------------------------------------------------------------------
+
+    def rebuild_keyword_index(self) -> tuple[int, int]:
+        total = self.conn.execute("SELECT count(*) FROM entries").fetchone()[0]
+        with self.transaction():
+            self.conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('delete-all')")
+            # A forgotten entry gets no index row back: recall must never find it.
+            rows = self.conn.execute(
+                f"SELECT {COLUMNS} FROM entries WHERE forgotten_at IS NULL ORDER BY namespace, session, created_at, pk"
+            ).fetchall()
+            # In this order every turn's previous turn is the one before it: no lookups needed.
+            texts = self._index_texts([Row._make(row) for row in rows], lookup=False)
+            self.conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)",
+                                  zip((row[0] for row in rows), texts, strict=True))
+        return int(total), len(rows)
+
+    def drop_vectors(self) -> int:
+        with self.transaction():
+            if self.embedder is not None and self.model_differs():
+                index = VectorIndex(self.conn, self.embedder)
+                dropped = index.count()
+                index.clear()
+            else:
+                dropped = drop_vectors(self.conn)
+            self._vectors_touched = True
+        self._vectors = None
+        return dropped
+
+    def embed_missing(self, batch_size: int) -> tuple[int, int]:
+        index = self.vector_index()
+        assert index is not None
+        rows = entries_without_vectors(self.conn, batch_size)
+        if not rows:
+            return 0, 0
+        vectors = index.embedder.embed([text for _, _, _, _, text, _ in rows])  # outside the write lock
+        with self.transaction():
+            # Another process may have changed some of these entries while the model ran.
+            keep = still_without_vectors(self.conn, rows)
+            if keep:
+                index.write([VectorRow(*rows[i][:4], rows[i][5]) for i in keep], vectors[keep])
+                self._vectors_touched = True
+        return len(rows), len(keep)
+
+    def count_all(self) -> int:
+        return int(self.db["entries"].count)
+
+    # ---- what stats and doctor report ----------------------------------------------------------------
+
+    def kind_role_counts(self, namespace: str, now: int) -> list[tuple[bool, str, str | None, str | None, int]]:
+        # A plain scan of the table: cheaper than visiting the rows through an index, which the
+        # filter on expiry would need anyway.
+        return [(bool(gone), kind, role, redactions, int(n)) for gone, kind, role, redactions, n in self.conn.execute(
+            "SELECT expires_at IS NOT NULL AND expires_at <= ?, kind, role, redactions, count(*)"
+            " FROM entries NOT INDEXED WHERE namespace = ? GROUP BY 1, 2, 3, 4", (now, namespace)
+        )]
+
+    def session_count(self, namespace: str, now: int) -> int:
+        return int(self.conn.execute(
+            f"SELECT count(DISTINCT session) FROM entries WHERE {_LIVE}", (namespace, now)
+        ).fetchone()[0])
+
+    def namespaces(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT DISTINCT namespace FROM entries ORDER BY 1")]
+
+    def schema_version(self) -> int:
+        applied = [s for s in migrations.status(self.conn) if s.applied_at]
+        return applied[-1].number if applied else 0
+
+    def largest_sessions(self, namespace: str, now: int, limit: int) -> list[tuple[str, int, int]]:
+        top = self.conn.execute(
+            f"SELECT session, count(*) FROM entries WHERE {_LIVE} AND session IS NOT NULL"
+            " GROUP BY session ORDER BY 2 DESC, 1 LIMIT ?", (namespace, now, limit),
+        ).fetchall()
+        found = []
+        for session, turns in top:
+            content = self.conn.execute(
+                f"SELECT sum(length(CAST(content AS BLOB))) FROM entries WHERE {_LIVE} AND session = ?",
+                (namespace, now, session),
+            ).fetchone()[0]
+            found.append((session, int(turns), int(content or 0)))
+        return found
+
+    def size_bytes(self) -> int:
+        return sqlite_files.file_bytes(self.path)
+
+    def sizes(self) -> dict[str, Any]:
+        return sqlite_files.file_sizes(self.conn, self.path, self.snapshot)
+
+    def table_sizes(self) -> dict[str, Any]:
+        return sqlite_files.table_sizes(self.conn, self.path, self.snapshot)
+
+    def integrity_check(self) -> list[str]:
+        rows = [r[0] for r in self.conn.execute("PRAGMA integrity_check")]
+        return [] if rows == ["ok"] else rows
+
+    def engine_checks(self) -> list[tuple[str, Callable[[], str]]]:
+        return [
+            ("sqlite", lambda: f"{sqlite_version()} via {driver().__name__}"),
+            ("fts5", lambda: f"{self.db['entries_fts'].count} rows indexed"),
+            ("sqlite-vec", lambda: str(self.conn.execute("SELECT vec_version()").fetchone()[0])),
+        ]
+
+    def describe_schema(self) -> str:
+        tables, views = set(self.db.table_names()), set(self.db.view_names())
+        missing = [name for name in sqlite_files.EXPECTED_TABLES if name not in tables] + [
+            f"view {name}" for name in sqlite_files.EXPECTED_VIEWS if name not in views
+        ]
+        if missing:
+            raise StorageError(f"missing {', '.join(missing)} — the file was changed outside harness-mem")
+        counts = ", ".join(f"{name} {self.db[name].count}" for name in ("entries", "episodes", "skills"))
+        return f"{self.schema_version():04d}, all migrations applied; {counts}"
+
+    # ---- giving space back -----------------------------------------------------------------------------
+
+    def merge_keyword_index(self) -> None:
+        with self.transaction():  # dead tokens of deleted entries leave the index only when merged
+            self.conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('optimize')")
+
+    def rewrite(self) -> None:
+        sqlite_files.rewrite(self.conn)
+
+    def compact(self, *, rewrite: bool, vacuum: bool) -> dict[str, Any]:
+        return sqlite_files.compact(self.conn, full=rewrite, vacuum=vacuum)
+
+    def truncate_log(self) -> bool:
+        return truncate_wal(self.conn)
+
+
+def connection_of(storage: Storage) -> Connection:
+    """The SQLite connection behind ``storage``, for tables kept beside the entries (episodes,
+    skills, consolidation watermarks), whose writes join the storage's transactions."""
+    if not isinstance(storage, SQLiteStorage):
+        raise StorageError(f"this part of harness-mem keeps its tables in SQLite, and the store is {storage.engine}")
+    return storage.conn
+
+
+def _index_text(content: str, role: str | None, kind: str, session: str | None, created_ms: int,
+                previous: tuple[str, str | None] | None) -> str:
+    """An entry's keyword-index text: a turn of a session carries its date and the turn before it."""
+    if kind != "turn" or not session:
+        return keyword.index_text(content, role)
+    return keyword.index_text(content, role, day=_day(created_ms // _DAY_MS), previous=previous)
+
+
+@lru_cache(maxsize=4096)
+def _day(days_since_epoch: int) -> date:
+    """The UTC date of a day number (``ms // _DAY_MS``): turns of one day share it, hence the cache."""
+    return _EPOCH + timedelta(days=days_since_epoch)
+
+
+_EPOCH = date(1970, 1, 1)
+
+
+def _vector_filter(selection: Selection) -> VectorFilter | None:
+    """The filters as the vector index answers them well, or None (then candidates come from `entries`).
+
+    The index answers a session alone from its cached bits and session keys, and kinds and time
+    ranges by a vec0 KNN over its metadata. A session with more conditions is found faster through
+    the entries' session index, and a role, tags or a session prefix only `entries` knows.
+    """
+    filters = selection.filters
+    if filters.is_empty or filters.role is not None or filters.session_prefix or filters.tags or filters.any_tags:
+        return None
+    if filters.session is not None and (filters.kind is not None or filters.since or filters.until):
+        return None
+    kinds = None if filters.kind is None else (filters.kind,) if isinstance(filters.kind, str) else tuple(filters.kind)
+    return VectorFilter(
+        kinds=kinds,
+        session=filters.session,
+        since_ms=None if filters.since is None else to_ms(filters.since),
+        until_ms=None if filters.until is None else to_ms(filters.until),
+    )

@@ -1,0 +1,195 @@
+"""What a SQLite store's file holds and how its space goes back: sizes by table, rewrites, vacuums.
+
+SQLite leaves old copies of rows in the unused middle of live pages when it rebuilds a B-tree page
+(see :mod:`harness_mem.maintenance`): only rewriting every page (``VACUUM``) removes those, so a
+purge ends with :func:`rewrite`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from ..db import Connection, driver, truncate_wal
+from ..errors import StorageError
+from ..pages import count_pages
+
+Snapshot = Callable[[], AbstractContextManager[None]]
+_AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}
+
+# What every migrated file holds: the canonical tables, the keyword index and the readable view.
+EXPECTED_TABLES = ("entries", "entries_fts", "settings", "episodes", "skills", "skill_revisions", "consolidations")
+EXPECTED_VIEWS = ("memories",)
+
+
+
+def file_bytes(path: Path | str) -> int:
+    """The file's bytes on disk, its write-ahead log included (0 for an in-memory store)."""
+    if not isinstance(path, Path):
+        return 0
+    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def rewrite(conn: Connection) -> None:
+    """Rewrite every page of the file (``VACUUM``): no byte of a deleted row survives it, not even
+    the copies SQLite's page rebuilding leaves in the unused middle of a live page. It needs free
+    disk space as large as the file, and the write lock for as long."""
+    if conn.in_transaction:
+        raise StorageError("the file cannot be rewritten inside a transaction — purge outside the `with` block")
+    conn.execute("VACUUM")
+
+
+def compact(conn: Connection, *, full: bool, vacuum: bool) -> dict[str, Any]:
+    """Give the file's free space back: a full rewrite when ``full`` (an entry was purged) or
+    ``vacuum``, else an incremental vacuum in a file made for it; then the WAL is emptied.
+
+    With ``vacuum``, a file in auto_vacuum mode NONE switches to INCREMENTAL on the way.
+    """
+    mode = _AUTO_VACUUM.get(int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]), "none")
+    free_pages = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    vacuumed = "none"
+    if vacuum or full:
+        if vacuum and mode == "none":
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect with the VACUUM below
+        rewrite(conn)
+        vacuumed = "full"
+        mode = _AUTO_VACUUM.get(int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]), "none")
+    elif mode == "incremental" and free_pages:
+        conn.execute("PRAGMA incremental_vacuum").fetchall()  # it frees a page per step: run it to the end
+        vacuumed = "incremental"
+    truncated = truncate_wal(conn)
+    return {
+        "auto_vacuum": mode,
+        "vacuum": vacuumed,
+        "free_pages_before": free_pages,
+        "free_pages_after": int(conn.execute("PRAGMA freelist_count").fetchone()[0]),
+        # A reader in another process can keep the WAL from being reset: its pages stay until then.
+        "wal_truncated": truncated,
+    }
+
+
+def table_sizes(conn: Connection, path: Path | str, snapshot: Snapshot) -> dict[str, Any]:
+    """Rows and bytes per table, largest first, with the file's page totals.
+
+    A table's bytes include its indexes and, for a virtual table, its shadow tables (see
+    :func:`file_sizes` for where they come from). When neither route is open, only rows are known
+    per table (``bytes`` is None) and the file's page counts give the totals.
+    """
+    btrees = _schema_btrees(conn)
+    virtual = {b.owner for b in btrees if b.kind in _GROUPED}
+    by_table: dict[str, dict[str, Any]] = {}
+    for table in sorted({b.owner for b in btrees}):
+        if table in virtual or table.startswith("sqlite_"):
+            rows = None
+        else:
+            rows = int(conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+        by_table[table] = {"rows": rows, "bytes": None}
+    totals, pages, source = _btree_pages(conn, path, snapshot, btrees)
+    if pages is not None:
+        for b in btrees:
+            entry = by_table.setdefault(b.owner, {"rows": None, "bytes": None})
+            entry["bytes"] = (entry["bytes"] or 0) + pages.get(b.name, 0) * totals["page_size"]
+    ordered = sorted(by_table.items(), key=lambda item: (-(item[1]["bytes"] or 0), -(item[1]["rows"] or 0), item[0]))
+    return {"source": source, **totals, "by_table": dict(ordered)}
+
+
+# What a virtual table's module makes of it, as the size report names it.
+_VIRTUAL_KINDS = {"fts5": "keyword index", "vec0": "vector index"}
+# Kinds whose b-trees (shadow tables and their indexes) are reported together, under their owner.
+_GROUPED = {*_VIRTUAL_KINDS.values(), "virtual table"}
+
+
+class _BTree:
+    """A b-tree of the file (a table, an index or a shadow table) and what it belongs to."""
+
+    def __init__(self, name: str, root: int, kind: str, owner: str) -> None:
+        self.name, self.root, self.kind, self.owner = name, root, kind, owner
+
+
+def _schema_btrees(conn: Connection) -> list[_BTree]:
+    """Every b-tree in the file with its kind ("table", "index", or what its virtual table is:
+    "keyword index", "vector index", "virtual table") and the table it belongs to. A virtual
+    table's shadow tables (``entries_fts_data``, ``entries_vec_chunks``, …) and their indexes
+    belong to the virtual table."""
+    master = conn.execute("SELECT type, name, tbl_name, sql, rootpage FROM sqlite_master").fetchall()
+    virtual: dict[str, str] = {}
+    for kind, name, _, sql, _ in master:
+        text = (sql or "").upper()
+        if kind == "table" and text.startswith("CREATE VIRTUAL"):
+            module = text.split("USING", 1)[-1].strip().split("(", 1)[0].strip().lower()
+            virtual[name] = _VIRTUAL_KINDS.get(module, "virtual table")
+    found = [_BTree("sqlite_schema", 1, "table", "sqlite_schema")]
+    for kind, name, table, _, root in master:
+        if not root or kind not in ("table", "index"):
+            continue
+        parent = next((v for v in virtual if (table == v or table.startswith(f"{v}_")) and name != v), None)
+        if parent is not None:
+            found.append(_BTree(name, int(root), virtual[parent], parent))
+        else:
+            found.append(_BTree(name, int(root), kind, table if kind == "index" else name))
+    # A virtual table has no b-tree of its own: it is listed with no pages, to own its shadows.
+    found += [_BTree(name, 0, kind, name) for name, kind in virtual.items()]
+    return found
+
+
+def _btree_pages(conn: Connection, path: Path | str, snapshot: Snapshot, btrees: list[_BTree]) -> tuple[dict[str, int], dict[str, int] | None, str]:
+    """(the file's page totals, pages per b-tree name or None, where those came from).
+
+    From the file's pointer map when it has one (a file with auto_vacuum, as every file harness_mem
+    creates: a few pages read, see :mod:`harness_mem.pages`), else from SQLite's ``dbstat`` table when
+    this build has it (it reads every page), else per b-tree pages are unknown ("pages").
+    """
+    # One read transaction around the page counts and the reading of the file's bytes: while it reads
+    # from the WAL, no other connection's checkpoint can truncate or restart it. (A snapshot of a fully
+    # checkpointed file does not hold the WAL: if it changes meanwhile, count_pages says so with None.)
+    with snapshot():
+        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        count = int(conn.execute("PRAGMA page_count").fetchone()[0])
+        free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+        mapped = count_pages(path, count) if isinstance(path, Path) else None
+    totals = {"page_size": page_size, "pages": count, "free_pages": free, "file_bytes": page_size * count}
+    if mapped is not None:
+        by_root = {b.root: b.name for b in btrees if b.root}
+        return totals, {by_root.get(root, f"page {root}"): n for root, n in mapped.by_root.items()}, "pointer-map"
+    try:
+        stat = conn.execute("SELECT name, count(*) FROM dbstat GROUP BY name").fetchall()
+    except driver().OperationalError:
+        return totals, None, "pages"
+    return totals, {str(name): int(n) for name, n in stat}, "dbstat"
+
+
+def file_sizes(conn: Connection, path: Path | str, snapshot: Snapshot) -> dict[str, Any]:
+    """The file's bytes by what holds them, largest first: each table and each index on its own, a
+    virtual table together with its shadow tables ("keyword index (entries_fts*)"), free pages,
+    and the pages of the file's own structure (its pointer map). The parts add up to the file's
+    size; they are empty when this SQLite build cannot tell (no pointer map, no ``dbstat``)."""
+    btrees = _schema_btrees(conn)
+    totals, pages, source = _btree_pages(conn, path, snapshot, btrees)
+    parts: list[dict[str, Any]] = []
+    if pages is not None:
+        page_size = totals["page_size"]
+        grouped: dict[tuple[str, str], int] = {}
+        for b in btrees:
+            group = (b.owner, b.kind) if b.kind in _GROUPED else (b.name, b.kind)
+            grouped[group] = grouped.get(group, 0) + pages.get(b.name, 0)
+        owners = {b.name: b.owner for b in btrees}
+        for (name, kind), n in grouped.items():
+            if not n:
+                continue
+            if kind in _GROUPED:
+                parts.append({"name": f"{kind} ({name}*)", "kind": kind, "table": name, "pages": n})
+            else:
+                parts.append({"name": name, "kind": kind, "table": owners[name], "pages": n})
+        if totals["free_pages"]:
+            parts.append({"name": "free pages", "kind": "free", "table": None, "pages": totals["free_pages"]})
+        # The file's own pages (its pointer map, the lock-byte page past 1 GiB) and any b-tree
+        # the schema does not name: what the parts above leave of the file.
+        rest = totals["pages"] - sum(grouped.values()) - totals["free_pages"]
+        if rest > 0:
+            parts.append({"name": "pointer map and other pages", "kind": "file", "table": None, "pages": rest})
+        for part in parts:
+            part["bytes"] = part["pages"] * page_size
+        parts.sort(key=lambda part: (-part["pages"], part["name"]))
+    return {"source": source, **totals, "parts": parts}

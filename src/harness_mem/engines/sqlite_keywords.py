@@ -1,0 +1,152 @@
+"""The keyword index of a SQLite store: FTS5's answers for the shared BM25 ranking (:mod:`harness_mem.bm25`).
+
+The index (``entries_fts``) is contentless: it keeps each entry's tokens by rowid (the entry's pk),
+FTS5's own statistics in its ``_data`` table and each row's length in ``_docsize``. Everything here
+reads those, never the entries' text, except :meth:`FTS5Keywords.texts`, which rebuilds an entry's
+index text as its write made it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..bm25 import Match
+from ..db import Connection
+from ..filters import Selection
+from .sqlite_where import where
+
+# Terms held by fewer entries than this are counted exactly; more common ones by sampling.
+COUNTED = 16384
+
+
+def varint(data: bytes, pos: int) -> tuple[int, int]:
+    """An SQLite varint (big-endian, 7 bits a byte, the ninth byte whole) at ``pos``: (value, next pos)."""
+    value = 0
+    for _ in range(8):
+        byte = data[pos]
+        pos += 1
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value, pos
+    return (value << 8) | data[pos], pos + 1
+
+
+def fts_expression(match: Match) -> str:
+    """``match`` as an FTS5 MATCH expression (its terms are already quoted for FTS5)."""
+    groups = [group[0] if len(group) == 1 else "(" + " OR ".join(group) + ")" for group in match]
+    return " AND ".join(groups)
+
+
+class FTS5Keywords:
+    """:class:`~harness_mem.bm25.KeywordSource` over ``entries_fts``."""
+
+    def __init__(self, conn: Connection, texts: Callable[[Sequence[int]], dict[int, str]]) -> None:
+        self.conn = conn
+        self._texts = texts
+
+    def stats(self) -> tuple[int, float]:
+        """(rows, average tokens per row), as FTS5 keeps them for bm25()."""
+        row = self.conn.execute("SELECT block FROM entries_fts_data WHERE id = 1").fetchone()
+        if row is None or not row[0]:
+            return 0, 0.0
+        rows, pos = varint(row[0], 0)
+        tokens, _ = varint(row[0], pos)
+        return rows, (tokens / rows if rows else 0.0)
+
+    def document_frequency(self, term: str, rows: int) -> int:
+        """Counted by FTS5 itself (its own tokenizer) up to :data:`COUNTED`; a term held by more is
+        counted in four slices of the rowid range and scaled up, so the cost stays bounded however
+        common the term (its idf is low then, and a 1% error moves it by about 0.01)."""
+        conn = self.conn
+        df = conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM entries_fts WHERE entries_fts MATCH ? LIMIT ?)", (term, COUNTED)
+        ).fetchone()[0]
+        if df >= COUNTED:
+            # Two queries: SQLite reads the end of the b-tree for a lone min() or max(), not for both.
+            low = conn.execute("SELECT min(id) FROM entries_fts_docsize").fetchone()[0]
+            high = conn.execute("SELECT max(id) FROM entries_fts_docsize").fetchone()[0]
+            span = high - low + 1
+            width = max(1, span // 32)
+            sampled = sum(
+                conn.execute(
+                    "SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ? AND rowid BETWEEN ? AND ?",
+                    (term, start, start + width - 1),
+                ).fetchone()[0]
+                for start in (low + span * i // 4 for i in range(4))
+            )
+            df = max(COUNTED, min(rows, round(sampled * span / (4 * width))))
+        return int(df)
+
+    def ranked(self, terms: Sequence[str], k: int, selection: Selection) -> list[tuple[int, float]]:
+        """FTS5's own ranking of an OR of ``terms``, filtered; the score is ``-bm25`` (higher is better)."""
+        expression = " OR ".join(terms)
+        clause, params = where(selection)
+        # Ask FTS5 for a shortlist first: ORDER BY rank LIMIT lets it skip sorting every match.
+        # If filters leave fewer than k of the shortlist, fall back to ranking all matches.
+        shortlist = max(4 * k, 64)
+        rows: list[Any] = []
+        for limit in (shortlist, -1):
+            rows = self.conn.execute(
+                "SELECT e.pk, f.rank FROM"
+                " (SELECT rowid, rank FROM entries_fts WHERE entries_fts MATCH ? ORDER BY rank LIMIT ?) AS f"
+                # CROSS JOIN keeps the matches as the outer loop: otherwise SQLite may start from
+                # `entries` through the namespace index and test the filters on every row.
+                f" CROSS JOIN entries e ON e.pk = f.rowid WHERE {clause} ORDER BY f.rank LIMIT ?",
+                [expression, limit, *params, k],
+            ).fetchall()
+            if len(rows) >= k or limit == -1:
+                break
+            count = self.conn.execute(
+                "SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (expression,)
+            ).fetchone()[0]
+            if count <= shortlist:
+                break
+        return [(pk, -float(rank)) for pk, rank in rows]
+
+    def holders(self, match: Match, low: int | None = None, high: int | None = None) -> npt.NDArray[np.int64]:
+        # One string from SQLite, parsed by numpy: about a third of the time of a row per rowid.
+        sql = "SELECT group_concat(rowid) FROM entries_fts WHERE entries_fts MATCH ?"
+        params: list[Any] = [fts_expression(match)]
+        if low is not None and high is not None:
+            sql += " AND rowid BETWEEN ? AND ?"
+            params += [low, high]
+        found = self.conn.execute(sql, params).fetchone()[0]
+        return np.fromstring(found, dtype=np.int64, sep=",") if found else np.empty(0, dtype=np.int64)
+
+    def holders_among(self, term: str, pks: Sequence[int]) -> npt.NDArray[np.int64]:
+        return np.array([pk for (pk,) in self.conn.execute(
+            "SELECT c.value FROM json_each(?) AS c WHERE EXISTS"
+            " (SELECT 1 FROM entries_fts WHERE entries_fts MATCH ? AND rowid = c.value)",
+            (json.dumps(list(pks)), term),
+        )], dtype=np.int64)
+
+    def lengths(self, pks: Sequence[int], selection: Selection | None = None) -> dict[int, int]:
+        """Each entry's length in index tokens (what bm25() normalises by), from FTS5's docsize."""
+        params: list[Any] = []
+        if selection is None:
+            sql = "SELECT c.value, d.sz FROM json_each(?) AS c CROSS JOIN entries_fts_docsize d ON d.id = c.value"
+        else:
+            clause, params = where(selection)
+            # CROSS JOIN: look each pk up, rather than let SQLite scan the namespace index testing each row.
+            sql = ("SELECT e.pk, d.sz FROM json_each(?) AS c CROSS JOIN entries e ON e.pk = c.value"
+                   f" CROSS JOIN entries_fts_docsize d ON d.id = e.pk WHERE {clause}")
+        # A length below 128 is one byte, the common case by far.
+        return {pk: (size[0] if size[0] < 0x80 else varint(size, 0)[0]) if size else 0
+                for pk, size in self.conn.execute(sql, [json.dumps(list(pks)), *params])}
+
+    def texts(self, pks: Sequence[int]) -> dict[int, str]:
+        return self._texts(pks)
+
+    def count(self, selection: Selection, limit: int) -> int:
+        clause, params = where(selection)
+        return int(self.conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM entries e WHERE {clause} LIMIT ?)",
+                                     [*params, limit]).fetchone()[0])
+
+    def pks(self, selection: Selection) -> list[int]:
+        clause, params = where(selection)
+        return [pk for (pk,) in self.conn.execute(f"SELECT e.pk FROM entries e WHERE {clause}", params)]

@@ -1,0 +1,58 @@
+"""A :class:`~harness_mem.filters.Selection` as a SQLite WHERE clause over ``entries``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..filters import Selection
+from ..models import to_ms
+
+
+def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
+    """A WHERE clause (without the keyword) and its parameters."""
+    filters = selection.filters
+    # A forgotten entry is never returned; a superseded one only when asked for.
+    clauses = [f"{alias}.namespace = ?", f"{alias}.forgotten_at IS NULL"]
+    params: list[Any] = [selection.namespace]
+    if not filters.include_superseded:
+        clauses.append(f"{alias}.superseded_by IS NULL")
+    if selection.live:
+        clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)")
+        params.append(selection.now)
+    if filters.kind is not None:
+        kinds = [filters.kind] if isinstance(filters.kind, str) else list(filters.kind)
+        clauses.append(f"{alias}.kind IN ({', '.join('?' * len(kinds))})")
+        params.extend(kinds)
+    for column in ("role", "session"):
+        value = getattr(filters, column)
+        if value is not None:
+            clauses.append(f"{alias}.{column} = ?")
+            params.append(value)
+    prefix = filters.session_prefix
+    if prefix:
+        clauses.append(f"substr({alias}.session, 1, ?) = ?")
+        params.extend([len(prefix), prefix])
+        if ord(prefix[-1]) < 0x10FFFF:
+            # The same condition as a range (UTF-8 sorts by code point), which the session index answers.
+            clauses.append(f"{alias}.session >= ? AND {alias}.session < ?")
+            params.extend([prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)])
+    if filters.tags:
+        clauses.append(
+            f"NOT EXISTS (SELECT 1 FROM json_each(?) AS wanted WHERE wanted.value NOT IN"
+            f" (SELECT value FROM json_each({alias}.tags)))"
+        )
+        params.append(json.dumps(list(filters.tags)))
+    if filters.any_tags:
+        clauses.append(
+            f"EXISTS (SELECT 1 FROM json_each({alias}.tags) AS have WHERE have.value IN"
+            f" (SELECT value FROM json_each(?)))"
+        )
+        params.append(json.dumps(list(filters.any_tags)))
+    if filters.since is not None:
+        clauses.append(f"{alias}.created_at >= ?")
+        params.append(to_ms(filters.since))
+    if filters.until is not None:
+        clauses.append(f"{alias}.created_at <= ?")
+        params.append(to_ms(filters.until))
+    return " AND ".join(clauses), params

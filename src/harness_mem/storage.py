@@ -1,0 +1,374 @@
+"""The storage seam: what an engine does for a store, and nothing more.
+
+A :class:`Storage` holds the entries and everything derived from them (the keyword index, the
+vectors), and answers the queries the store's parts ask: rows by id or filter, candidates for a
+keyword or vector ranking, a session's turns, counts and sizes. Ranking itself (BM25 over
+candidates in :mod:`harness_mem.bm25`, fusion in :mod:`harness_mem.fusion`) and every rule about
+what may be written (redaction, namespaces, corrections) stay in shared Python above the seam, so
+every engine ranks the same candidates the same way and keeps the same promises.
+
+Engines live in :mod:`harness_mem.engines`; :func:`harness_mem.engines.open_storage` picks one for
+a path or URL. Every method that reads or writes entries takes the namespace it works in: the
+facade (:class:`~harness_mem.store.MemoryStore`) supplies its own, so no caller reaches another's.
+Methods without one (rebuilding, counting, collecting garbage) span the whole store.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import DuplicateIdError, InvalidInputError
+from .filters import Selection
+from .protocols import Embedder
+from .redaction import Redactor
+from .rows import Row, identity
+
+OnConflict = Literal["error", "ignore", "replace"]
+ON_CONFLICT: tuple[OnConflict, ...] = ("error", "ignore", "replace")
+#: Vectors computed before a write, keyed by ``id(row)`` of the rows they belong to.
+Vectors = dict[int, npt.NDArray[np.float32]]
+
+
+def check_on_conflict(on_conflict: object) -> None:
+    """Refuse an ``on_conflict`` that is not one of :data:`ON_CONFLICT`: an unknown word must not
+    quietly act as one of them (an overwrite, say)."""
+    if not isinstance(on_conflict, str) or on_conflict not in ON_CONFLICT:
+        raise InvalidInputError(
+            f"on_conflict must be one of {', '.join(map(repr, ON_CONFLICT))}, not {on_conflict!r:.60}"
+        )
+
+
+def duplicate_id(namespace: str, entry_id: str) -> DuplicateIdError:
+    return DuplicateIdError(
+        f"an entry with id {entry_id!r} already exists in namespace {namespace!r}"
+        " — choose another id, or replace it"
+    )
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Whose entries a part of the store works on: a namespace (as stored) and the redactor whose
+    pseudonyms its identity fields carry."""
+
+    namespace: str
+    redactor: Redactor | None
+
+    def key(self, value: str | None) -> str | None:
+        """An identity value (id, session, role) as it is stored, for a lookup by equality."""
+        return identity(value, self.redactor)
+
+
+class SessionSpan(NamedTuple):
+    """A session's size and time span (ms since the epoch)."""
+
+    session: str
+    turns: int
+    started_ms: int
+    ended_ms: int
+
+
+class VectorCounts(NamedTuple):
+    """Whether this model's vectors are bound, and how many live entries there are and lack one."""
+
+    bound: bool
+    entries: int
+    missing: int
+
+
+class Storage(ABC):
+    """Entries and their derived rows in one engine (see the module docstring)."""
+
+    #: The engine's name: ``"sqlite"`` or ``"postgresql"``.
+    engine: str
+    #: True when nothing may be written (asked for, or the location cannot be written).
+    read_only: bool
+    #: The model whose vectors this storage writes and searches (None: keyword only).
+    embedder: Embedder | None
+    #: What the keyword ranking reads (a :class:`~harness_mem.bm25.KeywordSource`).
+    keywords: Any
+
+    # ---- lifecycle and settings ---------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """Where the store is, as a person may read it (a path, or a URL without its password)."""
+
+    @abstractmethod
+    def migrate(self) -> bool:
+        """Apply pending migrations; True when this call created the store."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @abstractmethod
+    def redaction_secret(self, *, create: bool) -> str | None:
+        """The store's key for keyed pseudonyms, made on first use unless ``create`` is False."""
+
+    @property
+    @abstractmethod
+    def keyword_only(self) -> bool:
+        """True when the store keeps no vectors by choice."""
+
+    @abstractmethod
+    def set_keyword_only(self, keyword_only: bool) -> None:
+        """Record (inside a transaction) whether the store keeps vectors."""
+
+    @abstractmethod
+    def recorded_model(self) -> dict[str, str] | None:
+        """The identity (name, dim, fingerprint) of the model the stored vectors came from."""
+
+    @abstractmethod
+    def setting(self, key: str) -> str | None: ...
+
+    @abstractmethod
+    def set_setting(self, key: str, value: str) -> None:
+        """Store a setting (inside a transaction)."""
+
+    # ---- transactions ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def transaction(self) -> AbstractContextManager[None]:
+        """One write transaction, taking the write lock up front; a nested call joins the outer one."""
+
+    @abstractmethod
+    def snapshot(self) -> AbstractContextManager[None]:
+        """One read view around several queries: they all see the store as it was at the first."""
+
+    @abstractmethod
+    def data_version(self) -> tuple[int, int]:
+        """A token that changes whenever the store's content changes, in this process or another."""
+
+    @abstractmethod
+    def without_waiting(self) -> AbstractContextManager[None]:
+        """Inside the block a write that would wait for another writer fails at once instead."""
+
+    @abstractmethod
+    def is_busy(self, exc: BaseException) -> bool:
+        """True when ``exc`` says another writer holds the store."""
+
+    # ---- vectors ----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def use_embedder(self, embedder: Embedder | None) -> None:
+        """Write and search the vectors of ``embedder`` from now on (bound on first use)."""
+
+    @abstractmethod
+    def vectors_bound(self, *, writing: bool = True) -> bool:
+        """Bind this embedder's vectors (recording its model on first use); False without one. A
+        reader (``writing=False``) never binds a keyword-only or read-only store."""
+
+    @abstractmethod
+    def check_model(self) -> str:
+        """Raise unless the stored vectors are this embedder's; else a line naming it."""
+
+    @abstractmethod
+    def model_differs(self) -> bool:
+        """True when the stored vectors came from another model than this embedder."""
+
+    @abstractmethod
+    def embed_new(self, rows: Sequence[Row], on_conflict: OnConflict) -> Vectors:
+        """Vectors for the rows a write would insert, in one model call, before any lock is taken."""
+
+    # ---- writes -----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def write(self, rows: Sequence[Row], on_conflict: OnConflict, vectors: Vectors | None = None) -> list[Row]:
+        """Insert rows with their keyword and vector rows in one transaction; returns those written
+        (ids already stored are settled by ``on_conflict``)."""
+
+    @abstractmethod
+    def delete(self, namespace: str, entry_id: str) -> bool:
+        """Delete an entry and its derived rows; False when there was none."""
+
+    @abstractmethod
+    def forget(self, pks: Sequence[int], when: int) -> None:
+        """Tombstone entries: their derived rows go now, their content at the next purge."""
+
+    @abstractmethod
+    def mark_superseded(self, pk: int, by: str, when: int) -> None:
+        """Mark an entry as replaced by the entry ``by`` (inside a transaction)."""
+
+    @abstractmethod
+    def purge(self, now: int, *, namespace: str | None = None, forgotten: bool = True) -> tuple[int, int]:
+        """Delete expired (and, with ``forgotten``, forgotten) entries with their derived rows, in
+        ``namespace`` or everywhere; returns (expired, forgotten) counts."""
+
+    @abstractmethod
+    def has_expired(self, now: int) -> bool:
+        """True when some entry has expired and is not purged yet."""
+
+    # ---- reads --------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def get(self, namespace: str, entry_id: str, now: int) -> Row | None:
+        """A live (not forgotten, not expired) entry by id."""
+
+    @abstractmethod
+    def rows(self, pks: Sequence[int]) -> dict[int, Row]: ...
+
+    @abstractmethod
+    def select(self, selection: Selection, *, limit: int | None = None, offset: int = 0,
+               newest_first: bool = False) -> Iterator[Row]:
+        """The entries ``selection`` passes, in creation order (or newest first)."""
+
+    @abstractmethod
+    def count(self, selection: Selection) -> int: ...
+
+    @abstractmethod
+    def pks(self, selection: Selection, *, entry_id: str | None = None) -> list[int]: ...
+
+    @abstractmethod
+    def duplicate_of(self, namespace: str, kind: str, content_hash: str, now: int) -> str | None:
+        """The id of a current entry of ``kind`` with this content hash."""
+
+    @abstractmethod
+    def current(self, namespace: str, entry_id: str) -> tuple[int, str | None] | None:
+        """(pk, superseded_by) of an entry that is not forgotten."""
+
+    @abstractmethod
+    def kept(self, namespace: str, *, entry_id: str | None = None, superseded_by: str | None = None) -> Row | None:
+        """The first entry, forgotten ones aside, with this id, or that this id replaced."""
+
+    @abstractmethod
+    def pk_of(self, namespace: str, entry_id: str) -> int | None: ...
+
+    @abstractmethod
+    def index_texts(self, pks: Sequence[int]) -> dict[int, str]:
+        """Each entry's keyword-index text, as its write made it."""
+
+    # ---- what recall asks -----------------------------------------------------------------------
+
+    @abstractmethod
+    def speakers(self, pks: Sequence[int]) -> list[tuple[int, str | None, str | None]]:
+        """(pk, role, session) of each entry."""
+
+    @abstractmethod
+    def roles_named(self, namespace: str, words: Sequence[str]) -> list[str]:
+        """The stored roles whose lower-case form is one of ``words``."""
+
+    @abstractmethod
+    def nearest(self, vector: npt.NDArray[np.float32], k: int, selection: Selection, *,
+                exact_order: bool = True) -> list[tuple[int, float]]:
+        """(pk, cosine) of the ``k`` entries nearest ``vector`` that pass ``selection``, best first.
+        ``exact_order=False``: the near neighbours must be in, their order need not be exact."""
+
+    @abstractmethod
+    def cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, float]:
+        """The cosine of ``vector`` to each entry's stored vector (those that have one)."""
+
+    @abstractmethod
+    def vector_counts(self) -> VectorCounts: ...
+
+    @abstractmethod
+    def missing_vectors(self) -> int:
+        """Live entries (every namespace) without a vector of the bound model."""
+
+    # ---- sessions ------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def neighbours(self, namespace: str, session: str, created_ms: int, pk: int, n: int, *,
+                   include_superseded: bool = False) -> tuple[list[Row], list[Row]]:
+        """The ``n`` entries before and after a point of a session, in order."""
+
+    @abstractmethod
+    def still_there(self, namespace: str, ids: Sequence[str], *, include_superseded: bool = False) -> set[str]:
+        """Those of ``ids`` still stored in a session (and current, unless ``include_superseded``)."""
+
+    @abstractmethod
+    def session_span(self, namespace: str, session: str, *, include_superseded: bool = False) -> SessionSpan: ...
+
+    @abstractmethod
+    def bookends(self, namespace: str, session: str, *, include_superseded: bool = False) -> tuple[Row, Row]:
+        """A session's first and last entries."""
+
+    @abstractmethod
+    def sessions(self, namespace: str, limit: int, offset: int) -> list[SessionSpan]:
+        """Sessions, most recently active first."""
+
+    @abstractmethod
+    def session_rows(self, namespace: str, session: str, offset: int, limit: int) -> list[Row]:
+        """A session's current entries in order, a page at a time."""
+
+    # ---- rebuilding, counting, collecting ---------------------------------------------------------------
+
+    @abstractmethod
+    def rebuild_keyword_index(self) -> tuple[int, int]:
+        """Rebuild the keyword index from the entries; returns (entries, rows indexed)."""
+
+    @abstractmethod
+    def drop_vectors(self) -> int:
+        """Drop every vector and the recorded model; returns how many went."""
+
+    @abstractmethod
+    def embed_missing(self, batch_size: int) -> tuple[int, int]:
+        """Embed up to ``batch_size`` entries that lack a vector, the model outside the write lock;
+        returns (entries read, vectors written)."""
+
+    @abstractmethod
+    def count_all(self) -> int:
+        """Entries in every namespace, forgotten ones included."""
+
+    @abstractmethod
+    def kind_role_counts(self, namespace: str, now: int) -> list[tuple[bool, str, str | None, str | None, int]]:
+        """(expired, kind, role, redactions JSON, count) groups of the namespace's entries."""
+
+    @abstractmethod
+    def session_count(self, namespace: str, now: int) -> int: ...
+
+    @abstractmethod
+    def namespaces(self) -> list[str]: ...
+
+    @abstractmethod
+    def schema_version(self) -> int: ...
+
+    @abstractmethod
+    def largest_sessions(self, namespace: str, now: int, limit: int) -> list[tuple[str, int, int]]:
+        """(session, entries, content bytes) of the largest sessions."""
+
+    @abstractmethod
+    def size_bytes(self) -> int:
+        """The store's size on disk."""
+
+    @abstractmethod
+    def sizes(self) -> dict[str, Any]:
+        """The store's bytes by what holds them (see :class:`~harness_mem.models.FileSizes`)."""
+
+    @abstractmethod
+    def table_sizes(self) -> dict[str, Any]:
+        """Rows and bytes per table, largest first."""
+
+    @abstractmethod
+    def integrity_check(self) -> list[str]:
+        """Problems the engine finds in the store (empty when it is sound)."""
+
+    @abstractmethod
+    def engine_checks(self) -> list[tuple[str, Callable[[], str]]]:
+        """``doctor``'s checks of the engine itself: (name, probe giving a detail line or raising)."""
+
+    @abstractmethod
+    def describe_schema(self) -> str:
+        """The schema version and the canonical tables' sizes (raises when one is missing)."""
+
+    @abstractmethod
+    def merge_keyword_index(self) -> None:
+        """Merge the keyword index, so no deleted entry's term survives in it."""
+
+    @abstractmethod
+    def rewrite(self) -> None:
+        """Rewrite the store so no byte of a deleted row survives anywhere in it."""
+
+    @abstractmethod
+    def compact(self, *, rewrite: bool, vacuum: bool) -> dict[str, Any]:
+        """Give free space back (a full rewrite with ``rewrite`` or ``vacuum``); what was done."""
+
+    @abstractmethod
+    def truncate_log(self) -> bool:
+        """Empty the write-ahead log; False when a reader kept it."""
