@@ -138,3 +138,18 @@ def postgres_server() -> Iterator[PostgresServer]:
 def postgres_dsn(postgres_server: PostgresServer) -> str:
     """The superuser's DSN on the ``harness_mem`` database, which has the ``vector`` extension."""
     return postgres_server.dsn
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a new, empty store lives, once per engine: a SQLite file, or a schema of its own in
+    the test server's database (the conformance suite runs every test on both)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "memory.db")
+    import uuid
+
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with server.connect() as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return f"{server.dsn}?options=-csearch_path%3D{schema},public"

@@ -27,7 +27,9 @@ def test_wheel_installs_into_a_clean_venv_and_opens_a_store(tmp_path: Path) -> N
     names = zipfile.ZipFile(wheel).namelist()
     assert "harness_mem/migrations/0001_init.sql" in names
     assert "harness_loop/migrations/0001_runs.sql" in names
-    assert not any(name.startswith("harness_mem/migrations/") and name.count("/") > 2 for name in names)
+    assert "harness_mem/migrations/postgres/0001_init.sql" in names  # the PostgreSQL engine's set
+    assert not any(name.startswith("harness_mem/migrations/") and name.count("/") > 2
+                   and not name.startswith("harness_mem/migrations/postgres/") for name in names)
     assert not any("locomo" in name.lower() for name in names)
 
     clean = tmp_path / "clean"

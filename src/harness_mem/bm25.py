@@ -160,6 +160,32 @@ def index_form(word: str) -> str:
     return str(_stemmer().stemWord(folded))
 
 
+_TOKEN = re.compile(r"[^\W_]+")
+
+
+def index_tokens(text: str) -> list[str]:
+    """``text`` as the keyword index's tokenizer cuts it: runs of letters and digits (unicode61),
+    each in its stored form (:func:`index_form`)."""
+    text = text.lower()
+    if not text.isascii():
+        text = _fold(text)
+    return [index_form(token) for token in _TOKEN.findall(text)]
+
+
+def term_tokens(term: str) -> tuple[list[str], bool]:
+    """A query term (``"word"``, ``"a phrase"`` or the prefix ``"x"*``) as index tokens, and
+    whether its last token is a prefix (not stemmed, as FTS5 does)."""
+    prefix = term.endswith("*")
+    inner = term.rstrip("*").strip('"').lower()
+    if not inner.isascii():
+        inner = _fold(inner)
+    raw = _TOKEN.findall(inner)
+    tokens = [index_form(token) for token in raw]
+    if prefix and raw:
+        tokens[-1] = raw[-1]
+    return tokens, prefix
+
+
 # Entries and the terms each holds: rowids, and a bit mask over the query's terms for each.
 _Held = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 # Some entries that all hold the same terms: their rowids, and the mask of those terms.

@@ -14,7 +14,7 @@ entry containing the whole query ranks first and a two-character word is found i
 from __future__ import annotations
 
 import re
-from datetime import date
+from datetime import date, timedelta
 from functools import lru_cache
 
 # Han (with extensions and compatibility ideographs), Hiragana and Katakana: scripts written without
@@ -73,6 +73,26 @@ def index_text(
     if text.isascii():  # the common case, and far cheaper than the regex
         return text
     return CJK_RUN.sub(lambda m: " " + " ".join(_bigrams(m.group())) + " ", text)
+
+
+_DAY_MS = 86_400_000
+
+
+def entry_index_text(content: str, role: str | None, kind: str, session: str | None, created_ms: int,
+                     previous: tuple[str, str | None] | None) -> str:
+    """An entry's keyword-index text: a turn of a session carries its date and the turn before it."""
+    if kind != "turn" or not session:
+        return index_text(content, role)
+    return index_text(content, role, day=_day(created_ms // _DAY_MS), previous=previous)
+
+
+@lru_cache(maxsize=4096)
+def _day(days_since_epoch: int) -> date:
+    """The UTC date of a day number (``ms // _DAY_MS``): turns of one day share it, hence the cache."""
+    return _EPOCH + timedelta(days=days_since_epoch)
+
+
+_EPOCH = date(1970, 1, 1)
 
 
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",

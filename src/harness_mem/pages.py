@@ -144,12 +144,13 @@ def _descriptor_open_on(path: Path) -> int | None:
     """A descriptor this process already has open on the file at ``path`` (Linux), or None."""
     try:
         target = path.resolve()
-        for entry in os.scandir("/proc/self/fd"):
-            try:
-                if Path(os.readlink(entry.path)) == target:
-                    return int(entry.name)
-            except OSError:
-                continue
+        with os.scandir("/proc/self/fd") as descriptors:  # closed on the early return too
+            for entry in descriptors:
+                try:
+                    if Path(os.readlink(entry.path)) == target:
+                        return int(entry.name)
+                except OSError:
+                    continue
     except OSError:
         return None
     return None

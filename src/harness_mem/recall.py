@@ -30,7 +30,7 @@ from .bm25 import KeywordIndex
 from .errors import EmbedderError, InvalidInputError, MissingVectorsWarning
 from .filters import Filters, Selection, make_filters
 from .models import Entry, Hit, now_ms
-from .providers.embeddings import INSTALL_HINT
+from .providers.reference import INSTALL_HINT
 from .rows import entry_from_row
 from .storage import Scope, Storage
 

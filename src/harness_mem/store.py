@@ -22,7 +22,7 @@ from sqlite_utils import Database
 
 from . import corrections, maintenance, sessions
 from .db import CACHE_SIZE_KIB, default_path
-from .engines import open_storage
+from .engines import is_url, open_storage
 from .errors import BlockedError, HarnessMemError, InvalidInputError, NotFoundError
 from .filters import Selection, make_filters
 from .models import Entry, Hit, Remembered, SessionHit, SessionSummary, now_ms
@@ -75,7 +75,9 @@ class MemoryStore:
             path = default_path()
         #: The engine that keeps this store's rows (see :mod:`harness_mem.storage`).
         self.storage: Storage = open_storage(path, read_only=read_only, cache_kib=cache_kib)
-        self.path: Path | str = ":memory:" if str(path) == ":memory:" else Path(path)
+        #: The file, or the server's URL without its password.
+        self.path: Path | str = (self.storage.location if is_url(path) else
+                                 ":memory:" if str(path) == ":memory:" else Path(path))
         #: True when the store is open read-only (asked for, or its location cannot be written):
         #: reads work, every write is refused.
         self.read_only: bool = self.storage.read_only

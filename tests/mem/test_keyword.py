@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness_mem.keyword import (
-    CJK_RUN,
     _WORD,
+    CJK_RUN,
     STOP_WORDS,
     index_text,
     match_expression,

@@ -10,12 +10,21 @@ import os
 from ..db import CACHE_SIZE_KIB
 from ..storage import Storage
 
-__all__ = ["open_storage"]
+__all__ = ["is_url", "open_storage"]
+
+
+def is_url(target: object) -> bool:
+    """True for a database server's URL (``postgresql://…``), as opposed to a file's path."""
+    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
 
 
 def open_storage(target: str | os.PathLike[str], *, read_only: bool = False,
                  cache_kib: int = CACHE_SIZE_KIB) -> Storage:
     """The storage at ``target``, opened (not migrated: see :meth:`Storage.migrate`)."""
+    if is_url(target):
+        from .postgres import PostgresStorage
+
+        return PostgresStorage(str(target), read_only=read_only)
     from .sqlite import SQLiteStorage
 
     return SQLiteStorage(target, read_only=read_only, cache_kib=cache_kib)

@@ -12,8 +12,6 @@ import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import date, timedelta
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +56,6 @@ from . import sqlite_files
 from .sqlite_keywords import FTS5Keywords
 from .sqlite_where import where
 
-_DAY_MS = 86_400_000
 _CURRENT = "e.forgotten_at IS NULL AND e.superseded_by IS NULL"
 #: With the entries a correction replaced: what frames a session recalled with them.
 _KEPT = "e.forgotten_at IS NULL"
@@ -369,12 +366,12 @@ class SQLiteStorage(Storage):
         texts = []
         for row in rows:
             if row.kind != "turn" or not row.session:
-                texts.append(_index_text(row.content, row.role, row.kind, row.session, row.created_at, None))
+                texts.append(keyword.entry_index_text(row.content, row.role, row.kind, row.session, row.created_at, None))
                 continue
             key = (row.namespace, row.session)
             if key not in last:
                 last[key] = self._previous_turn(row, before_pk) if lookup else None
-            texts.append(_index_text(row.content, row.role, row.kind, row.session, row.created_at, last[key]))
+            texts.append(keyword.entry_index_text(row.content, row.role, row.kind, row.session, row.created_at, last[key]))
             last[key] = (row.content, row.role)
         return texts
 
@@ -391,7 +388,7 @@ class SQLiteStorage(Storage):
             (json.dumps(list(pks)),),
         ).fetchall()
         return {
-            pk: _index_text(content, role, kind, session, created_at,
+            pk: keyword.entry_index_text(content, role, kind, session, created_at,
                             (previous, previous_role) if previous is not None else None)
             for pk, content, role, kind, session, created_at, previous, previous_role in rows
         }
@@ -738,23 +735,6 @@ def connection_of(storage: Storage) -> Connection:
     if not isinstance(storage, SQLiteStorage):
         raise StorageError(f"this part of harness-mem keeps its tables in SQLite, and the store is {storage.engine}")
     return storage.conn
-
-
-def _index_text(content: str, role: str | None, kind: str, session: str | None, created_ms: int,
-                previous: tuple[str, str | None] | None) -> str:
-    """An entry's keyword-index text: a turn of a session carries its date and the turn before it."""
-    if kind != "turn" or not session:
-        return keyword.index_text(content, role)
-    return keyword.index_text(content, role, day=_day(created_ms // _DAY_MS), previous=previous)
-
-
-@lru_cache(maxsize=4096)
-def _day(days_since_epoch: int) -> date:
-    """The UTC date of a day number (``ms // _DAY_MS``): turns of one day share it, hence the cache."""
-    return _EPOCH + timedelta(days=days_since_epoch)
-
-
-_EPOCH = date(1970, 1, 1)
 
 
 def _vector_filter(selection: Selection) -> VectorFilter | None:

@@ -1,0 +1,961 @@
+"""The PostgreSQL engine: entries with their keyword rows (``tsvector`` + GIN) and vectors (pgvector).
+
+For a team whose agents run on several machines. The rows are SQLite's, column for column; the
+keyword index holds the same tokens FTS5 stores (cut and stemmed in Python, written as a
+``tsvector`` with positions, never through a text-search parser), so the shared BM25 in
+:mod:`harness_mem.bm25` ranks the same candidates the same way on both engines. Vectors are
+``halfvec`` (half the bytes of ``vector``; cosine within 0.001 of float32 on MiniLM vectors) under
+an HNSW index, searched with pgvector's iterative scans so a filter applies before the top-k cut.
+
+Writes serialise on one advisory lock per database, the way SQLite's ``BEGIN IMMEDIATE`` does: the
+checks a write makes under it (a duplicate, a correction's target) stay atomic with the write.
+The connection string's password is never shown: :attr:`PostgresStorage.location` leaves it out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import keyword
+from ..bm25 import Match, idf, index_tokens, share, term_tokens
+from ..errors import EmbedderError, ExtensionError, MigrationError, SchemaTooNewError, StorageError
+from ..filters import Selection
+from ..models import to_ms
+from ..protocols import Embedder
+from ..rows import COLUMNS, Row
+from ..storage import OnConflict, SessionSpan, Storage, VectorCounts, Vectors, duplicate_id
+from ..vectors import embedding_text
+
+__all__ = ["PostgresStorage", "safe_location"]
+
+# Every write transaction takes this advisory lock first (an arbitrary, fixed key).
+_WRITE_LOCK = 7_310_421_993
+# A lexeme keeps at most this many positions, each at most this large (PostgreSQL's limits).
+_MAX_POSITIONS = 255
+_MAX_POSITION = 16383
+_CURRENT = "e.forgotten_at IS NULL AND e.superseded_by IS NULL"
+_KEPT = "e.forgotten_at IS NULL"
+_IN_SESSION = "e.namespace = %s AND e.session = %s"
+_LIVE = "namespace = %s AND (expires_at IS NULL OR expires_at > %s)"
+_COLUMNS_E = ", ".join(f"e.{c.strip()}" for c in COLUMNS.split(","))
+_INSERTED = [c.strip() for c in COLUMNS.split(",")][1:]  # every column but pk, which the database numbers
+_TSV_ENTRY = re.compile(r"'((?:[^']|'')*)':([\d,]+)")
+
+
+def safe_location(dsn: str) -> str:
+    """``dsn`` without its password (and without any parameter that could hold one)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:
+        return "postgresql://…"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    host = str(parts.get("host") or "localhost")
+    port = f":{parts['port']}" if parts.get("port") else ""
+    return f"postgresql://{user}{host}{port}/{parts.get('dbname', '')}"
+
+
+def _migrations_dir() -> Path:
+    from importlib import resources
+
+    packaged = resources.files("harness_mem") / "migrations" / "postgres"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parents[3] / "migrations" / "postgres"
+
+
+def _vector_text(vector: npt.NDArray[np.float32]) -> str:
+    return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+
+
+def tsvector_literal(text: str) -> tuple[str, int]:
+    """The keyword index's tokens of ``text`` as a ``tsvector`` literal, and how many there are."""
+    tokens = index_tokens(text)
+    positions: dict[str, list[int]] = {}
+    for at, token in enumerate(tokens, start=1):
+        held = positions.setdefault(token, [])
+        if len(held) < _MAX_POSITIONS:
+            held.append(min(at, _MAX_POSITION))
+    parts = []
+    for token, where in positions.items():
+        quoted = token.replace("\\", "\\\\").replace("'", "''")
+        parts.append(f"'{quoted}':{','.join(map(str, sorted(set(where))))}")
+    return " ".join(parts), len(tokens)
+
+
+def _lexeme(token: str) -> str:
+    return "'" + token.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def tsquery_of_term(term: str) -> str | None:
+    """One query term as a ``tsquery`` (a word, a phrase of adjacent tokens, or a prefix)."""
+    tokens, prefix = term_tokens(term)
+    if not tokens:
+        return None
+    parts = [_lexeme(token) for token in tokens]
+    if prefix:
+        parts[-1] += ":*"
+    return parts[0] if len(parts) == 1 else "(" + " <-> ".join(parts) + ")"
+
+
+def tsquery_of(match: Match) -> str:
+    """``match`` (an AND of ORs) as a ``tsquery``; a group with no searchable term matches nothing."""
+    groups = []
+    for group in match:
+        terms = [q for q in (tsquery_of_term(t) for t in group) if q is not None]
+        if not terms:
+            return "'\\u0000never'"  # a lexeme no entry holds
+        groups.append(terms[0] if len(terms) == 1 else "(" + " | ".join(terms) + ")")
+    return " & ".join(groups)
+
+
+def _term_frequency(term: str, lexemes: dict[str, list[int]]) -> int:
+    """How often ``term`` occurs among an entry's ``lexemes`` (token: positions), as FTS5 counts it."""
+    tokens, prefix = term_tokens(term)
+    if not tokens:
+        return 0
+    if len(tokens) == 1 and not prefix:
+        return len(lexemes.get(tokens[0], ()))
+
+    def at(i: int) -> set[int]:
+        if prefix and i == len(tokens) - 1:
+            return {p for lex, ps in lexemes.items() if lex.startswith(tokens[i]) for p in ps}
+        return set(lexemes.get(tokens[i], ()))
+
+    starts = at(0)
+    for i in range(1, len(tokens)):
+        starts &= {p - i for p in at(i)}
+    return len(starts)
+
+
+def _lexemes(tsvector: str) -> dict[str, list[int]]:
+    return {m.group(1).replace("''", "'"): [int(p) for p in m.group(2).split(",")]
+            for m in _TSV_ENTRY.finditer(tsvector or "")}
+
+
+def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
+    """A :class:`~harness_mem.filters.Selection` as a WHERE clause over ``entries`` and its parameters."""
+    filters = selection.filters
+    clauses = [f"{alias}.namespace = %s", f"{alias}.forgotten_at IS NULL"]
+    params: list[Any] = [selection.namespace]
+    if not filters.include_superseded:
+        clauses.append(f"{alias}.superseded_by IS NULL")
+    if selection.live:
+        clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > %s)")
+        params.append(selection.now)
+    if filters.kind is not None:
+        clauses.append(f"{alias}.kind = ANY(%s)")
+        params.append([filters.kind] if isinstance(filters.kind, str) else list(filters.kind))
+    for column in ("role", "session"):
+        value = getattr(filters, column)
+        if value is not None:
+            clauses.append(f"{alias}.{column} = %s")
+            params.append(value)
+    if filters.session_prefix:
+        clauses.append(f"left({alias}.session, %s) = %s")
+        params.extend([len(filters.session_prefix), filters.session_prefix])
+    if filters.tags:
+        clauses.append(f"{alias}.tags::jsonb @> %s::jsonb")
+        params.append(json.dumps(list(filters.tags)))
+    if filters.any_tags:
+        clauses.append(f"{alias}.tags::jsonb ?| %s")
+        params.append(list(filters.any_tags))
+    if filters.since is not None:
+        clauses.append(f"{alias}.created_at >= %s")
+        params.append(to_ms(filters.since))
+    if filters.until is not None:
+        clauses.append(f"{alias}.created_at <= %s")
+        params.append(to_ms(filters.until))
+    return " AND ".join(clauses), params
+
+
+class PostgresKeywords:
+    """:class:`~harness_mem.bm25.KeywordSource` over the ``tokens`` column and its GIN index."""
+
+    def __init__(self, storage: PostgresStorage) -> None:
+        self.storage = storage
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.storage.query(sql, params)[0][0]
+
+    def stats(self) -> tuple[int, float]:
+        rows = int(self.storage.setting("keywords.rows") or 0)
+        tokens = int(self.storage.setting("keywords.tokens") or 0)
+        return rows, (tokens / rows if rows else 0.0)
+
+    def document_frequency(self, term: str, rows: int) -> int:
+        query = tsquery_of(((term,),))
+        return int(self._one("SELECT count(*) FROM entries WHERE tokens @@ %s::tsquery", (query,)))
+
+    def ranked(self, terms: Sequence[str], k: int, selection: Selection) -> list[tuple[int, float]]:
+        """BM25 over every term, as FTS5's bm25() scores it, of the entries holding any term."""
+        if not terms:
+            return []
+        clause, params = where(selection)
+        found = self.storage.query(
+            f"SELECT e.pk, e.token_count, e.tokens::text FROM entries e"
+            f" WHERE e.tokens @@ %s::tsquery AND {clause}", [tsquery_of((tuple(terms),)), *params],
+        )
+        if not found:
+            return []
+        rows, average = self.stats()
+        idfs = [idf(rows, self.document_frequency(term, rows)) for term in terms]
+        scored = []
+        for pk, length, tsvector in found:
+            lexemes = _lexemes(tsvector)
+            score = 0.0
+            for term, weight in zip(terms, idfs, strict=True):
+                tf = _term_frequency(term, lexemes)
+                if tf:
+                    score += weight * share(tf, int(length or 0), average)
+            scored.append((int(pk), score))
+        scored.sort(key=lambda item: (-item[1], item[0]))
+        return scored[:k]
+
+    def holders(self, match: Match, low: int | None = None, high: int | None = None) -> npt.NDArray[np.int64]:
+        sql = "SELECT pk FROM entries WHERE tokens @@ %s::tsquery"
+        params: list[Any] = [tsquery_of(match)]
+        if low is not None and high is not None:
+            sql += " AND pk BETWEEN %s AND %s"
+            params += [low, high]
+        return np.array(sorted(pk for (pk,) in self.storage.query(sql, params)), dtype=np.int64)
+
+    def holders_among(self, term: str, pks: Sequence[int]) -> npt.NDArray[np.int64]:
+        found = self.storage.query("SELECT pk FROM entries WHERE pk = ANY(%s) AND tokens @@ %s::tsquery",
+                                   (list(pks), tsquery_of(((term,),))))
+        return np.array(sorted(pk for (pk,) in found), dtype=np.int64)
+
+    def lengths(self, pks: Sequence[int], selection: Selection | None = None) -> dict[int, int]:
+        sql, params = "SELECT e.pk, e.token_count FROM entries e WHERE e.pk = ANY(%s) AND e.tokens IS NOT NULL", [list(pks)]
+        if selection is not None:
+            clause, more = where(selection)
+            sql, params = f"{sql} AND {clause}", [*params, *more]
+        return {int(pk): int(n or 0) for pk, n in self.storage.query(sql, params)}
+
+    def texts(self, pks: Sequence[int]) -> dict[int, str]:
+        return self.storage.index_texts(pks)
+
+    def count(self, selection: Selection, limit: int) -> int:
+        clause, params = where(selection)
+        return int(self._one(f"SELECT count(*) FROM (SELECT 1 FROM entries e WHERE {clause} LIMIT %s) t",
+                             [*params, limit]))
+
+    def pks(self, selection: Selection) -> list[int]:
+        return self.storage.pks(selection)
+
+
+class PostgresStorage(Storage):
+    """Entries and their derived rows in a PostgreSQL database (with the pgvector extension)."""
+
+    engine = "postgresql"
+
+    def __init__(self, dsn: str, *, read_only: bool = False) -> None:
+        try:
+            import psycopg
+        except ImportError:
+            raise ExtensionError("the PostgreSQL engine needs psycopg — pip install 'harness-mem[postgres]'") from None
+        self.dsn = dsn
+        self.path = safe_location(dsn)
+        try:
+            self.conn = psycopg.connect(dsn, autocommit=True)
+        except psycopg.Error as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StorageError(f"cannot connect to {self.path}: {reason.replace(dsn, self.path)}") from None
+        self._errors = psycopg.Error
+        self.read_only = read_only
+        if read_only:
+            self.conn.execute("SET default_transaction_read_only = on")
+        # Filtered HNSW searches continue until enough rows pass the filter (pgvector 0.8).
+        self.conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        self.embedder: Embedder | None = None
+        self.keywords = PostgresKeywords(self)
+        self._in_transaction = False
+        self._bound: bool = False
+
+    def __repr__(self) -> str:
+        return f"<PostgresStorage {self.path!r}>"
+
+    @property
+    def location(self) -> str:
+        return self.path
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return list(self.conn.execute(sql, params).fetchall())
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return int(self.conn.execute(sql, params).rowcount)
+
+    # ---- lifecycle and migrations -----------------------------------------------------------------
+
+    def migrate(self) -> bool:
+        """Apply ``migrations/postgres/NNNN_*.sql`` in order, each in its own transaction."""
+        files = sorted(p for p in _migrations_dir().glob("[0-9][0-9][0-9][0-9]_*.sql"))
+        if not files:
+            raise MigrationError("no PostgreSQL migrations found — the installation is incomplete; reinstall harness-mem")
+        known = {int(p.name[:4]): p for p in files}
+        if self.read_only:
+            return False
+        self._run("CREATE EXTENSION IF NOT EXISTS vector")
+        with self.conn.transaction():
+            self._run("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
+            self._run("CREATE TABLE IF NOT EXISTS _migrations (number INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                      " applied_at TEXT NOT NULL DEFAULT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'))")
+        created = False
+        for number, path in sorted(known.items()):
+            with self.conn.transaction():
+                self._run("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
+                applied = {n for (n,) in self.query("SELECT number FROM _migrations")}
+                newer = sorted(applied - set(known))
+                if newer:
+                    raise SchemaTooNewError(
+                        f"{self.path} has migration {newer[-1]:04d}, newer than this harness-mem knows — upgrade harness-mem"
+                    )
+                if number in applied:
+                    continue
+                self.conn.execute(path.read_text(encoding="utf-8"))
+                self._run("INSERT INTO _migrations (number, name) VALUES (%s, %s)", (number, path.stem))
+                created = created or number == 1
+        return created
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ---- settings ---------------------------------------------------------------------------------
+
+    def setting(self, key: str) -> str | None:
+        found = self.query("SELECT value FROM settings WHERE key = %s", (key,))
+        return None if not found else str(found[0][0])
+
+    def set_setting(self, key: str, value: str) -> None:
+        self._run("INSERT INTO settings (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                  (key, value))
+
+    def _add_to(self, key: str, amount: int) -> None:
+        self._run("INSERT INTO settings (key, value) VALUES (%s, %s) ON CONFLICT (key)"
+                  " DO UPDATE SET value = (settings.value::bigint + %s)::text", (key, str(amount), amount))
+
+    def redaction_secret(self, *, create: bool) -> str | None:
+        found = self.setting("redaction.secret")
+        if found is None and create:
+            import secrets
+
+            with self.transaction():
+                self._run("INSERT INTO settings (key, value) VALUES ('redaction.secret', %s) ON CONFLICT DO NOTHING",
+                          (secrets.token_hex(32),))
+            found = self.setting("redaction.secret")
+        return found
+
+    @property
+    def keyword_only(self) -> bool:
+        return self.setting("store.keyword_only") is not None
+
+    def set_keyword_only(self, keyword_only: bool) -> None:
+        if keyword_only:
+            self._run("INSERT INTO settings (key, value) VALUES ('store.keyword_only', '1') ON CONFLICT DO NOTHING")
+        else:
+            self._run("DELETE FROM settings WHERE key = 'store.keyword_only'")
+
+    def recorded_model(self) -> dict[str, str] | None:
+        rows = self.query("SELECT key, value FROM settings WHERE key LIKE 'embedder.%%'")
+        return {k.removeprefix("embedder."): v for k, v in rows} or None
+
+    # ---- transactions --------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        if self._in_transaction:
+            yield
+            return
+        if self.read_only:
+            raise StorageError(f"{self.path} is open read-only — nothing was written")
+        self._in_transaction = True
+        try:
+            with self.conn.transaction():
+                self._run("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
+                yield
+                self._add_to("data.version", 1)
+        finally:
+            self._in_transaction = False
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        if self.conn.info.transaction_status != 0:  # inside a transaction already: one view
+            yield
+            return
+        self._run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            yield
+        finally:
+            self._run("COMMIT")
+
+    def data_version(self) -> tuple[int, int]:
+        return 0, int(self.setting("data.version") or 0)
+
+    @contextmanager
+    def without_waiting(self) -> Iterator[None]:
+        self._run("SET lock_timeout = '1ms'")
+        try:
+            yield
+        finally:
+            self._run("SET lock_timeout = 0")
+
+    def is_busy(self, exc: BaseException) -> bool:
+        return type(exc).__name__ in ("LockNotAvailable", "QueryCanceled")
+
+    # ---- vectors ---------------------------------------------------------------------------------------
+
+    def _identity(self) -> dict[str, str]:
+        assert self.embedder is not None
+        return {"name": str(self.embedder.name), "dim": str(int(self.embedder.dim)),
+                "fingerprint": str(getattr(self.embedder, "fingerprint", self.embedder.name))}
+
+    def _has_vector_table(self) -> bool:
+        return bool(self.query("SELECT to_regclass('entry_vectors') IS NOT NULL")[0][0])
+
+    def use_embedder(self, embedder: Embedder | None) -> None:
+        self.embedder = embedder
+        self._bound = False
+
+    def vectors_bound(self, *, writing: bool = True) -> bool:
+        if self.embedder is None:
+            return False
+        if self._bound:
+            return True
+        recorded = self.recorded_model()
+        mine = self._identity()
+        if recorded is not None and recorded != mine:
+            self.check_model()
+        if recorded is None or self.keyword_only or not self._has_vector_table():
+            if not writing and (self.read_only or self.keyword_only):
+                return False
+            with self.transaction():
+                self.set_keyword_only(False)
+                if self.recorded_model() is None:
+                    for key, value in mine.items():
+                        self.set_setting(f"embedder.{key}", value)
+                dim = int(mine["dim"])
+                self._run(f"CREATE TABLE IF NOT EXISTS entry_vectors (pk BIGINT PRIMARY KEY REFERENCES entries (pk)"
+                          f" ON DELETE CASCADE, embedding halfvec({dim}) NOT NULL)")
+                self._run("CREATE INDEX IF NOT EXISTS entry_vectors_hnsw ON entry_vectors"
+                          " USING hnsw (embedding halfvec_cosine_ops)")
+        self._bound = True
+        return True
+
+    def check_model(self) -> str:
+        recorded = self.recorded_model()
+        mine = self._identity()
+        if recorded is not None and recorded != mine:
+            raise EmbedderError(
+                f"this database's vectors were made by {recorded.get('name')} ({recorded.get('dim')} dims,"
+                f" {recorded.get('fingerprint')}), not by {mine['name']} ({mine['dim']} dims, {mine['fingerprint']})"
+                " — run `harness-mem reindex` to rebuild them with the current model"
+            )
+        return f"{mine['name']}, {mine['dim']} dimensions"
+
+    def model_differs(self) -> bool:
+        recorded = self.recorded_model()
+        return self.embedder is not None and recorded is not None and recorded != self._identity()
+
+    def embed_new(self, rows: Sequence[Row], on_conflict: OnConflict) -> Vectors:
+        if not self.vectors_bound():
+            return {}
+        todo = list(rows)
+        if on_conflict == "ignore":
+            stored = set()
+            for namespace in {row.namespace for row in rows}:
+                ids = [row.id for row in rows if row.namespace == namespace]
+                stored |= {(namespace, i) for (i,) in self.query(
+                    "SELECT id FROM entries WHERE namespace = %s AND id = ANY(%s)", (namespace, ids))}
+            todo = [row for row in rows if (row.namespace, row.id) not in stored]
+        if not todo:
+            return {}
+        assert self.embedder is not None
+        matrix = self.embedder.embed([_embedding_text(row) for row in todo])
+        return {id(row): matrix[i] for i, row in enumerate(todo)}
+
+    # ---- writes -----------------------------------------------------------------------------------------
+
+    def write(self, rows: Sequence[Row], on_conflict: OnConflict, vectors: Vectors | None = None) -> list[Row]:
+        bound = self.vectors_bound()
+        if vectors is None:
+            vectors = self.embed_new(rows, on_conflict) if bound else {}
+        with self.transaction():
+            batch = self._resolve_conflicts(list(rows), on_conflict)
+            if not batch:
+                return []
+            texts = self._index_texts(batch)
+            placeholders = ", ".join(["%s"] * (len(_INSERTED) + 2))
+            pks: list[int] = []
+            tokens_total = 0
+            with self.conn.cursor() as cursor:
+                params = []
+                for row, text in zip(batch, texts, strict=True):
+                    literal, count = tsvector_literal(text)
+                    tokens_total += count
+                    params.append([*row[1:], literal, count])
+                cursor.executemany(
+                    f"INSERT INTO entries ({', '.join(_INSERTED)}, tokens, token_count)"
+                    f" VALUES ({placeholders}) RETURNING pk", params, returning=True,
+                )
+                while True:
+                    found = cursor.fetchone()
+                    if found is not None:
+                        pks.append(int(found[0]))
+                    if not cursor.nextset():
+                        break
+            self._add_to("keywords.rows", len(batch))
+            self._add_to("keywords.tokens", tokens_total)
+            if bound:
+                late = [row for row in batch if id(row) not in vectors]
+                if late:
+                    assert self.embedder is not None
+                    vectors.update(zip(map(id, late), self.embedder.embed([_embedding_text(r) for r in late]), strict=True))
+                with self.conn.cursor() as cursor:
+                    cursor.executemany("INSERT INTO entry_vectors (pk, embedding) VALUES (%s, %s::halfvec)",
+                                       [(pk, _vector_text(vectors[id(row)])) for pk, row in zip(pks, batch, strict=True)])
+        return batch
+
+    def _resolve_conflicts(self, batch: list[Row], on_conflict: OnConflict) -> list[Row]:
+        unique: dict[tuple[str, str], Row] = {}
+        for row in batch:
+            key = (row.namespace, row.id)
+            if key in unique:
+                if on_conflict == "error":
+                    raise duplicate_id(*key)
+                if on_conflict == "ignore":
+                    continue
+            unique[key] = row
+        for namespace in {namespace for namespace, _ in unique}:
+            ids = [entry_id for ns, entry_id in unique if ns == namespace]
+            for entry_id, pk in self.query("SELECT id, pk FROM entries WHERE namespace = %s AND id = ANY(%s)",
+                                           (namespace, ids)):
+                if on_conflict == "error":
+                    raise duplicate_id(namespace, entry_id)
+                if on_conflict == "ignore":
+                    del unique[(namespace, entry_id)]
+                else:
+                    self._delete_pk(pk)
+        return list(unique.values())
+
+    def delete(self, namespace: str, entry_id: str) -> bool:
+        with self.transaction():
+            found = self.query("SELECT pk FROM entries WHERE namespace = %s AND id = %s", (namespace, entry_id))
+            if not found:
+                return False
+            self._delete_pk(found[0][0])
+        return True
+
+    def _delete_pk(self, pk: int) -> None:
+        found = self.query("SELECT namespace, session, created_at, kind FROM entries WHERE pk = %s", (pk,))
+        self._drop_derived(pk)
+        self._run("DELETE FROM entries WHERE pk = %s", (pk,))
+        if found and found[0][3] == "turn" and found[0][1]:
+            self._reindex_turn_after(found[0][0], found[0][1], found[0][2], pk)
+
+    def _drop_derived(self, pk: int) -> None:
+        gone = self.query("SELECT token_count FROM entries WHERE pk = %s AND tokens IS NOT NULL", (pk,))
+        if gone:
+            self._run("UPDATE entries SET tokens = NULL, token_count = NULL WHERE pk = %s", (pk,))
+            self._add_to("keywords.rows", -1)
+            self._add_to("keywords.tokens", -int(gone[0][0] or 0))
+        if self._has_vector_table():
+            self._run("DELETE FROM entry_vectors WHERE pk = %s", (pk,))
+
+    def forget(self, pks: Sequence[int], when: int) -> None:
+        with self.transaction():
+            for pk in pks:
+                self._drop_derived(pk)
+                self._run("UPDATE entries SET forgotten_at = %s WHERE pk = %s", (when, pk))
+                found = self.query("SELECT namespace, session, created_at, kind FROM entries WHERE pk = %s", (pk,))
+                if found and found[0][3] == "turn" and found[0][1]:
+                    self._reindex_turn_after(found[0][0], found[0][1], found[0][2], pk)
+
+    def mark_superseded(self, pk: int, by: str, when: int) -> None:
+        self._run("UPDATE entries SET superseded_by = %s, superseded_at = %s WHERE pk = %s", (by, when, pk))
+
+    def purge(self, now: int, *, namespace: str | None = None, forgotten: bool = True) -> tuple[int, int]:
+        with self.transaction():
+            scope = "namespace = %s AND " if namespace is not None else ""
+            found = self.query(
+                f"SELECT pk, forgotten_at IS NOT NULL FROM entries WHERE {scope}((expires_at IS NOT NULL"
+                " AND expires_at <= %s)" + (" OR forgotten_at IS NOT NULL)" if forgotten else ")"),
+                ([namespace] if namespace is not None else []) + [now],
+            )
+            for pk, _ in found:
+                self._delete_pk(pk)
+        tombstones = sum(1 for _, was_forgotten in found if was_forgotten)
+        return len(found) - tombstones, tombstones
+
+    def has_expired(self, now: int) -> bool:
+        return bool(self.query("SELECT 1 FROM entries WHERE expires_at IS NOT NULL AND expires_at <= %s LIMIT 1", (now,)))
+
+    # ---- keyword-index texts --------------------------------------------------------------------------
+
+    def _index_texts(self, rows: Sequence[Row], *, before_pk: int | None = None, lookup: bool = True) -> list[str]:
+        last: dict[tuple[str, str], tuple[str, str | None] | None] = {}
+        texts = []
+        for row in rows:
+            if row.kind != "turn" or not row.session:
+                texts.append(keyword.entry_index_text(row.content, row.role, row.kind, row.session, row.created_at, None))
+                continue
+            key = (row.namespace, row.session)
+            if key not in last:
+                last[key] = self._previous_turn(row, before_pk) if lookup else None
+            texts.append(keyword.entry_index_text(row.content, row.role, row.kind, row.session, row.created_at, last[key]))
+            last[key] = (row.content, row.role)
+        return texts
+
+    def _previous_turn(self, row: Row, before_pk: int | None) -> tuple[str, str | None] | None:
+        found = self.query(
+            "SELECT content, role FROM entries WHERE namespace = %s AND session = %s AND kind = 'turn'"
+            " AND forgotten_at IS NULL AND (created_at < %s OR (created_at = %s AND pk < %s))"
+            " ORDER BY created_at DESC, pk DESC LIMIT 1",
+            (row.namespace, row.session, row.created_at, row.created_at, before_pk if before_pk is not None else 2**62),
+        )
+        return (found[0][0], found[0][1]) if found else None
+
+    def _reindex_turn_after(self, namespace: str, session: str, created_ms: int, pk: int) -> None:
+        following = self.query(
+            f"SELECT {COLUMNS} FROM entries e WHERE namespace = %s AND session = %s AND kind = 'turn'"
+            " AND forgotten_at IS NULL AND (created_at > %s OR (created_at = %s AND pk > %s)) ORDER BY created_at, pk LIMIT 1",
+            (namespace, session, created_ms, created_ms, pk),
+        )
+        if not following:
+            return
+        row = Row._make(following[0])
+        self._write_tokens(int(following[0][0]), self._index_texts([row], before_pk=row.pk)[0])
+
+    def _write_tokens(self, pk: int, text: str) -> None:
+        literal, count = tsvector_literal(text)
+        old = self.query("SELECT token_count FROM entries WHERE pk = %s AND tokens IS NOT NULL", (pk,))
+        self._run("UPDATE entries SET tokens = %s::tsvector, token_count = %s WHERE pk = %s", (literal, count, pk))
+        if old:
+            self._add_to("keywords.tokens", count - int(old[0][0] or 0))
+        else:
+            self._add_to("keywords.rows", 1)
+            self._add_to("keywords.tokens", count)
+
+    def index_texts(self, pks: Sequence[int]) -> dict[int, str]:
+        found = self.query(
+            "SELECT e.pk, e.content, e.role, e.kind, e.session, e.created_at, p.content, p.role"
+            " FROM entries e LEFT JOIN entries p ON p.pk = (SELECT q.pk FROM entries q WHERE e.kind = 'turn'"
+            " AND q.namespace = e.namespace AND q.session = e.session AND q.kind = 'turn' AND q.forgotten_at IS NULL"
+            " AND (q.created_at < e.created_at OR (q.created_at = e.created_at AND q.pk < e.pk))"
+            " ORDER BY q.created_at DESC, q.pk DESC LIMIT 1) WHERE e.pk = ANY(%s)",
+            (list(pks),),
+        )
+        return {
+            int(pk): keyword.entry_index_text(content, role, kind, session, created_at,
+                                              (previous, previous_role) if previous is not None else None)
+            for pk, content, role, kind, session, created_at, previous, previous_role in found
+        }
+
+    # ---- reads -----------------------------------------------------------------------------------------
+
+    def get(self, namespace: str, entry_id: str, now: int) -> Row | None:
+        found = self.query(
+            f"SELECT {_COLUMNS_E} FROM entries e WHERE e.namespace = %s AND e.id = %s AND e.forgotten_at IS NULL"
+            " AND (e.expires_at IS NULL OR e.expires_at > %s)", (namespace, entry_id, now))
+        return Row._make(found[0]) if found else None
+
+    def rows(self, pks: Sequence[int]) -> dict[int, Row]:
+        if not pks:
+            return {}
+        return {int(r[0]): Row._make(r) for r in self.query(
+            f"SELECT {_COLUMNS_E} FROM entries e WHERE e.pk = ANY(%s)", (list(pks),))}
+
+    def select(self, selection: Selection, *, limit: int | None = None, offset: int = 0,
+               newest_first: bool = False) -> Iterator[Row]:
+        clause, params = where(selection)
+        order = "DESC" if newest_first else "ASC"
+        sql = f"SELECT {_COLUMNS_E} FROM entries e WHERE {clause} ORDER BY e.created_at {order}, e.pk {order}"
+        if limit is not None:
+            sql += " LIMIT %s"
+            params.append(limit)
+        if offset:
+            sql += " OFFSET %s"
+            params.append(offset)
+        for row in self.query(sql, params):
+            yield Row._make(row)
+
+    def count(self, selection: Selection) -> int:
+        clause, params = where(selection)
+        return int(self.query(f"SELECT count(*) FROM entries e WHERE {clause}", params)[0][0])
+
+    def pks(self, selection: Selection, *, entry_id: str | None = None) -> list[int]:
+        clause, params = where(selection)
+        if entry_id is not None:
+            clause, params = f"{clause} AND e.id = %s", [*params, entry_id]
+        return [int(pk) for (pk,) in self.query(f"SELECT e.pk FROM entries e WHERE {clause}", params)]
+
+    def duplicate_of(self, namespace: str, kind: str, content_hash: str, now: int) -> str | None:
+        found = self.query(
+            "SELECT id FROM entries WHERE namespace = %s AND kind = %s AND content_hash = %s AND superseded_by IS NULL"
+            " AND forgotten_at IS NULL AND (expires_at IS NULL OR expires_at > %s) LIMIT 1",
+            (namespace, kind, content_hash, now))
+        return str(found[0][0]) if found else None
+
+    def current(self, namespace: str, entry_id: str) -> tuple[int, str | None] | None:
+        found = self.query("SELECT pk, superseded_by FROM entries WHERE namespace = %s AND id = %s AND forgotten_at IS NULL",
+                           (namespace, entry_id))
+        return (int(found[0][0]), found[0][1]) if found else None
+
+    def kept(self, namespace: str, *, entry_id: str | None = None, superseded_by: str | None = None) -> Row | None:
+        column, value = ("id", entry_id) if entry_id is not None else ("superseded_by", superseded_by)
+        found = self.query(
+            f"SELECT {_COLUMNS_E} FROM entries e WHERE e.namespace = %s AND e.forgotten_at IS NULL AND e.{column} = %s"
+            " ORDER BY e.pk LIMIT 1", (namespace, value))
+        return Row._make(found[0]) if found else None
+
+    def pk_of(self, namespace: str, entry_id: str) -> int | None:
+        found = self.query("SELECT pk FROM entries WHERE namespace = %s AND id = %s", (namespace, entry_id))
+        return int(found[0][0]) if found else None
+
+    # ---- what recall asks --------------------------------------------------------------------------------
+
+    def speakers(self, pks: Sequence[int]) -> list[tuple[int, str | None, str | None]]:
+        return [(int(pk), role, session) for pk, role, session in self.query(
+            "SELECT pk, role, session FROM entries WHERE pk = ANY(%s)", (list(pks),))]
+
+    def roles_named(self, namespace: str, words: Sequence[str]) -> list[str]:
+        return [r[0] for r in self.query(
+            "SELECT DISTINCT role FROM entries WHERE namespace = %s AND lower(role) = ANY(%s)", (namespace, list(words)))]
+
+    def nearest(self, vector: npt.NDArray[np.float32], k: int, selection: Selection, *,
+                exact_order: bool = True) -> list[tuple[int, float]]:
+        self.vectors_bound()
+        clause, params = where(selection)
+        query = _vector_text(vector)
+        # relaxed_order: the HNSW scan may return rows slightly out of order; the outer query sorts.
+        with self.conn.transaction():
+            self._run(f"SET LOCAL hnsw.ef_search = {max(40, min(1000, 2 * k))}")
+            found = self.query(
+                "WITH nearest AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
+                f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause}"
+                " ORDER BY v.embedding <=> %s::halfvec LIMIT %s) SELECT pk, distance FROM nearest ORDER BY distance, pk",
+                [query, *params, query, k],
+            )
+        return [(int(pk), 1.0 - float(distance)) for pk, distance in found]
+
+    def cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, float]:
+        if not pks or not self._has_vector_table():
+            return {}
+        return {int(pk): 1.0 - float(d) for pk, d in self.query(
+            "SELECT pk, embedding <=> %s::halfvec FROM entry_vectors WHERE pk = ANY(%s)", (_vector_text(vector), list(pks)))}
+
+    def vector_counts(self) -> VectorCounts:
+        bound = self.vectors_bound(writing=False)
+        total = int(self.query("SELECT count(*) FROM entries WHERE forgotten_at IS NULL")[0][0])
+        return VectorCounts(bound, total, self.missing_vectors() if bound else total)
+
+    def missing_vectors(self) -> int:
+        if not self._has_vector_table():
+            return int(self.query("SELECT count(*) FROM entries WHERE forgotten_at IS NULL")[0][0])
+        return int(self.query(
+            "SELECT count(*) FROM entries e WHERE e.forgotten_at IS NULL"
+            " AND NOT EXISTS (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk)")[0][0])
+
+    # ---- sessions ------------------------------------------------------------------------------------------
+
+    def neighbours(self, namespace: str, session: str, created_ms: int, pk: int, n: int, *,
+                   include_superseded: bool = False) -> tuple[list[Row], list[Row]]:
+        shown = _KEPT if include_superseded else _CURRENT
+        condition = f"{_IN_SESSION} AND {shown}"
+        params = (namespace, session, created_ms, created_ms, pk, n)
+        before = self.query(
+            f"SELECT {_COLUMNS_E} FROM entries e WHERE {condition} AND (e.created_at < %s OR (e.created_at = %s AND e.pk < %s))"
+            " ORDER BY e.created_at DESC, e.pk DESC LIMIT %s", params)
+        after = self.query(
+            f"SELECT {_COLUMNS_E} FROM entries e WHERE {condition} AND (e.created_at > %s OR (e.created_at = %s AND e.pk > %s))"
+            " ORDER BY e.created_at, e.pk LIMIT %s", params)
+        return [Row._make(r) for r in reversed(before)], [Row._make(r) for r in after]
+
+    def still_there(self, namespace: str, ids: Sequence[str], *, include_superseded: bool = False) -> set[str]:
+        shown = _KEPT if include_superseded else _CURRENT
+        return {r[0] for r in self.query(
+            f"SELECT e.id FROM entries e WHERE e.namespace = %s AND e.id = ANY(%s) AND e.session IS NOT NULL AND {shown}",
+            (namespace, list(ids)))}
+
+    def session_span(self, namespace: str, session: str, *, include_superseded: bool = False) -> SessionSpan:
+        shown = _KEPT if include_superseded else _CURRENT
+        turns, started, ended = self.query(
+            f"SELECT count(*), min(e.created_at), max(e.created_at) FROM entries e WHERE {_IN_SESSION} AND {shown}",
+            (namespace, session))[0]
+        return SessionSpan(session, int(turns), started, ended)
+
+    def bookends(self, namespace: str, session: str, *, include_superseded: bool = False) -> tuple[Row, Row]:
+        shown = _KEPT if include_superseded else _CURRENT
+        first, last = (self.query(
+            f"SELECT {_COLUMNS_E} FROM entries e WHERE {_IN_SESSION} AND {shown}"
+            f" ORDER BY e.created_at {order}, e.pk {order} LIMIT 1", (namespace, session))[0] for order in ("ASC", "DESC"))
+        return Row._make(first), Row._make(last)
+
+    def sessions(self, namespace: str, limit: int, offset: int) -> list[SessionSpan]:
+        return [SessionSpan(s, int(n), a, b) for s, n, a, b in self.query(
+            "SELECT e.session, count(*), min(e.created_at), max(e.created_at) FROM entries e"
+            f" WHERE e.namespace = %s AND e.session IS NOT NULL AND {_CURRENT}"
+            " GROUP BY e.session ORDER BY max(e.created_at) DESC, e.session LIMIT %s OFFSET %s", (namespace, limit, offset))]
+
+    def session_rows(self, namespace: str, session: str, offset: int, limit: int) -> list[Row]:
+        return [Row._make(r) for r in self.query(
+            f"SELECT {_COLUMNS_E} FROM entries e WHERE {_IN_SESSION} AND {_CURRENT}"
+            " ORDER BY e.created_at, e.pk LIMIT %s OFFSET %s", (namespace, session, limit, offset))]
+
+    # ---- rebuilding, counting, collecting --------------------------------------------------------------------
+
+    def rebuild_keyword_index(self) -> tuple[int, int]:
+        with self.transaction():
+            total = int(self.query("SELECT count(*) FROM entries")[0][0])
+            found = self.query(f"SELECT {COLUMNS} FROM entries WHERE forgotten_at IS NULL"
+                               " ORDER BY namespace, session, created_at, pk")
+            rows = [Row._make(r) for r in found]
+            texts = self._index_texts(rows, lookup=False)
+            self._run("UPDATE entries SET tokens = NULL, token_count = NULL")
+            tokens = 0
+            with self.conn.cursor() as cursor:
+                updates = []
+                for row, text in zip(rows, texts, strict=True):
+                    literal, count = tsvector_literal(text)
+                    tokens += count
+                    updates.append((literal, count, row.pk))
+                cursor.executemany("UPDATE entries SET tokens = %s::tsvector, token_count = %s WHERE pk = %s", updates)
+            self.set_setting("keywords.rows", str(len(rows)))
+            self.set_setting("keywords.tokens", str(tokens))
+        return total, len(rows)
+
+    def drop_vectors(self) -> int:
+        with self.transaction():
+            dropped = int(self.query("SELECT count(*) FROM entry_vectors")[0][0]) if self._has_vector_table() else 0
+            self._run("DROP TABLE IF EXISTS entry_vectors")
+            self._run("DELETE FROM settings WHERE key LIKE 'embedder.%%'")
+        self._bound = False
+        return dropped
+
+    def embed_missing(self, batch_size: int) -> tuple[int, int]:
+        self.vectors_bound()
+        assert self.embedder is not None
+        found = self.query(
+            "SELECT e.pk, e.content, e.role FROM entries e WHERE e.forgotten_at IS NULL"
+            " AND NOT EXISTS (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk) ORDER BY e.pk LIMIT %s", (batch_size,))
+        if not found:
+            return 0, 0
+        texts = [embedding_text(content, role) for _, content, role in found]
+        vectors = self.embedder.embed(texts)  # outside the write lock
+        with self.transaction():
+            # Only the entries still as they were read get their vector.
+            current = {int(pk): (content, role) for pk, content, role in self.query(
+                "SELECT e.pk, e.content, e.role FROM entries e WHERE e.pk = ANY(%s) AND e.forgotten_at IS NULL"
+                " AND NOT EXISTS (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk)", ([r[0] for r in found],))}
+            keep = [i for i, (pk, content, role) in enumerate(found) if current.get(int(pk)) == (content, role)]
+            with self.conn.cursor() as cursor:
+                cursor.executemany("INSERT INTO entry_vectors (pk, embedding) VALUES (%s, %s::halfvec)",
+                                   [(found[i][0], _vector_text(vectors[i])) for i in keep])
+        return len(found), len(keep)
+
+    def count_all(self) -> int:
+        return int(self.query("SELECT count(*) FROM entries")[0][0])
+
+    def kind_role_counts(self, namespace: str, now: int) -> list[tuple[bool, str, str | None, str | None, int]]:
+        return [(bool(gone), kind, role, redactions, int(n)) for gone, kind, role, redactions, n in self.query(
+            "SELECT coalesce(expires_at <= %s, false), kind, role, redactions, count(*) FROM entries"
+            " WHERE namespace = %s GROUP BY 1, 2, 3, 4", (now, namespace))]
+
+    def session_count(self, namespace: str, now: int) -> int:
+        return int(self.query(f"SELECT count(DISTINCT session) FROM entries WHERE {_LIVE}", (namespace, now))[0][0])
+
+    def namespaces(self) -> list[str]:
+        return [r[0] for r in self.query("SELECT DISTINCT namespace FROM entries ORDER BY 1")]
+
+    def schema_version(self) -> int:
+        return int(self.query("SELECT coalesce(max(number), 0) FROM _migrations")[0][0])
+
+    def largest_sessions(self, namespace: str, now: int, limit: int) -> list[tuple[str, int, int]]:
+        return [(s, int(n), int(b or 0)) for s, n, b in self.query(
+            f"SELECT session, count(*), sum(octet_length(content)) FROM entries WHERE {_LIVE} AND session IS NOT NULL"
+            " GROUP BY session ORDER BY 2 DESC, 1 LIMIT %s", (namespace, now, limit))]
+
+    def _relations(self) -> list[tuple[str, int, int]]:
+        """(table, rows estimate, bytes with its indexes and TOAST) of this store's tables."""
+        return [(name, int(rows), int(size)) for name, rows, size in self.query(
+            "SELECT c.relname, greatest(c.reltuples, 0)::bigint, pg_total_relation_size(c.oid) FROM pg_class c"
+            " WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace ORDER BY 3 DESC, 1")]
+
+    def size_bytes(self) -> int:
+        return sum(size for _, _, size in self._relations())
+
+    def sizes(self) -> dict[str, Any]:
+        page = 8192
+        parts: list[dict[str, Any]] = [{"name": name, "kind": "table", "table": name, "pages": size // page, "bytes": size}
+                 for name, _, size in self._relations()]
+        total = sum(p["bytes"] for p in parts)
+        return {"source": "pages", "page_size": page, "pages": total // page, "free_pages": 0,
+                "file_bytes": total, "parts": parts}
+
+    def table_sizes(self) -> dict[str, Any]:
+        sizes = self.sizes()
+        by_table = {name: {"rows": int(self.query(f'SELECT count(*) FROM "{name}"')[0][0]), "bytes": size}
+                    for name, _, size in self._relations()}
+        return {"source": "pg_total_relation_size", "page_size": sizes["page_size"], "pages": sizes["pages"],
+                "free_pages": 0, "file_bytes": sizes["file_bytes"], "by_table": by_table}
+
+    def integrity_check(self) -> list[str]:
+        problems = []
+        unindexed = int(self.query("SELECT count(*) FROM entries WHERE forgotten_at IS NULL AND tokens IS NULL")[0][0])
+        if unindexed:
+            problems.append(f"{unindexed} entries have no keyword row — run `harness-mem reindex`")
+        if self._has_vector_table():
+            stray = int(self.query("SELECT count(*) FROM entry_vectors v JOIN entries e ON e.pk = v.pk"
+                                   " WHERE e.forgotten_at IS NOT NULL")[0][0])
+            if stray:
+                problems.append(f"{stray} forgotten entries still have a vector")
+        return problems
+
+    def engine_checks(self) -> list[tuple[str, Callable[[], str]]]:
+        return [
+            ("postgresql", lambda: str(self.query("SHOW server_version")[0][0])),
+            ("pgvector", lambda: str(self.query("SELECT extversion FROM pg_extension WHERE extname = 'vector'")[0][0])),
+            ("full text", lambda: f"{self.keywords.stats()[0]} rows indexed"),
+        ]
+
+    def describe_schema(self) -> str:
+        missing = [t for t in ("entries", "settings", "_migrations")
+                   if not self.query("SELECT to_regclass(%s) IS NOT NULL", (t,))[0][0]]
+        if missing:
+            raise StorageError(f"missing {', '.join(missing)} — the database was changed outside harness-mem")
+        return f"{self.schema_version():04d}, all migrations applied; entries {self.count_all()}"
+
+    def merge_keyword_index(self) -> None:
+        self._run("SELECT gin_clean_pending_list('entries_tokens'::regclass)")
+
+    def rewrite(self) -> None:
+        # VACUUM FULL writes each table anew: no dead tuple of a purged row survives in it.
+        for table in ("entries", "settings", *(["entry_vectors"] if self._has_vector_table() else [])):
+            self._run(f"VACUUM FULL {table}")
+
+    def compact(self, *, rewrite: bool, vacuum: bool) -> dict[str, Any]:
+        if rewrite or vacuum:
+            self.rewrite()
+        else:
+            self._run("VACUUM entries")
+        return {"auto_vacuum": "autovacuum", "vacuum": "full" if rewrite or vacuum else "plain",
+                "free_pages_before": 0, "free_pages_after": 0, "wal_truncated": self.truncate_log()}
+
+    def truncate_log(self) -> bool:
+        try:
+            self._run("CHECKPOINT")
+            return True
+        except self._errors:  # needs pg_checkpoint (or superuser): the server's own checkpoints do it later
+            return False
+
+
+def _embedding_text(row: Row) -> str:
+    return embedding_text(row.content, row.role)

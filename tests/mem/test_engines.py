@@ -1,0 +1,217 @@
+"""The conformance suite: every store operation behaves the same on SQLite and on PostgreSQL.
+
+Each test runs once per engine (the ``engine_target`` fixture: a SQLite file, or a schema of its
+own on the real PostgreSQL server the tests start). The comparison tests open both engines on the
+same data and check that the shared ranking gives the same order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_embedder import HashedEmbedder
+
+from harness_mem import MemoryStore
+from harness_mem.errors import DuplicateIdError, HarnessMemError, NotFoundError, StorageError
+
+pytestmark = pytest.mark.slow
+
+TURNS = [
+    ("Caroline", "I went to the LGBTQ support group yesterday and it was powerful."),
+    ("Melanie", "That sounds moving. What did you learn there?"),
+    ("Caroline", "Mostly that transgender stories are varied; I want to study counseling."),
+    ("Melanie", "I painted a lake sunrise last weekend, my favourite painting so far."),
+    ("Caroline", "Your paintings are lovely. Do you still run with your kids on Sundays?"),
+    ("Melanie", "Yes, we go running by the lake, then pottery in the afternoon."),
+    ("Caroline", "I am reading a book about adoption agencies this month."),
+    ("Melanie", "Camping with the family is planned for July, near the mountains."),
+]
+NOTES = [
+    "we chose argon2id for password hashing",
+    "deploys are on Tuesdays after the standup",
+    "the staging database is refreshed every night",
+    "Priya owns the login page and the cookie names",
+    "the auth refactor moves session tokens to signed JWTs",
+]
+
+
+def _fill(store: MemoryStore) -> None:
+    store.add_many([{"content": text, "role": role, "session": "conv-1:s1",
+                     "created_at": f"2023-05-08T10:{i:02d}:00Z", "id": f"t{i}"} for i, (role, text) in enumerate(TURNS)])
+    store.add_many([{"content": text, "tags": ["decision"] if i % 2 else ["ops"], "id": f"n{i}",
+                     "created_at": f"2024-01-0{i + 1}T09:00:00Z"} for i, text in enumerate(NOTES)])
+
+
+@pytest.fixture
+def filled(engine_target: str) -> Iterator[MemoryStore]:
+    with MemoryStore(engine_target, embedder=HashedEmbedder()) as store:
+        _fill(store)
+        yield store
+
+
+def test_entries_round_trip(filled: MemoryStore) -> None:
+    entry = filled.get("t3")
+    assert entry.role == "Melanie" and entry.session == "conv-1:s1" and entry.kind == "turn"
+    assert filled.count() == len(TURNS) + len(NOTES)
+    assert filled.count(kind="note", tags=["decision"]) == 2
+    assert [e.id for e in filled.list(kind="note", any_tags=["ops"])] == ["n0", "n2", "n4"]
+    assert [e.id for e in filled.list(session_prefix="conv-1:", limit=3)] == ["t0", "t1", "t2"]
+    assert [e.id for e in filled.recent(2)] == ["n4", "n3"]
+    assert filled.count(since="2024-01-03T00:00:00Z") == 3
+
+
+def test_ids_conflict_as_asked(filled: MemoryStore) -> None:
+    with pytest.raises(DuplicateIdError):
+        filled.add("again", id="n0")
+    assert filled.add("ignored", id="n0", on_conflict="ignore").content == NOTES[0]
+    assert filled.add("replaced", id="n0", on_conflict="replace").content == "replaced"
+    assert [h.entry.id for h in filled.recall("replaced", mode="keyword")] == ["n0"]
+    assert filled.delete("n0") and not filled.delete("n0")
+    with pytest.raises(NotFoundError):
+        filled.get("n0")
+
+
+@pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
+def test_recall_finds_the_answer_in_every_mode(filled: MemoryStore, mode: str) -> None:
+    hits = filled.recall("when are deploys", k=3, mode=mode)  # type: ignore[arg-type]
+    assert hits[0].entry.id == "n1"
+    assert [h.entry.id for h in filled.recall("painting the lake", k=2, mode=mode, role="Melanie")][0] == "t3"  # type: ignore[arg-type]
+    assert all(h.entry.kind == "note" for h in filled.recall("lake", k=5, mode=mode, kind="note"))  # type: ignore[arg-type]
+
+
+def test_both_engines_rank_the_same_candidates_the_same_way(tmp_path: Path, postgres_server: object) -> None:
+    import uuid
+
+    from postgres_server import PostgresServer
+
+    assert isinstance(postgres_server, PostgresServer)
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with postgres_server.connect() as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    targets = [str(tmp_path / "m.db"), f"{postgres_server.dsn}?options=-csearch_path%3D{schema},public"]
+    stores = [MemoryStore(target, embedder=HashedEmbedder()) for target in targets]
+    try:
+        for store in stores:
+            _fill(store)
+        for query in ("what did Caroline learn at the support group", "lake", "password hashing decision",
+                      "who owns the cookie names", "camping in July", "paint"):
+            for mode in ("keyword", "semantic", "hybrid"):
+                sqlite, postgres = ([(h.entry.id, h.score) for h in s.recall(query, k=5, mode=mode)] for s in stores)  # type: ignore[arg-type]
+                if mode == "keyword":  # the same BM25 over the same tokens: the same order and scores
+                    assert [pk for pk, _ in sqlite] == [pk for pk, _ in postgres], query
+                    assert [a for _, a in sqlite] == pytest.approx([b for _, b in postgres], abs=1e-9), query
+                    continue
+                # Cosines differ by how each engine stores a vector (int8 in vec0, halfvec in
+                # pgvector): the same hits, each within 0.01; only near-ties may swap places.
+                assert dict(sqlite).keys() == dict(postgres).keys(), (query, mode)
+                assert all(abs(dict(sqlite)[pk] - score) < 0.01 for pk, score in postgres), (query, mode)
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_namespaces_never_see_each_other(engine_target: str) -> None:
+    with MemoryStore(engine_target, embedder=HashedEmbedder(), namespace="alice") as alice:
+        alice.add("alice's secret plan is the lighthouse", id="a1")
+    with MemoryStore(engine_target, embedder=HashedEmbedder(), namespace="bob") as bob:
+        bob.add("bob likes the harbour", id="a1")
+        assert [h.entry.content for h in bob.recall("lighthouse plan", mode="keyword")] == []
+        assert all(h.entry.content == "bob likes the harbour" for h in bob.recall("lighthouse plan", mode="hybrid"))
+        assert bob.get("a1").content == "bob likes the harbour"
+        assert bob.count() == 1 and bob.stats()["namespaces"] == ["alice", "bob"]
+
+
+def test_corrections_keep_their_history(filled: MemoryStore) -> None:
+    first = filled.remember("Ada lives in Lisbon", kind="fact")
+    assert filled.remember("Ada lives in Lisbon", kind="fact").deduped
+    second = filled.supersede(first.id, "Ada moved to Porto")
+    assert [e.content for e in filled.history(second.id)] == ["Ada lives in Lisbon", "Ada moved to Porto"]
+    assert [h.entry.id for h in filled.recall("where does Ada live", kind="fact", mode="keyword")] == [second.id]
+    assert [h.entry.id for h in filled.recall("Lisbon", kind="fact", mode="keyword", include_superseded=True)] == [first.id]
+    with pytest.raises(HarnessMemError):
+        filled.supersede(first.id, "again")
+
+
+def test_forgetting_hides_at_once_and_purge_removes(filled: MemoryStore) -> None:
+    assert filled.forget(session="conv-1:s1") == len(TURNS)
+    assert [h.entry.kind for h in filled.recall("support group", mode="hybrid")] == ["note"] * len(NOTES)
+    assert filled.count() == len(NOTES)
+    assert filled.purge() == len(TURNS)
+    assert filled.stats()["entries"] == len(NOTES)
+    assert filled.integrity_check() == []
+
+
+def test_sessions_are_read_as_units(filled: MemoryStore) -> None:
+    assert [(s.session, s.turns) for s in filled.sessions()] == [("conv-1:s1", len(TURNS))]
+    assert [e.id for e in filled.session_turns("conv-1:s1", offset=2, limit=2)] == ["t2", "t3"]
+    hit = filled.recall("running by the lake", k=1, context=1, mode="keyword", role="Melanie")[0]
+    assert hit.entry.id == "t5" and [e.id for e in hit.context] == ["t4", "t6"]
+    found = filled.recall_sessions("pottery in the afternoon", k=1)[0]
+    assert found.first.id == "t0" and found.last.id == "t7" and found.turns == len(TURNS)
+
+
+def test_redaction_and_pseudonyms_hold(engine_target: str) -> None:
+    with MemoryStore(engine_target, embedder=None) as store:
+        store.add("write to ada@example.com, card 4111 1111 1111 1111", session="user-ada@example.com", role="user")
+        (entry,) = store.session_turns("user-ada@example.com")
+        assert "ada@example.com" not in entry.content and "4111 1111" not in entry.content
+        assert "ada@example.com" not in (entry.session or "")
+        assert store.stats()["redacted"]["EMAIL"] >= 1
+
+
+def test_reindex_export_and_import_between_engines(filled: MemoryStore, tmp_path: Path) -> None:
+    report = filled.reindex()
+    assert report["keyword_rows"] == len(TURNS) + len(NOTES)
+    assert filled.count_missing_vectors() == 0
+    exported = list(filled.export())
+    target = tmp_path / "copy.db" if filled.storage.engine == "postgresql" else None
+    if target is None:
+        return  # the SQLite → PostgreSQL direction is the other parametrisation's copy
+    with MemoryStore(target, embedder=HashedEmbedder()) as copy:
+        copy.add_many(exported)
+        assert [e.to_dict() for e in copy.list()] == [json.loads(json.dumps(e)) for e in exported]
+        assert [h.entry.id for h in copy.recall("deploys", k=1)] == ["n1"]
+
+
+def test_doctor_and_gc_report_on_both(filled: MemoryStore) -> None:
+    report = filled.diagnose()
+    assert all(check["ok"] for check in report["checks"]), report
+    filled.forget("n2")
+    done = filled.gc()
+    assert done["forgotten_purged"] == 1 and done["vacuum"] == "full"
+    assert filled.count() == len(TURNS) + len(NOTES) - 1
+
+
+def test_a_password_in_the_url_is_never_shown(postgres_server: object, engine_target: str) -> None:
+    from postgres_server import PostgresServer, free_port
+
+    assert isinstance(postgres_server, PostgresServer)
+    if not engine_target.startswith("postgresql://"):
+        return
+    secret_url = engine_target.replace("postgres@", "postgres:Hunter2Secret@")
+    with MemoryStore(secret_url, embedder=None) as store:  # the test server trusts loopback: it connects
+        store.add("a note")
+        shown = json.dumps([str(store.path), store.stats(), store.diagnose(), repr(store.storage)])
+    assert "Hunter2Secret" not in shown and "127.0.0.1" in shown
+    closed = f"postgresql://postgres:Hunter2Secret@127.0.0.1:{free_port()}/harness_mem"
+    with pytest.raises(StorageError) as failed:
+        MemoryStore(closed, embedder=None)
+    assert "Hunter2Secret" not in str(failed.value) and "cannot connect" in str(failed.value)
+
+
+def test_experience_tables_say_plainly_they_are_sqlite_only_for_now(engine_target: str) -> None:
+    from harness_mem.experience import Episode
+    from harness_mem.experience.store import ExperienceStore
+
+    with MemoryStore(engine_target, embedder=None) as store:
+        experience = ExperienceStore(store)
+        episode = Episode(situation="fix the flaky test", outcome="pinned the seed", tools=["shell"], success=True)
+        if store.storage.engine == "sqlite":
+            assert experience.get(experience.record(episode)).episode.outcome == "pinned the seed"
+            return
+        with pytest.raises(StorageError, match="keeps its tables in SQLite"):
+            experience.record(episode)
+        assert store.count() == 0  # nothing half-written
