@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from .errors import DuplicateIdError, InvalidInputError
 from .filters import Selection
+from .keyword import entry_index_text
 from .protocols import Embedder
 from .redaction import Redactor
 from .rows import Row, identity
@@ -50,6 +51,55 @@ def duplicate_id(namespace: str, entry_id: str) -> DuplicateIdError:
         f"an entry with id {entry_id!r} already exists in namespace {namespace!r}"
         " — choose another id, or replace it"
     )
+
+
+def settle_conflicts(batch: Sequence[Row], on_conflict: OnConflict,
+                     stored: Callable[[str, list[str]], list[tuple[str, int]]],
+                     delete: Callable[[int], None]) -> list[Row]:
+    """The rows of ``batch`` to insert once ids already stored (or repeated in the batch) are
+    settled by ``on_conflict``: ``stored(namespace, ids)`` gives the (id, pk) of those stored, and
+    ``delete(pk)`` removes one that a row replaces (inside the write transaction)."""
+    unique: dict[tuple[str, str], Row] = {}
+    for row in batch:
+        key = (row.namespace, row.id)
+        if key in unique:
+            if on_conflict == "error":
+                raise duplicate_id(*key)
+            if on_conflict == "ignore":
+                continue
+        unique[key] = row
+    for namespace in {namespace for namespace, _ in unique}:
+        for entry_id, pk in stored(namespace, [entry_id for ns, entry_id in unique if ns == namespace]):
+            if on_conflict == "error":
+                raise duplicate_id(namespace, entry_id)
+            if on_conflict == "ignore":
+                del unique[(namespace, entry_id)]
+            else:
+                delete(pk)
+    return list(unique.values())
+
+
+Previous = tuple[str, str | None]  # the turn before a turn: (content, role)
+
+
+def index_texts_of(rows: Sequence[Row], previous: Callable[[Row], Previous | None] | None) -> list[str]:
+    """Keyword-index texts for rows in time order: a turn carries its date and the turn before it.
+
+    That turn is the latest of the same session among the rows earlier in the list, or for the
+    first of a session ``previous(row)`` (looked up among the stored ones; None: no lookup).
+    """
+    last: dict[tuple[str, str], Previous | None] = {}
+    texts = []
+    for row in rows:
+        if row.kind != "turn" or not row.session:
+            texts.append(entry_index_text(row.content, row.role, row.kind, row.session, row.created_at, None))
+            continue
+        key = (row.namespace, row.session)
+        if key not in last:
+            last[key] = previous(row) if previous is not None else None
+        texts.append(entry_index_text(row.content, row.role, row.kind, row.session, row.created_at, last[key]))
+        last[key] = (row.content, row.role)
+    return texts
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,15 @@ from ..filters import Selection
 from ..models import to_ms
 from ..protocols import Embedder
 from ..rows import COLUMNS, Row
-from ..storage import OnConflict, SessionSpan, Storage, VectorCounts, Vectors, duplicate_id
+from ..storage import (
+    OnConflict,
+    SessionSpan,
+    Storage,
+    VectorCounts,
+    Vectors,
+    index_texts_of,
+    settle_conflicts,
+)
 from ..vectors import embedding_text
 
 __all__ = ["PostgresStorage", "safe_location"]
@@ -525,26 +533,11 @@ class PostgresStorage(Storage):
         return batch
 
     def _resolve_conflicts(self, batch: list[Row], on_conflict: OnConflict) -> list[Row]:
-        unique: dict[tuple[str, str], Row] = {}
-        for row in batch:
-            key = (row.namespace, row.id)
-            if key in unique:
-                if on_conflict == "error":
-                    raise duplicate_id(*key)
-                if on_conflict == "ignore":
-                    continue
-            unique[key] = row
-        for namespace in {namespace for namespace, _ in unique}:
-            ids = [entry_id for ns, entry_id in unique if ns == namespace]
-            for entry_id, pk in self.query("SELECT id, pk FROM entries WHERE namespace = %s AND id = ANY(%s)",
-                                           (namespace, ids)):
-                if on_conflict == "error":
-                    raise duplicate_id(namespace, entry_id)
-                if on_conflict == "ignore":
-                    del unique[(namespace, entry_id)]
-                else:
-                    self._delete_pk(pk)
-        return list(unique.values())
+        def stored(namespace: str, ids: list[str]) -> list[tuple[str, int]]:
+            return [(entry_id, int(pk)) for entry_id, pk in self.query(
+                "SELECT id, pk FROM entries WHERE namespace = %s AND id = ANY(%s)", (namespace, ids))]
+
+        return settle_conflicts(batch, on_conflict, stored, self._delete_pk)
 
     def delete(self, namespace: str, entry_id: str) -> bool:
         with self.transaction():
@@ -601,18 +594,9 @@ class PostgresStorage(Storage):
     # ---- keyword-index texts --------------------------------------------------------------------------
 
     def _index_texts(self, rows: Sequence[Row], *, before_pk: int | None = None, lookup: bool = True) -> list[str]:
-        last: dict[tuple[str, str], tuple[str, str | None] | None] = {}
-        texts = []
-        for row in rows:
-            if row.kind != "turn" or not row.session:
-                texts.append(keyword.entry_index_text(row.content, row.role, row.kind, row.session, row.created_at, None))
-                continue
-            key = (row.namespace, row.session)
-            if key not in last:
-                last[key] = self._previous_turn(row, before_pk) if lookup else None
-            texts.append(keyword.entry_index_text(row.content, row.role, row.kind, row.session, row.created_at, last[key]))
-            last[key] = (row.content, row.role)
-        return texts
+        """Each row's keyword-index text; a session's first turn here looks up the stored turn
+        before it (below ``before_pk`` when given)."""
+        return index_texts_of(rows, (lambda row: self._previous_turn(row, before_pk)) if lookup else None)
 
     def _previous_turn(self, row: Row, before_pk: int | None) -> tuple[str, str | None] | None:
         found = self.query(

@@ -36,7 +36,7 @@ from ..filters import Selection
 from ..models import to_ms
 from ..protocols import Embedder
 from ..rows import COLUMNS, PLACEHOLDERS, Row
-from ..storage import OnConflict, SessionSpan, Storage, VectorCounts, duplicate_id
+from ..storage import OnConflict, SessionSpan, Storage, VectorCounts, index_texts_of, settle_conflicts
 from ..vectors import (
     VectorFilter,
     VectorIndex,
@@ -270,28 +270,13 @@ class SQLiteStorage(Storage):
 
     def _resolve_conflicts(self, batch: list[Row], on_conflict: OnConflict) -> list[Row]:
         """The rows to insert once ids already stored (or repeated in the batch) are settled."""
-        unique: dict[tuple[str, str], Row] = {}
-        for row in batch:
-            key = (row.namespace, row.id)
-            if key in unique:
-                if on_conflict == "error":
-                    raise duplicate_id(*key)
-                if on_conflict == "ignore":
-                    continue
-            unique[key] = row
-        for namespace in {namespace for namespace, _ in unique}:
-            ids = [entry_id for ns, entry_id in unique if ns == namespace]
-            for entry_id, pk in self.conn.execute(
+        def stored(namespace: str, ids: list[str]) -> list[tuple[str, int]]:
+            return [(entry_id, pk) for entry_id, pk in self.conn.execute(
                 "SELECT id, pk FROM entries WHERE namespace = ? AND id IN (SELECT value FROM json_each(?))",
                 (namespace, json.dumps(ids)),
-            ).fetchall():
-                if on_conflict == "error":
-                    raise duplicate_id(namespace, entry_id)
-                if on_conflict == "ignore":
-                    del unique[(namespace, entry_id)]
-                else:
-                    self._delete_pk(pk)
-        return list(unique.values())
+            ).fetchall()]
+
+        return settle_conflicts(batch, on_conflict, stored, self._delete_pk)
 
     def delete(self, namespace: str, entry_id: str) -> bool:
         with self.transaction():
@@ -357,23 +342,9 @@ class SQLiteStorage(Storage):
     # ---- the keyword index's texts -------------------------------------------------------------------
 
     def _index_texts(self, rows: Sequence[Row], *, before_pk: int | None = None, lookup: bool = True) -> list[str]:
-        """Keyword-index texts for rows in time order: a turn carries its date and the turn before it.
-
-        The previous turn is the latest one of the same session among the stored rows (looked up
-        once per session, below ``before_pk`` when given) and the rows earlier in the list.
-        """
-        last: dict[tuple[str, str], tuple[str, str | None] | None] = {}
-        texts = []
-        for row in rows:
-            if row.kind != "turn" or not row.session:
-                texts.append(keyword.entry_index_text(row.content, row.role, row.kind, row.session, row.created_at, None))
-                continue
-            key = (row.namespace, row.session)
-            if key not in last:
-                last[key] = self._previous_turn(row, before_pk) if lookup else None
-            texts.append(keyword.entry_index_text(row.content, row.role, row.kind, row.session, row.created_at, last[key]))
-            last[key] = (row.content, row.role)
-        return texts
+        """Each row's keyword-index text; a session's first turn here looks up the stored turn
+        before it (below ``before_pk`` when given)."""
+        return index_texts_of(rows, (lambda row: self._previous_turn(row, before_pk)) if lookup else None)
 
     def index_texts(self, pks: Sequence[int]) -> dict[int, str]:
         """The keyword-index text of each stored entry, as its write made it (keyword ranking counts
