@@ -129,7 +129,8 @@ class Corpus:
 
 
 def load(data: Path, questions_file: str = "locomo_queries.jsonl") -> Corpus:
-    rows = [json.loads(line) for line in (data / "locomo_turns.jsonl").open(encoding="utf-8")]
+    with (data / "locomo_turns.jsonl").open(encoding="utf-8") as lines:
+        rows = [json.loads(line) for line in lines]
     rows.sort(key=lambda r: (r["conversation"], r["seq"]))
     turns = [
         Turn(r["id"], r["conversation"], r["session"], r["role"], r["text"], datetime.fromisoformat(r["ts_iso"]))
@@ -137,11 +138,12 @@ def load(data: Path, questions_file: str = "locomo_queries.jsonl") -> Corpus:
     ]
     index = {t.id: i for i, t in enumerate(turns)}
     questions = []
-    for line in (data / questions_file).open(encoding="utf-8"):
-        r = json.loads(line)
-        evidence = tuple(index[e] for e in r["evidence"] if e in index)
-        if evidence:
-            questions.append(Question(r["qid"], r["conversation"], r["question"], r["category"], evidence))
+    with (data / questions_file).open(encoding="utf-8") as lines:
+        for line in lines:
+            r = json.loads(line)
+            evidence = tuple(index[e] for e in r["evidence"] if e in index)
+            if evidence:
+                questions.append(Question(r["qid"], r["conversation"], r["question"], r["category"], evidence))
     return Corpus(turns, questions)
 
 

@@ -64,9 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--model-url",
-        "--base-url",  # its earlier name, as in harness-loop
-        dest="model_url",
-        default=os.environ.get("HARNESS_LOOP_MODEL_URL") or os.environ.get("HARNESS_LOOP_BASE_URL"),
+        default=os.environ.get("HARNESS_LOOP_MODEL_URL"),
         help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 [env HARNESS_LOOP_MODEL_URL]",
     )
     parser.add_argument(

@@ -111,6 +111,8 @@ def server() -> Iterator[FakeServer]:
     finally:
         proc.terminate()
         proc.wait(timeout=5)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 @pytest.fixture

@@ -129,7 +129,8 @@ def test_both_clis_take_the_same_model_flags_and_json_option() -> None:
     for flag in model_flags:
         assert (flag in mem_options) and (flag in loop_options), flag
         assert mem_options[flag].help == loop_options[flag].help.replace("HARNESS_LOOP_", "HARNESS_MEM_")  # type: ignore[union-attr]
-    assert "--base-url" not in loop_options and "--timeout" not in loop_options  # hidden aliases
+    every_loop_flag = {opt for p in run.params for opt in p.opts}  # hidden options too
+    assert "--base-url" not in every_loop_flag and "--timeout" not in every_loop_flag  # old spellings are gone
     runs_list = loop_cli.commands["runs"].commands["list"]  # type: ignore[attr-defined]
     mem_list = mem_cli.commands["list"]
     assert _options(runs_list)["--json"].help == _options(mem_list)["--json"].help == "One JSON object per line."
@@ -149,8 +150,7 @@ def test_both_clis_take_the_same_model_flags_and_json_option() -> None:
 def test_half_a_model_configuration_gets_the_same_hint_in_both(
     db_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, args: list[str], message: str
 ) -> None:
-    for var in ("HARNESS_MEM_MODEL_URL", "HARNESS_MEM_MODEL", "HARNESS_LOOP_MODEL_URL", "HARNESS_LOOP_BASE_URL",
-                "HARNESS_LOOP_MODEL"):
+    for var in ("HARNESS_MEM_MODEL_URL", "HARNESS_MEM_MODEL", "HARNESS_LOOP_MODEL_URL", "HARNESS_LOOP_MODEL"):
         monkeypatch.delenv(var, raising=False)
     result = invoke(name, *(["--db", str(db_path), *args] if name == "harness-mem" else args))
     assert (result.exit_code, result.stderr) == (1, message)
@@ -162,19 +162,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_the_old_loop_spellings_still_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("HARNESS_LOOP_MODEL_URL", raising=False)
+def test_the_loop_reads_its_model_url_from_its_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     port = _free_port()
-    monkeypatch.setenv("HARNESS_LOOP_BASE_URL", f"http://127.0.0.1:{port}/v1")  # the variable's old name
-    result = invoke("harness-loop", "run", "--model", "m", "--timeout", "2", "--retries", "0", "--no-record",
+    monkeypatch.setenv("HARNESS_LOOP_MODEL_URL", f"http://127.0.0.1:{port}/v1")
+    result = invoke("harness-loop", "run", "--model", "m", "--model-timeout", "2", "--retries", "0", "--no-record",
                     "-w", str(tmp_path), "hi")
     assert result.exit_code == 1
     assert result.stderr.startswith(f"Error: cannot connect to http://127.0.0.1:{port}/v1/chat/completions")
-
-    clash = invoke("harness-loop", "run", "--model-url", "http://a/v1", "--base-url", "http://b/v1", "--model", "m",
-                   "hi")
-    assert clash.exit_code == 2
-    assert clash.stderr.splitlines()[-1] == "Error: --base-url is an old name for --model-url; give --model-url only"
 
 
 def test_migrate_list_shows_both_sets(db_path: Path) -> None:

@@ -22,7 +22,6 @@ import click
 from harness_mem import MemoryStore
 from harness_mem.cliutils import (
     ModelSettings,
-    OldName,
     command_group,
     db_option,
     echo_json,
@@ -38,7 +37,7 @@ from harness_mem.providers import DEFAULT_TIMEOUT
 
 from .builtin_tools import workspace_tools
 from .loop import AgentLoop, LoopConfig, Outcome
-from .openai_client import LOOP_HINTS, OLD_URL_ENV, OpenAIChatModel
+from .openai_client import LOOP_HINTS, OpenAIChatModel
 from .record import SessionRecorder, format_trace, read_session, replay
 from .runstore import RunStore, render, render_events, render_list
 
@@ -47,11 +46,8 @@ DEFAULT_SYSTEM = (
     "answering; never guess a file's content. Answer concisely when you are done."
 )
 
-# The model flags are harness-mem's; --base-url and --timeout are what harness-loop called two of them.
-loop_model_options = model_options(
-    LOOP_HINTS,
-    old_names={"--model-url": OldName("--base-url", OLD_URL_ENV), "--model-timeout": OldName("--timeout")},
-)
+# The model flags are harness-mem's, with HARNESS_LOOP_ variables.
+loop_model_options = model_options(LOOP_HINTS)
 
 
 @command_group(prog_name="harness-loop", raise_errors_env="HARNESS_LOOP_RAISE_ERRORS")

@@ -61,8 +61,6 @@ __all__ = [
 #: harness-loop's names for the "how to fix" half of error messages: the same flags as harness-mem,
 #: with HARNESS_LOOP_ variables.
 LOOP_HINTS = Hints.for_env_prefix("HARNESS_LOOP")
-#: What HARNESS_LOOP_MODEL_URL was called before both command lines shared their model flags.
-OLD_URL_ENV = "HARNESS_LOOP_BASE_URL"
 
 _FINISH = {
     "stop": StopReason.END_TURN,
@@ -252,18 +250,17 @@ class OpenAIChatModel:
 class OpenAITextModel(providers.OpenAITextModel):
     """harness_mem's synchronous text model (``complete(prompt, *, max_tokens, json)``), as the loop
     configures it: error messages name ``HARNESS_LOOP_*`` variables, and :meth:`from_env` reads
-    ``HARNESS_LOOP_MODEL_URL`` (or its old name ``HARNESS_LOOP_BASE_URL``), ``HARNESS_LOOP_MODEL``
-    and ``HARNESS_LOOP_API_KEY``. Everything else is :class:`harness_mem.providers.openai.OpenAITextModel`.
+    ``HARNESS_LOOP_MODEL_URL``, ``HARNESS_LOOP_MODEL`` and ``HARNESS_LOOP_API_KEY``. Everything else
+    is :class:`harness_mem.providers.openai.OpenAITextModel`.
     """
 
     default_hints: ClassVar[Hints] = LOOP_HINTS
-    old_url_envs: ClassVar[tuple[str, ...]] = (OLD_URL_ENV,)
 
 
 def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``base_url``, ``model`` and ``api_key`` from the environment; a clear error when one is missing."""
     env = os.environ if environ is None else environ
-    base_url = env.get(LOOP_HINTS.url_env) or env.get(OLD_URL_ENV)
+    base_url = env.get(LOOP_HINTS.url_env)
     model = env.get(LOOP_HINTS.model_env)
     check_model_config(base_url, model, required=True, hints=LOOP_HINTS)
     return {"base_url": base_url, "model": model, "api_key": env.get(LOOP_HINTS.key_env) or None}

@@ -11,8 +11,7 @@
   one object) on stdout, written by :func:`echo_json`.
 - :func:`model_options` declares the model flags, ``--model-url``, ``--model``, ``--api-key`` and
   ``--model-timeout``, with the environment variables a :class:`~harness_mem.providers.hints.Hints`
-  names, and hands the command one :class:`ModelSettings`. Earlier spellings stay accepted as hidden
-  aliases (:class:`OldName`).
+  names, and hands the command one :class:`ModelSettings`.
 
 Only click and harness_mem's light modules are imported here: the HTTP client loads when a command
 actually builds a model.
@@ -23,13 +22,12 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from click.core import ParameterSource
 
 from .errors import HarnessMemError
 from .models import dumps
@@ -43,7 +41,6 @@ __all__ = [
     "DISTRIBUTION",
     "MappedErrorsGroup",
     "ModelSettings",
-    "OldName",
     "command_group",
     "db_option",
     "echo_json",
@@ -188,69 +185,33 @@ class ModelSettings:
                                      required=required, hints=self.hints)
 
 
-@dataclass(frozen=True)
-class OldName:
-    """An earlier spelling of a model flag, still accepted but not shown in ``--help``."""
-
-    flag: str
-    envvar: str | None = None  # an earlier name of its environment variable, still read
-
-
-def model_options(
-    hints: Hints = MEM_HINTS, *, old_names: Mapping[str, OldName] | None = None
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The model flags, passed on to the command as one ``model_settings`` (:class:`ModelSettings`).
-
-    ``old_names`` maps a flag (``"--model-url"``) to its earlier spelling; giving both with
-    different values is a usage error.
-    """
-    old = dict(old_names or {})
-    # (flag, parameter name, environment variables, type, help)
-    specs: list[tuple[str, str, list[str], Any, str]] = [
-        (hints.url_option, "model_url", [hints.url_env],
+def model_options(hints: Hints = MEM_HINTS) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The model flags, passed on to the command as one ``model_settings`` (:class:`ModelSettings`)."""
+    # (flag, parameter name, environment variable, type, help)
+    specs: list[tuple[str, str, str | None, Any, str]] = [
+        (hints.url_option, "model_url", hints.url_env,
          None, f"OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 [env: {hints.url_env}]."),
-        (hints.model_option, "model_name", [hints.model_env], None, f"Model name [env: {hints.model_env}]."),
-        (hints.key_option, "api_key", [hints.key_env],
+        (hints.model_option, "model_name", hints.model_env, None, f"Model name [env: {hints.model_env}]."),
+        (hints.key_option, "api_key", hints.key_env,
          None, f"Bearer token, if the server wants one [env: {hints.key_env}]."),
-        (hints.timeout_option, "model_timeout", [],
+        (hints.timeout_option, "model_timeout", None,
          click.FloatRange(min=0, min_open=True), "Seconds to wait for each model reply [default: 120]."),
     ]
-    for flag, _, envvars, _, _ in specs:
-        old_envvar = old[flag].envvar if flag in old else None
-        if old_envvar:
-            envvars.append(old_envvar)  # read after the current name
 
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(f)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            ctx = click.get_current_context()
-            values: dict[str, Any] = {}
-            for flag, name, _, _, _ in specs:
-                values[name] = kwargs.pop(name)
-                if flag in old:
-                    values[name] = _prefer_old(ctx, name, values[name], kwargs.pop("old_" + name), flag, old[flag].flag)
+            values = {name: kwargs.pop(name) for _, name, _, _, _ in specs}
             settings = ModelSettings(values["model_url"], values["model_name"], values["api_key"],
                                      values["model_timeout"], hints)
             return f(*args, model_settings=settings, **kwargs)
 
         command: Callable[..., Any] = wrapper
-        for flag, name, envvars, kind, help_text in reversed(specs):
-            if flag in old:
-                command = click.option(old[flag].flag, "old_" + name, type=kind, hidden=True)(command)
-            command = click.option(flag, name, envvar=envvars or None, type=kind, help=help_text)(command)
+        for flag, name, envvar, kind, help_text in reversed(specs):
+            command = click.option(flag, name, envvar=envvar, type=kind, help=help_text)(command)
         return command
 
     return decorate
-
-
-def _prefer_old(ctx: click.Context, name: str, value: Any, old_value: Any, flag: str, old_flag: str) -> Any:
-    """The old flag's value when it was given (it beats an environment variable); a usage error when
-    both spellings were given on the command line with different values."""
-    if old_value is None:
-        return value
-    if value is not None and value != old_value and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
-        raise click.UsageError(f"{old_flag} is an old name for {flag}; give {flag} only")
-    return old_value
 
 
 # ---- reports -------------------------------------------------------------------------------------

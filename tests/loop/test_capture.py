@@ -62,28 +62,28 @@ def slow_tool(seconds: float) -> object:
 def test_turns_finished_a_second_before_a_sigkill_are_in_the_store(tmp_path: Path) -> None:
     db, log = tmp_path / "agent.db", tmp_path / "log.txt"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    child = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, str(HERE / "capture_child.py"), str(db), str(log), "60", "0.2"],
         env=env,
         stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # about 3 s of the run: ~15 tool calls finished
-            lines = log.read_text().splitlines() if log.exists() else []
-            if sum(line.startswith("done ") for line in lines) >= 15:
-                break
-            assert child.poll() is None, child.stderr.read().decode() if child.stderr else ""
-            time.sleep(0.05)
-        else:
-            pytest.fail("the child never got going")
-        child.send_signal(signal.SIGKILL)
-        killed_at = time.time()
-        child.wait(timeout=10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    ) as child:
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # about 3 s of the run: ~15 tool calls finished
+                lines = log.read_text().splitlines() if log.exists() else []
+                if sum(line.startswith("done ") for line in lines) >= 15:
+                    break
+                assert child.poll() is None, child.stderr.read().decode() if child.stderr else ""
+                time.sleep(0.05)
+            else:
+                pytest.fail("the child never got going")
+            child.send_signal(signal.SIGKILL)
+            killed_at = time.time()
+            child.wait(timeout=10)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
     assert child.returncode == -signal.SIGKILL
 
     lines = log.read_text().splitlines()

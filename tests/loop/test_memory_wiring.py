@@ -514,7 +514,7 @@ def test_the_example_runs_offline_and_remembers(tmp_path: Path) -> None:
 def test_the_example_talks_to_an_openai_compatible_server(tmp_path: Path) -> None:
     import httpx
 
-    server = subprocess.Popen(
+    with subprocess.Popen(
         [
             sys.executable,
             str(Path(__file__).with_name("fake_openai_server.py")),
@@ -525,47 +525,47 @@ def test_the_example_talks_to_an_openai_compatible_server(tmp_path: Path) -> Non
         ],
         stdout=subprocess.PIPE,
         text=True,
-    )
-    try:
-        assert server.stdout is not None
-        base = f"http://127.0.0.1:{server.stdout.readline().split()[1]}"
-        call = {
-            "id": "c1",
-            "type": "function",
-            "function": {"name": "list_dir", "arguments": '{"path": "."}'},
-        }
-        replies = [
-            {"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "assistant", "content": "Two files."},
-        ]
-        script = [
-            {"status": 200, "body": {"choices": [{"index": 0, "message": m, "finish_reason": "stop"}]}}
-            for m in replies
-        ]
-        httpx.post(f"{base}/_script", json={"responses": script}).raise_for_status()
-        env = {**os.environ, "HARNESS_LOOP_MODEL_URL": f"{base}/v1", "HARNESS_LOOP_MODEL": "fake"}
-        result = subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "examples" / "agent_with_memory.py"),
-                "--db",
-                str(tmp_path / "agent.db"),
-                "-w",
-                str(tmp_path),
-                "--keyword-only",
-                "--note",
-                "the workspace files are fixtures",
-                "What files are in the workspace?",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
-        sent = httpx.get(f"{base}/_requests").json()
-    finally:
-        server.terminate()
-        server.wait(timeout=5)
+    ) as server:
+        try:
+            assert server.stdout is not None
+            base = f"http://127.0.0.1:{server.stdout.readline().split()[1]}"
+            call = {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "list_dir", "arguments": '{"path": "."}'},
+            }
+            replies = [
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "assistant", "content": "Two files."},
+            ]
+            script = [
+                {"status": 200, "body": {"choices": [{"index": 0, "message": m, "finish_reason": "stop"}]}}
+                for m in replies
+            ]
+            httpx.post(f"{base}/_script", json={"responses": script}).raise_for_status()
+            env = {**os.environ, "HARNESS_LOOP_MODEL_URL": f"{base}/v1", "HARNESS_LOOP_MODEL": "fake"}
+            result = subprocess.run(
+                [
+                    sys.executable,
+                    str(ROOT / "examples" / "agent_with_memory.py"),
+                    "--db",
+                    str(tmp_path / "agent.db"),
+                    "-w",
+                    str(tmp_path),
+                    "--keyword-only",
+                    "--note",
+                    "the workspace files are fixtures",
+                    "What files are in the workspace?",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+            )
+            sent = httpx.get(f"{base}/_requests").json()
+        finally:
+            server.terminate()
+            server.wait(timeout=5)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "Two files.\n"
     system = sent[0]["body"]["messages"][0]

@@ -250,7 +250,7 @@ def test_cli_run_reports_an_unreachable_server_in_one_line(tmp_path: Path) -> No
         main,
         [
             "run",
-            "--base-url",  # the old spelling of --model-url still works
+            "--model-url",
             f"http://127.0.0.1:{port}/v1",
             "--model",
             "m",

@@ -50,26 +50,26 @@ def log_lines(path: Path) -> list[tuple[str, str, int]]:
 @pytest.mark.slow
 def test_kill_9_mid_run_then_resume_in_a_new_process(tmp_path: Path) -> None:
     db, log = tmp_path / "crash.db", tmp_path / "executions.log"
-    child = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, str(CHILD), "start", str(db), str(log), RUN_ID, ",".join(HANG)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not {("start", job, child.pid) for job in HANG} <= set(log_lines(log)):
-            assert child.poll() is None, f"the child exited early: {child.communicate()[1]}"
-            assert time.monotonic() < deadline, "the child never reached the hanging jobs"
-            time.sleep(0.01)
-        # No sleep needed: j33 was queued in the same commit that started j32, and with both slots
-        # held by hung jobs nothing else can move.
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(timeout=10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    ) as child:
+        try:
+            deadline = time.monotonic() + 60
+            while not {("start", job, child.pid) for job in HANG} <= set(log_lines(log)):
+                assert child.poll() is None, f"the child exited early: {child.communicate()[1]}"
+                assert time.monotonic() < deadline, "the child never reached the hanging jobs"
+                time.sleep(0.01)
+            # No sleep needed: j33 was queued in the same commit that started j32, and with both slots
+            # held by hung jobs nothing else can move.
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait(timeout=10)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
     assert child.returncode == -signal.SIGKILL
 
     with RunStore.open(str(db)) as store:

@@ -325,7 +325,7 @@ def test_cli_trace_warns_about_bad_lines_and_goes_on(tmp_path: Path) -> None:
 
 
 def test_cli_run_without_a_server_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HARNESS_LOOP_MODEL_URL", "HARNESS_LOOP_BASE_URL", "HARNESS_LOOP_MODEL"):
+    for name in ("HARNESS_LOOP_MODEL_URL", "HARNESS_LOOP_MODEL"):
         monkeypatch.delenv(name, raising=False)
     result = invoke("run", "-w", str(tmp_path), "hello")
     assert result.exit_code == 1

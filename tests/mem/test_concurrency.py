@@ -124,14 +124,14 @@ KILLED = textwrap.dedent(
 
 def test_a_killed_writer_leaves_a_sound_file_with_every_committed_batch(db_path: Path) -> None:
     MemoryStore(db_path, embedder=None).close()
-    proc = _spawn(KILLED, str(db_path))
     committed = -1
     deadline = time.monotonic() + 60
-    assert proc.stdout is not None
-    while committed < 30 and time.monotonic() < deadline:
-        committed = int(proc.stdout.readline())
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    with _spawn(KILLED, str(db_path)) as proc:
+        assert proc.stdout is not None
+        while committed < 30 and time.monotonic() < deadline:
+            committed = int(proc.stdout.readline())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
     with MemoryStore(db_path, embedder=None) as store:
         assert store.integrity_check() == []
         count = store.count()

@@ -158,21 +158,21 @@ def _alive(pid: int) -> bool:
 def test_the_workers_of_a_killed_import_exit_with_it(db_path: Path) -> None:
     # The import reads stdin, which stays open: it is still running, its workers started, when killed.
     env = {**os.environ, "HARNESS_MEM_EMBEDDER": "none"}
-    proc = subprocess.Popen([sys.executable, "-m", "harness_mem", "--db", str(db_path), "import", "-", "-q",
-                             "--workers", "2"], stdin=subprocess.PIPE, env=env)
-    try:
-        assert proc.stdin is not None
-        proc.stdin.write(b'{"text": "a line to prepare"}\n' * 40_000)  # enough chunks to start both workers
-        proc.stdin.flush()
-        deadline = time.monotonic() + 60
-        children: set[int] = set()
-        while len(children) < 3 and time.monotonic() < deadline:  # two workers and the resource tracker
-            time.sleep(0.1)
-            children |= _children(proc.pid)
-        assert len(children) >= 3, f"the import did not start its workers: {children}"
-    finally:
-        proc.kill()
-        proc.wait()
+    with subprocess.Popen([sys.executable, "-m", "harness_mem", "--db", str(db_path), "import", "-", "-q",
+                           "--workers", "2"], stdin=subprocess.PIPE, env=env) as proc:
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(b'{"text": "a line to prepare"}\n' * 40_000)  # enough chunks to start both workers
+            proc.stdin.flush()
+            deadline = time.monotonic() + 60
+            children: set[int] = set()
+            while len(children) < 3 and time.monotonic() < deadline:  # two workers and the resource tracker
+                time.sleep(0.1)
+                children |= _children(proc.pid)
+            assert len(children) >= 3, f"the import did not start its workers: {children}"
+        finally:
+            proc.kill()
+            proc.wait()
     deadline = time.monotonic() + 5
     while any(map(_alive, children)) and time.monotonic() < deadline:
         time.sleep(0.1)

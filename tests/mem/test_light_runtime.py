@@ -45,14 +45,68 @@ def varied_texts(n: int) -> list[str]:
     return texts
 
 
+# The parity cases: each a way the two runtimes' tokenise-pad-pool paths could part. "long" texts
+# run past the model's max_seq_length word pieces (both must cut at the same piece); "limit" ones
+# end one piece before, at and after it ([CLS] and [SEP] included).
+_CYCLE = "the deploy failed again".split()  # one word piece each
+PARITY_CASES: dict[str, list[str]] = {
+    "short": ["ok", "?", "a", "Hi", "deploy", "x1", "...", "-"],
+    "empty-ish": ["", " ", "\n\t  ", "\u200b"],  # nothing but [CLS] and [SEP]
+    "mixed case": [
+        "WE CHOSE ARGON2ID FOR PASSWORD HASHING", "we chose argon2id for password hashing",
+        "camelCaseIdentifier and snake_case_name", "iPhone, McDonald's and NASA's JSON API",
+        "ÉMIGRÉ CAFÉ naïve Résumé — ÇA VA?",
+    ],
+    "cjk": [
+        "东京的天气很好，我们明天去公园散步吧。", "東京の天気は晴れです。", "한국어 문장도 들어 있습니다.",
+        "部署到 staging 失败了 again", "数",
+    ],
+    "emoji": ["🙂", "🙂🚀🎉", "👨‍👩‍👧 family", "🇯🇵 flag", "🙂 shipping on Friday 🚀 (finally)"],
+    "prose and code": [
+        *SAMPLES[:2], SAMPLES[8], SAMPLES[11], "https://example.com/a?b=1#frag", "Привет, мир", "مرحبا بالعالم",
+        "card 4111 1111 1111 1111, pi 3.14159, due 2024-05-01",
+    ],
+    "long": [
+        (SAMPLES[0] + " " + SAMPLES[1] + " ") * 12,
+        "东京的天气很好，我们明天去公园散步吧。数据库迁移的问题已经解决了。" * 12,
+        " ".join(SAMPLES) * 3,
+        (SAMPLES[8] + "\n") * 20,
+        "🙂 " * 300,
+    ],
+    "limit": [" ".join(_CYCLE[i % 4] for i in range(n)) for n in (253, 254, 255)],
+}
+PARITY_TEXTS = [text for texts in PARITY_CASES.values() for text in texts]
+
+
+def test_the_parity_texts_cover_their_cases() -> None:
+    from tokenizers import Tokenizer
+
+    model_dir = MiniLMEmbedder().model_path
+    limit = json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"]
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+
+    def pieces(texts: list[str]) -> list[int]:
+        return [len(e.ids) for e in tokenizer.encode_batch(texts)]
+
+    assert all(n > limit for n in pieces(PARITY_CASES["long"]))
+    assert pieces(PARITY_CASES["limit"]) == [limit - 1, limit, limit + 1]
+    assert pieces(PARITY_CASES["empty-ish"]) == [2] * len(PARITY_CASES["empty-ish"])
+    assert all(n <= 5 for n in pieces(PARITY_CASES["short"]))
+    assert "[UNK]" in tokenizer.encode(PARITY_CASES["emoji"][0]).tokens
+
+
 def test_the_light_runtime_gives_the_reference_vectors() -> None:
-    texts = varied_texts(1000)
-    reference, fast = MiniLMEmbedder(runtime="torch"), MiniLMEmbedder(runtime="onnx")
-    expected, got = reference.embed(texts), fast.embed(texts)
+    # The light encoder in several batches (the first allocates the output, later ones fill it), each
+    # padded to its own longest text; the reference in one.
+    reference, fast = MiniLMEmbedder(runtime="torch"), MiniLMEmbedder(runtime="onnx", batch_size=16)
+    expected, got = reference.embed(PARITY_TEXTS), fast.embed(PARITY_TEXTS)
     assert (reference.active_runtime, fast.active_runtime) == ("torch", "onnx")
-    assert got.shape == expected.shape == (1000, 384) and got.dtype == np.float32
+    assert got.shape == expected.shape == (len(PARITY_TEXTS), 384) and got.dtype == np.float32
+    assert len(PARITY_TEXTS) > 2 * fast.batch_size
     cosines = np.sum(expected * got, axis=1)
-    assert float(cosines.min()) >= 0.9999, texts[int(cosines.argmin())]
+    assert float(cosines.min()) >= 0.9999, PARITY_TEXTS[int(cosines.argmin())]
     assert reference.fingerprint == fast.fingerprint  # stored vectors stay valid whichever runtime wrote them
     # The export lives in the cache, keyed by the model's fingerprint.
     assert light.export_path(fast.fingerprint).is_file()

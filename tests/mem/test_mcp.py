@@ -308,37 +308,37 @@ def test_initialize_loads_no_model_and_the_model_loads_after_the_handshake(tmp_p
     if not default_embedder_available():
         pytest.skip("the default embedding model is not installed")
     db = tmp_path / "m.db"  # the server makes it, with vectors (the default model is installed)
-    proc = subprocess.Popen([sys.executable, "-m", "harness_mem", "mcp", "--db", str(db)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        def request(id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).encode() + b"\n")
-            proc.stdin.flush()
-            while True:
-                message = json.loads(proc.stdout.readline())
-                if message.get("id") == id:
-                    return dict(message)
+    with subprocess.Popen([sys.executable, "-m", "harness_mem", "mcp", "--db", str(db)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ)) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            def request(id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).encode() + b"\n")
+                proc.stdin.flush()
+                while True:
+                    message = json.loads(proc.stdout.readline())
+                    if message.get("id") == id:
+                        return dict(message)
 
-        answer = request(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                           "clientInfo": {"name": "test", "version": "0"}})
-        assert answer["result"]["serverInfo"]["name"] == "harness-mem"
-        assert _heavy_libraries(proc.pid) == []
-        proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
-        proc.stdin.flush()
-        deadline = time.monotonic() + 120
-        modes = []
-        while time.monotonic() < deadline:
-            result = request(2 + len(modes), "tools/call", {"name": "recall", "arguments": {"query": "anything"}})
-            modes.append(result["result"]["structuredContent"]["mode"])
-            if modes[-1] == "hybrid":
-                break
-            time.sleep(0.2)
-        assert modes[-1] == "hybrid", modes
-        assert _heavy_libraries(proc.pid), "the model never loaded"
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=30)
-        if proc.returncode != 0:
-            pytest.fail(proc.stderr.read().decode()[-2000:] if proc.stderr else "")
+            answer = request(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                               "clientInfo": {"name": "test", "version": "0"}})
+            assert answer["result"]["serverInfo"]["name"] == "harness-mem"
+            assert _heavy_libraries(proc.pid) == []
+            proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+            proc.stdin.flush()
+            deadline = time.monotonic() + 120
+            modes = []
+            while time.monotonic() < deadline:
+                result = request(2 + len(modes), "tools/call", {"name": "recall", "arguments": {"query": "anything"}})
+                modes.append(result["result"]["structuredContent"]["mode"])
+                if modes[-1] == "hybrid":
+                    break
+                time.sleep(0.2)
+            assert modes[-1] == "hybrid", modes
+            assert _heavy_libraries(proc.pid), "the model never loaded"
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+            if proc.returncode != 0:
+                pytest.fail(proc.stderr.read().decode()[-2000:] if proc.stderr else "")

@@ -806,18 +806,6 @@ def test_a_redactor_survives_pickling_unchanged(make: Callable[..., Redactor]) -
     assert "<EMAIL:" in copy.scrub(text).text and "<TICKET>" in copy.scrub(text).text
 
 
-def test_the_old_module_path_forwards_to_the_package_with_a_warning() -> None:
-    import harness_mem.redaction as redaction
-    from harness_mem import redact
-
-    for name in ("luhn_ok", "iban_ok", "cn_id_ok", "Redactor", "Policy", "default_detectors", "mask"):
-        with pytest.warns(DeprecationWarning, match="harness_mem.redaction"):
-            assert getattr(redact, name) is getattr(redaction, name)
-    with pytest.warns(DeprecationWarning):
-        from harness_mem.redact import luhn_ok as old_luhn_ok
-    assert old_luhn_ok("4111111111111111") and not old_luhn_ok("4111111111111112")
-
-
 def test_the_package_exports_exactly_its_all() -> None:
     import types
 

@@ -251,8 +251,6 @@ class OpenAITextModel:
 
     #: The options error messages point at; harness_loop's subclass names its own.
     default_hints: ClassVar[Hints] = MEM_HINTS
-    #: Earlier names of the URL variable that :meth:`from_env` still reads.
-    old_url_envs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -363,7 +361,7 @@ class OpenAITextModel:
         ``HARNESS_MEM_MODEL_URL``, ``HARNESS_MEM_MODEL`` and ``HARNESS_MEM_API_KEY``)."""
         env = os.environ if environ is None else environ
         hints = cls.default_hints
-        base_url = env.get(hints.url_env) or next((env[n] for n in cls.old_url_envs if env.get(n)), None)
+        base_url = env.get(hints.url_env)
         model = env.get(hints.model_env)
         check_model_config(base_url, model, required=True, hints=hints)
         assert base_url and model
