@@ -172,7 +172,8 @@ def index_tokens(text: str) -> list[str]:
     return [index_form(token) for token in _TOKEN.findall(text)]
 
 
-def term_tokens(term: str) -> tuple[list[str], bool]:
+@lru_cache(maxsize=8192)
+def term_tokens(term: str) -> tuple[tuple[str, ...], bool]:
     """A query term (``"word"``, ``"a phrase"`` or the prefix ``"x"*``) as index tokens, and
     whether its last token is a prefix (not stemmed, as FTS5 does)."""
     prefix = term.endswith("*")
@@ -183,7 +184,7 @@ def term_tokens(term: str) -> tuple[list[str], bool]:
     tokens = [index_form(token) for token in raw]
     if prefix and raw:
         tokens[-1] = raw[-1]
-    return tokens, prefix
+    return tuple(tokens), prefix
 
 
 # Entries and the terms each holds: rowids, and a bit mask over the query's terms for each.

@@ -22,6 +22,7 @@ import click
 from . import cliutils, migrations
 from .cliutils import (
     ModelSettings,
+    StoreLocation,
     command_group,
     db_option,
     echo_json,
@@ -32,6 +33,7 @@ from .cliutils import (
     stats_lines,
 )
 from .db import CACHE_SIZE_KIB, ONE_SHOT_CACHE_KIB, connect, default_path
+from .engines import is_url, open_storage, shown_location
 from .errors import InvalidInputError, MissingVectorsWarning
 from .models import Entry, Hit, dumps, format_time
 from .providers.embeddings import EMBEDDERS
@@ -79,7 +81,7 @@ def open_store(ctx: click.Context, *, create: bool = False) -> Iterator[MemorySt
     """The store at ``--db``. Only commands that write (``create=True``) may bring a new file into
     being: a read on a path that does not exist is a mistyped path, so it creates nothing."""
     path = ctx.obj["db"]
-    if not create and str(path) != ":memory:" and not Path(path).exists():
+    if not create and not is_url(path) and str(path) != ":memory:" and not Path(path).exists():
         raise click.ClickException(
             f"no database at {path} — create one with `harness-mem init` (or `add`/`import`, which create it)"
         )
@@ -163,7 +165,7 @@ def db_path_command(ctx: click.Context) -> None:
     Example:
         harness-mem db path
     """
-    click.echo(str(ctx.obj["db"]))
+    click.echo(shown_location(ctx.obj["db"]))
 
 
 @cli.command()
@@ -229,19 +231,13 @@ def migrate(ctx: click.Context, list_: bool, set_name: str | None, as_json: bool
         with open_store(ctx, create=True) as store:
             click.echo(f"Schema is at {store.stats()['schema_version']:04d}")
         return
-    # --list only reads: a file that does not exist yet is listed as an empty one, and not created.
-    exists = str(ctx.obj["db"]) == ":memory:" or Path(ctx.obj["db"]).exists()
-    conn = connect(ctx.obj["db"] if exists else ":memory:").conn
-    try:
-        found = migrations.overview(conn)
-        present = sorted({status.set_name for status in found})
-    finally:
-        conn.close()
+    found = _migration_overview(ctx.obj["db"])
+    present = sorted({status.set_name for status in found})
     if set_name is not None:
         found = [status for status in found if status.set_name == set_name]
         if not found:
             raise click.ClickException(
-                f"no migration set {set_name!r} in {ctx.obj['db']} — it has: {', '.join(present) or 'none'}"
+                f"no migration set {set_name!r} in {shown_location(ctx.obj['db'])} — it has: {', '.join(present) or 'none'}"
             )
     for status in found:
         if as_json:
@@ -252,6 +248,23 @@ def migrate(ctx: click.Context, list_: bool, set_name: str | None, as_json: bool
         if not status.known and status.set_name == migrations.HARNESS_MEM.name:
             note += "  (newer than this harness-mem)"
         click.echo(f"{status.set_name:<12}  {when:<33}  {status.name}{note}")
+
+
+def _migration_overview(target: Path | str) -> list[migrations.MigrationStatus]:
+    """Every migration the store records or this code ships, without changing anything: a file
+    that does not exist yet is listed as an empty one, and not created."""
+    if is_url(target):
+        storage = open_storage(target, read_only=True)
+        try:
+            return storage.migration_status()
+        finally:
+            storage.close()
+    exists = str(target) == ":memory:" or Path(target).exists()
+    conn = connect(target if exists else ":memory:").conn
+    try:
+        return migrations.overview(conn)
+    finally:
+        conn.close()
 
 
 # ---- writing -----------------------------------------------------------------------------------
@@ -1179,8 +1192,8 @@ class _ProgressLines:
 
 
 @cli.command()
-@click.option("--db", "db_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Database file (the same as harness-mem --db, given after the command).")
+@click.option("--db", "db_path", type=StoreLocation(),
+              help="Database file or postgresql:// URL (the same as harness-mem --db, given after the command).")
 @click.pass_context
 def mcp(ctx: click.Context, db_path: Path | None) -> None:
     """Serve the store to an MCP host over stdio.

@@ -32,6 +32,7 @@ import click
 from .errors import HarnessMemError
 from .models import dumps
 from .providers.hints import MEM_HINTS, Hints, check_model_config
+from .settings import is_server_url
 
 if TYPE_CHECKING:
     from .providers.openai import OpenAITextModel
@@ -127,11 +128,25 @@ def command_group(*, prog_name: str, raise_errors_env: str) -> Callable[[Callabl
 # ---- the database --------------------------------------------------------------------------------
 
 
+class StoreLocation(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
+    """A store's location: a file's path (a ``Path``), or a ``postgresql://`` URL (kept as text)."""
+
+    name = "PATH|URL"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path | str:
+        if isinstance(value, Path) or not is_server_url(value):
+            path = Path(value)
+            if path.is_dir():
+                self.fail(f"{str(path)!r} is a directory, not a database file — name a file in it", param, ctx)
+            return path
+        return str(value)
+
+
 def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--db`` (``db_path``): the memory file; None means :func:`harness_mem.db.default_path`."""
+    """``--db`` (``db_path``): the store; None means :func:`harness_mem.db.default_path`."""
     return click.option(
-        "--db", "db_path", type=click.Path(dir_okay=False, path_type=Path), envvar="HARNESS_MEM_DB",
-        help="Database file [env: HARNESS_MEM_DB; default: memory.db in the user data dir].",
+        "--db", "db_path", type=StoreLocation(), envvar="HARNESS_MEM_DB",
+        help="Database file, or a postgresql:// URL [env: HARNESS_MEM_DB; default: memory.db in the user data dir].",
     )(f)
 
 

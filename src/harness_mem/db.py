@@ -25,7 +25,7 @@ from typing import Any
 from sqlite_utils import Database
 
 from .errors import ExtensionError, StorageError
-from .settings import Settings  # the environment is read and checked in one place
+from .settings import Settings, is_server_url  # the environment is read and checked in one place
 
 __all__ = [
     "BOOKKEEPING_TABLE",
@@ -110,6 +110,9 @@ def connect(path: str | os.PathLike[str], *, read_only: bool = False, cache_kib:
     """
     sqlite = driver()
     target = str(path)
+    if is_server_url(target):  # never a file named after a URL
+        raise StorageError("this part of harness-mem keeps its tables in a SQLite file, not on a database server"
+                           " — give it a file's path")
     if read_only and (target == ":memory:" or not Path(target).is_file()):
         raise StorageError(f"no database at {target} to open read-only — create it first")
     read_only = read_only or (target != ":memory:" and _exists_read_only(Path(target)))
@@ -319,7 +322,7 @@ def redaction_secret(conn: Connection, *, create: bool = True) -> str | None:
     return str(row[0])
 
 
-def default_path() -> Path:
+def default_path() -> Path | str:
     """``$HARNESS_MEM_DB``, else ``memory.db`` in ``$HARNESS_MEM_HOME`` or the user's data directory."""
     return Settings.from_env().db_path()
 

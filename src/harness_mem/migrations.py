@@ -32,6 +32,7 @@ from pathlib import Path
 
 from .db import Connection, driver, write_transaction
 from .errors import MigrationError, SchemaTooNewError
+from .models import MigrationStatus
 
 __all__ = [
     "HARNESS_MEM",
@@ -63,32 +64,6 @@ class Migration:
     number: int
     name: str
     sql: str
-
-
-@dataclass(frozen=True)
-class MigrationStatus:
-    """One migration of a set as this file records it."""
-
-    set_name: str
-    number: int
-    name: str
-    applied_at: str | None  # when it was applied or skipped; None while pending
-    skipped: bool = False  # recorded as done without running (see Retired)
-    retired: str | None = None  # why it no longer runs everywhere, when it is retired
-    known: bool = True  # False: the file records it, but this code does not ship it
-
-    @property
-    def state(self) -> str:
-        """``applied``, ``skipped`` or ``pending``."""
-        if self.applied_at is None:
-            return "pending"
-        return "skipped" if self.skipped else "applied"
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "set": self.set_name, "number": self.number, "name": self.name, "state": self.state,
-            "at": self.applied_at, "retired": self.retired, "known": self.known,
-        }
 
 
 def _never(conn: Connection) -> bool:

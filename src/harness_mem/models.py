@@ -19,6 +19,7 @@ import os
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, ClassVar, Literal, Self
 
@@ -44,6 +45,7 @@ __all__ = [
     "MAX_CONTENT_CHARS",
     "MAX_NESTING",
     "MAX_TTL_DAYS",
+    "MigrationStatus",
     "Entry",
     "FilePart",
     "FileSizes",
@@ -689,3 +691,29 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 def dumps(value: Any) -> str:
     """Canonical compact JSON: sorted keys, no spaces, real Unicode."""
     return _CANONICAL.encode(value)
+
+
+@dataclass(frozen=True)
+class MigrationStatus:
+    """One migration of a set as a store records it (``migrate --list``)."""
+
+    set_name: str
+    number: int
+    name: str
+    applied_at: str | None  # when it was applied or skipped; None while pending
+    skipped: bool = False  # recorded as done without running (see Retired)
+    retired: str | None = None  # why it no longer runs everywhere, when it is retired
+    known: bool = True  # False: the file records it, but this code does not ship it
+
+    @property
+    def state(self) -> str:
+        """``applied``, ``skipped`` or ``pending``."""
+        if self.applied_at is None:
+            return "pending"
+        return "skipped" if self.skipped else "applied"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "set": self.set_name, "number": self.number, "name": self.name, "state": self.state,
+            "at": self.applied_at, "retired": self.retired, "known": self.known,
+        }

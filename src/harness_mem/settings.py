@@ -32,12 +32,18 @@ from pydantic_core import ErrorDetails
 from .models import Record
 
 
+def is_server_url(target: object) -> bool:
+    """True for a database server's URL (``postgresql://…``), as opposed to a file's path."""
+    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
+
+
 class Settings(Record):
     """harness_mem's environment, validated: ``Settings.from_env()``; fields take the variables' names."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True, protected_namespaces=())
 
-    db: Path | None = Field(None, alias="HARNESS_MEM_DB", description="the database file")
+    db: str | None = Field(None, alias="HARNESS_MEM_DB",
+                           description="the database: a file's path, or a postgresql:// URL")
     home: Path | None = Field(None, alias="HARNESS_MEM_HOME", description="the home directory")
     namespace: str = Field("default", alias="HARNESS_MEM_NAMESPACE", description="the tenant the CLI uses")
     embedder: Literal["auto", "none", "minilm", "minilm-int8"] = Field(
@@ -86,6 +92,9 @@ class Settings(Record):
         base = self.xdg_cache_home.expanduser() if self.xdg_cache_home else Path.home() / ".cache"
         return base / "harness-mem"
 
-    def db_path(self) -> Path:
-        """The database file: ``HARNESS_MEM_DB``, else ``memory.db`` in the home directory."""
-        return self.db.expanduser() if self.db is not None else self.home_dir() / "memory.db"
+    def db_path(self) -> Path | str:
+        """The database: ``HARNESS_MEM_DB`` (a path, or a server URL kept as it is), else
+        ``memory.db`` in the home directory."""
+        if self.db is None:
+            return self.home_dir() / "memory.db"
+        return self.db if is_server_url(self.db) else Path(self.db).expanduser()

@@ -27,6 +27,7 @@ import numpy.typing as npt
 from .errors import DuplicateIdError, InvalidInputError
 from .filters import Selection
 from .keyword import entry_index_text
+from .models import MigrationStatus
 from .protocols import Embedder
 from .redaction import Redactor
 from .rows import Row, identity
@@ -378,6 +379,10 @@ class Storage(ABC):
 
     @abstractmethod
     def schema_version(self) -> int: ...
+
+    @abstractmethod
+    def migration_status(self) -> list[MigrationStatus]:
+        """Every migration this store records or this code ships, in order (``migrate --list``)."""
 
     @abstractmethod
     def largest_sessions(self, namespace: str, now: int, limit: int) -> list[tuple[str, int, int]]:

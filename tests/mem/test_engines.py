@@ -8,6 +8,9 @@ same data and check that the shared ranking gives the same order.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -215,3 +218,30 @@ def test_experience_tables_say_plainly_they_are_sqlite_only_for_now(engine_targe
         with pytest.raises(StorageError, match="keeps its tables in SQLite"):
             experience.record(episode)
         assert store.count() == 0  # nothing half-written
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+
+    command = str(Path(sys.executable).with_name("harness-mem"))
+    return subprocess.run([command, *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "HARNESS_MEM_EMBEDDER": "none", **(env or {})})
+
+
+def test_the_command_line_takes_a_server_url(engine_target: str) -> None:
+    if not engine_target.startswith("postgresql://"):
+        return
+    secret = engine_target.replace("postgres@", "postgres:Hunter2Secret@")
+    added = _cli("--db", secret, "add", "deploys are on Tuesdays", "--tag", "ops")
+    assert added.returncode == 0, added.stderr
+    recalled = _cli("recall", "when are deploys", "--json", env={"HARNESS_MEM_DB": secret})
+    assert recalled.returncode == 0, recalled.stderr
+    assert json.loads(recalled.stdout.splitlines()[0])["content"] == "deploys are on Tuesdays"
+    listed = _cli("--db", secret, "migrate", "--list")
+    assert "harness_mem" in listed.stdout and "0001_init" in listed.stdout and "applied" in listed.stdout
+    shown = [_cli("--db", secret, command).stdout for command in ("stats", "doctor")] + [_cli("--db", secret, "db", "path").stdout]
+    assert all("Hunter2Secret" not in text for text in shown) and "ok    pgvector" in shown[1], shown
+    assert "postgresql://postgres@127.0.0.1" in shown[0] and shown[2].startswith("postgresql://postgres@127.0.0.1")
+    # The orchestrator's runs need a file for now: one line, and no file named after the URL.
+    refused = _cli("--db", secret, "episodes", "list")
+    assert refused.returncode != 0 and refused.stderr.startswith("Error: ") and "Traceback" not in refused.stderr
+    assert "Hunter2Secret" not in refused.stderr

@@ -8,14 +8,21 @@ from __future__ import annotations
 import os
 
 from ..db import CACHE_SIZE_KIB
+from ..settings import is_server_url
 from ..storage import Storage
 
-__all__ = ["is_url", "open_storage"]
+__all__ = ["is_url", "open_storage", "shown_location"]
+
+is_url = is_server_url
 
 
-def is_url(target: object) -> bool:
-    """True for a database server's URL (``postgresql://…``), as opposed to a file's path."""
-    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
+def shown_location(target: str | os.PathLike[str]) -> str:
+    """``target`` as it may be printed: a path as it is, a URL without its password."""
+    if is_url(target):
+        from .postgres import safe_location
+
+        return safe_location(str(target))
+    return str(target)
 
 
 def open_storage(target: str | os.PathLike[str], *, read_only: bool = False,

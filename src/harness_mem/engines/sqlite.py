@@ -640,6 +640,9 @@ class SQLiteStorage(Storage):
         applied = [s for s in migrations.status(self.conn) if s.applied_at]
         return applied[-1].number if applied else 0
 
+    def migration_status(self) -> list[migrations.MigrationStatus]:
+        return migrations.overview(self.conn)
+
     def largest_sessions(self, namespace: str, now: int, limit: int) -> list[tuple[str, int, int]]:
         top = self.conn.execute(
             f"SELECT session, count(*) FROM entries WHERE {_LIVE} AND session IS NOT NULL"
