@@ -168,6 +168,22 @@ def db_path_command(ctx: click.Context) -> None:
     click.echo(shown_location(ctx.obj["db"]))
 
 
+@db.command("grant")
+@click.argument("role")
+@click.pass_context
+def db_grant(ctx: click.Context, role: str) -> None:
+    """Confine a PostgreSQL role to this namespace (-N): the database lets a connection as ROLE
+    read and write that namespace alone. Run as the store's owner.
+
+    \b
+    Example:
+        harness-mem --db postgresql://owner@db/memory -N team-a db grant team_a_agents
+    """
+    with open_store(ctx, create=True) as store:
+        store.grant(role)
+        click.echo(f"{role} may now read and write namespace {ctx.obj['namespace']!r} of {store.path}, and no other")
+
+
 @cli.command()
 @click.argument("name", required=False)
 def schema(name: str | None) -> None:

@@ -144,6 +144,8 @@ class Storage(ABC):
     embedder: Embedder | None
     #: What the keyword ranking reads (a :class:`~harness_mem.bm25.KeywordSource`).
     keywords: Any
+    #: The namespace (as stored) the database confines this connection to, if it does.
+    confined_to: str | None = None
 
     # ---- lifecycle and settings ---------------------------------------------------------------
 
@@ -158,6 +160,11 @@ class Storage(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def confine(self, role: str, namespace: str) -> None:
+        """Let a database role read and write ``namespace`` (as stored) alone, enforced by the
+        database. Only an engine with roles can."""
+        raise InvalidInputError(f"a {self.engine} store has no database roles — confining one needs PostgreSQL")
 
     @abstractmethod
     def redaction_secret(self, *, create: bool) -> str | None:

@@ -23,7 +23,7 @@ from sqlite_utils import Database
 from . import corrections, maintenance, sessions
 from .db import CACHE_SIZE_KIB, default_path
 from .engines import is_url, open_storage
-from .errors import BlockedError, HarnessMemError, InvalidInputError, NotFoundError
+from .errors import BlockedError, HarnessMemError, InvalidInputError, NotFoundError, StorageError
 from .filters import Selection, make_filters
 from .models import Entry, Hit, Remembered, SessionHit, SessionSummary, now_ms
 from .protocols import Embedder
@@ -94,6 +94,10 @@ class MemoryStore:
             #: The namespace as stored: an identity field, so matched as its pseudonym.
             self.scope = Scope(identity(namespace, self.redactor) or namespace, self.redactor)
             self.namespace = self.scope.namespace
+            confined = self.storage.confined_to
+            if confined is not None and confined != self.namespace:
+                raise StorageError(f"this database role may use namespace {confined!r} only, not {namespace!r}"
+                                   " — open the store in that namespace, or connect as another role")
             self._recall = Recall(self.storage, self.scope)
             if not self.read_only:
                 maintenance.expire_if_due(self.storage)
@@ -280,6 +284,11 @@ class MemoryStore:
     def delete(self, id: str) -> bool:
         """Delete an entry and its derived rows; False when there was none."""
         return self.storage.delete(self.namespace, self.scope.key(id) or id)
+
+    def grant(self, role: str) -> None:
+        """Confine the database role ``role`` to this store's namespace (PostgreSQL): a connection
+        as that role reads and writes this namespace alone, whatever namespace it opens."""
+        self.storage.confine(role, self.namespace)
 
     def purge_expired(self) -> int:
         """Delete every expired entry (in all namespaces) with its derived rows; returns how many went.

@@ -245,3 +245,45 @@ def test_the_command_line_takes_a_server_url(engine_target: str) -> None:
     refused = _cli("--db", secret, "episodes", "list")
     assert refused.returncode != 0 and refused.stderr.startswith("Error: ") and "Traceback" not in refused.stderr
     assert "Hunter2Secret" not in refused.stderr
+
+
+def test_the_database_confines_a_role_to_its_namespace(postgres_server: object) -> None:
+    import uuid
+
+    import psycopg
+    from postgres_server import PostgresServer
+
+    assert isinstance(postgres_server, PostgresServer)
+    tag = uuid.uuid4().hex[:8]
+    schema, alice, bob = f"t_{tag}", f"alice_{tag}", f"bob_{tag}"
+    with postgres_server.connect() as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    postgres_server.create_role(alice)
+    postgres_server.create_role(bob)
+    options = f"?options=-csearch_path%3D{schema},public"
+    owner = postgres_server.dsn + options
+    for namespace in ("team-a", "team-b"):
+        with MemoryStore(owner, namespace=namespace, embedder=HashedEmbedder()) as admin:
+            admin.add(f"{namespace} keeps its deploy notes here", id="first")
+    with MemoryStore(owner, namespace="team-a", embedder=HashedEmbedder()) as admin:
+        admin.grant(alice)
+    granted = _cli("--db", owner, "-N", "team-b", "--embedder", "none", "db", "grant", bob)
+    assert granted.returncode == 0 and "namespace 'team-b'" in granted.stdout, granted.stderr
+    as_alice = postgres_server.dsn_for(user=alice) + options
+    with MemoryStore(as_alice, namespace="team-a", embedder=HashedEmbedder()) as store:
+        store.add("the lighthouse plan is secret to team a", id="plan")
+        assert {h.entry.id for h in store.recall("deploy notes lighthouse", k=10)} == {"first", "plan"}
+        assert store.stats()["namespaces"] == ["team-a"]
+        # Past the library, straight to the database: the rows of team-b are not there for this role.
+        raw = store.storage.conn  # type: ignore[attr-defined]
+        assert raw.execute("SELECT DISTINCT namespace FROM entries").fetchall() == [("team-a",)]
+        assert raw.execute("SELECT count(*) FROM entry_vectors").fetchone() == (2,)  # its own two
+        assert raw.execute("UPDATE entries SET content = 'x' WHERE namespace = 'team-b'").rowcount == 0
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            raw.execute("INSERT INTO entries (id, namespace, kind, content, created_at, content_hash)"
+                        " VALUES ('evil', 'team-b', 'note', 'planted', 0, 'h')")
+    with pytest.raises(StorageError, match="namespace 'team-a' only"):
+        MemoryStore(as_alice, namespace="team-b", embedder=HashedEmbedder())
+    with MemoryStore(postgres_server.dsn_for(user=bob) + options, namespace="team-b", embedder=HashedEmbedder()) as store:
+        assert [h.entry.content for h in store.recall("lighthouse plan", mode="keyword")] == []
+        assert store.count() == 1

@@ -199,6 +199,10 @@ class PostgresKeywords:
         return self.storage.query(sql, params)[0][0]
 
     def stats(self) -> tuple[int, float]:
+        if self.storage.confined_to is not None:  # what this role sees: its namespace alone
+            rows, tokens = self.storage.query(
+                "SELECT count(*), coalesce(sum(token_count), 0) FROM entries WHERE tokens IS NOT NULL")[0]
+            return int(rows), (int(tokens) / int(rows) if rows else 0.0)
         counts = dict(self.storage.query(
             "SELECT key, value FROM settings WHERE key IN ('keywords.rows', 'keywords.tokens')"))
         rows, tokens = int(counts.get("keywords.rows") or 0), int(counts.get("keywords.tokens") or 0)
@@ -329,7 +333,20 @@ class PostgresStorage(Storage):
         if not files:
             raise MigrationError("no PostgreSQL migrations found — the installation is incomplete; reinstall harness-mem")
         known = {int(p.name[:4]): p for p in files}
-        if self.read_only:
+        try:
+            return self._migrate(known)
+        finally:
+            if 3 in self._applied():
+                self.confined_to = self.query("SELECT confined_namespace()")[0][0]
+
+    def _migrate(self, known: dict[int, Path]) -> bool:
+        if self.read_only or self._applied() >= set(known):
+            # Nothing to do: no DDL, which a confined role may not run.
+            newer = sorted(self._applied() - set(known))
+            if newer:
+                raise SchemaTooNewError(
+                    f"{self.path} has migration {newer[-1]:04d}, newer than this harness-mem knows — upgrade harness-mem"
+                )
             return False
         self._run("CREATE EXTENSION IF NOT EXISTS vector")
         with self.conn.transaction():
@@ -353,8 +370,32 @@ class PostgresStorage(Storage):
                 created = created or number == 1
         return created
 
+    def _applied(self) -> set[int]:
+        if not self.query("SELECT to_regclass('_migrations') IS NOT NULL")[0][0]:
+            return set()
+        return {int(n) for (n,) in self.query("SELECT number FROM _migrations")}
+
     def close(self) -> None:
         self.conn.close()
+
+    def confine(self, role: str, namespace: str) -> None:
+        """Let ``role`` read and write this store, in ``namespace`` (as stored) alone: the database
+        enforces it (row-level security). Run by the store's owner."""
+        from psycopg import sql
+
+        if not self.vectors_bound(writing=True) and self.embedder is not None:
+            raise StorageError("the vectors' table could not be made")
+        tables = ["entries", "settings", *(["entry_vectors"] if self._has_vector_table() else [])]
+        with self.transaction():
+            self._run("INSERT INTO namespace_roles (role, namespace) VALUES (%s, %s)"
+                      " ON CONFLICT (role) DO UPDATE SET namespace = excluded.namespace", (role, namespace))
+            who = sql.Identifier(role)
+            self.conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+                sql.Identifier(str(self.query("SELECT current_schema()")[0][0])), who))
+            self.conn.execute(sql.SQL("GRANT SELECT ON _migrations TO {}").format(who))
+            for table in tables:
+                self.conn.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(
+                    sql.Identifier(table), who))
 
     # ---- settings ---------------------------------------------------------------------------------
 
@@ -474,6 +515,12 @@ class PostgresStorage(Storage):
                           f" ON DELETE CASCADE, embedding halfvec({dim}) NOT NULL)")
                 self._run("CREATE INDEX IF NOT EXISTS entry_vectors_hnsw ON entry_vectors"
                           " USING hnsw (embedding halfvec_cosine_ops)")
+                # A vector is seen only with its entry: a confined role reads no other namespace's.
+                self._run("ALTER TABLE entry_vectors ENABLE ROW LEVEL SECURITY")
+                self._run("DROP POLICY IF EXISTS entry_vectors_of_the_role ON entry_vectors")
+                self._run("CREATE POLICY entry_vectors_of_the_role ON entry_vectors"
+                          " USING (EXISTS (SELECT 1 FROM entries e WHERE e.pk = entry_vectors.pk))"
+                          " WITH CHECK (EXISTS (SELECT 1 FROM entries e WHERE e.pk = entry_vectors.pk))")
         self._bound = True
         return True
 
