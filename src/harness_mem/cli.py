@@ -168,6 +168,28 @@ def db_path_command(ctx: click.Context) -> None:
     click.echo(shown_location(ctx.obj["db"]))
 
 
+@cli.command()
+@click.argument("source", type=StoreLocation())
+@click.argument("target", type=StoreLocation())
+@json_object_option
+def copy(source: Path | str, target: Path | str, as_json: bool) -> None:
+    """Copy a store to another (SQLite file ⇄ PostgreSQL URL): every entry that is not forgotten,
+    with its history, sessions and vectors (and their model). Running it again resumes.
+
+    \b
+    Example:
+        harness-mem copy memory.db postgresql://me@db.internal/team_memory
+    """
+    from .copying import copy_store
+
+    report = copy_store(source, target)
+    if as_json:
+        echo_json(vars(report))
+        return
+    click.echo(f"Copied {report.copied} entries ({report.already} already there) and {report.vectors} vectors"
+               f" ({report.model or 'keyword only'}) from {report.source} to {report.target}")
+
+
 @db.command("grant")
 @click.argument("role")
 @click.pass_context

@@ -302,6 +302,15 @@ class Storage(ABC):
     def index_texts(self, pks: Sequence[int]) -> dict[int, str]:
         """Each entry's keyword-index text, as its write made it."""
 
+    @abstractmethod
+    def rows_after(self, pk: int, limit: int) -> list[Row]:
+        """Up to ``limit`` entries of every namespace past ``pk``, in pk order, forgotten ones
+        aside (what a copy carries: current and superseded entries)."""
+
+    @abstractmethod
+    def stored_vectors(self, pks: Sequence[int]) -> dict[int, npt.NDArray[np.float32]]:
+        """The stored vector of each entry that has one (its direction: cosine ignores scale)."""
+
     # ---- what recall asks -----------------------------------------------------------------------
 
     @abstractmethod

@@ -287,3 +287,76 @@ def test_the_database_confines_a_role_to_its_namespace(postgres_server: object) 
     with MemoryStore(postgres_server.dsn_for(user=bob) + options, namespace="team-b", embedder=HashedEmbedder()) as store:
         assert [h.entry.content for h in store.recall("lighthouse plan", mode="keyword")] == []
         assert store.count() == 1
+
+
+def _postgres_target(server: object) -> str:
+    import uuid
+
+    from postgres_server import PostgresServer
+
+    assert isinstance(server, PostgresServer)
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with server.connect() as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return f"{server.dsn}?options=-csearch_path%3D{schema},public"
+
+
+def test_copy_moves_a_store_between_engines_and_back_losslessly(tmp_path: Path, postgres_server: object) -> None:
+    from harness_mem.copying import copy_store
+
+    original = tmp_path / "original.db"
+    with MemoryStore(original, embedder=HashedEmbedder()) as store:
+        _fill(store)
+        store.add("mail ada@example.com about it", session="user-ada@example.com", role="user", id="p1")
+        corrected = store.supersede(store.remember("Ada lives in Lisbon", kind="fact").id, "Ada moved to Porto")
+        store.remember("a secret to forget", kind="note")
+        store.forget(store.recall("secret to forget", k=1, mode="keyword")[0].entry.id)
+        with MemoryStore(original, namespace="other", embedder=HashedEmbedder()) as other:
+            other.add("another team's note", id="o1")
+        expected = [e.to_dict() for e in store.list(include_superseded=True)]
+        expected_hits = [h.entry.id for h in store.recall("where does Ada live now", k=3)]
+    server = _postgres_target(postgres_server)
+    there = copy_store(original, server)
+    assert (there.read, there.copied, there.vectors, there.model) == (17, 17, 17, "hashed-ngrams-test")
+    back = tmp_path / "back.db"
+    returned = copy_store(server, back)
+    assert returned.copied == 17
+    for target in (server, str(back)):
+        with MemoryStore(target, embedder=HashedEmbedder()) as copy:
+            assert [e.to_dict() for e in copy.list(include_superseded=True)] == expected
+            assert [e.content for e in copy.history(corrected.id)] == ["Ada lives in Lisbon", "Ada moved to Porto"]
+            assert [e.id for e in copy.session_turns("user-ada@example.com")] == ["p1"]  # the same pseudonyms
+            assert copy.recall("secret to forget", mode="keyword") == [] and copy.count_missing_vectors() == 0
+            assert [h.entry.id for h in copy.recall("where does Ada live now", k=3)] == expected_hits
+        with MemoryStore(target, namespace="other", embedder=None) as other:
+            assert other.get("o1").content == "another team's note"
+    # Again: nothing is written twice.
+    assert copy_store(original, server).already == 17
+
+
+def test_copy_resumes_and_refuses_what_it_cannot_do_in_one_line(tmp_path: Path, postgres_server: object) -> None:
+    from harness_mem.copying import copy_store
+
+    source = tmp_path / "s.db"
+    with MemoryStore(source, embedder=None) as store:
+        store.add_many([{"content": f"note {i}", "id": f"n{i}"} for i in range(30)])
+    server = _postgres_target(postgres_server)
+
+    def interrupted(done: int) -> None:
+        raise KeyboardInterrupt  # after the first batch is committed
+
+    with pytest.raises(KeyboardInterrupt):
+        copy_store(source, server, batch_size=10, progress=interrupted)
+    resumed = copy_store(source, server, batch_size=7)
+    assert (resumed.copied, resumed.already) == (20, 10)
+    with MemoryStore(server, embedder=None) as copy:
+        assert sorted(e.id for e in copy.list()) == sorted(f"n{i}" for i in range(30))
+    copied = _cli("copy", str(tmp_path / "missing.db"), server)
+    assert copied.returncode == 1 and copied.stderr.startswith("Error: ") and "Traceback" not in copied.stderr
+    foreign = tmp_path / "other.db"
+    with MemoryStore(foreign, embedder=None) as other:
+        other.add("keyed with its own secret", session="user-bob@example.com")
+    refused = _cli("copy", str(source), str(foreign))
+    assert refused.returncode == 1 and "another key" in refused.stderr
+    done = _cli("copy", str(source), str(tmp_path / "fresh.db"), "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["copied"] == 30

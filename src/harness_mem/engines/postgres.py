@@ -770,6 +770,17 @@ class PostgresStorage(Storage):
         found = self.query("SELECT pk FROM entries WHERE namespace = %s AND id = %s", (namespace, entry_id))
         return int(found[0][0]) if found else None
 
+    def rows_after(self, pk: int, limit: int) -> list[Row]:
+        return [Row._make(r) for r in self.query(
+            f"SELECT {_COLUMNS_E} FROM entries e WHERE e.pk > %s AND e.forgotten_at IS NULL ORDER BY e.pk LIMIT %s",
+            (pk, limit))]
+
+    def stored_vectors(self, pks: Sequence[int]) -> dict[int, npt.NDArray[np.float32]]:
+        if not pks or not self._has_vector_table():
+            return {}
+        return {int(pk): np.asarray(json.loads(text), dtype=np.float32) for pk, text in self.query(
+            "SELECT pk, embedding::text FROM entry_vectors WHERE pk = ANY(%s)", (list(pks),))}
+
     # ---- what recall asks --------------------------------------------------------------------------------
 
     def speakers(self, pks: Sequence[int]) -> list[tuple[int, str | None, str | None]]:
@@ -934,7 +945,7 @@ class PostgresStorage(Storage):
         return [r[0] for r in self.query("SELECT DISTINCT namespace FROM entries ORDER BY 1")]
 
     def schema_version(self) -> int:
-        return int(self.query("SELECT coalesce(max(number), 0) FROM _migrations")[0][0])
+        return max(self._applied(), default=0)
 
     def migration_status(self) -> list[MigrationStatus]:
         """This engine's own set (``migrations/postgres``), recorded under harness_mem's name."""

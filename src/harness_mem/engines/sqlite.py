@@ -451,6 +451,17 @@ class SQLiteStorage(Storage):
         row = self.conn.execute("SELECT pk FROM entries WHERE namespace = ? AND id = ?", (namespace, entry_id)).fetchone()
         return None if row is None else int(row[0])
 
+    def rows_after(self, pk: int, limit: int) -> list[Row]:
+        return [Row._make(r) for r in self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries WHERE pk > ? AND forgotten_at IS NULL ORDER BY pk LIMIT ?", (pk, limit))]
+
+    def stored_vectors(self, pks: Sequence[int]) -> dict[int, npt.NDArray[np.float32]]:
+        if not pks or not has_vector_table(self.conn):
+            return {}
+        return {int(pk): np.asarray(json.loads(values), dtype=np.float32) for pk, values in self.conn.execute(
+            "SELECT v.rowid, vec_to_json(v.embedding) FROM json_each(?) AS j CROSS JOIN entries_vec v ON v.rowid = j.value",
+            (json.dumps(list(pks)),))}
+
     # ---- what recall asks ------------------------------------------------------------------------
 
     def speakers(self, pks: Sequence[int]) -> list[tuple[int, str | None, str | None]]:

@@ -1,0 +1,120 @@
+"""Moving a store between engines: ``harness-mem copy SRC DST`` (a SQLite file, a PostgreSQL URL).
+
+Every entry of every namespace that is not forgotten goes across as it is stored: its id, times,
+session, role, tags, metadata, redaction counts and correction marks (so histories survive), with
+the vector it already has and the identity of the model that made it. Nothing is embedded again and
+nothing is redacted again: the rows were redacted when first written, and the destination takes the
+source's pseudonym key, so a lookup by a raw session id or entry id finds the same rows on both.
+Forgotten entries stay behind: what was forgotten does not spread.
+
+A copy is resumable: it goes in the source's write order, and an id the destination already holds
+is left as it is, so running it again after an interruption carries on where it stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .engines import open_storage, shown_location
+from .errors import StorageError
+from .storage import Storage
+
+__all__ = ["CopyReport", "RecordedModel", "copy_store"]
+
+BATCH_SIZE = 500
+
+
+@dataclass
+class CopyReport:
+    """What a copy did: entries read from the source, written to the destination, already there."""
+
+    source: str
+    target: str
+    read: int = 0
+    copied: int = 0
+    already: int = 0
+    vectors: int = 0
+    model: str | None = None
+
+
+class RecordedModel:
+    """A model known by its identity alone: the destination records it and takes the source's
+    vectors. It embeds nothing: an entry without a vector in the source stops the copy."""
+
+    def __init__(self, identity: dict[str, str]) -> None:
+        self.name = identity["name"]
+        self.dim = int(identity["dim"])
+        self.fingerprint = identity.get("fingerprint", self.name)
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        raise StorageError(
+            f"{len(texts)} entries of the source have no vector yet — run `harness-mem reindex` on it, then copy again"
+            " (what was copied so far is kept)"
+        )
+
+
+def copy_store(source: str | os.PathLike[str], target: str | os.PathLike[str], *, batch_size: int = BATCH_SIZE,
+               progress: Callable[[int], None] | None = None) -> CopyReport:
+    """Copy every live entry of ``source`` into ``target`` (created and migrated if need be)."""
+    if str(source) == str(target):
+        raise StorageError("the source and the destination are the same store — name another destination")
+    src = open_storage(source, read_only=True)
+    try:
+        if src.schema_version() == 0:
+            raise StorageError(f"{shown_location(source)} holds no harness-mem store — nothing to copy")
+        dst = open_storage(target)
+        try:
+            dst.migrate()
+            return _copy(src, dst, batch_size, progress)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+
+
+def _copy(src: Storage, dst: Storage, batch_size: int, progress: Callable[[int], None] | None) -> CopyReport:
+    report = CopyReport(source=src.location, target=dst.location)
+    _share_key(src, dst)
+    model = None if src.keyword_only else src.recorded_model()
+    dst.use_embedder(RecordedModel(model) if model else None)
+    if model is None:
+        with dst.transaction():
+            dst.set_keyword_only(True)
+    report.model = model["name"] if model else None
+    last = 0
+    while rows := src.rows_after(last, batch_size):
+        vectors = src.stored_vectors([row.pk for row in rows if row.pk is not None]) if model else {}
+        fresh = [row._replace(pk=None) for row in rows]
+        given = {id(new): _unit(vectors[old.pk]) for new, old in zip(fresh, rows, strict=True) if old.pk in vectors}
+        written = dst.write(fresh, "ignore", given)
+        report.read += len(rows)
+        report.copied += len(written)
+        report.already += len(rows) - len(written)
+        report.vectors += sum(1 for row in written if id(row) in given)
+        last = int(rows[-1].pk or last)
+        if progress is not None:
+            progress(len(rows))
+    return report
+
+
+def _unit(vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm else vector
+
+
+def _share_key(src: Storage, dst: Storage) -> None:
+    """Give the destination the source's pseudonym key, unless it already keys entries of its own."""
+    key = src.redaction_secret(create=False)
+    if key is None or dst.redaction_secret(create=False) == key:
+        return
+    if dst.redaction_secret(create=False) is not None and dst.count_all():
+        raise StorageError(
+            f"{dst.location} already holds entries pseudonymised with another key — copy into a new or empty store"
+        )
+    with dst.transaction():
+        dst.set_setting("redaction.secret", key)
