@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from .engines import open_storage, shown_location
 from .errors import StorageError
+from .rows import Row
 from .storage import Storage
 
 __all__ = ["CopyReport", "RecordedModel", "copy_store"]
@@ -89,7 +90,7 @@ def _copy(src: Storage, dst: Storage, batch_size: int, progress: Callable[[int],
     last = 0
     while rows := src.rows_after(last, batch_size):
         vectors = src.stored_vectors([row.pk for row in rows if row.pk is not None]) if model else {}
-        fresh = [row._replace(pk=None) for row in rows]
+        fresh = [Row(None, *row[1:]) for row in rows]  # new rows: the destination numbers them
         given = {id(new): _unit(vectors[old.pk]) for new, old in zip(fresh, rows, strict=True) if old.pk in vectors}
         written = dst.write(fresh, "ignore", given)
         report.read += len(rows)
