@@ -109,6 +109,15 @@ class VectorFilter:
         return "".join(f" AND {c}" for c in clauses), params
 
 
+def other_model(recorded: dict[str, str], mine: dict[str, str]) -> EmbedderError:
+    """The error for vectors made by another model than the one at hand (identities as recorded)."""
+    return EmbedderError(
+        f"this database's vectors were made by {recorded.get('name')} ({recorded.get('dim')} dims,"
+        f" {recorded.get('fingerprint')}), not by {mine['name']} ({mine['dim']} dims, {mine['fingerprint']})"
+        " — run `harness-mem reindex` to rebuild them with the current model"
+    )
+
+
 def session_key(session: str | None) -> int:
     """The session's key in the index: 0 for none, else a positive 63-bit hash of its id."""
     if session is None:
@@ -407,11 +416,7 @@ class VectorIndex:
         recorded = self.recorded_model(self.conn)
         mine = self.identity()
         if recorded is not None and recorded != mine:
-            raise EmbedderError(
-                f"this database's vectors were made by {recorded.get('name')} ({recorded.get('dim')} dims,"
-                f" {recorded.get('fingerprint')}), not by {mine['name']} ({mine['dim']} dims, {mine['fingerprint']})"
-                " — run `harness-mem reindex` to rebuild them with the current model"
-            )
+            raise other_model(recorded, mine)
         return recorded
 
     def attached(self) -> bool:

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from .. import keyword
 from ..bm25 import Match, idf, index_tokens, share, term_tokens
-from ..errors import EmbedderError, ExtensionError, MigrationError, SchemaTooNewError, StorageError
+from ..errors import ExtensionError, MigrationError, SchemaTooNewError, StorageError
 from ..filters import Selection
 from ..models import MigrationStatus, to_ms
 from ..protocols import Embedder
@@ -39,7 +39,7 @@ from ..storage import (
     index_texts_of,
     settle_conflicts,
 )
-from ..vectors import embedding_text
+from ..vectors import embedding_text, other_model
 
 __all__ = ["PostgresStorage", "safe_location"]
 
@@ -528,11 +528,7 @@ class PostgresStorage(Storage):
         recorded = self.recorded_model()
         mine = self._identity()
         if recorded is not None and recorded != mine:
-            raise EmbedderError(
-                f"this database's vectors were made by {recorded.get('name')} ({recorded.get('dim')} dims,"
-                f" {recorded.get('fingerprint')}), not by {mine['name']} ({mine['dim']} dims, {mine['fingerprint']})"
-                " — run `harness-mem reindex` to rebuild them with the current model"
-            )
+            raise other_model(recorded, mine)
         return f"{mine['name']}, {mine['dim']} dimensions"
 
     def model_differs(self) -> bool:
