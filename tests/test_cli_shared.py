@@ -189,11 +189,12 @@ def test_migrate_list_shows_both_sets(db_path: Path) -> None:
         ("harness_mem", "applied", "0009_corrections"),
         ("harness_loop", "applied", "0001_runs"),
         ("harness_loop", "applied", "0002_run_privacy"),
+        ("harness_loop", "applied", "0003_job_leases"),
     ]
     assert "0002_runs  (retired: the runs tables moved to the harness_loop migration set)" in listing.stdout
 
     loop_only = invoke("harness-mem", "--db", str(db_path), "migrate", "--list", "--set", "harness_loop", "--json")
-    row, _ = [json.loads(line) for line in loop_only.stdout.splitlines()]
+    row, *_ = [json.loads(line) for line in loop_only.stdout.splitlines()]
     assert {k: row[k] for k in ("set", "number", "name", "state")} == {
         "set": "harness_loop", "number": 1, "name": "0001_runs", "state": "applied",
     }

@@ -73,6 +73,9 @@ STORAGE_MODULES = {
     "harness_mem/experience/store.py",
     "harness_mem/experience/ledger.py",
     "harness_loop/runstore.py",
+    "harness_loop/runtables.py",
+    "harness_loop/runtables_sqlite.py",
+    "harness_loop/runtables_postgres.py",
 }
 # What the seam keeps engine-free: no SQL, and no engine module imported.
 ABOVE_THE_SEAM = ("store", "recall", "corrections", "sessions", "maintenance", "bm25", "fusion", "filters", "storage")

@@ -28,6 +28,16 @@ def test_wheel_installs_into_a_clean_venv_and_opens_a_store(tmp_path: Path) -> N
     assert "harness_mem/migrations/0001_init.sql" in names
     assert "harness_loop/migrations/0001_runs.sql" in names
     assert "harness_mem/migrations/postgres/0001_init.sql" in names  # the PostgreSQL engine's set
+    # harness_loop's sets: SQLite's, and PostgreSQL's in its subfolder (and only there: harness_mem's
+    # PostgreSQL folder holds exactly harness_mem's files).
+    loop_sets = {ROOT / "src" / "harness_loop" / "migrations": "harness_loop/migrations/",
+                 ROOT / "src" / "harness_loop" / "migrations" / "postgres": "harness_loop/migrations/postgres/",
+                 ROOT / "migrations" / "postgres": "harness_mem/migrations/postgres/"}
+    for folder, prefix in loop_sets.items():
+        shipped = {name.removeprefix(prefix) for name in names if name.startswith(prefix) and name.endswith(".sql")
+                   and "/" not in name.removeprefix(prefix)}
+        assert shipped == {p.name for p in folder.glob("*.sql")}, prefix
+    assert "harness_loop/migrations/postgres/0001_runs.sql" in names
     assert not any(name.startswith("harness_mem/migrations/") and name.count("/") > 2
                    and not name.startswith("harness_mem/migrations/postgres/") for name in names)
     assert not any("locomo" in name.lower() for name in names)
@@ -50,6 +60,8 @@ def test_wheel_installs_into_a_clean_venv_and_opens_a_store(tmp_path: Path) -> N
         assert harness_loop.__file__.startswith({str(clean)!r}), harness_loop.__file__
         with RunStore.open({str(tmp_path / "w.db")!r}) as runs:
             runs.create(RunRecord(id="r1", goal="shipped runs tables work"))
+        from harness_loop.runtables_postgres import known_migrations as postgres_runs
+        assert [m.name for m in postgres_runs()][0] == "0001_runs", postgres_runs()
         with s.MemoryStore({str(tmp_path / "w.db")!r}, embedder=None) as store:
             store.add("shipped migrations work")
             assert store.recall("migrations")[0].entry.content == "shipped migrations work"

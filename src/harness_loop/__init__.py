@@ -23,6 +23,7 @@ from .schema import json_schema, schemas
 from .states import JobState, RunState
 from .subagent import SubagentSpec, SubagentStatus, run_subagent
 from .tools import Tool, ToolRegistry, tool
+from .workers import Worker
 
 __all__ = [
     "AgentLoop",
@@ -72,6 +73,7 @@ __all__ = [
     "ToolRegistry",
     "Unverified",
     "Usage",
+    "Worker",
     "attach_memory",
     "json_schema",
     "memory_tools",

@@ -32,6 +32,7 @@ from harness_mem.cliutils import (
     namespace_option,
 )
 from harness_mem.db import default_path
+from harness_mem.engines import is_url
 from harness_mem.models import parse_time, to_ms
 from harness_mem.providers import DEFAULT_TIMEOUT
 
@@ -314,11 +315,13 @@ def runs_gc(ctx: click.Context, older_than: str, vacuum: bool, as_json: bool) ->
     """
     cutoff = to_ms(parse_time(older_than))
     path = ctx.obj["db"]
-    if not Path(path).exists():
+    if not is_url(path) and not Path(path).exists():
         raise click.ClickException(f"no database at {path} — nothing to collect")
-    # The memory store owns the file's collection; the run store prunes its own table on the same connection.
+    # The memory store owns the file's collection; the run store prunes its own table, on the same
+    # connection (on PostgreSQL, one of its own, closed here).
     with MemoryStore(path, namespace=ctx.obj["namespace"], embedder=None) as memory:
-        pruned = RunStore.on(memory).prune_events(cutoff)
+        with RunStore.on(memory) as runs:
+            pruned = runs.prune_events(cutoff)
         # Pruned events leave every byte only with a rewrite of the file (SQLite keeps old copies of
         # rows in rebuilt pages, see harness_mem.maintenance), as purged entries do.
         report = {"events_pruned": pruned, **memory.gc(vacuum=vacuum or pruned > 0)}

@@ -56,6 +56,24 @@ class JobFailure(Exception):
         self.output_tokens = output_tokens
 
 
+def failure_tokens(error: BaseException | None) -> int:
+    """The tokens a failed attempt reports having spent (a :class:`JobFailure`'s; 0 for any other error)."""
+    total = 0
+    for name in ("input_tokens", "output_tokens"):
+        value = getattr(error, name, 0)
+        if isinstance(value, int) and not isinstance(value, bool):
+            total += max(value, 0)
+    return total
+
+
+def describe_failure(error: BaseException | None) -> str:
+    """A failed attempt's error as one message: its text, else its type's name."""
+    if error is None:
+        return "unknown error"
+    text = str(error).strip()
+    return text or type(error).__name__
+
+
 class Backoff(Record):
     """How long to wait before a retry: none, a fixed delay, or exponential with a cap (seconds)."""
 

@@ -50,7 +50,7 @@ from harness_mem.models import new_id
 
 from .dag import Dag
 from .errors import DagError, OrchestratorError
-from .job import Job, JobId, JobResult
+from .job import Job, JobId, JobResult, describe_failure, failure_tokens
 from .planner import Planner
 from .route import Continue, Goto, Next, Router, Stop
 from .runs import Run, RunBudget, RunReport, job_to_record
@@ -85,6 +85,11 @@ class _FunctionRunner:
 
     async def run(self, job: Job, upstream: Mapping[JobId, JobResult]) -> JobResult:
         return await self._fn(job, upstream)
+
+
+def as_runner(runner: JobRunner | RunnerFunction) -> JobRunner:
+    """``runner`` as a :class:`JobRunner` (an async function is wrapped in one)."""
+    return runner if isinstance(runner, JobRunner) else _FunctionRunner(runner)
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,7 @@ class Orchestrator:
             raise InvalidInputError(f"max_visits must be at least 1, not {max_visits}")
         if max_replans < 0:
             raise InvalidInputError(f"max_replans must not be negative, not {max_replans}")
-        self._runner: JobRunner = runner if isinstance(runner, JobRunner) else _FunctionRunner(runner)
+        self._runner: JobRunner = as_runner(runner)
         self._store: RunStoreLike = store if store is not None else InMemoryRunStore()
         self._owner = lease_owner()  # the name this orchestrator holds run leases under
         self._planner = planner
@@ -668,7 +673,7 @@ class _Execution:
             self.charge(job, message.result.total_tokens)
             job.prior_attempt = message.result.text
         else:
-            self.charge(job, _tokens_of(message.error))
+            self.charge(job, failure_tokens(message.error))
         job.state, job.result, job.attempts, job.last_error, job.feedback = (
             JobState.PENDING, None, 0, None, feedback,
         )
@@ -682,8 +687,8 @@ class _Execution:
         self, job: Job, error: Exception | None, tx: _Tx, *, context: str | None = None, charged: bool = False
     ) -> None:
         if not charged:
-            self.charge(job, _tokens_of(error))
-        message = _describe(error)
+            self.charge(job, failure_tokens(error))
+        message = describe_failure(error)
         if context:
             message = f"{context}: {message}"
         job.last_error = message
@@ -807,7 +812,7 @@ class _Execution:
         except Exception as exc:
             kind = "proposed an invalid plan" if isinstance(exc, DagError) else "failed"
             self.stop_all(tx, f"the planner {kind}")
-            self.finish(tx, RunState.FAILED, f"the planner {kind}: {_describe(exc)}")
+            self.finish(tx, RunState.FAILED, f"the planner {kind}: {describe_failure(exc)}")
             self.commit(tx)
             return
         run.state = RunState.EXECUTING
@@ -819,19 +824,3 @@ class _Execution:
         tx.event("run.replanned", replan=run.replans, added=[job.id for job in proposed])
         self.commit(tx)
         self.consider(job.id for job in proposed)
-
-
-def _tokens_of(error: BaseException | None) -> int:
-    total = 0
-    for name in ("input_tokens", "output_tokens"):
-        value = getattr(error, name, 0)
-        if isinstance(value, int) and not isinstance(value, bool):
-            total += max(value, 0)
-    return total
-
-
-def _describe(error: BaseException | None) -> str:
-    if error is None:
-        return "unknown error"
-    text = str(error).strip()
-    return text or type(error).__name__

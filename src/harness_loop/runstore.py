@@ -1,24 +1,36 @@
 """Orchestrator runs as rows: the storage half of harness_loop's DAG orchestrator.
 
-A run is three kinds of row in the memory file (created by harness_loop's migration set,
-:data:`MIGRATIONS`): the run itself (goal, state, token budget and spend), one row per job
-(its place in the DAG and where its state machine stands), and an append-only event log with a
-sequence number per run. The orchestrator owns every rule about *what* happens; this module only
-stores and reads, and renders what ``harness-loop runs list|show|events`` prints.
+A run is three kinds of row in the memory file, or in a PostgreSQL database (created by harness_loop's
+migration sets: :data:`MIGRATIONS` for SQLite, ``harness_loop/migrations/postgres/`` for PostgreSQL):
+the run itself (goal, state, token budget and spend), one row per job (its place in the DAG and
+where its state machine stands), and an append-only event log with a sequence number per run. The
+orchestrator owns every rule about *what* happens; this module only stores and reads, and renders
+what ``harness-loop runs list|show|events`` prints.
 
 The write primitive is :meth:`RunStore.save`: the run row, any number of job rows and any number
-of events in one ``BEGIN IMMEDIATE`` transaction. The orchestrator calls it once per state
-transition and acts only after it returns, which is what makes ``kill -9`` survivable: the file
-always holds a state the orchestrator had committed to, never half of one.
+of events in one transaction (``BEGIN IMMEDIATE`` on SQLite). The orchestrator calls it once per
+state transition and acts only after it returns, which is what makes ``kill -9`` survivable: the
+database always holds a state the orchestrator had committed to, never half of one.
+
+**Engines.** :meth:`RunStore.open` takes a SQLite file's path or a ``postgresql://`` URL. Every
+statement goes through a :class:`~harness_loop.runtables.RunTables` (the SQL both engines share,
+written once, and the few places where they differ: :mod:`harness_loop.runtables_sqlite`,
+:mod:`harness_loop.runtables_postgres`); the rules about values here are the same on both.
+
+**Leases.** An orchestrator executing a run holds the run's lease (:meth:`RunStore.claim`), so two
+never execute one run at once. Workers in several processes can instead drain one run together
+(:mod:`harness_loop.workers`): each holds a lease on the one job it runs (:meth:`RunStore.claim_job`,
+``FOR UPDATE SKIP LOCKED`` on PostgreSQL), and a job whose worker died is taken over once its lease
+lapses.
 
 **Redaction.** A goal, a prompt, a result or an error message carries PII as readily as a memory
-entry does, so every text and JSON value the run store writes passes the redactor first: the file's
-own (the one a :class:`~harness_mem.MemoryStore` on it uses), unless the caller passes another or
-None. Identifiers (run ids, job ids, dependencies, the namespace, lease holders) are pseudonymised
-(:meth:`~harness_mem.Redactor.pseudonymise`), so two stay two and a lookup by the raw id finds the
-run; everything else is scrubbed. Each run records whether its writes were redacted (``redacted``).
-What a resumed run reads back is the redacted text: a job id holding PII comes back as its
-pseudonym, so a router attached to the raw id no longer matches it.
+entry does, so every text and JSON value the run store writes passes the redactor first: the
+database's own (the one a :class:`~harness_mem.MemoryStore` on it uses), unless the caller passes
+another or None. Identifiers (run ids, job ids, dependencies, the namespace, lease holders) are
+pseudonymised (:meth:`~harness_mem.Redactor.pseudonymise`), so two stay two and a lookup by the raw
+id finds the run; everything else is scrubbed. Each run records whether its writes were redacted
+(``redacted``). What a resumed run reads back is the redacted text: a job id holding PII comes back
+as its pseudonym, so a router attached to the raw id no longer matches it.
 
 :class:`InMemoryRunStore` has the same interface and semantics without a file, for tests and for
 measuring what persistence costs.
@@ -31,33 +43,24 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from importlib import resources
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from harness_mem.db import Connection, connect, driver, redaction_secret, write_transaction
+from harness_mem.db import Connection
+from harness_mem.engines import is_url
 from harness_mem.errors import DuplicateIdError, InvalidInputError, NotFoundError
-from harness_mem.migrations import HARNESS_MEM, Migration, MigrationSet
 from harness_mem.models import dumps, format_time, from_ms, now_ms
 from harness_mem.redaction import Redactor
 
+from .runtables import RunTables
+from .runtables_sqlite import MIGRATIONS, SQLiteRunTables
+from .runtables_sqlite import migrate as migrate  # re-exported: apply both SQLite sets to a connection
 from .states import JobState, RunState, label
 
 if TYPE_CHECKING:
     from harness_mem import MemoryStore
-
-# harness_loop's tables have their own migration set: SQL files in ``harness_loop/migrations/``
-# (inside the package, so the wheel carries them), recorded in ``_migrations_harness_loop``. It comes
-# after harness_mem's set, which brings a runs table made by an older version up to the columns
-# this set expects.
-MIGRATIONS = MigrationSet("harness_loop", resources.files("harness_loop") / "migrations", after=(HARNESS_MEM,))
-
-
-def migrate(conn: Connection) -> list[Migration]:
-    """Apply harness_mem's pending migrations, then harness_loop's; returns the ones this call ran."""
-    done = HARNESS_MEM.migrate(conn)
-    return done + MIGRATIONS.migrate(conn)
 
 
 # The stored names, derived from the enums (harness_loop.states) so there is one definition.
@@ -300,52 +303,77 @@ def _check_records(run: RunRecord, jobs: Sequence[JobRecord]) -> None:
             )
 
 
-# ---- SQLite ------------------------------------------------------------------------------------
-
-_RUN_COLUMNS = (
-    "id, namespace, goal, state, max_tokens, spent_tokens, replans, reason, metadata, created_at, updated_at,"
-    " redacted"
-)
-_JOB_COLUMNS = (
-    "run_id, job_id, position, prompt, deps, retry, state, attempts, visits, result_text, input_tokens,"
-    " output_tokens, spent_tokens, last_error, prior_attempt, feedback, updated_at"
-)
-_JOB_UPDATE = (
-    "UPDATE jobs SET state = ?, attempts = ?, visits = ?, result_text = ?, input_tokens = ?,"
-    " output_tokens = ?, spent_tokens = ?, last_error = ?, prior_attempt = ?, feedback = ?, updated_at = ?"
-    " WHERE run_id = ? AND job_id = ?"
-)
-_JOB_INSERT = f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES ({', '.join('?' * 17)})"
-
+# ---- the stored runs ---------------------------------------------------------------------------
 
 # How many scrubbed values a run store remembers, and the longest it remembers.
 _REMEMBERED = 1024
 _REMEMBERED_CHARS = 4096
 
 
+@dataclass(frozen=True)
+class Settlement:
+    """What a worker's attempt at a job leads to (:meth:`RunStore.settle_job`): the run row, the
+    job rows that changed and the events, written like :meth:`RunStore.save` writes them.
+
+    ``retry_at`` (ms since the epoch) is when the settled job may be claimed again, for a job that
+    goes back to waiting out a retry backoff; None: as soon as it is ready.
+    """
+
+    run: RunRecord
+    jobs: Sequence[JobRecord] = ()
+    events: Sequence[NewEvent] = ()
+    retry_at: int | None = None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What :meth:`RunStore.settle_job` tells its ``decide`` about the run, as stored at the settle:
+    the run, the job, how many of the run's other jobs have not finished, the whole run on demand
+    (``load()``, read in the settle's transaction; a run of many jobs is read only when needed), and
+    the settle's time (ms since the epoch), which its rows and events are stamped with."""
+
+    run: RunRecord
+    job: JobRecord
+    unfinished: int
+    load: Callable[[], StoredRun]
+    now: int
+
+
+def _open_tables(target: str | os.PathLike[str]) -> RunTables:
+    """The run tables at ``target``: a PostgreSQL server for a ``postgresql://`` URL, else a SQLite file."""
+    if is_url(target):
+        from .runtables_postgres import PostgresRunTables
+
+        return PostgresRunTables.open(str(target))
+    return SQLiteRunTables.open(target)
+
+
 class RunStore:
-    """Runs, jobs and run events in the memory file, scoped to one namespace.
+    """Runs, jobs and run events in the memory file (or a PostgreSQL database), scoped to one namespace.
 
-    Give it a connection from :func:`harness_mem.db.connect` on a file migrated by
-    :func:`migrate`, or use :meth:`open`, which connects, migrates both
-    harness_mem's and harness_loop's sets, and owns the connection, or :meth:`on`, which shares a
-    memory store's connection and redactor.
+    Use :meth:`open`, which connects to a SQLite file or a ``postgresql://`` URL, migrates harness_mem's
+    and harness_loop's sets and owns the connection, or :meth:`on`, which joins a memory store (its
+    file's connection and its redactor). ``RunStore(conn)`` takes a connection from
+    :func:`harness_mem.db.connect` on a file migrated by :func:`migrate`, or any :class:`RunTables`.
 
-    :param redactor: what every written text passes: ``"default"`` is the file's own redactor
-        (keyed by the file's secret, like the memory store's); None stores text as given, and
-        each run written so records ``redacted = 0``.
+    Every statement goes through the tables (:mod:`harness_loop.runtables`): this class keeps the
+    rules about values (redaction, records, leases) the same on both engines.
+
+    :param redactor: what every written text passes: ``"default"`` is the database's own redactor
+        (keyed by its secret, like the memory store's); None stores text as given, and each run
+        written so records ``redacted = 0``.
     """
 
     def __init__(
         self,
-        conn: Connection,
+        conn: Connection | RunTables,
         *,
         namespace: str = "default",
         redactor: Redactor | Literal["default"] | None = "default",
     ) -> None:
-        self._conn = conn
+        self._tables: RunTables = conn if isinstance(conn, RunTables) else SQLiteRunTables(conn)
         self._redactor: Redactor | None = (
-            Redactor.default(secret=redaction_secret(conn)) if redactor == "default" else redactor
+            Redactor.default(secret=self._tables.redaction_secret()) if redactor == "default" else redactor
         )
         self._namespace = self._key(namespace)
         self._owns_connection = False
@@ -359,21 +387,37 @@ class RunStore:
         namespace: str = "default",
         redactor: Redactor | Literal["default"] | None = "default",
     ) -> RunStore:
-        """Open the file at ``path`` and apply both migration sets; :meth:`close` closes it."""
-        conn = connect(path).conn
+        """Open the SQLite file at ``path``, or the PostgreSQL database a ``postgresql://`` URL names,
+        and apply both migration sets; :meth:`close` closes it."""
+        tables = _open_tables(path)
         try:
-            migrate(conn)
-            store = cls(conn, namespace=namespace, redactor=redactor)
+            store = cls(tables, namespace=namespace, redactor=redactor)
         except BaseException:
-            conn.close()
+            tables.close()
             raise
         store._owns_connection = True
         return store
 
     @classmethod
     def on(cls, memory: MemoryStore) -> RunStore:
-        """The runs of ``memory``'s file and namespace, on its connection and with its redactor
-        (None when it was opened with redaction off); applies harness_loop's migrations."""
+        """The runs of ``memory``'s database and namespace, with its redactor (None when it was opened
+        with redaction off); applies harness_loop's migrations. On a SQLite file it shares the memory
+        store's connection; on PostgreSQL it opens one of its own, which :meth:`close` closes."""
+        if memory.storage.engine == "postgresql":
+            from harness_mem.engines.postgres import PostgresStorage
+
+            from .runtables_postgres import PostgresRunTables
+
+            assert isinstance(memory.storage, PostgresStorage)
+            tables = PostgresRunTables(memory.storage.dsn)
+            try:
+                tables.migrate()
+                store = cls(tables, namespace=memory.namespace, redactor=memory.redactor)
+            except BaseException:
+                tables.close()
+                raise
+            store._owns_connection = True
+            return store
         MIGRATIONS.migrate(memory.db.conn)
         return cls(memory.db.conn, namespace=memory.namespace, redactor=memory.redactor)
 
@@ -385,6 +429,16 @@ class RunStore:
     @property
     def redactor(self) -> Redactor | None:
         return self._redactor
+
+    @property
+    def tables(self) -> RunTables:
+        """The tables this store reads and writes (for looking; write through the store)."""
+        return self._tables
+
+    @property
+    def engine(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return self._tables.engine
 
     # -- redaction: every value written passes one of these
 
@@ -427,9 +481,13 @@ class RunStore:
             self._text(job.last_error), self._text(job.prior_attempt), self._text(job.feedback), now,
         )
 
+    def _event_rows(self, events: Sequence[NewEvent]) -> list[tuple[str | None, str | None, str]]:
+        return [(self._text(ev.kind), None if ev.job_id is None else self._key(ev.job_id), self._json(ev.data))
+                for ev in events]
+
     def close(self) -> None:
         if self._owns_connection:
-            self._conn.close()
+            self._tables.close()
 
     def __enter__(self) -> RunStore:
         return self
@@ -443,19 +501,19 @@ class RunStore:
         """Insert a new run with its jobs and first events in one transaction."""
         _check_records(run, jobs)
         now = now_ms()
-        conn = self._conn
+        tables = self._tables
+        key = self._key(run.id)
         try:
-            with write_transaction(conn):
-                conn.execute(
-                    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (self._key(run.id), self._namespace, self._text(run.goal), run.state, run.max_tokens,
-                     run.spent_tokens, run.replans, self._text(run.reason), self._json(run.metadata), now, now,
+            with tables.transaction():
+                tables.insert_run(
+                    (key, self._namespace, self._text(run.goal), run.state, run.max_tokens, run.spent_tokens,
+                     run.replans, self._text(run.reason), self._json(run.metadata), now, now,
                      int(self._redactor is not None)),
                 )
-                conn.executemany(_JOB_INSERT, [self._job_row(job, now) for job in jobs])
-                self._append(run.id, events, now)
-        except driver().IntegrityError as exc:
-            if "runs.id" in str(exc):
+                tables.insert_jobs([self._job_row(job, now) for job in jobs])
+                tables.append_events(key, self._event_rows(events), now)
+        except tables.integrity_error as exc:
+            if tables.is_duplicate_run(exc):
                 raise DuplicateIdError(f"a run with id {run.id!r} already exists — pick another id") from None
             raise InvalidInputError(f"run {run.id!r} cannot be stored: {exc}") from None
 
@@ -467,71 +525,121 @@ class RunStore:
         """
         _check_records(run, jobs)
         now = now_ms()
-        conn = self._conn
-        run_id = self._key(run.id)
-        with write_transaction(conn):
-            updated = conn.execute(
-                "UPDATE runs SET state = ?, max_tokens = ?, spent_tokens = ?, replans = ?, reason = ?,"
-                " metadata = ?, updated_at = ?, redacted = CASE WHEN ? THEN redacted ELSE 0 END"
-                " WHERE id = ? AND namespace = ?",
-                (run.state, run.max_tokens, run.spent_tokens, run.replans, self._text(run.reason),
-                 self._json(run.metadata), now, int(self._redactor is not None), run_id, self._namespace),
-            ).rowcount
-            if not updated:
-                raise NotFoundError(f"no run {run.id!r} — create it first")
-            for job in jobs:
-                changed = conn.execute(
-                    _JOB_UPDATE,
-                    (job.state, job.attempts, job.visits, self._text(job.result_text), job.input_tokens,
-                     job.output_tokens, job.spent_tokens, self._text(job.last_error),
-                     self._text(job.prior_attempt), self._text(job.feedback), now, run_id, self._key(job.job_id)),
-                ).rowcount
-                if not changed:
-                    conn.execute(_JOB_INSERT, self._job_row(job, now))
-            self._append(run.id, events, now)
+        with self._tables.transaction():
+            self._write(run, jobs, events, now)
 
-    def _append(self, run_id: str, events: Sequence[NewEvent], now: int) -> None:
-        if not events:
-            return
-        run_id = self._key(run_id)
-        # Safe under BEGIN IMMEDIATE: no other writer can take the same seq in between.
-        (last,) = self._conn.execute(
-            "SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        self._conn.executemany(
-            "INSERT INTO run_events (run_id, seq, at, kind, job_id, data) VALUES (?, ?, ?, ?, ?, ?)",
-            [(run_id, last + i, now, self._text(ev.kind),
-              None if ev.job_id is None else self._key(ev.job_id), self._json(ev.data))
-             for i, ev in enumerate(events, 1)],
-        )
+    def _write(self, run: RunRecord, jobs: Sequence[JobRecord], events: Sequence[NewEvent], now: int) -> None:
+        """``save``'s writes, inside the caller's transaction."""
+        tables = self._tables
+        run_id = self._key(run.id)
+        if not tables.update_run(
+            (run.state, run.max_tokens, run.spent_tokens, run.replans, self._text(run.reason),
+             self._json(run.metadata), now, self._redactor is not None, run_id, self._namespace),
+        ):
+            raise NotFoundError(f"no run {run.id!r} — create it first")
+        for job in jobs:
+            if not tables.update_job(
+                (job.state, job.attempts, job.visits, self._text(job.result_text), job.input_tokens,
+                 job.output_tokens, job.spent_tokens, self._text(job.last_error), self._text(job.prior_attempt),
+                 self._text(job.feedback), now, run_id, self._key(job.job_id)),
+            ):
+                tables.insert_jobs([self._job_row(job, now)])
+        tables.append_events(run_id, self._event_rows(events), now)
 
     def claim(self, run_id: str, owner: str, *, ttl_ms: int = LEASE_MS) -> str | None:
-        """Take the run's lease for ``owner`` (or renew it); None when taken, else who holds it."""
+        """Take the run's lease for ``owner`` (or renew it); None when taken, else who holds it.
+
+        A run whose jobs workers are draining (:meth:`claim_job`) is held by them while any of
+        their job leases lives: the answer is then one of those workers.
+        """
         now = now_ms()
         key, owner = self._key(run_id), self._key(owner)
-        with write_transaction(self._conn):
-            row = self._conn.execute(
-                "SELECT lease_owner, lease_until FROM runs WHERE id = ? AND namespace = ?", (key, self._namespace)
-            ).fetchone()
-            if row is None:
+        tables = self._tables
+        with tables.transaction():
+            lease = tables.run_lease(key, self._namespace)
+            if lease is None:
                 raise NotFoundError(_not_found(run_id))
-            holder, until = row
+            holder, until = lease
             if holder != owner and not _lease_is_free(holder, until, now):
                 return str(holder)
-            self._conn.execute(
-                "UPDATE runs SET lease_owner = ?, lease_until = ? WHERE id = ? AND namespace = ?",
-                (owner, now + ttl_ms, key, self._namespace),
-            )
+            worker = tables.job_lease_holder(key, owner, now)
+            if worker is not None:
+                return worker
+            tables.set_run_lease(key, self._namespace, owner, now + ttl_ms)
         return None
 
     def release(self, run_id: str, owner: str) -> None:
         """Give the lease up, if ``owner`` holds it."""
-        with write_transaction(self._conn):
-            self._conn.execute(
-                "UPDATE runs SET lease_owner = NULL, lease_until = NULL"
-                " WHERE id = ? AND namespace = ? AND lease_owner = ?",
-                (self._key(run_id), self._namespace, self._key(owner)),
-            )
+        with self._tables.transaction():
+            self._tables.release_run_lease(self._key(run_id), self._namespace, self._key(owner))
+
+    # -- job leases: workers in several processes draining one run (harness_loop.workers)
+
+    def claim_job(self, run_id: str, owner: str, *, ttl_ms: int = LEASE_MS) -> JobRecord | None:
+        """Take the next job of the run that may run now for ``owner``, under a lease of ``ttl_ms``.
+
+        The job taken is the first in insertion order that waits (pending, queued, or past its retry
+        backoff) with every dependency succeeded, or that is running under a lease that lapsed (its
+        worker died) or under none (an orchestrator that is gone left it so): that attempt is taken
+        over, not counted again. Returns the job as stored, now ``running``;
+        None when no job may run now (the rest are done, running elsewhere or waiting for others),
+        or while an orchestrator holds the run's lease. On PostgreSQL the row is taken with ``FOR
+        UPDATE SKIP LOCKED``: workers never wait for each other's claims.
+        """
+        now = now_ms()
+        key, owner = self._key(run_id), self._key(owner)
+        tables = self._tables
+        with tables.transaction():
+            ready = tables.ready_job(key, self._namespace, now, TERMINAL_RUN_STATES)
+            if ready is None:
+                if not tables.run_exists(key, self._namespace):
+                    raise NotFoundError(_not_found(run_id))
+                return None
+            job_id, state, attempts, visits, holder = ready
+            if state == JobState.RUNNING.value:  # its worker's lease lapsed: take the attempt over
+                kind, data = "job.reclaimed", {"attempt": attempts, "from": holder, "worker": owner}
+            else:
+                attempts += 1
+                if attempts == 1:
+                    visits += 1  # a new entry begins with its first attempt
+                kind, data = "job.running", {"attempt": attempts, "visit": visits, "worker": owner}
+            tables.take_job(key, job_id, attempts, visits, owner, now + ttl_ms, now)
+            tables.append_events(key, [(kind, job_id, self._json(data))], now)
+            row = tables.job_row(key, job_id)
+        assert row is not None
+        return _job_from_row(row)
+
+    def renew_job(self, run_id: str, job_id: str, owner: str, *, ttl_ms: int = LEASE_MS) -> bool:
+        """Extend ``owner``'s lease on a job it runs; False when it lost it (another took it over)."""
+        with self._tables.transaction():
+            return self._tables.renew_job(self._key(run_id), self._key(job_id), self._key(owner), now_ms() + ttl_ms)
+
+    def settle_job(self, run_id: str, job_id: str, owner: str, decide: Callable[[Attempt], Settlement]) -> bool:
+        """End ``owner``'s attempt at a job: in one transaction, check it still holds the job's
+        lease, ask ``decide`` what follows from the run as stored now (an :class:`Attempt`), and
+        write that (as :meth:`save` does) with the lease cleared. False, and nothing written, when
+        the lease was lost: another worker took the job over, or the run was stopped meanwhile.
+        """
+        now = now_ms()
+        key, job_key, owner = self._key(run_id), self._key(job_id), self._key(owner)
+        tables = self._tables
+        with tables.transaction():
+            tables.lock_run(key)
+            lease = tables.job_lease(key, job_key)
+            if lease is None:
+                raise NotFoundError(f"run {run_id!r} has no job {job_id!r}")
+            if lease != (JobState.RUNNING.value, owner):
+                return False
+            run, job = tables.run_row(key, self._namespace), tables.job_row(key, job_key)
+            if run is None or job is None:
+                raise NotFoundError(_not_found(run_id))
+            unfinished = tables.unfinished_jobs(key, TERMINAL_JOB_STATES) - 1  # this one is running
+            settled = decide(
+                Attempt(_run_from_row(run), _job_from_row(job), unfinished, partial(self.load, run_id), now))
+            _check_records(settled.run, settled.jobs)
+            self._write(settled.run, settled.jobs, settled.events, now)
+            tables.end_job_lease(key, job_key, settled.retry_at)
+        return True
 
     def prune_events(self, older_than: int) -> int:
         """Delete the events logged before ``older_than`` (ms since the epoch) by finished runs
@@ -540,70 +648,45 @@ class RunStore:
         stays (it says how the run ended, and its number is where the next one continues). The
         run and job rows stay. Returns how many events went.
         """
-        finished = tuple(sorted(TERMINAL_RUN_STATES))
-        with write_transaction(self._conn):
-            return int(self._conn.execute(
-                "DELETE FROM run_events WHERE at < ? AND run_id IN"
-                f" (SELECT id FROM runs WHERE state IN ({', '.join('?' * len(finished))}))"
-                " AND seq < (SELECT max(seq) FROM run_events AS last WHERE last.run_id = run_events.run_id)",
-                (older_than, *finished),
-            ).rowcount)
+        with self._tables.transaction():
+            return self._tables.prune_events(older_than, TERMINAL_RUN_STATES)
 
     # -- reads
 
     def load(self, run_id: str) -> StoredRun:
         """The run and its jobs in insertion order."""
         key = self._key(run_id)
-        row = self._conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ? AND namespace = ?", (key, self._namespace)
-        ).fetchone()
-        if row is None:
-            raise NotFoundError(_not_found(run_id))
-        jobs = self._conn.execute(
-            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE run_id = ? ORDER BY position", (key,)
-        ).fetchall()
+        with self._tables.snapshot():
+            row = self._tables.run_row(key, self._namespace)
+            if row is None:
+                raise NotFoundError(_not_found(run_id))
+            jobs = self._tables.job_rows(key)
         return StoredRun(_run_from_row(row), tuple(_job_from_row(job) for job in jobs))
+
+    def jobs(self, run_id: str, job_ids: Iterable[str]) -> list[JobRecord]:
+        """The run's jobs named in ``job_ids``, in insertion order (an id the run lacks is left out)."""
+        return [_job_from_row(row) for row in self._tables.job_rows_among(self._key(run_id),
+                                                                           [self._key(j) for j in job_ids])]
 
     def list_runs(self, *, limit: int | None = None, state: str | None = None) -> list[RunSummary]:
         """Runs in this namespace, newest first, with their job counts per state."""
         if state is not None and state not in RUN_STATES:
             raise InvalidInputError(f"unknown run state {state!r} — use one of: {', '.join(RUN_STATES)}")
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE namespace = ?"
-        params: list[Any] = [self._namespace]
-        if state is not None:
-            sql += " AND state = ?"
-            params.append(state)
-        sql += " ORDER BY created_at DESC, id DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(max(limit, 0))
-        runs = [_run_from_row(row) for row in self._conn.execute(sql, params).fetchall()]
-        counts: dict[str, dict[str, int]] = {run.id: {} for run in runs}
-        if runs:
-            marks = ", ".join("?" * len(runs))
-            for run_id, job_state, n in self._conn.execute(
-                f"SELECT run_id, state, COUNT(*) FROM jobs WHERE run_id IN ({marks}) GROUP BY run_id, state",
-                [run.id for run in runs],
-            ).fetchall():
+        with self._tables.snapshot():
+            runs = [_run_from_row(row) for row in self._tables.run_rows(self._namespace, state, limit)]
+            counts: dict[str, dict[str, int]] = {run.id: {} for run in runs}
+            for run_id, job_state, n in self._tables.job_counts([run.id for run in runs]):
                 counts[run_id][job_state] = n
         return [RunSummary(run, counts[run.id]) for run in runs]
 
     def events(self, run_id: str, *, after: int = 0, limit: int | None = None) -> list[EventRecord]:
         """The run's events with ``seq > after``, oldest first."""
         key = self._key(run_id)
-        if not self._conn.execute(
-            "SELECT 1 FROM runs WHERE id = ? AND namespace = ?", (key, self._namespace)
-        ).fetchone():
-            raise NotFoundError(_not_found(run_id))
-        sql = "SELECT run_id, seq, at, kind, job_id, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq"
-        params: list[Any] = [key, after]
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(max(limit, 0))
-        return [
-            EventRecord(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]))
-            for r in self._conn.execute(sql, params).fetchall()
-        ]
+        with self._tables.snapshot():
+            if not self._tables.run_exists(key, self._namespace):
+                raise NotFoundError(_not_found(run_id))
+            rows = self._tables.event_rows(key, after, limit)
+        return [EventRecord(r[0], r[1], r[2], r[3], r[4], json.loads(r[5])) for r in rows]
 
 
 def _not_found(run_id: str) -> str:

@@ -1,6 +1,6 @@
 """A child process for the crash test: run (or resume) a 20-job DAG whose runner logs every execution.
 
-Usage: ``python crash_child.py start|resume DB LOG RUN_ID [HANG_JOBS]``
+Usage: ``python crash_child.py start|resume DB LOG RUN_ID [HANG_JOBS]`` (DB: a file, or a PostgreSQL URL)
 
 Twenty jobs in five layers of four; each job depends on two jobs of the layer above. The runner
 appends ``start <job> <pid>`` before working and ``end <job> <pid>`` after, and answers a digest of

@@ -14,7 +14,7 @@ from harness_loop.cli import main as cli
 from harness_loop.runstore import RunStore
 
 
-def _run_a_dag(db: Path) -> str:
+def _run_a_dag(db: Path | str) -> str:
     async def runner(job: Job, upstream: dict[str, JobResult]) -> JobResult:
         if job.id == "broken":
             raise RuntimeError("the build server is down")
@@ -30,11 +30,12 @@ def _run_a_dag(db: Path) -> str:
     return anyio.run(main)
 
 
-def invoke(db: Path, *args: str) -> object:
+def invoke(db: Path | str, *args: str) -> object:
     return CliRunner().invoke(cli, [args[0], "--db", str(db), *args[1:]], catch_exceptions=False)
 
 
-def test_runs_list_show_and_events(db_path: Path) -> None:
+def test_runs_list_show_and_events(run_target: str) -> None:
+    db_path = run_target  # a file, or a postgresql:// URL
     run_id = _run_a_dag(db_path)
     listed = invoke(db_path, "runs", "list")
     assert listed.exit_code == 0 and run_id in listed.stdout and "failed" in listed.stdout

@@ -1,6 +1,6 @@
-"""kill -9 in the middle of a run, then resume it from another process.
+"""kill -9 in the middle of a run, then resume it from another process, on SQLite and on PostgreSQL.
 
-The child (``crash_child.py``) runs a 20-job DAG against a real file and logs every execution. Two
+The child (``crash_child.py``) runs a 20-job DAG against a real database and logs every execution. Two
 jobs hang and fill both concurrency slots, so when the parent sends SIGKILL it knows exactly what is
 in flight: two jobs running, one queued behind them, eleven succeeded. A second process
 resumes the run. What must hold: the run completes; no job that had succeeded (was committed)
@@ -48,10 +48,10 @@ def log_lines(path: Path) -> list[tuple[str, str, int]]:
 
 
 @pytest.mark.slow
-def test_kill_9_mid_run_then_resume_in_a_new_process(tmp_path: Path) -> None:
-    db, log = tmp_path / "crash.db", tmp_path / "executions.log"
+def test_kill_9_mid_run_then_resume_in_a_new_process(tmp_path: Path, run_target: str) -> None:
+    db, log = run_target, tmp_path / "executions.log"
     with subprocess.Popen(
-        [sys.executable, str(CHILD), "start", str(db), str(log), RUN_ID, ",".join(HANG)],
+        [sys.executable, str(CHILD), "start", db, str(log), RUN_ID, ",".join(HANG)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -72,7 +72,7 @@ def test_kill_9_mid_run_then_resume_in_a_new_process(tmp_path: Path) -> None:
                 child.wait()
     assert child.returncode == -signal.SIGKILL
 
-    with RunStore.open(str(db)) as store:
+    with RunStore.open(db) as store:
         at_kill = store.load(RUN_ID)
     all_jobs = {j.job_id for j in at_kill.jobs}
     in_state = {
@@ -87,7 +87,7 @@ def test_kill_9_mid_run_then_resume_in_a_new_process(tmp_path: Path) -> None:
     executed_before = len(log_lines(log))
 
     resumed = subprocess.Popen(
-        [sys.executable, str(CHILD), "resume", str(db), str(log), RUN_ID],
+        [sys.executable, str(CHILD), "resume", db, str(log), RUN_ID],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -103,7 +103,7 @@ def test_kill_9_mid_run_then_resume_in_a_new_process(tmp_path: Path) -> None:
     assert sorted(resumed_starts) == sorted(all_jobs - succeeded_before)  # each unfinished job once
 
     expected = child_module().expected_answers()
-    with RunStore.open(str(db)) as store:
+    with RunStore.open(db) as store:
         final = store.load(RUN_ID)
         events = store.events(RUN_ID)
     assert final.run.state == "completed"

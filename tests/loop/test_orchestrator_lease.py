@@ -5,8 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping
 
 import anyio
 import pytest
@@ -16,16 +15,17 @@ from harness_loop.job import Job, JobResult
 from harness_loop.orchestrator import Orchestrator
 from harness_loop.runs import RunState
 from harness_loop.runstore import InMemoryRunStore, RunRecord, RunStore, RunStoreLike
-from harness_mem.db import connect, write_transaction
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["sqlite", "memory"])
-def runs(request: pytest.FixtureRequest, tmp_path: Path) -> RunStoreLike:
-    store: RunStoreLike = RunStore.open(tmp_path / "runs.db") if request.param == "sqlite" else InMemoryRunStore()
+@pytest.fixture(params=["sqlite", "postgresql", "memory"])
+def runs(request: pytest.FixtureRequest, new_target: Callable[[str], str]) -> Iterator[RunStoreLike]:
+    store: RunStore | InMemoryRunStore = (
+        InMemoryRunStore() if request.param == "memory" else RunStore.open(new_target(request.param)))
     store.create(RunRecord("r1", "a goal", "executing"))
-    return store
+    yield store
+    store.close()
 
 
 def _dead_pid() -> int:
@@ -56,7 +56,7 @@ def test_a_lapsed_lease_or_a_dead_holder_can_be_taken_over(runs: RunStoreLike) -
     assert runs.claim("r1", "elsewhere:9:d") == here_and_alive
 
 
-async def test_a_run_executing_elsewhere_is_neither_resumed_nor_cancelled(tmp_path: Path) -> None:
+async def test_a_run_executing_elsewhere_is_neither_resumed_nor_cancelled(run_target: str) -> None:
     started, release = anyio.Event(), anyio.Event()
 
     async def slow(job: Job, upstream: Mapping[str, JobResult]) -> JobResult:
@@ -64,7 +64,7 @@ async def test_a_run_executing_elsewhere_is_neither_resumed_nor_cancelled(tmp_pa
         await release.wait()
         return JobResult("done")
 
-    with RunStore.open(tmp_path / "runs.db") as first_store, RunStore.open(tmp_path / "runs.db") as second_store:
+    with RunStore.open(run_target) as first_store, RunStore.open(run_target) as second_store:
         first = Orchestrator(slow, store=first_store)
         second = Orchestrator(slow, store=second_store)  # another process, as far as the lease knows
         async with anyio.create_task_group() as tg:
@@ -80,7 +80,7 @@ async def test_a_run_executing_elsewhere_is_neither_resumed_nor_cancelled(tmp_pa
         assert second_store.claim("long", "someone:1:x") is None  # nobody holds it now
 
 
-async def test_an_execution_that_lost_its_lease_stops_acting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_execution_that_lost_its_lease_stops_acting(run_target: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("harness_loop.orchestrator.LEASE_MS", 150)  # renew every 50 ms
     started = anyio.Event()
 
@@ -89,7 +89,7 @@ async def test_an_execution_that_lost_its_lease_stops_acting(tmp_path: Path, mon
         await anyio.sleep(60)
         return JobResult("never")
 
-    with RunStore.open(tmp_path / "runs.db") as store:
+    with RunStore.open(run_target) as store:
         orchestrator = Orchestrator(forever, store=store)
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
@@ -100,8 +100,6 @@ async def test_an_execution_that_lost_its_lease_stops_acting(tmp_path: Path, mon
                 tg.start_soon(run_and_expect_the_stop)
                 await started.wait()
                 # Another process decided this one was gone (it stalled past the lease) and took over.
-                other = connect(tmp_path / "runs.db")
-                with write_transaction(other):
-                    other.execute("UPDATE runs SET lease_owner = 'elsewhere:9:z', lease_until = 9e15")
-                other.close()
+                with RunStore.open(run_target) as other, other.tables.transaction():
+                    other.tables.execute("UPDATE runs SET lease_owner = 'elsewhere:9:z', lease_until = ?", (9 * 10**15,))
         assert store.load("stalled").run.state == "executing"  # nothing written after the takeover

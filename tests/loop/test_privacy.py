@@ -43,6 +43,7 @@ from harness_loop.runs import RunState
 from harness_loop.runstore import NewEvent, RunRecord, RunStore
 from harness_loop.spill import PREVIEW_BYTES, SPILL_DIR
 from harness_loop.tools import tool
+from harness_loop.workers import Worker, submit
 from harness_mem.experience import DEFAULT_MAX_CHARS
 from harness_mem.redaction import Redactor
 from harness_mem.store import MemoryStore
@@ -67,8 +68,24 @@ def test_the_samples_are_all_redacted() -> None:
 # ---- the orchestrator ---------------------------------------------------------------------------
 
 
-async def test_an_orchestrated_run_stores_no_raw_pii(tmp_path: Path) -> None:
-    db = tmp_path / "agent.db"
+def postgres_values(target: str) -> bytes:
+    """Every row of every table in the target's schema, as text: what a PostgreSQL store wrote."""
+    import psycopg
+
+    with psycopg.connect(target, autocommit=True) as conn:
+        tables = [row[0] for row in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()").fetchall()]
+        return b"\n".join(str(row[0]).encode() for table in tables
+                          for row in conn.execute(f'SELECT t::text FROM "{table}" t').fetchall())
+
+
+def written(target: str, tmp_path: Path) -> bytes:
+    """What a run store on ``target`` left behind: the SQLite file's bytes, or the PostgreSQL rows."""
+    return postgres_values(target) if target.startswith("postgresql://") else every_written_byte(tmp_path)
+
+
+async def test_an_orchestrated_run_stores_no_raw_pii(tmp_path: Path, run_target: str) -> None:
+    db = run_target
     verdicts = iter([Next.back_to_with("draft", f"too vague: name {V[6]} explicitly")])
 
     async def runner(job: Job, upstream: Mapping[str, JobResult]) -> JobResult:
@@ -100,7 +117,28 @@ async def test_an_orchestrated_run_stores_no_raw_pii(tmp_path: Path) -> None:
         store.create(RunRecord(id=f"later {V[0]}", goal="wait"), [], [NewEvent("run.created", data={"who": V[1]})])
         assert orchestrator.cancel(f"later {V[0]}", reason=f"asked by {V[2]}")
         assert store.load(f"later {V[0]}").run.state == "cancelled"
-    assert_absent(V, every_written_byte(tmp_path))
+    assert_absent(V, written(db, tmp_path))
+
+
+async def test_a_run_drained_by_workers_stores_no_raw_pii(tmp_path: Path, run_target: str) -> None:
+    async def runner(job: Job, upstream: Mapping[str, JobResult]) -> JobResult:
+        if job.id.startswith("notify"):
+            raise RuntimeError(f"could not reach {V[1]} or {V[2]}")
+        return JobResult(text=f"{job.id} done: contact {V[3]}, card {V[4]}, after {sorted(upstream)}")
+
+    jobs = [
+        Job(id=f"lookup {V[0]}", prompt=f"find the account of {V[0]} and {V[5]}"),
+        Job(id="draft", prompt=f"draft a reply to {V[7]}", deps=[f"lookup {V[0]}"]),
+        Job(id=f"notify {V[8]}", prompt=f"text {V[8]}", deps=["draft"], retry=RetryPolicy(max_attempts=2)),
+    ]
+    with RunStore.open(run_target) as store:
+        run_id = submit(store, f"help {V[9]} with {V[10]}", jobs, run_id=f"run {V[11]}")
+        await Worker(runner, store=store, poll_s=0.01, owner=f"worker of {V[6]}:1:a").drain(run_id)
+        stored = store.load(run_id)  # found by its raw id; what comes back is redacted
+        assert stored.run.state == "failed" and stored.run.goal == "help <SSN> with <API_KEY>"
+        assert stored.jobs[0].job_id.startswith("lookup <EMAIL:") and stored.jobs[1].deps == (stored.jobs[0].job_id,)
+        assert stored.jobs[2].last_error == "could not reach ************6467 or **** **** **** 1888"
+    assert_absent(V, written(run_target, tmp_path))
 
 
 def test_a_run_store_on_a_memory_store_uses_its_redactor_and_records_an_opt_out(tmp_path: Path) -> None:
@@ -118,10 +156,21 @@ def test_a_run_store_on_a_memory_store_uses_its_redactor_and_records_an_opt_out(
         assert runs.load("r2").run.redacted is False
 
 
-def test_the_file_keys_pseudonyms_the_same_for_memory_and_runs(tmp_path: Path) -> None:
-    with MemoryStore(tmp_path / "a.db", embedder=None, namespace=f"team {V[0]}") as memory:
+def test_a_run_store_on_a_postgres_memory_store_uses_its_redactor(postgres_target: str) -> None:
+    with MemoryStore(postgres_target, embedder=None, redactor=None) as raw, RunStore.on(raw) as runs:
+        assert runs.engine == "postgresql" and runs.redactor is None
+        runs.create(RunRecord(id="r1", goal=f"mail {V[0]}"))
+        assert runs.load("r1").run.goal == f"mail {V[0]}" and runs.load("r1").run.redacted is False
+    with MemoryStore(postgres_target, embedder=None, namespace=f"team {V[0]}") as memory, RunStore.on(memory) as runs:
+        assert runs.namespace == memory.namespace and V[0] not in runs.namespace
+        runs.create(RunRecord(id="r2", goal=f"mail {V[0]}"))
+        assert runs.load("r2").run.goal == "mail <EMAIL>" and runs.load("r2").run.redacted is True
+
+
+def test_the_file_keys_pseudonyms_the_same_for_memory_and_runs(run_target: str) -> None:
+    with MemoryStore(run_target, embedder=None, namespace=f"team {V[0]}") as memory:
         memory.add("x", session=f"run {V[3]}")
-        with RunStore.open(tmp_path / "a.db", namespace=f"team {V[0]}") as runs:
+        with RunStore.open(run_target, namespace=f"team {V[0]}") as runs:
             runs.create(RunRecord(id=f"run {V[3]}", goal="g"))
             assert runs.namespace == memory.namespace and V[0] not in runs.namespace
             assert runs.load(f"run {V[3]}").run.id == next(memory.list()).session
@@ -130,8 +179,8 @@ def test_the_file_keys_pseudonyms_the_same_for_memory_and_runs(tmp_path: Path) -
 # ---- pruning finished runs' events ---------------------------------------------------------------
 
 
-def test_runs_gc_prunes_only_finished_runs_old_events(tmp_path: Path) -> None:
-    db = tmp_path / "agent.db"
+def test_runs_gc_prunes_only_finished_runs_old_events(tmp_path: Path, run_target: str) -> None:
+    db = run_target
     with RunStore.open(db) as store:
         store.create(RunRecord(id="done", goal="g"), [], [NewEvent("run.created", data={"note": "zebracorn"})])
         store.save(RunRecord(id="done", goal="g", state="completed"), [], [NewEvent("run.completed")])
@@ -148,7 +197,7 @@ def test_runs_gc_prunes_only_finished_runs_old_events(tmp_path: Path) -> None:
         store.save(RunRecord(id="done", goal="g", state="completed"), [], [NewEvent("run.noted")])
         # The last event of a run stays, so its numbering carries on after a prune.
         assert [(e.seq, e.kind) for e in store.events("done")] == [(2, "run.completed"), (3, "run.noted")]
-    assert_absent(["zebracorn"], every_written_byte(tmp_path))
+    assert_absent(["zebracorn"], written(db, tmp_path))
     bad = CliRunner().invoke(main, ["runs", "--db", str(db), "gc", "--events-older-than", "soon"])
     assert bad.exit_code == 1 and bad.stderr.startswith("Error: cannot read a time from 'soon'")
     assert "Traceback" not in bad.output

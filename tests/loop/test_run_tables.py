@@ -19,7 +19,7 @@ RUN_COLUMNS = ["id", "namespace", "goal", "state", "max_tokens", "spent_tokens",
                "metadata", "created_at", "updated_at", "lease_owner", "lease_until", "redacted"]
 JOB_COLUMNS = ["run_id", "job_id", "position", "prompt", "deps", "retry", "state", "attempts", "visits",
                "result_text", "input_tokens", "output_tokens", "spent_tokens", "last_error", "prior_attempt",
-               "feedback", "updated_at"]
+               "feedback", "updated_at", "lease_owner", "lease_until"]
 EVENT_COLUMNS = ["run_id", "seq", "at", "kind", "job_id", "data"]
 TRIGGERS = {"run_events_seq_increases", "run_events_no_update", "run_events_no_delete"}
 
@@ -52,14 +52,14 @@ def shape(conn: Connection) -> dict[str, object]:
 def test_a_new_file_gets_the_runs_tables_from_harness_loop(tmp_path: Path) -> None:
     conn = connect(tmp_path / "new.db")
     ran = schema.migrate(conn)
-    assert [m.name for m in ran][-2:] == ["0001_runs", "0002_run_privacy"]
+    assert [m.name for m in ran][-3:] == ["0001_runs", "0002_run_privacy", "0003_job_leases"]
     assert [row[1] for row in conn.execute("PRAGMA table_info(runs)")] == RUN_COLUMNS
     assert [row[1] for row in conn.execute("PRAGMA table_info(jobs)")] == JOB_COLUMNS
     assert [row[1] for row in conn.execute("PRAGMA table_info(run_events)")] == EVENT_COLUMNS
     assert set(shape(conn)["triggers"]) == TRIGGERS  # type: ignore[arg-type]
     assert recorded_sets(conn) == ["harness_mem", "harness_loop"]
     assert [(s.name, s.state) for s in schema.MIGRATIONS.status(conn)] == [
-        ("0001_runs", "applied"), ("0002_run_privacy", "applied")]
+        ("0001_runs", "applied"), ("0002_run_privacy", "applied"), ("0003_job_leases", "applied")]
     assert schema.migrate(conn) == []
 
 
@@ -94,7 +94,7 @@ def test_a_file_from_an_earlier_version_upgrades_with_its_rows(tmp_path: Path, u
     assert states[2] == ("applied" if upto >= 2 else "skipped")
     assert states[6] == ("applied" if upto >= 2 else "skipped")
     assert all(state != "pending" for state in states.values())
-    assert [s.state for s in schema.MIGRATIONS.status(conn)] == ["applied", "applied"]
+    assert [s.state for s in schema.MIGRATIONS.status(conn)] == ["applied", "applied", "applied"]
     conn.close()
     with MemoryStore(tmp_path / "old.db", embedder=None) as memory:
         assert memory.get("e1").content == "kept across upgrades"
@@ -122,7 +122,7 @@ def test_a_newer_harness_loop_schema_is_refused(tmp_path: Path) -> None:
     conn = _new_file(tmp_path)
     conn.execute("INSERT INTO _migrations_harness_loop VALUES (7, '0007_later', '2030-01-01')")
     with pytest.raises(SchemaTooNewError, match=r"has harness_loop schema version 0007 but this installation knows"
-                                                 r" only up to 0002 — upgrade harness-mem"):
+                                                 r" only up to 0003 — upgrade harness-mem"):
         RunStore.open(tmp_path / "fresh.db")
     MemoryStore(tmp_path / "fresh.db", embedder=None).close()  # harness_mem's own set is still fine
 
@@ -137,3 +137,77 @@ def test_the_schema_allows_exactly_the_states_the_enums_define(tmp_path: Path, m
     assert tuple(s.value for s in RunState) == RUN_STATES
     assert tuple(s.value for s in JobState) == JOB_STATES
     assert JobState.DEAD_LETTERED.value == "dead_lettered"  # the stored name never changes
+
+
+# ---- PostgreSQL: the same tables, from harness_loop/migrations/postgres/ ---------------------------
+
+
+def pg_columns(store: RunStore, table: str) -> list[str]:
+    return [row[0] for row in store.tables.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ?"
+        " ORDER BY ordinal_position", (table,)).fetchall()]
+
+
+def pg_recorded(store: RunStore) -> list[tuple[int, str, str]]:
+    return [tuple(row) for row in store.tables.execute(
+        "SELECT number, name, applied_at FROM _migrations_harness_loop ORDER BY number").fetchall()]
+
+
+def test_a_new_postgres_database_gets_the_runs_tables(postgres_target: str) -> None:
+    from harness_loop.runtables_postgres import known_migrations as postgres_migrations
+
+    with RunStore.open(postgres_target) as store:
+        assert store.engine == "postgresql"
+        assert pg_columns(store, "runs") == RUN_COLUMNS
+        assert pg_columns(store, "jobs") == JOB_COLUMNS
+        assert pg_columns(store, "run_events") == EVENT_COLUMNS
+        triggers = {row[0] for row in store.tables.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'run_events'::regclass AND NOT tgisinternal").fetchall()}
+        assert triggers == TRIGGERS
+        recorded = pg_recorded(store)
+        assert [(n, name) for n, name, _ in recorded] == [(m.number, m.name) for m in postgres_migrations()]
+        # harness_mem's set came first: its settings hold the key both stores pseudonymise with.
+        assert store.tables.execute("SELECT count(*) FROM _migrations").fetchone()[0] >= 1
+    with RunStore.open(postgres_target) as again:
+        assert pg_recorded(again) == recorded  # nothing ran twice
+
+
+def test_several_processes_open_one_new_postgres_database_at_once(postgres_target: str) -> None:
+    import threading
+
+    barrier, errors, opened = threading.Barrier(6), [], []
+
+    def open_one() -> None:
+        barrier.wait()
+        try:
+            with RunStore.open(postgres_target) as store:
+                opened.append(pg_recorded(store))
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == [] and len(opened) == 6
+    assert all(seen == opened[0] for seen in opened) and len(opened[0]) >= 1
+
+
+def test_a_newer_harness_loop_schema_is_refused_on_postgres(postgres_target: str) -> None:
+    with RunStore.open(postgres_target) as store, store.tables.transaction():
+        store.tables.execute("INSERT INTO _migrations_harness_loop VALUES (7, '0007_later', '2030-01-01')")
+    with pytest.raises(SchemaTooNewError, match=r"has harness_loop schema version 0007 but this installation knows"
+                                                 r" only up to 0001 — upgrade harness-mem"):
+        RunStore.open(postgres_target)
+    MemoryStore(postgres_target, embedder=None).close()  # harness_mem's own set is still fine
+
+
+def test_the_postgres_schema_allows_exactly_the_states_the_enums_define(postgres_target: str) -> None:
+    with RunStore.open(postgres_target) as store:
+        for table, names in (("runs", RUN_STATES), ("jobs", JOB_STATES)):
+            checks = [row[0] for row in store.tables.execute(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = ?::regclass AND contype = 'c'",
+                (table,)).fetchall()]
+            (state_check,) = [c for c in checks if "(state " in c]
+            assert re.findall(r"'([a-z_]+)'", state_check) == list(names)

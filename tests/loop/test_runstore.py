@@ -1,9 +1,9 @@
-"""RunStore and InMemoryRunStore: the same contract, plus what only the SQLite file can promise."""
+"""RunStore (on SQLite and on PostgreSQL) and InMemoryRunStore: the same contract, plus what only a
+database can promise."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -20,16 +20,15 @@ from harness_loop.runstore import (
     render_events,
     render_list,
 )
-from harness_mem.db import driver, write_transaction
 from harness_mem.errors import DuplicateIdError, InvalidInputError, NotFoundError
 
 
-@pytest.fixture(params=["sqlite", "memory"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunStoreLike]:
-    if request.param == "sqlite":
-        s: RunStore | InMemoryRunStore = RunStore.open(str(tmp_path / "runs.db"))
+@pytest.fixture(params=["sqlite", "postgresql", "memory"])
+def store(request: pytest.FixtureRequest, new_target: Callable[[str], str]) -> Iterator[RunStoreLike]:
+    if request.param == "memory":
+        s: RunStore | InMemoryRunStore = InMemoryRunStore()
     else:
-        s = InMemoryRunStore()
+        s = RunStore.open(new_target(request.param))
     yield s
     s.close()
 
@@ -185,50 +184,49 @@ def test_to_dict_is_json_ready(store: RunStoreLike) -> None:
     json.dumps([data, store.list_runs()[0].to_dict(), store.events("r1")[0].to_dict()])
 
 
-# ---- only the SQLite store -----------------------------------------------------------------------
+# ---- only a database: SQLite or PostgreSQL --------------------------------------------------------
 
 
 @pytest.fixture
-def sqlite_store(tmp_path: Path) -> Iterator[RunStore]:
-    s = RunStore.open(str(tmp_path / "runs.db"))
+def db_store(run_target: str) -> Iterator[RunStore]:
+    s = RunStore.open(run_target)
     yield s
     s.close()
 
 
-def test_event_log_is_append_only(sqlite_store: RunStore) -> None:
-    sqlite_store.create(RunRecord(id="r1", goal="g"), [], [NewEvent("run.created"), NewEvent("x")])
-    conn = sqlite_store._conn
+def test_event_log_is_append_only(db_store: RunStore) -> None:
+    db_store.create(RunRecord(id="r1", goal="g"), [], [NewEvent("run.created"), NewEvent("x")])
+    tables = db_store.tables
     for statement, params in [
         ("UPDATE run_events SET kind = 'forged' WHERE run_id = ?", ("r1",)),
         ("DELETE FROM run_events WHERE run_id = ?", ("r1",)),
         ("INSERT INTO run_events (run_id, seq, at, kind) VALUES (?, 1, 0, 'again')", ("r1",)),
     ]:
-        with pytest.raises(driver().IntegrityError, match="append-only"), write_transaction(conn):
-            conn.execute(statement, params)
-    assert [e.kind for e in sqlite_store.events("r1")] == ["run.created", "x"]
+        with pytest.raises(tables.integrity_error, match="append-only"), tables.transaction():
+            tables.execute(statement, params)
+    assert [e.kind for e in db_store.events("r1")] == ["run.created", "x"]
     # Deleting the whole run is still possible: its log goes with it.
-    with write_transaction(conn):
-        conn.execute("DELETE FROM runs WHERE id = 'r1'")
-    assert conn.execute("SELECT COUNT(*) FROM run_events").fetchone() == (0,)
+    with tables.transaction():
+        tables.execute("DELETE FROM runs WHERE id = 'r1'")
+    assert tables.execute("SELECT COUNT(*) FROM run_events").fetchone()[0] == 0
 
 
-def test_a_failed_save_changes_nothing(sqlite_store: RunStore) -> None:
-    sqlite_store.create(RunRecord(id="r1", goal="g"), [job("r1", "a", 0)], [NewEvent("run.created")])
+def test_a_failed_save_changes_nothing(db_store: RunStore) -> None:
+    db_store.create(RunRecord(id="r1", goal="g"), [job("r1", "a", 0)], [NewEvent("run.created")])
     bad = JobRecord(run_id="r1", job_id="b", position=0, prompt="p")  # position 0 is taken
-    with pytest.raises(driver().IntegrityError):
-        sqlite_store.save(
+    with pytest.raises(db_store.tables.integrity_error):
+        db_store.save(
             RunRecord(id="r1", goal="g", state="executing"),
             [job("r1", "a", 0, state="running"), bad],
             [NewEvent("job.running", "a")],
         )
-    loaded = sqlite_store.load("r1")
+    loaded = db_store.load("r1")
     assert loaded.run.state == "created" and loaded.job("a").state == "pending" and len(loaded.jobs) == 1
-    assert [e.kind for e in sqlite_store.events("r1")] == ["run.created"]
+    assert [e.kind for e in db_store.events("r1")] == ["run.created"]
 
 
-def test_namespaces_do_not_see_each_other(tmp_path: Path) -> None:
-    path = str(tmp_path / "ns.db")
-    with RunStore.open(path) as default, RunStore.open(path, namespace="team") as team:
+def test_namespaces_do_not_see_each_other(run_target: str) -> None:
+    with RunStore.open(run_target) as default, RunStore.open(run_target, namespace="team") as team:
         default.create(RunRecord(id="r1", goal="mine"))
         assert [s.run.id for s in default.list_runs()] == ["r1"]
         assert team.list_runs() == []
@@ -238,9 +236,18 @@ def test_namespaces_do_not_see_each_other(tmp_path: Path) -> None:
             team.events("r1")
 
 
-def test_a_second_connection_sees_committed_state(tmp_path: Path) -> None:
-    path = str(tmp_path / "two.db")
-    with RunStore.open(path) as writer, RunStore.open(path) as reader:
+def test_a_second_connection_sees_committed_state(run_target: str) -> None:
+    with RunStore.open(run_target) as writer, RunStore.open(run_target) as reader:
         writer.create(RunRecord(id="r1", goal="g"), [job("r1", "a", 0)])
         writer.save(RunRecord(id="r1", goal="g", state="executing"), [job("r1", "a", 0, state="running")])
         assert reader.load("r1").job("a").state == "running"
+
+
+def test_a_pruned_log_keeps_each_finished_runs_last_event(db_store: RunStore) -> None:
+    db_store.create(RunRecord(id="done", goal="g"), [], [NewEvent("run.created"), NewEvent("x")])
+    db_store.save(RunRecord(id="done", goal="g", state="completed"), [], [NewEvent("run.completed")])
+    db_store.create(RunRecord(id="live", goal="g", state="executing"), [], [NewEvent("run.created")])
+    assert db_store.prune_events(0) == 0
+    assert db_store.prune_events(2**62) == 2
+    assert [(e.seq, e.kind) for e in db_store.events("done")] == [(3, "run.completed")]
+    assert [e.kind for e in db_store.events("live")] == ["run.created"]
