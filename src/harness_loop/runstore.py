@@ -663,6 +663,13 @@ class RunStore:
             jobs = self._tables.job_rows(key)
         return StoredRun(_run_from_row(row), tuple(_job_from_row(job) for job in jobs))
 
+    def run(self, run_id: str) -> RunRecord:
+        """The run alone, without its jobs: one row (what a worker with nothing to claim asks)."""
+        row = self._tables.run_row(self._key(run_id), self._namespace)
+        if row is None:
+            raise NotFoundError(_not_found(run_id))
+        return _run_from_row(row)
+
     def jobs(self, run_id: str, job_ids: Iterable[str]) -> list[JobRecord]:
         """The run's jobs named in ``job_ids``, in insertion order (an id the run lacks is left out)."""
         return [_job_from_row(row) for row in self._tables.job_rows_among(self._key(run_id),

@@ -141,10 +141,11 @@ class Worker:
         while True:
             claimed = self.store.claim_job(run_id, self.owner, ttl_ms=self.ttl_ms)
             if claimed is None:
-                stored = self.store.load(run_id)
-                if stored.run.is_terminal:
+                # One row, not the whole run: idle workers poll this while others work.
+                if self.store.run(run_id).is_terminal:
                     return settled
-                if not _may_progress(stored):
+                # Whether the run can still end needs every job: asked once idle for a while.
+                if wait >= self.poll_s * _MAX_WAITS and not _may_progress(self.store.load(run_id)):
                     raise OrchestratorError(
                         f"run {run_id} cannot progress: no job may run and none is running — resume it with"
                         " the orchestrator"
