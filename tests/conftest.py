@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from engine_targets import ENGINES, fresh_schema
 from fake_embedder import HashedEmbedder, hashed_by_name
 from fake_openai import FakeServer
 from postgres_server import PostgresServer
@@ -42,7 +44,6 @@ def _test_default_embedder(request: pytest.FixtureRequest, monkeypatch: pytest.M
     if request.node.get_closest_marker("real_model") is None:
         monkeypatch.setattr("harness_mem.store.default_embedder", HashedEmbedder)
         monkeypatch.setattr("harness_mem.store.named_embedder", hashed_by_name)
-
 
 
 @pytest.fixture
@@ -142,16 +143,89 @@ def postgres_dsn(postgres_server: PostgresServer) -> str:
     return postgres_server.dsn
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def engine_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    """The engine a test runs on, once each: ``"sqlite"`` or ``"postgresql"``."""
+    return str(request.param)
+
+
+@pytest.fixture
+def fresh_target(engine: str, tmp_path: Path, request: pytest.FixtureRequest) -> Callable[[], str]:
+    """Makes new, empty store locations on this test's engine, as many as a test needs (a copy's
+    destination, a second store, one per generated example). On SQLite the first is ``db_path``,
+    each later one a file in a folder of its own (what the byte-level proofs read)."""
+    made = itertools.count()
+
+    def make() -> str:
+        n = next(made)
+        if engine != "sqlite":
+            return fresh_schema(request.getfixturevalue("postgres_server"))
+        if n == 0:
+            return str(tmp_path / "memory.db")
+        folder = tmp_path / f"store-{n}"
+        folder.mkdir()
+        return str(folder / "memory.db")
+
+    return make
+
+
+@pytest.fixture
+def engine_target(fresh_target: Callable[[], str]) -> str:
     """Where a new, empty store lives, once per engine: a SQLite file, or a schema of its own in
     the test server's database (the conformance suite runs every test on both)."""
-    if request.param == "sqlite":
-        return str(tmp_path / "memory.db")
-    import uuid
+    return fresh_target()
 
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with server.connect() as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    return f"{server.dsn}?options=-csearch_path%3D{schema},public"
+
+@pytest.fixture
+def sqlite_store(db_path: Path) -> Iterator[object]:
+    """``store``, on SQLite alone, for a module whose ``store`` is ``engine_store``: its tests about
+    SQLite itself (or about something else entirely, at SQLite's cost) use this one."""
+    from harness_mem.store import MemoryStore
+
+    with MemoryStore(db_path, embedder=None) as opened:
+        yield opened
+
+
+@pytest.fixture
+def sqlite_hashed_store(db_path: Path, hashed_embedder: HashedEmbedder) -> Iterator[object]:
+    """``hashed_store``, on SQLite alone (as ``sqlite_store``): for the tests of its vector index."""
+    from harness_mem.store import MemoryStore
+
+    with MemoryStore(db_path, embedder=hashed_embedder) as opened:
+        yield opened
+
+
+@pytest.fixture
+def sqlite_semantic_store(db_path: Path, embedder: object) -> Iterator[object]:
+    """``semantic_store``, on SQLite alone (as ``sqlite_store``): for the tests of its vector index."""
+    from harness_mem.store import MemoryStore
+
+    with MemoryStore(db_path, embedder=embedder) as opened:  # type: ignore[arg-type]
+        yield opened
+
+
+@pytest.fixture
+def engine_store(engine_target: str) -> Iterator[object]:
+    """``store`` on each engine: a keyword-only store, for tests that are not about SQLite itself."""
+    from harness_mem.store import MemoryStore
+
+    with MemoryStore(engine_target, embedder=None) as opened:
+        yield opened
+
+
+@pytest.fixture
+def engine_hashed_store(engine_target: str, hashed_embedder: HashedEmbedder) -> Iterator[object]:
+    """``hashed_store`` on each engine: the vector plumbing (filters, fusion, reindex…) on both."""
+    from harness_mem.store import MemoryStore
+
+    with MemoryStore(engine_target, embedder=hashed_embedder) as opened:
+        yield opened
+
+
+@pytest.fixture
+def engine_semantic_store(engine_target: str, embedder: object) -> Iterator[object]:
+    """``semantic_store`` on each engine: what rests on the real model's understanding, on both."""
+    from harness_mem.store import MemoryStore
+
+    with MemoryStore(engine_target, embedder=embedder) as opened:  # type: ignore[arg-type]
+        yield opened

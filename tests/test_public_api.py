@@ -72,6 +72,7 @@ STORAGE_MODULES = {
     "harness_mem/engines/postgres.py",
     "harness_mem/experience/store.py",
     "harness_mem/experience/ledger.py",
+    "harness_mem/experience/tables.py",
     "harness_loop/runstore.py",
     "harness_loop/runtables.py",
     "harness_loop/runtables_sqlite.py",

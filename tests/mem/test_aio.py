@@ -13,6 +13,8 @@ import anyio.to_thread
 import numpy as np
 import numpy.typing as npt
 import pytest
+from engine_rows import connection as connection_of
+from engine_rows import keyword_rows, vector_rows
 from fake_embedder import HashedEmbedder
 
 from harness_mem.aio import AsyncMemoryStore
@@ -27,7 +29,10 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def populate(path: Path) -> None:
+# Every test here but the one about a file that is not SQLite runs on both engines, at ``engine_target``.
+
+
+def populate(path: Path | str) -> None:
     with MemoryStore(path, embedder=HashedEmbedder()) as store:
         store.add("we chose argon2id for password hashing", id="hash", tags=["decision"])
         store.add("deploys happen on Tuesdays", id="deploy", tags=["ops"])
@@ -51,8 +56,9 @@ FAILING: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
 
 
 @pytest.mark.parametrize(("method", "args", "kwargs"), FAILING, ids=[f"{m}-{i}" for i, (m, _, _) in enumerate(FAILING)])
-async def test_errors_are_the_sync_stores_typed_errors(db_path: Path, method: str, args: tuple[Any, ...],
+async def test_errors_are_the_sync_stores_typed_errors(engine_target: str, method: str, args: tuple[Any, ...],
                                                        kwargs: dict[str, Any]) -> None:
+    db_path = engine_target
     populate(db_path)
     with MemoryStore(db_path, embedder=None) as sync, pytest.raises(HarnessMemError) as expected:
         result = getattr(sync, method)(*args, **kwargs)
@@ -66,10 +72,10 @@ async def test_errors_are_the_sync_stores_typed_errors(db_path: Path, method: st
         assert (await store.get("hash")).content == "we chose argon2id for password hashing"
 
 
-async def test_a_missing_model_is_an_embedder_error(db_path: Path) -> None:
+async def test_a_missing_model_is_an_embedder_error(engine_target: str) -> None:
     from harness_mem.errors import EmbedderError
 
-    async with AsyncMemoryStore(db_path, embedder=None) as store:
+    async with AsyncMemoryStore(engine_target, embedder=None) as store:
         with pytest.raises(EmbedderError, match="semantic recall needs"):
             await store.recall("x", mode="semantic")
 
@@ -90,10 +96,10 @@ async def test_a_file_that_is_not_sqlite_fails_on_entering(tmp_path: Path) -> No
 # ---- many tasks, one facade ----------------------------------------------------------------------
 
 
-async def test_concurrent_tasks_writing_through_one_facade_lose_nothing(db_path: Path) -> None:
+async def test_concurrent_tasks_writing_through_one_facade_lose_nothing(engine_target: str) -> None:
     tasks, adds, batches = 16, 20, 2
     read_errors: list[BaseException] = []
-    async with AsyncMemoryStore(db_path, embedder=HashedEmbedder()) as store:
+    async with AsyncMemoryStore(engine_target, embedder=HashedEmbedder()) as store:
 
         async def writer(task: int) -> None:
             for i in range(adds):
@@ -123,8 +129,8 @@ async def test_concurrent_tasks_writing_through_one_facade_lose_nothing(db_path:
             {f"{t}-{i}" for t in range(tasks) for i in range(adds)}
             | {f"{t}-b{i}-{j}" for t in range(tasks) for i in range(0, adds, 10) for j in range(5)}
         )
-        assert sync.db.execute("SELECT count(*) FROM entries_fts").fetchone()[0] == expected
-        assert sync.db.execute("SELECT count(*) FROM entries_vec").fetchone()[0] == expected
+        assert keyword_rows(sync) == expected
+        assert vector_rows(sync) == expected
         assert sync.integrity_check() == []
         assert [h.entry.id for h in await store.recall("task t7 wrote note n19", k=1)] == ["7-19"]
 
@@ -143,11 +149,12 @@ class Gated(HashedEmbedder):
         return super().embed(texts)
 
 
-async def test_aclose_while_in_use_waits_for_the_call_in_flight(db_path: Path) -> None:
+async def test_aclose_while_in_use_waits_for_the_call_in_flight(engine_target: str) -> None:
+    db_path = engine_target
     model = Gated()
     store = AsyncMemoryStore(db_path, embedder=model)
     await store.stats()  # opened
-    connection = store.store.db.conn
+    connection = connection_of(store.store)
     written: dict[str, str] = {}
     closed = anyio.Event()
 
@@ -198,7 +205,9 @@ def comparable(value: Any) -> Any:
 
 
 @pytest.mark.parametrize(("name", "call"), CALLS, ids=[name for name, _ in CALLS])
-async def test_reads_answer_as_the_sync_store_does(db_path: Path, name: str, call: Callable[[Any], Any]) -> None:
+async def test_reads_answer_as_the_sync_store_does(engine_target: str, name: str,
+                                                   call: Callable[[Any], Any]) -> None:
+    db_path = engine_target
     populate(db_path)
     with MemoryStore(db_path, embedder=HashedEmbedder()) as sync:
         result = call(sync)
@@ -208,7 +217,8 @@ async def test_reads_answer_as_the_sync_store_does(db_path: Path, name: str, cal
     assert expected  # the comparison is not between two empty answers
 
 
-async def test_delete_answers_as_the_sync_store_does(db_path: Path) -> None:
+async def test_delete_answers_as_the_sync_store_does(engine_target: str) -> None:
+    db_path = engine_target
     populate(db_path)
     async with AsyncMemoryStore(db_path, embedder=HashedEmbedder()) as store:
         assert await store.delete("deploy") is True

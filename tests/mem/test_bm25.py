@@ -1,16 +1,21 @@
-"""Keyword ranking that does not score every match (bm25.py), checked against FTS5's exact BM25.
+"""Keyword ranking that does not score every match (bm25.py), checked against the engine's exact
+BM25 (FTS5's bm25() on SQLite, the PostgreSQL engine's own over its positions).
 
 The store here is small, so the index is given small budgets: the same code paths run as on a
 million entries (candidates from the rarest words, pairs, counted term frequencies, filters
-answered inside their entries), and every answer can be compared with exact=True.
+answered inside their entries), and every answer can be compared with exact=True. Every test runs
+on both engines but the two about FTS5 itself (its tokenizer's stored terms, its sampled counts).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from engine_rows import is_postgres, stored_values
+from engine_targets import ENGINES, fresh_schema
 
 from harness_mem.bm25 import KeywordIndex, index_form
 from harness_mem.engines import sqlite_keywords
@@ -38,17 +43,24 @@ def _text(rng: random.Random) -> str:
     return " ".join(chosen.values())
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("bm25") / "m.db"
+def _fill(target: Path | str) -> None:
     rng = random.Random(5)
     items = []
     for i in range(3000):
         items.append({"content": _text(rng), "role": ("Ann", "Ben", "user")[i % 3], "session": f"s{i // 40}",
                       "created_at": f"2024-01-{1 + i // 200:02d}T{10 + i % 200 // 60}:{i % 200 % 60:02d}:00"})
-    with MemoryStore(path, embedder=None) as store:
+    with MemoryStore(target, embedder=None) as store:
         store.add_many(items)
-    return path
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def corpus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path | str]:
+    """The 3000 turns, once per engine for the module: a SQLite file, or a PostgreSQL schema."""
+    target: Path | str = tmp_path_factory.mktemp("bm25") / "m.db"
+    if request.param == "postgresql":
+        target = fresh_schema(request.getfixturevalue("postgres_server"))
+    _fill(target)
+    yield target
 
 
 def _small(store: MemoryStore) -> KeywordIndex:
@@ -65,7 +77,7 @@ QUERIES = [
 ]
 
 
-def test_the_ranking_finds_what_exact_bm25_finds_and_scores_it_the_same(corpus: Path) -> None:
+def test_the_ranking_finds_what_exact_bm25_finds_and_scores_it_the_same(corpus: Path | str) -> None:
     """Every hit carries its exact BM25 score, and the top 10 are exact BM25's top 10 but for an
     entry at the margin whose words repeat more than the candidates' (its rank by the words it
     holds is far down)."""
@@ -83,12 +95,18 @@ def test_the_ranking_finds_what_exact_bm25_finds_and_scores_it_the_same(corpus: 
     assert found >= 0.97 * 10 * len(QUERIES)
 
 
-def test_the_fast_path_really_runs_and_counts_repeated_words(corpus: Path, tmp_path: Path) -> None:
+def test_the_fast_path_really_runs_and_counts_repeated_words(corpus: Path | str, tmp_path: Path,
+                                                             request: pytest.FixtureRequest) -> None:
     """Without its budgets the small store would be ranked by FTS5 alone, and the tests above would
     prove nothing: the plan must leave common words out of what FTS5 scores. A repeated word counts
     as often as it occurs, as in bm25()."""
-    copy = tmp_path / "copy.db"
-    copy.write_bytes(corpus.read_bytes())
+    copy: Path | str = tmp_path / "copy.db"
+    if is_postgres(corpus):  # the same turns in a schema of their own
+        copy = fresh_schema(request.getfixturevalue("postgres_server"))
+        _fill(copy)
+    else:
+        assert isinstance(copy, Path) and isinstance(corpus, Path)
+        copy.write_bytes(corpus.read_bytes())
     with MemoryStore(copy, embedder=None) as store:
         index = _small(store)
         repeated = store.add("museum museum museum paint walking").id
@@ -106,7 +124,7 @@ def test_the_fast_path_really_runs_and_counts_repeated_words(corpus: Path, tmp_p
 @pytest.mark.parametrize("filters", [
     {"session": "s7"}, {"session_prefix": "s1"}, {"role": "Ann"}, {"since": "2024-01-05", "until": "2024-01-09"},
 ])
-def test_a_filtered_ranking_matches_exact_bm25_inside_the_filter(corpus: Path, filters: dict[str, str]) -> None:
+def test_a_filtered_ranking_matches_exact_bm25_inside_the_filter(corpus: Path | str, filters: dict[str, str]) -> None:
     found = total = 0
     with MemoryStore(corpus, embedder=None) as store:
         _small(store)
@@ -122,8 +140,8 @@ def test_a_filtered_ranking_matches_exact_bm25_inside_the_filter(corpus: Path, f
     assert found >= 0.97 * total
 
 
-def test_only_live_entries_of_the_callers_namespace_come_back(tmp_path: Path) -> None:
-    path = tmp_path / "n.db"
+def test_only_live_entries_of_the_callers_namespace_come_back(engine_target: str) -> None:
+    path = engine_target
     rng = random.Random(9)
     with MemoryStore(path, embedder=None, namespace="other") as other:
         other.add_many([{"content": "paint walking friends " + _text(rng)} for _ in range(300)])
@@ -166,17 +184,20 @@ def test_a_common_terms_count_is_sampled_close_to_the_truth(tmp_path: Path, monk
         assert index.document_frequency(store.storage.keywords, '"karn"', rows) == rare
 
 
-def test_a_read_only_store_ranks_at_scale_without_writing(corpus: Path) -> None:
-    before = corpus.read_bytes()
+def test_a_read_only_store_ranks_at_scale_without_writing(corpus: Path | str) -> None:
+    def written() -> bytes:  # the file byte for byte, or every value of the schema
+        return stored_values(corpus) if isinstance(corpus, str) else corpus.read_bytes()
+
+    before = written()
     with MemoryStore(corpus, embedder=None, read_only=True) as store:
         _small(store)
         fast = [h.entry.id for h in store.recall(QUERIES[0], k=10, mode="keyword")]
         exact = [h.entry.id for h in store.recall(QUERIES[0], k=10, mode="keyword", exact=True)]
     assert fast == exact and fast
-    assert corpus.read_bytes() == before
+    assert written() == before
 
 
-def test_hostile_queries_rank_without_error(corpus: Path) -> None:
+def test_hostile_queries_rank_without_error(corpus: Path | str) -> None:
     with MemoryStore(corpus, embedder=None) as store:
         _small(store)
         for query in ['paint" OR walking', "NEAR(paint walking)", "paint*", "-walking", "的 手冲咖啡 paint",
@@ -185,7 +206,7 @@ def test_hostile_queries_rank_without_error(corpus: Path) -> None:
             assert len(hits) <= 5
 
 
-def test_the_cli_ranks_exactly_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cli_ranks_exactly_when_asked(engine_target: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """`recall --exact` reaches the ranking (and plain recall does not ask for it)."""
     from click.testing import CliRunner
 
@@ -199,7 +220,7 @@ def test_the_cli_ranks_exactly_when_asked(tmp_path: Path, monkeypatch: pytest.Mo
         return ranking(self, *args, exact=exact, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(KeywordIndex, "ranking", watched)
-    db = tmp_path / "c.db"
+    db = engine_target
     with MemoryStore(db, embedder=None) as store:
         store.add_many([{"content": f"note {i} about the weather"} for i in range(20)])
     args = ["--db", str(db), "recall", "weather", "--mode", "keyword", "-k", "3", "--json"]

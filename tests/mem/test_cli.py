@@ -16,11 +16,18 @@ from harness_mem.store import MemoryStore
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample_conversation.jsonl"
 
 
-def run(db: Path, *args: str, input: str | bytes | None = None) -> object:
+# The tests of what the commands do with a store run on both engines (``--db`` takes a server URL
+# too): they take ``engine_target``. Those about paths and files (a missing file, a folder, a path
+# under a file), the README's demo on its file and the real-process round trip (exit codes and
+# stderr; test_engines runs the commands in real processes on a server) stay on SQLite.
+
+
+def run(db: Path | str, *args: str, input: str | bytes | None = None) -> object:
     return CliRunner().invoke(cli, ["--db", str(db), *args], input=input, catch_exceptions=False)
 
 
-def test_add_then_recall_as_json(db_path: Path) -> None:
+def test_add_then_recall_as_json(engine_target: str) -> None:
+    db_path = engine_target
     added = run(db_path, "add", "deploys happen on Tuesdays", "--tag", "ops", "--json")
     assert added.exit_code == 0
     entry = json.loads(added.stdout)
@@ -51,7 +58,8 @@ def test_the_readme_demo_recalls_what_it_shows(db_path: Path) -> None:
     assert "model: all-MiniLM-L6-v2, 384 dimensions, every entry embedded" in run(db_path, "doctor").stdout
 
 
-def test_readable_recall_shows_rank_score_and_snippet(db_path: Path) -> None:
+def test_readable_recall_shows_rank_score_and_snippet(engine_target: str) -> None:
+    db_path = engine_target
     run(db_path, "import", str(SAMPLE))
     result = run(db_path, "recall", "bcrypt or argon2id", "-k", "2", "--explain")
     assert result.exit_code == 0
@@ -60,7 +68,8 @@ def test_readable_recall_shows_rank_score_and_snippet(db_path: Path) -> None:
     assert "keyword #1" in result.stdout
 
 
-def test_import_reports_bad_lines_keeps_good_ones_and_exits_non_zero(db_path: Path, tmp_path: Path) -> None:
+def test_import_reports_bad_lines_keeps_good_ones_and_exits_non_zero(engine_target: str, tmp_path: Path) -> None:
+    db_path = engine_target
     source = tmp_path / "in.jsonl"
     source.write_bytes(b'{"id": "1", "text": "good one"}\n{"text": \n\xc3\x28\n{"id": "2", "text": "good two"}\n')
     result = run(db_path, "import", str(source))
@@ -74,7 +83,8 @@ def test_import_reports_bad_lines_keeps_good_ones_and_exits_non_zero(db_path: Pa
     assert "Imported 0 entries from 4 lines (2 already stored, 2 rejected)" in again.stderr
 
 
-def test_import_from_stdin_is_idempotent(db_path: Path) -> None:
+def test_import_from_stdin_is_idempotent(engine_target: str) -> None:
+    db_path = engine_target
     data = SAMPLE.read_text(encoding="utf-8")
     assert run(db_path, "import", "-", input=data).exit_code == 0
     assert run(db_path, "import", "-", input=data).exit_code == 0
@@ -82,7 +92,8 @@ def test_import_from_stdin_is_idempotent(db_path: Path) -> None:
         assert store.count() == len(data.splitlines())
 
 
-def test_get_list_delete_stats_export(db_path: Path) -> None:
+def test_get_list_delete_stats_export(engine_target: str) -> None:
+    db_path = engine_target
     entry_id = run(db_path, "add", "remember the milk", "--id", "milk", "--role", "user").stdout.strip()
     assert entry_id == "milk"
     shown = run(db_path, "get", "milk", "--json")
@@ -119,7 +130,8 @@ def test_get_list_delete_stats_export(db_path: Path) -> None:
          "Error: cannot read a time from '9999999999h' — an age must reach back no further than year 1"),
     ],
 )
-def test_user_errors_are_one_line_with_a_fix(db_path: Path, args: list[str], code: int, message: str) -> None:
+def test_user_errors_are_one_line_with_a_fix(engine_target: str, args: list[str], code: int, message: str) -> None:
+    db_path = engine_target
     MemoryStore(db_path, embedder=None).close()  # the file exists: the errors are about the arguments
     result = run(db_path, *args)
     assert result.exit_code == code
@@ -150,7 +162,8 @@ def test_a_folder_is_not_a_database(tmp_path: Path) -> None:
         MemoryStore(tmp_path, embedder=None)
 
 
-def test_recall_of_fts_syntax_is_not_an_error(db_path: Path) -> None:
+def test_recall_of_fts_syntax_is_not_an_error(engine_target: str) -> None:
+    db_path = engine_target
     run(db_path, "add", "auth refactor plan")
     for query in ['"', 'NEAR("auth"', "*", "-", "AND", "🙂", "x" * 10_000]:
         result = run(db_path, "recall", query)
@@ -166,7 +179,8 @@ def test_db_path_respects_the_environment(tmp_path: Path, monkeypatch: pytest.Mo
     assert result.stdout.strip() == str(tmp_path / "home" / "memory.db")
 
 
-def test_doctor_and_migrate_list(db_path: Path) -> None:
+def test_doctor_and_migrate_list(engine_target: str) -> None:
+    db_path = engine_target
     assert run(db_path, "init").exit_code == 0
     doctor = run(db_path, "doctor")
     assert doctor.exit_code == 0
@@ -209,7 +223,8 @@ def test_real_process_round_trip_and_errors(db_path: Path) -> None:
     assert missing.returncode == 1 and missing.stderr.count(b"\n") == 1
 
 
-def test_keyword_commands_do_not_import_the_embedding_model(db_path: Path) -> None:
+def test_keyword_commands_do_not_import_the_embedding_model(engine_target: str) -> None:
+    db_path = engine_target
     code = (
         "import sys\nfrom harness_mem.cli import main\n"
         f"sys.argv = ['harness-mem', '--db', {str(db_path)!r}, 'recall', 'x', '--mode', 'keyword']\n"
@@ -220,7 +235,8 @@ def test_keyword_commands_do_not_import_the_embedding_model(db_path: Path) -> No
     assert result.returncode == 0, result.stderr
 
 
-def test_doctor_fails_when_entries_lack_vectors(db_path: Path) -> None:
+def test_doctor_fails_when_entries_lack_vectors(engine_target: str) -> None:
+    db_path = engine_target
     CliRunner().invoke(cli, ["--db", str(db_path), "init"], catch_exceptions=False)  # a file with vectors
     CliRunner().invoke(cli, ["--db", str(db_path), "--embedder", "none", "add", "a note"], catch_exceptions=False)
     result = CliRunner().invoke(cli, ["--db", str(db_path), "doctor"], catch_exceptions=False)
@@ -259,7 +275,8 @@ def test_writing_commands_create_the_file(tmp_path: Path, args: list[str]) -> No
     assert path.exists()
 
 
-def test_the_python_api_honours_harness_mem_embedder(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_python_api_honours_harness_mem_embedder(engine_target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    db_path = engine_target
     with MemoryStore(db_path) as store:
         store.add("made with vectors")
     monkeypatch.setenv("HARNESS_MEM_EMBEDDER", "none")

@@ -1,4 +1,6 @@
-"""The maintenance commands: ``init``, ``reindex``, and the ``redact`` filter."""
+"""The maintenance commands: ``init``, ``reindex``, and the ``redact`` filter.
+
+``reindex`` is checked on both engines (``engine_target``); ``init`` makes and checks SQLite files."""
 
 from __future__ import annotations
 
@@ -10,13 +12,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from click.testing import CliRunner
+from engine_rows import keyword_rows, lose_keyword_rows, vector_rows
 from fake_embedder import HashedEmbedder
 
 from harness_mem.cli import cli
 from harness_mem.db import connect
 from harness_mem.migrations import known_migrations
 from harness_mem.store import MemoryStore
-from harness_mem.vectors import VectorIndex
 
 LATEST = known_migrations()[-1].number
 
@@ -104,8 +106,9 @@ REINDEXED = "Reindexed {n} entries: keyword index rebuilt, {written} vectors wri
 
 
 @pytest.fixture
-def keyword_only(db_path: Path) -> Path:
+def keyword_only(engine_target: str) -> str:
     """A file written without an embedder: three turns of a session and two notes, no vectors."""
+    db_path = engine_target
     with MemoryStore(db_path, embedder=None) as store:
         for i, (role, text) in enumerate(TURNS):
             store.add(text, role=role, session="s1", id=f"t{i}", created_at=f"2024-05-0{i + 1}T10:00:00Z")
@@ -114,7 +117,7 @@ def keyword_only(db_path: Path) -> Path:
     return db_path
 
 
-def test_reindex_embeds_a_keyword_only_store_with_progress_on_stderr(keyword_only: Path) -> None:
+def test_reindex_embeds_a_keyword_only_store_with_progress_on_stderr(keyword_only: str) -> None:
     db = ("--db", str(keyword_only))
     refused = run(*db, "recall", "cats", "--mode", "semantic")
     assert refused.exit_code == 1
@@ -131,17 +134,19 @@ def test_reindex_embeds_a_keyword_only_store_with_progress_on_stderr(keyword_onl
     hits = [json.loads(line) for line in run(*db, "recall", "a note about cats", "--mode", "semantic", "--json").stdout.splitlines()]
     assert hits[0]["id"] == "n1" and len(hits) == 5
     with MemoryStore(keyword_only, embedder=None) as store:
-        assert VectorIndex.recorded_model(store.db.conn) == VectorIndex(store.db.conn, HashedEmbedder()).identity()
+        model = HashedEmbedder()
+        assert store.storage.recorded_model() == {"name": model.name, "dim": str(model.dim),
+                                                  "fingerprint": model.fingerprint}
     again = run(*db, "reindex")
     assert again.stderr == REINDEXED.format(n=5, written=0, dropped=0) + "\n"  # nothing left: no progress bar
 
 
-def test_reindex_quiet_has_no_progress(keyword_only: Path) -> None:
+def test_reindex_quiet_has_no_progress(keyword_only: str) -> None:
     result = run("--db", str(keyword_only), "--embedder", "minilm", "reindex", "--quiet")
     assert result.stderr == REINDEXED.format(n=5, written=5, dropped=0) + "\n"
 
 
-def test_reindex_without_an_embedder_rebuilds_the_keyword_index(keyword_only: Path) -> None:
+def test_reindex_without_an_embedder_rebuilds_the_keyword_index(keyword_only: str) -> None:
     db = ("--db", str(keyword_only), "--embedder", "none")
 
     def found(query: str) -> list[str]:
@@ -149,9 +154,7 @@ def test_reindex_without_an_embedder_rebuilds_the_keyword_index(keyword_only: Pa
 
     # A turn is indexed with the turn before it: "favourite colour" finds the question and its answer.
     assert sorted(found("favourite colour")) == ["t0", "t1"]
-    conn = connect(keyword_only)
-    conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('delete-all')")  # lose the derived rows
-    conn.close()
+    lose_keyword_rows(keyword_only)  # lose the derived rows
     assert found("favourite colour") == [] and found("dogs") == []
     result = run(*db, "reindex")
     assert result.exit_code == 0
@@ -159,11 +162,12 @@ def test_reindex_without_an_embedder_rebuilds_the_keyword_index(keyword_only: Pa
     assert sorted(found("favourite colour")) == ["t0", "t1"] and found("dogs") == ["n2"]
     assert sorted(found("Lisbon")) == ["t1", "t2"]  # each turn's context is rebuilt as it was written
     with MemoryStore(keyword_only, embedder=None) as store:
-        assert store.db.execute("SELECT count(*) FROM entries_fts").fetchone()[0] == 5
+        assert keyword_rows(store) == 5
         assert store.count_missing_vectors() == 0  # no embedder: nothing to embed, nothing reported
 
 
-def test_reindex_replaces_vectors_of_another_model(db_path: Path) -> None:
+def test_reindex_replaces_vectors_of_another_model(engine_target: str) -> None:
+    db_path = engine_target
     with MemoryStore(db_path, embedder=HashedEmbedder(name="older-model")) as store:
         store.add_many([{"text": f"note {i} about the garden"} for i in range(4)])
     refused = run("--db", str(db_path), "recall", "garden", "--mode", "semantic")
@@ -186,7 +190,7 @@ class StopsAfter(HashedEmbedder):
         return super().embed(texts)
 
 
-def test_an_interrupted_reindex_resumes_where_it_stopped(keyword_only: Path) -> None:
+def test_an_interrupted_reindex_resumes_where_it_stopped(keyword_only: str) -> None:
     with MemoryStore(keyword_only, embedder=StopsAfter(2)) as store:
         done: list[int] = []
         with pytest.raises(KeyboardInterrupt):
@@ -196,7 +200,7 @@ def test_an_interrupted_reindex_resumes_where_it_stopped(keyword_only: Path) -> 
     assert result.stderr.splitlines()[-1] == REINDEXED.format(n=5, written=1, dropped=0)
     with MemoryStore(keyword_only, embedder=HashedEmbedder()) as store:
         assert store.count_missing_vectors() == 0
-        assert store.db.execute("SELECT count(*) FROM entries_vec").fetchone()[0] == 5
+        assert vector_rows(store) == 5
         # Each entry kept its own vector through the interruption: every note is its own nearest neighbour.
         for entry in store.list():
             assert store.recall(entry.content, k=1, mode="semantic")[0].entry.id == entry.id

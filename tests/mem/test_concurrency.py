@@ -1,5 +1,6 @@
-"""Several real processes on one file: nothing lost, never "database is locked", and a killed
-writer leaves a sound file with everything it had committed."""
+"""Several real processes on one store: nothing lost, never "database is locked", and a killed
+writer leaves a sound store with everything it had committed. Each test runs on both engines (a
+SQLite file, a PostgreSQL schema: ``engine_target``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from engine_rows import keyword_rows, vector_rows
 from fake_embedder import HashedEmbedder
 
 from harness_mem.store import MemoryStore
@@ -41,7 +43,8 @@ def _spawn(script: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def test_concurrent_writer_processes_lose_nothing(db_path: Path) -> None:
+def test_concurrent_writer_processes_lose_nothing(engine_target: str) -> None:
+    db_path = engine_target
     MemoryStore(db_path, embedder=None).close()  # create and migrate once, then race
     workers, per_worker = 4, 60
     procs = [_spawn(WRITER, str(db_path), str(w), str(per_worker)) for w in range(workers)]
@@ -78,7 +81,8 @@ EMBEDDING_WRITER = textwrap.dedent(
 )
 
 
-def test_concurrent_writer_processes_keep_one_vector_per_entry(db_path: Path) -> None:
+def test_concurrent_writer_processes_keep_one_vector_per_entry(engine_target: str) -> None:
+    db_path = engine_target
     MemoryStore(db_path, embedder=HashedEmbedder()).close()  # create, migrate and bind the model once
     workers, per_worker = 4, 30
     tests_dir = str(Path(__file__).resolve().parents[1])
@@ -90,15 +94,14 @@ def test_concurrent_writer_processes_keep_one_vector_per_entry(db_path: Path) ->
     with MemoryStore(db_path, embedder=HashedEmbedder()) as store:
         expected = workers * (per_worker - per_worker // 5)
         assert store.count() == expected and store.count_missing_vectors() == 0
-        for table in ("entries_vec", "entries_fts"):
-            assert store.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == expected, table
+        assert (vector_rows(store), keyword_rows(store)) == (expected, expected)
         for entry in store.list():  # each vector belongs to its own entry
             assert store.recall(entry.content, k=1, mode="semantic")[0].entry.id == entry.id
         assert store.integrity_check() == []
 
 
-def test_concurrent_first_open_migrates_once(tmp_path: Path) -> None:
-    path = tmp_path / "fresh.db"
+def test_concurrent_first_open_migrates_once(engine_target: str) -> None:
+    path = engine_target
     opener = "import sys\nfrom harness_mem.store import MemoryStore\nMemoryStore(sys.argv[1], embedder=None).add('hi')\nprint('done')"
     procs = [_spawn(opener, str(path)) for _ in range(4)]
     for proc in procs:
@@ -122,7 +125,8 @@ KILLED = textwrap.dedent(
 )
 
 
-def test_a_killed_writer_leaves_a_sound_file_with_every_committed_batch(db_path: Path) -> None:
+def test_a_killed_writer_leaves_a_sound_file_with_every_committed_batch(engine_target: str) -> None:
+    db_path = engine_target
     MemoryStore(db_path, embedder=None).close()
     committed = -1
     deadline = time.monotonic() + 60
@@ -138,5 +142,4 @@ def test_a_killed_writer_leaves_a_sound_file_with_every_committed_batch(db_path:
         assert count % 20 == 0  # batches are all or nothing
         assert count >= (committed + 1) * 20  # every batch it reported as committed survived
         assert store.get(f"{committed}-19").content.startswith(f"entry {committed} 19")
-        fts_rows = store.db.execute("SELECT count(*) FROM entries_fts").fetchone()[0]
-        assert fts_rows == count  # the index never lags the canonical rows
+        assert keyword_rows(store) == count  # the index never lags the canonical rows

@@ -1,4 +1,7 @@
-"""Honest modes: keyword-only files, entries without vectors, read-only locations, models by name."""
+"""Honest modes: keyword-only files, entries without vectors, read-only locations, models by name.
+
+Every test but those of read-only locations (a read-only mount, an immutable file, file
+permissions: SQLite's file) runs on both engines, at ``engine_target``."""
 
 from __future__ import annotations
 
@@ -7,21 +10,23 @@ import hashlib
 import json
 import os
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 from click.testing import CliRunner
+from engine_rows import has_vector_table
 from fake_embedder import HashedEmbedder
 
 from harness_mem.cli import cli
+from harness_mem.engines import shown_location
 from harness_mem.errors import EmbedderError, MissingVectorsWarning, StorageError
 from harness_mem.store import MemoryStore
 
 
-def run(db: Path, *args: str) -> object:
+def run(db: Path | str, *args: str) -> object:
     return CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=False)
 
 
@@ -44,8 +49,9 @@ def no_model_may_load() -> None:
     ["--embedder", "none", "add", "deploys are on Tuesdays"],
     ["--embedder", "none", "import", "-"],
 ])
-def test_a_file_made_without_a_model_stays_keyword_only(db_path: Path, create: list[str],
+def test_a_file_made_without_a_model_stays_keyword_only(engine_target: str, create: list[str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    db_path = engine_target
     result = CliRunner().invoke(cli, ["--db", str(db_path), *create], input='{"text": "deploys are on Tuesdays"}\n',
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -60,31 +66,34 @@ def test_a_file_made_without_a_model_stays_keyword_only(db_path: Path, create: l
 
 
 def test_the_environment_makes_a_new_file_keyword_only_but_not_an_existing_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with MemoryStore(tmp_path / "vectors.db") as store:
+        fresh_target: Callable[[], str], monkeypatch: pytest.MonkeyPatch) -> None:
+    vectors, fresh = fresh_target(), fresh_target()
+    with MemoryStore(vectors) as store:
         store.add("made with vectors")
     monkeypatch.setenv("HARNESS_MEM_EMBEDDER", "none")
-    with MemoryStore(tmp_path / "vectors.db") as existing, MemoryStore(tmp_path / "new.db") as new:
+    with MemoryStore(vectors) as existing, MemoryStore(fresh) as new:
         assert existing.embedder is None and not existing.keyword_only
         assert new.embedder is None and new.keyword_only
 
 
-def test_init_keyword_only_refuses_a_file_with_vectors(db_path: Path) -> None:
+def test_init_keyword_only_refuses_a_file_with_vectors(engine_target: str) -> None:
+    db_path = engine_target
     run(db_path, "add", "a note with a vector")
     result = run(db_path, "init", "--keyword-only")
     assert result.exit_code == 1  # type: ignore[attr-defined]
     assert result.stderr == (  # type: ignore[attr-defined]
-        f"Error: {db_path} already exists with vectors — `harness-mem reindex --keyword-only` drops them\n")
+        f"Error: {shown_location(db_path)} already exists with vectors — `harness-mem reindex --keyword-only` drops them\n")
 
 
-def test_switching_is_reindex_both_ways(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_switching_is_reindex_both_ways(engine_target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    db_path = engine_target
     for text in ("cats purr", "dogs bark", "the deploy is on Friday"):
         run(db_path, "add", text)
     dropped = run(db_path, "reindex", "--keyword-only")
     assert "0 vectors written, 3 stale vectors dropped" in dropped.stderr  # type: ignore[attr-defined]
     with MemoryStore(db_path) as store:
         assert store.keyword_only and store.embedder is None
-        assert store.db["entries_vec"].exists() is False
+        assert has_vector_table(store) is False
     # A reader with a model named explicitly does not turn the file back: it recalls by keyword and says so.
     with pytest.warns(MissingVectorsWarning, match="3 of 3 entries have no vector yet"), \
             MemoryStore(db_path, embedder=RefusingEmbedder()) as store:
@@ -97,7 +106,8 @@ def test_switching_is_reindex_both_ways(db_path: Path, monkeypatch: pytest.Monke
         assert store.recall("deploy", mode="semantic")[0].entry.content == "the deploy is on Friday"
 
 
-def test_an_unknown_model_name_is_refused(db_path: Path) -> None:
+def test_an_unknown_model_name_is_refused(engine_target: str) -> None:
+    db_path = engine_target
     result = CliRunner().invoke(cli, ["--db", str(db_path), "--embedder", "bge-huge", "stats"])
     assert result.exit_code == 2 and "'bge-huge' is not one of" in result.stderr
     with pytest.raises(EmbedderError, match="unknown embedder 'bge-huge'"):
@@ -108,8 +118,9 @@ def test_an_unknown_model_name_is_refused(db_path: Path) -> None:
 
 
 @pytest.fixture
-def partial(db_path: Path) -> Path:
+def partial(engine_target: str) -> str:
     """A file with vectors, where one entry was added by a process without the model."""
+    db_path = engine_target
     with MemoryStore(db_path) as store:
         store.add("cats purr when they are content", id="cats")
         store.add("dogs bark at the postman", id="dogs")
@@ -118,7 +129,7 @@ def partial(db_path: Path) -> Path:
     return db_path
 
 
-def test_hybrid_recall_answers_with_the_vectors_it_has_and_warns_once(partial: Path) -> None:
+def test_hybrid_recall_answers_with_the_vectors_it_has_and_warns_once(partial: str) -> None:
     result = run(partial, "recall", "kettle descaled", "--json")
     assert result.exit_code == 0  # type: ignore[attr-defined]
     assert [json.loads(line)["id"] for line in result.stdout.splitlines()][0] == "kettle"  # type: ignore[attr-defined]
@@ -129,7 +140,7 @@ def test_hybrid_recall_answers_with_the_vectors_it_has_and_warns_once(partial: P
     assert semantic.exit_code == 0 and "so no semantic search can find them" in semantic.stderr  # type: ignore[attr-defined]
 
 
-def test_strict_refuses_before_any_model_is_asked(partial: Path) -> None:
+def test_strict_refuses_before_any_model_is_asked(partial: str) -> None:
     with MemoryStore(partial, embedder=RefusingEmbedder()) as store, \
             pytest.raises(EmbedderError, match="1 entries have no vector yet .* run `harness-mem reindex`"):
         store.recall("cats", strict=True)
@@ -137,9 +148,10 @@ def test_strict_refuses_before_any_model_is_asked(partial: Path) -> None:
     assert result.exit_code == 1 and result.stderr.startswith("Error: 1 entries have no vector yet")  # type: ignore[attr-defined]
 
 
-def test_hybrid_over_a_file_with_no_vector_loads_no_model(db_path: Path) -> None:
+def test_hybrid_over_a_file_with_no_vector_loads_no_model(engine_target: str) -> None:
+    db_path = engine_target
     with MemoryStore(db_path, embedder=HashedEmbedder()) as store:
-        store.db.execute("SELECT 1")  # a file that is not keyword-only …
+        assert not store.keyword_only  # a file that is not keyword-only …
     with MemoryStore(db_path, embedder=None) as store:
         store.add("the kettle is descaled monthly")  # … whose entries have no vector
     with pytest.warns(MissingVectorsWarning), MemoryStore(db_path, embedder=RefusingEmbedder()) as store:

@@ -46,6 +46,13 @@ def lines(queries: list[dict[str, object]]) -> list[bytes]:
     return [json.dumps(q).encode() for q in queries]
 
 
+# Every evaluation of a store runs on both engines: ``store`` is conftest's ``engine_store``, and
+# the command's store is at ``engine_target``. Only a bad query file (no database is touched) stays.
+@pytest.fixture
+def store(engine_store: MemoryStore) -> MemoryStore:
+    return engine_store
+
+
 @pytest.fixture
 def apples(store: MemoryStore) -> MemoryStore:
     store.add_many(APPLES)
@@ -109,8 +116,8 @@ def test_a_conversation_searches_only_its_sessions(store: MemoryStore) -> None:
         assert evaluate(store, parse_queries(lines([query])), mode="keyword").overall.mrr_at_10 == 1.0
 
 
-def test_questions_are_embedded_in_one_batch_before_timing(db_path: Path, hashed_embedder: HashedEmbedder) -> None:
-    with MemoryStore(db_path, embedder=hashed_embedder) as store:
+def test_questions_are_embedded_in_one_batch_before_timing(engine_target: str, hashed_embedder: HashedEmbedder) -> None:
+    with MemoryStore(engine_target, embedder=hashed_embedder) as store:
         store.add_many(APPLES)
         before = len(hashed_embedder.calls)
         report = evaluate(store, parse_queries(lines(QUERIES)), mode="hybrid")
@@ -143,21 +150,21 @@ def test_parse_reads_every_documented_field() -> None:
 # ---- the command ---------------------------------------------------------------------------------
 
 
-def run(db: Path, *args: str) -> object:
+def run(db: Path | str, *args: str) -> object:
     return CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=False)
 
 
 @pytest.fixture
-def labelled(db_path: Path, tmp_path: Path) -> Path:
-    with MemoryStore(db_path, embedder=None) as store:
+def labelled(engine_target: str, tmp_path: Path) -> Path:
+    with MemoryStore(engine_target, embedder=None) as store:
         store.add_many(APPLES)
     path = tmp_path / "queries.jsonl"
     path.write_bytes(b"\n".join(lines(QUERIES)) + b"\n")
     return path
 
 
-def test_eval_prints_the_table(db_path: Path, labelled: Path) -> None:
-    result = run(db_path, "eval", str(labelled), "--mode", "keyword")
+def test_eval_prints_the_table(engine_target: str, labelled: Path) -> None:
+    result = run(engine_target, "eval", str(labelled), "--mode", "keyword")
     assert result.exit_code == 0 and result.stderr == ""
     table = result.stdout.splitlines()
     assert table[:5] == [
@@ -170,8 +177,8 @@ def test_eval_prints_the_table(db_path: Path, labelled: Path) -> None:
     assert len(table) == 6 and table[5].startswith("latency p50 ") and table[5].endswith(" ms")
 
 
-def test_eval_json_is_the_report(db_path: Path, labelled: Path) -> None:
-    result = run(db_path, "eval", str(labelled), "--mode", "keyword", "--json")
+def test_eval_json_is_the_report(engine_target: str, labelled: Path) -> None:
+    result = run(engine_target, "eval", str(labelled), "--mode", "keyword", "--json")
     assert result.exit_code == 0
     report = json.loads(result.stdout)
     assert {key: report[key] for key in EXPECTED} == EXPECTED

@@ -1,7 +1,10 @@
 """What deleting and expiring leave in the file: secure_delete, ``gc``, and the daily purge on open.
 
 Each proof writes text through the store with redaction off (so the raw words reach the file),
-deletes or expires it, and then reads every byte of the database, its -wal and its -shm.
+deletes or expires it, and then reads every byte of the database, its -wal and its -shm. The
+proofs about what gc purges and the daily purge on open run on PostgreSQL too (``engine_target``),
+where they read every value of the store's schema instead; those about SQLite's file itself
+(secure_delete, its pages, VACUUM, the WAL and its readers) stay on SQLite.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from pii import assert_absent, every_stored_text
+from engine_rows import is_postgres, sql, stored_text, stored_values, vector_rows
+from pii import assert_absent
 
 import harness_mem.db
 from harness_mem import maintenance
@@ -36,7 +40,13 @@ def file_digest(db: Path) -> dict[str, str]:
             for p in sorted(db.parent.iterdir()) if p.name.startswith(db.name)}
 
 
-def raw_rows(db: Path) -> int:
+def raw_rows(db: Path | str) -> int:
+    """Every row of ``entries``, read past the store (opening one could purge)."""
+    if is_postgres(db):
+        import psycopg
+
+        with psycopg.connect(str(db)) as server:
+            return int(server.execute("SELECT count(*) FROM entries").fetchone()[0])  # type: ignore[index]
     conn = connect(db, read_only=True).conn
     try:
         return int(conn.execute("SELECT count(*) FROM entries").fetchone()[0])
@@ -49,7 +59,8 @@ def test_every_connection_deletes_securely(store: MemoryStore) -> None:
     assert store.db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # a new file frees pages incrementally
 
 
-def test_deleted_text_is_gone_from_every_byte_after_gc(db_path: Path) -> None:
+def test_deleted_text_is_gone_from_every_byte_after_gc(engine_target: str) -> None:
+    db_path = engine_target
     with MemoryStore(db_path, embedder=None, redactor=None) as store:
         doomed = [store.add(text, role="user", session="s1") for text in SECRETS]
         store.add_many([{"text": f"filler note number {i} about deploys", "session": "s1", "role": "user"}
@@ -59,11 +70,12 @@ def test_deleted_text_is_gone_from_every_byte_after_gc(db_path: Path) -> None:
         report = store.gc()
         assert report["forgotten_purged"] == 1 and report["wal_truncated"] and report["free_pages_after"] == 0
         assert store.count() == 300
-        assert_absent([w for text in SECRETS for w in text.split()], every_stored_text(db_path))
-    assert_absent([w for text in SECRETS for w in text.split()], every_stored_text(db_path))
+        assert_absent([w for text in SECRETS for w in text.split()], stored_text(db_path))
+    assert_absent([w for text in SECRETS for w in text.split()], stored_text(db_path))
 
 
-def test_expired_text_is_purged_with_its_derived_rows_by_gc(db_path: Path) -> None:
+def test_expired_text_is_purged_with_its_derived_rows_by_gc(engine_target: str) -> None:
+    db_path = engine_target
     from fake_embedder import HashedEmbedder
 
     with MemoryStore(db_path, embedder=HashedEmbedder()) as store:
@@ -75,25 +87,25 @@ def test_expired_text_is_purged_with_its_derived_rows_by_gc(db_path: Path) -> No
         report = store.gc()
         assert report["expired_purged"] == 2 and report["tables"]["by_table"]["entries"]["rows"] == 1
         assert [h.entry.id for h in store.recall("still wanted", mode="semantic")] == [kept.id]
-        assert store.db.execute("SELECT count(*) FROM entries_vec").fetchone()[0] == 1
-    assert_absent([w for text in SECRETS for w in text.split()], every_stored_text(db_path))
+        assert vector_rows(store) == 1
+    assert_absent([w for text in SECRETS for w in text.split()], stored_text(db_path))
 
 
-def test_opening_purges_expired_entries_at_most_once_a_day(db_path: Path) -> None:
+def test_opening_purges_expired_entries_at_most_once_a_day(engine_target: str) -> None:
+    db_path = engine_target
     with MemoryStore(db_path, embedder=None) as store:
         store.add("gone by morning", expires_at=PAST)
         store.add("here to stay")
     with MemoryStore(db_path, embedder=None) as store:  # the first open after it expired purges it
         assert raw_rows(db_path) == 1
-        last = int(store.db.execute("SELECT value FROM settings WHERE key = ?", (maintenance.EXPIRY_KEY,))
-                   .fetchone()[0])
+        [(last,)] = sql(store, "SELECT value FROM settings WHERE key = ?", (maintenance.EXPIRY_KEY,))
+        last = int(last)
         assert now_ms() - last < 60_000
         store.add("expired too", expires_at=PAST)
     with MemoryStore(db_path, embedder=None):  # within the day: left for later (recall hides it anyway)
         assert raw_rows(db_path) == 2
     with MemoryStore(db_path, embedder=None) as store, store.transaction():
-        store.db.execute("UPDATE settings SET value = ? WHERE key = ?",
-                         (str(now_ms() - 2 * maintenance.EXPIRY_EVERY_MS), maintenance.EXPIRY_KEY))
+        store.storage.set_setting(maintenance.EXPIRY_KEY, str(now_ms() - 2 * maintenance.EXPIRY_EVERY_MS))
     with MemoryStore(db_path, embedder=None):
         assert raw_rows(db_path) == 1
 
@@ -108,11 +120,12 @@ def test_nothing_expired_costs_no_write_on_open(db_path: Path) -> None:
     assert file_digest(db_path) == before
 
 
-def test_a_read_only_open_never_purges_or_writes(db_path: Path) -> None:
+def test_a_read_only_open_never_purges_or_writes(engine_target: str) -> None:
+    db_path = engine_target
     with MemoryStore(db_path, embedder=None) as store:
         store.add("expired, but only a writer may purge it", expires_at=PAST)
         store.add("live")
-    before = file_digest(db_path)
+    before = stored_values(db_path) if is_postgres(db_path) else file_digest(Path(db_path))
     with MemoryStore(db_path, embedder=None, read_only=True) as reader:
         assert [e.content for e in reader.list()] == ["live"]
         assert raw_rows(db_path) == 2
@@ -120,11 +133,15 @@ def test_a_read_only_open_never_purges_or_writes(db_path: Path) -> None:
             reader.add("refused")
         with pytest.raises(InvalidInputError, match="gc changes the file"):
             reader.gc()
-    after = file_digest(db_path)
+    if is_postgres(db_path):  # every value of the schema as it was (there is no file to look at)
+        assert stored_values(db_path) == before
+        return
+    after = file_digest(Path(db_path))
+    assert isinstance(before, dict)
     assert after["memory.db"] == before["memory.db"]
     assert after.get("memory.db-wal", before.get("memory.db-wal")) in (before.get("memory.db-wal"), EMPTY)
     with pytest.raises(HarnessMemError, match="no database at"):
-        MemoryStore(db_path.parent / "missing.db", read_only=True)
+        MemoryStore(Path(db_path).parent / "missing.db", read_only=True)
 
 
 def test_gc_vacuums_an_older_file_only_when_asked(db_path: Path) -> None:

@@ -7,12 +7,12 @@ rules; two tests at the end run them over a real MemoryStore and read the databa
 from __future__ import annotations
 
 import string
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness_mem.errors import BlockedError, InvalidInputError, WriteRefusedError
@@ -338,31 +338,35 @@ def _file_bytes(directory: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file())
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(values=st.lists(pii, min_size=1, max_size=6, unique=True))
-def test_property_redacting_store_file_never_holds_raw_values(values: list[str]) -> None:
+def test_property_redacting_store_file_never_holds_raw_values(fresh_target: Callable[[], str],
+                                                               values: list[str]) -> None:
+    from engine_rows import is_postgres, stored_values
+
     from harness_mem.store import MemoryStore
 
-    with tempfile.TemporaryDirectory() as tmp:
-        directory = Path(tmp)
-        with MemoryStore(directory / "memory.db", embedder=None) as store:
-            memory = RedactingMemory(store, Redactor.default(secret=SECRET))
-            for i, value in enumerate(values):
-                memory.add(
-                    f"turn {i}: 用户的联系方式{value}，请记下 ({value})",
-                    tags=[f"about:{value}"],
-                    metadata={"raw": value, "nested": [value]},
-                )
-            assert memory.recall("联系方式", 10)
-        data = _file_bytes(directory)
-        for value in values:
-            assert value.encode() not in data
+    target = fresh_target()  # a schema of its own on PostgreSQL; on SQLite a file (of a new folder)
+    with MemoryStore(target, embedder=None) as store:
+        memory = RedactingMemory(store, Redactor.default(secret=SECRET))
+        for i, value in enumerate(values):
+            memory.add(
+                f"turn {i}: 用户的联系方式{value}，请记下 ({value})",
+                tags=[f"about:{value}"],
+                metadata={"raw": value, "nested": [value]},
+            )
+        assert memory.recall("联系方式", 10)
+    data = stored_values(target) if is_postgres(target) else _file_bytes(Path(target).parent)
+    for value in values:
+        assert value.encode() not in data
 
 
-def test_guarded_over_the_real_store(tmp_path: Path) -> None:
+def test_guarded_over_the_real_store(engine_target: str) -> None:
+    from engine_rows import written
+
     from harness_mem.store import MemoryStore
 
-    with MemoryStore(tmp_path / "memory.db", embedder=None) as store:
+    with MemoryStore(engine_target, embedder=None) as store:
         guarded = GuardedMemory(store, Redactor.hygiene(secret=SECRET))
         first = guarded.add("email alice@example.com about the quarterly infra budget review")
         with pytest.raises(WriteRefusedError) as info:
@@ -371,4 +375,4 @@ def test_guarded_over_the_real_store(tmp_path: Path) -> None:
         with pytest.raises(WriteRefusedError, match="policy"):
             guarded.add("the budget is USD 250000")
         assert [e.content for e in store.list()] == ["email <EMAIL> about the quarterly infra budget review"]
-    assert b"alice@example.com" not in _file_bytes(tmp_path)
+    assert b"alice@example.com" not in written(engine_target)  # the file's folder, or the schema

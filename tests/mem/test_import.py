@@ -12,11 +12,13 @@ import subprocess
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from engine_rows import keyword_holders
 from fake_embedder import cli_process
 from worker_helpers import kill_on_marker
 
@@ -42,10 +44,18 @@ LINES = [
     b'{"id": "t3", "text": "and the card 4111 1111 1111 1111", "role": "user", "session": "s",'
     b' "timestamp": "2024-01-02T03:07:00Z"}',
 ]
-MATCH = "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ? ORDER BY rowid"
 
 
-def _import(path: Path, workers: int) -> tuple[jsonl.ImportReport, str, MemoryStore]:
+# Every test here that writes a store runs on both engines: ``store`` is conftest's ``engine_store``,
+# and a test that opens stores of its own opens them at ``engine_target`` (or ``fresh_target()``).
+# Those about the import's worker processes (when one starts, the CLI's --workers, a killed import's
+# workers, a worker's parsing) are not about the store, and run on SQLite alone.
+@pytest.fixture
+def store(engine_store: MemoryStore) -> MemoryStore:
+    return engine_store
+
+
+def _import(path: Path | str, workers: int) -> tuple[jsonl.ImportReport, str, MemoryStore]:
     store = MemoryStore(path, embedder=None)
     report = import_jsonl(store, LINES, batch_size=2, workers=workers)  # five batches
     out = io.StringIO()
@@ -53,9 +63,9 @@ def _import(path: Path, workers: int) -> tuple[jsonl.ImportReport, str, MemorySt
     return report, out.getvalue(), store
 
 
-def test_a_worker_process_imports_exactly_what_one_process_imports(tmp_path: Path) -> None:
-    serial_report, serial_export, serial = _import(tmp_path / "a.db", workers=0)
-    parallel_report, parallel_export, parallel = _import(tmp_path / "b.db", workers=1)
+def test_a_worker_process_imports_exactly_what_one_process_imports(fresh_target: Callable[[], str]) -> None:
+    serial_report, serial_export, serial = _import(fresh_target(), workers=0)
+    parallel_report, parallel_export, parallel = _import(fresh_target(), workers=1)
     with serial, parallel:
         assert (serial_report.lines, serial_report.added, serial_report.skipped) == (9, 4, 1)
         assert [(e.line, e.reason.split(" (")[0]) for e in serial_report.errors] == [
@@ -66,8 +76,8 @@ def test_a_worker_process_imports_exactly_what_one_process_imports(tmp_path: Pat
         assert parallel_report == serial_report
         assert parallel_export == serial_export  # same fields, redaction, hashes, metadata
         assert "ann@example.com" not in parallel_export and "4111 1111 1111 1111" not in parallel_export
-        for term in ("argon2id", "january", "mail", "done AND mail", "card AND done"):  # with the turn before
-            assert parallel.db.execute(MATCH, (term,)).fetchall() == serial.db.execute(MATCH, (term,)).fetchall() != []
+        for words in (["argon2id"], ["january"], ["mail"], ["done", "mail"], ["card", "done"]):  # with the turn before
+            assert keyword_holders(parallel, *words) == keyword_holders(serial, *words) != []
 
 
 def test_rows_prepared_with_another_redaction_setting_are_refused(store: MemoryStore) -> None:
@@ -80,8 +90,9 @@ def test_rows_prepared_with_another_redaction_setting_are_refused(store: MemoryS
 
 
 def test_a_large_input_gets_a_worker_and_a_small_one_does_not(
-    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+    sqlite_store: MemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    store = sqlite_store  # when a worker is started, not what is stored: on one engine
     used: list[int] = []
     real = jsonl._prepared_by_workers
 
@@ -213,7 +224,7 @@ def _field(key: str, value: str) -> str:
     return '{"text": "x", "' + key + '": ' + value + "}"
 
 
-@pytest.mark.parametrize(
+NESTED_LINES = pytest.mark.parametrize(
     ("line", "reason"),
     [
         (_field("metadata", '{"a": ' + _nested(950) + "}"), "metadata is nested more than 64 levels deep"),
@@ -225,14 +236,25 @@ def _field(key: str, value: str) -> str:
         (_nested(5000), "the line is nested more than 64 levels deep"),
     ],
 )
-@pytest.mark.parametrize("workers", [0, 1])
-def test_a_deeply_nested_line_is_one_bad_line_and_its_batch_is_kept(
-    store: MemoryStore, line: str, reason: str, workers: int
-) -> None:
+
+
+def _one_bad_line(store: MemoryStore, line: str, reason: str, workers: int) -> None:
     lines = ['{"id": "before", "text": "kept"}', line, '{"id": "after", "text": "kept too"}']
     report = import_jsonl(store, lines, workers=workers)
     assert [(e.line, reason in e.reason) for e in report.errors] == [(2, True)], report.errors
     assert report.added == 2 and [e.id for e in store.list()] == ["before", "after"]
+
+
+@NESTED_LINES
+def test_a_deeply_nested_line_is_one_bad_line_and_its_batch_is_kept(store: MemoryStore, line: str, reason: str) -> None:
+    _one_bad_line(store, line, reason, workers=0)
+
+
+@NESTED_LINES
+def test_a_deeply_nested_line_read_by_a_worker_process_is_one_bad_line_too(
+    sqlite_store: MemoryStore, line: str, reason: str
+) -> None:
+    _one_bad_line(sqlite_store, line, reason, workers=1)  # the worker's parsing: on one engine
 
 
 def test_metadata_at_the_nesting_limit_is_stored(store: MemoryStore) -> None:
@@ -300,7 +322,8 @@ def test_read_lines_cuts_each_line_at_the_limit_wherever_the_blocks_end(
     assert sum(read) == len(data)
 
 
-def test_the_cli_reports_a_line_past_the_length_limit_and_imports_the_rest(db_path: Path, tmp_path: Path) -> None:
+def test_the_cli_reports_a_line_past_the_length_limit_and_imports_the_rest(engine_target: str, tmp_path: Path) -> None:
+    db_path = engine_target
     source = tmp_path / "long.jsonl"
     with source.open("wb") as out:
         out.write(b'{"id": "before", "text": "kept"}\n{"text": "' + b"x" * (9 << 20) + b'"}\n')
@@ -314,7 +337,10 @@ def test_the_cli_reports_a_line_past_the_length_limit_and_imports_the_rest(db_pa
     ]
 
 
-def test_a_line_naming_another_namespace_is_refused_and_that_namespace_untouched(db_path: Path, tmp_path: Path) -> None:
+def test_a_line_naming_another_namespace_is_refused_and_that_namespace_untouched(
+    engine_target: str, tmp_path: Path
+) -> None:
+    db_path = engine_target
     with MemoryStore(db_path, namespace="victim-tenant", embedder=None) as victim:
         victim.add("the victim's own memory", id="vmem")
     hostile = tmp_path / "hostile.jsonl"

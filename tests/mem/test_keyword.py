@@ -25,6 +25,12 @@ HOSTILE_QUERIES = [
 ]
 
 
+# Every test here that ranks a store runs on both engines: ``store`` is conftest's ``engine_store``.
+@pytest.fixture
+def store(engine_store: MemoryStore) -> MemoryStore:
+    return engine_store
+
+
 @pytest.fixture
 def filled(store: MemoryStore) -> MemoryStore:
     store.add("refactor the auth module today", role="user", session="s1")

@@ -35,6 +35,9 @@ pytestmark = pytest.mark.anyio
 mcp = pytest.importorskip("mcp")
 Client, StdioServerParameters = mcp.Client, mcp.StdioServerParameters
 
+# The tools' work on a store (remember, recall, correct, forget; the model loading beside them)
+# runs on both engines, at ``engine_target``. The rest is the server's own (its tools' schemas,
+# errors and redaction counts, its start-up) on SQLite, and skills keep their tables there.
 READERS = {"recall", "recall_sessions", "get_memory", "recent_activity", "find_skills"}
 WRITERS = {"remember", "update_memory", "forget"}
 
@@ -45,7 +48,7 @@ def anyio_backend() -> str:
 
 
 @asynccontextmanager
-async def served(db: Path, *, test_embedder: bool = True) -> AsyncIterator[Any]:
+async def served(db: Path | str, *, test_embedder: bool = True) -> AsyncIterator[Any]:
     """A client connected to ``harness-mem mcp --db DB`` in a new process."""
     args = ["-c", _LAUNCHER] if test_embedder else ["-m", "harness_mem"]
     params = StdioServerParameters(command=sys.executable, args=[*args, "mcp", "--db", str(db)],
@@ -87,8 +90,8 @@ async def test_tools_are_few_named_for_models_and_hint_who_only_reads(tmp_path: 
     assert tools["remember"].input_schema["properties"]["content"]["maxLength"] == MAX_CONTENT_CHARS
 
 
-async def test_remember_recall_correct_and_forget(tmp_path: Path) -> None:
-    async with served(tmp_path / "m.db") as client:
+async def test_remember_recall_correct_and_forget(engine_target: str) -> None:
+    async with served(engine_target) as client:
         first = await call(client, "remember", content="The staging database runs on port 5433", kind="fact",
                            tags=["infra"])
         assert first["deduped"] is False and first["supersedes"] is None
@@ -231,7 +234,8 @@ class BlockedEmbedder(HashedEmbedder):
         return super().embed(texts)
 
 
-async def test_recall_answers_by_keyword_while_the_model_loads_and_writes_wait_for_it(db_path: Path) -> None:
+async def test_recall_answers_by_keyword_while_the_model_loads_and_writes_wait_for_it(engine_target: str) -> None:
+    db_path = engine_target
     with MemoryStore(db_path, embedder=HashedEmbedder()) as store:
         store.add("the release train leaves every second Tuesday")
     model = BlockedEmbedder()
@@ -258,7 +262,8 @@ async def test_recall_answers_by_keyword_while_the_model_loads_and_writes_wait_f
             assert later["mode"] == "hybrid" and later["note"] is None
 
 
-async def test_a_model_that_cannot_load_is_reported_not_fatal(db_path: Path) -> None:
+async def test_a_model_that_cannot_load_is_reported_not_fatal(engine_target: str) -> None:
+    db_path = engine_target
     class Broken(HashedEmbedder):
         def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
             from harness_mem.errors import EmbedderError

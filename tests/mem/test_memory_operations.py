@@ -7,10 +7,24 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from engine_rows import in_transaction, sql
 
 from harness_mem.cli import cli
 from harness_mem.errors import InvalidInputError, NotFoundError
 from harness_mem.store import MemoryStore
+
+# Every test here but the one about the file's bytes runs on both engines: ``store`` and
+# ``hashed_store`` are conftest's ``engine_store`` and ``engine_hashed_store``.
+
+
+@pytest.fixture
+def store(engine_store: MemoryStore) -> MemoryStore:
+    return engine_store
+
+
+@pytest.fixture
+def hashed_store(engine_hashed_store: MemoryStore) -> MemoryStore:
+    return engine_hashed_store
 
 
 def ids(hits: list) -> list[str]:
@@ -129,7 +143,7 @@ def test_purge_takes_expired_entries_too(store: MemoryStore) -> None:
     store.add("short-lived", expires_at="2000-01-01T00:00:00Z")
     store.add("lasting")
     assert store.purge() == 1
-    assert store.db.execute("SELECT count(*) FROM entries").fetchone()[0] == 1
+    assert sql(store, "SELECT count(*) FROM entries") == [(1,)]
 
 
 # ---- recent, context, sessions -------------------------------------------------------------------
@@ -185,11 +199,11 @@ def test_recall_sessions_with_replaced_turns_frames_the_session_with_them(store:
 
 
 def test_recall_sessions_frames_sessions_as_they_are_after_another_process_wrote(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
+    engine_target: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Another connection forgets one session and a turn of another between the ranking and the
     # frames: the emptied session is left out, the other framed without the forgotten turn.
-    with MemoryStore(db_path, embedder=None) as store, MemoryStore(db_path, embedder=None) as other:
+    with MemoryStore(engine_target, embedder=None) as store, MemoryStore(engine_target, embedder=None) as other:
         gone = turns(store, "s1", ["the offsite is in porto", "porto in may"])
         kept = turns(store, "s2", ["offsite budget", "the offsite caterer", "booked"])
         ranked = store.recall
@@ -209,11 +223,12 @@ def test_recall_sessions_frames_sessions_as_they_are_after_another_process_wrote
 # ---- the command line -----------------------------------------------------------------------------
 
 
-def run(db: Path, *args: str) -> object:
+def run(db: Path | str, *args: str) -> object:
     return CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=False)
 
 
-def test_cli_supersede_forget_purge_and_sessions(db_path: Path) -> None:
+def test_cli_supersede_forget_purge_and_sessions(engine_target: str) -> None:
+    db_path = engine_target
     old = run(db_path, "add", "the standup is at 9:30", "--json")
     old_id = json.loads(old.stdout)["id"]  # type: ignore[attr-defined]
     new_id = run(db_path, "supersede", old_id, "the standup is at 10:00").stdout.strip()  # type: ignore[attr-defined]
@@ -236,18 +251,18 @@ def test_cli_supersede_forget_purge_and_sessions(db_path: Path) -> None:
         "the standup is at 10:00"]
 
 
-def test_remember_calls_the_model_outside_the_write_lock(db_path: Path) -> None:
+def test_remember_calls_the_model_outside_the_write_lock(engine_target: str) -> None:
     from fake_embedder import HashedEmbedder
 
     class LockWatcher(HashedEmbedder):
         store: MemoryStore | None = None
 
         def embed(self, texts):  # type: ignore[no-untyped-def]
-            assert self.store is None or not self.store.db.conn.in_transaction, "embedding under the write lock"
+            assert self.store is None or not in_transaction(self.store), "embedding under the write lock"
             return super().embed(texts)
 
     model = LockWatcher()
-    with MemoryStore(db_path, embedder=model) as store:
+    with MemoryStore(engine_target, embedder=model) as store:
         model.store = store
         first = store.remember("the release train leaves on Thursdays")
         store.supersede(first.id, "the release train leaves on Wednesdays")

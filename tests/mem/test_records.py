@@ -19,6 +19,13 @@ from harness_mem.experience.skills import Skill
 from harness_mem.jsonl import export_jsonl, import_jsonl
 from harness_mem.schema import MODELS
 
+# The tests that write and read a store run on both engines: ``store`` is conftest's ``engine_store``.
+
+
+@pytest.fixture
+def store(engine_store: MemoryStore) -> MemoryStore:
+    return engine_store
+
 FIELDS = {
     "entry": {"id", "content", "kind", "namespace", "role", "session", "tags", "source", "metadata", "created_at",
               "expires_at", "content_hash", "redactions", "superseded_by", "superseded_at"},

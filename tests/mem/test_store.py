@@ -2,16 +2,25 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
+from engine_rows import keyword_rows, sql
 
 from harness_mem import store as store_module
 from harness_mem.errors import DuplicateIdError, InvalidInputError, NotFoundError
 from harness_mem.jsonl import export_jsonl, import_jsonl
 from harness_mem.models import new_id
 from harness_mem.store import MemoryStore
+
+# Every test here runs on both engines (none is about SQLite itself): ``store`` is conftest's
+# ``engine_store``, and a test that opens stores of its own opens them at ``engine_target``.
+
+
+@pytest.fixture
+def store(engine_store: MemoryStore) -> MemoryStore:
+    return engine_store
 
 
 def test_add_returns_the_stored_entry_and_get_reads_it_back(store: MemoryStore) -> None:
@@ -51,14 +60,16 @@ def test_kind_defaults_to_turn_when_a_role_is_given(store: MemoryStore) -> None:
 def test_bad_input_is_refused_with_a_reason_and_nothing_is_written(
     store: MemoryStore, fields: dict[str, object], message: str
 ) -> None:
+    fields = dict(fields)  # the parameters are shared by both engines' runs: not popped from
     content = fields.pop("content")
     with pytest.raises(InvalidInputError, match=message):
         store.add(content, **fields)  # type: ignore[arg-type]
     assert store.count() == 0
 
 
-def test_ids_are_unique_per_namespace(db_path: Path) -> None:
-    with MemoryStore(db_path, embedder=None) as a, MemoryStore(db_path, namespace="other", embedder=None) as b:
+def test_ids_are_unique_per_namespace(engine_target: str) -> None:
+    with MemoryStore(engine_target, embedder=None) as a, \
+            MemoryStore(engine_target, namespace="other", embedder=None) as b:
         a.add("first", id="x")
         with pytest.raises(DuplicateIdError, match="already exists"):
             a.add("second", id="x")
@@ -69,9 +80,9 @@ def test_ids_are_unique_per_namespace(db_path: Path) -> None:
         assert a.get("x").content == "third" and b.get("x").content == "another tenant"
 
 
-def test_namespaces_never_leak(db_path: Path) -> None:
-    with MemoryStore(db_path, namespace="alice", embedder=None) as alice, \
-            MemoryStore(db_path, namespace="bob", embedder=None) as bob:
+def test_namespaces_never_leak(engine_target: str) -> None:
+    with MemoryStore(engine_target, namespace="alice", embedder=None) as alice, \
+            MemoryStore(engine_target, namespace="bob", embedder=None) as bob:
         secret = alice.add("alice's launch codes are in the blue folder")
         assert bob.recall("launch codes") == []
         assert list(bob.list()) == []
@@ -93,7 +104,7 @@ def test_delete_removes_entry_and_its_index_rows(store: MemoryStore) -> None:
     assert store.delete(entry.id) is True
     assert store.delete(entry.id) is False
     assert store.recall("staging password") == []
-    assert store.db.execute("SELECT count(*) FROM entries_fts").fetchone()[0] == 0
+    assert keyword_rows(store) == 0
     with pytest.raises(NotFoundError):
         store.get(entry.id)
 
@@ -109,7 +120,7 @@ def test_expired_entries_are_never_returned(store: MemoryStore) -> None:
         store.get(gone.id)
     assert store.stats()["expired_pending_purge"] == 1
     assert store.purge_expired() == 1
-    assert store.db.execute("SELECT count(*) FROM entries").fetchone()[0] == 1
+    assert sql(store, "SELECT count(*) FROM entries") == [(1,)]
 
 
 def test_add_many_writes_each_batch_in_one_transaction(store: MemoryStore) -> None:
@@ -144,15 +155,15 @@ def test_list_filters_and_orders(store: MemoryStore) -> None:
     assert [e.content for e in store.list(until="2024-05-01T01:00:00Z")] == ["msg 0", "msg 1"]
 
 
-def test_export_then_import_rebuilds_an_identical_store(tmp_path: Path) -> None:
-    with MemoryStore(tmp_path / "a.db", embedder=None) as source:
+def test_export_then_import_rebuilds_an_identical_store(fresh_target: Callable[[], str]) -> None:
+    with MemoryStore(fresh_target(), embedder=None) as source:
         source.add("note with everything", tags=["x", "y"], source="unit", metadata={"k": [1, "二"]},
                    created_at="2024-01-02T03:04:05.678Z", expires_at="2999-01-01T00:00:00Z")
         source.add("a turn", role="user", session="s-1", id="turn-1")
         source.add("咖啡 note", kind="fact")
         first = io.StringIO()
         export_jsonl(source, first)
-    with MemoryStore(tmp_path / "b.db", embedder=None) as copy:
+    with MemoryStore(fresh_target(), embedder=None) as copy:
         report = import_jsonl(copy, first.getvalue().splitlines())
         assert (report.added, report.errors) == (3, [])
         again = import_jsonl(copy, first.getvalue().splitlines())
@@ -215,16 +226,16 @@ def test_stats_counts_what_is_there(store: MemoryStore) -> None:
     json.dumps(stats)  # the CLI prints it as JSON
 
 
-def test_reopening_keeps_everything(db_path: Path) -> None:
-    with MemoryStore(db_path, embedder=None) as first:
+def test_reopening_keeps_everything(engine_target: str) -> None:
+    with MemoryStore(engine_target, embedder=None) as first:
         entry = first.add("persisted across opens")
-    with MemoryStore(db_path, embedder=None) as second:
+    with MemoryStore(engine_target, embedder=None) as second:
         assert second.get(entry.id) == entry
         assert second.integrity_check() == []
 
 
-def test_a_transaction_commits_its_writes_together_or_not_at_all(db_path: Path) -> None:
-    with MemoryStore(db_path, embedder=None) as store:
+def test_a_transaction_commits_its_writes_together_or_not_at_all(engine_target: str) -> None:
+    with MemoryStore(engine_target, embedder=None) as store:
         with pytest.raises(RuntimeError), store.transaction():
             store.add("first of two", id="a")
             with store.transaction():  # nested: joins the outer one
@@ -237,8 +248,8 @@ def test_a_transaction_commits_its_writes_together_or_not_at_all(db_path: Path) 
         assert {e.id for e in store.list()} == {"a", "b"}
 
 
-def test_data_version_changes_when_any_connection_writes(db_path: Path) -> None:
-    with MemoryStore(db_path, embedder=None) as reader, MemoryStore(db_path, embedder=None) as writer:
+def test_data_version_changes_when_any_connection_writes(engine_target: str) -> None:
+    with MemoryStore(engine_target, embedder=None) as reader, MemoryStore(engine_target, embedder=None) as writer:
         before = reader.data_version()
         assert reader.data_version() == before  # reading changes nothing
         writer.add("written by another connection")
@@ -249,11 +260,11 @@ def test_data_version_changes_when_any_connection_writes(db_path: Path) -> None:
 
 
 def test_an_entry_deleted_between_ranking_and_reading_does_not_break_recall(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
+    engine_target: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from harness_mem.recall import Recall
 
-    with MemoryStore(db_path, embedder=None) as store, MemoryStore(db_path, embedder=None) as other:
+    with MemoryStore(engine_target, embedder=None) as store, MemoryStore(engine_target, embedder=None) as other:
         store.add("the deploy checklist lives in the wiki", id="doomed")
         store.add("the deploy runs on tuesdays", id="kept")
         read = Recall._entries_by_pk

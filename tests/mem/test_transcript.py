@@ -1,4 +1,9 @@
-"""TranscriptRecorder: synchronous O(1) enqueue, batched background writes, and a flush guarantee."""
+"""TranscriptRecorder: synchronous O(1) enqueue, batched background writes, and a flush guarantee.
+
+The tests that write through a real store run on both engines (``store`` is conftest's
+``engine_store``; the recorder writes from its own thread, which the PostgreSQL connection allows
+too), but the one timing the recorder's enqueue alone.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,6 @@ import logging
 import threading
 import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -29,6 +33,11 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def store(engine_store: MemoryStore) -> MemoryStore:
+    return engine_store
 
 
 def turns(store: MemoryStore, session: str | None = None) -> list[Entry]:
@@ -244,9 +253,10 @@ async def test_enqueue_never_touches_the_memory_or_the_content(store: MemoryStor
     assert turns(store, "lazy")[0].content == '[probe] "probe"'
 
 
-async def test_enqueue_is_fast_whatever_the_size_of_the_turn(store: MemoryStore) -> None:
+async def test_enqueue_is_fast_whatever_the_size_of_the_turn(sqlite_store: MemoryStore) -> None:
+    # The recorder's own speed: the store it writes to afterwards is one engine's (12 s a run).
     big = "y" * 1_000_000
-    async with TranscriptRecorder(store, session="timing") as rec:
+    async with TranscriptRecorder(sqlite_store, session="timing") as rec:
         timings: dict[str, list[float]] = {"small": [], "big": []}
         for i in range(2_000):
             text, key = ("hi", "small") if i % 2 else (big, "big")
@@ -286,7 +296,8 @@ async def test_notes_return_while_the_writer_is_stuck_in_a_slow_write() -> None:
     assert len(memory.written) == 1_001
 
 
-async def test_an_async_store_is_written_off_the_event_loop(db_path: Path) -> None:
+async def test_an_async_store_is_written_off_the_event_loop(engine_target: str) -> None:
+    db_path = engine_target
     from harness_mem.aio import AsyncMemoryStore
 
     loop_thread = threading.get_ident()
@@ -380,7 +391,8 @@ async def test_invalid_turns_are_skipped_and_the_rest_written(store: MemoryStore
         ({"session": "s", "batch_size": 0}, "batch_size must be at least 1"),
     ],
 )
-def test_bad_settings_are_refused(db_path: Path, kwargs: dict[str, Any], message: str) -> None:
+def test_bad_settings_are_refused(engine_target: str, kwargs: dict[str, Any], message: str) -> None:
+    db_path = engine_target
     with MemoryStore(db_path, embedder=None) as store, pytest.raises(InvalidInputError, match=message):
         TranscriptRecorder(store, **kwargs)
 
@@ -392,10 +404,10 @@ async def test_the_writer_cannot_run_twice(store: MemoryStore) -> None:
 
 
 @pytest.mark.anyio
-async def test_an_async_store_not_yet_open_still_gets_whole_turns_redacted(db_path: Path) -> None:
+async def test_an_async_store_not_yet_open_still_gets_whole_turns_redacted(engine_target: str) -> None:
     from harness_mem.aio import AsyncMemoryStore
 
-    memory = AsyncMemoryStore(db_path, embedder=None)  # no call awaited yet: the file is not open
+    memory = AsyncMemoryStore(engine_target, embedder=None)  # no call awaited yet: the file is not open
     padding = "x" * (DEFAULT_MAX_CHARS - 10)
     async with TranscriptRecorder(memory, session="s") as rec:
         rec.note_user(f"{padding} card 4111 1111 1111 1111 end")

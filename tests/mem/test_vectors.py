@@ -1,5 +1,11 @@
-"""Semantic and hybrid recall on real sqlite-vec: the plumbing with the instant HashedEmbedder, what
-rests on understanding (paraphrases, the prefilter on real vectors) with the real model."""
+"""Semantic and hybrid recall on real sqlite-vec and on pgvector: the plumbing with the instant
+HashedEmbedder, what rests on understanding (paraphrases, the prefilter on real vectors) with the
+real model.
+
+The tests of recall run on both engines (``engine_target``; ``hashed_store`` and ``semantic_store``
+are conftest's ``engine_hashed_store`` and ``engine_semantic_store``). Those of SQLite's own vector
+index (vec0's bit layout and chunks, its shortlist, the int8 upgrade, its query plans) stay there.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
+from engine_rows import sql, vector_pks, vector_rows
 from fake_embedder import HashedEmbedder
 
 from harness_mem.errors import EmbedderError
@@ -27,6 +34,16 @@ class OtherModel:
         rng = [np.random.default_rng(abs(hash(t)) % 2**32).standard_normal(64) for t in texts]
         matrix = np.array(rng, dtype=np.float32).reshape(len(texts), 64)
         return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def hashed_store(engine_hashed_store: MemoryStore) -> MemoryStore:
+    return engine_hashed_store
+
+
+@pytest.fixture
+def semantic_store(engine_semantic_store: MemoryStore) -> MemoryStore:
+    return engine_semantic_store
 
 
 NOTES = [
@@ -47,9 +64,9 @@ def test_semantic_recall_finds_paraphrases(semantic_store: MemoryStore) -> None:
     assert semantic_store.recall("kitty", mode="keyword") == []  # keyword alone cannot see it
 
 
-def test_add_many_embeds_each_batch_in_one_model_call(db_path: Path, hashed_embedder: HashedEmbedder) -> None:
+def test_add_many_embeds_each_batch_in_one_model_call(engine_target: str, hashed_embedder: HashedEmbedder) -> None:
     counting = hashed_embedder
-    with MemoryStore(db_path, embedder=counting) as store:
+    with MemoryStore(engine_target, embedder=counting) as store:
         store.add_many([{"text": f"note number {i}"} for i in range(120)], batch_size=50)
         assert counting.calls == [50, 50, 20]
         store.add_many([{"text": f"note number {i}", "id": f"n{i}"} for i in range(3)])
@@ -60,7 +77,11 @@ def test_add_many_embeds_each_batch_in_one_model_call(db_path: Path, hashed_embe
         assert counting.calls[4:] == [1]  # the query embedding is cached
 
 
-def test_filters_apply_before_the_top_k_cut(hashed_store: MemoryStore) -> None:
+def test_filters_apply_before_the_top_k_cut(sqlite_hashed_store: MemoryStore) -> None:
+    # SQLite's vector index ranks a shortlist: the filter must apply before it is cut. PostgreSQL
+    # compares every row passing a filter that leaves fewer than EXACT_ROWS, so 3000 rows never
+    # reach a cut there (that path: test_a_session_search_skips_expired_entries_and_other_sessions).
+    hashed_store = sqlite_hashed_store
     hashed_store.add_many([{"text": f"a story about cats number {i}", "session": "noise"} for i in range(3000)],
                           batch_size=1000)
     wanted = hashed_store.add_many([{"text": f"a note about dogs {i}", "session": "wanted"} for i in range(5)])
@@ -71,13 +92,14 @@ def test_filters_apply_before_the_top_k_cut(hashed_store: MemoryStore) -> None:
 
 
 @pytest.mark.slow
-def test_prefilter_search_agrees_with_exact_vec0_knn(semantic_store: MemoryStore, embedder: object) -> None:
+def test_prefilter_search_agrees_with_exact_vec0_knn(sqlite_semantic_store: MemoryStore, embedder: object) -> None:
     adjectives = ("weekly", "urgent", "draft", "final", "late", "annual", "secret", "shared")
     topics = ("budget", "hiring", "outage", "launch", "design", "security", "sales", "travel")
     places = ("Berlin", "Lisbon", "Osaka", "Lagos", "Lima", "Oslo", "Quebec", "Perth")
     texts = [f"{w} {v} report from the {p} office, team {i}" for i, (w, v, p) in enumerate(
         (w, v, p) for w in adjectives for v in topics for p in places)] * 3
     texts = [f"{t} (copy {i // 512})" for i, t in enumerate(texts)]  # 1,536 distinct texts
+    semantic_store = sqlite_semantic_store  # vec0's own search and its exact kNN
     semantic_store.add_many([{"text": t} for t in texts], batch_size=1000)
     index = semantic_store.storage.vector_index()
     assert index is not None
@@ -90,8 +112,9 @@ def test_prefilter_search_agrees_with_exact_vec0_knn(semantic_store: MemoryStore
     assert np.mean(overlaps) >= 0.9
 
 
-def test_delete_removes_vectors_and_other_processes_see_changes(db_path: Path) -> None:
+def test_delete_removes_vectors_and_other_processes_see_changes(engine_target: str) -> None:
     # Two connections, as two processes would hold: each keeps its own cache of the vectors.
+    db_path = engine_target
     with MemoryStore(db_path, embedder=HashedEmbedder()) as a, MemoryStore(db_path, embedder=HashedEmbedder()) as b:
         a.add_many([{"text": t, "id": str(i)} for i, t in enumerate(NOTES)])
         assert b.recall("a cat on a mat", k=1, mode="semantic")[0].entry.id == "0"  # b loads its cache
@@ -99,12 +122,12 @@ def test_delete_removes_vectors_and_other_processes_see_changes(db_path: Path) -
         assert all(h.entry.id != "0" for h in b.recall("a cat on a mat", mode="semantic"))
         b.add("a small cat napping on a doormat", id="cat2")
         assert a.recall("a cat on a mat", k=1, mode="semantic")[0].entry.id == "cat2"
-        assert a.db.execute("SELECT count(*) FROM entries_vec").fetchone()[0] == len(NOTES)
+        assert vector_rows(a) == len(NOTES)
 
 
-def test_namespaces_do_not_leak_through_vectors(db_path: Path, hashed_embedder: HashedEmbedder) -> None:
-    with MemoryStore(db_path, namespace="alice", embedder=hashed_embedder) as alice, \
-            MemoryStore(db_path, namespace="bob", embedder=hashed_embedder) as bob:
+def test_namespaces_do_not_leak_through_vectors(engine_target: str, hashed_embedder: HashedEmbedder) -> None:
+    with MemoryStore(engine_target, namespace="alice", embedder=hashed_embedder) as alice, \
+            MemoryStore(engine_target, namespace="bob", embedder=hashed_embedder) as bob:
         alice.add("alice keeps her spare key under the flower pot")
         assert bob.recall("where is the spare key", mode="semantic") == []
         assert bob.recall("where is the spare key", mode="hybrid") == []
@@ -123,8 +146,8 @@ def test_explain_shows_each_component(hashed_store: MemoryStore) -> None:
     assert all(h.components["semantic"]["rank"] is not None for h in others)  # type: ignore[index]
 
 
-def test_no_embedder_fails_clearly_and_keyword_keeps_working(db_path: Path) -> None:
-    with MemoryStore(db_path, embedder=None) as store:
+def test_no_embedder_fails_clearly_and_keyword_keeps_working(engine_target: str) -> None:
+    with MemoryStore(engine_target, embedder=None) as store:
         store.add("deploys are on Tuesdays")
         for mode in ("semantic", "hybrid"):
             with pytest.raises(EmbedderError, match="needs vectors, and this store is keyword-only .* or use --mode keyword"):
@@ -132,7 +155,8 @@ def test_no_embedder_fails_clearly_and_keyword_keeps_working(db_path: Path) -> N
         assert store.recall("deploys")[0].entry.content == "deploys are on Tuesdays"  # default: keyword
 
 
-def test_a_different_model_is_refused_until_reindex(db_path: Path, hashed_embedder: HashedEmbedder) -> None:
+def test_a_different_model_is_refused_until_reindex(engine_target: str, hashed_embedder: HashedEmbedder) -> None:
+    db_path = engine_target
     with MemoryStore(db_path, embedder=hashed_embedder) as store:
         store.add_many([{"text": t} for t in NOTES])
     with MemoryStore(db_path, embedder=OtherModel()) as other:  # type: ignore[arg-type]
@@ -144,10 +168,11 @@ def test_a_different_model_is_refused_until_reindex(db_path: Path, hashed_embedd
         report = other.reindex()
         assert report["vectors_dropped"] == len(NOTES) and report["vectors_written"] == len(NOTES)
         assert other.recall("cat", mode="semantic")
-        assert VectorIndex.recorded_model(other.db.conn)["name"] == "other-model"  # type: ignore[index]
+        assert other.storage.recorded_model()["name"] == "other-model"  # type: ignore[index]
 
 
-def test_entries_without_vectors_are_reported_then_reindexed(db_path: Path, hashed_embedder: HashedEmbedder) -> None:
+def test_entries_without_vectors_are_reported_then_reindexed(engine_target: str, hashed_embedder: HashedEmbedder) -> None:
+    db_path = engine_target
     with MemoryStore(db_path, embedder=None) as plain:
         plain.add_many([{"text": t} for t in NOTES])
     with MemoryStore(db_path, embedder=hashed_embedder) as store:
@@ -177,7 +202,8 @@ class WritesWhileEmbedding(HashedEmbedder):
         return super().embed(texts)
 
 
-def test_reindex_writes_no_vector_for_what_changed_while_it_embedded(db_path: Path) -> None:
+def test_reindex_writes_no_vector_for_what_changed_while_it_embedded(engine_target: str) -> None:
+    db_path = engine_target
     MemoryStore(db_path, embedder=HashedEmbedder()).close()  # a file with vectors
     with MemoryStore(db_path, embedder=None) as plain:  # a process without the model writes
         plain.add_many([{"text": t, "id": f"n{i}"} for i, t in enumerate(NOTES)])
@@ -190,9 +216,9 @@ def test_reindex_writes_no_vector_for_what_changed_while_it_embedded(db_path: Pa
 
         with MemoryStore(db_path, embedder=WritesWhileEmbedding(meanwhile)) as store:
             report = store.reindex()
-            assert report["vectors_written"] == 3  # n0, n3, then n5 read again under its reused pk
-            pks = dict(store.db.execute("SELECT id, pk FROM entries WHERE forgotten_at IS NULL").fetchall())
-            vectors = {pk for (pk,) in store.db.execute("SELECT rowid FROM entries_vec")}
+            assert report["vectors_written"] == 3  # n0, n3, then n5 (on SQLite read again under its reused pk)
+            pks = dict(sql(store, "SELECT id, pk FROM entries WHERE forgotten_at IS NULL"))
+            vectors = vector_pks(store)
             assert vectors == set(pks.values()) and set(pks) == {"n0", "n3", "n5"}
             for entry in store.list():  # each vector is of its own entry's text
                 assert store.recall(entry.content, k=1, mode="semantic")[0].entry.id == entry.id
@@ -202,7 +228,7 @@ def test_reindex_writes_no_vector_for_what_changed_while_it_embedded(db_path: Pa
             assert store.integrity_check() == []
 
 
-def test_pack_signs_matches_sqlite_vec_bit_layout(store: MemoryStore) -> None:
+def test_pack_signs_matches_sqlite_vec_bit_layout(store: MemoryStore) -> None:  # conftest's: SQLite
     vector = np.random.default_rng(7).standard_normal(384).astype(np.float32)  # mixed signs in every byte
     ours = pack_signs(vector[None, :])[0].tobytes()
     theirs = store.db.execute("SELECT vec_quantize_binary(?)", (vector.tobytes(),)).fetchone()[0]
@@ -250,7 +276,7 @@ def test_a_file_with_float32_vectors_is_converted_to_one_int8_copy(db_path: Path
         assert "int8[384]" in sql and "bit[384]" in sql and "float[" not in sql
 
 
-def test_filters_the_index_evaluates_give_the_exact_answer(hashed_store: MemoryStore) -> None:
+def test_filters_the_index_evaluates_give_the_exact_answer(sqlite_hashed_store: MemoryStore) -> None:
     topics = ["billing", "deploys", "hiring", "security", "travel"]
     items = [
         {"text": f"{topics[i % 5]} item {i} for the {['north', 'south', 'east'][i % 3]} team",
@@ -258,9 +284,9 @@ def test_filters_the_index_evaluates_give_the_exact_answer(hashed_store: MemoryS
          "created_at": f"2026-01-{1 + i % 28:02d}T10:00:00Z"}
         for i in range(3000)
     ]
-    hashed_store.add_many(items)
+    sqlite_hashed_store.add_many(items)
     query = "billing item for the north team"
-    vector = hashed_store.embed_queries([query])[0]
+    vector = sqlite_hashed_store.embed_queries([query])[0]
     cases: list[dict[str, object]] = [
         {"session": "session-with-a-long-identifier-3"},
         {"kind": "turn"},
@@ -268,18 +294,18 @@ def test_filters_the_index_evaluates_give_the_exact_answer(hashed_store: MemoryS
         {"session": "session-with-a-long-identifier-5", "kind": "note"},
     ]
     for filters in cases:
-        found = hashed_store.recall(query, k=10, mode="semantic", query_vector=vector, **filters)  # type: ignore[arg-type]
+        found = sqlite_hashed_store.recall(query, k=10, mode="semantic", query_vector=vector, **filters)  # type: ignore[arg-type]
         assert len(found) == 10, filters
-        matching = [e for e in hashed_store.list(**filters)]  # type: ignore[arg-type]
+        matching = [e for e in sqlite_hashed_store.list(**filters)]  # type: ignore[arg-type]
         assert all(h.entry.id in {e.id for e in matching} for h in found), filters
         # The exact ranking over every matching entry, by the same stored vectors:
-        index = hashed_store.storage.vector_index()
+        index = sqlite_hashed_store.storage.vector_index()
         assert index is not None
-        pks = [row[0] for row in hashed_store.db.execute(
+        pks = [row[0] for row in sqlite_hashed_store.db.execute(
             "SELECT pk FROM entries WHERE id IN (SELECT value FROM json_each(?))",
             (json.dumps([e.id for e in matching]),))]
         exact = [pk for pk, _ in index.rescore(vector, pks, 10)]
-        ids = dict(hashed_store.db.execute("SELECT pk, id FROM entries").fetchall())
+        ids = dict(sqlite_hashed_store.db.execute("SELECT pk, id FROM entries").fetchall())
         overlap = len({h.entry.id for h in found} & {ids[pk] for pk in exact})
         assert overlap >= 9, (filters, overlap)
 
@@ -294,16 +320,16 @@ def test_a_session_search_skips_expired_entries_and_other_sessions(hashed_store:
     assert "gone" not in {h.entry.id for h in hits} and "elsewhere" not in {h.entry.id for h in hits}
 
 
-def test_the_bit_cache_reads_the_same_rows_either_way(hashed_store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_bit_cache_reads_the_same_rows_either_way(sqlite_hashed_store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cache is read from vec0's chunks; if their layout ever differs, the row-by-row query answers."""
-    hashed_store.add_many([{"text": f"item {i} of the list", "session": f"s{i % 3}", "id": f"i{i}"} for i in range(1500)])
+    sqlite_hashed_store.add_many([{"text": f"item {i} of the list", "session": f"s{i % 3}", "id": f"i{i}"} for i in range(1500)])
     for i in range(0, 1500, 7):  # holes in both chunks (vec0's validity bitmap)
-        hashed_store.delete(f"i{i}")
-    index = hashed_store.storage.vector_index()
+        sqlite_hashed_store.delete(f"i{i}")
+    index = sqlite_hashed_store.storage.vector_index()
     assert index is not None
-    from_chunks = index._read_bits(hashed_store.namespace)
+    from_chunks = index._read_bits(sqlite_hashed_store.namespace)
     monkeypatch.setattr(VectorIndex, "_agrees", lambda self, pk, bits, session: False)
-    row_by_row = index._read_bits(hashed_store.namespace)
+    row_by_row = index._read_bits(sqlite_hashed_store.namespace)
     order = np.argsort(row_by_row[0])
     assert len(from_chunks[0]) == 1500 - len(range(0, 1500, 7))
     assert np.array_equal(np.sort(from_chunks[0]), row_by_row[0][order])
@@ -312,7 +338,7 @@ def test_the_bit_cache_reads_the_same_rows_either_way(hashed_store: MemoryStore,
     assert np.array_equal(from_chunks[2][chunk_order], row_by_row[2][order])
     # The columns hold each row's packed signs, as vec0 stores them.
     first = int(row_by_row[0][order][0])
-    stored = hashed_store.db.execute("SELECT bits FROM entries_vec WHERE rowid = ?", (first,)).fetchone()[0]
+    stored = sqlite_hashed_store.db.execute("SELECT bits FROM entries_vec WHERE rowid = ?", (first,)).fetchone()[0]
     assert np.ascontiguousarray(from_chunks[1][:, chunk_order[0]]).tobytes() == bytes(stored)
 
 
@@ -404,20 +430,20 @@ def test_a_cold_recall_counts_the_entries_from_indexes_alone(db_path: Path) -> N
 
 
 def test_semantic_recall_grows_its_shortlist_with_the_rows_and_hybrid_keeps_its_own(
-    hashed_store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+    sqlite_hashed_store: MemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Semantic recall rescores more rows as the store grows (to keep its exact top k); hybrid's
     candidates are scored again by fusion, so its shortlist stays the size its k asks for."""
     from harness_mem import vectors
 
-    hashed_store.add_many([{"text": f"deploy note {i} for the team"} for i in range(3000)], batch_size=1000)
+    sqlite_hashed_store.add_many([{"text": f"deploy note {i} for the team"} for i in range(3000)], batch_size=1000)
     rescored: list[int] = []
     original = VectorIndex.rescore
     monkeypatch.setattr(VectorIndex, "rescore", lambda self, query, pks, k: rescored.append(len(pks)) or original(self, query, pks, k))
     monkeypatch.setattr(vectors, "ROWS_PER_SHORTLISTED", 5)  # 3,000 rows: a shortlist of 600
-    assert len(hashed_store.recall("deploy note", k=10, mode="semantic")) == 10
+    assert len(sqlite_hashed_store.recall("deploy note", k=10, mode="semantic")) == 10
     assert rescored == [600]
     rescored.clear()
-    assert len(hashed_store.recall("deploy note", k=10, mode="hybrid")) == 10
+    assert len(sqlite_hashed_store.recall("deploy note", k=10, mode="hybrid")) == 10
     # The semantic candidates: the shortlist for hybrid's depth (50), not for the rows.
     assert rescored[0] == VectorIndex.shortlist_size(50) < 600

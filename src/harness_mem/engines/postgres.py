@@ -41,8 +41,10 @@ from ..storage import (
 )
 from ..vectors import embedding_text, other_model
 
-__all__ = ["PostgresStorage", "safe_location"]
+__all__ = ["PostgresStorage", "safe_location", "tsquery_of", "vector_literal"]
 
+# How many candidates an HNSW search keeps while it walks the graph, at least.
+HNSW_EF_SEARCH = 400
 # A filtered vector search that leaves at most this many rows compares them all, exactly.
 EXACT_ROWS = 20_000
 # Every write transaction takes this advisory lock first (an arbitrary, fixed key).
@@ -50,6 +52,11 @@ _WRITE_LOCK = 7_310_421_993
 # A lexeme keeps at most this many positions, each at most this large (PostgreSQL's limits).
 _MAX_POSITIONS = 255
 _MAX_POSITION = 16383
+# A lexeme is at most 2046 bytes; FTS5 keeps a token of any length. A longer token is stored as its
+# first _LONG_HEAD bytes, "#" and a hash of the whole token (tokens are letters and digits: no real
+# token has a "#"), so it is still held, found and counted as itself.
+_MAX_LEXEME = 2046
+_LONG_HEAD = _MAX_LEXEME - 17
 _CURRENT = "e.forgotten_at IS NULL AND e.superseded_by IS NULL"
 _KEPT = "e.forgotten_at IS NULL"
 _IN_SESSION = "e.namespace = %s AND e.session = %s"
@@ -81,23 +88,60 @@ def _migrations_dir() -> Path:
     return Path(__file__).resolve().parents[3] / "migrations" / "postgres"
 
 
-def _vector_text(vector: npt.NDArray[np.float32]) -> str:
+def vector_literal(vector: npt.NDArray[np.float32]) -> str:
+    """A vector as pgvector reads it: ``[0.1,0.2,…]``."""
     return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+
+
+def _head(token: str, size: int) -> str:
+    """The longest start of ``token`` that fits in ``size`` bytes of UTF-8."""
+    return token.encode()[:size].decode(errors="ignore")
+
+
+def stored_token(token: str) -> str:
+    """``token`` as the index stores it: itself, or for one too long for a lexeme its stand-in."""
+    if len(token) * 4 <= _MAX_LEXEME or len(token.encode()) <= _MAX_LEXEME:
+        return token
+    from hashlib import blake2b
+
+    return f"{_head(token, _LONG_HEAD)}#{blake2b(token.encode(), digest_size=8).hexdigest()}"
+
+
+def stored_prefix(prefix: str) -> str:
+    """A prefix query's token as it must start a stored one. One longer than a stand-in's head is
+    cut to it, the one case where the engines may differ: it then matches every token that starts
+    with those 2,029 bytes."""
+    return prefix if len(prefix.encode()) <= _LONG_HEAD else _head(prefix, _LONG_HEAD)
+
+
+def query_tokens(term: str) -> tuple[tuple[str, ...], bool]:
+    """:func:`~harness_mem.bm25.term_tokens`, each token as the index stores it."""
+    tokens, prefix = term_tokens(term)
+    if not tokens:
+        return tokens, prefix
+    last = stored_prefix(tokens[-1]) if prefix else stored_token(tokens[-1])
+    return (*map(stored_token, tokens[:-1]), last), prefix
+
+
+def index_positions(text: str) -> tuple[dict[str, list[int]], int]:
+    """Every position (from 1) of each stored token of ``text``'s keyword-index tokens, and how many
+    tokens there are: what FTS5 keeps, without the limits of a ``tsvector``."""
+    tokens = index_tokens(text)
+    positions: dict[str, list[int]] = {}
+    for at, token in enumerate(tokens, start=1):
+        positions.setdefault(stored_token(token), []).append(at)
+    return positions, len(tokens)
 
 
 def tsvector_literal(text: str) -> tuple[str, int]:
     """The keyword index's tokens of ``text`` as a ``tsvector`` literal, and how many there are."""
-    tokens = index_tokens(text)
-    positions: dict[str, list[int]] = {}
-    for at, token in enumerate(tokens, start=1):
-        held = positions.setdefault(token, [])
-        if len(held) < _MAX_POSITIONS:
-            held.append(min(at, _MAX_POSITION))
+    positions, count = index_positions(text)
     parts = []
     for token, where in positions.items():
         quoted = token.replace("\\", "\\\\").replace("'", "''")
-        parts.append(f"'{quoted}':{','.join(map(str, sorted(set(where))))}")
-    return " ".join(parts), len(tokens)
+        kept = sorted({min(at, _MAX_POSITION) for at in where[:_MAX_POSITIONS]})
+        parts.append(f"'{quoted}':{','.join(map(str, kept))}")
+    return " ".join(parts), count
 
 
 def _lexeme(token: str) -> str:
@@ -106,7 +150,7 @@ def _lexeme(token: str) -> str:
 
 def tsquery_of_term(term: str) -> str | None:
     """One query term as a ``tsquery`` (a word, a phrase of adjacent tokens, or a prefix)."""
-    tokens, prefix = term_tokens(term)
+    tokens, prefix = query_tokens(term)
     if not tokens:
         return None
     parts = [_lexeme(token) for token in tokens]
@@ -126,9 +170,10 @@ def tsquery_of(match: Match) -> str:
     return " & ".join(groups)
 
 
-def _term_frequency(term: str, lexemes: dict[str, list[int]]) -> int:
-    """How often ``term`` occurs among an entry's ``lexemes`` (token: positions), as FTS5 counts it."""
-    tokens, prefix = term_tokens(term)
+def _term_frequency(term: tuple[tuple[str, ...], bool], lexemes: dict[str, list[int]]) -> int:
+    """How often a term (its :func:`query_tokens`) occurs among an entry's ``lexemes`` (token:
+    positions), as FTS5 counts it."""
+    tokens, prefix = term
     if not tokens:
         return 0
     if len(tokens) == 1 and not prefix:
@@ -226,8 +271,9 @@ class PostgresKeywords:
         clause, params = where(selection)
         # Only the query's own tokens come back, each with its positions (what a term's frequency
         # is counted from): whole tsvectors would cost their parsing.
-        words = sorted({t for term in terms for t in term_tokens(term)[0]})
-        prefixes = sorted({term_tokens(term)[0][-1] for term in terms if term_tokens(term)[1] and term_tokens(term)[0]})
+        parsed = [query_tokens(term) for term in terms]  # once, not once an entry
+        words = sorted({t for tokens, _ in parsed for t in tokens})
+        prefixes = sorted({tokens[-1] for tokens, prefix in parsed if prefix and tokens})
         found = self.storage.query(
             f"SELECT e.pk, e.token_count, u.lexeme, u.positions FROM entries e CROSS JOIN LATERAL unnest(e.tokens) u"
             f" WHERE e.tokens @@ %s::tsquery AND {clause}"
@@ -237,14 +283,25 @@ class PostgresKeywords:
         if not found:
             return []
         held: dict[int, tuple[int, dict[str, list[int]]]] = {}
+        clipped: set[int] = set()
         for pk, length, lexeme, positions in found:
-            held.setdefault(int(pk), (int(length or 0), {}))[1][lexeme] = list(positions or ())
+            kept = list(positions or ())
+            held.setdefault(int(pk), (int(length or 0), {}))[1][lexeme] = kept
+            if len(kept) >= _MAX_POSITIONS or (kept and kept[-1] >= _MAX_POSITION):
+                clipped.add(int(pk))
+        # A lexeme keeps at most 255 positions, none past 16383: a term of an entry longer than that
+        # (or repeated more often) is counted in the entry's index text, as FTS5 counts it.
+        for pk, text in (self.storage.index_texts(sorted(clipped)) if clipped else {}).items():
+            exact, _ = index_positions(text)
+            lexemes = held[pk][1]
+            for lexeme in lexemes:
+                lexemes[lexeme] = exact.get(lexeme, [])
         rows, average = self.stats()
         idfs = [idf(rows, df) for df in self.document_frequencies(terms)]
         scored = []
         for pk, (length, lexemes) in held.items():
             score = 0.0
-            for term, weight in zip(terms, idfs, strict=True):
+            for term, weight in zip(parsed, idfs, strict=True):
                 tf = _term_frequency(term, lexemes)
                 if tf:
                     score += weight * share(tf, int(length or 0), average)
@@ -591,7 +648,7 @@ class PostgresStorage(Storage):
                     vectors.update(zip(map(id, late), self.embedder.embed([_embedding_text(r) for r in late]), strict=True))
                 with self.conn.cursor() as cursor:
                     cursor.executemany("INSERT INTO entry_vectors (pk, embedding) VALUES (%s, %s::halfvec)",
-                                       [(pk, _vector_text(vectors[id(row)])) for pk, row in zip(pks, batch, strict=True)])
+                                       [(pk, vector_literal(vectors[id(row)])) for pk, row in zip(pks, batch, strict=True)])
         return batch
 
     def _resolve_conflicts(self, batch: list[Row], on_conflict: OnConflict) -> list[Row]:
@@ -691,12 +748,15 @@ class PostgresStorage(Storage):
             self._add_to("keywords.tokens", count)
 
     def index_texts(self, pks: Sequence[int]) -> dict[int, str]:
+        # LATERAL: the turn before each entry is one walk back along its session's index. (A
+        # scalar subquery joined on its pk was planned as a hash join over the whole table, the
+        # subquery run twice a row along another index: 100 ms for 200 entries of a fresh table.)
         found = self.query(
             "SELECT e.pk, e.content, e.role, e.kind, e.session, e.created_at, p.content, p.role"
-            " FROM entries e LEFT JOIN entries p ON p.pk = (SELECT q.pk FROM entries q WHERE e.kind = 'turn'"
+            " FROM entries e LEFT JOIN LATERAL (SELECT q.content, q.role FROM entries q WHERE e.kind = 'turn'"
             " AND q.namespace = e.namespace AND q.session = e.session AND q.kind = 'turn' AND q.forgotten_at IS NULL"
-            " AND (q.created_at < e.created_at OR (q.created_at = e.created_at AND q.pk < e.pk))"
-            " ORDER BY q.created_at DESC, q.pk DESC LIMIT 1) WHERE e.pk = ANY(%s)",
+            " AND (q.created_at, q.pk) < (e.created_at, e.pk)"
+            " ORDER BY q.created_at DESC, q.pk DESC LIMIT 1) p ON true WHERE e.pk = ANY(%s)",
             (list(pks),),
         )
         return {
@@ -791,7 +851,7 @@ class PostgresStorage(Storage):
                 exact_order: bool = True) -> list[tuple[int, float]]:
         self.vectors_bound()
         clause, params = where(selection)
-        query = _vector_text(vector)
+        query = vector_literal(vector)
         if not selection.filters.is_empty and self.keywords.count(selection, EXACT_ROWS + 1) <= EXACT_ROWS:
             # Few rows pass the filters: every one is compared (the HNSW graph, walked under a
             # filter, misses some near neighbours; LoCoMo dev R@10 .624 against .635 exact).
@@ -802,7 +862,8 @@ class PostgresStorage(Storage):
             return [(int(pk), 1.0 - float(distance)) for pk, distance in found]
         # relaxed_order: the HNSW scan may return rows slightly out of order; the outer query sorts.
         with self.conn.transaction():
-            self._run(f"SET LOCAL hnsw.ef_search = {max(40, min(1000, 2 * k))}")
+            # pgvector's default (40) kept 0.67 of the exact top 10 at 100k entries (bench_postgres.py --scale).
+            self._run(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, min(1000, 4 * k))}")
             found = self.query(
                 "WITH nearest AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
                 f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause}"
@@ -815,7 +876,7 @@ class PostgresStorage(Storage):
         if not pks or not self._has_vector_table():
             return {}
         return {int(pk): 1.0 - float(d) for pk, d in self.query(
-            "SELECT pk, embedding <=> %s::halfvec FROM entry_vectors WHERE pk = ANY(%s)", (_vector_text(vector), list(pks)))}
+            "SELECT pk, embedding <=> %s::halfvec FROM entry_vectors WHERE pk = ANY(%s)", (vector_literal(vector), list(pks)))}
 
     def vector_counts(self) -> VectorCounts:
         bound = self.vectors_bound(writing=False)
@@ -923,7 +984,7 @@ class PostgresStorage(Storage):
             keep = [i for i, (pk, content, role) in enumerate(found) if current.get(int(pk)) == (content, role)]
             with self.conn.cursor() as cursor:
                 cursor.executemany("INSERT INTO entry_vectors (pk, embedding) VALUES (%s, %s::halfvec)",
-                                   [(found[i][0], _vector_text(vectors[i])) for i in keep])
+                                   [(found[i][0], vector_literal(vectors[i])) for i in keep])
         return len(found), len(keep)
 
     def count_all(self) -> int:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..engines.sqlite import connection_of
 from ..models import dumps, now_ms
+from .tables import tables_of
 
 if TYPE_CHECKING:
     from ..store import MemoryStore
@@ -30,7 +30,7 @@ class ConsolidationLedger:
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
         self.namespace = store.namespace
-        self._conn = connection_of(store.storage)  # the store's own connection: writes join its transactions
+        self.tables = tables_of(store.storage)  # the store's own connection: writes join its transactions
 
     def sessions_past_watermark(
         self, *, with_facts: bool, session: str | None, since_ms: int | None, cutoff_ms: int | None
@@ -49,18 +49,22 @@ class ConsolidationLedger:
         if cutoff_ms is not None:
             having.append("max(e.created_at) <= ?")
             params.append(cutoff_ms)
-        return [tuple(row) for row in self._conn.execute(
+        return [tuple(row) for row in self.tables.execute(
             "SELECT e.session, max(e.pk), c.last_pk, coalesce(c.facts_pk, 0), c.episode_id, coalesce(c.turns, 0),"
             " coalesce(c.facts, 0), min(e.created_at)"
             " FROM entries e LEFT JOIN consolidations c ON c.namespace = e.namespace AND c.session = e.session"
-            f" WHERE {' AND '.join(where)} GROUP BY e.session HAVING {' AND '.join(having)}"
+            f" WHERE {' AND '.join(where)}"
+            # Grouped by the ledger's columns too: one row per session (its namespace is fixed), and
+            # PostgreSQL selects only grouped or aggregated columns.
+            " GROUP BY e.session, c.last_pk, c.facts_pk, c.episode_id, c.turns, c.facts"
+            f" HAVING {' AND '.join(having)}"
             " ORDER BY min(e.created_at), e.session",
             params,
         ).fetchall()]
 
     def turns_after(self, session: str, pk: int) -> list[TurnRow]:
         """The session's live turns numbered above ``pk``, in time order."""
-        return [tuple(row) for row in self._conn.execute(
+        return [tuple(row) for row in self.tables.execute(
             "SELECT pk, id, role, content, tags, metadata, created_at FROM entries"
             " WHERE namespace = ? AND session = ? AND kind = 'turn' AND pk > ?"
             " AND (expires_at IS NULL OR expires_at > ?) ORDER BY created_at, pk",
@@ -69,15 +73,15 @@ class ConsolidationLedger:
 
     def recorded_by_run(self, episode_id: str) -> bool:
         """True when ``episode_id`` exists and was not written by consolidation."""
-        return self._conn.execute(
+        return self.tables.execute(
             "SELECT 1 FROM episodes ep JOIN entries e ON e.namespace = ep.namespace AND e.id = ep.entry_id"
-            " WHERE ep.namespace = ? AND ep.id = ? AND json_type(e.metadata, '$.consolidated_from') IS NULL",
+            f" WHERE ep.namespace = ? AND ep.id = ? AND {self.tables.json_type('e.metadata', 'consolidated_from')} IS NULL",
             (self.namespace, episode_id),
         ).fetchone() is not None
 
     def episode_row_entry(self, episode_id: str) -> tuple[str | None] | None:
         """``(entry id,)`` of the episode row ``episode_id``; None when there is no such row."""
-        row = self._conn.execute(
+        row = self.tables.execute(
             "SELECT entry_id FROM episodes WHERE namespace = ? AND id = ?", (self.namespace, episode_id)
         ).fetchone()
         return None if row is None else (row[0],)
@@ -85,7 +89,7 @@ class ConsolidationLedger:
     def repoint_episode(self, episode_id: str, entry_id: str, episode: Episode, created_ms: int) -> None:
         """Point the episode row at a new entry holding ``episode`` (its id and pk stay, and with them
         the links from skills distilled from it)."""
-        self._conn.execute(
+        self.tables.execute(
             "UPDATE episodes SET entry_id = ?, situation = ?, tools = ?, skills = ?, outcome = ?, success = ?,"
             " tags = ?, created_at = ? WHERE namespace = ? AND id = ?",
             (
@@ -97,9 +101,9 @@ class ConsolidationLedger:
 
     def unlinked_episode_entries(self, session: str, source: str) -> list[str]:
         """Ids of the session's consolidation episode entries that no episode row points at."""
-        return [row[0] for row in self._conn.execute(
+        return [row[0] for row in self.tables.execute(
             "SELECT e.id FROM entries e WHERE e.namespace = ? AND e.session = ? AND e.kind = 'episode'"
-            " AND e.source = ? AND json_type(e.metadata, '$.consolidated_from') = 'object'"
+            f" AND e.source = ? AND {self.tables.json_type('e.metadata', 'consolidated_from')} = 'object'"
             " AND NOT EXISTS (SELECT 1 FROM episodes ep WHERE ep.namespace = e.namespace AND ep.entry_id = e.id)",
             (self.namespace, session, source),
         )]
@@ -113,13 +117,13 @@ class ConsolidationLedger:
         """
         now = now_ms()
         if seen is None:
-            cursor = self._conn.execute(
+            cursor = self.tables.execute(
                 "INSERT INTO consolidations (namespace, session, episode_id, last_pk, last_turn_id, turns,"
                 " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (self.namespace, session, episode_id, last_pk, last_turn_id, turns, now, now),
             )
         else:
-            cursor = self._conn.execute(
+            cursor = self.tables.execute(
                 "UPDATE consolidations SET episode_id = ?, last_pk = ?, last_turn_id = ?, turns = ?, updated_at = ?"
                 " WHERE namespace = ? AND session = ? AND last_pk = ?",
                 (episode_id, last_pk, last_turn_id, turns, now, self.namespace, session, seen),
@@ -128,8 +132,9 @@ class ConsolidationLedger:
 
     def count_facts(self, session: str, *, up_to_pk: int, written: int) -> None:
         """Record that the session's turns up to ``up_to_pk`` had their facts extracted."""
-        self._conn.execute(
-            "UPDATE consolidations SET facts_pk = max(facts_pk, ?), facts = facts + ?, updated_at = ?"
+        self.tables.execute(
+            f"UPDATE consolidations SET facts_pk = {self.tables.greatest('facts_pk', '?')}, facts = facts + ?,"
+            " updated_at = ?"
             " WHERE namespace = ? AND session = ?",
             (up_to_pk, written, now_ms(), self.namespace, session),
         )

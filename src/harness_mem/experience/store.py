@@ -43,11 +43,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ..engines.sqlite import connection_of
 from ..errors import DuplicateIdError, InvalidInputError, InvalidSkillError, NotFoundError, StorageError
 from ..models import dumps, format_time, from_ms, new_id, now_ms, to_ms
 from .episode import Episode, SkillUseTrace, ToolTrace
 from .skills import Skill, check_skill, scan_skills_dir, write_skill_md
+from .tables import Tables, tables_of
 
 if TYPE_CHECKING:
     from ..models import Hit
@@ -217,12 +217,15 @@ class ExperienceStore:
         # which entry that has been looked for.
         self._notes_hold_episodes = False
         self._notes_checked_to = 0
+        # The memory store's own connection, on its engine: this class is the storage of the
+        # experience tables, and writes through the store's transactions so an entry and its row
+        # commit together.
+        self.tables: Tables = tables_of(store.storage)
 
     @property
     def conn(self) -> Any:
-        # The memory store's own connection: this class is the storage of the experience tables,
-        # and writes through the store's transactions so an entry and its row commit together.
-        return connection_of(self.store.storage)
+        """The memory store's own connection (sqlite3, or psycopg on PostgreSQL)."""
+        return self.tables.conn
 
     @property
     def namespace(self) -> str:
@@ -288,7 +291,7 @@ class ExperienceStore:
             if kept is None:
                 raise StorageError("the stored episode text no longer parses as an episode")
             kept.tags = self.kept_tags(episode.tags)
-            self.conn.execute(
+            self.tables.execute(
                 "INSERT INTO episodes (id, namespace, entry_id, situation, tools, skills, outcome, success,"
                 " tags, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -315,7 +318,7 @@ class ExperienceStore:
 
     def get(self, id: str) -> StoredEpisode:
         """The episode with this id; raises :class:`NotFoundError`."""
-        row = self.conn.execute(
+        row = self.tables.execute(
             f"SELECT {_EPISODE_COLUMNS} FROM episodes ep {self._live()} AND ep.id = ?",
             (self.namespace, now_ms(), self._key(id)),
         ).fetchone()
@@ -338,10 +341,10 @@ class ExperienceStore:
         sql = f"SELECT {_EPISODE_COLUMNS} FROM episodes ep {self._live()}"
         params: list[Any] = [self.namespace, now_ms()]
         if tool is not None:
-            sql += " AND EXISTS (SELECT 1 FROM json_each(ep.tools) WHERE value = ?)"
+            sql += f" AND EXISTS (SELECT 1 FROM {self.tables.elements('ep.tools')} WHERE value = ?)"
             params.append(tool)
         if skill is not None:
-            sql += " AND EXISTS (SELECT 1 FROM json_each(ep.skills) WHERE value = ?)"
+            sql += f" AND EXISTS (SELECT 1 FROM {self.tables.elements('ep.skills')} WHERE value = ?)"
             params.append(skill)
         if success is not None:
             sql += " AND ep.success = ?"
@@ -351,10 +354,10 @@ class ExperienceStore:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        return [_stored_episode(row) for row in self.conn.execute(sql, params)]
+        return [_stored_episode(row) for row in self.tables.execute(sql, params)]
 
     def count(self) -> int:
-        return int(self.conn.execute(
+        return int(self.tables.execute(
             f"SELECT count(*) FROM episodes ep {self._live()}", (self.namespace, now_ms())
         ).fetchone()[0])
 
@@ -362,14 +365,14 @@ class ExperienceStore:
         """Delete an episode and its memory entry; False when there was none."""
         key = self._key(id)
         with self.store.transaction():
-            row = self.conn.execute(
+            row = self.tables.execute(
                 "SELECT entry_id FROM episodes WHERE namespace = ? AND id = ?", (self.namespace, key)
             ).fetchone()
             if row is None:
                 return self.store.delete(id)  # an episode entry with no row (written by an older writer)
             if row[0] is not None:
                 self.store.delete(row[0])  # the row goes with it (ON DELETE CASCADE)
-            self.conn.execute("DELETE FROM episodes WHERE namespace = ? AND id = ?", (self.namespace, key))
+            self.tables.execute("DELETE FROM episodes WHERE namespace = ? AND id = ?", (self.namespace, key))
         return True
 
     def recall(
@@ -428,11 +431,11 @@ class ExperienceStore:
         """The kinds episode entries have here: "episode", and "note" when an older writer or an
         import stored episodes as notes. Entries are looked at once each, newest first time round."""
         if not self._notes_hold_episodes:
-            newest = self.conn.execute("SELECT max(pk) FROM entries").fetchone()[0] or 0
+            newest = self.tables.execute("SELECT max(pk) FROM entries").fetchone()[0] or 0
             if newest > self._notes_checked_to:
-                found = self.conn.execute(
+                found = self.tables.execute(
                     "SELECT 1 FROM entries WHERE pk > ? AND pk <= ? AND namespace = ? AND kind = 'note'"
-                    " AND EXISTS (SELECT 1 FROM json_each(tags) WHERE value = ?) LIMIT 1",
+                    f" AND EXISTS (SELECT 1 FROM {self.tables.elements('tags')} WHERE value = ?) LIMIT 1",
                     (self._notes_checked_to, newest, self.namespace, EXPERIENCE_TAG),
                 ).fetchone()
                 self._notes_hold_episodes = found is not None
@@ -443,7 +446,7 @@ class ExperienceStore:
         if not entry_ids:
             return {}
         marks = ",".join("?" * len(entry_ids))
-        rows = self.conn.execute(
+        rows = self.tables.execute(
             f"SELECT {_EPISODE_COLUMNS} FROM episodes ep WHERE ep.namespace = ? AND ep.entry_id IN ({marks})",
             (self.namespace, *entry_ids),
         ).fetchall()
@@ -480,7 +483,7 @@ class ExperienceStore:
         episode_id = self._key(episode_id)
         now = now_ms()
         with self.store.transaction():
-            row = self.conn.execute(
+            row = self.tables.execute(
                 "SELECT pk, version, skill_md FROM skills WHERE namespace = ? AND name = ?",
                 (self.namespace, skill.name),
             ).fetchone()
@@ -495,37 +498,37 @@ class ExperienceStore:
                     " — reload it and try again"
                 )
             if row is None:
-                skill_pk = self.conn.execute(
+                skill_pk = self.tables.insert(
                     "INSERT INTO skills (namespace, name, skill_md, description, metadata, version, created_at,"
-                    " updated_at) VALUES (?, ?, ?, ?, ?, 1, ?, ?)",
+                    " updated_at) VALUES (?, ?, ?, ?, ?, 1, ?, ?) RETURNING pk",
                     (self.namespace, skill.name, text, skill.description, dumps(skill.metadata), now, now),
-                ).lastrowid
+                )
                 version = 1
             else:
                 skill_pk, version = row[0], row[1]
                 if row[2] != text:
                     version += 1
-                    self.conn.execute(
+                    self.tables.execute(
                         "UPDATE skills SET skill_md = ?, description = ?, metadata = ?, version = ?, updated_at = ?"
                         " WHERE pk = ?",
                         (text, skill.description, dumps(skill.metadata), version, now, skill_pk),
                     )
             if row is None or row[2] != text:
-                self.conn.execute(
+                self.tables.execute(
                     "INSERT INTO skill_revisions (skill_pk, version, skill_md, origin, rationale, episode_id,"
                     " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (skill_pk, version, text, origin, rationale, episode_id, now),
                 )
             if episode_id is not None:
-                self.conn.execute(
-                    "INSERT OR IGNORE INTO skill_sources (skill_pk, episode_pk, role, created_at)"
-                    " SELECT ?, pk, ?, ? FROM episodes WHERE namespace = ? AND id = ?",
+                self.tables.execute(
+                    "INSERT INTO skill_sources (skill_pk, episode_pk, role, created_at)"
+                    " SELECT ?, pk, ?, ? FROM episodes WHERE namespace = ? AND id = ? ON CONFLICT DO NOTHING",
                     (skill_pk, "revised" if origin == "revised" else "distilled", now, self.namespace, episode_id),
                 )
         return self.get_skill(skill.name)
 
     def find_skill(self, name: str) -> SkillRecord | None:
-        row = self.conn.execute(
+        row = self.tables.execute(
             "SELECT pk, skill_md, version, created_at, updated_at FROM skills WHERE namespace = ? AND name = ?",
             (self.namespace, name),
         ).fetchone()
@@ -542,7 +545,7 @@ class ExperienceStore:
 
     def _skill_record(self, row: Sequence[Any]) -> SkillRecord:
         skill_pk, text, version, created, updated = row
-        sources = tuple(r[0] for r in self.conn.execute(
+        sources = tuple(r[0] for r in self.tables.execute(
             "SELECT e.id FROM skill_sources s JOIN episodes e ON e.pk = s.episode_pk"
             " WHERE s.skill_pk = ? ORDER BY s.created_at, e.pk",
             (skill_pk,),
@@ -551,7 +554,7 @@ class ExperienceStore:
 
     def list_skills(self) -> builtins.list[SkillRecord]:
         """Every saved skill, by name."""
-        rows = self.conn.execute(
+        rows = self.tables.execute(
             "SELECT pk, skill_md, version, created_at, updated_at FROM skills WHERE namespace = ? ORDER BY name",
             (self.namespace,),
         ).fetchall()
@@ -559,21 +562,21 @@ class ExperienceStore:
 
     def skills(self) -> builtins.list[Skill]:
         """The current document of every saved skill."""
-        rows = self.conn.execute(
+        rows = self.tables.execute(
             "SELECT skill_md FROM skills WHERE namespace = ? ORDER BY name", (self.namespace,)
         ).fetchall()
         return [Skill.parse(row[0]) for row in rows]
 
     def skill_keys(self) -> builtins.list[tuple[str, str]]:
         """``(name, description)`` of every saved skill — all a duplicate check needs, without YAML."""
-        rows = self.conn.execute(
+        rows = self.tables.execute(
             "SELECT name, description FROM skills WHERE namespace = ? ORDER BY name", (self.namespace,)
         ).fetchall()
         return [(name, description) for name, description in rows]
 
     def skill_history(self, name: str) -> builtins.list[SkillVersion]:
         """Every saved version of ``name``, oldest first; raises :class:`NotFoundError`."""
-        rows = self.conn.execute(
+        rows = self.tables.execute(
             "SELECT r.version, r.skill_md, r.origin, r.rationale, r.episode_id, r.created_at"
             " FROM skill_revisions r JOIN skills s ON s.pk = r.skill_pk"
             " WHERE s.namespace = ? AND s.name = ? ORDER BY r.version",
@@ -586,7 +589,7 @@ class ExperienceStore:
     def delete_skill(self, name: str) -> bool:
         """Delete a skill with its history and source links; False when there was none."""
         with self.store.transaction():
-            cursor = self.conn.execute(
+            cursor = self.tables.execute(
                 "DELETE FROM skills WHERE namespace = ? AND name = ?", (self.namespace, name)
             )
         return bool(cursor.rowcount)
