@@ -325,6 +325,15 @@ def test_the_database_confines_a_role_to_its_namespace(postgres_server: object) 
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             raw.execute("INSERT INTO entries (id, namespace, kind, content, created_at, content_hash)"
                         " VALUES ('evil', 'team-b', 'note', 'planted', 0, 'h')")
+        # The grant covers the experience tables: the role records and reads its own episodes.
+        from harness_mem.experience import Episode
+        from harness_mem.experience.store import ExperienceStore
+
+        experience = ExperienceStore(store)
+        episode_id = experience.record(Episode(situation="ship the lighthouse", outcome="shipped", tools=["shell"],
+                                               success=True))
+        assert experience.get(episode_id).episode.outcome == "shipped"
+        assert raw.execute("SELECT DISTINCT namespace FROM episodes").fetchall() == [("team-a",)]
     with pytest.raises(StorageError, match="namespace 'team-a' only"):
         MemoryStore(as_alice, namespace="team-b", embedder=HashedEmbedder())
     with MemoryStore(postgres_server.dsn_for(user=bob) + options, namespace="team-b", embedder=HashedEmbedder()) as store:

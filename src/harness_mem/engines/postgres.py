@@ -442,7 +442,10 @@ class PostgresStorage(Storage):
 
         if not self.vectors_bound(writing=True) and self.embedder is not None:
             raise StorageError("the vectors' table could not be made")
-        tables = ["entries", "settings", *(["entry_vectors"] if self._has_vector_table() else [])]
+        # Every table of the store (each confines rows to the role's namespace), the experience
+        # tables included.
+        tables = ["entries", "settings", "episodes", "skills", "skill_revisions", "skill_sources", "consolidations",
+                  *(["entry_vectors"] if self._has_vector_table() else [])]
         with self.transaction():
             self._run("INSERT INTO namespace_roles (role, namespace) VALUES (%s, %s)"
                       " ON CONFLICT (role) DO UPDATE SET namespace = excluded.namespace", (role, namespace))
