@@ -90,7 +90,7 @@ SERVER_INSTRUCTIONS = (
 # ---- what the tools return -----------------------------------------------------------------------
 
 
-class Memory(BaseModel):
+class MemoryItem(BaseModel):
     """One stored memory, as a model sees it."""
 
     id: str = Field(description="pass it to get_memory, update_memory or forget")
@@ -104,9 +104,9 @@ class Memory(BaseModel):
     superseded_by: str | None = Field(None, description="the id of the memory that corrected this one")
 
 
-class RecallHit(Memory):
+class RecallHit(MemoryItem):
     score: float = Field(description="relevance, higher is better; compare within one answer only")
-    context: list[Memory] | None = Field(None, description="the turns around this one in its session, in order")
+    context: list[MemoryItem] | None = Field(None, description="the turns around this one in its session, in order")
 
 
 class RecallResult(BaseModel):
@@ -123,9 +123,9 @@ class SessionMatch(BaseModel):
     started_at: str
     ended_at: str
     anchor: RecallHit = Field(description="the session's best-matching entry")
-    around: list[Memory] = Field(description="the anchor with the turns just before and after it, in order")
-    first: Memory = Field(description="the session's first entry")
-    last: Memory = Field(description="the session's last entry")
+    around: list[MemoryItem] = Field(description="the anchor with the turns just before and after it, in order")
+    first: MemoryItem = Field(description="the session's first entry")
+    last: MemoryItem = Field(description="the session's last entry")
 
 
 class SessionsResult(BaseModel):
@@ -142,9 +142,9 @@ class RememberResult(BaseModel):
 
 
 class MemoryDetail(BaseModel):
-    memory: Memory
+    memory: MemoryItem
     current_id: str = Field(description="the newest version in the history (this id when never corrected)")
-    history: list[Memory] = Field(description="every version, oldest first, this one included")
+    history: list[MemoryItem] = Field(description="every version, oldest first, this one included")
 
 
 class ForgetResult(BaseModel):
@@ -152,7 +152,7 @@ class ForgetResult(BaseModel):
     ids: list[str]
 
 
-class SessionSummary(BaseModel):
+class SessionActivity(BaseModel):
     session: str
     turns: int
     started_at: str
@@ -160,8 +160,8 @@ class SessionSummary(BaseModel):
 
 
 class ActivityResult(BaseModel):
-    memories: list[Memory] = Field(description="the newest memories, newest first")
-    sessions: list[SessionSummary] = Field(description="the most recently active sessions, newest first")
+    memories: list[MemoryItem] = Field(description="the newest memories, newest first")
+    sessions: list[SessionActivity] = Field(description="the most recently active sessions, newest first")
 
 
 class SkillMatch(BaseModel):
@@ -181,9 +181,9 @@ def _clip(text: str, limit: int) -> tuple[str, bool]:
     return (text, False) if len(text) <= limit else (text[:limit] + "…", True)
 
 
-def _memory(entry: Entry, limit: int = HIT_CHARS) -> Memory:
+def _memory(entry: Entry, limit: int = HIT_CHARS) -> MemoryItem:
     content, truncated = _clip(entry.content, limit)
-    return Memory(
+    return MemoryItem(
         id=entry.id, kind=entry.kind, content=content, truncated=truncated, tags=list(entry.tags),
         session=entry.session, role=entry.role, created_at=format_time(entry.created_at),
         superseded_by=entry.superseded_by,
@@ -319,7 +319,7 @@ class MemoryTools:
             active = self.store.sessions(limit=sessions) if sessions else []
         return ActivityResult(
             memories=[_memory(e) for e in entries],
-            sessions=[SessionSummary(session=s.session, turns=s.turns, started_at=format_time(s.started_at),
+            sessions=[SessionActivity(session=s.session, turns=s.turns, started_at=format_time(s.started_at),
                                      ended_at=format_time(s.ended_at)) for s in active],
         )
 

@@ -437,8 +437,13 @@ class VectorIndex:
                                   [(f"embedder.{k}", v) for k, v in self.identity().items()])
         if has_vector_table(self.conn) and not _has_current_layout(self.conn):
             self._upgrade_float_table()
-        self.conn.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} USING vec0("
+        self.conn.execute(self._table_sql(if_not_exists=True))
+
+    def _table_sql(self, *, if_not_exists: bool = False) -> str:
+        """The vec0 table's definition, in one place: int8 vectors, their sign bits, and the columns
+        a filtered search reads."""
+        return (
+            f"CREATE VIRTUAL TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{TABLE} USING vec0("
             "namespace text partition key, kind text, session_key integer, created_at integer,"
             f" embedding int8[{self.dim}] distance_metric=cosine, bits bit[{self.dim}])"
         )
@@ -448,11 +453,7 @@ class VectorIndex:
         self.conn.execute("CREATE TABLE _vectors_upgrade (pk INTEGER PRIMARY KEY, embedding BLOB NOT NULL)")
         self.conn.execute(f"INSERT INTO _vectors_upgrade SELECT rowid, embedding FROM {TABLE}")
         self.conn.execute(f"DROP TABLE {TABLE}")
-        self.conn.execute(
-            f"CREATE VIRTUAL TABLE {TABLE} USING vec0("
-            "namespace text partition key, kind text, session_key integer, created_at integer,"
-            f" embedding int8[{self.dim}] distance_metric=cosine, bits bit[{self.dim}])"
-        )
+        self.conn.execute(self._table_sql())
         last = 0
         while True:
             batch = self.conn.execute(

@@ -28,7 +28,7 @@ from harness_mem.experience.distill import (
     revise_skill,
 )
 from harness_mem.experience.episode import Episode
-from harness_mem.experience.skills import Ledger, Skill, lint, read_skill, utf8_len
+from harness_mem.experience.skills import RevisionLedger, Skill, lint, read_skill, utf8_len
 from harness_mem.experience.store import ExperienceStore
 from harness_mem.providers.textmodel import ScriptedTextModel
 
@@ -109,7 +109,7 @@ def test_deploy_runbook_draft_is_lint_clean_and_round_trips() -> None:
     assert lint(skill, dir_name="deploy-runbook") == []
     back = Skill.parse(skill.render())
     assert back == skill
-    assert back.ledger == Ledger(revision=0, revisions_today=0, origin="distilled")
+    assert back.ledger == RevisionLedger(revision=0, revisions_today=0, origin="distilled")
     assert skill.metadata == {"experience": {"revision": 0, "revisions_today": 0, "origin": "distilled"}}
     assert skill.body == (
         "# Deploy Runbook\n\n"
@@ -280,7 +280,7 @@ DAY = "2025-06-01"
 GOOD_BODY = "# Deploy Runbook\n\nSteps:\n\n1. Build first.\n2. Run the deploy script.\n3. Check the health page twice.\n"
 
 
-def skill(ledger: Ledger | None = None, **metadata: object) -> Skill:
+def skill(ledger: RevisionLedger | None = None, **metadata: object) -> Skill:
     base = Skill(
         name="deploy-runbook",
         description="Deploys a website to production. Use when a release must go out.",
@@ -312,7 +312,7 @@ def test_a_revision_bumps_the_ledger_and_keeps_the_rest() -> None:
     assert revised.body == GOOD_BODY.strip()
     assert revised.description == skill().description
     assert revised.metadata["author"] == "ops"
-    assert revised.ledger == Ledger(revision=1, revised_on=DAY, revisions_today=1)
+    assert revised.ledger == RevisionLedger(revision=1, revised_on=DAY, revisions_today=1)
     assert result.rationale == "Build before deploying."
     assert result.description_change is None
     assert model.calls == 1 and model.requests[0].max_tokens == 3000
@@ -321,19 +321,19 @@ def test_a_revision_bumps_the_ledger_and_keeps_the_rest() -> None:
 
 def test_the_ledger_survives_yaml() -> None:
     result = SkillReviser(ScriptedTextModel([revision_reply()]), today=DAY).revise(
-        skill(Ledger(revision=3, revised_on="2025-05-30", revisions_today=2, origin="distilled")), failed()
+        skill(RevisionLedger(revision=3, revised_on="2025-05-30", revisions_today=2, origin="distilled")), failed()
     )
     assert isinstance(result, Revision)
     back = Skill.parse(result.skill.render())
-    assert back.ledger == Ledger(revision=4, revised_on=DAY, revisions_today=1, origin="distilled")
+    assert back.ledger == RevisionLedger(revision=4, revised_on=DAY, revisions_today=1, origin="distilled")
     assert back == result.skill
 
 
 def test_lifetime_cap() -> None:
     model = ScriptedTextModel([revision_reply()])
     reviser = SkillReviser(model, today=DAY)
-    assert reviser.revise(skill(Ledger(revision=10)), failed()) == LifetimeCapReached(10, 10)
-    result = reviser.revise(skill(Ledger(revision=9)), failed())
+    assert reviser.revise(skill(RevisionLedger(revision=10)), failed()) == LifetimeCapReached(10, 10)
+    result = reviser.revise(skill(RevisionLedger(revision=9)), failed())
     assert isinstance(result, Revision) and result.skill.ledger.revision == 10
     assert reviser.check(result.skill, failed()) == LifetimeCapReached(10, 10)
     assert model.calls == 1
@@ -353,7 +353,7 @@ def test_daily_cap_and_day_reset() -> None:
     today["value"] = "2025-06-02"
     result = reviser.revise(current, failed())
     assert isinstance(result, Revision)
-    assert result.skill.ledger == Ledger(revision=3, revised_on="2025-06-02", revisions_today=1)
+    assert result.skill.ledger == RevisionLedger(revision=3, revised_on="2025-06-02", revisions_today=1)
 
 
 def test_refusals_cost_no_calls() -> None:
@@ -416,7 +416,7 @@ def test_default_rationale_and_whole_document_body() -> None:
 
 def test_revise_skill_saves_a_new_version_with_history(store: object) -> None:
     experience = ExperienceStore(store)  # type: ignore[arg-type]
-    experience.save_skill(skill(Ledger(origin="distilled")), origin="distilled")
+    experience.save_skill(skill(RevisionLedger(origin="distilled")), origin="distilled")
     episode_id = experience.record(failed())
     result = revise_skill(experience, "deploy-runbook", episode_id, ScriptedTextModel([revision_reply()]),
                           complaint="forgot to build", save=True, today=DAY)

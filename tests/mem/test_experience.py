@@ -10,7 +10,7 @@ import pytest
 from harness_mem.db import write_transaction
 from harness_mem.errors import DuplicateIdError, InvalidInputError, NotFoundError
 from harness_mem.experience.episode import Episode
-from harness_mem.experience.skills import Ledger, Skill, write_skill_md
+from harness_mem.experience.skills import RevisionLedger, Skill, write_skill_md
 from harness_mem.experience.store import (
     GUIDE_HEADER,
     RESULT_WEIGHTS,
@@ -291,7 +291,7 @@ def test_versions_and_history(exp: ExperienceStore) -> None:
     exp.save_skill(skill(), origin="distilled", rationale="first")
     assert exp.save_skill(skill()).version == 1  # identical: no new version
     changed = skill(body="# Deploy Runbook\n\n1. Build first, always.\n2. Deploy.\n3. Check the health page.\n")
-    changed = changed.with_ledger(Ledger(revision=1, revised_on="2025-01-01", revisions_today=1))
+    changed = changed.with_ledger(RevisionLedger(revision=1, revised_on="2025-01-01", revisions_today=1))
     record = exp.save_skill(changed, origin="revised", rationale="build first")
     assert record.version == 2 and record.skill.ledger.revision == 1
     assert record.updated_at >= record.created_at

@@ -14,7 +14,7 @@ from harness_mem.errors import InvalidInputError, InvalidSkillError
 from harness_mem.experience import skills as skills_mod
 from harness_mem.experience.skills import (
     MAX_DESCRIPTION_BYTES,
-    Ledger,
+    RevisionLedger,
     Skill,
     SkillIndex,
     clip_utf8,
@@ -47,7 +47,7 @@ def make(name: str = "deploy-runbook", description: str = "Ships a static site t
 
 
 def test_render_exactly() -> None:
-    skill = make(metadata={"experience": Ledger(origin="distilled").to_dict()}, license="MIT")
+    skill = make(metadata={"experience": RevisionLedger(origin="distilled").to_dict()}, license="MIT")
     assert skill.render() == (
         "---\n"
         "name: deploy-runbook\n"
@@ -145,28 +145,28 @@ def test_a_skill_file_past_the_size_limit_is_refused_unread(tmp_path: Path) -> N
 
 
 def test_ledger_survives_yaml_including_an_unquoted_date() -> None:
-    ledger = Ledger(revision=4, revised_on="2025-03-09", revisions_today=2, origin="distilled")
+    ledger = RevisionLedger(revision=4, revised_on="2025-03-09", revisions_today=2, origin="distilled")
     skill = make().with_ledger(ledger)
     assert Skill.parse(skill.render()).ledger == ledger
     hand_written = "---\nname: a\ndescription: d\nmetadata:\n  experience:\n    revision: 2\n    revised_on: 2025-03-09\n---\nb"
-    assert Skill.parse(hand_written).ledger == Ledger(revision=2, revised_on="2025-03-09")
+    assert Skill.parse(hand_written).ledger == RevisionLedger(revision=2, revised_on="2025-03-09")
 
 
 def test_ledger_rules() -> None:
-    assert Ledger.of({}) == Ledger()
-    assert Ledger.of({"experience": "junk"}) == Ledger()
-    first = Ledger().bumped("2025-01-01")
-    assert first == Ledger(1, "2025-01-01", 1)
+    assert RevisionLedger.of({}) == RevisionLedger()
+    assert RevisionLedger.of({"experience": "junk"}) == RevisionLedger()
+    first = RevisionLedger().bumped("2025-01-01")
+    assert first == RevisionLedger(1, "2025-01-01", 1)
     second = first.bumped("2025-01-01")
     assert (second.revision, second.revisions_today) == (2, 2)
     next_day = second.bumped("2025-01-02")
     assert (next_day.revision, next_day.revisions_today, next_day.revised_on) == (3, 1, "2025-01-02")
-    assert Ledger().to_dict() == {"revision": 0, "revisions_today": 0}
+    assert RevisionLedger().to_dict() == {"revision": 0, "revisions_today": 0}
 
 
 def test_with_ledger_keeps_other_metadata() -> None:
     skill = make(metadata={"author": "me", "experience": {"note": "keep", "revision": 1}})
-    updated = skill.with_ledger(Ledger(revision=2, revised_on="2025-01-01", revisions_today=1))
+    updated = skill.with_ledger(RevisionLedger(revision=2, revised_on="2025-01-01", revisions_today=1))
     assert updated.metadata["author"] == "me"
     assert updated.metadata["experience"]["note"] == "keep"
     assert updated.ledger.revision == 2

@@ -45,7 +45,7 @@ from ..providers.textmodel import TextModel, extract_json, str_list
 from .episode import Episode
 from .skills import (
     Finding,
-    Ledger,
+    RevisionLedger,
     Skill,
     SkillIndex,
     check_skill,
@@ -338,7 +338,7 @@ class SkillDistiller:
             name=name,
             description=description,
             body=skill_body(title, description, episode.situation, steps, pitfalls),
-            metadata={"experience": Ledger(origin="distilled").to_dict()},
+            metadata={"experience": RevisionLedger(origin="distilled").to_dict()},
         )
         taken = self._name_clash(name)
         if taken is not None:

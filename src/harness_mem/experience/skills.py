@@ -377,7 +377,7 @@ def _discard(index: dict[Any, list[Any]], key: Any, name: Any) -> None:
 
 
 @dataclass(frozen=True)
-class Ledger:
+class RevisionLedger:
     """The experience layer's bookkeeping, kept in a skill's ``metadata.experience``.
 
     ``revision`` counts model revisions over the skill's life; ``revisions_today`` counts those on
@@ -390,7 +390,7 @@ class Ledger:
     origin: str | None = None
 
     @classmethod
-    def of(cls, metadata: Mapping[str, Any] | None) -> Ledger:
+    def of(cls, metadata: Mapping[str, Any] | None) -> RevisionLedger:
         raw = (metadata or {}).get(LEDGER_KEY)
         if not isinstance(raw, Mapping):
             return cls()
@@ -409,7 +409,7 @@ class Ledger:
         """Revisions made on ``today`` (0 once the day has changed)."""
         return self.revisions_today if self.revised_on == today else 0
 
-    def bumped(self, today: str) -> Ledger:
+    def bumped(self, today: str) -> RevisionLedger:
         """After one more revision on ``today``."""
         return replace(
             self, revision=self.revision + 1, revised_on=today, revisions_today=self.today_count(today) + 1
@@ -475,10 +475,10 @@ class Skill:
         self.extra = _plain(self.extra or {})
 
     @property
-    def ledger(self) -> Ledger:
-        return Ledger.of(self.metadata)
+    def ledger(self) -> RevisionLedger:
+        return RevisionLedger.of(self.metadata)
 
-    def with_ledger(self, ledger: Ledger) -> Skill:
+    def with_ledger(self, ledger: RevisionLedger) -> Skill:
         """A copy whose ``metadata.experience`` holds ``ledger`` (other keys there are kept)."""
         metadata = dict(self.metadata)
         current = metadata.get(LEDGER_KEY)

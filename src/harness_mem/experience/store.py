@@ -176,7 +176,7 @@ class SkillVersion:
 
 
 @dataclass
-class ImportReport:
+class SkillImportReport:
     """What :meth:`ExperienceStore.import_skills` did: names saved, names already identical, and
     the directories it refused with the reason."""
 
@@ -599,12 +599,12 @@ class ExperienceStore:
         records = self.list_skills() if names is None else [self.get_skill(n) for n in names]
         return [write_skill_md(record.skill, root) for record in records]
 
-    def import_skills(self, root: str | os.PathLike[str]) -> ImportReport:
+    def import_skills(self, root: str | os.PathLike[str]) -> SkillImportReport:
         """Save every valid ``<root>/<name>/SKILL.md``; invalid ones are reported, not saved."""
         base = Path(root)
         if not base.is_dir():
             raise InvalidInputError(f"{base} is not a directory — point at a folder of <name>/SKILL.md skills")
-        report = ImportReport()
+        report = SkillImportReport()
         for item in scan_skills_dir(base):
             if item.skill is None:
                 report.invalid.append((str(item.path), item.error or "unreadable"))
