@@ -370,13 +370,15 @@ class RunStore:
         *,
         namespace: str = "default",
         redactor: Redactor | Literal["default"] | None = "default",
+        owns_connection: bool = False,
     ) -> None:
         self._tables: RunTables = conn if isinstance(conn, RunTables) else SQLiteRunTables(conn)
         self._redactor: Redactor | None = (
             Redactor.default(secret=self._tables.redaction_secret()) if redactor == "default" else redactor
         )
         self._namespace = self._key(namespace)
-        self._owns_connection = False
+        #: Whether :meth:`close` closes the connection (it was opened for this store alone).
+        self._owns_connection = owns_connection
         self._scrubbed: dict[str, str] = {}
 
     @classmethod
@@ -389,14 +391,17 @@ class RunStore:
     ) -> RunStore:
         """Open the SQLite file at ``path``, or the PostgreSQL database a ``postgresql://`` URL names,
         and apply both migration sets; :meth:`close` closes it."""
-        tables = _open_tables(path)
+        return cls._owning(_open_tables(path), namespace=namespace, redactor=redactor)
+
+    @classmethod
+    def _owning(cls, tables: RunTables, *, namespace: str,
+                redactor: Redactor | Literal["default"] | None) -> RunStore:
+        """A store on tables opened for it alone: closed with it, and at once when the store fails."""
         try:
-            store = cls(tables, namespace=namespace, redactor=redactor)
+            return cls(tables, namespace=namespace, redactor=redactor, owns_connection=True)
         except BaseException:
             tables.close()
             raise
-        store._owns_connection = True
-        return store
 
     @classmethod
     def on(cls, memory: MemoryStore) -> RunStore:
@@ -412,12 +417,10 @@ class RunStore:
             tables = PostgresRunTables(memory.storage.dsn)
             try:
                 tables.migrate()
-                store = cls(tables, namespace=memory.namespace, redactor=memory.redactor)
             except BaseException:
                 tables.close()
                 raise
-            store._owns_connection = True
-            return store
+            return cls._owning(tables, namespace=memory.namespace, redactor=memory.redactor)
         MIGRATIONS.migrate(memory.db.conn)
         return cls(memory.db.conn, namespace=memory.namespace, redactor=memory.redactor)
 

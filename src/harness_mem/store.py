@@ -87,13 +87,11 @@ class MemoryStore:
             # Nothing unredacted reaches the file unless the caller says so (redactor=None), and
             # then every entry written records that it was not redacted. Read-only, a file without
             # a key gets a throwaway one: nothing it could pseudonymise is ever stored.
-            self.redactor: Redactor | None = (
-                Redactor.default(secret=self.storage.redaction_secret(create=not self.read_only))
-                if redactor == "default" else redactor
-            )
-            #: The namespace as stored: an identity field, so matched as its pseudonym.
-            self.scope = Scope(identity(namespace, self.redactor) or namespace, self.redactor)
-            self.namespace = self.scope.namespace
+            chosen = (Redactor.default(secret=self.storage.redaction_secret(create=not self.read_only))
+                      if redactor == "default" else redactor)
+            #: Whose entries this handle reads and writes: the namespace as stored (an identity
+            #: field, so its pseudonym) and the redactor of every write.
+            self.scope = Scope(identity(namespace, chosen) or namespace, chosen)
             confined = self.storage.confined_to
             if confined is not None and confined != self.namespace:
                 raise StorageError(f"this database role may use namespace {confined!r} only, not {namespace!r}"
@@ -104,6 +102,21 @@ class MemoryStore:
         except BaseException:
             self.storage.close()
             raise
+
+    @property
+    def namespace(self) -> str:
+        """The namespace every read and write is confined to, as stored."""
+        return self.scope.namespace
+
+    @property
+    def redactor(self) -> Redactor | None:
+        """What scrubs every write (None: redaction turned off, and recorded on each entry)."""
+        return self.scope.redactor
+
+    @redactor.setter
+    def redactor(self, redactor: Redactor | None) -> None:
+        self.scope = Scope(self.scope.namespace, redactor)
+        self._recall.scope = self.scope
 
     @property
     def embedder(self) -> Embedder | None:

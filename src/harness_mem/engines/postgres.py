@@ -547,7 +547,8 @@ class PostgresStorage(Storage):
                 "fingerprint": str(getattr(self.embedder, "fingerprint", self.embedder.name))}
 
     def _has_vector_table(self) -> bool:
-        return bool(self.query("SELECT to_regclass('entry_vectors') IS NOT NULL")[0][0])
+        # Once this handle bound its model the table is there: no catalogue query per deleted row.
+        return self._bound or bool(self.query("SELECT to_regclass('entry_vectors') IS NOT NULL")[0][0])
 
     def use_embedder(self, embedder: Embedder | None) -> None:
         self.embedder = embedder
@@ -625,13 +626,10 @@ class PostgresStorage(Storage):
             texts = self._index_texts(batch)
             placeholders = ", ".join(["%s"] * (len(_INSERTED) + 2))
             pks: list[int] = []
-            tokens_total = 0
+            tokens = [tsvector_literal(text) for text in texts]
+            tokens_total = sum(count for _, count in tokens)
             with self.conn.cursor() as cursor:
-                params = []
-                for row, text in zip(batch, texts, strict=True):
-                    literal, count = tsvector_literal(text)
-                    tokens_total += count
-                    params.append([*row[1:], literal, count])
+                params = [[*row[1:], literal, count] for row, (literal, count) in zip(batch, tokens, strict=True)]
                 cursor.executemany(
                     f"INSERT INTO entries ({', '.join(_INSERTED)}, tokens, token_count)"
                     f" VALUES ({placeholders}) RETURNING pk", params, returning=True,
@@ -949,16 +947,12 @@ class PostgresStorage(Storage):
             rows = [Row._make(r) for r in found]
             texts = self._index_texts(rows, lookup=False)
             self._run("UPDATE entries SET tokens = NULL, token_count = NULL")
-            tokens = 0
+            written = [tsvector_literal(text) for text in texts]
             with self.conn.cursor() as cursor:
-                updates = []
-                for row, text in zip(rows, texts, strict=True):
-                    literal, count = tsvector_literal(text)
-                    tokens += count
-                    updates.append((literal, count, row.pk))
-                cursor.executemany("UPDATE entries SET tokens = %s::tsvector, token_count = %s WHERE pk = %s", updates)
+                cursor.executemany("UPDATE entries SET tokens = %s::tsvector, token_count = %s WHERE pk = %s",
+                                   [(literal, count, row.pk) for row, (literal, count) in zip(rows, written, strict=True)])
             self.set_setting("keywords.rows", str(len(rows)))
-            self.set_setting("keywords.tokens", str(tokens))
+            self.set_setting("keywords.tokens", str(sum(count for _, count in written)))
         return total, len(rows)
 
     def drop_vectors(self) -> int:
