@@ -15,6 +15,15 @@ after round (the best round of each is kept), so that a busy machine hurts none 
 - purge: the same share of entries set to expire, then ``purge_expired`` in one transaction;
 - gc: ``MemoryStore.gc()`` after the deletes and the purge (keyword-index merge, WAL checkpoint,
   incremental vacuum), then ``gc(vacuum=True)`` (a full VACUUM) for comparison.
+
+``--beside-writer`` measures something else: how long a writer in another process waits while gc
+runs on a large file (``--mb``, built in a temporary directory). The writer adds one entry every
+20 ms and times each ``add``; gc runs once on a store where entries were deleted (dead keyword-index
+tokens, free pages: gc purges nothing, ``quiet``) and once where entries were forgotten (gc purges
+them and rewrites the file, ``purge``). It prints the longest wait, and fails when a write failed,
+was lost, or (with ``--max-wait S``) waited longer than S seconds in the ``quiet`` case:
+
+    python bench/bench_gc.py --beside-writer --mb 500 --max-wait 1
 """
 
 from __future__ import annotations
@@ -22,6 +31,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -75,14 +87,112 @@ def one_side(path: Path, lines: list[str], ids: list[str], expiring: list[str], 
     return result
 
 
+# The writer beside gc: adds an entry every 20 ms until the stop file appears, then prints its waits.
+WRITER = """
+import json, sys, time
+from pathlib import Path
+from harness_mem.store import MemoryStore
+path, stop = Path(sys.argv[1]), Path(sys.argv[2])
+waits, failures, ids = [], [], []
+with MemoryStore(path, embedder=None, redactor=None) as store:
+    print("ready", flush=True)
+    while not stop.exists():
+        began = time.perf_counter()
+        try:
+            ids.append(store.add(f"written beside gc {len(ids)}").id)
+        except Exception as exc:
+            failures.append(f"{type(exc).__name__}: {exc}")
+        waits.append(time.perf_counter() - began)
+        time.sleep(0.02)
+print(json.dumps({"waits": waits, "failures": failures, "ids": ids}))
+"""
+
+
+def build_large(path: Path, megabytes: int) -> int:
+    """A store of ~``megabytes`` MB: bulky notes first (a third of it, 50 kB each, session "bulky"),
+    then 100-word notes (20,000 distinct words); returns how many entries."""
+    rng = random.Random(5)
+    vocabulary = [f"w{i:05d}" for i in range(20_000)]
+    n = 0
+    with MemoryStore(path, embedder=None, redactor=None) as store:
+        while path.stat().st_size < megabytes * 1_000_000 // 3:
+            store.add_many([{"text": f"bulky {n + i} " + "z" * 50_000, "session": "bulky"} for i in range(500)])
+            n += 500
+        while path.stat().st_size < megabytes * 1_000_000:
+            store.add_many([{"text": " ".join(rng.choices(vocabulary, k=100))} for _ in range(5000)])
+            n += 5000
+    return n
+
+
+def gc_beside_writer(path: Path, *, forget: bool, share: int = 20) -> dict[str, object]:
+    """Delete the bulky notes and every ``share``-th other one (``quiet``: gc merges the keyword
+    index and hands free pages back), or forget every ``share``-th (``purge``: gc purges and
+    rewrites); then run gc with a writer process beside it."""
+    with MemoryStore(path, embedder=None) as store, store.transaction():
+        entries = list(store.list())
+        doomed = [e.id for i, e in enumerate(entries) if i % share == 0 or (not forget and e.session == "bulky")]
+        for entry_id in doomed:
+            store.forget(entry_id) if forget else store.delete(entry_id)
+        kept = len(entries) - len(doomed)
+    stop = path.parent / "stop"
+    stop.unlink(missing_ok=True)
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(stop)], stdout=subprocess.PIPE, text=True)
+    assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+    time.sleep(1)
+    started = time.perf_counter()
+    with MemoryStore(path, embedder=None) as store:
+        report = store.gc()
+    gc_s = time.perf_counter() - started
+    time.sleep(1)
+    stop.touch()
+    found = json.loads(writer.communicate()[0].splitlines()[-1])
+    with MemoryStore(path, embedder=None) as store:
+        lost = kept + len(found["ids"]) - store.count()
+    return {"gc_s": round(gc_s, 2), "longest_wait_s": round(max(found["waits"]), 3), "writes": len(found["waits"]),
+            "failures": found["failures"][:3], "lost": lost, "purged": report["expired_purged"] + report["forgotten_purged"],
+            "vacuum": report["vacuum"], "mb_before": round(report["bytes_before"] / 1e6, 1)}
+
+
+def beside_writer(megabytes: int, max_wait: float | None, as_json: bool) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        built = Path(tmp) / "built.db"
+        n = build_large(built, megabytes)
+        results = {}
+        for case, forget in (("quiet", False), ("purge", True)):
+            path = Path(tmp) / f"{case}.db"
+            for leftover in Path(tmp).glob(path.name + "*"):
+                leftover.unlink()
+            shutil.copy(built, path)
+            results[case] = gc_beside_writer(path, forget=forget)
+    if as_json:
+        print(json.dumps({"entries": n, **results}))
+    else:
+        print(f"{n:,} entries, {megabytes} MB")
+        for case, r in results.items():
+            print(f"{case:<6} gc {r['gc_s']:.1f} s ({r['purged']} purged, vacuum {r['vacuum']});"
+                  f" longest write wait {r['longest_wait_s']:.2f} s over {r['writes']} writes;"
+                  f" failed {len(r['failures'])}, lost {r['lost']}")  # type: ignore[arg-type]
+    bad = [case for case, r in results.items() if r["failures"] or r["lost"]]
+    if max_wait is not None and float(results["quiet"]["longest_wait_s"]) > max_wait:  # type: ignore[arg-type]
+        bad.append(f"quiet: a writer waited over {max_wait} s")
+    if bad:
+        sys.exit(f"failed: {', '.join(bad)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--beside-writer", action="store_true", help="measure a writer's waits beside gc instead")
+    parser.add_argument("--mb", type=int, default=500, help="the large file's size (with --beside-writer)")
+    parser.add_argument("--max-wait", type=float, help="fail when a writer waited longer (seconds, quiet case)")
     parser.add_argument("--n", type=int, default=100_000, help="turn entries to import")
     parser.add_argument("--deletes", type=int, default=2000, help="entries deleted one by one")
     parser.add_argument("--expire", type=float, default=0.1, help="share of entries purged as expired")
     parser.add_argument("--repeat", type=int, default=2, help="rounds (modes interleaved; best kept)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    if args.beside_writer:
+        beside_writer(args.mb, args.max_wait, args.json)
+        return
 
     rows = make_rows(args.n)
     lines = [json.dumps(row) for row in rows]

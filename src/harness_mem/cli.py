@@ -21,21 +21,24 @@ import click
 
 from . import cliutils, migrations
 from .cliutils import (
+    FiniteFloat,
     ModelSettings,
     StoreLocation,
     command_group,
+    count_type,
     db_option,
     echo_json,
     gc_report_lines,
     json_object_option,
     json_option,
     namespace_option,
+    shown,
     stats_lines,
 )
 from .db import CACHE_SIZE_KIB, ONE_SHOT_CACHE_KIB, connect, default_path
 from .engines import is_url, open_storage, shown_location
 from .errors import InvalidInputError, MissingVectorsWarning
-from .models import Entry, Hit, dumps, format_time
+from .models import MAX_CONTENT_CHARS, Entry, Hit, dumps, format_time
 from .providers.embeddings import EMBEDDERS
 from .providers.hints import MEM_HINTS
 from .store import MemoryStore, OnConflict
@@ -48,6 +51,12 @@ if TYPE_CHECKING:
 
 # Imports shorter than this finish before a progress bar would be worth drawing.
 PROGRESS_MIN_BYTES = 256 * 1024
+# The most `add -` and `redact` read from stdin: an entry's longest content, four UTF-8 bytes a
+# character. Past it the input is refused before more is read (`/dev/zero` would fill the memory).
+MAX_STDIN_BYTES = 4 * MAX_CONTENT_CHARS
+# More processes than this cannot help an import (one writer is the bottleneck), and far more would
+# be a fork bomb.
+MAX_IMPORT_WORKERS = 64
 
 
 @command_group(prog_name="harness-mem", raise_errors_env="HARNESS_MEM_RAISE_ERRORS")
@@ -96,7 +105,7 @@ def open_store(ctx: click.Context, *, create: bool = False) -> Iterator[MemorySt
     finally:
         store.close()
     for message in dict.fromkeys(str(w.message) for w in caught if w.category is MissingVectorsWarning):
-        click.echo(f"warning: {message}", err=True)
+        click.echo(f"warning: {shown(message)}", err=True)
 
 
 def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -330,7 +339,7 @@ def add(ctx: click.Context, text: str, kind: str | None, role: str | None, sessi
         echo "the build needs node 20" | harness-mem add - --kind fact
     """
     if text == "-":
-        text = _read_stdin_text()
+        text = _read_stdin_text("split it into several entries")
     with open_store(ctx, create=True) as store:
         entry = store.add(text, kind=kind, role=role, session=session, tags=tags, source=source,
                           ttl_days=ttl_days, id=entry_id)
@@ -340,8 +349,13 @@ def add(ctx: click.Context, text: str, kind: str | None, role: str | None, sessi
         click.echo(entry.id)
 
 
-def _read_stdin_text() -> str:
-    data = sys.stdin.buffer.read()
+def _read_stdin_text(fix: str) -> str:
+    """stdin as UTF-8 text, read no further than :data:`MAX_STDIN_BYTES`; ``fix`` says what to do
+    about a longer input."""
+    data = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
+    if len(data) > MAX_STDIN_BYTES:
+        raise click.ClickException(f"stdin holds more than {MAX_STDIN_BYTES:,} bytes, more than an entry may"
+                                   f" ({MAX_CONTENT_CHARS:,} characters) — {fix}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -352,7 +366,7 @@ def _read_stdin_text() -> str:
 @click.argument("source", type=click.File("rb"))
 @click.option("--replace", is_flag=True, help="Replace entries whose id is already stored (default: skip them).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-@click.option("--workers", type=click.IntRange(min=0), default=None,
+@click.option("--workers", type=count_type(0, MAX_IMPORT_WORKERS), default=None,
               help="Processes that parse and redact while this one writes (default: 1 for a large input"
                    " on a machine with two cores or more, else 0).")
 @click.pass_context
@@ -382,7 +396,7 @@ def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool, workers
         else:
             report = import_jsonl(store, source, on_conflict=on_conflict, workers=workers)
     for error in report.errors:
-        click.echo(f"Error: {error}", err=True)
+        click.echo(f"Error: {shown(str(error))}", err=True)  # a reason may quote the line
     click.echo(
         f"Imported {report.added} entries from {report.lines} lines"
         f" ({report.skipped} already stored, {len(report.errors)} rejected)",
@@ -467,6 +481,9 @@ def forget(ctx: click.Context, entry_id: str | None, session: str | None, tags: 
 def purge(ctx: click.Context) -> None:
     """Remove forgotten and expired entries from the file: content, index rows and vectors.
 
+    The file is rewritten after (free disk space as large as the file is needed); when that fails,
+    the entries are gone from every table and the next `harness-mem gc` finishes the purge.
+
     \b
     Example:
         harness-mem purge
@@ -489,7 +506,7 @@ def purge(ctx: click.Context) -> None:
 @click.option("--strict", is_flag=True,
               help="Refuse semantic or hybrid recall while some entries have no vector (default: warn).")
 @click.option("--context", type=click.IntRange(0, 20), default=0, help="Show N turns before and after each turn hit.")
-@click.option("--min-score", type=float, help="Leave out hits scoring below this.")
+@click.option("--min-score", type=FiniteFloat(), help="Leave out hits scoring below this.")
 @click.option("--all-versions", is_flag=True, help="Include entries that a correction replaced.")
 @click.option("--exact", is_flag=True,
               help="Rank keywords by BM25 over every word on every match (slower on a large file).")
@@ -568,7 +585,7 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
 
 @cli.command("list")
 @filter_options
-@click.option("--limit", "-n", type=click.IntRange(min=1), help="At most this many.")
+@click.option("--limit", "-n", type=count_type(), help="At most this many.")
 @click.option("--newest-first", is_flag=True, help="Newest entries first.")
 @json_option
 @click.pass_context
@@ -623,7 +640,7 @@ def sessions_group() -> None:
 
 @sessions_group.command("list")
 @click.option("--limit", "-n", type=click.IntRange(1, 1000), default=20, show_default=True)
-@click.option("--offset", type=click.IntRange(min=0), default=0)
+@click.option("--offset", type=count_type(0), default=0)
 @json_option
 @click.pass_context
 def sessions_list(ctx: click.Context, limit: int, offset: int, as_json: bool) -> None:
@@ -645,7 +662,7 @@ def sessions_list(ctx: click.Context, limit: int, offset: int, as_json: bool) ->
 
 @sessions_group.command("show")
 @click.argument("session")
-@click.option("--offset", type=click.IntRange(min=0), default=0)
+@click.option("--offset", type=count_type(0), default=0)
 @click.option("--limit", "-n", type=click.IntRange(1, 1000), default=50, show_default=True)
 @json_option
 @click.pass_context
@@ -754,7 +771,7 @@ def redact(text: str | None, policy: str, as_json: bool) -> None:
     """
     from .redaction import Redactor
 
-    source = text if text is not None else _read_stdin_text()
+    source = text if text is not None else _read_stdin_text("redact a longer text in parts")
     result = (Redactor.hygiene() if policy == "hygiene" else Redactor.default()).scrub(source)
     if as_json:
         echo_json({"text": result.text, "counts": result.counts, "blocked": result.blocked})
@@ -807,10 +824,14 @@ def gc(ctx: click.Context, vacuum: bool, as_json: bool) -> None:
 
     Expired and forgotten entries go with their index rows and vectors (opening a store also
     purges expired ones, once a day); the keyword index drops deleted entries' words; when an entry
-    was purged, the file is rewritten, so no old copy of it survives in a page (this needs free
-    disk space as large as the file); the write-ahead log is checkpointed and truncated; free pages
-    go back to the file system (a file made before harness-mem did this on its own keeps them until
-    --vacuum). Run events: `harness-loop runs gc`.
+    was purged (here, on open, or by a purge that could not finish), the file is rewritten, so no
+    old copy of it survives in a page (this needs free disk space as large as the file); the
+    write-ahead log is checkpointed and truncated; free pages go back to the file system (a file
+    made before harness-mem did this on its own keeps them until --vacuum). Run events:
+    `harness-loop runs gc`.
+
+    Writers in other processes keep writing: every step is a short transaction, except the
+    rewrite, which holds them for about 6 s per GB of file.
 
     \b
     Example:
@@ -901,7 +922,7 @@ def episodes() -> None:
 @click.option("--tool", help="Only episodes that called this tool.")
 @click.option("--skill", help="Only episodes that followed this skill.")
 @click.option("--success/--failure", "success", default=None, help="Only successes, or only failures.")
-@click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many.")
+@click.option("--limit", "-n", type=count_type(), default=50, show_default=True, help="At most this many.")
 @json_option
 @click.pass_context
 def episodes_list(ctx: click.Context, tool: str | None, skill: str | None, success: bool | None, limit: int,
@@ -1084,7 +1105,7 @@ def skills_import(ctx: click.Context, directory: Path, as_json: bool) -> None:
         for name in report.unchanged:
             click.echo(f"unchanged  {name}")
     for path, error in report.invalid:
-        click.echo(f"Error: {path}: {error}", err=True)
+        click.echo(f"Error: {shown(f'{path}: {error}')}", err=True)
     click.echo(f"Imported {len(report.saved)} skills ({len(report.unchanged)} unchanged,"
                f" {len(report.invalid)} invalid)", err=True)
     if report.invalid:
@@ -1168,22 +1189,27 @@ def skills_revise(ctx: click.Context, name: str, episode_id: str, complaint: str
 @click.option("--since", help="Only sessions with a turn at or after this time: ISO-8601 or an age like 7d.")
 @click.option("--idle", default="0", show_default=True,
               help="A session is finished once quiet this long (an age like 10m; 0: every session).")
+@click.option("--dry-run", is_flag=True, help="Derive and report what would be written; write nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @model_options
 @json_option
 @click.pass_context
-def consolidate(ctx: click.Context, session: str | None, since: str | None, idle: str, quiet: bool,
+def consolidate(ctx: click.Context, session: str | None, since: str | None, idle: str, dry_run: bool, quiet: bool,
                 model_settings: ModelSettings, as_json: bool) -> None:
-    """Turn finished sessions' transcripts into episodes; with a model, also extract facts.
+    """Turn finished sessions' transcripts into topic segments, facts and (for agent runs) episodes.
 
-    Each session gets one episode (situation: its first user turn; tools: its tool turns; outcome:
-    its last assistant turn), updated when new turns arrive. Running it again adds nothing. With
-    --model-url and --model, up to 3 durable facts per session are stored as kind "fact".
+    Each session, whatever its roles, is cut where its subject changes; each segment is stored as
+    one "summary" entry that reads on its own (who, when, what was said, in the third person with
+    dates resolved), and the durable things people said as "fact" entries. Both cite the turns
+    they came from (metadata.source_turns), are recalled with --kind fact/summary, and are forgotten
+    with those turns. A session that used tools or states a result also gets an episode. Running it
+    again adds nothing; new turns are consolidated on the next run. With --model-url and --model,
+    up to 3 facts per session are written by the model instead.
 
     \b
     Example:
         harness-mem consolidate --idle 10m
-        harness-mem consolidate --session s-42 --model-url http://127.0.0.1:8000/v1 --model qwen3
+        harness-mem consolidate --session s-42 --dry-run
     """
     from .experience.consolidate import consolidate as run_consolidation
 
@@ -1193,14 +1219,14 @@ def consolidate(ctx: click.Context, session: str | None, since: str | None, idle
         if model is not None:
             stack.enter_context(model)
         store = stack.enter_context(open_store(ctx))
-        report = run_consolidation(store, session=session, since=since, model=model, idle=idle_value,
+        report = run_consolidation(store, session=session, since=since, model=model, idle=idle_value, dry_run=dry_run,
                                    progress=None if quiet else _ProgressLines("consolidated"))
     for result in report.sessions:
         if as_json:
             echo_json(result.to_dict())
         else:
             click.echo(result.describe())
-    click.echo(f"Consolidated {report.summary()}", err=True)
+    click.echo(f"{'Would consolidate' if dry_run else 'Consolidated'} {report.summary()}", err=True)
 
 
 def _is_number(text: str) -> bool:

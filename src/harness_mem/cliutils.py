@@ -3,9 +3,17 @@
 - :func:`command_group` makes a CLI's top-level group: ``-h`` as well as ``--help``, ``--version``,
   and one error mapper (:func:`user_error`) around every command. A known
   :class:`~harness_mem.errors.HarnessMemError` becomes one line, ``Error: what — how to fix``, and
-  exit status 1. Anything unexpected becomes one line too (with the exception's type), unless the
-  CLI's ``*_RAISE_ERRORS`` variable is set or the test suite is running (it sets
-  ``sys._called_from_test``): then the traceback shows, so a bug is never hidden from a test.
+  exit status 1. So do the faults hostile input reaches below the library's own checks (a number
+  too large for SQLite, JSON nested past the parser's stack, bytes that are not UTF-8, a damaged
+  database file: :func:`fault_message`). Anything else unexpected becomes one line too (with the
+  exception's type), unless the CLI's ``*_RAISE_ERRORS`` variable is set or the test suite is
+  running (it sets ``sys._called_from_test``): then the traceback shows, so a bug is never hidden
+  from a test.
+- Every error line goes through :func:`shown` on its way out: input an error quotes (an id, a
+  kind, a flag's value) may be a secret pasted in the wrong place, and it is redacted like stored
+  text. The MCP server's tool errors use it too.
+- :func:`count_type` and :class:`FiniteFloat` are the numeric flag types: bounded on both sides,
+  so no value overflows a 64-bit column, a C int or a timeout.
 - :func:`db_option` and :func:`namespace_option` are ``--db`` and ``--namespace``.
 - :func:`json_option` and :func:`json_object_option` are ``--json``: one JSON object per line (or
   one object) on stdout, written by :func:`echo_json`.
@@ -20,11 +28,14 @@ actually builds a model.
 from __future__ import annotations
 
 import functools
+import math
 import os
+import sqlite3
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -36,15 +47,22 @@ from .settings import is_server_url
 
 if TYPE_CHECKING:
     from .providers.openai import OpenAITextModel
+    from .redaction import Redactor
 
 __all__ = [
     "CONTEXT_SETTINGS",
     "DISTRIBUTION",
+    "MAX_COUNT",
+    "MAX_ERROR_CHARS",
+    "MAX_MODEL_TIMEOUT",
+    "FiniteFloat",
     "MappedErrorsGroup",
     "ModelSettings",
     "command_group",
+    "count_type",
     "db_option",
     "echo_json",
+    "fault_message",
     "gc_report_lines",
     "json_object_option",
     "json_option",
@@ -52,6 +70,7 @@ __all__ = [
     "namespace_option",
     "one_line",
     "raise_errors",
+    "shown",
     "stats_lines",
     "user_error",
 ]
@@ -69,35 +88,128 @@ def one_line(text: str) -> str:
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
+#: An error line is cut to this many characters: one that quotes a whole argument is still short
+#: enough to read. The cut comes after redaction, so it never leaves half a secret readable.
+MAX_ERROR_CHARS = 500
+
+
+@functools.cache
+def _display_redactor() -> Redactor:
+    from .redaction import Action, Redactor  # only when an error is shown: building it takes a while
+
+    # Addresses stay: an error names the server it could not reach (`--model-url`, a PostgreSQL
+    # host), and an address is not a credential; a password in a URL is still found.
+    return Redactor.default().set_action("IP_ADDRESS", Action.KEEP)
+
+
+def shown(text: str) -> str:
+    """``text`` as an error line a user (or, over MCP, a model) may see: on one line, with the PII
+    and secrets the default detectors find redacted (IP addresses excepted), and at most
+    :data:`MAX_ERROR_CHARS` long.
+
+    An error that names what it was given (``unknown kind 'password=…'``, ``no entry with id
+    'AKIA…'``) would otherwise copy a secret pasted in the wrong place to a terminal, a log or a
+    model's context: the store would have redacted it, so its errors do too (#24).
+    """
+    text = _display_redactor().scrub(one_line(text)).text
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+
+
 def raise_errors(env: str) -> bool:
     """True when unexpected errors should keep their traceback: ``env`` is set, or tests are running."""
     return bool(os.environ.get(env)) or hasattr(sys, "_called_from_test")
+
+
+def fault_message(exc: Exception) -> str | None:
+    """A clear line (what, and how to fix it) for a fault that hostile input causes below the
+    library's own checks; None for anything else, which stays unexpected.
+
+    These are classes, not cases: an integer too large for SQLite or a C int, JSON nested past the
+    parser's stack, text with bytes that are not UTF-8 (the command line keeps them as lone
+    surrogates) or a character the output's encoding lacks, a database file that is damaged or
+    unusable. Each leaves what is stored as it was: SQLite rolls the transaction back.
+    """
+    if isinstance(exc, UnicodeEncodeError):
+        bad = str(exc.object[exc.start:exc.end])
+        undecoded = bytes(ord(c) - 0xDC00 for c in bad if 0xDC80 <= ord(c) <= 0xDCFF)
+        if undecoded:  # what os.fsdecode made of bytes that are not UTF-8 (surrogateescape)
+            return (f"an argument or environment variable is not valid UTF-8 (byte {undecoded.hex(' ')})"
+                    " — pass text as UTF-8")
+        if "surrogate" in exc.reason:
+            return f"the text holds {bad!r}, a lone surrogate, which is not valid Unicode — remove it"
+        return (f"cannot write {bad!r} in {exc.encoding}, the output's encoding — set PYTHONIOENCODING=utf-8"
+                " or use a UTF-8 locale")
+    if isinstance(exc, OverflowError):
+        return f"a number is too large ({one_line(str(exc))}) — use a smaller value"
+    if isinstance(exc, RecursionError):
+        return "the input is nested too deeply to read — flatten it"
+    for sqlite in _sqlite_drivers():
+        if isinstance(exc, sqlite.OperationalError | sqlite.DataError):
+            # The file opened but refused this operation: locked, read-only, an I/O error, a value too big.
+            return (f"the database refused the operation ({one_line(str(exc))}) — check that the file is"
+                    " writable and not held by another program, then retry")
+        if type(exc) is sqlite.DatabaseError:  # malformed pages met mid-query; not IntegrityError (a bug)
+            return (f"the database file is damaged ({one_line(str(exc))}) — `harness-mem doctor` checks it;"
+                    " restore a backup, or salvage it with `sqlite3 FILE .recover`")
+    return None
+
+
+def _sqlite_drivers() -> list[ModuleType]:
+    """The SQLite modules whose errors may reach the CLI: the store's driver (pysqlite3 when it is
+    installed) and the standard library's."""
+    from .db import driver  # sqlite-utils: only when an error is being mapped
+
+    try:
+        return [driver(), sqlite3]
+    except HarnessMemError:  # no driver can load extensions: no store was opened with one
+        return [sqlite3]
 
 
 def user_error(exc: BaseException, raise_errors_env: str) -> click.ClickException | None:
     """The one-line error a user sees for ``exc``; None when it should propagate unchanged.
 
     click's own exceptions (usage errors, ``Exit``, ``Abort``) and ``KeyboardInterrupt`` pass
-    through; so does an unexpected exception when :func:`raise_errors` says so.
+    through; so does an unexpected exception when :func:`raise_errors` says so. Every message goes
+    through :func:`shown`.
     """
     if isinstance(exc, click.ClickException | click.exceptions.Exit | click.Abort) or not isinstance(exc, Exception):
         return None
     if isinstance(exc, HarnessMemError):
-        return click.ClickException(one_line(str(exc)))
+        return click.ClickException(shown(str(exc)))
     if raise_errors(raise_errors_env):
         return None
+    fault = fault_message(exc)
+    if fault is not None:
+        return click.ClickException(shown(fault))
     return click.ClickException(
-        f"unexpected {type(exc).__name__}: {one_line(str(exc))} — set {raise_errors_env}=1 for a traceback"
-        " and report it"
+        shown(f"unexpected {type(exc).__name__}: {one_line(str(exc))[:300]} — set {raise_errors_env}=1"
+              " for a traceback and report it")
     )
 
 
+def _redact_click_error(exc: click.ClickException) -> None:
+    """Redact what click's own errors echo (``No such command 'AKIA…'``, a bad choice, a file name)."""
+    # click types both attributes Final; they are plain attributes, read again only by show().
+    setattr(exc, "message", shown(exc.message))  # noqa: B010
+    if isinstance(exc, click.FileError):
+        setattr(exc, "ui_filename", shown(exc.ui_filename))  # noqa: B010
+
+
 class MappedErrorsGroup(click.Group):
-    """A group whose commands' errors go through :func:`user_error` (subcommands included)."""
+    """A group whose commands' errors go through :func:`user_error` (subcommands included), and
+    whose usage errors are redacted like every other error line."""
 
     def __init__(self, *args: Any, raise_errors_env: str = "HARNESS_MEM_RAISE_ERRORS", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.raise_errors_env = raise_errors_env
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:  # the top level's own flags are parsed here, before invoke
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:
+            _redact_click_error(exc)
+            raise
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -107,6 +219,9 @@ class MappedErrorsGroup(click.Group):
             # complaint about the unflushed stdout would only be noise.
             sys.stderr.close()
             raise click.exceptions.Exit(0) from None
+        except click.ClickException as exc:
+            _redact_click_error(exc)
+            raise
         except Exception as exc:
             mapped = user_error(exc, self.raise_errors_env)
             if mapped is None:
@@ -125,6 +240,35 @@ def command_group(*, prog_name: str, raise_errors_env: str) -> Callable[[Callabl
     return decorate
 
 
+# ---- numbers -------------------------------------------------------------------------------------
+
+#: The largest count, limit or offset a flag takes. SQLite's integers stop at 2**63 - 1 (past it,
+#: binding fails with OverflowError), and no store comes near a trillion entries.
+MAX_COUNT = 10**12
+#: The longest a model reply may be waited for (seconds): a day. Far longer overflows the clocks a
+#: timeout is turned into (time_t, poll's milliseconds in a C int).
+MAX_MODEL_TIMEOUT = 86_400.0
+
+
+def count_type(minimum: int = 1, maximum: int = MAX_COUNT) -> click.IntRange:
+    """The type of a count, limit or offset flag: bounded on both sides, so that no value overflows
+    a 64-bit column or a C int and the error names the range."""
+    return click.IntRange(minimum, maximum)
+
+
+class FiniteFloat(click.FloatRange):
+    """A float flag that refuses nan and ±inf: click's FloatRange lets nan past every bound (each
+    comparison with it is false), and an infinite value overflows what it is turned into."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 # ---- the database --------------------------------------------------------------------------------
 
 
@@ -135,6 +279,8 @@ class StoreLocation(click.ParamType):  # type: ignore[type-arg]  # generic only 
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path | str:
         if isinstance(value, Path) or not is_server_url(value):
+            if not str(value).strip():  # Path("") is ".", which would only be called a directory
+                self.fail("is empty — name a database file (or a postgresql:// URL)", param, ctx)
             path = Path(value)
             if path.is_dir():
                 self.fail(f"{str(path)!r} is a directory, not a database file — name a file in it", param, ctx)
@@ -209,8 +355,8 @@ def model_options(hints: Hints = MEM_HINTS) -> Callable[[Callable[..., Any]], Ca
         (hints.model_option, "model_name", hints.model_env, None, f"Model name [env: {hints.model_env}]."),
         (hints.key_option, "api_key", hints.key_env,
          None, f"Bearer token, if the server wants one [env: {hints.key_env}]."),
-        (hints.timeout_option, "model_timeout", None,
-         click.FloatRange(min=0, min_open=True), "Seconds to wait for each model reply [default: 120]."),
+        (hints.timeout_option, "model_timeout", None, FiniteFloat(min=0, min_open=True, max=MAX_MODEL_TIMEOUT),
+         "Seconds to wait for each model reply [default: 120]."),
     ]
 
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:

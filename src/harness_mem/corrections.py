@@ -20,6 +20,7 @@ from typing import Any
 
 from .errors import InvalidInputError, NotFoundError
 from .filters import Selection, make_filters
+from .maintenance import purge_namespace
 from .models import Entry, Remembered, now_ms
 from .rows import Row, entry_from_row, prepare_row
 from .storage import Scope, Storage
@@ -42,14 +43,18 @@ def remember(
     source: str | None = None,
     metadata: Mapping[str, Any] | None = None,
     supersedes: str | None = None,
+    id: str | None = None,
+    created_at: str | datetime | None = None,
 ) -> Remembered:
     """Store ``content`` unless the namespace holds it already (same kind, same text once redacted).
 
     An exact duplicate writes nothing and returns the existing id with ``deduped=True``; there is
     no fuzzy merging. With ``supersedes``, the new entry replaces that one (see :func:`supersede`).
+    ``id`` and ``created_at`` (when it became true) default to a new id and now.
     """
     item = {"content": normalise(content), "kind": kind, "tags": list(tags) if not isinstance(tags, str) else tags,
-            "session": session, "role": role, "source": source, "metadata": metadata}
+            "session": session, "role": role, "source": source, "metadata": metadata, "id": id,
+            "created_at": created_at}
     row = prepare_row(item, namespace=scope.namespace, redactor=scope.redactor)
     redactions = json.loads(row.redactions) if row.redactions else {}
     if supersedes is None and (found := _duplicate(storage, row)) is not None:  # the common repeat: a read only
@@ -118,9 +123,10 @@ def forget(
     """Tombstone the entry ``id``, or every entry matching the filters (all versions); returns how many.
 
     Recall, get and list never return a forgotten entry again; its keyword and vector rows are
-    removed now, its content at the next :func:`purge`.
+    removed now, its content at the next :func:`purge`. The segments and facts consolidation
+    derived from a forgotten entry are forgotten with it (and counted).
     """
-    filters = make_filters(kind=kind, session=scope.key(session), tags=tags, since=since, until=until,
+    filters = make_filters(kind=kind, session=scope.key(session), tags=scope.tags(tags), since=since, until=until,
                            include_superseded=True)
     if id is None and filters.is_empty:
         raise InvalidInputError("forget needs an id or a filter (session, tags, kind, since, until)")
@@ -129,6 +135,8 @@ def forget(
         pks = storage.pks(selection, entry_id=None if id is None else scope.key(id) or id)
         if id is not None and not pks:
             raise NotFoundError(f"no entry with id {id!r} in namespace {scope.namespace!r}")
+        # What consolidation derived from a forgotten turn holds its words: it goes with it.
+        pks = sorted({*pks, *storage.derived_from(pks)})
         storage.forget(pks, now_ms())
     return len(pks)
 
@@ -142,12 +150,7 @@ def purge(storage: Storage, scope: Scope) -> int:
     gone from the file's bytes, not only from its tables. The rewrite needs free disk space as
     large as the file.
     """
-    expired, forgotten = storage.purge(now_ms(), namespace=scope.namespace)
-    if expired or forgotten:
-        storage.merge_keyword_index()
-        storage.rewrite()
-        storage.truncate_log()
-    return expired + forgotten
+    return purge_namespace(storage, scope.namespace)  # batched, with the pending purge on record
 
 
 def history(storage: Storage, scope: Scope, entry_id: str) -> list[Entry]:

@@ -5,21 +5,32 @@ A query is ``{"question", "evidence": [entry ids], "conversation"?|"session_pref
 ``"<conversation>:…"``), which is how LoCoMo is measured. recall@k is the share of a question's
 evidence entries found in its top k, averaged over questions; MRR@10 is 1/rank of the first
 evidence entry in the top 10 (0 when none is there).
+
+A query file is read a line at a time and never held past its limits: a line longer than
+:data:`MAX_QUERY_LINE_BYTES` or a file longer than :data:`MAX_QUERY_FILE_BYTES` is refused as soon
+as that much is read, so ``eval /dev/zero`` stops at once instead of filling the memory.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from .errors import InvalidInputError
+from .models import MAX_NESTING, check_nesting
 from .recall import Mode
 from .store import MemoryStore
 
 CUTOFFS = (5, 10)
+#: The longest query line: a question and its evidence ids take a few hundred bytes.
+MAX_QUERY_LINE_BYTES = 1 << 20
+#: The longest query file: several times the largest benchmark's (MS MARCO dev, 100,000 queries in
+#: about 10 MB). The queries are held in memory while they run.
+MAX_QUERY_FILE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -67,8 +78,26 @@ class EvalReport:
         }
 
 
-def parse_queries(lines: Iterable[bytes | str]) -> list[Query]:
-    """Queries from JSON Lines; a bad line raises InvalidInputError naming its number."""
+def read_query_lines(stream: IO[bytes] | IO[str]) -> Iterator[bytes | str]:
+    """The lines of a query file, each read no further than :data:`MAX_QUERY_LINE_BYTES` (and the
+    file no further than :data:`MAX_QUERY_FILE_BYTES`): past a limit, InvalidInputError."""
+    total = 0
+    number = 0
+    while line := stream.readline(MAX_QUERY_LINE_BYTES + 1):
+        number += 1
+        total += len(line)
+        if len(line) > MAX_QUERY_LINE_BYTES and line[-1:] not in (b"\n", "\n"):
+            raise InvalidInputError(f"query line {number}: longer than {MAX_QUERY_LINE_BYTES:,} bytes — shorten it")
+        if total > MAX_QUERY_FILE_BYTES:
+            raise InvalidInputError(f"the query file is longer than {MAX_QUERY_FILE_BYTES:,} bytes — split it")
+        yield line
+
+
+def parse_queries(lines: Iterable[bytes | str] | IO[bytes] | IO[str]) -> list[Query]:
+    """Queries from JSON Lines (a file is read with :func:`read_query_lines`); a bad line raises
+    InvalidInputError naming its number."""
+    if hasattr(lines, "readline"):
+        lines = read_query_lines(lines)  # type: ignore[arg-type]  # an IO, which hasattr cannot narrow
     queries = []
     for number, raw in enumerate(lines, start=1):
         data = _query_object(raw, number)
@@ -98,6 +127,14 @@ def _query_object(raw: bytes | str, number: int) -> dict[str, Any] | None:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise bad(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:  # nested deeper than the parser's stack
+        raise bad(f"nested more than {MAX_NESTING} levels deep — flatten it") from None
+    except ValueError:  # the parser's other ValueError: an integer too long to convert from text
+        raise bad(f"a number has more than {sys.get_int_max_str_digits():,} digits — write it as a string") from None
+    try:
+        check_nesting(data, "the line")
+    except InvalidInputError as exc:
+        raise bad(str(exc)) from None
     if not isinstance(data, dict):
         raise bad(f"expected a JSON object, got {type(data).__name__}")
     if "question" not in data:

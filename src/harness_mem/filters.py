@@ -52,12 +52,19 @@ class Filters(Record):
     since: _When = None
     until: _When = None
     include_superseded: bool = Field(False, description="also entries a correction replaced")
+    as_of: _When = Field(
+        None, description="what was true then: entries said by that time and not yet replaced by a later one"
+    )
+    derived: bool | None = Field(
+        None, description="true: only what consolidation derived (segments, facts); false: none of it"
+    )
 
     @property
     def is_empty(self) -> bool:
         """True when only the namespace and expiry constrain the result."""
         return (self.kind is None and self.role is None and self.session is None and not self.session_prefix
-                and not self.tags and not self.any_tags and self.since is None and self.until is None)
+                and not self.tags and not self.any_tags and self.since is None and self.until is None
+                and self.derived is None and self.as_of is None)
 
 
 @dataclass(frozen=True)
@@ -87,9 +94,12 @@ def make_filters(
     since: str | datetime | None = None,
     until: str | datetime | None = None,
     include_superseded: bool = False,
+    derived: bool | None = None,
+    as_of: str | datetime | None = None,
 ) -> Filters:
     """Filters from loosely typed arguments (times as ISO strings or ages like ``7d``), validated."""
     return Filters(
         kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags, any_tags=any_tags,
-        since=since, until=until, include_superseded=include_superseded,
+        since=since, until=until, include_superseded=include_superseded, derived=derived,
+        as_of=as_of,
     )

@@ -7,9 +7,10 @@ Ids make it idempotent: a line whose id is already stored is skipped (or replace
 A line is ``{"id"?, "text"|"content", "kind"?, "role"?, "session"?, "tags"?, "timestamp"?|"created_at"?,
 "expires_at"?, "ttl_days"?, "source"?, "metadata"?, "namespace"?}``; any other key is kept in the
 entry's metadata, so nothing a source file says is lost. A line nesting lists and objects more than
-:data:`~harness_mem.models.MAX_NESTING` (64) levels deep is a bad line, like any other; so is a line
-longer than :data:`MAX_LINE_BYTES` (8 MiB), which a file is read in blocks to find: only its first
-bytes are ever held, never the whole line.
+:data:`~harness_mem.models.MAX_NESTING` (64) levels deep is a bad line, like any other; so is one
+holding an integer longer than Python reads from text (4,300 digits), and a line longer than
+:data:`MAX_LINE_BYTES` (8 MiB), which a file is read in blocks to find: only its first bytes are
+ever held, never the whole line. A reason is one line of at most :data:`MAX_REASON_CHARS` characters.
 
 Reading, checking and redacting a line costs about as much as writing it, so a large import hands
 them to a worker process and writes what it sends back, in order, a transaction per batch.
@@ -23,6 +24,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -88,6 +90,13 @@ def parse_line(raw: bytes | str) -> dict[str, Any] | None:
         raise InvalidInputError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
     except RecursionError:  # nested deeper than the parser's stack: far past MAX_NESTING
         raise InvalidInputError(f"the line is nested more than {MAX_NESTING} levels deep — flatten it") from None
+    except ValueError:
+        # The parser's only other ValueError: an integer longer than Python converts from text
+        # (sys.get_int_max_str_digits(), 4,300 digits by default). Raised from inside the scanner, it
+        # is one bad line, not the end of the import.
+        raise InvalidInputError(
+            f"a number has more than {sys.get_int_max_str_digits():,} digits — write it as a string"
+        ) from None
     if not isinstance(data, dict):
         raise InvalidInputError(f"expected a JSON object, got {type(data).__name__}")
     if "content" not in data:
@@ -202,8 +211,20 @@ def prepare_chunk(
             if item is not None:
                 rows.append(prepare_row(item, namespace=namespace, redactor=redactor))
         except (InvalidInputError, BlockedError) as exc:
-            errors.append((number, str(exc)))
+            errors.append((number, one_line(str(exc))))
     return rows, errors
+
+
+# A reason may quote what the line held (a 4,000-digit time, a kind with a line break in it): it is
+# printed as one line, short enough to read.
+MAX_REASON_CHARS = 300
+
+
+def one_line(reason: str) -> str:
+    """``reason`` on one line, cut to :data:`MAX_REASON_CHARS` characters."""
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[: MAX_REASON_CHARS - 1] + "…"
+    return " ".join(reason.splitlines())
 
 
 # Below this, starting a worker process (about half a second: it imports harness_mem) costs more

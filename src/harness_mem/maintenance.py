@@ -15,18 +15,33 @@ split or merged): it writes the cells afresh from the end of the page and does n
 below them, so a row that moved while it was alive keeps a readable copy there after it is deleted,
 which ``secure_delete`` never reaches. Only rewriting every page (``VACUUM``) removes those.
 
-:func:`gc` purges expired and forgotten entries, merges the keyword index into one segment
-(``optimize``: dead tokens are dropped), and then, when it purged any entry, rewrites the file
-(:func:`rewrite`) so no copy of one survives; otherwise it frees pages (incrementally in a file made
-with ``auto_vacuum = INCREMENTAL``, which every new file is; a full ``VACUUM`` only when asked,
-which also converts an older file). It ends by checkpointing and truncating the WAL. A namespace's
-``purge`` does the same for its own forgotten and expired entries. Expired entries are also purged
-when a store is opened, at most once a day (:func:`expire_if_due`), without the rewrite: their
-copies go at the next ``gc`` or ``purge`` that rewrites the file. Forgotten ones (tombstones) go at
-the next ``gc`` or ``purge``. An entry removed with ``delete`` is zeroed where it lies; its old
-copies, if SQLite left any, go with the next rewrite (``gc`` after a purge, or ``gc --vacuum``).
-The orchestrator's run events belong to harness_loop, which prunes them itself
-(``harness-loop runs gc``).
+:func:`gc` purges expired and forgotten entries, merges the keyword index (dead tokens are
+dropped), and then, when an entry was purged, rewrites the file (:func:`rewrite`) so no copy of
+one survives; otherwise it frees pages (incrementally in a file made with ``auto_vacuum =
+INCREMENTAL``, which every new file is; a full ``VACUUM`` only when asked, which also converts an
+older file). It ends by checkpointing and truncating the WAL. A namespace's ``purge`` does the same
+for its own forgotten and expired entries. Expired entries are also purged when a store is opened,
+at most once a day (:func:`expire_if_due`), without the rewrite.
+
+**A purge is complete or still owed.** The deletes commit before the rewrite, which needs free
+disk space as large as the file and can fail (a full disk) or be cut short (a crash). So each batch
+of deletes records, in the same transaction, what it deleted (``PURGE_PENDING_KEY`` in
+``settings``); only the rewrite takes it off. Every ``gc`` and ``purge`` finishes what is on record:
+the daily purge on open, a purge whose rewrite failed, its own. ``gc`` reports them as purged.
+
+**Writers keep writing.** Every step but the rewrite is a short write transaction with a pause
+after it (a batch of deletes, a bounded merge of the keyword index, a few thousand free pages
+handed back, a WAL checkpoint without the lock), so a writer in another process waits for one step,
+whatever the file's size. The rewrite is the exception: SQLite's ``VACUUM`` holds the write lock
+for the whole file (about 6 s per GB; writers wait, up to their 30 s busy timeout). It runs only
+when a purge is owed or with ``gc --vacuum``. Nothing bounded replaces it here: the copies it
+removes lie in the unused middle of live pages, which no SQL statement writes, this SQLite build
+has no ``sqlite_dbpage`` to write a page directly, and a copy of the file cannot be swapped in
+under other processes' open connections.
+
+An entry removed with ``delete`` is zeroed where it lies; its old copies, if SQLite left any, go
+with the next rewrite (``gc`` after a purge, or ``gc --vacuum``). The orchestrator's run events
+belong to harness_loop, which prunes them itself (``harness-loop runs gc``).
 
 What is said above is SQLite's case; the steps are the storage's own (:class:`~harness_mem.storage.Storage`),
 so another engine gives its own space back its own way.
@@ -35,6 +50,7 @@ so another engine gives its own space back its own way.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -193,19 +209,84 @@ EXPIRY_KEY = "gc.expired_at"
 EXPIRY_EVERY_MS = 86_400_000
 
 
+#: The ``settings`` key holding what was purged from the tables and not yet from the file's bytes:
+#: ``{"expired": n, "forgotten": m}``. It is written in the same transaction as the deletes, so a
+#: purge whose rewrite failed (a full disk, a crash) leaves the promise behind, and the next ``gc``
+#: or ``purge`` keeps it; only the rewrite that fulfils it takes it away.
+PURGE_PENDING_KEY = "gc.purge_pending"
+#: Entries deleted per write transaction: a writer beside a purge waits for one batch at most.
+PURGE_BATCH = 500
+#: The pause between two batches, the write lock let go, so that a writer polling for it gets it
+#: (SQLite's busy handler sleeps up to 100 ms between tries).
+STEP_PAUSE_S = 0.15
+
+
 def purge_expired(storage: Storage) -> int:
-    """Delete every expired entry (in all namespaces) with its derived rows; returns how many went."""
+    """Delete every expired entry (in all namespaces) with its derived rows; returns how many went.
+
+    Their old copies stay in the file's bytes until the next ``gc`` or ``purge`` rewrites it (the
+    pending purge is recorded in the file for it)."""
     return _purge(storage, forgotten=False)[0]
 
 
-def _purge(storage: Storage, *, forgotten: bool) -> tuple[int, int]:
-    """Delete expired entries (and, with ``forgotten``, forgotten ones) of every namespace with their
-    derived rows, in one transaction; returns (expired, forgotten) counts."""
+def _purge(storage: Storage, *, forgotten: bool, namespace: str | None = None) -> tuple[int, int]:
+    """Delete expired entries (and, with ``forgotten``, forgotten ones) of ``namespace`` or every
+    namespace with their derived rows, ``PURGE_BATCH`` a transaction, each recording what it
+    deleted as a pending purge; returns (expired, forgotten) counts."""
     now = now_ms()
+    total_expired = total_forgotten = 0
+    while True:
+        with storage.transaction():
+            expired, tombstones = storage.purge(now, namespace=namespace, forgotten=forgotten, limit=PURGE_BATCH)
+            if expired or tombstones:
+                pending_expired, pending_forgotten = pending_purge(storage)
+                _set_pending(storage, pending_expired + expired, pending_forgotten + tombstones)
+            if namespace is None:
+                storage.set_setting(EXPIRY_KEY, str(now))
+        total_expired += expired
+        total_forgotten += tombstones
+        if expired + tombstones < PURGE_BATCH:
+            return total_expired, total_forgotten
+        time.sleep(STEP_PAUSE_S)  # a waiting writer's turn: taken again at once, the lock goes to us
+
+
+def pending_purge(storage: Storage) -> tuple[int, int]:
+    """(expired, forgotten) entries deleted whose old copies may still be in the file: (0, 0) when
+    none."""
+    try:
+        recorded = json.loads(storage.setting(PURGE_PENDING_KEY) or "{}")
+        return int(recorded.get("expired", 0)), int(recorded.get("forgotten", 0))
+    except (ValueError, TypeError, AttributeError):  # a damaged marker: a rewrite is owed all the same
+        return 0, 1
+
+
+def _set_pending(storage: Storage, expired: int, forgotten: int) -> None:
+    storage.set_setting(PURGE_PENDING_KEY, json.dumps({"expired": max(expired, 0), "forgotten": max(forgotten, 0)}))
+
+
+def _fulfilled(storage: Storage, expired: int, forgotten: int) -> None:
+    """Take what a rewrite removed off the pending purge; what was purged meanwhile stays owed."""
     with storage.transaction():
-        counts = storage.purge(now, forgotten=forgotten)
-        storage.set_setting(EXPIRY_KEY, str(now))
-    return counts
+        now_expired, now_forgotten = pending_purge(storage)
+        _set_pending(storage, now_expired - expired, now_forgotten - forgotten)
+
+
+def purge_namespace(storage: Storage, namespace: str) -> int:
+    """Remove ``namespace``'s forgotten and expired entries from the store, bytes included; returns
+    how many this call deleted.
+
+    The deletes go in short transactions, each recording a pending purge; then the keyword index
+    is merged, the file rewritten and the log emptied, and only then is the purge taken off the
+    record. A pending purge left by an earlier one that failed (a full disk) is finished too.
+    """
+    expired, forgotten = _purge(storage, forgotten=True, namespace=namespace)
+    owed = pending_purge(storage)
+    if any(owed):
+        storage.merge_keyword_index()
+        storage.rewrite()
+        _fulfilled(storage, *owed)
+        storage.truncate_log()
+    return expired + forgotten
 
 
 def _last_expiry(storage: Storage) -> int:
@@ -241,19 +322,29 @@ def gc(storage: Storage, *, vacuum: bool = False) -> dict[str, Any]:
     """Purge expired and forgotten entries (every namespace), merge the keyword index, rewrite the
     store when an entry was purged, empty the write-ahead log, free pages; report sizes by table.
 
-    A purged entry's text must leave every byte of the file, and only a full ``VACUUM`` removes
-    the old copies of rows that SQLite's page rebuilding leaves behind; it needs as much free disk
-    space as the file, and the write lock for as long. With nothing purged, free pages go back to
-    the file system by ``PRAGMA incremental_vacuum`` when the file's ``auto_vacuum`` mode is
-    INCREMENTAL (every file made since it was introduced). A file in mode NONE keeps its size
-    unless ``vacuum``: then a full ``VACUUM`` rewrites it, switching it to INCREMENTAL on the way.
+    Every step but the rewrite works in short write transactions (a batch of deletes, a few hundred
+    pages of the keyword index's merge, a few thousand free pages handed back), so a writer beside
+    gc waits for one step, whatever the file's size. A purged entry's text must leave every byte of
+    the file, and only a full ``VACUUM`` removes the old copies of rows that SQLite's page
+    rebuilding leaves behind: it needs as much free disk space as the file and holds the write lock
+    for as long (about 6 s per GB), so it runs only when a purge is owed (this gc's, one the daily
+    expiry on open made, or one whose rewrite failed before) or with ``vacuum``. The counts
+    reported are the purges this gc completed. With nothing owed, free pages go back to the file
+    system by ``PRAGMA incremental_vacuum`` when the file's ``auto_vacuum`` mode is INCREMENTAL
+    (every file made since it was introduced). A file in mode NONE keeps its size unless
+    ``vacuum``: then a full ``VACUUM`` rewrites it, switching it to INCREMENTAL on the way.
     """
     if storage.read_only:
         raise InvalidInputError("gc changes the file — open the store for writing, not read-only")
     before = storage.size_bytes()
-    expired, forgotten = _purge(storage, forgotten=True)
+    _purge(storage, forgotten=True)
     storage.merge_keyword_index()
-    done = storage.compact(rewrite=bool(expired or forgotten), vacuum=vacuum)
+    expired, forgotten = pending_purge(storage)
+    owed = bool(expired or forgotten)
+    done = storage.compact(rewrite=owed, vacuum=vacuum)
+    if owed:
+        _fulfilled(storage, expired, forgotten)
+        done["wal_truncated"] = storage.truncate_log()  # the record's own change leaves the log too
     return {
         "path": storage.location,
         "expired_purged": expired,

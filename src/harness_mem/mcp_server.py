@@ -28,32 +28,63 @@ first write pays, once.
 
 **Threads.** The SDK runs each tool in a worker thread; the store has one connection, so a lock
 takes the calls one at a time.
+
+**Every frame gets an answer.** The SDK's stdio transport parses each line with pydantic-core's JSON
+parser, which refuses a lone UTF-16 surrogate escape (``"\\ud83d"``: what a JavaScript host sends
+after cutting a string through an emoji) and nesting past 200 levels; the failure goes down the
+read stream as an exception, which the SDK logs at debug level and drops, so the host waits for its
+own timeout. The same for any line that is not a JSON-RPC message. So the server reads stdin
+itself (:class:`FrameReader`) and hands the SDK only lines it will accept: a lone surrogate becomes
+U+FFFD (as the SDK already does with bytes that are not UTF-8), except in an id, which is refused
+(the host could not match a changed id); what cannot be parsed, is nested deeper than
+:data:`MAX_JSON_DEPTH`, is larger than :data:`MAX_FRAME_BYTES` or is not a JSON-RPC message is
+answered with a JSON-RPC error (its id when one can be read, else null), logged, and skipped; a
+malformed *response* is only logged (answering it could set two peers answering each other's errors).
 """
 
 from __future__ import annotations
 
 import inspect
+import io
+import json
 import logging
+import math
+import os
+import re
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Annotated, Any, Literal, TypeVar
+from contextlib import contextmanager, suppress
+from typing import Annotated, Any, BinaryIO, Literal, NamedTuple, TypeVar
 
+import anyio
+import numpy as np
 from mcp.server import MCPServer
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from mcp.server.stdio import stdio_server
+from mcp.types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    CallToolResult,
+    InputRequiredResult,
+    JSONRPCNotification,
+    TextContent,
+    ToolAnnotations,
+    jsonrpc_message_adapter,
+)
 from pydantic import BaseModel, Field, ValidationError
 
-from .cliutils import one_line
+from .cliutils import one_line, shown
 from .errors import EmbedderError, HarnessMemError, MissingVectorsWarning
 from .models import Entry, Hit, format_time
 from .protocols import Embedder
 from .recall import Mode
 from .store import MemoryStore
 
-__all__ = ["HIT_CHARS", "MAX_CONTENT_CHARS", "MAX_K", "MAX_QUERY_CHARS", "MemoryTools", "build_server", "serve"]
+__all__ = ["HIT_CHARS", "MAX_CONTENT_CHARS", "MAX_FRAME_BYTES", "MAX_HISTORY", "MAX_JSON_DEPTH", "MAX_K",
+           "MAX_QUERY_CHARS", "MemoryTools", "build_server", "serve"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +105,15 @@ MAX_ID_CHARS = 200
 MAX_SESSION_CHARS = 200
 #: Memory text shown per item in lists (recall, sessions, recent activity); get_memory shows it all.
 HIT_CHARS = 2_000
+#: Versions of a correction history one get_memory call shows at most (10 unless asked).
+MAX_HISTORY = 100
+DEFAULT_HISTORY = 10
+#: The longest line read from the host (bytes): far past any real request (a longest memory is under
+#: 1 MB even with every character escaped), short of letting a runaway host fill the memory.
+MAX_FRAME_BYTES = 32 << 20
+#: The deepest nesting a frame may have: the SDK's JSON parser (pydantic-core's) stops there; a tool
+#: call is five levels deep.
+MAX_JSON_DEPTH = 200
 #: How long a write waits for the embedding model before giving up (seconds): a first-time ONNX
 #: export or the reference runtime can take this long; the light runtime takes a fraction of a second.
 MODEL_WAIT_SECONDS = 300.0
@@ -144,7 +184,11 @@ class RememberResult(BaseModel):
 class MemoryDetail(BaseModel):
     memory: MemoryItem
     current_id: str = Field(description="the newest version in the history (this id when never corrected)")
-    history: list[MemoryItem] = Field(description="every version, oldest first, this one included")
+    history: list[MemoryItem] = Field(
+        description="versions, oldest first: the newest history_limit of them, before the history_offset newest")
+    history_total: int = Field(description="versions in the whole history, this one included")
+    older_versions: int = Field(
+        description="versions older than the first one shown: ask again with history_offset + len(history)")
 
 
 class ForgetResult(BaseModel):
@@ -306,12 +350,17 @@ class MemoryTools:
             for s in found
         ])
 
-    def get_memory(self, id: str) -> MemoryDetail:
+    def get_memory(self, id: str, *, history_limit: int = DEFAULT_HISTORY, history_offset: int = 0) -> MemoryDetail:
+        """The memory in full and a page of its history: ``history_limit`` versions, oldest first,
+        ending ``history_offset`` versions before the newest (a history can grow without end)."""
         with self._lock:
             entry = self.store.get(id)
             chain = self.store.history(id)
+        end = max(len(chain) - history_offset, 0)
+        start = max(end - history_limit, 0)
         return MemoryDetail(memory=_memory(entry, MAX_CONTENT_CHARS), current_id=chain[-1].id,
-                            history=[_memory(e) for e in chain])
+                            history=[_memory(e) for e in chain[start:end]], history_total=len(chain),
+                            older_versions=start)
 
     def recent_activity(self, limit: int = 10, *, kind: str | None = None, sessions: int = 5) -> ActivityResult:
         with self._lock:
@@ -381,6 +430,246 @@ class MemoryTools:
         return ForgetResult(forgotten=forgotten, ids=chain)
 
 
+# ---- the wire: every frame the host sends gets an answer ------------------------------------------
+
+#: A ``\uD800``-``\uDFFF`` escape: the frame may hold a lone surrogate (or a pair, which is fine).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+#: A JSON string, whatever it holds. Possessive throughout, so that no input makes it backtrack.
+_STRING = r'"(?:[^"\\]++|\\.)*+"'
+_STRINGS = re.compile(_STRING, re.DOTALL)
+#: What :func:`_frame_id` reads: what lies between tokens, then a string (or an unterminated one,
+#: to the end), a run of brackets, or the end. Every match succeeds, so the scan is linear.
+_TOKEN = re.compile(r'[^"\[\]{}]*+(?:(?P<string>"(?:[^"\\]++|\\.)*+(?:"|\\?\Z))'
+                    r"|(?P<open>[\[{]++)|(?P<close>[\]}]++)|\Z)", re.DOTALL)
+_ID_VALUE = re.compile(r"\s*+:\s*+(-?\d++|" + _STRING + r")\s*+[,}]", re.DOTALL)
+#: Tokens :func:`_frame_id` reads before giving up (a few tenths of a second).
+_ID_SEARCH_TOKENS = 200_000
+_OPENING, _CLOSING = np.frombuffer(b"[{", np.uint8), np.frombuffer(b"]}", np.uint8)
+_TOO_DEEP = f"Invalid Request: JSON nested deeper than {MAX_JSON_DEPTH} levels"
+
+RequestId = int | str
+
+
+class Refusal(NamedTuple):
+    """A frame answered with a JSON-RPC error instead of reaching the SDK."""
+
+    id: RequestId | float | None
+    code: int
+    message: str
+
+
+def _is_request_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _frame_id(text: str) -> RequestId | None:
+    """The top-level ``"id"`` of a frame that cannot be parsed whole (too deep, cut short, too large),
+    so that the host can match the error to its request; None when it cannot be read."""
+    if not text.lstrip().startswith("{") or '"id"' not in text:
+        return None
+    depth = 0
+    for count, token in enumerate(_TOKEN.finditer(text)):
+        if count == _ID_SEARCH_TOKENS:
+            return None
+        if token["string"] is not None:
+            if depth == 1 and token["string"] == '"id"' and (value := _ID_VALUE.match(text, token.end())):
+                found = json.loads(value.group(1))
+                return found if _is_request_id(found) else None
+        elif token["open"] is not None:
+            depth += len(token["open"])
+        elif token["close"] is not None:
+            depth -= len(token["close"])
+            if depth <= 0:
+                return None  # the top-level object closed without an id
+        else:
+            return None  # the end
+    return None
+
+
+def _nesting(text: str) -> int:
+    """How deep the arrays and objects of valid JSON ``text`` nest: the highest running count of
+    brackets once the strings are out (in numpy: a frame can hold millions of brackets)."""
+    skeleton = np.frombuffer(_STRINGS.sub("", text).encode("ascii", errors="ignore"), np.uint8)
+    steps = np.isin(skeleton, _OPENING).astype(np.int32) - np.isin(skeleton, _CLOSING)
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def _whole_characters(value: Any) -> Any:
+    """``value`` with each lone surrogate replaced by U+FFFD (its depth is already bounded)."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_whole_characters(item) for item in value]
+    if isinstance(value, dict):
+        return {_whole_characters(key): _whole_characters(item) for key, item in value.items()}
+    return value
+
+
+def _envelope_problem(message: Any) -> str:
+    """Why a parsed frame is not a JSON-RPC message, in a few words."""
+    if not isinstance(message, dict):
+        return "a message is a JSON object"
+    if message.get("jsonrpc") != "2.0":
+        return 'jsonrpc must be "2.0"'
+    if "method" in message:
+        if not isinstance(message["method"], str):
+            return "method must be a string"
+        if message.get("params") is not None and not isinstance(message["params"], dict):
+            return "params must be an object"
+        return "not a valid request or notification"
+    return "a request needs a method"
+
+
+def check_frame(text: str) -> str | Refusal | None:
+    """One line from the host: the line to give the SDK (its parser is then sure to take it), the
+    error to answer it with, or None for a malformed response (answering one could start two peers
+    answering each other's errors for ever; it is only logged)."""
+    try:
+        parsed = jsonrpc_message_adapter.validate_json(text, by_name=False)  # exactly what the SDK does
+    except ValidationError as exc:
+        return _repair_or_refuse(text, exc)
+    # A notification takes no id, so the SDK reads a request whose id is null, a float or a boolean
+    # as one and never answers: the host would wait for ever.
+    if isinstance(parsed, JSONRPCNotification) and '"id"' in text:
+        message = json.loads(text)
+        if "id" in message:
+            found = message["id"]
+            number = isinstance(found, float) and math.isfinite(found)
+            return Refusal(found if number else None, INVALID_REQUEST,
+                           "Invalid Request: id must be a string or an integer")
+    return text
+
+
+def _repair_or_refuse(text: str, error: ValidationError) -> str | Refusal | None:
+    """A frame the SDK would drop: the repaired line, or the error to answer it with."""
+    try:
+        message = json.loads(text)  # Python's parser takes lone surrogates, and nests to ~1,000
+    except RecursionError:
+        return Refusal(_frame_id(text), INVALID_REQUEST, _TOO_DEEP)
+    except ValueError as exc:
+        reason = (f"{exc.msg} at character {exc.pos}" if isinstance(exc, json.JSONDecodeError)
+                  else "a number has too many digits")  # Python's int() stops at 4,300
+        return Refusal(_frame_id(text), PARSE_ERROR, f"Parse error: the frame is not JSON ({reason})")
+    if isinstance(message, dict) and "method" not in message and ("result" in message or "error" in message):
+        logger.warning("dropped a malformed response from the host: %s", one_line(str(error))[:300])
+        return None
+    found = message.get("id") if isinstance(message, dict) else None
+    request_id = found if _is_request_id(found) else None
+    if found is not None and request_id is None:
+        number = isinstance(found, float) and math.isfinite(found)
+        return Refusal(found if number else None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
+    # Counting brackets bounds the depth from above, so most frames need no closer look.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _nesting(text) > MAX_JSON_DEPTH:
+        return Refusal(request_id, INVALID_REQUEST, _TOO_DEEP)
+    if _SURROGATE_ESCAPE.search(text):
+        if isinstance(request_id, str) and _LONE_SURROGATE.search(request_id):
+            # Changed, the id would match none of the host's requests: refuse it, echoed as sent.
+            return Refusal(request_id, INVALID_REQUEST,
+                           "Invalid Request: the id holds a lone UTF-16 surrogate (half of a character)")
+        # Half of a character (a host cut a string through an emoji): U+FFFD, as for bytes that are not UTF-8.
+        repaired = json.dumps(_whole_characters(message), ensure_ascii=False)
+        try:
+            jsonrpc_message_adapter.validate_json(repaired, by_name=False)
+        except ValidationError as exc:
+            error = exc
+        else:
+            return repaired
+    invalid_json = [detail["msg"] for detail in error.errors() if detail["type"] == "json_invalid"]
+    if invalid_json:  # JSON that Python's parser takes and pydantic's does not
+        return Refusal(request_id, PARSE_ERROR, f"Parse error: {one_line(invalid_json[0])[:200]}")
+    return Refusal(request_id, INVALID_REQUEST, f"Invalid Request: {_envelope_problem(message)}")
+
+
+class FrameWriter(io.TextIOWrapper):
+    """The wire to the host: each write is one whole frame, flushed, under a lock that
+    :class:`FrameReader`'s error replies share, so no two frames interleave."""
+
+    def __init__(self, wire: BinaryIO) -> None:
+        super().__init__(wire, encoding="utf-8")
+        self._wire = wire
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        data = text.encode("utf-8", errors="replace")
+        with self._lock:
+            self._wire.write(data)
+            self._wire.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        """Each write flushed already."""
+
+    def close(self) -> None:
+        # The wire outlives this wrapper (it may be the process's own stdout): never close it.
+        with suppress(ValueError):
+            self.detach()
+
+    def refuse(self, refusal: Refusal) -> None:
+        logger.warning("answered a frame the server cannot take: %s", refusal.message)
+        error = {"jsonrpc": "2.0", "id": refusal.id, "error": {"code": refusal.code, "message": refusal.message}}
+        # ASCII JSON: an id holding a lone surrogate goes back escaped, as it came.
+        self.write(json.dumps(error, separators=(",", ":")) + "\n")
+
+
+class FrameReader(io.TextIOWrapper):
+    """The wire from the host, one checked line at a time (:func:`check_frame`): lines the SDK would
+    drop are answered through ``replies`` and skipped, so the SDK only sees lines it can take."""
+
+    def __init__(self, wire: BinaryIO, replies: FrameWriter) -> None:
+        super().__init__(wire, encoding="utf-8", errors="replace")
+        self._wire = wire
+        self._replies = replies
+
+    def readline(self, size: int = -1, /) -> str:  # type: ignore[override]  # as typeshed's own TextIOBase
+        while True:
+            raw = self._wire.readline(MAX_FRAME_BYTES + 1)
+            if not raw:
+                return ""
+            if len(raw) > MAX_FRAME_BYTES and not raw.endswith(b"\n"):
+                while (rest := self._wire.readline(1 << 20)) and not rest.endswith(b"\n"):
+                    pass  # the rest of an oversized line is dropped as it comes, never held
+                head = raw.decode("utf-8", errors="replace")
+                self._replies.refuse(Refusal(_frame_id(head), INVALID_REQUEST,
+                                             f"Invalid Request: a frame is {MAX_FRAME_BYTES >> 20} MiB at most"))
+                continue
+            text = raw.decode("utf-8", errors="replace")  # bytes that are not UTF-8: U+FFFD, as the SDK did
+            if not text.strip():
+                continue
+            checked = check_frame(text)
+            if isinstance(checked, str):
+                return checked
+            if checked is not None:
+                self._replies.refuse(checked)
+
+    def close(self) -> None:
+        with suppress(ValueError):
+            self.detach()
+
+
+@contextmanager
+def _protocol_streams() -> Iterator[tuple[BinaryIO, BinaryIO]]:
+    """The process's stdin and stdout, for the protocol alone: while serving, fd 0 reads the null
+    device and fd 1 writes to stderr, so nothing else in the process can take or tear a frame (as
+    the SDK's own transport does; it skips that for streams it is given)."""
+    sys.stdout.flush()
+    try:
+        wire_in, wire_out = os.dup(0), os.dup(1)
+        null = os.open(os.devnull, os.O_RDONLY)
+    except OSError:  # descriptors cannot be moved here: serve the streams in place
+        yield sys.stdin.buffer, sys.stdout.buffer
+        return
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    try:
+        # Never closed: a worker thread may still be blocked reading after the server stops.
+        yield os.fdopen(wire_in, "rb", closefd=False), os.fdopen(wire_out, "wb", closefd=False)
+    finally:
+        os.dup2(wire_in, 0)
+        os.dup2(wire_out, 1)
+
+
 # ---- the MCP server ----------------------------------------------------------------------------------
 
 # The arguments' types: their constraints and descriptions are the input schema the model sees.
@@ -430,6 +719,16 @@ class _Server(MCPServer[Any]):
         self.parameters[fn.__name__] = list(inspect.signature(fn).parameters)
         return fn
 
+    async def run_stdio_async(self) -> None:
+        """Serve over stdin and stdout through :class:`FrameReader` and :class:`FrameWriter`."""
+        with _protocol_streams() as (wire_in, wire_out):
+            replies = FrameWriter(wire_out)
+            frames = FrameReader(wire_in, replies)
+            async with stdio_server(anyio.wrap_file(frames), anyio.wrap_file(replies)) as (read_stream, write_stream):
+                # MCPServer gives no other way to run on given streams; the SDK's own Client does the same.
+                lowlevel = self._lowlevel_server
+                await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context[Any, Any] | None = None) -> CallToolResult | InputRequiredResult:
         known = self.parameters.get(name)
@@ -456,16 +755,18 @@ def _run(operation: Callable[[], BaseModel]) -> CallToolResult:
     """
     try:
         result = operation()
+        # Serialised here, so that text that cannot be encoded is this call's error rather than the
+        # end of the SDK's writer, and of the server.
+        text, structured = result.model_dump_json(), result.model_dump(mode="json")
     except ToolError:
         raise
     except HarnessMemError as exc:
-        raise ToolError(one_line(str(exc))) from exc
+        raise ToolError(shown(str(exc))) from exc  # redacted: an error may quote a secret it was given
     except Exception as exc:
         # A bug or an unusable file: the server keeps serving, the model gets one line, the log the traceback.
         logger.exception("unexpected error in a harness-mem tool")
         raise ToolError(f"unexpected {type(exc).__name__}: {one_line(str(exc))[:300]}") from exc
-    return CallToolResult(content=[TextContent(type="text", text=result.model_dump_json())],
-                          structured_content=result.model_dump(mode="json"))
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
 
 def build_server(tools: MemoryTools) -> MCPServer[Any]:
@@ -547,14 +848,24 @@ def build_server(tools: MemoryTools) -> MCPServer[Any]:
         f" context up to {MAX_CONTEXT} turns."
     ))
 
-    def get_memory(id: MemoryId) -> Annotated[CallToolResult, MemoryDetail]:
-        return _run(lambda: tools.get_memory(id))
+    def get_memory(
+        id: MemoryId,
+        history_limit: Annotated[int, _strict_int(1, MAX_HISTORY, "how many versions of the history to show")]
+        = DEFAULT_HISTORY,
+        history_offset: Annotated[int, Field(strict=True, ge=0, description=(
+            "skip this many of the newest versions, to page back through a long history"))] = 0,
+    ) -> Annotated[CallToolResult, MemoryDetail]:
+        return _run(lambda: tools.get_memory(id, history_limit=history_limit, history_offset=history_offset))
 
     server.register(get_memory, read_only=True, description=(
         "Read one memory in full by its id (from recall, remember or recent_activity), with its correction"
-        " history: `history` lists every version oldest first, and `current_id` is the newest (the one to"
-        " trust and to update). Use it when a recall hit was clipped, or to see how a memory changed."
-        f" Content is shown up to {MAX_CONTENT_CHARS:,} characters. An unknown or forgotten id is an error."
+        " history. `current_id` is the newest version (the one to trust and to update); `history` lists the"
+        f" newest {DEFAULT_HISTORY} versions (history_limit to change it), oldest first, `history_total`"
+        " counts every version and `older_versions` those before the first one shown: to page back, call"
+        " again with history_offset increased by the number shown. Use it when a recall hit was clipped, or"
+        f" to see how a memory changed. Content is shown up to {MAX_CONTENT_CHARS:,} characters (history"
+        f" entries up to {HIT_CHARS:,}). An unknown or forgotten id is an error."
+        f" Limits: history_limit up to {MAX_HISTORY}."
     ))
 
     def update_memory(

@@ -72,6 +72,8 @@ class Recall:
         strict: bool = False,
         include_superseded: bool = False,
         exact: bool = False,
+        derived: bool | None = None,
+        as_of: str | datetime | None = None,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
 
@@ -97,7 +99,8 @@ class Recall:
             raise InvalidInputError(f"k must be a whole number of hits, at most {MAX_RECALL_K:,}, not {k!r:.40}")
         if k <= 0:
             return []
-        filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until, include_superseded)
+        filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until, include_superseded,
+                               derived, as_of)
         named: list[str] = []
         # Binding the model may write (an older file's upgrade): before the snapshot.
         if mode != "keyword" and not self._vectors_usable(mode, strict):

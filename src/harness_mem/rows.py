@@ -34,7 +34,9 @@ COLUMNS = (
 )
 PLACEHOLDERS = ", ".join("?" * len(COLUMNS.split(",")))
 
-__all__ = ["COLUMNS", "MAX_CONTENT_CHARS", "PLACEHOLDERS", "Row", "entry_from_row", "identity", "prepare_row"]
+__all__ = [
+    "COLUMNS", "MAX_CONTENT_CHARS", "PLACEHOLDERS", "Row", "entry_from_row", "identity", "identity_tags", "prepare_row",
+]
 
 BULK_BATCH_SIZE = 5000  # imports: fewer, larger transactions (each commit also flushes an FTS5 segment)
 MAX_BATCH_CHARS = 32_000_000  # a batch is held in memory until written: bound its text, not only its count
@@ -63,17 +65,26 @@ class Row(NamedTuple):
 
 
 def identity(value: str | None, redactor: Redactor | None) -> str | None:
-    """An identity field (id, session, role, namespace) as it is stored and looked up.
+    """An identity field (id, session, role, namespace, each tag) as it is stored and looked up.
 
     The rule: identity fields pass the same redactor as content, but as keyed pseudonyms
     (:meth:`Redactor.pseudonymise`), never labels: ``user-ada@example.com`` is stored as
     ``user-<EMAIL:…>``, two sessions stay two, and every lookup (get by id, ``--session``, a
-    role filter) applies this function to its key, so the raw value still finds the row. Without a
+    role filter, ``--tag``) applies this function to its key, so the raw value still finds the row. Without a
     redactor (redaction turned off) values are stored and looked up as given.
     """
     if value is None or redactor is None:
         return value
     return redactor.pseudonymise(value).text
+
+
+def identity_tags(tags: Any, redactor: Redactor | None) -> tuple[str, ...]:
+    """Tags as they are stored and looked up: cleaned (:func:`~harness_mem.models.clean_tags`),
+    each then an identity value (:func:`identity`), as :func:`prepare_row` stores them."""
+    cleaned = clean_tags(tags)
+    if redactor is None or not cleaned:
+        return cleaned
+    return clean_tags([identity(tag, redactor) or tag for tag in cleaned])
 
 
 def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Redactor | None) -> Row:
@@ -101,9 +112,12 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
     session = line.session or None
     kind = line.kind or ("turn" if role else "note")
     entry_id = line.id or new_id()
+    tags = clean_tags(line.tags) if line.tags else ()
     found: dict[str, int] = {}  # what the identity fields held, by kind
     if redactor is not None:
-        fields = [line.id, role, session]
+        # Tags are looked up by value like sessions (--tag, forget --tag): each is an identity, so a
+        # tag holding an e-mail becomes its pseudonym, not a label every such tag would share.
+        fields = [line.id, role, session, *tags]
         for i, value in enumerate(fields):
             if value:
                 pseudonymised = redactor.pseudonymise(value)
@@ -112,8 +126,8 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
                     found[kind_found] = found.get(kind_found, 0) + n
         entry_id = fields[0] or entry_id
         role, session = fields[1], fields[2]
+        tags = clean_tags(fields[3:]) if tags else ()
     created_ms = to_ms(line.created_at) if line.created_at else now_ms()
-    tags = clean_tags(line.tags) if line.tags else ()
     source = line.source or None
     metadata: Any = line.metadata or {}
     metadata_json = "{}"
@@ -133,7 +147,7 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
         for kind_found, n in found.items():
             redactions[kind_found] = redactions.get(kind_found, 0) + n
         body = redactor.scrub(content)
-        extras = redactor.scrub_value([list(tags), source, metadata]) if tags or source or metadata else None
+        extras = redactor.scrub_value([source, metadata]) if source or metadata else None
         if body.spans or (extras is not None and extras.counts):
             for counts in (body.counts, extras.counts if extras else {}):
                 for kind_found, n in counts.items():
@@ -145,8 +159,7 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
             )
         content = body.text
         if extras is not None:
-            scrubbed_tags, source, metadata = extras.value
-            tags = clean_tags(scrubbed_tags)
+            source, metadata = extras.value
             if metadata:
                 metadata_json = dumps(metadata)
         redactions_json = dumps(redactions) if redactions else "{}"

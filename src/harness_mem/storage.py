@@ -16,7 +16,7 @@ Methods without one (rebuilding, counting, collecting garbage) span the whole st
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -30,9 +30,14 @@ from .keyword import entry_index_text
 from .models import MigrationStatus
 from .protocols import Embedder
 from .redaction import Redactor
-from .rows import Row, identity
+from .rows import Row, identity, identity_tags
 
 OnConflict = Literal["error", "ignore", "replace"]
+
+#: The source of the entries consolidation derives from transcripts (segments, facts): they cite
+#: their turns in ``metadata.source_turns``, are forgotten with them, and are not part of a session's
+#: transcript.
+DERIVED_SOURCE = "consolidation"
 ON_CONFLICT: tuple[OnConflict, ...] = ("error", "ignore", "replace")
 #: Vectors computed before a write, keyed by ``id(row)`` of the rows they belong to.
 Vectors = dict[int, npt.NDArray[np.float32]]
@@ -112,8 +117,33 @@ class Scope:
     redactor: Redactor | None
 
     def key(self, value: str | None) -> str | None:
-        """An identity value (id, session, role) as it is stored, for a lookup by equality."""
+        """An identity value (id, session, role, a tag) as it is stored, for a lookup by equality."""
         return identity(value, self.redactor)
+
+    def tags(self, tags: Sequence[str] | str) -> tuple[str, ...]:
+        """Tags as they are stored, for a lookup by value: cleaned, then each one :meth:`key`'s."""
+        return identity_tags(tags, self.redactor)
+
+    def filters(self, filters: Mapping[str, Any]) -> dict[str, Any]:
+        """Filter arguments (those of ``recall`` and ``list``) with their identity values (role,
+        session, session prefix, tags) in their stored form; the others as given.
+
+        A prefix ending inside a sensitive value cannot match its pseudonym: only whole values do.
+        """
+        if self.redactor is None:
+            return dict(filters)
+        keyed: dict[str, Any] = {}
+        for name, value in filters.items():
+            if name in _IDENTITY_FILTERS and isinstance(value, str):
+                value = self.key(value)
+            elif name in _TAG_FILTERS and value is not None:
+                value = self.tags(value)
+            keyed[name] = value
+        return keyed
+
+
+_IDENTITY_FILTERS = frozenset({"role", "session", "session_prefix"})
+_TAG_FILTERS = frozenset({"tags", "any_tags"})
 
 
 class SessionSpan(NamedTuple):
@@ -251,13 +281,20 @@ class Storage(ABC):
         """Tombstone entries: their derived rows go now, their content at the next purge."""
 
     @abstractmethod
+    def derived_from(self, pks: Sequence[int]) -> list[int]:
+        """The live entries derived from any of these (:data:`DERIVED_SOURCE` entries of the same
+        session citing one of them in ``metadata.source_turns``), for forgetting to reach them."""
+
+    @abstractmethod
     def mark_superseded(self, pk: int, by: str, when: int) -> None:
         """Mark an entry as replaced by the entry ``by`` (inside a transaction)."""
 
     @abstractmethod
-    def purge(self, now: int, *, namespace: str | None = None, forgotten: bool = True) -> tuple[int, int]:
+    def purge(self, now: int, *, namespace: str | None = None, forgotten: bool = True,
+              limit: int | None = None) -> tuple[int, int]:
         """Delete expired (and, with ``forgotten``, forgotten) entries with their derived rows, in
-        ``namespace`` or everywhere; returns (expired, forgotten) counts."""
+        ``namespace`` or everywhere, at most ``limit`` of them (lowest pk first) in one transaction;
+        returns (expired, forgotten) counts."""
 
     @abstractmethod
     def has_expired(self, now: int) -> bool:
@@ -430,15 +467,18 @@ class Storage(ABC):
 
     @abstractmethod
     def merge_keyword_index(self) -> None:
-        """Merge the keyword index, so no deleted entry's term survives in it."""
+        """Merge the keyword index, so no deleted entry's term survives in it, in short write
+        transactions (writers wait for one step, not for the whole index)."""
 
     @abstractmethod
     def rewrite(self) -> None:
-        """Rewrite the store so no byte of a deleted row survives anywhere in it."""
+        """Rewrite the store so no byte of a deleted row survives anywhere in it (raises
+        :class:`~harness_mem.errors.StorageError` when the disk has no room for it)."""
 
     @abstractmethod
     def compact(self, *, rewrite: bool, vacuum: bool) -> dict[str, Any]:
-        """Give free space back (a full rewrite with ``rewrite`` or ``vacuum``); what was done."""
+        """Give free space back (a full rewrite with ``rewrite`` or ``vacuum``, else in short
+        steps); what was done."""
 
     @abstractmethod
     def truncate_log(self) -> bool:

@@ -38,9 +38,6 @@ __all__ = ["DEFAULT_BATCH_SIZE", "ON_CONFLICT", "MemoryStore", "OnConflict", "ch
 
 DEFAULT_BATCH_SIZE = 500
 
-_IDENTITY_FILTERS = frozenset({"role", "session", "session_prefix"})
-
-
 class MemoryStore:
     """Memory entries in one SQLite file: add, recall, get, delete, list.
 
@@ -166,14 +163,8 @@ class MemoryStore:
         return self.storage.keyword_only
 
     def _filters(self, filters: dict[str, Any]) -> dict[str, Any]:
-        """Filters whose identity values (role, session, session prefix) are in their stored form.
-
-        A prefix ending inside a sensitive value cannot match its pseudonym: only whole values do.
-        """
-        if self.redactor is None:
-            return filters
-        return {name: self.scope.key(value) if name in _IDENTITY_FILTERS and isinstance(value, str) else value
-                for name, value in filters.items()}
+        """Filters whose identity values (role, session, session prefix, tags) are in their stored form."""
+        return self.scope.filters(filters)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -324,14 +315,17 @@ class MemoryStore:
 
     def remember(self, content: str, *, kind: str | None = None, tags: Iterable[str] = (),
                  session: str | None = None, role: str | None = None, source: str | None = None,
-                 metadata: Mapping[str, Any] | None = None, supersedes: str | None = None) -> Remembered:
+                 metadata: Mapping[str, Any] | None = None, supersedes: str | None = None,
+                 id: str | None = None, created_at: str | datetime | None = None) -> Remembered:
         """Store ``content`` unless an exact duplicate (same kind and redacted text) is already here.
 
         Returns the id (the existing one with ``deduped=True`` for a duplicate) and what redaction
-        replaced. ``supersedes=ID`` makes it a correction of that entry (see :meth:`supersede`).
+        replaced. ``supersedes=ID`` makes it a correction of that entry (see :meth:`supersede`);
+        ``created_at`` is when it became true (default now: see ``as_of`` in :meth:`recall`).
         """
         return corrections.remember(self.storage, self.scope, content, kind=kind, tags=tags, session=session, role=role,
-                                    source=source, metadata=metadata, supersedes=supersedes)
+                                    source=source, metadata=metadata, supersedes=supersedes, id=id,
+                                    created_at=created_at)
 
     def supersede(self, old_id: str, new_content: str, **changes: Any) -> Remembered:
         """Correct an entry: the new text becomes a new entry, and the old one is kept, marked as
@@ -409,6 +403,8 @@ class MemoryStore:
         context: int = 0,
         include_superseded: bool = False,
         exact: bool = False,
+        derived: bool | None = None,
+        as_of: str | datetime | None = None,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
 
@@ -426,13 +422,25 @@ class MemoryStore:
         left out unless ``include_superseded``. ``exact=True`` ranks keywords with BM25 over every
         word of the query on every match, which costs time in proportion to the file on a large one
         (the default scores only the rarer words that way: see :mod:`harness_mem.bm25`).
+
+        What consolidation derived from transcripts (topic segments, facts: source
+        ``"consolidation"``) has its own lane, so it never crowds out the turns it came from: a
+        recall without ``kind`` leaves it out, one naming a kind (``"fact"``, ``"summary"``) takes it
+        in; ``derived=True`` searches only it, ``derived=False`` never.
+
+        ``as_of`` answers with what was true at that time (ISO-8601 or an age): entries whose time
+        (``created_at``: when it was said, which a caller or consolidation sets) is not later, and
+        that no correction had replaced by then — a replaced entry stops being true at its
+        successor's time. The default is now: the current entries.
         """
         key = self.scope.key
         role, session, session_prefix = key(role), key(session), key(session_prefix)
+        tags, any_tags = self.scope.tags(tags), self.scope.tags(any_tags)
         hits = self._recall(
             query, k, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
             any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,
             strict=strict, include_superseded=include_superseded, exact=exact,
+            derived=(None if kind is not None else False) if derived is None else derived, as_of=as_of,
         )
         if min_score is not None:
             hits = [hit for hit in hits if hit.score >= min_score]

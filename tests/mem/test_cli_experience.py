@@ -77,17 +77,21 @@ def test_consolidate_prints_results_and_progress_then_adds_nothing(db_path: Path
     first = run(db_path, "consolidate")
     assert first.exit_code == 0
     assert first.stdout.splitlines() == [
-        "created    s-1  → session:s-1  (6 new turns, 4 tool calls, success)",
-        "created    s-2  → session:s-2  (6 new turns, 4 tool calls, failure)",
+        "created    s-1  → session:s-1  (6 new turns, 4 tool calls, success)  1 segment, 0 facts",
+        "created    s-2  → session:s-2  (6 new turns, 4 tool calls, failure)  1 segment, 0 facts",
     ]
     assert "consolidated 2/2 sessions (s-2)" in first.stderr.splitlines()
     assert first.stderr.splitlines()[-1] == (
-        "Consolidated 2 sessions: 2 episodes created, 0 updated, 0 unchanged, 0 skipped; 0 facts"
+        "Consolidated 2 sessions: 2 segments, 0 facts (0 updating older ones, 0 already known); 2 episodes created,"
+        " 0 updated; 0 skipped"
     )
     exported = run(db_path, "export").stdout
     again = run(db_path, "consolidate", "--json")
     assert again.exit_code == 0 and again.stdout == ""
-    assert again.stderr.splitlines() == ["Consolidated 0 sessions: 0 episodes created, 0 updated, 0 unchanged, 0 skipped; 0 facts"]
+    assert again.stderr.splitlines() == [
+        "Consolidated 0 sessions: 0 segments, 0 facts (0 updating older ones, 0 already known); 0 episodes created,"
+        " 0 updated; 0 skipped"
+    ]
     assert run(db_path, "export").stdout == exported
 
 
@@ -96,32 +100,73 @@ def test_consolidate_json_and_quiet(db_path: Path) -> None:
     result = run(db_path, "consolidate", "--session", "s-1", "--json", "-q")
     (line,) = json_lines(result)
     assert line["action"] == "created" and line["episode"]["tools"] == ["read_file", "shell", "shell", "http_get"]
-    assert result.stderr.startswith("Consolidated 1 sessions")  # -q: no progress lines
+    assert result.stderr.startswith("Consolidated 1 session:")  # -q: no progress lines
 
 
-def test_consolidate_extracts_facts_through_the_loopback_server(db_path: Path, fake: FakeServer) -> None:
-    deploy_session(db_path)
-    fake.say(json.dumps([{"fact": "Production deploys run the release script", "turns": [3, 4]}]))
+def talk(db: Path, session: str = "c-1") -> None:
+    with MemoryStore(db, embedder=None) as store:
+        store.add_many([{"content": text, "role": role, "session": session, "created_at": "2023-05-08T10:00:00Z"}
+                        for role, text in (("Ada", "I moved to Porto last month."), ("Bo", "Do you like it?"),
+                                           ("Ada", "I love it, and I adopted two cats."))])
+
+
+def digest_reply(facts: list[dict[str, object]]) -> str:
+    return json.dumps({"segments": [{"text": "Ada told Bo about Porto.", "turns": [1, 3]}], "facts": facts})
+
+
+def test_consolidate_has_the_model_write_through_the_loopback_server(db_path: Path, fake: FakeServer) -> None:
+    talk(db_path)
+    fake.say(digest_reply([{"text": "Ada moved to Porto in April 2023.", "turns": [1]}]))
     env = {"HARNESS_MEM_MODEL_URL": fake.url, "HARNESS_MEM_MODEL": "facts-model"}
     result = run(db_path, "consolidate", env=env)
     assert result.exit_code == 0, result.stderr
-    assert result.stdout.endswith("+1 facts\n")
+    assert result.stdout.endswith("1 segment, 1 fact\n")
     (sent,) = fake.requests()
-    assert sent["body"]["model"] == "facts-model" and "response_format" not in sent["body"]
-    assert "[1] user: " + SITUATION in sent["body"]["messages"][0]["content"]
+    assert sent["body"]["model"] == "facts-model"
+    assert "[1] Ada (2023-05-08): I moved to Porto last month." in sent["body"]["messages"][0]["content"]
     (fact,) = json_lines(run(db_path, "list", "--kind", "fact", "--json"))
-    assert fact["content"] == "Production deploys run the release script" and fact["session"] == "s-1"
-    assert len(fact["metadata"]["source_turns"]) == 2 and fact["metadata"]["session"] == "s-1"
+    assert fact["content"] == "Ada moved to Porto in April 2023." and fact["session"] == "c-1"
+    assert len(fact["metadata"]["source_turns"]) == 1 and fact["source"] == "consolidation"
     assert run(db_path, "consolidate", env=env).stdout == "" and len(fake.requests()) == 1
 
 
-def test_consolidate_notes_a_malformed_facts_reply_and_goes_on(db_path: Path, fake: FakeServer) -> None:
-    deploy_session(db_path)
-    fake.say("I could not find any facts, sorry.")
+@pytest.mark.parametrize(
+    ("replies", "note"),
+    [
+        (["I could not find any facts, sorry.", "{\"segments\": [}"], "the reply is not a JSON object"),
+        ([digest_reply([{"text": "x", "turns": [7]}])] * 2, "facts cite turn 7, not one of the 3 shown"),
+    ],
+)
+def test_consolidate_falls_back_to_the_rules_on_replies_it_cannot_use(
+    db_path: Path, fake: FakeServer, replies: list[str], note: str
+) -> None:
+    talk(db_path)
+    fake.say(*replies)
     result = run(db_path, "consolidate", "--model-url", fake.url, "--model", "m")
-    assert result.exit_code == 0
-    assert "created    s-1" in result.stdout and "— the model's reply is not a JSON array of facts" in result.stdout
-    assert run(db_path, "list", "--kind", "fact").stdout == ""
+    assert result.exit_code == 0 and len(fake.requests()) == 2
+    assert f"the model's replies were rejected ({note}" in result.stdout
+    (summary,) = json_lines(run(db_path, "list", "--kind", "summary", "--json"))
+    assert summary["content"].startswith("On 8 May 2023, Ada and Bo talked")
+
+
+@pytest.mark.parametrize(
+    "step",
+    [{"status": 500, "body": {"error": {"message": "boom"}}},
+     {"status": 200, "delay": 3, "body": {"choices": []}}],
+    ids=["http-500", "timeout"],
+)
+def test_consolidate_writes_nothing_when_the_server_fails_and_tries_again_later(
+    db_path: Path, fake: FakeServer, step: dict[str, object]
+) -> None:
+    talk(db_path)
+    fake.script(*[step] * 4)
+    result = run(db_path, "consolidate", "--model-url", fake.url, "--model", "m", "--model-timeout", "1")
+    assert result.exit_code == 0 and "it will be tried again next run" in result.stdout
+    assert run(db_path, "list", "--kind", "summary").stdout == ""
+    fake.reset()
+    fake.say(digest_reply([]))
+    again = run(db_path, "consolidate", "--model-url", fake.url, "--model", "m")
+    assert again.exit_code == 0 and "1 segment, 0 facts" in again.stdout
 
 
 # ---- episodes -------------------------------------------------------------------------------------------

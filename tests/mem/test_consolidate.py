@@ -13,16 +13,15 @@ import pytest
 from harness_mem.errors import ModelError
 from harness_mem.experience.consolidate import (
     CONSOLIDATION_SOURCE,
-    MAX_FACTS,
     Turn,
     build_episode,
     consolidate,
     episode_id_for,
-    facts_prompt,
-    parse_facts,
     verdict,
 )
+from harness_mem.experience.derive import SpokenTurn
 from harness_mem.experience.episode import Episode
+from harness_mem.experience.model_consolidation import digest_prompt
 from harness_mem.experience.skills import Skill
 from harness_mem.experience.store import ExperienceStore
 from harness_mem.experience.transcript import TranscriptRecorder
@@ -99,14 +98,13 @@ def test_a_session_becomes_an_episode(store: MemoryStore) -> None:
 def test_running_twice_adds_nothing(store: MemoryStore) -> None:
     deploy_run(store, "s-1")
     deploy_run(store, "s-2", success=False)
-    record(store, "no-user", ("assistant", "hello?"))
+    record(store, "chat", ("assistant", "hello?"))
     first = consolidate(store)
-    assert (first.created, first.skipped) == (2, 1)
+    assert (first.created, first.derived, first.skipped) == (2, 1, 0)  # a chat gets no episode
     before = snapshot(store)
     second = consolidate(store)
     assert snapshot(store) == before
-    assert [(s.session, s.action) for s in second.sessions] == [("no-user", "skipped")]  # looked at, unchanged
-    assert second.created == second.updated == second.facts == 0
+    assert second.sessions == []
 
 
 def test_new_turns_update_the_same_episode_in_place(store: MemoryStore) -> None:
@@ -241,94 +239,108 @@ def test_build_episode_merges_new_turns_into_a_base() -> None:
     assert named.tool == "from-metadata" and turn("tool", "[a,b] x").tool is None and turn("tool", "no name").tool is None
 
 
-# ---- facts -------------------------------------------------------------------------------------------
+# ---- with a model -------------------------------------------------------------------------------------
 
 
-def facts_reply(*facts: tuple[str, Sequence[int]]) -> str:
-    return json.dumps([{"fact": text, "turns": list(turns)} for text, turns in facts])
+def chat(store: MemoryStore, session: str = "c-1", *lines: tuple[str, str], when: str = "2023-05-08T10:00:00Z") -> list[str]:
+    lines = lines or (
+        ("Ada", "Hi Bo! Guess what, I moved to Porto last month."),
+        ("Bo", "No way! Do you like it there?"),
+        ("Ada", "I love it, and I adopted two cats called Salt and Pepper."),
+        ("Bo", "That's lovely. See you soon!"),
+    )
+    entries = store.add_many([{"content": text, "role": role, "session": session, "created_at": when}
+                              for role, text in lines])
+    return [e.id for e in entries]
 
 
-def test_facts_are_extracted_with_one_call_per_session_and_linked_to_their_turns(store: MemoryStore) -> None:
-    deploy_run(store, "s-1")
-    record(store, "s-2", ("user", "Remember that I prefer dark mode in every dashboard"), ("assistant", "Noted."))
+def digest(segments: Sequence[tuple[str, Sequence[int]]], facts: Sequence[tuple[str, Sequence[int]]] = ()) -> str:
+    return json.dumps({"segments": [{"text": t, "turns": list(n)} for t, n in segments],
+                       "facts": [{"text": t, "turns": list(n)} for t, n in facts]})
+
+
+def test_the_model_writes_the_summaries_and_facts_citing_their_turns(store: MemoryStore) -> None:
+    turns = chat(store)
+    model = ScriptedTextModel([digest(
+        [("On 8 May 2023 Ada told Bo about her move to Porto and her two cats.", [1, 3])],
+        [("Ada moved to Porto in April 2023.", [1]), ("Ada has two cats, Salt and Pepper.", [3, 3])],
+    )])
+    report = consolidate(store, model=model)
+    assert model.calls == 1 and (report.segments, report.facts) == (1, 2)   # nothing stored near: no 2nd call
+    assert "[1] Ada (2023-05-08): Hi Bo! Guess what, I moved to Porto last month." in model.prompts[0]
+    assert "## Segment 1" in model.prompts[0]
+    (summary,) = store.list(kind="summary")
+    assert summary.content.startswith("On 8 May 2023 Ada told Bo") and summary.metadata["source_turns"] == turns
+    cats = next(e for e in store.list(kind="fact") if "cats" in e.content)
+    assert cats.metadata["source_turns"] == [turns[2]] and cats.source == CONSOLIDATION_SOURCE
+    assert consolidate(store, model=model).sessions == [] and model.calls == 1   # nothing new: no call
+
+
+def test_a_reply_that_fails_validation_is_asked_again_once_then_the_rules_write(store: MemoryStore) -> None:
+    chat(store)
+    model = ScriptedTextModel(["Sure! Ada moved to Porto.", digest([])])   # not JSON; then 0 summaries for 1 segment
+    (result,) = consolidate(store, model=model).sessions
+    assert model.calls == 2 and "Your previous reply was rejected: the reply is not a JSON object" in model.prompts[1]
+    assert result.model_rejected and "0 segment summaries for 1 segments" in (result.note or "")
+    assert result.segments and result.facts                                   # the rules' text, not nothing
+    assert store.get(result.segments[0]).content.startswith("On 8 May 2023, Ada and Bo talked")
+
+
+def test_a_reply_citing_a_turn_that_was_not_shown_is_rejected(store: MemoryStore) -> None:
+    chat(store)
     model = ScriptedTextModel([
-        facts_reply(("Production deploys use the release script", [4, 5]), ("Release notes live in RELEASE.md", [3])),
-        "```json\n" + facts_reply(("The user prefers dark mode", [1]), ("b", []), ("c", [99]), ("dropped", [1]))
-        + "\n```",
+        digest([("Ada and Bo caught up.", [1])], [("Ada moved to Porto.", [99])]),
+        digest([("Ada and Bo caught up.", [1])], [("Ada moved to Porto.", [])]),   # cites nothing
+        digest([("Ada and Bo caught up.", [1])], [("Ada moved to Porto.", [1])]),
+    ])
+    (result,) = consolidate(store, model=model).sessions
+    assert model.calls == 2 and result.model_rejected
+    assert "facts cite turn 99, not one of the 4 shown" in model.prompts[1]
+    assert "facts.0.turns: List should have at least 1 item" in (result.note or "")
+
+
+def test_the_model_decides_whether_a_new_fact_adds_updates_or_repeats(store: MemoryStore) -> None:
+    lisbon = store.remember("Ada lives in Lisbon.", kind="fact").id
+    cats = store.remember("Ada has two cats named Salt and Pepper.", kind="fact").id
+    chat(store)
+    model = ScriptedTextModel([
+        digest([("Ada told Bo about Porto.", [1, 3])],
+               [("Ada lives in Porto since April 2023.", [1]), ("Ada has two cats, Salt and Pepper.", [3]),
+                ("Ada loves Porto.", [3])]),
+        json.dumps({"decisions": [{"fact": 1, "action": "update", "existing": lisbon},
+                                  {"fact": 2, "action": "repeat", "existing": cats}]}),   # 3: left out: added
     ])
     report = consolidate(store, model=model)
-    assert model.calls == 2 and report.facts == 2 + MAX_FACTS
-    assert "[1] user: " + SITUATION in model.prompts[0] and "[3] tool: [read_file] RELEASE.md: v2" in model.prompts[0]
+    assert model.calls == 2 and (report.facts, report.facts_updated, report.facts_repeated) == (2, 1, 1)
+    assert lisbon in model.prompts[1] and "Ada lives in Porto since April 2023." in model.prompts[1]
+    assert store.get(lisbon).superseded_by is not None                         # kept in the history
+    assert [e.content for e in store.history(lisbon)] == ["Ada lives in Lisbon.", "Ada lives in Porto since April 2023."]
+    assert store.count(kind="fact") == 3 and store.get(cats).superseded_by is None  # Porto, cats, loves Porto
 
-    s1_turns = [t.id for t in store.list(kind="turn", session="s-1")]
-    facts = {f.content: f for f in store.list(kind="fact")}
-    deploy = facts["Production deploys use the release script"]
-    assert deploy.session == "s-1" and deploy.source == CONSOLIDATION_SOURCE and "consolidated" in deploy.tags
-    assert deploy.metadata == {"source_turns": [s1_turns[3], s1_turns[4]], "session": "s-1"}
-    s2_turns = [t.id for t in store.list(kind="turn", session="s-2")]
-    assert facts["b"].metadata["source_turns"] == s2_turns  # no citation: every turn shown
-    assert facts["c"].metadata["source_turns"] == s2_turns  # no valid citation: the same
-    assert "dropped" not in facts                           # at most MAX_FACTS per session
-    assert [h.entry.content for h in store.recall("dark mode", kind="fact")] == ["The user prefers dark mode"]
 
-    before = snapshot(store)
-    assert consolidate(store, model=model).sessions == [] and model.calls == 2  # nothing new: no call
-    assert snapshot(store) == before
-
-    record(store, "s-2", ("user", "Also: our staging host is stage.example.com"), ("assistant", "Got it."))
-    model.push(facts_reply(("Staging runs on stage.example.com", [1])))
+def test_a_decision_about_a_fact_not_shown_adds_the_facts_as_new(store: MemoryStore) -> None:
+    lisbon = store.remember("Ada lives in Lisbon.", kind="fact").id
+    chat(store)
+    bad = json.dumps({"decisions": [{"fact": 1, "action": "update", "existing": "made-up-id"}]})
+    model = ScriptedTextModel([digest([("Ada told Bo about Porto.", [1])], [("Ada lives in Porto.", [1])]), bad, bad])
     (result,) = consolidate(store, model=model).sessions
-    assert result.action == "updated" and len(result.facts) == 1
-    assert "dark mode" not in model.prompts[-1]  # only the new turns are shown
+    assert model.calls == 3 and "fact 1: update of 'made-up-id', not a fact shown" in (result.note or "")
+    assert store.get(lisbon).superseded_by is None and len(result.facts) == 1   # added, nothing merged
 
 
-def test_malformed_model_output_writes_no_facts_and_says_so(store: MemoryStore) -> None:
-    deploy_run(store)
-    model = ScriptedTextModel(["Sure! Here are some facts: the site is deployed."])
-    (result,) = consolidate(store, model=model).sessions
-    assert result.action == "created" and result.facts == []
-    assert result.note is not None and result.note.startswith("the model's reply is not a JSON array of facts")
-    assert store.count(kind="fact") == 0
-    assert consolidate(store, model=model).sessions == [] and model.calls == 1  # not asked again
-
-
-def test_a_failed_model_call_is_noted_and_retried_next_run(store: MemoryStore) -> None:
-    deploy_run(store)
+def test_a_failed_call_writes_nothing_and_the_session_is_tried_again(store: MemoryStore) -> None:
+    chat(store)
     model = ScriptedTextModel([ModelError("cannot connect to the model server")])
     (result,) = consolidate(store, model=model).sessions
-    assert result.action == "created" and "facts not extracted (cannot connect" in (result.note or "")
-    model.push(facts_reply(("Deploys go through the release script", [5])))
+    assert "not consolidated (cannot connect to the model server)" in (result.note or "")
+    assert store.count(kind=["summary", "fact"]) == 0
+    model.push(digest([("Ada and Bo caught up.", [1])], [("Ada moved to Porto.", [1])]))
     (retry,) = consolidate(store, model=model).sessions
-    assert retry.action == "unchanged" and len(retry.facts) == 1 and model.calls == 2
+    assert (len(retry.segments), len(retry.facts), model.calls) == (1, 1, 2)
 
 
-def test_a_model_configured_later_extracts_facts_for_consolidated_sessions(store: MemoryStore) -> None:
-    deploy_run(store)
-    consolidate(store)
-    episode_before = ExperienceStore(store).get("session:s-1")
-    model = ScriptedTextModel(["[]"])
-    (result,) = consolidate(store, model=model).sessions
-    assert (result.action, result.facts, model.calls) == ("unchanged", [], 1)
-    assert ExperienceStore(store).get("session:s-1") == episode_before
-
-
-def test_parse_facts_accepts_the_shapes_models_produce() -> None:
-    shown = [Turn(i, f"t{i}", "user", "x") for i in (1, 2, 3)]
-    assert parse_facts('{"facts": ["plain string fact"]}', shown) == [
-        consolidation.Fact("plain string fact", ("t1", "t2", "t3"))
-    ]
-    assert parse_facts('[{"text": "cited twice", "source_turns": [2, 2, "3", true]}]', shown) == [
-        consolidation.Fact("cited twice", ("t2",))
-    ]
-    assert parse_facts('[{"fact": "' + "long " * 200 + '"}, 42, {"fact": "  "}]', shown) == []
-    assert parse_facts("[]", shown) == []
-    for bad in ("no json here", '{"answer": 1}', "[1, 2"):
-        assert parse_facts(bad, shown) is None
-
-
-def test_a_long_session_keeps_its_start_and_end_in_the_prompt() -> None:
-    turns = [Turn(i, f"t{i}", "user" if i == 1 else "assistant", f"turn {i} " + "z" * 700) for i in range(1, 201)]
-    prompt = facts_prompt("long", turns)
-    assert len(prompt) < 26_000
-    assert "[1] user: turn 1" in prompt and "[200] assistant: turn 200" in prompt
-    assert "turns omitted …]" in prompt and "… [" in prompt  # each turn also cut to its head
+def test_a_long_session_is_shown_whole_with_each_turn_cut() -> None:
+    turns = [SpokenTurn(f"t{i}", "user", f"turn {i} " + "z" * 700, None) for i in range(1, 201)]
+    prompt = digest_prompt(turns, [range(0, 100), range(100, 200)])
+    assert "[1] user: turn 1" in prompt and "[200] user: turn 200" in prompt and "## Segment 2" in prompt
+    assert len(prompt) < 40_000

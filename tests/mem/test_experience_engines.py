@@ -183,9 +183,11 @@ def test_the_ledger_moves_its_watermark_once_on_both_engines(engine_store: Memor
         assert ledger.move_watermark("s-1", seen=5, episode_id="session:s-1", last_pk=7, last_turn_id="t7", turns=7)
         assert not ledger.move_watermark("s-1", seen=5, episode_id="session:s-1", last_pk=8,
                                          last_turn_id="t8", turns=8)
-        ledger.count_facts("s-1", up_to_pk=7, written=2)
-        ledger.count_facts("s-1", up_to_pk=3, written=1)  # an older turn never moves it back
-    assert sql(store, "SELECT last_pk, turns, facts_pk, facts FROM consolidations") == [(7, 7, 7, 3)]
+        assert ledger.move_derived_watermark("s-1", seen=0, derived_pk=7, segments=2, facts=1)
+        assert not ledger.move_derived_watermark("s-1", seen=0, derived_pk=8, segments=2, facts=1)
+        assert ledger.move_derived_watermark("s-1", seen=7, derived_pk=9, segments=1, facts=0)
+    assert sql(store, "SELECT last_pk, turns FROM consolidations") == [(7, 7)]
+    assert sql(store, "SELECT derived_pk, segments, facts FROM derivations") == [(9, 3, 1)]
 
 
 def test_episode_filters_read_json_arrays_on_both_engines(engine_store: MemoryStore) -> None:

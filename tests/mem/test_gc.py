@@ -222,7 +222,7 @@ def test_purge_leaves_no_copy_a_page_rebuild_made(tmp_path: Path, monkeypatch: p
     # secure_delete zeroes a deleted row where it lies; when SQLite rebuilt a page earlier, an old
     # copy of the row can sit in the page's unused middle, which only rewriting the file clears.
     assert forgotten_copies(tmp_path / "a" / "memory.db", seed=8) == []
-    monkeypatch.setattr(sqlite_files, "rewrite", lambda conn: None)
+    monkeypatch.setattr(sqlite_files, "rewrite", lambda conn, location="": None)
     left = forgotten_copies(tmp_path / "b" / "memory.db", seed=8)
     assert left, "this layout no longer leaves an old copy behind: pick another seed, so the proof can fail"
 
@@ -252,3 +252,65 @@ def test_gc_never_holds_writers_up_while_a_reader_stays_in_the_wal(db_path: Path
         assert store.gc()["wal_truncated"] is True
         assert Path(f"{db_path}-wal").stat().st_size == 0
         assert store.count() == 201
+
+
+# A writer in its own process: adds an entry every 20 ms until the stop file appears, waiting for
+# the write lock at most about a second (what gc promises), then prints what it wrote and what failed.
+PATIENT_WRITER = """
+import json, sys, time
+from pathlib import Path
+import harness_mem.db
+harness_mem.db.BUSY_TIMEOUT_MS = 1000
+from harness_mem.store import MemoryStore
+path, stop = Path(sys.argv[1]), Path(sys.argv[2])
+written, failed = [], []
+with MemoryStore(path, embedder=None) as store:
+    print("ready", flush=True)
+    while not stop.exists():
+        try:
+            written.append(store.add(f"written beside gc {len(written)}").id)
+        except Exception as exc:
+            failed.append(f"{type(exc).__name__}: {exc}")
+        time.sleep(0.02)
+print(json.dumps({"written": written, "failed": failed}))
+"""
+
+
+@pytest.mark.slow
+def test_gc_of_a_large_file_never_holds_a_writer_up(tmp_path: Path) -> None:
+    # gc merged the keyword index in one transaction and handed free pages back in another: on a
+    # 270 MB file a writer waited over a second for each ("database is locked" with this patience),
+    # 8 s and more on a 2 GB file. Every step is short now, with a pause between for the writers.
+    import random
+    import subprocess
+    import sys
+
+    db = tmp_path / "memory.db"
+    rnd = random.Random(5)
+    words = [f"w{i:05d}" for i in range(20_000)]
+    with MemoryStore(db, embedder=None, redactor=None) as store:
+        for start in range(0, 4000, 500):  # bulky notes at the start of the file, deleted below
+            store.add_many([{"text": f"bulky {start + i} " + "z" * 50_000, "session": "bulky"} for i in range(500)])
+        for _ in range(8):
+            store.add_many([{"text": " ".join(rnd.choices(words, k=100))} for _ in range(5000)])
+        with store.transaction():
+            for entry in list(store.list(session="bulky")):
+                store.delete(entry.id)
+        kept = store.count()
+    assert db.stat().st_size > 250_000_000  # dead index rows to merge, pages to move and free
+    stop = tmp_path / "stop"
+    writer = subprocess.Popen([sys.executable, "-c", PATIENT_WRITER, str(db), str(stop)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        with MemoryStore(db, embedder=None) as store:
+            report = store.gc()
+    finally:
+        stop.touch()
+        out, _ = writer.communicate(timeout=120)
+    found = json.loads(out.splitlines()[-1])
+    assert report["vacuum"] == "incremental" and report["free_pages_before"] > 40_000
+    assert found["failed"] == [] and len(found["written"]) > 10
+    with MemoryStore(db, embedder=None) as store:
+        assert store.count() == kept + len(found["written"])  # none lost
+        assert all(store.get(entry_id) for entry_id in found["written"][-5:])

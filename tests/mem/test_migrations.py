@@ -51,7 +51,7 @@ def test_retired_migrations_are_recorded_as_skipped(db_path: Path) -> None:
     assert states == {"0001_init": "applied", "0002_runs": "skipped", "0003_experience": "applied",
                       "0004_vectors": "applied", "0005_consolidation": "applied", "0006_run_leases": "skipped",
                       "0007_memories_view": "applied", "0008_vectors_in_vec0": "applied",
-                      "0009_corrections": "applied"}
+                      "0009_corrections": "applied", "0010_derivations": "applied"}
     # An older harness-mem reads only _migrations: every number is there, so it never runs 0002 itself.
     assert [n for (n,) in conn.execute("SELECT number FROM _migrations ORDER BY number")] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     skipped = next(s for s in migrations.status(conn) if s.number == 2)

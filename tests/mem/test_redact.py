@@ -713,6 +713,14 @@ def test_a_cut_moves_back_to_the_start_of_a_value_it_would_go_through(red: Redac
     assert red.cut_point("see TCK-123456 now", 8) == 4  # a redactor's own detectors count too
 
 
+def test_a_cut_at_the_end_of_a_value_known_by_what_follows_drops_it(red: Redactor) -> None:
+    text = "clone https://ada:0aA1bB2cC3dD@git.example.com/repo please"
+    end_of_password = text.index("@")
+    # Cut there, the kept text holds the password without the "@" that marks it as one.
+    assert red.cut_point(text, end_of_password) == text.index("0aA1")
+    assert "0aA1bB2cC3dD" not in red.scrub(text[:red.cut_point(text, end_of_password)]).text
+
+
 # ---- actions --------------------------------------------------------------------------------------
 
 

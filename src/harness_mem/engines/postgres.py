@@ -31,6 +31,7 @@ from ..models import MigrationStatus, to_ms
 from ..protocols import Embedder
 from ..rows import COLUMNS, Row
 from ..storage import (
+    DERIVED_SOURCE,
     OnConflict,
     SessionSpan,
     Storage,
@@ -59,7 +60,9 @@ _MAX_LEXEME = 2046
 _LONG_HEAD = _MAX_LEXEME - 17
 _CURRENT = "e.forgotten_at IS NULL AND e.superseded_by IS NULL"
 _KEPT = "e.forgotten_at IS NULL"
-_IN_SESSION = "e.namespace = %s AND e.session = %s"
+# A session's transcript: its entries, less what was derived from them or recorded about the run.
+_TRANSCRIPT = f"e.source IS DISTINCT FROM '{DERIVED_SOURCE}' AND e.kind <> 'episode'"
+_IN_SESSION = f"e.namespace = %s AND e.session = %s AND {_TRANSCRIPT}"
 _LIVE = "namespace = %s AND (expires_at IS NULL OR expires_at > %s)"
 _COLUMNS_E = ", ".join(f"e.{c.strip()}" for c in COLUMNS.split(","))
 _INSERTED = [c.strip() for c in COLUMNS.split(",")][1:]  # every column but pk, which the database numbers
@@ -199,7 +202,17 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
     filters = selection.filters
     clauses = [f"{alias}.namespace = %s", f"{alias}.forgotten_at IS NULL"]
     params: list[Any] = [selection.namespace]
-    if not filters.include_superseded:
+    if filters.as_of is not None:  # what was true then (see sqlite_where)
+        clauses.append(f"{alias}.created_at <= %s")
+        params.append(to_ms(filters.as_of))
+        if not filters.include_superseded:
+            clauses.append(
+                f"({alias}.superseded_by IS NULL OR EXISTS (SELECT 1 FROM entries successor"
+                f" WHERE successor.namespace = {alias}.namespace AND successor.id = {alias}.superseded_by"
+                " AND successor.created_at > %s))"
+            )
+            params.append(to_ms(filters.as_of))
+    elif not filters.include_superseded:
         clauses.append(f"{alias}.superseded_by IS NULL")
     if selection.live:
         clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > %s)")
@@ -225,6 +238,9 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
     if filters.any_tags:
         clauses.append(f"{alias}.tags::jsonb ?| %s")
         params.append(list(filters.any_tags))
+    if filters.derived is not None:
+        clauses.append(f"{alias}.source {'=' if filters.derived else 'IS DISTINCT FROM'} %s")
+        params.append(DERIVED_SOURCE)
     if filters.since is not None:
         clauses.append(f"{alias}.created_at >= %s")
         params.append(to_ms(filters.since))
@@ -445,6 +461,7 @@ class PostgresStorage(Storage):
         # Every table of the store (each confines rows to the role's namespace), the experience
         # tables included.
         tables = ["entries", "settings", "episodes", "skills", "skill_revisions", "skill_sources", "consolidations",
+                  "derivations",
                   *(["entry_vectors"] if self._has_vector_table() else [])]
         with self.transaction():
             self._run("INSERT INTO namespace_roles (role, namespace) VALUES (%s, %s)"
@@ -692,16 +709,29 @@ class PostgresStorage(Storage):
                 if found and found[0][3] == "turn" and found[0][1]:
                     self._reindex_turn_after(found[0][0], found[0][1], found[0][2], pk)
 
+    def derived_from(self, pks: Sequence[int]) -> list[int]:
+        if not pks:
+            return []
+        return sorted(row[0] for row in self.query(
+            "SELECT DISTINCT d.pk FROM entries t"
+            " JOIN entries d ON d.namespace = t.namespace AND d.session = t.session"
+            " WHERE t.pk = ANY(%s) AND d.source = %s AND d.forgotten_at IS NULL"
+            " AND (d.metadata::jsonb -> 'source_turns') ? t.id",
+            (list(pks), DERIVED_SOURCE),
+        ))
+
     def mark_superseded(self, pk: int, by: str, when: int) -> None:
         self._run("UPDATE entries SET superseded_by = %s, superseded_at = %s WHERE pk = %s", (by, when, pk))
 
-    def purge(self, now: int, *, namespace: str | None = None, forgotten: bool = True) -> tuple[int, int]:
+    def purge(self, now: int, *, namespace: str | None = None, forgotten: bool = True,
+              limit: int | None = None) -> tuple[int, int]:
         with self.transaction():
             scope = "namespace = %s AND " if namespace is not None else ""
             found = self.query(
                 f"SELECT pk, forgotten_at IS NOT NULL FROM entries WHERE {scope}((expires_at IS NOT NULL"
-                " AND expires_at <= %s)" + (" OR forgotten_at IS NOT NULL)" if forgotten else ")"),
-                ([namespace] if namespace is not None else []) + [now],
+                " AND expires_at <= %s)" + (" OR forgotten_at IS NOT NULL)" if forgotten else ")")
+                + ("" if limit is None else " ORDER BY pk LIMIT %s"),
+                ([namespace] if namespace is not None else []) + [now] + ([] if limit is None else [limit]),
             )
             for pk, _ in found:
                 self._delete_pk(pk)
@@ -929,7 +959,7 @@ class PostgresStorage(Storage):
     def sessions(self, namespace: str, limit: int, offset: int) -> list[SessionSpan]:
         return [SessionSpan(s, int(n), a, b) for s, n, a, b in self.query(
             "SELECT e.session, count(*), min(e.created_at), max(e.created_at) FROM entries e"
-            f" WHERE e.namespace = %s AND e.session IS NOT NULL AND {_CURRENT}"
+            f" WHERE e.namespace = %s AND e.session IS NOT NULL AND {_TRANSCRIPT} AND {_CURRENT}"
             " GROUP BY e.session ORDER BY max(e.created_at) DESC, e.session LIMIT %s OFFSET %s", (namespace, limit, offset))]
 
     def session_rows(self, namespace: str, session: str, offset: int, limit: int) -> list[Row]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,8 +37,17 @@ from ..filters import Selection
 from ..models import to_ms
 from ..protocols import Embedder
 from ..rows import COLUMNS, PLACEHOLDERS, Row
-from ..storage import OnConflict, SessionSpan, Storage, VectorCounts, index_texts_of, settle_conflicts
+from ..storage import (
+    DERIVED_SOURCE,
+    OnConflict,
+    SessionSpan,
+    Storage,
+    VectorCounts,
+    index_texts_of,
+    settle_conflicts,
+)
 from ..vectors import (
+    MAX_KNN,
     VectorFilter,
     VectorIndex,
     VectorRow,
@@ -59,7 +69,9 @@ from .sqlite_where import where
 _CURRENT = "e.forgotten_at IS NULL AND e.superseded_by IS NULL"
 #: With the entries a correction replaced: what frames a session recalled with them.
 _KEPT = "e.forgotten_at IS NULL"
-_IN_SESSION = "e.namespace = ? AND e.session = ?"
+# A session's transcript: its entries, less what was derived from them or recorded about the run.
+_TRANSCRIPT = f"e.source IS NOT '{DERIVED_SOURCE}' AND e.kind <> 'episode'"
+_IN_SESSION = f"e.namespace = ? AND e.session = ? AND {_TRANSCRIPT}"
 # An entry ``stats`` counts: in the namespace and not expired.
 _LIVE = "namespace = ? AND (expires_at IS NULL OR expires_at > ?)"
 
@@ -318,16 +330,31 @@ class SQLiteStorage(Storage):
                 if row is not None and row[3] == "turn" and row[1]:
                     self._reindex_turn_after(row[0], row[1], row[2], pk)
 
+    def derived_from(self, pks: Sequence[int]) -> list[int]:
+        found: list[int] = []
+        for start in range(0, len(pks), 500):
+            chunk = list(pks[start:start + 500])
+            found += [row[0] for row in self.conn.execute(
+                "SELECT DISTINCT d.pk FROM entries t"
+                " JOIN entries d ON d.namespace = t.namespace AND d.session = t.session"
+                f" WHERE t.pk IN ({', '.join('?' * len(chunk))}) AND d.source = ? AND d.forgotten_at IS NULL"
+                " AND EXISTS (SELECT 1 FROM json_each(d.metadata, '$.source_turns') AS cited WHERE cited.value = t.id)",
+                (*chunk, DERIVED_SOURCE),
+            )]
+        return sorted(set(found))
+
     def mark_superseded(self, pk: int, by: str, when: int) -> None:
         self.conn.execute("UPDATE entries SET superseded_by = ?, superseded_at = ? WHERE pk = ?", (by, when, pk))
 
-    def purge(self, now: int, *, namespace: str | None = None, forgotten: bool = True) -> tuple[int, int]:
+    def purge(self, now: int, *, namespace: str | None = None, forgotten: bool = True,
+              limit: int | None = None) -> tuple[int, int]:
         with self.transaction():
             scope = "namespace = ? AND " if namespace is not None else ""
             rows = self.conn.execute(
                 f"SELECT pk, forgotten_at IS NOT NULL FROM entries WHERE {scope}((expires_at IS NOT NULL"
-                " AND expires_at <= ?)" + (" OR forgotten_at IS NOT NULL)" if forgotten else ")"),
-                ([namespace] if namespace is not None else []) + [now],
+                " AND expires_at <= ?)" + (" OR forgotten_at IS NOT NULL)" if forgotten else ")")
+                + ("" if limit is None else " ORDER BY pk LIMIT ?"),
+                ([namespace] if namespace is not None else []) + [now] + ([] if limit is None else [limit]),
             ).fetchall()
             for pk, _ in rows:
                 self._delete_pk(pk)
@@ -480,13 +507,27 @@ class SQLiteStorage(Storage):
         index = self.vector_index()
         assert index is not None  # bound, and checked complete, by the caller
         namespace, filters = selection.namespace, selection.filters
-        in_index = _vector_filter(selection)
-        if filters.is_empty or in_index is not None:
+        # Recall's default lane leaves derived entries out: the index knows nothing of them, so it
+        # is asked for more and they are dropped — unless the namespace has none (the usual case).
+        lane = filters.derived is False and filters.as_of is None and self._has_derived(namespace)
+        base = selection.but(derived=None) if lane else selection
+        in_index = _vector_filter(base)
+        if base.filters.is_empty or in_index is not None:
             # The index keeps superseded entries' vectors (include_superseded finds them): ask for as
             # many more as there are such entries, and drop them.
             hidden = set() if filters.include_superseded else self._superseded_pks(namespace)
-            found = index.search(vector, k + len(hidden), namespace, where=in_index, exact_order=exact_order)
-            found = [hit for hit in found if hit[0] not in hidden][:k]
+            want = k + len(hidden) + (k if lane else 0)
+            while True:
+                found = index.search(vector, want, namespace, where=in_index, exact_order=exact_order)
+                kept = [hit for hit in found if hit[0] not in hidden]
+                if lane:
+                    kept = self._not_derived(kept)
+                if len(kept) >= k or len(found) < want or want >= MAX_KNN:
+                    break
+                want = min(want * 4, MAX_KNN)
+            if len(kept) < k and len(found) >= want:
+                return index.search(vector, k, namespace, self.pks(selection), exact_order=exact_order)
+            found = kept[:k]
         else:
             # First without the expiry test, which needs every row and not only the index; the hits
             # are checked below, and an expired one sends the search round again with it.
@@ -499,6 +540,18 @@ class SQLiteStorage(Storage):
     def cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, float]:
         index = self.vector_index(writing=False)
         return dict(index.rescore(vector, list(pks), len(pks))) if index is not None and pks else {}
+
+    def _has_derived(self, namespace: str) -> bool:
+        return self.conn.execute(
+            "SELECT 1 FROM entries WHERE namespace = ? AND source = ? LIMIT 1", (namespace, DERIVED_SOURCE)
+        ).fetchone() is not None
+
+    def _not_derived(self, hits: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        derived = {row[0] for row in self.conn.execute(
+            "SELECT pk FROM entries WHERE pk IN (SELECT value FROM json_each(?)) AND source = ?",
+            (json.dumps([pk for pk, _ in hits]), DERIVED_SOURCE),
+        )}
+        return [hit for hit in hits if hit[0] not in derived]
 
     def _superseded_pks(self, namespace: str) -> set[int]:
         """The namespace's superseded entries (a partial index keeps this lookup small)."""
@@ -570,7 +623,7 @@ class SQLiteStorage(Storage):
     def sessions(self, namespace: str, limit: int, offset: int) -> list[SessionSpan]:
         rows = self.conn.execute(
             "SELECT e.session, count(*), min(e.created_at), max(e.created_at) FROM entries e"
-            f" WHERE e.namespace = ? AND e.session IS NOT NULL AND {_CURRENT}"
+            f" WHERE e.namespace = ? AND e.session IS NOT NULL AND {_TRANSCRIPT} AND {_CURRENT}"
             " GROUP BY e.session ORDER BY max(e.created_at) DESC, e.session LIMIT ? OFFSET ?",
             (namespace, limit, offset),
         ).fetchall()
@@ -701,14 +754,37 @@ class SQLiteStorage(Storage):
     # ---- giving space back -----------------------------------------------------------------------------
 
     def merge_keyword_index(self) -> None:
-        with self.transaction():  # dead tokens of deleted entries leave the index only when merged
-            self.conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('optimize')")
+        # Dead tokens of deleted entries leave the index only when its segments are merged. One
+        # 'optimize' merges the whole index in one transaction (8 s of write lock on a 2 GB file).
+        # A negative 'merge' starts the same merge (every segment on one level, so the output is
+        # the oldest and tombstoned rows are dropped even from a lone segment) and writes about
+        # that many pages of it; positive ones continue it, a step per transaction, the lock let
+        # go in between. Only the first step is negative: each negative one starts over with the
+        # segments writers added meanwhile. A step that writes far fewer pages than it may has
+        # finished the merge: what it found beside it is writers' new small segments, which their
+        # own automerge looks after (merging them here too would never end beside a steady writer).
+        # The step budget is a guard.
+        bounds = sqlite_files.MERGE_PAGES
+        pages = int(self.conn.execute("SELECT count(*) FROM entries_fts_data").fetchone()[0])
+        size, sign = bounds[0], -1
+        for _ in range(16 + 4 * pages // bounds[1]):
+            began = time.monotonic()
+            with self.transaction():
+                before = self.conn.total_changes
+                self.conn.execute("INSERT INTO entries_fts (entries_fts, rank) VALUES ('merge', ?)", (sign * size,))
+                if self.conn.total_changes - before < max(2, size // 4):
+                    return
+            size, sign = sqlite_files.next_step(size, time.monotonic() - began, bounds), 1
+            # Copy the step's pages out of the log without the lock: else a writer's commit finds
+            # the log past its auto-checkpoint size and copies them itself, waiting as long.
+            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            time.sleep(sqlite_files.STEP_PAUSE_S)  # a waiting writer's turn
 
     def rewrite(self) -> None:
-        sqlite_files.rewrite(self.conn)
+        sqlite_files.rewrite(self.conn, self.location)
 
     def compact(self, *, rewrite: bool, vacuum: bool) -> dict[str, Any]:
-        return sqlite_files.compact(self.conn, full=rewrite, vacuum=vacuum)
+        return sqlite_files.compact(self.conn, full=rewrite, vacuum=vacuum, location=self.location)
 
     def truncate_log(self) -> bool:
         return truncate_wal(self.conn)
@@ -730,7 +806,8 @@ def _vector_filter(selection: Selection) -> VectorFilter | None:
     the entries' session index, and a role, tags or a session prefix only `entries` knows.
     """
     filters = selection.filters
-    if filters.is_empty or filters.role is not None or filters.session_prefix or filters.tags or filters.any_tags:
+    if (filters.is_empty or filters.role is not None or filters.session_prefix or filters.tags or filters.any_tags
+            or filters.derived is not None or filters.as_of is not None):
         return None
     if filters.session is not None and (filters.kind is not None or filters.since or filters.until):
         return None

@@ -7,12 +7,13 @@ purge ends with :func:`rewrite`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from ..db import Connection, driver, truncate_wal
+from ..db import Connection, driver, truncate_wal, write_transaction
 from ..errors import StorageError
 from ..pages import count_pages
 
@@ -20,7 +21,7 @@ Snapshot = Callable[[], AbstractContextManager[None]]
 _AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}
 
 # What every migrated file holds: the canonical tables, the keyword index and the readable view.
-EXPECTED_TABLES = ("entries", "entries_fts", "settings", "episodes", "skills", "skill_revisions", "consolidations")
+EXPECTED_TABLES = ("entries", "entries_fts", "settings", "episodes", "skills", "skill_revisions", "consolidations", "derivations")
 EXPECTED_VIEWS = ("memories",)
 
 
@@ -32,20 +33,53 @@ def file_bytes(path: Path | str) -> int:
     return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
-def rewrite(conn: Connection) -> None:
+#: How long one step of maintenance (a bounded merge of the keyword index, a batch of free pages
+#: handed back) should hold the write lock: each step's size is scaled from the last one's time, so
+#: a slow disk gets smaller steps and a writer beside it waits no longer.
+STEP_TARGET_S = 0.25
+#: The pages of the keyword index one merge step writes: the first step's, the least and the most.
+MERGE_PAGES = (256, 32, 8192)
+#: The free pages one incremental-vacuum step hands back: the first step's, the least and the most.
+VACUUM_PAGES = (2048, 128, 65536)
+#: The pause between two steps of maintenance, the write lock let go. A writer waiting for the lock
+#: polls for it (SQLite's busy handler sleeps up to 100 ms between tries): a step taken again at
+#: once would win every time, and the writer wait for all the steps (1.6 s measured beside a
+#: 270 MB gc); a longer pause gives every waiting writer its turn.
+STEP_PAUSE_S = 0.15
+
+
+def next_step(size: int, took_s: float, bounds: tuple[int, int, int]) -> int:
+    """The next step's size: ``size`` scaled so the step takes about ``STEP_TARGET_S`` (at most
+    twice as large: a step's cost per page can grow, as merges reach the larger segments)."""
+    _, least, most = bounds
+    return max(least, min(most, 2 * size, int(size * STEP_TARGET_S / max(took_s, 0.001))))
+
+
+def rewrite(conn: Connection, location: str = "the database") -> None:
     """Rewrite every page of the file (``VACUUM``): no byte of a deleted row survives it, not even
     the copies SQLite's page rebuilding leaves in the unused middle of a live page. It needs free
-    disk space as large as the file, and the write lock for as long."""
+    disk space as large as the file, and the write lock for as long: the one step of maintenance
+    that holds writers up for a time that grows with the file (about 6 s per GB)."""
     if conn.in_transaction:
         raise StorageError("the file cannot be rewritten inside a transaction — purge outside the `with` block")
-    conn.execute("VACUUM")
+    try:
+        conn.execute("VACUUM")
+    except driver().OperationalError as exc:
+        if "disk is full" not in str(exc):
+            raise
+        raise StorageError(
+            f"no space left to rewrite {location} (a rewrite needs free space as large as the file)"
+            " — nothing stored was lost, and the next `harness-mem gc` finishes the purge; free some space"
+        ) from None
 
 
-def compact(conn: Connection, *, full: bool, vacuum: bool) -> dict[str, Any]:
+def compact(conn: Connection, *, full: bool, vacuum: bool, location: str = "the database") -> dict[str, Any]:
     """Give the file's free space back: a full rewrite when ``full`` (an entry was purged) or
     ``vacuum``, else an incremental vacuum in a file made for it; then the WAL is emptied.
 
-    With ``vacuum``, a file in auto_vacuum mode NONE switches to INCREMENTAL on the way.
+    The incremental vacuum hands back pages in steps of about ``STEP_TARGET_S`` of write lock each,
+    so a writer waits for one step at most, however many pages are free. With ``vacuum``, a file in
+    auto_vacuum mode NONE switches to INCREMENTAL on the way.
     """
     mode = _AUTO_VACUUM.get(int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]), "none")
     free_pages = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
@@ -53,11 +87,23 @@ def compact(conn: Connection, *, full: bool, vacuum: bool) -> dict[str, Any]:
     if vacuum or full:
         if vacuum and mode == "none":
             conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect with the VACUUM below
-        rewrite(conn)
+        rewrite(conn, location)
         vacuumed = "full"
         mode = _AUTO_VACUUM.get(int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]), "none")
     elif mode == "incremental" and free_pages:
-        conn.execute("PRAGMA incremental_vacuum").fetchall()  # it frees a page per step: run it to the end
+        left, size = free_pages, VACUUM_PAGES[0]
+        while left:
+            began = time.monotonic()
+            with write_transaction(conn):  # it frees a page per row it returns: read them all
+                conn.execute(f"PRAGMA incremental_vacuum({size})").fetchall()
+            size = next_step(size, time.monotonic() - began, VACUUM_PAGES)
+            # A checkpoint without the lock between steps keeps the log from growing with the file.
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            left, before = int(conn.execute("PRAGMA freelist_count").fetchone()[0]), left
+            if left >= before:  # writers freed pages as fast: what is left goes at the next gc
+                break
+            if left:
+                time.sleep(STEP_PAUSE_S)
         vacuumed = "incremental"
     truncated = truncate_wal(conn)
     return {

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..filters import Selection
 from ..models import to_ms
+from ..storage import DERIVED_SOURCE
 
 
 def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
@@ -15,7 +16,19 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
     # A forgotten entry is never returned; a superseded one only when asked for.
     clauses = [f"{alias}.namespace = ?", f"{alias}.forgotten_at IS NULL"]
     params: list[Any] = [selection.namespace]
-    if not filters.include_superseded:
+    if filters.as_of is not None:
+        # True then: said by that time, and not replaced by an entry that became true by then (a
+        # correction's own time, its created_at, is when the old entry stopped being true).
+        clauses.append(f"{alias}.created_at <= ?")
+        params.append(to_ms(filters.as_of))
+        if not filters.include_superseded:
+            clauses.append(
+                f"({alias}.superseded_by IS NULL OR EXISTS (SELECT 1 FROM entries successor"
+                f" WHERE successor.namespace = {alias}.namespace AND successor.id = {alias}.superseded_by"
+                " AND successor.created_at > ?))"
+            )
+            params.append(to_ms(filters.as_of))
+    elif not filters.include_superseded:
         clauses.append(f"{alias}.superseded_by IS NULL")
     if selection.live:
         clauses.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)")
@@ -49,6 +62,9 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
             f" (SELECT value FROM json_each(?)))"
         )
         params.append(json.dumps(list(filters.any_tags)))
+    if filters.derived is not None:
+        clauses.append(f"{alias}.source {'=' if filters.derived else 'IS NOT'} ?")
+        params.append(DERIVED_SOURCE)
     if filters.since is not None:
         clauses.append(f"{alias}.created_at >= ?")
         params.append(to_ms(filters.since))

@@ -3,7 +3,9 @@
 - :class:`Episode` — situation → tools used → outcome, in a fixed text format (``episode``);
 - :class:`ExperienceStore` — episodes and skills as rows, recall of similar episodes (``store``);
 - :class:`TranscriptRecorder` — turns captured as they happen, written in the background (``transcript``);
-- :func:`consolidate` — raw sessions turned into episodes (and facts) offline (``consolidate``);
+- :func:`consolidate` — transcripts turned offline into topic segments, facts and, for agent runs,
+  episodes (``consolidate``, with ``derive``, ``segments``, ``statements``, ``timephrases``,
+  ``outcomes`` and, with a model, ``model_consolidation``);
 - :class:`Skill` and the SKILL.md rules (``skills``); :class:`SkillDistiller` and
   :class:`SkillReviser` draft and fix skills with a text model (``distill``).
 """
@@ -11,6 +13,7 @@
 from .consolidate import ConsolidationReport, consolidate, episode_id_for
 from .distill import Draft, Revision, SkillDistiller, SkillReviser, distill_episode, revise_skill
 from .episode import Episode, SkillUseTrace, ToolTrace
+from .outcomes import Outcome, infer_outcome
 from .skills import Skill, check_skill, read_skill, scan_skills_dir, write_skill_md
 from .store import (
     EXPERIENCE_SOURCE,
@@ -35,6 +38,7 @@ __all__ = [
     "ExperienceGuide",
     "ExperienceRecorder",
     "ExperienceStore",
+    "Outcome",
     "RecalledEpisode",
     "Revision",
     "Skill",
@@ -53,6 +57,7 @@ __all__ = [
     "distill_episode",
     "episode_id_for",
     "episode_tags",
+    "infer_outcome",
     "read_skill",
     "revise_skill",
     "scan_skills_dir",

@@ -1,49 +1,43 @@
-"""Offline consolidation: transcripts become episodes (and, with a model, facts), with no agent running.
+"""Offline consolidation: transcripts become topic segments, facts and, for agent runs, episodes.
 
-:func:`consolidate` reads the transcript turns (entries of kind ``turn`` with a session) written by
-:class:`~harness_mem.experience.transcript.TranscriptRecorder` or anything else, and keeps **one episode per
-session** up to date — built by code, without any model:
+:func:`consolidate` reads the transcript turns (entries of kind ``turn`` with a session, whatever
+their roles: speaker names, user/assistant, tool) and, per session, incrementally:
 
-* **situation** — the session's first ``user`` turn;
-* **tools** — the tool of every ``tool`` turn, in order, duplicates kept (the entry's
-  ``metadata.tool``, else the ``[name]`` the turn's text starts with);
-* **outcome** — the last ``assistant`` turn;
-* **success** — the rule, in order:
+* **derives** (:mod:`.derive`) its topic segments — each one ``summary`` entry that reads on its
+  own — and its facts — ``fact`` entries, standalone statements in the third person with dates
+  resolved. Every derived entry has source ``consolidation``, the tag ``consolidated``, the
+  session, ``metadata.source_turns`` (the turns it was made from) and the time of its first source
+  turn as its own (when it became true). A fact is stored once (its id comes from its words); a
+  fact about something that changes (where someone lives, works, who their partner is, whether they
+  like something) supersedes the current fact about it, which stays in its history and stops being
+  true at the new one's time (``recall(as_of=…)``). Derived entries have their own recall lane,
+  are not turns of their session, and are forgotten with the turns they cite.
+* keeps **one episode** up to date when the session is an agent's run (it has tool turns or states
+  a result) — built by code: situation (the first ``user`` turn), tools (each ``tool`` turn's,
+  in order), outcome (the last ``assistant`` turn) and success, inferred where the turns show it
+  clearly (:mod:`.outcomes`: a result tag or verdict line, a test summary or exit status in a tool
+  result, the user confirming or rejecting) and recorded with the turn that showed it
+  (``metadata.outcome``); otherwise unknown — never guessed from tone.
 
-  1. the latest turn tagged ``result:success`` or ``result:failure`` decides (the recorder writes
-     these when the host passes ``success=``);
-  2. otherwise the final assistant or tool turn decides if one of its lines *starts with*
-     ``Result:`` or ``Status:`` followed by ``success``/``succeeded``/``passed`` (True) or
-     ``failure``/``failed`` (False), in any case — the episode format's own ``Result:`` line;
-  3. otherwise None: nobody said, and an unknown result is never guessed from tone.
+With a :class:`~harness_mem.providers.textmodel.TextModel`, the model writes the segments' summaries
+and the facts and decides whether a fact adds, updates or repeats a stored one, in at most two
+validated calls per session (:mod:`.model_consolidation`); replies it cannot use fall back to the
+rules' text, a failed call leaves the session for the next run.
 
 Sessions are *finished* when they have been quiet for ``idle`` (default 0: every session with turns;
-``--idle 10m`` leaves the ones still active alone). A session with no user turn yet is skipped and
-looked at again next time.
+``--idle 10m`` leaves the ones still active alone).
 
-**Idempotent and incremental.** The ``consolidations`` table (migration 0005) records, per session,
-the episode made and the last turn folded into it (the turn's internal row number, which grows as
-rows are written — it is reused only if the newest row of the whole file is deleted before the
-next write, a case this accepts). A second run with nothing new reads one aggregate query and writes nothing.
-When a session receives turns after it was consolidated, its episode is **updated in place** rather
-than joined by a second one — a session is one run, and one episode per run is what the distiller
-and the skill history expect: the episode keeps its id (so links from skills survive), its
-situation stays, the new turns' tools are appended, a new assistant turn replaces the outcome, and
-the result is re-decided from the new turns (kept only when they add no assistant turn and say
-nothing). Only the new turns are read, so turns that have since expired do not shrink the episode.
-
-Crash safety: an episode's id is derived from its session (``session:<id>``), so a run interrupted
-between writing an episode and recording it finds the episode on the next run and rewrites it
-instead of adding a duplicate; facts get ids derived from the last turn they cover, and are written
-with "ignore if present".
-
-**Facts.** With a :class:`~harness_mem.providers.textmodel.TextModel`, each session's new turns cost one model
-call asking for a JSON array of at most :data:`MAX_FACTS` durable facts, each citing the turns it
-came from. They are stored as entries of kind ``fact`` (source ``consolidation``, tag
-``consolidated``, the session as a field) with metadata ``{"source_turns": [turn ids], "session": s}``.
-A reply that is not such an array writes no facts and leaves a note in the report; a failed call
-(the server is down) leaves a note too and is retried on the next run. Facts have their own
-watermark, so a model configured later extracts facts from sessions consolidated without one.
+**Idempotent and incremental.** Two watermarks per session, each the highest turn row number
+folded in (row numbers grow as rows are written, so late writers are found too): the derived
+entries' one (``derivations``, migration 0010) and the episode's (``consolidations``, 0005). A
+second run with nothing new reads one aggregate query and writes nothing. Segments and facts are
+written with their watermark in one transaction, under ids derived from their first turn and from
+their words, so a run killed anywhere leaves nothing half-written and the next run neither skips nor
+repeats. When a session receives turns after it was consolidated, the new turns get their own
+segments and its episode is **updated in place** (same id, so links from skills survive; new tools
+appended, a new assistant turn replaces the outcome, the result re-decided from the new turns).
+An episode's id is derived from its session (``session:<id>``), so a run interrupted between
+writing it and recording it finds it on the next run and rewrites it instead of adding another.
 """
 
 from __future__ import annotations
@@ -51,44 +45,49 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
+
 from ..errors import DuplicateIdError, InvalidInputError, ModelError, NotFoundError
-from ..models import from_ms, new_id, now_ms, parse_time, to_ms
+from ..models import Entry, from_ms, new_id, now_ms, parse_time, to_ms
 from ..providers.textmodel import TextModel
+from ..storage import DERIVED_SOURCE
 from ..store import MemoryStore
+from .derive import Derivation, SpokenTurn, derive, fact_id, segment_id
 from .episode import NO_TOOLS, Episode
 from .ledger import ConsolidationLedger
+from .model_consolidation import (
+    DECISIONS_MAX_TOKENS,
+    DIGEST_MAX_TOKENS,
+    NEAREST_SHOWN,
+    Decision,
+    ask,
+    decisions_prompt,
+    digest_prompt,
+    parse_decisions,
+    parse_digest,
+)
+from .outcomes import Outcome, infer_outcome
 from .store import EXPERIENCE_SOURCE, ExperienceStore, episode_tags
 from .transcript import DEFAULT_MAX_CHARS, RESULT_TAGS, truncate_turn
 
 __all__ = [
     "CONSOLIDATED_TAG",
     "CONSOLIDATION_SOURCE",
-    "MAX_FACTS",
     "ConsolidationReport",
-    "Fact",
     "SessionResult",
     "Turn",
     "build_episode",
     "consolidate",
     "episode_id_for",
-    "parse_facts",
     "verdict",
 ]
 
 CONSOLIDATED_TAG = "consolidated"
-CONSOLIDATION_SOURCE = "consolidation"
-MAX_FACTS = 3
-FACTS_MAX_TOKENS = 800
-# What one facts prompt shows of a session: each turn cut to its head, and the middle of a very long
-# session left out (its start states the task, its end the result).
-PROMPT_TURN_CHARS = 600
-PROMPT_TOTAL_CHARS = 24_000
-MAX_FACT_CHARS = 500
-
+CONSOLIDATION_SOURCE = DERIVED_SOURCE
 Progress = Callable[[int, int, str], None]
 
 _VERDICT_LINE = re.compile(
@@ -127,14 +126,6 @@ class Turn:
         return name
 
 
-@dataclass(frozen=True)
-class Fact:
-    """A durable fact a model found in a session, with the turns it came from."""
-
-    text: str
-    source_turns: tuple[str, ...]
-
-
 @dataclass
 class SessionResult:
     """What consolidation did with one session.
@@ -150,6 +141,10 @@ class SessionResult:
     episode: Episode | None = None
     facts: list[str] = field(default_factory=list)  # ids of the fact entries written
     note: str | None = None
+    segments: list[str] = field(default_factory=list)  # ids of the topic segments written
+    facts_repeated: int = 0  # facts derived that were already stored (the same words)
+    facts_updated: int = 0  # of ``facts``, those that superseded an older fact about the same thing
+    model_rejected: bool = False  # the model's replies failed validation twice: the rules wrote it
 
     def describe(self) -> str:
         """One readable line (the CLI prints these)."""
@@ -159,8 +154,10 @@ class SessionResult:
             parts.append(
                 f"→ {self.episode_id}  ({self.new_turns} new turns, {len(self.episode.tools)} tool calls, {outcome})"
             )
-        if self.facts:
-            parts.append(f"+{len(self.facts)} facts")
+        if self.segments or self.facts or self.facts_repeated:
+            parts.append(f"{_counted(len(self.segments), 'segment')}, {_counted(len(self.facts), 'fact')}"
+                         + (f", {self.facts_updated} updating older ones" if self.facts_updated else "")
+                         + (f", {self.facts_repeated} already known" if self.facts_repeated else ""))
         if self.note:
             parts.append(f"— {self.note}")
         return "  ".join(parts)
@@ -173,6 +170,9 @@ class SessionResult:
             "new_turns": self.new_turns,
             "episode": None if self.episode is None else self.episode.to_dict(),
             "facts": list(self.facts),
+            "facts_repeated": self.facts_repeated,
+            "facts_updated": self.facts_updated,
+            "segments": list(self.segments),
             "note": self.note,
         }
 
@@ -203,8 +203,24 @@ class ConsolidationReport:
         return self._count("skipped")
 
     @property
+    def derived(self) -> int:
+        return self._count("derived")
+
+    @property
     def facts(self) -> int:
         return sum(len(s.facts) for s in self.sessions)
+
+    @property
+    def facts_repeated(self) -> int:
+        return sum(s.facts_repeated for s in self.sessions)
+
+    @property
+    def facts_updated(self) -> int:
+        return sum(s.facts_updated for s in self.sessions)
+
+    @property
+    def segments(self) -> int:
+        return sum(len(s.segments) for s in self.sessions)
 
     @property
     def notes(self) -> list[str]:
@@ -213,8 +229,10 @@ class ConsolidationReport:
     def summary(self) -> str:
         """One line: what changed."""
         return (
-            f"{len(self.sessions)} sessions: {self.created} episodes created, {self.updated} updated, "
-            f"{self.unchanged} unchanged, {self.skipped} skipped; {self.facts} facts"
+            f"{_counted(len(self.sessions), 'session')}: {_counted(self.segments, 'segment')},"
+            f" {_counted(self.facts, 'fact')} ({self.facts_updated} updating older ones, {self.facts_repeated}"
+            " already known);"
+            f" {_counted(self.created, 'episode')} created, {self.updated} updated; {self.skipped} skipped"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -224,7 +242,11 @@ class ConsolidationReport:
             "updated": self.updated,
             "unchanged": self.unchanged,
             "skipped": self.skipped,
+            "derived": self.derived,
+            "segments": self.segments,
             "facts": self.facts,
+            "facts_updated": self.facts_updated,
+            "facts_repeated": self.facts_repeated,
             "notes": self.notes,
             "results": [s.to_dict() for s in self.sessions],
         }
@@ -247,18 +269,27 @@ def verdict(turns: Sequence[Turn]) -> bool | None:
     return None
 
 
+def is_agent_run(turns: Sequence[Turn]) -> bool:
+    """True when a session is an agent's run (it used a tool or states a result), not a chat."""
+    return any(t.role == "tool" for t in turns) or verdict(turns) is not None
+
+
 def _clip(text: str) -> str:
     return truncate_turn(text.strip(), DEFAULT_MAX_CHARS)[0]
 
 
-def build_episode(turns: Sequence[Turn], base: Episode | None = None) -> Episode | None:
+def build_episode(turns: Sequence[Turn], base: Episode | None = None, outcome: Outcome | None = None) -> Episode | None:
     """The episode for ``turns`` (in order), or — with ``base`` — ``base`` extended by them.
 
-    None when there is no base and no user turn to take the situation from.
+    Its success is ``outcome``'s (see :func:`~.outcomes.infer_outcome`), else the turns' result tag
+    or verdict line (the base's result carried over when they add no answer and say nothing). None
+    when there is no base and no user turn to take the situation from.
     """
     tools = [name for name in (t.tool for t in turns) if name]
     last_assistant = next((t for t in reversed(turns) if t.role == "assistant"), None)
-    said = verdict(turns)
+    said = outcome.success if outcome is not None else verdict(turns)
+    if outcome is None and base is not None and said is None and last_assistant is None:
+        said = base.success  # the new turns neither answer nor judge: the old result stands
     if base is None:
         first_user = next((t for t in turns if t.role == "user" and t.content.strip()), None)
         if first_user is None:
@@ -270,8 +301,6 @@ def build_episode(turns: Sequence[Turn], base: Episode | None = None) -> Episode
             tags=[CONSOLIDATED_TAG],
             success=said,
         )
-    if said is None and last_assistant is None:
-        said = base.success  # the new turns neither answer nor judge: the old result stands
     return Episode(
         situation=base.situation,
         outcome=_clip(last_assistant.content) if last_assistant else base.outcome,
@@ -287,100 +316,6 @@ def episode_id_for(session: str) -> str:
     return f"session:{session}"
 
 
-# ---- facts: one model call per session --------------------------------------------------------------
-
-FACTS_PROMPT = """\
-Below is the transcript of one agent session, turn by turn. Extract at most {max_facts} durable facts \
-worth remembering after this session: stable preferences, decisions, names, configuration, \
-constraints — things that will still be true next week. Leave out small talk, one-off steps, raw \
-tool output and anything uncertain. Fewer is better; none is a fine answer.
-
-Session: {session}
-{turns}
-
-Reply with a JSON array and nothing else, one object per fact, citing the numbers of the turns it \
-comes from:
-[{{"fact": "one short self-contained sentence", "turns": [1, 3]}}]
-Reply [] when nothing is worth keeping."""
-
-
-def facts_prompt(session: str, turns: Sequence[Turn], max_facts: int = MAX_FACTS) -> str:
-    """The prompt for one session's facts; turns are numbered from 1 in the order given."""
-    lines = [
-        f"[{i}] {t.role}: {truncate_turn(' '.join(t.content.split()), PROMPT_TURN_CHARS)[0]}"
-        for i, t in enumerate(turns, start=1)
-    ]
-    if sum(len(line) + 1 for line in lines) > PROMPT_TOTAL_CHARS:
-        head: list[str] = []
-        tail: list[str] = []
-        budget = PROMPT_TOTAL_CHARS
-        for i in range(len(lines)):
-            # Alternate from both ends so the task (start) and the result (end) are kept.
-            line = lines[i // 2] if i % 2 == 0 else lines[len(lines) - 1 - i // 2]
-            if len(line) + 1 > budget:
-                break
-            budget -= len(line) + 1
-            (head if i % 2 == 0 else tail).append(line)
-        omitted = len(lines) - len(head) - len(tail)
-        lines = [*head, f"[… {omitted} turns omitted …]", *reversed(tail)]
-    return FACTS_PROMPT.format(max_facts=max_facts, session=session, turns="\n".join(lines))
-
-
-_FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
-
-
-def _json_array(text: str) -> list[Any] | None:
-    """The JSON array in a model reply (also ``{"facts": [...]}``), or None."""
-    if not isinstance(text, str):
-        return None
-    candidates = [text.strip(), *(m.group(1).strip() for m in _FENCE.finditer(text))]
-    for open_, close in (("[", "]"), ("{", "}")):
-        first, last = text.find(open_), text.rfind(close)
-        if 0 <= first < last:
-            candidates.append(text[first : last + 1])
-    for candidate in candidates:
-        try:
-            value = json.loads(candidate)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            value = value.get("facts")
-        if isinstance(value, list):
-            return value
-    return None
-
-
-def parse_facts(reply: str, turns: Sequence[Turn], max_facts: int = MAX_FACTS) -> list[Fact] | None:
-    """The facts in a model's reply, linked to ``turns`` (numbered from 1); None when the reply is
-    not a JSON array of facts. Blank or over-long items are dropped; at most ``max_facts`` are kept.
-
-    A fact citing no valid turn is linked to every turn shown to the model.
-    """
-    items = _json_array(reply)
-    if items is None:
-        return None
-    facts: list[Fact] = []
-    for item in items:
-        cited: Any = []
-        if isinstance(item, str):
-            text = item
-        elif isinstance(item, dict):
-            text = next((item[k] for k in ("fact", "text", "content") if isinstance(item.get(k), str)), "")
-            cited = item.get("turns", item.get("source_turns", []))
-        else:
-            continue
-        text = " ".join(text.split())
-        if not text or len(text) > MAX_FACT_CHARS:
-            continue
-        numbers = [n for n in (cited if isinstance(cited, list) else [cited])
-                   if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= len(turns)]
-        sources = [turns[n - 1].id for n in dict.fromkeys(numbers)] or [t.id for t in turns]
-        facts.append(Fact(text, tuple(sources)))
-        if len(facts) >= max_facts:
-            break
-    return facts
-
-
 # ---- the job ------------------------------------------------------------------------------------------
 
 
@@ -388,11 +323,11 @@ def parse_facts(reply: str, turns: Sequence[Turn], max_facts: int = MAX_FACTS) -
 class _Candidate:
     session: str
     max_pk: int
-    last_pk: int | None  # None: never consolidated
-    facts_pk: int
+    last_pk: int | None  # None: no episode yet
     episode_id: str | None
     turns: int
     facts: int
+    derived_pk: int  # 0: nothing derived yet
 
 
 @dataclass(frozen=True)
@@ -402,6 +337,7 @@ class _Mark:
     candidate: _Candidate
     episode_id: str
     new: list[Turn]
+    outcome: Outcome | None = None  # the run's result, the turn that showed it and why
 
     @property
     def session(self) -> str:
@@ -426,7 +362,8 @@ class _Mark:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        return {"consolidated_from": {"session": self.session, "turns": self.turns, "last_turn": self.last_turn_id}}
+        made = {"consolidated_from": {"session": self.session, "turns": self.turns, "last_turn": self.last_turn_id}}
+        return made if self.outcome is None else {**made, "outcome": self.outcome.to_dict()}
 
 
 def consolidate(
@@ -437,21 +374,21 @@ def consolidate(
     model: TextModel | None = None,
     progress: Progress | None = None,
     idle: float | str | timedelta = 0,
-    max_facts: int = MAX_FACTS,
+    dry_run: bool = False,
 ) -> ConsolidationReport:
     """Turn every finished session's new transcript turns into its episode (and facts, with a model).
 
     :param session: only this session (it counts as finished whatever ``idle`` says).
     :param since: only sessions with a turn at or after this time (ISO-8601 or an age like ``7d``).
-    :param model: when given, up to ``max_facts`` facts are extracted per session (one call each).
+    :param model: when given, the model writes the segments' summaries and the facts (at most two
+        calls per session: see :mod:`.model_consolidation`).
     :param progress: called as ``progress(done, total, session)`` after each session.
     :param idle: a session is finished once quiet this long: seconds, a timedelta or an age like
         ``10m``; 0 (the default) takes every session as it is now.
+    :param dry_run: derive and report, write nothing (no segment, fact, episode or watermark).
     :returns: what happened to each session that had something new.
     """
-    if max_facts < 0:
-        raise InvalidInputError(f"max_facts must be 0 or more, not {max_facts!r}")
-    job = _Job(store, model, max_facts)
+    job = _Job(store, None if dry_run else model, dry_run=dry_run)
     candidates = job.candidates(session=session, since=since, idle=idle)
     report = ConsolidationReport()
     for done, candidate in enumerate(candidates, start=1):
@@ -462,19 +399,18 @@ def consolidate(
 
 
 class _Job:
-    def __init__(self, store: MemoryStore, model: TextModel | None, max_facts: int) -> None:
+    def __init__(self, store: MemoryStore, model: TextModel | None, *, dry_run: bool = False) -> None:
         self.store = store
+        self.dry_run = dry_run
         self.experience = ExperienceStore(store)
         self.ledger = ConsolidationLedger(store)
-        self.model = model if max_facts > 0 else None
-        self.max_facts = max_facts
+        self.model = model
 
     def candidates(
         self, *, session: str | None, since: str | datetime | None, idle: float | str | timedelta
     ) -> list[_Candidate]:
         """Sessions with turns past their watermark (the episode's, or the facts' with a model)."""
         rows = self.ledger.sessions_past_watermark(
-            with_facts=self.model is not None,
             session=self.store.scope.key(session),  # as stored: its pseudonym when it holds PII
             since_ms=None if since is None else to_ms(parse_time(since)),
             cutoff_ms=None if session is not None else _idle_cutoff(idle, now_ms()),
@@ -491,18 +427,150 @@ class _Job:
 
     def run(self, c: _Candidate) -> SessionResult:
         needs_episode = c.last_pk is None or c.max_pk > c.last_pk
-        start = min(c.last_pk or 0, c.facts_pk) if self.model is not None else (c.last_pk or 0)
+        # A session never made an episode is read whole: a tool turn from an earlier run makes it an
+        # agent's run, whose episode starts at its first turn.
+        start = min(c.derived_pk, c.last_pk or 0)
         turns = self.turns_after(c.session, start)
         new = [t for t in turns if t.pk > (c.last_pk or 0)]
         result = SessionResult(c.session, "unchanged", c.episode_id, len(new))
-        if needs_episode and new:
+        # The episode first: a run stopped after it but before the derived entries is a candidate
+        # again (its derived watermark has not moved), and the episode's own bookkeeping repairs it.
+        if needs_episode and new and not self.dry_run and (c.episode_id is not None or is_agent_run(new)):
             self._episode(c, new, result)
-        if result.action == "skipped" or self.model is None:
-            return result
-        fresh = [t for t in turns if t.pk > c.facts_pk]
+        fresh = [t for t in turns if t.pk > c.derived_pk]
         if fresh:
-            self._facts(c.session, fresh, result)
+            self._derive(c, fresh, result)
         return result
+
+    def _vectors(self, turns: Sequence[Turn]) -> Any:
+        """The turns' stored vectors, row for row; None unless every turn has one."""
+        if self.store.keyword_only:
+            return None
+        found = self.store.storage.stored_vectors([t.pk for t in turns])
+        if len(found) < len(turns):
+            return None
+        return np.stack([found[t.pk] for t in turns])
+
+    def _derive(self, c: _Candidate, turns: list[Turn], result: SessionResult) -> None:
+        """Write the topic segments and facts of the session's turns past its derived watermark."""
+        spoken = [SpokenTurn(t.id, t.role, t.content, from_ms(t.created_ms).date()) for t in turns]
+        derivation = derive(spoken, self._vectors(turns))
+        when = {t.id: from_ms(t.created_ms) for t in turns}
+        segments = [self._item(c.session, "summary", part.text, part.source_turns, segment_id(part.source_turns[0]), when)
+                    for part in derivation.segments]
+        facts = [self._item(c.session, "fact", fact.text, fact.source_turns, fact_id(fact.text), when, fact.about)
+                 for fact in derivation.facts]
+        decided: dict[int, Decision] = {}
+        if self.model is not None:
+            try:
+                written = self._model_writes(c.session, spoken, derivation, when, result)
+            except ModelError as exc:
+                result.note = f"not consolidated ({exc}); it will be tried again next run"
+                return
+            if written is not None:
+                segments, facts, decided = written
+        facts = list({item["id"]: item for item in facts}.values())  # said twice in one session: once
+        if self.dry_run:
+            result.action = "derived" if result.action == "unchanged" else result.action
+            result.segments = [str(item["id"]) for item in segments]
+            result.facts = [str(item["id"]) for item in facts]
+            return
+        try:
+            with self.store.transaction():
+                kept_segments = self.store.add_many(segments, on_conflict="ignore")
+                kept_facts: list[Entry] = []
+                for number, item in enumerate(facts, start=1):
+                    entry, updated = self._write_fact(item, decided.get(number))
+                    if entry is not None:
+                        kept_facts.append(entry)
+                        result.facts_updated += updated
+                if not self.ledger.move_derived_watermark(
+                    c.session, seen=c.derived_pk, derived_pk=max(t.pk for t in turns),
+                    segments=len(kept_segments), facts=len(kept_facts),
+                ):
+                    raise _Conflict("another consolidation derived from this session meanwhile")
+        except _Conflict as conflict:
+            result.note = str(conflict)
+            return
+        if result.action == "unchanged":
+            result.action = "derived"
+        result.segments = [e.id for e in kept_segments]
+        result.facts = [e.id for e in kept_facts]
+        result.facts_repeated = len(facts) - len(kept_facts)
+
+    @staticmethod
+    def _item(session: str, kind: str, text: str, sources: Sequence[str], id_: str, when: dict[str, datetime],
+              about: tuple[str, str] | None = None) -> dict[str, Any]:
+        """A derived entry to write: it cites its turns, and holds from the time of the first."""
+        item: dict[str, Any] = {
+            "id": id_, "content": text, "kind": kind, "session": session, "tags": [CONSOLIDATED_TAG],
+            "source": CONSOLIDATION_SOURCE, "metadata": {"source_turns": list(sources)},
+            "created_at": min(when[t] for t in sources),
+        }
+        if about is not None:
+            item["tags"].append(about_tag(about[0]))
+            item["metadata"]["about"] = {"key": about[0], "value": about[1]}
+        return item
+
+    def _model_writes(
+        self, session: str, spoken: list[SpokenTurn], derivation: Derivation, when: dict[str, datetime], result: SessionResult,
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, Decision]] | None:
+        """The model's segments and facts (and its decisions about stored facts near them); None
+        when its replies were rejected twice (the rules' text is written instead, and counted)."""
+        assert self.model is not None
+        parts = derivation.parts
+        digest, why = ask(self.model, digest_prompt(spoken, parts),
+                          lambda reply: parse_digest(reply, len(spoken), len(parts)), max_tokens=DIGEST_MAX_TOKENS)
+        if digest is None:
+            result.model_rejected = True
+            result.note = f"the model's replies were rejected ({why}); the rules' segments and facts were written"
+            return None
+        ids = [t.id for t in spoken]
+        segments = [self._item(session, "summary", summary.text, [ids[i] for i in part], segment_id(ids[part[0]]), when)
+                    for summary, part in zip(digest.segments, parts, strict=True)]
+        facts = [self._item(session, "fact", fact.text, [ids[n - 1] for n in dict.fromkeys(fact.turns)], fact_id(fact.text), when)
+                 for fact in digest.facts]
+        nearest = [[(h.entry.id, h.entry.content) for h in self.store.recall(item["content"], NEAREST_SHOWN, kind="fact")]
+                   for item in facts]
+        decided: dict[int, Decision] = {}
+        if any(nearest):
+            found, why = ask(self.model, decisions_prompt([f["content"] for f in facts], nearest),
+                             lambda reply: parse_decisions(reply, nearest), max_tokens=DECISIONS_MAX_TOKENS)
+            if found is None:  # every fact is added: nothing is merged on a guess
+                result.note = f"the model's decisions were rejected ({why}); its facts were added as new"
+            decided = found or {}
+        return segments, facts, decided
+
+    def _write_fact(self, item: dict[str, Any], decision: Decision | None) -> tuple[Entry | None, bool]:
+        """Write one fact as decided (the model's decision, or the rules' for facts about something
+        that changes); returns the entry written (None for a repeat) and whether it corrects another."""
+        if decision is not None and decision.action == "repeat":
+            return None, False
+        if decision is not None and decision.action == "update" and decision.existing is not None:
+            return self._correct(decision.existing, item), True
+        if decision is None and "about" in item["metadata"]:
+            return self._set_fact(item)
+        return next(iter(self.store.add_many([item], on_conflict="ignore")), None), False
+
+    def _correct(self, old_id: str, item: dict[str, Any]) -> Entry:
+        corrected = self.store.supersede(
+            old_id, item["content"], id=item["id"], created_at=item["created_at"], metadata=item["metadata"],
+            tags=item["tags"], source=item["source"], session=item["session"],
+        )
+        return self.store.get(corrected.id)
+
+    def _set_fact(self, item: dict[str, Any]) -> tuple[Entry | None, bool]:
+        """Write a fact about something that can change (where someone lives, …): added when nothing
+        is known of it, a repeat (None) when the current fact says the same, else a correction that
+        supersedes the current fact — kept in its history, true until this one's time. Returns the
+        entry written and whether it is a correction."""
+        about = item["metadata"]["about"]
+        current = next(iter(self.store.list(kind="fact", tags=[about_tag(about["key"])], limit=1)), None)
+        if current is None:
+            return next(iter(self.store.add_many([item], on_conflict="ignore")), None), False
+        if current.metadata.get("about", {}).get("value") == about["value"] or current.id == item["id"]:
+            return None, False
+        return self._correct(current.id, item), True
 
     def _episode(self, c: _Candidate, new: list[Turn], result: SessionResult) -> None:
         episode_id = c.episode_id or episode_id_for(c.session)
@@ -514,17 +582,22 @@ class _Job:
                 self._record(mark)
             result.action, result.note = "skipped", "the run recorded its own episode; kept as it is"
             return
-        base = None
+        base = previous = None
         if c.last_pk is not None:
             try:
-                base = self.experience.get(episode_id).episode
+                stored = self.experience.get(episode_id)
             except NotFoundError:
                 # Someone deleted the episode on purpose: respect that, and move the watermark on.
                 with self.store.transaction():
                     self._record(mark)
                 result.action, result.note = "skipped", "its episode was deleted; not recreated"
                 return
-        episode = build_episode(new, base)
+            base = stored.episode
+            recorded = self.store.get(stored.entry_id).metadata.get("outcome") if stored.entry_id else None
+            previous = Outcome.from_dict(recorded) or Outcome(base.success, None, "recorded before outcomes were inferred")
+        outcome = infer_outcome(new, before=previous)
+        mark = replace(mark, outcome=outcome)
+        episode = build_episode(new, base, outcome)
         if episode is None:
             result.action, result.note = "skipped", "no user turn yet to take the situation from"
             return
@@ -593,35 +666,14 @@ class _Job:
             last_turn_id=mark.last_turn_id, turns=mark.turns,
         )
 
-    def _facts(self, session: str, turns: list[Turn], result: SessionResult) -> None:
-        assert self.model is not None
-        try:
-            reply = self.model.complete(facts_prompt(session, turns, self.max_facts), max_tokens=FACTS_MAX_TOKENS)
-        except ModelError as exc:
-            result.note = f"facts not extracted ({exc}); they will be tried again next run"
-            return
-        facts = parse_facts(reply, turns, self.max_facts)
-        if facts is None:
-            shown = " ".join(str(reply).split())[:80]
-            result.note = f"the model's reply is not a JSON array of facts ({shown!r}); no facts written"
-            facts = []
-        last = max(turns, key=lambda t: t.pk)
-        items = [
-            {
-                "id": f"fact:{last.id}:{i}",
-                "content": fact.text,
-                "kind": "fact",
-                "session": session,
-                "tags": [CONSOLIDATED_TAG],
-                "source": CONSOLIDATION_SOURCE,
-                "metadata": {"source_turns": list(fact.source_turns), "session": session},
-            }
-            for i, fact in enumerate(facts, start=1)
-        ]
-        with self.store.transaction():
-            written = self.store.add_many(items, on_conflict="ignore") if items else []
-            self.ledger.count_facts(session, up_to_pk=last.pk, written=len(written))
-        result.facts = [e.id for e in written]
+
+def about_tag(key: str) -> str:
+    """The tag a fact about ``key`` (``caroline/home``) carries, to find the current one."""
+    return f"about:{key}"
+
+
+def _counted(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 class _Conflict(Exception):

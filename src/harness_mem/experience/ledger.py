@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from ..store import MemoryStore
     from .episode import Episode
 
-#: (session, max turn pk, watermark or None, facts watermark, episode id, turns, facts, first turn ms)
-SessionRow = tuple[str, int, int | None, int, str | None, int, int, int]
+#: (session, max turn pk, episode watermark or None, episode id, turns, facts, derived watermark, first turn ms)
+SessionRow = tuple[str, int, int | None, str | None, int, int, int, int]
 #: (pk, id, role, content, tags JSON, metadata JSON, created ms)
 TurnRow = tuple[int, str, str | None, str, str, str, int]
 
@@ -33,16 +33,17 @@ class ConsolidationLedger:
         self.tables = tables_of(store.storage)  # the store's own connection: writes join its transactions
 
     def sessions_past_watermark(
-        self, *, with_facts: bool, session: str | None, since_ms: int | None, cutoff_ms: int | None
+        self, *, session: str | None, since_ms: int | None, cutoff_ms: int | None
     ) -> list[SessionRow]:
-        """Sessions whose latest turn is past their watermark (or the facts' one, ``with_facts``)."""
+        """Sessions whose latest turn is past a watermark: the derived entries' one, or the episode's
+        when it has one."""
         where = ["e.namespace = ?", "e.kind = 'turn'", "e.session IS NOT NULL",
                  "(e.expires_at IS NULL OR e.expires_at > ?)"]
         params: list[Any] = [self.namespace, now_ms()]
         if session is not None:
             where.append("e.session = ?")
             params.append(session)
-        having = ["(c.last_pk IS NULL OR max(e.pk) > c.last_pk" + (" OR max(e.pk) > c.facts_pk)" if with_facts else ")")]
+        having = ["(max(e.pk) > coalesce(d.derived_pk, 0) OR max(e.pk) > c.last_pk)"]
         if since_ms is not None:
             having.append("max(e.created_at) >= ?")
             params.append(since_ms)
@@ -50,13 +51,14 @@ class ConsolidationLedger:
             having.append("max(e.created_at) <= ?")
             params.append(cutoff_ms)
         return [tuple(row) for row in self.tables.execute(
-            "SELECT e.session, max(e.pk), c.last_pk, coalesce(c.facts_pk, 0), c.episode_id, coalesce(c.turns, 0),"
-            " coalesce(c.facts, 0), min(e.created_at)"
+            "SELECT e.session, max(e.pk), c.last_pk, c.episode_id, coalesce(c.turns, 0),"
+            " coalesce(c.facts, 0), coalesce(d.derived_pk, 0), min(e.created_at)"
             " FROM entries e LEFT JOIN consolidations c ON c.namespace = e.namespace AND c.session = e.session"
+            " LEFT JOIN derivations d ON d.namespace = e.namespace AND d.session = e.session"
             f" WHERE {' AND '.join(where)}"
             # Grouped by the ledger's columns too: one row per session (its namespace is fixed), and
             # PostgreSQL selects only grouped or aggregated columns.
-            " GROUP BY e.session, c.last_pk, c.facts_pk, c.episode_id, c.turns, c.facts"
+            " GROUP BY e.session, c.last_pk, c.episode_id, c.turns, c.facts, d.derived_pk"
             f" HAVING {' AND '.join(having)}"
             " ORDER BY min(e.created_at), e.session",
             params,
@@ -130,11 +132,15 @@ class ConsolidationLedger:
             )
         return bool(cursor.rowcount == 1)
 
-    def count_facts(self, session: str, *, up_to_pk: int, written: int) -> None:
-        """Record that the session's turns up to ``up_to_pk`` had their facts extracted."""
-        self.tables.execute(
-            f"UPDATE consolidations SET facts_pk = {self.tables.greatest('facts_pk', '?')}, facts = facts + ?,"
-            " updated_at = ?"
-            " WHERE namespace = ? AND session = ?",
-            (up_to_pk, written, now_ms(), self.namespace, session),
+    def move_derived_watermark(self, session: str, *, seen: int, derived_pk: int, segments: int, facts: int) -> bool:
+        """Record that the session's turns up to ``derived_pk`` have been derived from (moving it
+        from ``seen``, 0 the first time); False when another process moved it meanwhile."""
+        cursor = self.tables.execute(
+            "INSERT INTO derivations (namespace, session, derived_pk, segments, facts, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, session) DO UPDATE SET"
+            " derived_pk = excluded.derived_pk, segments = derivations.segments + excluded.segments,"
+            " facts = derivations.facts + excluded.facts, updated_at = excluded.updated_at"
+            " WHERE derivations.derived_pk = ?",
+            (self.namespace, session, derived_pk, segments, facts, now_ms(), seen),
         )
+        return bool(cursor.rowcount == 1)

@@ -8,7 +8,7 @@ understands them. Their fields are also a row in the
 ``episodes`` table, so that listing, filtering by tool, skill or result, and joining to skills
 need no text parsing. The row is written from what the store actually kept (the entry's content
 after redaction, its id as stored), never from the caller's raw text, and deleting the entry deletes
-the row. The episode's own tags are scrubbed as the entry's tags are.
+the row. The episode's own tags are stored as the entry's tags are (keyed pseudonyms).
 
 **Recall** asks the memory store for episodes relevant to a situation (over-fetching 2k), then
 ranks them by relevance × a result weight: :data:`RESULT_WEIGHTS` gives a success ×1.25, an
@@ -303,11 +303,10 @@ class ExperienceStore:
         return StoredEpisode(entry.id, kept, entry.created_at, entry.id)
 
     def kept_tags(self, tags: Iterable[str]) -> builtins.list[str]:
-        """An episode's own tags as its row stores them: scrubbed as the entry's tags are."""
-        redactor = self.store.redactor
-        if redactor is None:
-            return builtins.list(tags)
-        return [str(tag) for tag in redactor.scrub_value(builtins.list(tags)).value]
+        """An episode's own tags as its row stores them: as the entry's tags are, each a keyed
+        pseudonym where redaction finds something in it."""
+        key = self.store.scope.key
+        return [key(str(tag)) or str(tag) for tag in tags]
 
     def _live(self) -> str:
         """Join condition: the episode's entry is missing (structural only) or not expired."""

@@ -22,8 +22,8 @@ character or literal prefix, and enters its matcher only there, so:
   lookbehind rejects a start in the middle of a run at once, which is also what keeps the patterns
   linear: "sk-sk-sk-…" or a 100 kB word is not rescanned from every position;
 * patterns anchor on rare characters where they can and find the rest in Python: an e-mail is
-  matched from its "@", an IPv6 address from its first colon, "199元" from its currency word, a
-  "password=…" from its "=", each then walking back a few characters;
+  matched from its "@" (or a full-width "＠"), an IPv6 address from its first colon, "199元" from its
+  currency word, a "password=…" from its "=", each then walking back a few characters;
 * card, CN ID, SSN and phone rules share one prefilter pass that finds runs of nine or more
   digits, and run only inside those windows;
 * quantifiers are bounded, and possessive where what follows cannot match what they consume.
@@ -61,8 +61,13 @@ def unchanged(value: str) -> str:
     return value
 
 
+# Full-width digits (U+FF10-FF19, typed with a CJK input method) as ASCII ones.
+_FULLWIDTH_DIGITS = str.maketrans("０１２３４５６７８９", "0123456789")
+
+
 def _digits(value: str) -> str:
-    return "".join(ch for ch in value if ch.isdigit())
+    # Full-width digits count as the ASCII ones, so "４１１１…" hashes as "4111…" does.
+    return "".join(ch for ch in value.translate(_FULLWIDTH_DIGITS) if ch.isdigit())
 
 
 def _alnum_upper(value: str) -> str:
@@ -229,12 +234,12 @@ _ALNUM = frozenset(string.ascii_letters + string.digits)
 _DIGIT_RE = re.compile(r"[0-9]")
 
 
-# Card, CN ID, SSN and most phone numbers have nine digits or more in a row, with at most single
-# separators between them: a space, dot, dash, slash or underscore, or one of the narrow spaces that
-# typesetting puts into long numbers (no-break U+00A0, thin U+2009, narrow no-break U+202F). One
-# pass finds such runs; those rules run only inside them, instead of each entering the matcher at
-# every digit of the text.
-_LONG_NUMBER = _compile(r"[0-9](?<![0-9A-Za-z][0-9])(?:[ .\-/_\u00a0\u2009\u202f]?[0-9]){8,}")
+# Card, CN ID, SSN and most phone numbers have nine digits or more in a row, with at most a few
+# separators between them: spaces, dots, dashes, slashes or underscores, or the narrow spaces that
+# typesetting puts into long numbers (no-break U+00A0, thin U+2009, narrow no-break U+202F); up to
+# three at a time, for a card written "4111 - 1111 - …". One pass finds such runs; those rules run
+# only inside them, instead of each entering the matcher at every digit of the text.
+_LONG_NUMBER = _compile(r"[0-9](?<![0-9A-Za-z][0-9])(?:[ .\-/_\u00a0\u2009\u202f]{0,3}+[0-9]){8,}")
 # Every value the window rules take is nine digits or more joined by these separators, so it lies
 # inside one window.
 _MERGE_GAPS[_LONG_NUMBER] = 256
@@ -303,7 +308,7 @@ _has_long_number = _has_match(_LONG_NUMBER)
 # CJK text is glued to it ("a@b.com谢谢"), which is why the three are told apart.
 _EMAIL_LABEL = r"[^\W_](?:(?:[^\W_]|-){0,61}[^\W_])?"
 _EMAIL_DOMAIN = re.compile(
-    rf"@{_EMAIL_LABEL}(?:\.{_EMAIL_LABEL})*\."
+    rf"[@＠]{_EMAIL_LABEL}(?:\.{_EMAIL_LABEL})*\."
     r"(?:[A-Za-z]{2,24}(?![A-Za-z0-9\-])|xn--[A-Za-z0-9\-]{1,59}(?![A-Za-z0-9\-])|[^\W\dA-Za-z_]{2,24}(?![^\W_]|-))"
 )
 _LOCAL_CHARS = frozenset(string.ascii_letters + string.digits + "._%+-")
@@ -319,14 +324,36 @@ def _local_char(ch: str) -> bool:
     return ch in _LOCAL_CHARS or (127 < ord(ch) < _UNSPACED_SCRIPTS and ch.isalnum())
 
 
+def _email_key(value: str) -> str:
+    """The form an address is hashed in: lower case, a full-width "＠" (a CJK input method's) as "@"."""
+    return value.replace("＠", "@").lower()
+
+
+def _quoted_local_start(text: str, at: int) -> int | None:
+    """Where a quoted local part ending right before ``at`` starts (its opening quote), if there is one.
+
+    RFC 5321 allows any printable text in quotes: ``"ann smith"@example.com``. Inside an escaped
+    JSON string (``\\"ann smith\\"@…``) the backslash before the opening quote goes with it.
+    """
+    opening = text.rfind('"', max(0, at - 2 - _MAX_LOCAL), at - 1)
+    if opening < 0 or opening == at - 2 or "\n" in text[opening:at]:
+        return None
+    if opening > 0 and text[opening - 1] == "\\" and text[at - 2] == "\\":
+        return opening - 1
+    return opening
+
+
 def _locate_email(match: re.Match[str]) -> tuple[int, int] | None:
     text, at = match.string, match.start()
+    if at > 1 and text[at - 1] == '"':
+        quoted = _quoted_local_start(text, at)
+        return None if quoted is None else (quoted, match.end())
     start = at
     while start > 0 and _local_char(text[start - 1]):
         start -= 1
         if at - start > _MAX_LOCAL:
             return None
-    if start == at and not match.group().isascii():
+    if start == at and not match.group()[1:].isascii():  # [1:]: the domain, without a full-width "＠"
         # "用户@例子.中国": a local part in a script written without spaces is read back to the last
         # non-letter, and only before a non-ASCII domain; "联系我a@b.com" keeps "联系我".
         while start > 0 and ord(text[start - 1]) >= _UNSPACED_SCRIPTS and text[start - 1].isalnum():
@@ -482,6 +509,56 @@ _CARD = _compile(
 )
 
 
+# Cards written less tidily: separators mixed ("4111-1111 1111-1111"), doubled ("4111--1111--…") or
+# slashes ("4111/1111/1111/1111"), one to three of them in each gap. Only the card layouts (4-4-4-4,
+# 4-4-4-4-3, Amex 4-6-5, Diners 4-6-4) and only from an issuer's prefix (_issuer_ok): loose gaps
+# also join things that are not cards ("seasons 2019-2020 2021-2022"), and Luhn alone passes one in
+# ten. Dots and underscores are not among them: a dot beside other separators reads as a decimal
+# or a version ("5200.0000 0000-0007"), an underscore as part of a name.
+_CARD_GAP = r"[ \-/\u00a0\u2009\u202f]{1,3}+"
+_CARD_LOOSE = _compile(
+    r"[2-6](?<![0-9A-Za-z][2-6])(?<![0-9][.,\-/][2-6])(?<!/[2-6])[0-9]{3}"
+    rf"(?:{_CARD_GAP}[0-9]{{4}}{_CARD_GAP}[0-9]{{4}}{_CARD_GAP}[0-9]{{4}}(?:{_CARD_GAP}[0-9]{{3}}(?![0-9]))?"
+    rf"|{_CARD_GAP}[0-9]{{6}}{_CARD_GAP}[0-9]{{4,5}})" + _NUMBER_END + r"(?!/)"
+)
+# Full-width digits, plain or in groups of four joined by spaces (ASCII or ideographic U+3000) or
+# dashes (ASCII or full-width U+FF0D).
+_FULLWIDTH_GAP = "[ \u3000\\-\uff0d]{1,2}+"
+_CARD_FULLWIDTH = re.compile(
+    "[２-６](?<![０-９][２-６])(?:[０-９]{12,18}"
+    f"|[０-９]{{3}}{_FULLWIDTH_GAP}[０-９]{{4}}{_FULLWIDTH_GAP}[０-９]{{4}}{_FULLWIDTH_GAP}[０-９]{{1,4}}"
+    f"(?:{_FULLWIDTH_GAP}[０-９]{{1,3}})?)(?![０-９0-9])"
+)
+_FULLWIDTH_DIGIT = re.compile("[０-９]")
+
+
+def _issuer_ok(digits: str) -> bool:
+    """The number starts as some issuer's cards do, at a length that issuer uses."""
+    size, two, three, four = len(digits), int(digits[:2]), int(digits[:3]), int(digits[:4])
+    if size == 15:
+        return two in (34, 37)  # Amex
+    if size == 14:
+        return two in (30, 36, 38, 39)  # Diners
+    return (
+        digits[0] == "4"  # Visa
+        or 51 <= two <= 55 or 2221 <= four <= 2720  # Mastercard
+        or two in (35, 62, 65) or four == 6011 or 644 <= three <= 649  # JCB, UnionPay, Discover
+    )
+
+
+def _locate_loose_card(match: re.Match[str]) -> tuple[int, int] | None:
+    digits = _digits(match.group())
+    return match.span() if card_ok(digits) and _issuer_ok(digits) else None
+
+
+def _locate_fullwidth_card(match: re.Match[str]) -> tuple[int, int] | None:
+    return match.span() if card_ok(_digits(match.group())) else None
+
+
+def _fullwidth_digit_gate(text: str) -> bool:
+    return not text.isascii() and _FULLWIDTH_DIGIT.search(text) is not None
+
+
 def _locate_card(match: re.Match[str]) -> tuple[int, int] | None:
     text, (start, end) = match.string, match.span()
     value = match.group()
@@ -562,6 +639,33 @@ def _locate_bare_ssn(match: re.Match[str]) -> tuple[int, int] | None:
     if not ssn_ok(f"{value[:3]}-{value[3:5]}-{value[5:]}"):
         return None
     return match.span() if _said_before(_SSN_WORDS, match.string, match.start(), 48) else None
+
+
+# -- passport numbers: six to nine letters and digits right after "passport" ("passport number
+# X1234567", "Passport No.: 123456789", "护照号码 E12345678"). Passports have no check digit outside
+# their machine-readable line and no shape of their own, so the word is what tells one.
+_PASSPORT_VALUE = r"(?:[ \t]+(?i:is))?[ \t]*+[.:：#=]{0,2}+[ \t]*+(?P<value>[A-Za-z0-9]{6,9})(?![0-9A-Za-z])"
+_PASSPORT = _compile(
+    r"[Pp](?<![A-Za-z][Pp])(?i:assport)(?![A-Za-z])(?:[ \t]*+(?i:number|num|no|nr|id)(?![A-Za-z]))?"
+    + _PASSPORT_VALUE
+)
+_PASSPORT_CJK = _compile(r"(?:护照|護照)(?:号码?|號碼?)?" + _PASSPORT_VALUE)
+_PASSPORT_MIN_DIGITS = 5
+
+
+def _locate_passport(match: re.Match[str]) -> tuple[int, int] | None:
+    text, (start, end) = match.string, match.span("value")
+    value = text[start:end]
+    if text[start - 1] in _ALNUM:
+        return None  # "passportX1234567" is one word
+    if sum(ch.isdigit() for ch in value) < _PASSPORT_MIN_DIGITS or not (value.isupper() or value.islower()
+                                                                         or value.isdigit()):
+        return None
+    return start, end
+
+
+def _passport_gate(text: str) -> bool:
+    return "assport" in _lower(text) or _contains_any(text, ("护照", "護照"))
 
 
 # -- China resident identity number: region, birth date, sequence, ISO 7064 mod 11-2 check char;
@@ -820,6 +924,47 @@ def _locate_assignment(match: re.Match[str]) -> tuple[int, int] | None:
     return None
 
 
+# A password said in words: "my password is Hunter2!", "the password is: x9$kq", "密码是hunter2".
+# Prose says far more often what a password *is like* ("the password is required", "… is
+# case-sensitive", "… is hashed with argon2id"), so without a colon the value is taken only when
+# it cannot be a word: it has a digit or a symbol (six digits at least when it is all digits).
+_SAID_VALUE = (
+    r"[ \t]*+(?P<colon>[:：=]?)[ \t]*+"
+    r"(?:\"(?P<dq>[^\"\n]{1,128})\"|'(?P<sq>[^'\n]{1,128})'"
+    r"|(?P<bare>[^\s\"'<>\u3000-\u303f\u3400-\u9fff\uff00-\uffef]{1,128}))"
+)
+# Two patterns, each starting with a character class or literals that ``re`` can skip ahead to.
+_SAID_SECRET = _compile(
+    r"[Pp](?<![A-Za-z][Pp])(?i:ass(?:word|wd|phrase|code)|wd|w)(?i:'s|[ \t]+(?:is|was))(?![A-Za-z])" + _SAID_VALUE
+)
+_SAID_SECRET_CJK = _compile(r"(?:密码|口令|密碼)是" + _SAID_VALUE)
+_SENTENCE_END = ".,;:)]}"
+_WORD_PUNCTUATION = "-'."  # inside words: "case-sensitive", "user's", "e.g."
+# "the password is SHA-256 hashed", "… is argon2id-hashed": how it is kept, not what it is.
+_ALGORITHM = re.compile(r"(?i:sha|md|aes|rsa|des|crc|hmac|bcrypt|scrypt|argon|pbkdf|blake|ripemd)[\w\-]*")
+
+
+def _locate_said_secret(match: re.Match[str]) -> tuple[int, int] | None:
+    text = match.string
+    if match.start("bare") >= 0:
+        start, end = match.span("bare")
+        while end > start and text[end - 1] in _SENTENCE_END:  # "… is hunter2." ends a sentence
+            end -= 1
+        bare = True
+    else:
+        start, end = match.span("dq") if match.start("dq") >= 0 else match.span("sq")
+        bare = False
+    value = text[start:end]
+    if not value or _not_a_credential(value) or (value.isdigit() and len(value) < 6):
+        return None  # "password is: none", "the password is 8 characters"
+    if bare and not match.group("colon"):
+        if len(value) < 4 or all(ch.isalpha() or ch in _WORD_PUNCTUATION for ch in value):
+            return None
+        if _ALGORITHM.fullmatch(value):
+            return None
+    return start, end
+
+
 # A value that looks generated, assigned to any name with a credential word in it: "SECRET_KEY_BASE=…",
 # "authKeyId: …", "key=…" ("MY_SERVICE_TOKEN=…" and "apiKey" end with a keyword and are taken by
 # the rule above whatever their value). Names are split into words (snake, kebab and camel case),
@@ -1016,8 +1161,10 @@ def _ip_gate(text: str) -> bool:
 # holds none of it, and these C-level substring checks are far cheaper than a dozen gate calls (or
 # one regex alternation, which re tries at every position).
 _PRESCREEN_NEEDLES = ("-----BEGIN", *(p for p in _API_KEY_PREFIXES if "-" in p or "_" in p))
-_PRESCREEN_PLAIN = ("@", "::", "eyJ", *(p for p in _API_KEY_PREFIXES if "-" not in p and "_" not in p))
-_ASSIGNMENT_CHARS = (":", "=", "：")
+_PRESCREEN_PLAIN = ("@", "＠", "::", "eyJ", *(p for p in _API_KEY_PREFIXES if "-" not in p and "_" not in p))
+# Where a credential word names a value: before ":" or "=", or in a sentence ("my password is …",
+# "密码是…").
+_CREDENTIAL_CONTEXT = (":", "=", "：", " is", " was", "'s", "是")
 
 
 def might_hold_pii(text: str) -> bool:
@@ -1028,9 +1175,10 @@ def might_hold_pii(text: str) -> bool:
         or (("-" in text or "_" in text) and _contains_any(text, _PRESCREEN_NEEDLES))
         or _contains_any(text, _PRESCREEN_PLAIN)
         or text.count(":") >= 7  # an IPv6 address spelled with letters a-f only
-        # A credential word matters only before ":" or "=" (a bearer token and an AWS secret key
-        # have a digit, a URL password an "@": all caught above).
-        or (_contains_any(text, _ASSIGNMENT_CHARS) and _contains_any(_lower(text), _SECRET_WORDS))
+        # A credential word matters only before ":" or "=" or in "… is" (a bearer token and an AWS
+        # secret key have a digit, a URL password an "@": all caught above).
+        or (_contains_any(text, _CREDENTIAL_CONTEXT) and _contains_any(_lower(text), _SECRET_WORDS))
+        or _fullwidth_digit_gate(text)  # a card typed in full-width digits
     )
 
 
@@ -1057,6 +1205,8 @@ def default_detectors() -> tuple[Detector, ...]:
                 Rule(_ASSIGNED_TOKEN, _locate_assigned_token),
                 Rule(_BEARER),
                 Rule(_URL_CREDENTIALS),
+                Rule(_SAID_SECRET, _locate_said_secret),
+                Rule(_SAID_SECRET_CJK, _locate_said_secret),
             ),
             priority=3,
             secret=True,
@@ -1073,8 +1223,8 @@ def default_detectors() -> tuple[Detector, ...]:
             "EMAIL",
             (Rule(_EMAIL_DOMAIN, _locate_email),),
             priority=4,
-            normalize=str.lower,
-            gate=_has_any("@"),
+            normalize=_email_key,
+            gate=_has_any("@", "＠"),
         ),
         Detector(
             "IBAN",
@@ -1092,10 +1242,20 @@ def default_detectors() -> tuple[Detector, ...]:
         ),
         Detector(
             "CREDIT_CARD",
-            (Rule(_CARD, _locate_card, _LONG_NUMBER, overlapping=True),),
+            (
+                Rule(_CARD, _locate_card, _LONG_NUMBER, overlapping=True),
+                Rule(_CARD_LOOSE, _locate_loose_card, _LONG_NUMBER, overlapping=True),
+            ),
             priority=7,
             normalize=_digits,
             gate=_has_long_number,
+        ),
+        Detector(
+            "CREDIT_CARD",
+            (Rule(_CARD_FULLWIDTH, _locate_fullwidth_card, overlapping=True),),
+            priority=7,
+            normalize=_digits,
+            gate=_fullwidth_digit_gate,
         ),
         Detector(
             "SSN",
@@ -1110,6 +1270,13 @@ def default_detectors() -> tuple[Detector, ...]:
             priority=8,
             normalize=_digits,
             gate=_ssn_word_gate,
+        ),
+        Detector(
+            "PASSPORT",
+            (Rule(_PASSPORT, _locate_passport), Rule(_PASSPORT_CJK, _locate_passport)),
+            priority=8,
+            normalize=_alnum_upper,
+            gate=_passport_gate,
         ),
         Detector(
             "PHONE",

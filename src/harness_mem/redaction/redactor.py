@@ -269,8 +269,13 @@ class Redactor:
             return len(text)
         cut = max(limit, 0)
         for start, neg_end, _priority, _index, action in self._accepted(text[: cut + CUT_LOOKAHEAD]):
-            if action is not Action.KEEP and start < cut < -neg_end:
-                return start  # spans are disjoint: at most one straddles the cut
+            if action is Action.KEEP or not start < cut <= -neg_end:
+                continue
+            # A cut right at a value's end keeps it whole, unless the value is known by what
+            # follows it (a URL's password by its "@"), which the cut drops: then it goes too.
+            if cut == -neg_end and any(s == start and -e == cut for s, e, *_ in self._accepted(text[:cut])):
+                continue
+            return start  # spans are disjoint: at most one straddles the cut
         return cut
 
     def _steps(self) -> tuple[_Step, ...]:

@@ -1,0 +1,189 @@
+"""Standalone statements from what someone said: the model-free half of fact extraction.
+
+A turn like "I went to a LGBTQ support group yesterday and it was so powerful!" (Caroline, 8 May
+2023) means nothing once read out of its conversation: whose group, which yesterday? Rewritten as
+"Caroline went to a LGBTQ support group on 7 May 2023 and it was so powerful." it stands alone.
+:func:`statements` does that for each sentence of a turn — first and second person become the
+speakers' names, relative dates become dates — and scores how much it is worth keeping: durable
+things (preferences, plans, decisions, attributes, events) about the speaker score high, greetings,
+questions and small talk are dropped. No model is involved, so the rewrite is mechanical: it changes
+who and when, never what.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date
+
+from .timephrases import resolve_dates
+
+__all__ = ["Statement", "display_name", "statements"]
+
+# Durable subjects: what a reader keeps from a conversation (LoCoMo's annotators kept events,
+# plans, preferences, relations and attributes, and so do the memory papers).
+_DURABLE = re.compile(
+    r"\b(lov(?:e|es|ed|ing)|lik(?:e|es|ed)|enjoy\w*|prefer\w*|hat(?:e|es|ed)|favou?rite|passion\w*|dream\w*|"
+    r"plan\w*|going to|gonna|want\w*|hop(?:e|es|ed|ing)|decid\w*|chose|choos\w*|start\w*|began|join\w*|"
+    r"mov(?:e|ed|ing)|liv(?:e|es|ed|ing)|work\w*|job|career|bought|buy\w*|adopt\w*|got|went|visit\w*|"
+    r"travel\w*|trip|finish\w*|graduat\w*|married|marry\w*|wedding|born|birthday|learn\w*|stud(?:y|ied|ying)|"
+    r"class(?:es)?|volunteer\w*|hobby|hobbies|family|kids?|children|son|daughter|husband|wife|partner|"
+    r"friends?|mom|dad|mother|father|sister|brother|dog|cat|pet|named|allergic|vegetarian|vegan|"
+    r"painting|paint\w*|play\w*|read\w*|writ\w*|book|music|concert|festival|race|marathon|project|"
+    r"business|company|school|college|degree|team|won|lost|award|camping|hik\w*|ran|run\w*|cook\w*)\b",
+    re.IGNORECASE,
+)
+_FIRST_PERSON = re.compile(r"\b(I|I'm|I've|I'd|I'll|my|me|mine|myself|we|we're|we've|our|us)\b")
+_SMALL_TALK = re.compile(
+    r"^\W*(hey|hi|hello|hiya|yo|thanks|thank you|thx|bye|goodbye|see you|see ya|take care|talk soon|"
+    r"wow|whoa|haha|lol|omg|aw+|oh|ooh|yay|yeah|yes|no|nope|ok|okay|sure|cool|nice|great|awesome|"
+    r"amazing|congrats|congratulations|good luck|good to|glad|sounds|that's|that is|it's so|you're|you are)\b",
+    re.IGNORECASE,
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)]*\s+(?=[\"'“(]*[A-Z0-9])|\n+")
+_ANNOTATION = re.compile(r"\[[^\]]{0,500}\]")
+_WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*|\d+")
+_STOP = frozenset(
+    "a an the and or but if so to of in on at by for with from as is are was were be been being am do does did "
+    "have has had i me my we our you your he she it its they them their this that these those there here what "
+    "which who whom when where why how not no yes just really very so too also then than all any some much many "
+    "more most can could would should will shall may might must get got go going gonna it's i'm i've i'd i'll "
+    "that's you're we're they're don't didn't can't won't about into out up down over again still even ever "
+    "like lot lots thing things stuff one way well oh yeah".split()
+)
+
+# Words after a first-person "I" that are not a present-tense verb to conjugate.
+_KEEP_AFTER_I = frozenset(
+    "was were had did could would should can might must may will shall am also just really still never always "
+    "often usually sometimes actually totally definitely finally recently even only already kinda sorta "
+    "went got made took saw felt thought found came ran bought brought taught left met won lost began gave "
+    "wrote put kept knew told said sold spent heard became built drove ate sang swam chose read let set "
+    "cut hit quit sent lent meant slept paid led fed held stood understood".split()
+)
+_ADVERBS = frozenset(
+    "also just really still never always often usually sometimes actually totally definitely finally recently "
+    "even only already kinda sorta truly absolutely seriously".split()
+)
+_SELF = "\0SELF\0"  # the speaker, until their name goes in (a name may hold "I")
+_IRREGULAR = {"have": "has", "do": "does", "go": "goes", "be": "is"}
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One sentence of a turn, rewritten to stand alone, and how much it is worth keeping."""
+
+    text: str
+    turn_id: str
+    speaker: str
+    score: float
+
+    @property
+    def words(self) -> list[str]:
+        return content_words(self.text)
+
+
+def content_words(text: str) -> list[str]:
+    """The words of ``text`` that carry meaning (lower-case, stop words out)."""
+    return [w for w in (m.group(0).lower().replace("’", "'") for m in _WORD.finditer(text))
+            if w not in _STOP and len(w) > 1]
+
+
+def display_name(role: str) -> str:
+    """How a speaker is named in a statement: their name, or "the user" / "the assistant"."""
+    return f"the {role}" if role in ("user", "assistant", "system") else role
+
+
+def _third_person(verb: str) -> str:
+    lower = verb.lower()
+    if lower in _IRREGULAR:
+        return _IRREGULAR[lower]
+    if lower.endswith(("s", "sh", "ch", "x", "z", "o")):
+        return verb + "es"
+    if len(lower) > 2 and lower.endswith("y") and lower[-2] not in "aeiou":
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+def _conjugate_after_i(match: re.Match[str]) -> str:
+    """``I love`` → ``{name} loves``: the verb after a first-person subject, in the third person."""
+    words = match.group("rest").split(" ")
+    for i, word in enumerate(words):
+        if word.lower() in _ADVERBS:
+            continue
+        if word.isalpha() and word.islower() and word not in _KEEP_AFTER_I and not word.endswith("ed"):
+            words[i] = _third_person(word)
+        break
+    return _SELF + " " + " ".join(words)
+
+
+def rewrite(sentence: str, speaker: str, listener: str | None) -> str:
+    """``sentence`` with the speaker's and the listener's pronouns replaced by their names."""
+    s = sentence.replace("’", "'")
+    s = re.sub(r"\bI'm\b|\bI am\b", _SELF + " is", s)
+    s = re.sub(r"\bI don't\b", _SELF + " doesn't", s)
+    s = re.sub(r"\bI do not\b", _SELF + " does not", s)
+    s = re.sub(r"\bI've\b|\bI have\b", _SELF + " has", s)
+    s = re.sub(r"\bI'd\b", _SELF + " would", s)
+    s = re.sub(r"\bI'll\b|\bI will\b", _SELF + " will", s)
+    s = re.sub(r"\bI (?P<rest>(?:[A-Za-z]+ ){0,1}[A-Za-z]+)", _conjugate_after_i, s)
+    s = re.sub(r"\b[Mm]yself\b", "themselves", s)
+    s = re.sub(r"\b(?:[Mm]y|[Mm]ine|[Oo]ur|[Oo]urs)\b", f"{speaker}'s", s)
+    s = re.sub(r"\bme\b", speaker, s)
+    s = re.sub(r"\b[Ww]e're\b|\b[Ww]e are\b", f"{speaker} and others are", s)
+    s = re.sub(r"\b[Ww]e've\b", f"{speaker} and others have", s)
+    s = re.sub(r"\b[Ww]e'll\b", f"{speaker} and others will", s)
+    s = re.sub(r"\b[Ww]e\b", f"{speaker} and others", s)
+    s = re.sub(r"\bus\b", f"{speaker} and others", s)
+    if listener is not None:
+        s = re.sub(r"\b[Yy]ou're\b|\b[Yy]ou are\b", f"{listener} is", s)
+        s = re.sub(r"\b[Yy]ou've\b", f"{listener} has", s)
+        s = re.sub(r"\b[Yy]ou'll\b", f"{listener} will", s)
+        s = re.sub(r"\b[Yy]our(?:s)?\b", f"{listener}'s", s)
+        s = re.sub(r"\b[Yy]ou\b", listener, s)
+    s = s.replace(_SELF, speaker)
+    s = s.strip(" \"'“”")
+    if s and s[-1] not in ".!?…":
+        s += "."
+    return s[:1].upper() + s[1:]
+
+
+def _score(sentence: str) -> float:
+    """How much a sentence (as said) is worth keeping; 0 when it is not a statement worth a fact."""
+    stripped = sentence.strip()
+    words = content_words(stripped)
+    if stripped.endswith("?") or len(words) < 3:
+        return 0.0
+    if _SMALL_TALK.match(stripped) and len(words) < 7:
+        return 0.0
+    score = min(len(words), 12) * 0.15
+    score += 1.5 if _FIRST_PERSON.search(stripped) else 0.0
+    score += min(len(_DURABLE.findall(stripped)), 3) * 0.6
+    names = [w for w in _WORD.findall(stripped)[1:] if w[:1].isupper() and w not in ("I", "I'm", "I've", "I'd", "I'll")]
+    score += min(len(names), 2) * 0.4
+    score += 0.4 if re.search(r"\d", stripped) else 0.0
+    score -= 1.0 if re.search(r"\byou\b", stripped, re.IGNORECASE) and not _FIRST_PERSON.search(stripped) else 0.0
+    return max(score, 0.0)
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a turn, annotations like ``[shares image: …]`` left out."""
+    text = _ANNOTATION.sub(" ", text)
+    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+
+
+def statements(text: str, *, turn_id: str, speaker: str, listener: str | None, said_on: date | None) -> list[Statement]:
+    """Each sentence of a turn worth keeping, rewritten to stand alone, in the order said.
+
+    ``speaker`` and ``listener`` are the names "I" and "you" become (see :func:`display_name`);
+    ``said_on`` is the date relative phrases are resolved against (None leaves them).
+    """
+    found = []
+    for sentence in sentences(text):
+        score = _score(sentence)
+        if score <= 0:
+            continue
+        standalone = rewrite(sentence, speaker, listener)
+        if said_on is not None:
+            standalone = resolve_dates(standalone, said_on)
+        found.append(Statement(standalone, turn_id, speaker, round(score, 3)))
+    return found

@@ -1,0 +1,136 @@
+"""Consolidation's derived entries, piece by piece: dates, standalone statements, topic cuts."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import numpy as np
+import pytest
+
+from harness_mem.experience.derive import FACT_SCORE, SpokenTurn, derive, fact_id
+from harness_mem.experience.segments import cut_points, segment
+from harness_mem.experience.statements import rewrite, statements
+from harness_mem.experience.timephrases import resolve_dates
+
+MONDAY = date(2023, 5, 8)  # 8 May 2023 was a Monday
+
+
+@pytest.mark.parametrize(
+    ("said", "meant"),
+    [
+        ("I went there yesterday", "I went there on 7 May 2023"),
+        ("We met last night", "We met on 7 May 2023"),
+        ("I ran a race last Saturday", "I ran a race on Saturday, 6 May 2023"),
+        ("we talked on last Monday", "we talked on Monday, 1 May 2023"),   # the Monday before, not today
+        ("see you next Friday", "see you on Friday, 12 May 2023"),
+        ("I quit two weeks ago", "I quit 2 weeks before 8 May 2023"),
+        ("it broke 3 days ago", "it broke on 5 May 2023"),
+        ("a few days ago I moved", "a few days before 8 May 2023 I moved"),
+        ("I start next month", "I start in June 2023"),
+        ("I graduated last year", "I graduated in 2022"),
+        ("the trip was last month", "the trip was in April 2023"),
+        ("a month ago", "in April 2023"),
+        ("I'm baking tomorrow", "I'm baking on 9 May 2023"),
+        ("I finished it this morning", "I finished it on 8 May 2023"),
+        ("camping last weekend", "camping the weekend before 8 May 2023"),
+        ("no date here at all", "no date here at all"),
+        ("in December 2022", "in December 2022"),                               # absolute: left alone
+    ],
+)
+def test_relative_dates_become_the_dates_they_meant(said: str, meant: str) -> None:
+    assert resolve_dates(said, MONDAY) == meant
+
+
+def test_a_new_year_is_crossed_both_ways() -> None:
+    assert resolve_dates("last month", date(2024, 1, 15)) == "in December 2023"
+    assert resolve_dates("next month", date(2023, 12, 31)) == "in January 2024"
+
+
+@pytest.mark.parametrize(
+    ("sentence", "standalone"),
+    [
+        ("I went to a support group and it was so powerful.", "Caroline went to a support group and it was so powerful."),
+        ("I love painting with my kids!", "Caroline loves painting with Caroline's kids!"),
+        ("I really enjoy hiking", "Caroline really enjoys hiking."),
+        ("I'm a counselor now", "Caroline is a counselor now."),
+        ("I've adopted a dog", "Caroline has adopted a dog."),
+        ("I watch movies and I go swimming", "Caroline watches movies and Caroline goes swimming."),
+        ("Your painting is lovely", "Melanie's painting is lovely."),
+        ("You're right about me", "Melanie is right about Caroline."),
+        ("Our trip was fun", "Caroline's trip was fun."),
+    ],
+)
+def test_first_and_second_person_become_names(sentence: str, standalone: str) -> None:
+    assert rewrite(sentence, "Caroline", "Melanie") == standalone
+
+
+def test_statements_keep_durable_things_and_drop_small_talk() -> None:
+    said = statements(
+        "Hey Mel! Good to see you! How have you been? I went to a LGBTQ support group yesterday and it was so "
+        "powerful.", turn_id="t1", speaker="Caroline", listener="Melanie", said_on=MONDAY,
+    )
+    assert [s.text for s in said] == ["Caroline went to a LGBTQ support group on 7 May 2023 and it was so powerful."]
+    assert said[0].turn_id == "t1" and said[0].score >= FACT_SCORE
+    assert statements("Thanks! See you soon?", turn_id="t", speaker="A", listener="B", said_on=None) == []
+
+
+def test_cut_points_fall_in_the_deepest_valleys() -> None:
+    # Two flat plateaus with a deep valley between turn 4 and turn 5.
+    likeness = [0.9, 0.9, 0.85, 0.9, 0.1, 0.88, 0.9, 0.9, 0.92]
+    assert cut_points(likeness) == [5]
+    assert cut_points([0.5] * 8) == []                                   # no valley: one segment
+    assert cut_points([0.9, 0.1, 0.9, 0.9, 0.9, 0.9], min_turns=3) == []  # a cut would leave 2 turns
+
+
+def test_a_session_is_cut_where_its_subject_changes_by_words_or_vectors() -> None:
+    cooking = ["I bake sourdough bread every weekend", "sourdough bread needs a starter and flour",
+               "my starter bread flour rises overnight", "the bread crust from sourdough flour is best"]
+    football = ["the football match went to penalties", "our football team won the league match",
+                "the striker scored in the football match", "football penalties decided the league"]
+    texts = cooking + football
+    assert [list(r) for r in segment(texts)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    vectors = np.array([[1.0, 0.05 * i] for i in range(4)] + [[0.05 * i, 1.0] for i in range(4)], dtype=np.float32)
+    assert [list(r) for r in segment(texts, vectors)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [list(r) for r in segment(texts[:3])] == [[0, 1, 2]]   # too short to cut
+    assert segment([]) == []
+
+
+def chat() -> list[SpokenTurn]:
+    lines = [
+        ("Caroline", "Hey Mel! How have you been?"),
+        ("Melanie", "Good! I'm swamped with the kids and work. What's new with you?"),
+        ("Caroline", "I went to a LGBTQ support group yesterday and it was so powerful."),
+        ("Melanie", "Wow, that sounds amazing. Did you meet anyone?"),
+        ("Caroline", "I met a counselor there and I plan to study counseling next year."),
+        ("Melanie", "That's great! Bye for now."),
+    ]
+    return [SpokenTurn(f"t{i}", role, text, MONDAY) for i, (role, text) in enumerate(lines, start=1)]
+
+
+def test_derive_writes_accounts_and_facts_that_cite_their_turns() -> None:
+    derivation = derive(chat())
+    (part,) = derivation.segments  # six turns: too short to cut
+    assert part.source_turns == ("t1", "t2", "t3", "t4", "t5", "t6")
+    assert part.text.startswith("On 8 May 2023, Caroline and Melanie talked about ")
+    assert "Caroline went to a LGBTQ support group on 7 May 2023" in part.text
+    assert "Melanie is swamped with the kids and work." in part.text
+    assert "How have you been" not in part.text                       # questions are not kept
+    facts = {f.text: f.source_turns for f in derivation.facts}
+    assert facts["Caroline went to a LGBTQ support group on 7 May 2023 and it was so powerful."] == ("t2", "t3")
+    # It answers Melanie's question, so the question is one of its sources.
+    assert facts["Caroline met a counselor there and Caroline plans to study counseling in 2024."] == ("t4", "t5")
+
+
+def test_an_assistant_states_no_facts_but_its_words_are_in_the_segment() -> None:
+    turns = [SpokenTurn("u", "user", "I moved to Porto last month and I love the food there.", MONDAY),
+             SpokenTurn("a", "assistant", "I recommend visiting the Livraria Lello bookshop in Porto.", MONDAY)]
+    derivation = derive(turns)
+    assert [f.text for f in derivation.facts] == [
+        "The user moved to Porto in April 2023 and the user loves the food there."
+    ]
+    assert "The assistant recommends visiting the Livraria Lello bookshop in Porto." in derivation.segments[0].text
+
+
+def test_a_fact_said_again_in_the_same_words_gets_the_same_id() -> None:
+    assert fact_id("Caroline loves hiking.") == fact_id("caroline LOVES hiking!")
+    assert fact_id("Caroline loves hiking.") != fact_id("Caroline hates hiking.")
