@@ -508,6 +508,8 @@ def purge(ctx: click.Context) -> None:
 @click.option("--context", type=click.IntRange(0, 20), default=0, help="Show N turns before and after each turn hit.")
 @click.option("--min-score", type=FiniteFloat(), help="Leave out hits scoring below this.")
 @click.option("--all-versions", is_flag=True, help="Include entries that a correction replaced.")
+@click.option("--as-of", help="What was true then (ISO-8601 or an age like 30d): before later corrections.")
+@click.option("--derived", is_flag=True, help="Only what consolidation derived (segments and facts).")
 @click.option("--exact", is_flag=True,
               help="Rank keywords by BM25 over every word on every match (slower on a large file).")
 @json_option
@@ -515,19 +517,24 @@ def purge(ctx: click.Context) -> None:
 def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str | None, role: str | None,
            session: str | None, session_prefix: str | None, tags: tuple[str, ...], since: str | None,
            until: str | None, explain: bool, strict: bool, context: int, min_score: float | None,
-           all_versions: bool, exact: bool, as_json: bool) -> None:
+           all_versions: bool, as_of: str | None, derived: bool, exact: bool, as_json: bool) -> None:
     """Find the entries most relevant to QUERY, best first.
+
+    What consolidation derived (topic segments, facts) is left out unless --kind names its kind
+    (fact, summary) or --derived asks for it alone.
 
     \b
     Example:
         harness-mem recall "what did we decide about the auth refactor"
         harness-mem recall "deploy" --tag ops --since 7d --json
+        harness-mem recall "where does Ada live" --kind fact --as-of 2023-06-01
     """
     with open_store(ctx) as store:
         hits = store.recall(query, k=k, mode=mode, kind=kind, role=role, session=session,  # type: ignore[arg-type]
                             session_prefix=session_prefix, tags=tags, since=since, until=until,
                             explain=explain, strict=strict, context=context, min_score=min_score,
-                            include_superseded=all_versions, exact=exact)
+                            include_superseded=all_versions, exact=exact, as_of=as_of,
+                            derived=True if derived else None)
     if as_json:
         for hit in hits:
             echo_json(hit.to_dict())

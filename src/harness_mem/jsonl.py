@@ -44,6 +44,8 @@ if TYPE_CHECKING:  # not at run time: the import worker process loads this modul
 # An entry's content is at most a million characters; as JSON, escaped, that is at most about 6 MB.
 MAX_LINE_BYTES = 8 << 20
 _READ_BYTES = 1 << 20  # a file is read this much at a time
+# A line is skipped past its limit to reach the next one, but not for ever: /dev/zero has no end.
+MAX_SKIPPED_BYTES = 1 << 30
 
 KNOWN_KEYS = frozenset(
     {"id", "text", "content", "kind", "role", "session", "tags", "timestamp", "created_at", "expires_at",
@@ -123,30 +125,39 @@ def parse_line(raw: bytes | str) -> dict[str, Any] | None:
 
 
 def read_lines(
-    stream: IO[bytes] | IO[str], *, limit: int = MAX_LINE_BYTES, progress: Callable[[int], None] | None = None
+    stream: IO[bytes] | IO[str], *, limit: int = MAX_LINE_BYTES, progress: Callable[[int], None] | None = None,
+    skip_limit: int = MAX_SKIPPED_BYTES,
 ) -> Iterator[bytes | str]:
     """The lines of ``stream`` without their newlines, read a block at a time; ``progress(n)`` is
     called as each block of ``n`` bytes (or characters) is read.
 
     A line longer than ``limit`` comes out cut to ``limit + 1`` (which :func:`parse_line` refuses):
-    the rest is skipped as it is read, so a 2 GB line costs no more memory than a short one.
+    the rest is skipped as it is read, so a 2 GB line costs no more memory than a short one; a
+    line still without its newline after ``skip_limit`` bytes raises :class:`InvalidInputError`
+    (the lines before it have been given).
     """
     read: Callable[[int], Any] = getattr(stream, "read1", stream.read)  # read1: what has arrived, so a pipe is not held up
     rest: list[Any] = []  # the start of a line the blocks so far have not finished (at most limit + 1)
-    size = 0
+    size = 0  # how long that line is so far, skipped part included
     while block := read(_READ_BYTES):
         if progress is not None:
             progress(len(block))
         *complete, tail = block.split(b"\n" if isinstance(block, bytes) else "\n")
         for part in complete:
             if rest:
-                part = block[:0].join([*rest, part[: limit + 1 - size]]) if size <= limit else block[:0].join(rest)
+                part = block[:0].join([*rest, part[: max(limit + 1 - size, 0)]]) if size <= limit else block[:0].join(rest)
                 rest, size = [], 0
             yield part[: limit + 1]
-        if tail and size <= limit:
-            tail = tail[: limit + 1 - size]
-            rest.append(tail)
+        if complete:
+            size = 0
+        if tail:
+            if size <= limit:
+                rest.append(tail[: limit + 1 - size])
             size += len(tail)
+            if size > skip_limit:
+                raise InvalidInputError(
+                    f"a line runs past {skip_limit:,} bytes without a newline — the input is read no further"
+                )
     if rest:
         yield rest[0][:0].join(rest)
 

@@ -765,7 +765,7 @@ def _run(operation: Callable[[], BaseModel]) -> CallToolResult:
     except Exception as exc:
         # A bug or an unusable file: the server keeps serving, the model gets one line, the log the traceback.
         logger.exception("unexpected error in a harness-mem tool")
-        raise ToolError(f"unexpected {type(exc).__name__}: {one_line(str(exc))[:300]}") from exc
+        raise ToolError(f"unexpected {type(exc).__name__}: {shown(str(exc))[:300]}") from exc
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
 

@@ -6,6 +6,11 @@ session, are written once, and are forgotten (and purged, byte for byte) with th
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from harness_mem.experience import consolidate
@@ -186,3 +191,36 @@ def test_semantic_recall_keeps_the_lanes_apart(engine_hashed_store: MemoryStore)
         derived = store.recall("hiking in the mountains with friends", 5, mode=mode, derived=True)
         assert derived and all(h.entry.source == "consolidation" for h in derived), mode
         assert set(derived[0].entry.metadata["source_turns"]) <= set(turns)
+
+
+def test_a_consolidation_killed_midway_resumes_without_duplicates(tmp_path: Path) -> None:
+    db, twin = tmp_path / "memory.db", tmp_path / "twin.db"
+    sessions = 600
+    with MemoryStore(db, embedder=None) as store:
+        for i in range(sessions):
+            chat(store, f"conv:{i}")
+    shutil.copy(db, twin)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "harness_mem", "--db", str(db), "consolidate"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the first progress line: it is under way
+        if line.startswith("consolidated "):
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    proc.stderr.close()
+    with MemoryStore(db, embedder=None) as store:
+        done = len({e.session for e in store.list(kind="summary")})
+    assert 0 < done < sessions, done  # killed halfway through
+    resumed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    with MemoryStore(twin, embedder=None) as store:
+        consolidate(store)
+        clean = sorted((e.id, e.content, e.metadata["source_turns"]) for e in store.list(kind=["summary", "fact"]))
+    with MemoryStore(db, embedder=None) as store:
+        after = sorted((e.id, e.content, e.metadata["source_turns"]) for e in store.list(kind=["summary", "fact"]))
+        facts = [e.content for e in store.list(kind="fact")]
+        assert consolidate(store).sessions == []
+    assert after == clean                          # as if it had never been killed
+    assert len(facts) == len(set(facts)) == 5      # every session says the same five things: stored once

@@ -58,6 +58,10 @@ def test_a_new_year_is_crossed_both_ways() -> None:
         ("Your painting is lovely", "Melanie's painting is lovely."),
         ("You're right about me", "Melanie is right about Caroline."),
         ("Our trip was fun", "Caroline's trip was fun."),
+        ("Researching adoption agencies now", "Caroline is researching adoption agencies now."),  # no subject: hers
+        ("Gonna try pottery next", "Caroline is going to try pottery next."),
+        ("Painting is relaxing for me", "Painting is relaxing for Caroline."),   # a gerund subject stays
+        ("Something else came up", "Something else came up."),
     ],
 )
 def test_first_and_second_person_become_names(sentence: str, standalone: str) -> None:

@@ -10,14 +10,19 @@ long value is now cut to one short line.
 
 from __future__ import annotations
 
+import io
+import os
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from fake_embedder import cli_process
 
 from harness_mem.cli import cli
+from harness_mem.errors import InvalidInputError
 from harness_mem.jsonl import MAX_REASON_CHARS, import_jsonl
 from harness_mem.store import MemoryStore
 
@@ -131,3 +136,34 @@ def test_a_real_import_process_keeps_the_good_lines_of_a_file_with_a_huge_intege
     ]
     with MemoryStore(db, embedder=None) as store:
         assert [e.id for e in store.list()] == ["before", "after"]
+
+
+class Endless(io.RawIOBase):
+    """A stream like /dev/zero: bytes without a newline, for ever."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        buffer[:] = b"\0" * len(buffer)
+        return len(buffer)
+
+
+def test_a_line_that_never_ends_stops_the_reading_with_one_line() -> None:
+    from harness_mem.jsonl import read_lines
+
+    lines = read_lines(io.BufferedReader(Endless()), limit=1_000, skip_limit=5 << 20)
+    with pytest.raises(InvalidInputError, match="runs past 5,242,880 bytes without a newline"):
+        next(lines)
+
+
+def test_import_of_dev_zero_ends_with_one_line_and_keeps_what_was_stored(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    with MemoryStore(db, embedder=None) as store:
+        store.add("kept from before")
+    result = subprocess.run([sys.executable, "-m", "harness_mem", "--db", str(db), "import", "/dev/zero"],
+                            capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: a line runs past 1,073,741,824 bytes")
+    with MemoryStore(db, embedder=None) as store:
+        assert [e.content for e in store.list()] == ["kept from before"]

@@ -116,6 +116,29 @@ def _conjugate_after_i(match: re.Match[str]) -> str:
     return _SELF + " " + " ".join(words)
 
 
+# Chat drops the subject ("Gonna try it", "Researching agencies"): it is the speaker.
+_SUBJECTLESS = [
+    (re.compile(r"^(?:Gonna|Going to)\b"), "is going to"),
+    (re.compile(r"^Wanna\b"), "wants to"),
+    (re.compile(r"^(?:Been)\b"), "has been"),
+    (re.compile(r"^(?:Just|Also|Still|Finally|Recently)\b(?= [a-z]+(?:ed|ing)\b)"), None),
+    # "Researching agencies" is the speaker doing it; "Painting is fun", "Something else" are not.
+    (re.compile(r"^(?=(?!(?:Some|No|Any|Every)thing\b|Morning\b|Evening\b|Spring\b|Wedding\b|Building\b)"
+                r"[A-Z][a-z]+ing\b(?!'s)(?! (?:is|was|are|were|has|had|can|could|makes?|helps?|gives?|keeps?|"
+                r"feels?|sounds?|seems?|looks?|brings?|really|always|never)\b))"), "is"),
+]
+
+
+def _subject_added(sentence: str) -> str:
+    for pattern, verb in _SUBJECTLESS:
+        found = pattern.match(sentence)
+        if found:
+            rest = sentence[found.end():].lstrip()
+            head = found.group(0).lower() if verb is None else verb
+            return f"{_SELF} {head} {rest[:1].lower()}{rest[1:]}".replace("  ", " ")
+    return sentence
+
+
 def rewrite(sentence: str, speaker: str, listener: str | None) -> str:
     """``sentence`` with the speaker's and the listener's pronouns replaced by their names."""
     s = sentence.replace("’", "'")
@@ -140,7 +163,7 @@ def rewrite(sentence: str, speaker: str, listener: str | None) -> str:
         s = re.sub(r"\b[Yy]ou'll\b", f"{listener} will", s)
         s = re.sub(r"\b[Yy]our(?:s)?\b", f"{listener}'s", s)
         s = re.sub(r"\b[Yy]ou\b", listener, s)
-    s = s.replace(_SELF, speaker)
+    s = _subject_added(s).replace(_SELF, speaker)
     s = s.strip(" \"'“”")
     if s and s[-1] not in ".!?…":
         s += "."
