@@ -23,10 +23,9 @@ from typing import Any
 
 import anyio.to_thread
 
-from harness_mem import MemoryStore
+from harness_mem import MemoryStore, TextModel
 from harness_mem.errors import InvalidInputError
 from harness_mem.experience import consolidate
-from harness_mem.providers.textmodel import TextModel
 
 from .job import Job, JobId, JobResult
 
