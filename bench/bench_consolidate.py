@@ -78,7 +78,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -181,7 +181,7 @@ def expanded(hits: Sequence[Hit], k: int = K) -> list[str]:
     """Turn ids of a mixed ranking: a derived hit replaced in place by its source turns, deduplicated, cut at k."""
     ranked: dict[str, None] = {}
     for hit in hits:
-        for turn_id in source_turns(hit) if hit.entry.kind in DERIVED_KINDS else [hit.entry.id]:
+        for turn_id in source_turns(hit) or [hit.entry.id]:  # a turn (or a fact nobody derived) is itself
             ranked.setdefault(turn_id, None)
     return list(ranked)[:k]
 
@@ -195,9 +195,6 @@ def mean(values: Sequence[float]) -> float:
 
 
 # ----------------------------------------------------------------------------------------- LoCoMo
-
-
-Recall = Callable[..., list[Hit]]
 
 
 def query_vectors(store: MemoryStore, texts: Sequence[str]) -> list[Any]:

@@ -70,12 +70,15 @@ def test_first_and_second_person_become_names(sentence: str, standalone: str) ->
 
 def test_statements_keep_durable_things_and_drop_small_talk() -> None:
     said = statements(
-        "Hey Mel! Good to see you! How have you been? I went to a LGBTQ support group yesterday and it was so "
-        "powerful.", turn_id="t1", speaker="Caroline", listener="Melanie", said_on=MONDAY,
+        "Hey Mel! Good to see you! Did you finish the mural? I went to a LGBTQ support group yesterday and it was "
+        "so powerful.", turn_id="t1", speaker="Caroline", listener="Melanie", said_on=MONDAY,
     )
-    assert [s.text for s in said] == ["Caroline went to a LGBTQ support group on 7 May 2023 and it was so powerful."]
-    assert said[0].turn_id == "t1" and said[0].score >= FACT_SCORE
-    assert statements("Thanks! See you soon?", turn_id="t", speaker="A", listener="B", said_on=None) == []
+    worth = [s for s in said if s.score > 0]
+    assert [s.text for s in worth] == ["Caroline went to a LGBTQ support group on 7 May 2023 and it was so powerful."]
+    assert worth[0].turn_id == "t1" and worth[0].score >= FACT_SCORE
+    # A question is part of the conversation's account, never a fact.
+    assert [(s.text, s.score) for s in said if s.score == 0] == [("Did Melanie finish the mural?", 0.0)]
+    assert statements("Thanks! Wow.", turn_id="t", speaker="A", listener="B", said_on=None) == []
 
 
 def test_cut_points_fall_in_the_deepest_valleys() -> None:
@@ -118,7 +121,8 @@ def test_derive_writes_accounts_and_facts_that_cite_their_turns() -> None:
     assert part.text.startswith("On 8 May 2023, Caroline and Melanie talked about ")
     assert "Caroline went to a LGBTQ support group on 7 May 2023" in part.text
     assert "Melanie is swamped with the kids and work." in part.text
-    assert "How have you been" not in part.text                       # questions are not kept
+    assert "Did Caroline meet anyone?" in part.text                   # the account keeps what was asked
+    assert "Hey Mel" not in part.text                                 # but not the greetings
     facts = {f.text: f.source_turns for f in derivation.facts}
     assert facts["Caroline went to a LGBTQ support group on 7 May 2023 and it was so powerful."] == ("t2", "t3")
     # It answers Melanie's question, so the question is one of its sources.

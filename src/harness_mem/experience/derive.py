@@ -35,9 +35,14 @@ __all__ = ["FACT_SCORE", "Derivation", "DerivedFact", "DerivedSegment", "SpokenT
 #: A statement becomes a fact from this score up (see :func:`.statements.statements`): a durable
 #: statement of the speaker's own, with some content — not an aside.
 FACT_SCORE = 2.6
+#: A turn gives at most this many facts, its best statements (on LoCoMo dev a second one per turn
+#: raised F1@1 by .02 and lowered link@1 by .01, for 23% more facts).
+FACTS_PER_TURN = 1
 #: A segment's account is cut after this many characters (its statements are kept whole).
 SEGMENT_CHARS = 1_500
 TOPIC_WORDS = 4
+# Words the rewriting itself puts in ("Ada and others"), which say nothing of the subject.
+_NOT_TOPICS = frozenset({"others", "user", "assistant", "user's", "assistant's"})
 # An assistant's replies are advice and steps, not facts about anyone: they are kept in the segments.
 _NOT_FACT_SOURCES = frozenset({"assistant", "system", "tool"})
 
@@ -155,7 +160,8 @@ def _names(people: Sequence[str]) -> str:
 
 def _topic(said: Sequence[Statement], people: Sequence[str]) -> list[str]:
     names = {w for p in people for w in content_words(display_name(p))}
-    counts = Counter(w for s in said for w in s.words if w not in names and not w.isdigit())
+    counts = Counter(w for s in said for w in s.words
+                     if w not in names and w not in _NOT_TOPICS and len(w) > 3 and not w.isdigit())
     return [w for w, _ in counts.most_common(TOPIC_WORDS)]
 
 
@@ -190,10 +196,8 @@ def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None 
     for i, found in enumerate(said):
         if turns[i].role in _NOT_FACT_SOURCES:
             continue
-        best = max(found, key=lambda s: s.score, default=None)
-        if best is None or best.score < FACT_SCORE:
-            continue
         asked = i > 0 and turns[i - 1].role != turns[i].role and turns[i - 1].content.rstrip().endswith("?")
         sources = (turns[i - 1].id, turns[i].id) if asked else (turns[i].id,)
-        facts.append(DerivedFact(best.text, sources, best.score, fact_about(best.text, best.speaker)))
+        best = sorted((s for s in found if s.score >= FACT_SCORE), key=lambda s: -s.score)[:FACTS_PER_TURN]
+        facts += [DerivedFact(s.text, sources, s.score, fact_about(s.text, s.speaker)) for s in best]
     return Derivation(segments, facts, parts)

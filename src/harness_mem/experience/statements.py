@@ -129,7 +129,12 @@ _SUBJECTLESS = [
 ]
 
 
+_DISCOURSE = re.compile(r"^(?:by the way|btw|also|so|well|oh|anyway|anyways|and|but|plus|honestly|actually)\b[,:]?\s+",
+                        re.IGNORECASE)
+
+
 def _subject_added(sentence: str) -> str:
+    sentence = _DISCOURSE.sub("", sentence, count=1)  # "By the way, I prefer …": what is said is the rest
     for pattern, verb in _SUBJECTLESS:
         found = pattern.match(sentence)
         if found:
@@ -195,7 +200,8 @@ def sentences(text: str) -> list[str]:
 
 
 def statements(text: str, *, turn_id: str, speaker: str, listener: str | None, said_on: date | None) -> list[Statement]:
-    """Each sentence of a turn worth keeping, rewritten to stand alone, in the order said.
+    """Each sentence of a turn with something in it, rewritten to stand alone, in the order said;
+    those scoring 0 (questions, small talk) belong in an account of the conversation, not in a fact.
 
     ``speaker`` and ``listener`` are the names "I" and "you" become (see :func:`display_name`);
     ``said_on`` is the date relative phrases are resolved against (None leaves them).
@@ -203,8 +209,9 @@ def statements(text: str, *, turn_id: str, speaker: str, listener: str | None, s
     found = []
     for sentence in sentences(text):
         score = _score(sentence)
-        if score <= 0:
-            continue
+        words = len(content_words(sentence))
+        if score <= 0 and (words < 2 or (_SMALL_TALK.match(sentence) is not None and words < 4)):
+            continue  # "Hey Mel!", "Wow.": nothing to keep even in an account of the conversation
         standalone = rewrite(sentence, speaker, listener)
         if said_on is not None:
             standalone = resolve_dates(standalone, said_on)
