@@ -9,7 +9,7 @@ Run from the repository root::
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_consolidate.py --import-cache /tmp/bc-cache  # reuse the import
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_consolidate.py --parts throughput --vector-sessions 200
 
-The default run takes about 12 minutes on two shared cores (LoCoMo about 5: its import and its
+The default run takes 10 to 12 minutes on two shared cores (LoCoMo 3 to 5: its import and its
 consolidation embed with the real model; 10,000 sessions about 7); ``--sessions 2000`` makes it
 about 6, ``--import-cache`` saves the LoCoMo import (about a minute) on later runs.
 
@@ -51,9 +51,11 @@ speakers renamed (a pair of names per session), the dates moved on a week per re
 sentence ending "in <a made-up place, one per replay>", so that no two replays derive the same facts
 (a fact said twice is stored once: replayed words would be written once and skew the count). The
 extra word lifts some statements over the fact threshold, so these sessions derive more entries
-per turn than LoCoMo's (about 0.8 against 0.64): if anything the rate is pessimistic. They are imported into a keyword-only file
-(``MemoryStore(path, embedder=None)``, the import's default worker choice) and consolidated;
-turns/s of the import and turns/s and sessions/s of consolidation are reported. The cost of vectors
+per turn than LoCoMo's (about 0.8 against 0.64): if anything the rate is pessimistic. They are
+imported into a keyword-only file (``MemoryStore(path, embedder=None)``, the import's default
+worker choice) and consolidated; turns/s of the import and turns/s and sessions/s of
+consolidation are reported. The rate depends on the file's size, so compare runs at the same
+``--sessions``. The cost of vectors
 is shown by the LoCoMo run above (its row in the same table: 128 sessions with the embedder, as
 consolidation embeds every derived entry it writes) and, with ``--vector-sessions N`` (e.g. 200;
 default 0, as it adds minutes), by N synthetic sessions imported and consolidated with the embedder.
@@ -204,39 +206,50 @@ def query_vectors(store: MemoryStore, texts: Sequence[str]) -> list[Any]:
     return list(store.embed_queries(list(texts)))
 
 
+@dataclass(frozen=True)
+class Linked:
+    """One observation's recall: the top entry, and where the first entry linked to its evidence came."""
+
+    observation: Observation
+    top: Hit | None
+    first_linked_rank: int | None
+    f1: float  # against the top entry's text ("<speaker>: <content>" for a turn)
+    f1_content: float  # against its content alone
+
+    @property
+    def hit(self) -> bool:
+        return self.first_linked_rank == 1
+
+    @property
+    def kind(self) -> str | None:
+        return self.top.entry.kind if self.top else None
+
+
 def linking(store: MemoryStore, observations: Sequence[Observation], vectors: Sequence[Any], *,
-            derived: bool) -> dict[str, Any]:
+            derived: bool) -> tuple[dict[str, Any], list[Linked]]:
     """link@1, link@10 and F1@1 of the observations, over the derived entries or over the turns."""
     rows = []
     for obs, vector in zip(observations, vectors, strict=True):
         hits = store.recall(obs.text, K, mode="hybrid", session_prefix=f"{obs.conversation}:",
-                            query_vector=vector, **({"derived": True} if derived else {}))
+                            query_vector=vector, derived=True if derived else None)
         top = hits[0] if hits else None
         first = next((rank for rank, hit in enumerate(hits, start=1) if linked(hit, obs.evidence, derived=derived)),
                      None)
-        rows.append({
-            "observation": obs,
-            "top": top,
-            "kind": top.entry.kind if top else None,
-            "hit": first == 1,
-            "first_linked_rank": first,
-            "f1": token_f1(obs.text, spoken(top)) if top else 0.0,
-            "f1_content": token_f1(obs.text, top.entry.content) if top else 0.0,
-        })
+        rows.append(Linked(obs, top, first, token_f1(obs.text, spoken(top)) if top else 0.0,
+                           token_f1(obs.text, top.entry.content) if top else 0.0))
     by_kind: dict[str, dict[str, Any]] = {}
-    for kind in sorted({r["kind"] for r in rows if r["kind"]}):
-        mine = [r for r in rows if r["kind"] == kind]
-        by_kind[kind] = {"top1": len(mine), "link_at_1": mean([r["hit"] for r in mine]),
-                         "f1_at_1": mean([r["f1"] for r in mine])}
+    for kind in sorted({r.kind for r in rows if r.kind}):
+        mine = [r for r in rows if r.kind == kind]
+        by_kind[kind] = {"top1": len(mine), "link_at_1": mean([r.hit for r in mine]),
+                         "f1_at_1": mean([r.f1 for r in mine])}
     return {
         "n": len(rows),
-        "link_at_1": mean([r["hit"] for r in rows]),
-        "link_at_10": mean([r["first_linked_rank"] is not None for r in rows]),
-        "f1_at_1": mean([r["f1"] for r in rows]),
-        "f1_content_at_1": mean([r["f1_content"] for r in rows]),
+        "link_at_1": mean([r.hit for r in rows]),
+        "link_at_10": mean([r.first_linked_rank is not None for r in rows]),
+        "f1_at_1": mean([r.f1 for r in rows]),
+        "f1_content_at_1": mean([r.f1_content for r in rows]),
         "by_top_kind": by_kind,
-        "rows": rows,
-    }
+    }, rows
 
 
 def qa(store: MemoryStore, questions: Sequence[Question], vectors: Sequence[Any], *, mixed: bool) -> dict[str, Any]:
@@ -299,7 +312,7 @@ def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, example
         obs_vectors = query_vectors(store, [o.text for o in observations])
         q_vectors = query_vectors(store, [q.text for q in questions])
         log("LoCoMo: raw-turn baselines …")
-        raw = linking(store, observations, obs_vectors, derived=False)
+        raw, _ = linking(store, observations, obs_vectors, derived=False)
         qa_before = qa(store, questions, q_vectors, mixed=False)
         log("LoCoMo: consolidating …")
         started = time.perf_counter()
@@ -307,16 +320,14 @@ def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, example
         consolidate_s = time.perf_counter() - started
         log(f"LoCoMo: {report.summary()} in {consolidate_s:.1f} s; measuring …")
         derived_count = {kind: store.count(kind=kind, derived=True) for kind in DERIVED_KINDS}
-        derived = linking(store, observations, obs_vectors, derived=True)
+        derived, derived_rows = linking(store, observations, obs_vectors, derived=True)
         qa_after = qa(store, questions, q_vectors, mixed=False)
         qa_mixed = qa(store, questions, q_vectors, mixed=True)
-        failures = failure_examples(store, derived["rows"], examples)
+        failures = failure_examples(store, derived_rows, examples)
         embedder_name = store.embedder.name if store.embedder is not None else "keyword-only"
     # The turns share the keyword index (its word statistics) with the derived entries: count the
     # questions whose plain top 10 moved, even where R@10 did not.
     moved = sum(a != b for a, b in zip(qa_before["rankings"], qa_after["rankings"], strict=True))
-    for result in (raw, derived):
-        del result["rows"]
     for result in (qa_before, qa_after, qa_mixed):
         del result["rankings"]
     return {
@@ -344,7 +355,7 @@ def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, example
     }
 
 
-def _evenly(rows: Sequence[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+def _evenly(rows: Sequence[Linked], n: int) -> list[Linked]:
     if n <= 0 or not rows:
         return []
     step = len(rows) / min(n, len(rows))
@@ -356,12 +367,11 @@ def _clip(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def failure_examples(store: MemoryStore, rows: Sequence[dict[str, Any]], n: int) -> dict[str, list[dict[str, Any]]]:
+def failure_examples(store: MemoryStore, rows: Sequence[Linked], n: int) -> dict[str, list[dict[str, Any]]]:
     """Link@1 misses, and link@1 hits whose top entry is far from the observation's words (F1@1 < .2)."""
 
-    def shown(row: dict[str, Any]) -> dict[str, Any]:
-        obs: Observation = row["observation"]
-        top: Hit | None = row["top"]
+    def shown(row: Linked) -> dict[str, Any]:
+        obs, top = row.observation, row.top
         evidence = []
         for turn_id in sorted(obs.evidence):
             try:
@@ -375,12 +385,12 @@ def failure_examples(store: MemoryStore, rows: Sequence[dict[str, Any]], n: int)
             "top": None if top is None else {
                 "id": top.entry.id, "kind": top.entry.kind, "source_turns": source_turns(top),
                 "content": _clip(top.entry.content)},
-            "first_linked_rank": row["first_linked_rank"],
-            "f1": round(row["f1"], 3),
+            "first_linked_rank": row.first_linked_rank,
+            "f1": round(row.f1, 3),
         }
 
-    misses = [r for r in rows if not r["hit"]]
-    low_f1 = [r for r in rows if r["hit"] and r["f1"] < 0.2]
+    misses = [r for r in rows if not r.hit]
+    low_f1 = [r for r in rows if r.hit and r.f1 < 0.2]
     return {"link_misses": [shown(r) for r in _evenly(misses, n)],
             "low_f1_hits": [shown(r) for r in _evenly(low_f1, n)]}
 
@@ -414,6 +424,10 @@ def synthetic_lines(data: Path, sessions: int) -> list[str]:
         roles = list(dict.fromkeys(t["role"] for t in turns))
         names = dict(zip(roles, pairs[(j * 7919) % len(pairs)], strict=False))  # 7919: spread the pairs
         rename = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+
+        def renamed(match: re.Match[str], names: dict[str, str] = names) -> str:
+            return names[match.group(1)]
+
         shift = timedelta(weeks=replay)
         # Every sentence ends "… in <the replay's place>": no two replays say the same words, so
         # their facts are not stored once as a fact said twice is.
@@ -423,7 +437,7 @@ def synthetic_lines(data: Path, sessions: int) -> list[str]:
             when = datetime.fromisoformat(t["ts_iso"]) + shift
             lines.append(json.dumps({
                 "id": f"synth-{j:06d}:{t['dia_id']}", "session": session, "role": names.get(t["role"], t["role"]),
-                "timestamp": when.isoformat(), "text": _SENTENCE_END.sub(place, rename.sub(lambda m, names=names: names[m.group(1)], t["text"])),
+                "timestamp": when.isoformat(), "text": _SENTENCE_END.sub(place, rename.sub(renamed, t["text"])),
             }))
     return lines
 

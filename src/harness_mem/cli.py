@@ -26,6 +26,7 @@ from .cliutils import (
     StoreLocation,
     command_group,
     count_type,
+    counted,
     db_option,
     echo_json,
     gc_report_lines,
@@ -195,7 +196,8 @@ def copy(source: Path | str, target: Path | str, as_json: bool) -> None:
     if as_json:
         echo_json(vars(report))
         return
-    click.echo(f"Copied {report.copied} entries ({report.already} already there) and {report.vectors} vectors"
+    click.echo(f"Copied {counted(report.copied, 'entry', 'entries')} ({report.already} already there) and"
+               f" {counted(report.vectors, 'vector')}"
                f" ({report.model or 'keyword only'}) from {report.source} to {report.target}")
 
 
@@ -398,7 +400,7 @@ def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool, workers
     for error in report.errors:
         click.echo(f"Error: {shown(str(error))}", err=True)  # a reason may quote the line
     click.echo(
-        f"Imported {report.added} entries from {report.lines} lines"
+        f"Imported {counted(report.added, 'entry', 'entries')} from {counted(report.lines, 'line')}"
         f" ({report.skipped} already stored, {len(report.errors)} rejected)",
         err=True,
     )
@@ -473,7 +475,7 @@ def forget(ctx: click.Context, entry_id: str | None, session: str | None, tags: 
     """
     with open_store(ctx) as store:
         n = store.forget(entry_id, session=session, tags=tags, kind=kind, since=since, until=until)
-    click.echo(f"Forgot {n} entries (`harness-mem purge` removes their content from the file)", err=True)
+    click.echo(f"Forgot {counted(n, 'entry', 'entries')} (`harness-mem purge` removes their content from the file)", err=True)
 
 
 @cli.command()
@@ -490,7 +492,7 @@ def purge(ctx: click.Context) -> None:
     """
     with open_store(ctx) as store:
         n = store.purge()
-    click.echo(f"Purged {n} entries (forgotten or expired) from the file", err=True)
+    click.echo(f"Purged {counted(n, 'entry', 'entries')} (forgotten or expired) from the file", err=True)
 
 
 # ---- reading -----------------------------------------------------------------------------------
@@ -620,19 +622,21 @@ def _print_entry_line(entry: Entry) -> None:
 
 
 @cli.command()
-@click.option("-n", "n", type=click.IntRange(1, 1000), default=20, show_default=True, help="How many.")
+@click.argument("count", required=False, type=click.IntRange(1, 1000))
+@click.option("-n", "n", type=click.IntRange(1, 1000), default=20, show_default=True, help="How many (or COUNT).")
 @click.option("--kind", help="Only this kind.")
 @json_option
 @click.pass_context
-def recent(ctx: click.Context, n: int, kind: str | None, as_json: bool) -> None:
+def recent(ctx: click.Context, count: int | None, n: int, kind: str | None, as_json: bool) -> None:
     """The latest entries, newest first: what was I doing?
 
     \b
     Example:
-        harness-mem recent -n 5
+        harness-mem recent 5
+        harness-mem recent -n 5 --kind note
     """
     with open_store(ctx) as store:
-        entries = store.recent(n, kind=kind)
+        entries = store.recent(count or n, kind=kind)
     for entry in entries:
         if as_json:
             echo_json(entry.to_dict())
@@ -663,7 +667,7 @@ def sessions_list(ctx: click.Context, limit: int, offset: int, as_json: bool) ->
         if as_json:
             echo_json(summary.model_dump(mode="json"))
         else:
-            click.echo(f"{summary.session}  {summary.turns} entries  {format_time(summary.started_at)[:16]}"
+            click.echo(f"{summary.session}  {counted(summary.turns, 'entry', 'entries')}  {format_time(summary.started_at)[:16]}"
                        f" → {format_time(summary.ended_at)[:16]}".replace("T", " "))
 
 
@@ -713,7 +717,7 @@ def sessions_recall(ctx: click.Context, query: str, k: int, context: int, as_jso
         if as_json:
             echo_json(hit.to_dict())
             continue
-        click.echo(f"{rank:>2}. [{hit.score:.4g}] {hit.session}  {hit.turns} entries"
+        click.echo(f"{rank:>2}. [{hit.score:.4g}] {hit.session}  {counted(hit.turns, 'entry', 'entries')}"
                    f"  {format_time(hit.started_at)[:10]} → {format_time(hit.ended_at)[:10]}")
         for turn in hit.around:
             marker = "»" if turn.id == hit.anchor.entry.id else "·"
@@ -757,7 +761,7 @@ def export(ctx: click.Context, output: Any) -> None:
 
     with open_store(ctx) as store:
         count = export_jsonl(store, output)
-    click.echo(f"Exported {count} entries", err=True)
+    click.echo(f"Exported {counted(count, 'entry', 'entries')}", err=True)
 
 
 @cli.command()

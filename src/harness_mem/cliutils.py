@@ -83,6 +83,11 @@ CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_
 # ---- errors --------------------------------------------------------------------------------------
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 entry``, ``3 entries``: a count with its noun agreeing."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def one_line(text: str) -> str:
     """``text`` with its line breaks (and the blanks around them) folded into single spaces."""
     return " ".join(part.strip() for part in text.splitlines() if part.strip())

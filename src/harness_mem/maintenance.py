@@ -34,10 +34,11 @@ after it (a batch of deletes, a bounded merge of the keyword index, a few thousa
 handed back, a WAL checkpoint without the lock), so a writer in another process waits for one step,
 whatever the file's size. The rewrite is the exception: SQLite's ``VACUUM`` holds the write lock
 for the whole file (about 6 s per GB; writers wait, up to their 30 s busy timeout). It runs only
-when a purge is owed or with ``gc --vacuum``. Nothing bounded replaces it here: the copies it
-removes lie in the unused middle of live pages, which no SQL statement writes, this SQLite build
-has no ``sqlite_dbpage`` to write a page directly, and a copy of the file cannot be swapped in
-under other processes' open connections.
+when a purge is owed or with ``gc --vacuum``. Nothing bounded replaces it yet: the copies it
+removes lie in the gap between a live page's cell pointers and its cells, which a page rebuild
+leaves as it was and no row update reaches on every kind of page (``secure_delete`` zeroes freed
+cells and pages, not that gap); this SQLite build has no ``sqlite_dbpage`` to write a page, and a
+copy of the file cannot be swapped in under other processes' connections.
 
 An entry removed with ``delete`` is zeroed where it lies; its old copies, if SQLite left any, go
 with the next rewrite (``gc`` after a purge, or ``gc --vacuum``). The orchestrator's run events

@@ -287,3 +287,17 @@ def test_the_python_api_honours_harness_mem_embedder(engine_target: str, monkeyp
     monkeypatch.setenv("HARNESS_MEM_EMBEDDER", "auto")
     with MemoryStore(db_path) as store:
         assert store.embedder is not None
+
+
+def test_recent_takes_its_count_as_an_argument_and_counts_agree(db_path: Path) -> None:
+    for text in ("first note", "second note", "third note"):
+        assert run(db_path, "add", text).exit_code == 0
+    newest = run(db_path, "recent", "2")
+    assert newest.exit_code == 0 and "third note" in newest.stdout and "first note" not in newest.stdout
+    assert run(db_path, "recent", "-n", "1").stdout.count(" note\n") == 1  # one entry: its text line
+    exported = run(db_path, "export")
+    one = run(db_path, "forget", "--kind", "note", "--since", "1d")
+    assert one.stderr.startswith("Forgot 3 entries") and exported.stderr == "Exported 3 entries\n"
+    assert run(db_path, "purge").stderr.startswith("Purged 3 entries")
+    assert run(db_path, "add", "alone").exit_code == 0
+    assert run(db_path, "export").stderr == "Exported 1 entry\n"

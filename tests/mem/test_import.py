@@ -354,7 +354,7 @@ def test_a_line_naming_another_namespace_is_refused_and_that_namespace_untouched
     )
     assert result.exit_code == 1
     assert "line 2: this entry names namespace 'victim-tenant', and this store writes into 'attacker'" in result.stderr
-    assert "Imported 1 entries from 2 lines (0 already stored, 1 rejected)" in result.stdout + result.stderr
+    assert "Imported 1 entry from 2 lines (0 already stored, 1 rejected)" in result.stdout + result.stderr
     with MemoryStore(db_path, namespace="victim-tenant", embedder=None) as victim:
         assert victim.get("vmem").content == "the victim's own memory"
     with MemoryStore(db_path, namespace="attacker", embedder=None) as attacker, pytest.raises(InvalidInputError):
