@@ -460,7 +460,7 @@ class _Job:
                     for part in derivation.segments]
         facts = [self._item(c.session, "fact", fact.text, fact.source_turns, fact_id(fact.text), when, fact.about)
                  for fact in derivation.facts]
-        decided: dict[int, Decision] = {}
+        decided: dict[str, Decision] = {}  # by fact id
         if self.model is not None:
             try:
                 written = self._model_writes(c.session, spoken, derivation, when, result)
@@ -478,12 +478,15 @@ class _Job:
         try:
             with self.store.transaction():
                 kept_segments = self.store.add_many(segments, on_conflict="ignore")
-                kept_facts: list[Entry] = []
-                for number, item in enumerate(facts, start=1):
-                    entry, updated = self._write_fact(item, decided.get(number))
-                    if entry is not None:
-                        kept_facts.append(entry)
-                        result.facts_updated += updated
+                # Facts nothing was decided about are new: written in one batch; the others one by one.
+                plain = [item for item in facts if item["id"] not in decided and "about" not in item["metadata"]]
+                kept_facts = self.store.add_many(plain, on_conflict="ignore")
+                for item in facts:
+                    if item["id"] in decided or "about" in item["metadata"]:
+                        entry, updated = self._write_fact(item, decided.get(item["id"]))
+                        if entry is not None:
+                            kept_facts.append(entry)
+                            result.facts_updated += updated
                 if not self.ledger.move_derived_watermark(
                     c.session, seen=c.derived_pk, derived_pk=max(t.pk for t in turns),
                     segments=len(kept_segments), facts=len(kept_facts),
@@ -514,7 +517,7 @@ class _Job:
 
     def _model_writes(
         self, session: str, spoken: list[SpokenTurn], derivation: Derivation, when: dict[str, datetime], result: SessionResult,
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, Decision]] | None:
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Decision]] | None:
         """The model's segments and facts (and its decisions about stored facts near them); None
         when its replies were rejected twice (the rules' text is written instead, and counted)."""
         assert self.model is not None
@@ -532,13 +535,13 @@ class _Job:
                  for fact in digest.facts]
         nearest = [[(h.entry.id, h.entry.content) for h in self.store.recall(item["content"], NEAREST_SHOWN, kind="fact")]
                    for item in facts]
-        decided: dict[int, Decision] = {}
+        decided: dict[str, Decision] = {}
         if any(nearest):
             found, why = ask(self.model, decisions_prompt([f["content"] for f in facts], nearest),
                              lambda reply: parse_decisions(reply, nearest), max_tokens=DECISIONS_MAX_TOKENS)
             if found is None:  # every fact is added: nothing is merged on a guess
                 result.note = f"the model's decisions were rejected ({why}); its facts were added as new"
-            decided = found or {}
+            decided = {facts[number - 1]["id"]: decision for number, decision in (found or {}).items()}
         return segments, facts, decided
 
     def _write_fact(self, item: dict[str, Any], decision: Decision | None) -> tuple[Entry | None, bool]:
