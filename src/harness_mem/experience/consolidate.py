@@ -42,6 +42,7 @@ writing it and recording it finds it on the next run and rewrites it instead of 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -568,11 +569,15 @@ class _Job:
         supersedes the current fact — kept in its history, true until this one's time. Returns the
         entry written and whether it is a correction."""
         about = item["metadata"]["about"]
-        current = next(iter(self.store.list(kind="fact", tags=[about_tag(about["key"])], limit=1)), None)
-        if current is None:
-            return next(iter(self.store.add_many([item], on_conflict="ignore")), None), False
-        if current.metadata.get("about", {}).get("value") == about["value"] or current.id == item["id"]:
-            return None, False
+        # The first fact about something takes an id made from what it is about; the current one is
+        # the end of that fact's correction chain: two lookups by id, whatever the file's size.
+        first = about_id(about["key"])
+        try:
+            current = self.store.history(first)[-1]
+        except NotFoundError:
+            return next(iter(self.store.add_many([{**item, "id": first}], on_conflict="ignore")), None), False
+        if current.superseded_by is not None or current.metadata.get("about", {}).get("value") == about["value"]:
+            return None, False  # said again (or its chain ends in a forgotten fact: nothing to correct)
         return self._correct(current.id, item), True
 
     def _episode(self, c: _Candidate, new: list[Turn], result: SessionResult) -> None:
@@ -668,6 +673,11 @@ class _Job:
             mark.session, seen=mark.candidate.last_pk, episode_id=mark.episode_id, last_pk=mark.last_pk,
             last_turn_id=mark.last_turn_id, turns=mark.turns,
         )
+
+
+def about_id(key: str) -> str:
+    """The id of the first fact about ``key`` (``caroline/home``), where its correction chain starts."""
+    return "about:" + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 def about_tag(key: str) -> str:
