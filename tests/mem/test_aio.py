@@ -228,3 +228,65 @@ async def test_delete_answers_as_the_sync_store_does(engine_target: str) -> None
     with MemoryStore(db_path, embedder=HashedEmbedder()) as sync:
         assert sync.delete("deploy") is False and sync.count() == 7
         assert all(h.entry.id != "deploy" for h in sync.recall("deploys Tuesdays", mode="semantic"))
+
+
+# The sync store's public names the async one spells differently: the rest must match one for one.
+RENAMED = {"close": "aclose"}
+SYNC_ONLY = {"storage", "scope"}  # the engine and the rules object: the sync store's internals, reached via .store
+
+
+def test_every_public_method_of_the_store_is_there_awaited() -> None:
+    import inspect
+
+    for name, member in inspect.getmembers(MemoryStore):
+        if name.startswith("_") or name in SYNC_ONLY:
+            continue
+        twin = getattr(AsyncMemoryStore, RENAMED.get(name, name), None)
+        assert twin is not None, f"AsyncMemoryStore has no {RENAMED.get(name, name)}"
+        if isinstance(member, property):
+            assert isinstance(twin, property), name
+        elif name == "transaction":
+            assert inspect.isfunction(twin)  # an async context manager
+        else:
+            assert inspect.iscoroutinefunction(twin), f"AsyncMemoryStore.{name} is not awaited"
+
+
+async def test_the_corrections_sessions_and_maintenance_calls_answer_as_the_sync_ones(engine_target: str) -> None:
+    async with AsyncMemoryStore(engine_target, embedder=None) as store:
+        first = await store.remember("the deploy target is staging-us", kind="fact")
+        assert (await store.remember("the deploy target is staging-us", kind="fact")).deduped
+        new = await store.supersede(first.id, "the deploy target is staging-eu")
+        assert [e.content for e in await store.history(new.id)] == ["the deploy target is staging-us",
+                                                                    "the deploy target is staging-eu"]
+        await store.add_many([{"content": f"turn {i}", "role": "user", "session": "s-1"} for i in range(3)])
+        assert [s.session for s in await store.sessions()] == ["s-1"]
+        assert [e.content for e in await store.session_turns("s-1")] == ["turn 0", "turn 1", "turn 2"]
+        assert len(await store.recent(2)) == 2 and await store.count(kind="turn") == 3
+        assert await store.forget(session="s-1") == 3 and await store.purge() == 3
+        assert (await store.recall_sessions("turn")) == [] and store.namespace == "default"
+        assert len(await store.export()) == 1 and await store.integrity_check() == []  # the current fact
+
+
+async def test_a_transaction_commits_together_and_keeps_other_tasks_out(engine_target: str) -> None:
+    async with AsyncMemoryStore(engine_target, embedder=None) as store:
+        with pytest.raises(RuntimeError, match="changed my mind"):
+            async with store.transaction():
+                await store.add("one", id="one")
+                await store.add("two", id="two")
+                raise RuntimeError("changed my mind")
+        assert await store.count() == 0                          # rolled back, both
+        order: list[str] = []
+
+        async def outsider() -> None:
+            await store.add("outside", id="outside")
+            order.append("outsider")
+
+        async with anyio.create_task_group() as tasks, store.transaction():
+            await store.add("inside", id="inside")
+            tasks.start_soon(outsider)
+            await anyio.sleep(0.2)                          # the outsider waits at the gate meanwhile
+            async with store.transaction():                 # nested: joins
+                await store.add("nested", id="nested")
+            order.append("committed")
+        assert order == ["committed", "outsider"]
+        assert sorted(e.id for e in await store.list()) == ["inside", "nested", "outside"]
