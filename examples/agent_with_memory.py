@@ -28,13 +28,22 @@ from pathlib import Path
 
 import anyio
 
-from harness_loop.builtin_tools import workspace_tools
-from harness_loop.chat import Model, ModelOutput, ScriptedModel, ToolCall
-from harness_loop.cli import DEFAULT_SYSTEM
-from harness_loop.hooks import Event, HookEvent
-from harness_loop.loop import AgentLoop, LoopConfig, Outcome
-from harness_loop.memory import attach_memory, describe_ending
-from harness_loop.openai_client import OpenAIChatModel
+from harness_loop import (
+    WORKSPACE_SYSTEM,
+    AgentLoop,
+    Event,
+    HookEvent,
+    LoopConfig,
+    Model,
+    ModelOutput,
+    OpenAIChatModel,
+    Outcome,
+    ScriptedModel,
+    ToolCall,
+    attach_memory,
+    describe_ending,
+    workspace_tools,
+)
 from harness_mem import MemoryStore
 
 DEFAULT_TASK = "What is in this workspace?"
@@ -112,7 +121,7 @@ async def run(args: argparse.Namespace, store: MemoryStore, model: Model) -> Out
     loop = AgentLoop(
         model,
         workspace_tools(),
-        system=DEFAULT_SYSTEM,
+        system=WORKSPACE_SYSTEM,
         workspace=args.workspace,
         config=LoopConfig(max_iters=args.max_iters),
     )

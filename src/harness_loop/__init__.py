@@ -4,13 +4,15 @@ A consumer of :mod:`harness_mem`: it reaches memory only through that package's 
 harness_mem never imports it.
 """
 
+from .builtin_tools import WORKSPACE_SYSTEM, workspace_tools
 from .chat import Message, Model, ModelOutput, ScriptedModel, ToolCall, Usage
+from .consolidation_job import ConsolidationRunner
 from .dag import Dag
 from .errors import DagError, OrchestratorError
 from .hooks import Deny, Event, HookBus, HookEvent
 from .job import Backoff, Job, JobResult, RetryPolicy
 from .loop import AgentLoop, BudgetExhausted, Cancelled, Done, LoopConfig, Outcome, Stuck, Unverified
-from .memory import CachedGuide, MemoryGuide, MemoryWiring, attach_memory
+from .memory import CachedGuide, MemoryGuide, MemoryWiring, attach_memory, describe_ending
 from .memory_tools import memory_tools
 from .openai_client import OpenAIChatModel, OpenAITextModel
 from .orchestrator import JobRunner, Orchestrator
@@ -31,6 +33,7 @@ __all__ = [
     "BudgetExhausted",
     "CachedGuide",
     "Cancelled",
+    "ConsolidationRunner",
     "Dag",
     "DagError",
     "Deny",
@@ -73,12 +76,15 @@ __all__ = [
     "ToolRegistry",
     "Unverified",
     "Usage",
+    "WORKSPACE_SYSTEM",
     "Worker",
     "attach_memory",
+    "describe_ending",
     "json_schema",
     "memory_tools",
     "replay",
     "run_subagent",
     "schemas",
     "tool",
+    "workspace_tools",
 ]

@@ -16,7 +16,7 @@ from harness_mem.redaction import cut_point
 
 from .tools import Tool, ToolContext, tool
 
-__all__ = ["grep", "list_dir", "read_file", "workspace_tools"]
+__all__ = ["WORKSPACE_SYSTEM", "grep", "list_dir", "read_file", "workspace_tools"]
 
 MAX_READ_BYTES = 20_000
 MAX_LIST = 500
@@ -97,6 +97,13 @@ def grep(ctx: ToolContext, pattern: str, path: str = ".", max_matches: int = 100
                 if len(matches) >= max_matches:
                     return [*matches, f"[stopped at {max_matches} matches]"]
     return matches
+
+
+#: The system prompt that goes with :func:`workspace_tools` (what ``harness-loop run`` uses).
+WORKSPACE_SYSTEM = (
+    "You are a careful assistant working in a local workspace. Use the tools to look at files before "
+    "answering; never guess a file's content. Answer concisely when you are done."
+)
 
 
 def workspace_tools() -> list[Tool]:

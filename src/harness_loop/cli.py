@@ -36,16 +36,11 @@ from harness_mem.engines import is_url
 from harness_mem.models import parse_time, to_ms
 from harness_mem.providers import DEFAULT_TIMEOUT
 
-from .builtin_tools import workspace_tools
+from .builtin_tools import WORKSPACE_SYSTEM, workspace_tools
 from .loop import AgentLoop, LoopConfig, Outcome
 from .openai_client import LOOP_HINTS, OpenAIChatModel
 from .record import SessionRecorder, format_trace, read_session, replay
 from .runstore import RunStore, render, render_events, render_list
-
-DEFAULT_SYSTEM = (
-    "You are a careful assistant working in a local workspace. Use the tools to look at files before "
-    "answering; never guess a file's content. Answer concisely when you are done."
-)
 
 # The model flags are harness-mem's, with HARNESS_LOOP_ variables.
 loop_model_options = model_options(LOOP_HINTS)
@@ -96,7 +91,7 @@ def _describe(outcome: Outcome) -> str:
 @click.option(
     "--time-limit", type=click.FloatRange(min=0.1), default=None, help="Wall-clock seconds for the whole run"
 )
-@click.option("--system", default=DEFAULT_SYSTEM, help="System prompt")
+@click.option("--system", default=WORKSPACE_SYSTEM, help="System prompt")
 @click.option(
     "--record-dir",
     type=click.Path(file_okay=False, path_type=Path),
