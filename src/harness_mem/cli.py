@@ -371,8 +371,9 @@ def _read_stdin_text(fix: str) -> str:
 @click.option("--workers", type=count_type(0, MAX_IMPORT_WORKERS), default=None,
               help="Processes that parse and redact while this one writes (default: 1 for a large input"
                    " on a machine with two cores or more, else 0).")
+@json_option
 @click.pass_context
-def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool, workers: int | None) -> None:
+def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool, workers: int | None, as_json: bool) -> None:
     """Import entries from a JSON Lines FILE (or - for stdin).
 
     One object a line: {"id"?, "text"|"content", "kind"?, "role"?, "session"?, "tags"?,
@@ -382,7 +383,7 @@ def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool, workers
     \b
     Example:
         harness-mem import turns.jsonl
-        cat turns.jsonl | harness-mem import -
+        cat turns.jsonl | harness-mem import - --json
     """
     from .jsonl import import_jsonl, read_lines
 
@@ -397,6 +398,10 @@ def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool, workers
                 report = import_jsonl(store, lines, on_conflict=on_conflict, workers=workers)
         else:
             report = import_jsonl(store, source, on_conflict=on_conflict, workers=workers)
+    if as_json:  # the report on stdout, for a script; the bad lines are in it, redacted
+        echo_json({"lines": report.lines, "added": report.added, "skipped": report.skipped,
+                   "rejected": [{"line": e.line, "reason": shown(e.reason)} for e in report.errors]})
+        ctx.exit(1 if report.errors else 0)
     for error in report.errors:
         click.echo(f"Error: {shown(str(error))}", err=True)  # a reason may quote the line
     click.echo(

@@ -301,3 +301,15 @@ def test_recent_takes_its_count_as_an_argument_and_counts_agree(db_path: Path) -
     assert run(db_path, "purge").stderr.startswith("Purged 3 entries")
     assert run(db_path, "add", "alone").exit_code == 0
     assert run(db_path, "export").stderr == "Exported 1 entry\n"
+
+
+def test_import_reports_as_json_on_stdout(db_path: Path, tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": "a", "text": "kept"}\nnot json\n{"id": "b", "text": "kept too"}\n')
+    result = run(db_path, "import", str(source), "--json")
+    assert result.exit_code == 1  # a rejected line, as without --json
+    report = json.loads(result.stdout)
+    assert {k: report[k] for k in ("lines", "added", "skipped")} == {"lines": 3, "added": 2, "skipped": 0}
+    assert [r["line"] for r in report["rejected"]] == [2]
+    again = json.loads(run(db_path, "import", str(source), "--json").stdout)
+    assert (again["added"], again["skipped"]) == (0, 2)
