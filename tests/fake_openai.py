@@ -27,6 +27,10 @@ class FakeServer:
             for c in contents
         ))
 
+    def strict(self) -> None:
+        """Refuse a message whose content is null with HTTP 500, as llama.cpp's server does."""
+        self.control.post("/_strict", json={"null_content": True}).raise_for_status()
+
     def requests(self) -> list[dict[str, Any]]:
         return self.control.get("/_requests").json()  # type: ignore[no-any-return]
 

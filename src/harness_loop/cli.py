@@ -22,6 +22,7 @@ import click
 from harness_mem import MemoryStore
 from harness_mem.cliutils import (
     ModelSettings,
+    StoreLocation,
     command_group,
     db_option,
     echo_json,
@@ -38,6 +39,7 @@ from harness_mem.providers import DEFAULT_TIMEOUT
 
 from .builtin_tools import WORKSPACE_SYSTEM, workspace_tools
 from .loop import AgentLoop, LoopConfig, Outcome
+from .memory import attach_memory
 from .openai_client import LOOP_HINTS, OpenAIChatModel
 from .record import SessionRecorder, format_trace, read_session, replay
 from .runstore import RunStore, render, render_events, render_list
@@ -98,6 +100,9 @@ def _describe(outcome: Outcome) -> str:
     default=None,
     help="Where to write the recording [default: WORKSPACE/.harness/sessions]",
 )
+@click.option("--db", "db_path", type=StoreLocation(), default=None,
+              help="Give the agent memory in this store (a file or postgresql:// URL): recall before each model"
+                   " call, the memory tools, its turns and an episode written as it runs.")
 @click.option("--no-record", is_flag=True, help="Do not record the run")
 @click.option("--no-redact", is_flag=True,
               help="Write the recording and spilled results as given, without redacting PII and secrets")
@@ -110,14 +115,20 @@ def run(
     time_limit: float | None,
     system: str,
     record_dir: Path | None,
+    db_path: Path | str | None,
     no_record: bool,
     no_redact: bool,
 ) -> None:
     """Run TASK with read-only workspace tools (read_file, list_dir, grep); print the answer.
 
+    With --db, the agent has a memory: what is relevant to the task is recalled before each model
+    call, it gets the memory tools (remember, recall, recall_sessions, forget, supersede), and its
+    turns and an episode of the run are written to the store as it goes.
+
     \b
     Example:
         harness-loop run --model-url http://127.0.0.1:8000/v1 --model qwen3 "What does setup.py install?"
+        harness-loop run --db agent.db "Where do we deploy, and since when?"
     """
     model_settings.configured(required=True)
     if not workspace.is_dir():
@@ -142,11 +153,17 @@ def run(
                 recorder=recorder,
                 redactor=redactor,
             )
-            return await loop.run(task)
+            if store is None:
+                return await loop.run(task)
+            with attach_memory(loop, store, tools=True):
+                return await loop.run(task)
 
+    store = None if db_path is None else MemoryStore(db_path)
     try:
         outcome = anyio.run(go)
     finally:
+        if store is not None:
+            store.close()
         if recorder is not None:
             recorder.close()
             click.echo(f"recording: {recorder.path}", err=True)

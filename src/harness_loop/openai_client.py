@@ -75,9 +75,11 @@ def message_to_openai(message: Message) -> dict[str, Any]:
     if message.role is Role.TOOL:
         return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content}
     if message.role is Role.ASSISTANT and message.tool_calls:
+        # An empty reply beside tool calls is left out, not sent as null: llama.cpp's server answers
+        # "content": null with HTTP 500.
         return {
             "role": "assistant",
-            "content": message.content or None,
+            **({"content": message.content} if message.content else {}),
             "tool_calls": [
                 {
                     "id": c.id,
@@ -158,6 +160,8 @@ class _Settings(ChatEndpoint):
                 }
                 for t in request.tools
             ]
+            # Said outright: some servers (llama.cpp's) make no tool call unless asked to choose.
+            body["tool_choice"] = "auto"
         if request.json:
             body["response_format"] = {"type": "json_object"}
         if request.max_output_tokens:

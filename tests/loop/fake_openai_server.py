@@ -9,6 +9,8 @@ listens and exits by itself after ``--lifetime`` seconds (so a crashed test run 
   ``{"status": 200, "body": {...} | "raw": "text", "delay": seconds, "headers": {...}}``.
 - ``POST /_reset`` clears the script and the request log; ``GET /_requests`` returns the log
   (path, authorization header, body) of every completion request.
+- ``POST /_strict`` with ``{"null_content": true}`` makes it answer a message whose ``"content"`` is
+  null with HTTP 500, as llama.cpp's server does (``/_reset`` turns it off).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 _lock = threading.Lock()
 _script: list[dict[str, Any]] = []
 _log: list[dict[str, Any]] = []
+_strict = {"null_content": False}
 
 
 def _echo(body: dict[str, Any]) -> dict[str, Any]:
@@ -92,6 +95,11 @@ class Handler(BaseHTTPRequestHandler):
             with _lock:
                 _script.clear()
                 _log.clear()
+                _strict["null_content"] = False
+            self._send(200, b"{}")
+            return
+        if self.path == "/_strict":
+            _strict["null_content"] = bool(body.get("null_content"))
             self._send(200, b"{}")
             return
         if self.path != "/v1/chat/completions":
@@ -99,6 +107,10 @@ class Handler(BaseHTTPRequestHandler):
             return
         with _lock:
             _log.append({"path": self.path, "authorization": self.headers.get("authorization"), "body": body})
+            if _strict["null_content"] and any("content" in m and m["content"] is None for m in body.get("messages", [])):
+                self._send(500, b'{"error": {"code": 500, "message": "[json.exception.type_error.302] '
+                                b'type must be string, but is null", "type": "server_error"}}')
+                return
             step = _script.pop(0) if _script else None
         if step is None:
             self._send(200, json.dumps(_echo(body)).encode())

@@ -89,9 +89,11 @@ async def test_text_completion_and_the_request_on_the_wire(fake: FakeServer) -> 
         {"role": "user", "content": "hi"},
     ]
     assert body["tools"][0]["function"]["name"] == "lookup"
+    assert body["tool_choice"] == "auto"  # said outright: llama.cpp's server calls no tool otherwise
 
 
 async def test_tool_calls_are_parsed_and_sent_back(fake: FakeServer) -> None:
+    fake.strict()  # as llama.cpp's server: a null content is an HTTP 500
     fake.script(
         completion(
             None,
@@ -114,7 +116,7 @@ async def test_tool_calls_are_parsed_and_sent_back(fake: FakeServer) -> None:
         await m.complete(ModelRequest(messages=history))
     sent = fake.requests()[1]["body"]["messages"]
     assert sent[1]["tool_calls"][0] == fn_call("c1", "lookup", '{"key": "a"}')
-    assert sent[1]["content"] is None
+    assert "content" not in sent[1]  # an empty reply beside tool calls is left out, never null
     assert sent[2] == {"role": "tool", "tool_call_id": "c1", "content": "value"}
 
 

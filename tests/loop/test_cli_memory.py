@@ -1,0 +1,60 @@
+"""``harness-loop run --db``: the command-line agent with a memory, against an OpenAI-compatible server
+on 127.0.0.1 that refuses a null content the way llama.cpp's does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fake_openai import FakeServer
+
+from harness_mem import ExperienceStore, MemoryStore
+
+HARNESS_LOOP = str(Path(sys.executable).with_name("harness-loop"))
+
+
+def reply(message: dict[str, object]) -> dict[str, object]:
+    return {"status": 200, "body": {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}}
+
+
+def test_run_with_a_db_recalls_offers_the_memory_tools_and_captures_the_run(tmp_path: Path, fake: FakeServer) -> None:
+    db = tmp_path / "agent.db"
+    with MemoryStore(db, embedder=None) as store:
+        store.add("deploys go to staging-eu since March", kind="note")
+    fake.strict()
+    remember = {"id": "c1", "type": "function",
+                "function": {"name": "remember", "arguments": json.dumps({"content": "Ada asked where we deploy"})}}
+    fake.script(reply({"role": "assistant", "content": None, "tool_calls": [remember]}),
+                reply({"role": "assistant", "content": "To staging-eu, since March."}))
+    result = subprocess.run(
+        [HARNESS_LOOP, "run", "--db", str(db), "--model-url", fake.url, "--model", "m", "--no-record",
+         "-w", str(tmp_path), "Where do we deploy?"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "To staging-eu, since March.\n"
+    first, second = (r["body"] for r in fake.requests())
+    assert "[memory-recall]" in first["messages"][0]["content"] and "staging-eu" in first["messages"][0]["content"]
+    assert {"remember", "recall"} <= {t["function"]["name"] for t in first["tools"]}
+    assert first["tool_choice"] == "auto"
+    assert "content" not in second["messages"][2] and second["messages"][2]["tool_calls"]  # never null
+    with MemoryStore(db, embedder=None) as store:
+        assert [e.content for e in store.list(kind="note")] == [
+            "deploys go to staging-eu since March", "Ada asked where we deploy"
+        ]
+        assert {t.role for t in store.list(kind="turn")} == {"user", "tool", "assistant"}
+        assert len(ExperienceStore(store).list()) == 1
+
+
+def test_run_without_a_db_writes_no_store(tmp_path: Path, fake: FakeServer) -> None:
+    fake.say("No memory here.")
+    result = subprocess.run(
+        [HARNESS_LOOP, "run", "--model-url", fake.url, "--model", "m", "--no-record", "-w", str(tmp_path), "hi"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HARNESS_MEM_DB": str(tmp_path / "should-not-exist.db")},
+    )
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "should-not-exist.db").exists()
