@@ -119,6 +119,9 @@ def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--tag", "tags", multiple=True, help="Must carry this tag (repeatable: all of them)."),
         click.option("--since", help="Created at or after: ISO-8601 or an age like 7d, 24h."),
         click.option("--until", help="Created at or before: ISO-8601 or an age."),
+        click.option("--exclude-session", "exclude_sessions", multiple=True, help="Not this session (repeatable)."),
+        click.option("--exclude-kind", "exclude_kinds", multiple=True, help="Not this kind (repeatable)."),
+        click.option("--exclude-tag", "exclude_tags", multiple=True, help="Nothing with this tag (repeatable)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -524,7 +527,8 @@ def purge(ctx: click.Context) -> None:
 def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str | None, role: str | None,
            session: str | None, session_prefix: str | None, tags: tuple[str, ...], since: str | None,
            until: str | None, explain: bool, strict: bool, context: int, min_score: float | None,
-           all_versions: bool, as_of: str | None, derived: bool, exact: bool, as_json: bool) -> None:
+           all_versions: bool, as_of: str | None, derived: bool, exact: bool, as_json: bool,
+           exclude_sessions: tuple[str, ...], exclude_kinds: tuple[str, ...], exclude_tags: tuple[str, ...]) -> None:
     """Find the entries most relevant to QUERY, best first.
 
     What consolidation derived (topic segments, facts) is left out unless --kind names its kind
@@ -541,7 +545,8 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
                             session_prefix=session_prefix, tags=tags, since=since, until=until,
                             explain=explain, strict=strict, context=context, min_score=min_score,
                             include_superseded=all_versions, exact=exact, as_of=as_of,
-                            derived=True if derived else None)
+                            derived=True if derived else None, exclude_sessions=exclude_sessions,
+                            exclude_kinds=exclude_kinds, exclude_tags=exclude_tags)
     if as_json:
         for hit in hits:
             echo_json(hit.to_dict())
@@ -605,7 +610,8 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
 @click.pass_context
 def list_(ctx: click.Context, kind: str | None, role: str | None, session: str | None,
           session_prefix: str | None, tags: tuple[str, ...], since: str | None, until: str | None,
-          limit: int | None, newest_first: bool, as_json: bool) -> None:
+          limit: int | None, newest_first: bool, as_json: bool, exclude_sessions: tuple[str, ...],
+          exclude_kinds: tuple[str, ...], exclude_tags: tuple[str, ...]) -> None:
     """List entries, oldest first.
 
     \b
@@ -614,7 +620,9 @@ def list_(ctx: click.Context, kind: str | None, role: str | None, session: str |
     """
     with open_store(ctx) as store:
         for entry in store.list(kind=kind, role=role, session=session, session_prefix=session_prefix,
-                                tags=tags, since=since, until=until, limit=limit, newest_first=newest_first):
+                                tags=tags, since=since, until=until, limit=limit, newest_first=newest_first,
+                                exclude_sessions=exclude_sessions, exclude_kinds=exclude_kinds,
+                                exclude_tags=exclude_tags):
             if as_json:
                 echo_json(entry.to_dict())
             else:

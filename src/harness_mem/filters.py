@@ -30,6 +30,18 @@ def _time(value: Any) -> Any:
 
 
 _Tags = Annotated[tuple[str, ...], BeforeValidator(clean_tags)]
+
+
+def _names(value: Any) -> Any:
+    """One value or several, as a tuple (a bare string is one value, not its characters)."""
+    return (value,) if isinstance(value, str) else tuple(value or ())
+
+
+def _kind_list(value: Any) -> Any:
+    return tuple(check_kind(k) for k in _names(value))
+
+
+_Names = Annotated[tuple[StrictStr, ...], BeforeValidator(_names)]
 _When = Annotated[
     datetime | None,
     BeforeValidator(_time),
@@ -52,6 +64,9 @@ class Filters(Record):
     since: _When = None
     until: _When = None
     include_superseded: bool = Field(False, description="also entries a correction replaced")
+    exclude_sessions: _Names = Field((), description="none of these sessions")
+    exclude_kinds: Annotated[tuple[str, ...], BeforeValidator(_kind_list)] = Field((), description="none of these kinds")
+    exclude_tags: _Tags = Field((), description="no entry with any of these tags")
     as_of: _When = Field(
         None, description="what was true then: entries said by that time and not yet replaced by a later one"
     )
@@ -64,7 +79,12 @@ class Filters(Record):
         """True when only the namespace and expiry constrain the result."""
         return (self.kind is None and self.role is None and self.session is None and not self.session_prefix
                 and not self.tags and not self.any_tags and self.since is None and self.until is None
-                and self.derived is None and self.as_of is None)
+                and self.derived is None and self.as_of is None and not self.excludes)
+
+    @property
+    def excludes(self) -> bool:
+        """True when some sessions, kinds or tags are left out."""
+        return bool(self.exclude_sessions or self.exclude_kinds or self.exclude_tags)
 
 
 @dataclass(frozen=True)
@@ -96,10 +116,13 @@ def make_filters(
     include_superseded: bool = False,
     derived: bool | None = None,
     as_of: str | datetime | None = None,
+    exclude_sessions: Sequence[str] | str = (),
+    exclude_kinds: Sequence[str] | str = (),
+    exclude_tags: Sequence[str] | str = (),
 ) -> Filters:
     """Filters from loosely typed arguments (times as ISO strings or ages like ``7d``), validated."""
     return Filters(
         kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags, any_tags=any_tags,
         since=since, until=until, include_superseded=include_superseded, derived=derived,
-        as_of=as_of,
+        as_of=as_of, exclude_sessions=exclude_sessions, exclude_kinds=exclude_kinds, exclude_tags=exclude_tags,
     )

@@ -74,6 +74,9 @@ class Recall:
         exact: bool = False,
         derived: bool | None = None,
         as_of: str | datetime | None = None,
+        exclude_sessions: Sequence[str] | str = (),
+        exclude_kinds: Sequence[str] | str = (),
+        exclude_tags: Sequence[str] | str = (),
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
 
@@ -100,7 +103,7 @@ class Recall:
         if k <= 0:
             return []
         filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until, include_superseded,
-                               derived, as_of)
+                               derived, as_of, exclude_sessions, exclude_kinds, exclude_tags)
         named: list[str] = []
         # Binding the model may write (an older file's upgrade): before the snapshot.
         if mode != "keyword" and not self._vectors_usable(mode, strict):

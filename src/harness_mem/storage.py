@@ -136,6 +136,8 @@ class Scope:
         for name, value in filters.items():
             if name in _IDENTITY_FILTERS and isinstance(value, str):
                 value = self.key(value)
+            elif name == "exclude_sessions" and value:
+                value = tuple(self.key(v) for v in ((value,) if isinstance(value, str) else value))
             elif name in _TAG_FILTERS and value is not None:
                 value = self.tags(value)
             keyed[name] = value
@@ -143,7 +145,7 @@ class Scope:
 
 
 _IDENTITY_FILTERS = frozenset({"role", "session", "session_prefix"})
-_TAG_FILTERS = frozenset({"tags", "any_tags"})
+_TAG_FILTERS = frozenset({"tags", "any_tags", "exclude_tags"})
 
 
 class SessionSpan(NamedTuple):

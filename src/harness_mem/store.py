@@ -405,6 +405,9 @@ class MemoryStore:
         exact: bool = False,
         derived: bool | None = None,
         as_of: str | datetime | None = None,
+        exclude_sessions: Sequence[str] | str = (),
+        exclude_kinds: Sequence[str] | str = (),
+        exclude_tags: Sequence[str] | str = (),
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
 
@@ -428,6 +431,9 @@ class MemoryStore:
         recall without ``kind`` leaves it out, one naming a kind (``"fact"``, ``"summary"``) takes it
         in; ``derived=True`` searches only it, ``derived=False`` never.
 
+        ``exclude_sessions``, ``exclude_kinds`` and ``exclude_tags`` leave those out (an agent's
+        recall that must not return its own session's turns, say).
+
         ``as_of`` answers with what was true at that time (ISO-8601 or an age): entries whose time
         (``created_at``: when it was said, which a caller or consolidation sets) is not later, and
         that no correction had replaced by then — a replaced entry stops being true at its
@@ -436,11 +442,13 @@ class MemoryStore:
         key = self.scope.key
         role, session, session_prefix = key(role), key(session), key(session_prefix)
         tags, any_tags = self.scope.tags(tags), self.scope.tags(any_tags)
+        left_out = self.scope.filters({"exclude_sessions": exclude_sessions, "exclude_tags": exclude_tags})
         hits = self._recall(
             query, k, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
             any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,
             strict=strict, include_superseded=include_superseded, exact=exact,
             derived=(None if kind is not None else False) if derived is None else derived, as_of=as_of,
+            exclude_kinds=exclude_kinds, **left_out,
         )
         if min_score is not None:
             hits = [hit for hit in hits if hit.score >= min_score]

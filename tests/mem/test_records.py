@@ -33,7 +33,7 @@ FIELDS = {
     "import-line": {"content", "text", "role", "session", "kind", "id", "created_at", "timestamp", "tags", "source",
                     "metadata", "expires_at", "ttl_days", "redactions", "namespace"},
     "filters": {"kind", "role", "session", "session_prefix", "tags", "any_tags", "since", "until",
-                "include_superseded", "derived", "as_of"},
+                "include_superseded", "derived", "as_of", "exclude_sessions", "exclude_kinds", "exclude_tags"},
     "episode": {"situation", "outcome", "tools", "tags", "skills", "success"},
     "skill-front-matter": {"name", "description", "license", "compatibility", "metadata", "allowed-tools"},
     "settings": {"HARNESS_MEM_DB", "HARNESS_MEM_HOME", "HARNESS_MEM_NAMESPACE", "HARNESS_MEM_EMBEDDER",

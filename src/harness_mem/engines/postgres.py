@@ -238,6 +238,15 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
     if filters.any_tags:
         clauses.append(f"{alias}.tags::jsonb ?| %s")
         params.append(list(filters.any_tags))
+    if filters.exclude_sessions:
+        clauses.append(f"({alias}.session IS NULL OR NOT ({alias}.session = ANY(%s)))")
+        params.append(list(filters.exclude_sessions))
+    if filters.exclude_kinds:
+        clauses.append(f"NOT ({alias}.kind = ANY(%s))")
+        params.append(list(filters.exclude_kinds))
+    if filters.exclude_tags:
+        clauses.append(f"NOT ({alias}.tags::jsonb ?| %s)")
+        params.append(list(filters.exclude_tags))
     if filters.derived is not None:
         clauses.append(f"{alias}.source {'=' if filters.derived else 'IS DISTINCT FROM'} %s")
         params.append(DERIVED_SOURCE)

@@ -807,7 +807,7 @@ def _vector_filter(selection: Selection) -> VectorFilter | None:
     """
     filters = selection.filters
     if (filters.is_empty or filters.role is not None or filters.session_prefix or filters.tags or filters.any_tags
-            or filters.derived is not None or filters.as_of is not None):
+            or filters.derived is not None or filters.as_of is not None or filters.excludes):
         return None
     if filters.session is not None and (filters.kind is not None or filters.since or filters.until):
         return None

@@ -62,6 +62,18 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
             f" (SELECT value FROM json_each(?)))"
         )
         params.append(json.dumps(list(filters.any_tags)))
+    if filters.exclude_sessions:
+        clauses.append(f"({alias}.session IS NULL OR {alias}.session NOT IN ({', '.join('?' * len(filters.exclude_sessions))}))")
+        params.extend(filters.exclude_sessions)
+    if filters.exclude_kinds:
+        clauses.append(f"{alias}.kind NOT IN ({', '.join('?' * len(filters.exclude_kinds))})")
+        params.extend(filters.exclude_kinds)
+    if filters.exclude_tags:
+        clauses.append(
+            f"NOT EXISTS (SELECT 1 FROM json_each({alias}.tags) AS have WHERE have.value IN"
+            f" (SELECT value FROM json_each(?)))"
+        )
+        params.append(json.dumps(list(filters.exclude_tags)))
     if filters.derived is not None:
         clauses.append(f"{alias}.source {'=' if filters.derived else 'IS NOT'} ?")
         params.append(DERIVED_SOURCE)
