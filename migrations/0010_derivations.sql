@@ -1,7 +1,8 @@
 -- Consolidation's derived entries: topic segments (kind 'summary') and facts (kind 'fact'), written
 -- with source 'consolidation' and metadata.source_turns. One row per session: the watermark (turns
 -- numbered up to `derived_pk` have been derived from) and what was written so far. harness_mem's
--- experience/ledger.py reads and writes this table.
+-- experience/ledger.py reads and writes this table. Facts keep their watermark here now: the facts
+-- columns of `consolidations` (0005) are no longer read.
 CREATE TABLE derivations (
     namespace TEXT NOT NULL DEFAULT 'default',
     session TEXT NOT NULL,

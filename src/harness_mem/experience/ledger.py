@@ -1,10 +1,11 @@
-"""The consolidation ledger: how far each session's transcript has been folded into its episode.
+"""The consolidation ledger: how far each session's transcript has been consolidated.
 
-One row per (namespace, session) in ``consolidations``: the highest turn pk folded into the episode
-(the watermark), the episode's id, how many turns it covers, and the same for extracted facts. This
-module holds the SQL that offline consolidation (``consolidate.py``) needs — the ledger itself and
-the reads of sessions and turns past their watermark — so the job's rules stay free of SQL.
-Every write runs inside the memory store's transaction.
+Two watermarks per (namespace, session), each the highest turn pk folded in: ``derivations`` for
+the segments and facts derived from the turns (with how many were written), and ``consolidations``
+for an agent run's episode (its id and how many turns it covers). This module holds the SQL that
+offline consolidation (``consolidate.py``) needs — the ledger itself and the reads of sessions and
+turns past their watermarks — so the job's rules stay free of SQL. Every write runs inside the
+memory store's transaction.
 """
 
 from __future__ import annotations
