@@ -520,6 +520,7 @@ def purge(ctx: click.Context) -> None:
 @click.option("--all-versions", is_flag=True, help="Include entries that a correction replaced.")
 @click.option("--as-of", help="What was true then (ISO-8601 or an age like 30d): before later corrections.")
 @click.option("--derived", is_flag=True, help="Only what consolidation derived (segments and facts).")
+@click.option("--offset", type=count_type(0), default=0, help="Skip this many best hits first (the next page).")
 @click.option("--exact", is_flag=True,
               help="Rank keywords by BM25 over every word on every match (slower on a large file).")
 @json_option
@@ -527,7 +528,7 @@ def purge(ctx: click.Context) -> None:
 def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str | None, role: str | None,
            session: str | None, session_prefix: str | None, tags: tuple[str, ...], since: str | None,
            until: str | None, explain: bool, strict: bool, context: int, min_score: float | None,
-           all_versions: bool, as_of: str | None, derived: bool, exact: bool, as_json: bool,
+           all_versions: bool, as_of: str | None, derived: bool, offset: int, exact: bool, as_json: bool,
            exclude_sessions: tuple[str, ...], exclude_kinds: tuple[str, ...], exclude_tags: tuple[str, ...]) -> None:
     """Find the entries most relevant to QUERY, best first.
 
@@ -546,7 +547,7 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
                             explain=explain, strict=strict, context=context, min_score=min_score,
                             include_superseded=all_versions, exact=exact, as_of=as_of,
                             derived=True if derived else None, exclude_sessions=exclude_sessions,
-                            exclude_kinds=exclude_kinds, exclude_tags=exclude_tags)
+                            exclude_kinds=exclude_kinds, exclude_tags=exclude_tags, offset=offset)
     if as_json:
         for hit in hits:
             echo_json(hit.to_dict())
@@ -605,12 +606,13 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
 @cli.command("list")
 @filter_options
 @click.option("--limit", "-n", type=count_type(), help="At most this many.")
+@click.option("--offset", type=count_type(0), default=0, help="Skip this many first (the next page).")
 @click.option("--newest-first", is_flag=True, help="Newest entries first.")
 @json_option
 @click.pass_context
 def list_(ctx: click.Context, kind: str | None, role: str | None, session: str | None,
           session_prefix: str | None, tags: tuple[str, ...], since: str | None, until: str | None,
-          limit: int | None, newest_first: bool, as_json: bool, exclude_sessions: tuple[str, ...],
+          limit: int | None, offset: int, newest_first: bool, as_json: bool, exclude_sessions: tuple[str, ...],
           exclude_kinds: tuple[str, ...], exclude_tags: tuple[str, ...]) -> None:
     """List entries, oldest first.
 
@@ -620,8 +622,8 @@ def list_(ctx: click.Context, kind: str | None, role: str | None, session: str |
     """
     with open_store(ctx) as store:
         for entry in store.list(kind=kind, role=role, session=session, session_prefix=session_prefix,
-                                tags=tags, since=since, until=until, limit=limit, newest_first=newest_first,
-                                exclude_sessions=exclude_sessions, exclude_kinds=exclude_kinds,
+                                tags=tags, since=since, until=until, limit=limit, offset=offset,
+                                newest_first=newest_first, exclude_sessions=exclude_sessions, exclude_kinds=exclude_kinds,
                                 exclude_tags=exclude_tags):
             if as_json:
                 echo_json(entry.to_dict())

@@ -28,7 +28,7 @@ from .filters import Selection, make_filters
 from .models import Entry, Hit, Remembered, SessionHit, SessionSummary, now_ms
 from .protocols import Embedder
 from .providers.embeddings import RECORDED_NAMES, default_embedder, named_embedder
-from .recall import Mode, Recall
+from .recall import MAX_RECALL_K, Mode, Recall
 from .redaction import Redactor
 from .rows import MAX_BATCH_CHARS, Row, entry_from_row, identity, prepare_row
 from .settings import Settings
@@ -408,8 +408,10 @@ class MemoryStore:
         exclude_sessions: Sequence[str] | str = (),
         exclude_kinds: Sequence[str] | str = (),
         exclude_tags: Sequence[str] | str = (),
+        offset: int = 0,
     ) -> list[Hit]:
-        """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
+        """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error);
+        ``offset`` skips that many best ones first (the next page of ``k``).
 
         ``mode`` is ``"keyword"`` (FTS5 BM25), ``"semantic"`` (embedding cosine) or ``"hybrid"`` (both,
         fused); the default is hybrid when the store has an embedder, else keyword. Filters apply
@@ -439,17 +441,21 @@ class MemoryStore:
         that no correction had replaced by then — a replaced entry stops being true at its
         successor's time. The default is now: the current entries.
         """
+        _check_offset(offset)
+        if offset and (isinstance(k, bool) or not isinstance(k, int) or k + offset > MAX_RECALL_K):
+            raise InvalidInputError(f"k + offset must be at most {MAX_RECALL_K:,}, not {k!r:.20} + {offset}")
         key = self.scope.key
         role, session, session_prefix = key(role), key(session), key(session_prefix)
         tags, any_tags = self.scope.tags(tags), self.scope.tags(any_tags)
         left_out = self.scope.filters({"exclude_sessions": exclude_sessions, "exclude_tags": exclude_tags})
         hits = self._recall(
-            query, k, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
+            query, k + offset, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
             any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,
             strict=strict, include_superseded=include_superseded, exact=exact,
             derived=(None if kind is not None else False) if derived is None else derived, as_of=as_of,
             exclude_kinds=exclude_kinds, **left_out,
         )
+        hits = hits[offset:]
         if min_score is not None:
             hits = [hit for hit in hits if hit.score >= min_score]
         return sessions.with_context(self.storage, self.scope, hits, context) if context else hits
@@ -507,7 +513,16 @@ class MemoryStore:
 
     # Last in the class: once defined, the name ``list`` in this class body means this method, not
     # the builtin, and type checkers would read later annotations that way.
-    def list(self, *, limit: int | None = None, newest_first: bool = False, **filters: Any) -> Iterator[Entry]:
-        """Entries in creation order (or newest first), filtered like :meth:`recall`."""
-        for row in self.storage.select(self._selection(filters), limit=limit, newest_first=newest_first):
+    def list(self, *, limit: int | None = None, offset: int = 0, newest_first: bool = False,
+             **filters: Any) -> Iterator[Entry]:
+        """Entries in creation order (or newest first), filtered like :meth:`recall`; ``offset``
+        skips that many first (pages of ``limit``)."""
+        _check_offset(offset)
+        for row in self.storage.select(self._selection(filters), limit=limit, offset=offset,
+                                       newest_first=newest_first):
             yield entry_from_row(row)
+
+
+def _check_offset(offset: object) -> None:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidInputError(f"offset must be a whole number, 0 or more, not {offset!r:.40}")

@@ -62,3 +62,20 @@ def test_the_command_line_takes_the_exclusions(db_path: object) -> None:
     recalled = run(cli, ["--db", str(db_path), "recall", "deploy", "--exclude-session", "mine", "--json"])
     found = {json.loads(line)["id"] for line in recalled.stdout.splitlines()}
     assert recalled.exit_code == 0 and "old-1" in found and not {"mine-1", "mine-2"} & found
+
+
+def test_recall_and_list_page_with_an_offset(engine_hashed_store: MemoryStore) -> None:
+    store = engine_hashed_store
+    fill(store)
+    for mode in ("keyword", "hybrid"):
+        whole = [h.entry.id for h in store.recall("deploy", 6, mode=mode)]  # type: ignore[arg-type]
+        pages = [h.entry.id for offset in (0, 2, 4) for h in store.recall("deploy", 2, mode=mode, offset=offset)]  # type: ignore[arg-type]
+        assert pages == whole, mode
+    assert store.recall("deploy", 5, offset=6) == []
+    listed = [e.id for e in store.list()]
+    assert [e.id for e in store.list(limit=2, offset=2)] == listed[2:4]
+    for bad in (-1, 1.5, True):
+        with pytest.raises(InvalidInputError, match="offset must be a whole number"):
+            store.recall("deploy", offset=bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="offset must be a whole number"):
+            list(store.list(offset=bad))  # type: ignore[arg-type]
