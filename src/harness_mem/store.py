@@ -442,14 +442,17 @@ class MemoryStore:
         successor's time. The default is now: the current entries.
         """
         _check_offset(offset)
-        if offset and (isinstance(k, bool) or not isinstance(k, int) or k + offset > MAX_RECALL_K):
-            raise InvalidInputError(f"k + offset must be at most {MAX_RECALL_K:,}, not {k!r:.20} + {offset}")
+        fetch = k  # a k that is not a count is refused by the ranking, with its own message
+        if offset and isinstance(k, int) and not isinstance(k, bool):
+            fetch = k + offset
+            if fetch > MAX_RECALL_K:
+                raise InvalidInputError(f"k + offset must be at most {MAX_RECALL_K:,}, not {k} + {offset}")
         key = self.scope.key
         role, session, session_prefix = key(role), key(session), key(session_prefix)
         tags, any_tags = self.scope.tags(tags), self.scope.tags(any_tags)
         left_out = self.scope.filters({"exclude_sessions": exclude_sessions, "exclude_tags": exclude_tags})
         hits = self._recall(
-            query, k + offset, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
+            query, fetch, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
             any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,
             strict=strict, include_superseded=include_superseded, exact=exact,
             derived=(None if kind is not None else False) if derived is None else derived, as_of=as_of,
