@@ -26,7 +26,6 @@ from .cliutils import (
     StoreLocation,
     command_group,
     count_type,
-    counted,
     db_option,
     echo_json,
     gc_report_lines,
@@ -39,7 +38,7 @@ from .cliutils import (
 from .db import CACHE_SIZE_KIB, ONE_SHOT_CACHE_KIB, connect, default_path
 from .engines import is_url, open_storage, shown_location
 from .errors import InvalidInputError, MissingVectorsWarning
-from .models import MAX_CONTENT_CHARS, Entry, Hit, dumps, format_time
+from .models import MAX_CONTENT_CHARS, Entry, Hit, counted, dumps, format_time
 from .providers.embeddings import EMBEDDERS
 from .providers.hints import MEM_HINTS
 from .store import MemoryStore, OnConflict

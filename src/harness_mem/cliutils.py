@@ -61,7 +61,6 @@ __all__ = [
     "StoreLocation",
     "command_group",
     "count_type",
-    "counted",
     "db_option",
     "echo_json",
     "fault_message",
@@ -83,11 +82,6 @@ CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_
 
 
 # ---- errors --------------------------------------------------------------------------------------
-
-
-def counted(n: int, noun: str, plural: str | None = None) -> str:
-    """``1 entry``, ``3 entries``: a count with its noun agreeing."""
-    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def one_line(text: str) -> str:

@@ -63,6 +63,7 @@ __all__ = [
     "clean_tags",
     "content_hash",
     "dumps",
+    "counted",
     "format_time",
     "from_ms",
     "new_id",
@@ -679,6 +680,11 @@ def read_time(value: Any, field: str) -> datetime:
 
 def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 entry``, ``3 entries``: a count with its noun agreeing (for messages and reports)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 _FIRST = datetime(1, 1, 1, tzinfo=UTC)

@@ -283,6 +283,10 @@ class Storage(ABC):
         """Tombstone entries: their derived rows go now, their content at the next purge."""
 
     @abstractmethod
+    def has_derived(self, namespace: str) -> bool:
+        """Whether the namespace holds any :data:`DERIVED_SOURCE` entry (an index answers it)."""
+
+    @abstractmethod
     def derived_from(self, pks: Sequence[int]) -> list[int]:
         """The live entries derived from any of these (:data:`DERIVED_SOURCE` entries of the same
         session citing one of them in ``metadata.source_turns``), for forgetting to reach them."""

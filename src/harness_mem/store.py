@@ -455,13 +455,18 @@ class MemoryStore:
             query, fetch, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
             any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,
             strict=strict, include_superseded=include_superseded, exact=exact,
-            derived=(None if kind is not None else False) if derived is None else derived, as_of=as_of,
+            derived=self._lane(kind) if derived is None else derived, as_of=as_of,
             exclude_kinds=exclude_kinds, **left_out,
         )
         hits = hits[offset:]
         if min_score is not None:
             hits = [hit for hit in hits if hit.score >= min_score]
         return sessions.with_context(self.storage, self.scope, hits, context) if context else hits
+
+    def _lane(self, kind: str | Sequence[str] | None) -> bool | None:
+        """The default ``derived`` filter: derived entries out of a recall that names no kind — a
+        filter only where there are some, so a store never consolidated ranks as it always has."""
+        return False if kind is None and self.storage.has_derived(self.namespace) else None
 
     def embed_queries(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embeddings of many queries in one model call (to pass to :meth:`recall` as ``query_vector``).

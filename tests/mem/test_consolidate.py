@@ -344,3 +344,14 @@ def test_a_long_session_is_shown_whole_with_each_turn_cut() -> None:
     prompt = digest_prompt(turns, [range(0, 100), range(100, 200)])
     assert "[1] user: turn 1" in prompt and "[200] user: turn 200" in prompt and "## Segment 2" in prompt
     assert len(prompt) < 40_000
+
+
+def test_with_vectors_the_stored_facts_near_each_new_one_are_found_by_meaning(hashed_store: MemoryStore) -> None:
+    lisbon = hashed_store.remember("Ada lives in Lisbon.", kind="fact").id
+    chat(hashed_store)
+    model = ScriptedTextModel([
+        digest([("Ada told Bo about Porto.", [1])], [("Ada lives in Porto since April 2023.", [1])]),
+        json.dumps({"decisions": [{"fact": 1, "action": "update", "existing": lisbon}]}),
+    ])
+    report = consolidate(hashed_store, model=model)
+    assert model.calls == 2 and lisbon in model.prompts[1] and report.facts_updated == 1

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from engine_rows import is_postgres, sql, stored_text, stored_values, vector_rows
+from moved_rows import marker, write_moved_rows
 from pii import assert_absent
 
 import harness_mem.db
@@ -194,28 +195,14 @@ def forgotten_copies(db_path: Path, seed: int) -> list[int]:
     """Store rows of random length, correct half of them (a corrected row grows and moves, and
     SQLite rebuilds the pages around it), forget and purge the corrected ones; which of their
     markers are still somewhere in the file's bytes."""
-    import random
-
     db_path.parent.mkdir()
-
-    rnd = random.Random(seed)
     with MemoryStore(db_path, embedder=None, redactor=None) as store:
-        store.add_many([{"text": f"filler note number {i} about the weekly deploy", "session": "kept", "role": "user"}
-                        for i in range(50)])
-        forgotten = []
-        for i in range(100):
-            text = f"secret{i:03d}marker wrote " + "x" * rnd.randint(5, 120)
-            if i % 2:
-                store.add(text, session=f"user{i:03d}", role="user", tags=[f"who{i:03d}"])
-            else:
-                entry = store.get(store.remember(text, tags=[f"who{i:03d}"], session=f"user{i:03d}").id)
-                store.supersede(entry.id, f"corrected note {i}")
-                forgotten.append((i, entry.id))
+        forgotten = write_moved_rows(store, seed)
         for _, entry_id in forgotten:
             store.forget(entry_id)
         assert store.purge() == len(forgotten)
     data = b"".join(p.read_bytes() for p in db_path.parent.iterdir() if p.name.startswith(db_path.name))
-    return [i for i, _ in forgotten if f"secret{i:03d}marker".encode() in data]
+    return [i for i, _ in forgotten if marker(i).encode() in data]
 
 
 def test_purge_leaves_no_copy_a_page_rebuild_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,6 @@ next ``gc``, and the forgotten text leaves the file's bytes then (SQLite files, 
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from fake_embedder import cli_process
+from moved_rows import marker, write_moved_rows
 
 from harness_mem import maintenance
 from harness_mem.models import now_ms
@@ -25,27 +25,14 @@ def store_with_moved_rows(db: Path, *, later: int = 0) -> list[bytes]:
     """A store where half of 100 marked rows were corrected (a corrected row grows and moves, and
     SQLite rebuilds the pages around it, leaving old copies in their unused middle) and then
     forgotten; ``later`` untouched notes after them. Returns the forgotten rows' markers."""
-    rnd = random.Random(8)
-    markers = []
     with MemoryStore(db, embedder=None, redactor=None) as store:
-        store.add_many([{"text": f"filler note number {i} about the weekly deploy", "session": "kept", "role": "user"}
-                        for i in range(50)])
-        forgotten = []
-        for i in range(100):
-            text = f"secret{i:03d}marker wrote " + "x" * rnd.randint(5, 120)
-            if i % 2:
-                store.add(text, session=f"user{i:03d}", role="user", tags=[f"who{i:03d}"])
-            else:
-                entry = store.get(store.remember(text, tags=[f"who{i:03d}"], session=f"user{i:03d}").id)
-                store.supersede(entry.id, f"corrected note {i}")
-                forgotten.append(entry.id)
-                markers.append(f"secret{i:03d}marker".encode())
+        corrected = write_moved_rows(store, seed=8)
         if later:
             store.add_many([{"text": f"later note {i} " + "pad " * 60, "session": "later", "role": "user"}
                             for i in range(later)])
-        for entry_id in forgotten:
+        for _, entry_id in corrected:
             store.forget(entry_id)
-    return markers
+    return [marker(i).encode() for i, _ in corrected]
 
 
 def file_bytes(db: Path) -> bytes:

@@ -718,6 +718,10 @@ class PostgresStorage(Storage):
                 if found and found[0][3] == "turn" and found[0][1]:
                     self._reindex_turn_after(found[0][0], found[0][1], found[0][2], pk)
 
+    def has_derived(self, namespace: str) -> bool:
+        return bool(self.query("SELECT 1 FROM entries WHERE namespace = %s AND source = %s LIMIT 1",
+                               (namespace, DERIVED_SOURCE)))
+
     def derived_from(self, pks: Sequence[int]) -> list[int]:
         if not pks:
             return []

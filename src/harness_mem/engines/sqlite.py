@@ -507,9 +507,9 @@ class SQLiteStorage(Storage):
         index = self.vector_index()
         assert index is not None  # bound, and checked complete, by the caller
         namespace, filters = selection.namespace, selection.filters
-        # Recall's default lane leaves derived entries out: the index knows nothing of them, so it
-        # is asked for more and they are dropped — unless the namespace has none (the usual case).
-        lane = filters.derived is False and filters.as_of is None and self._has_derived(namespace)
+        # Recall's default lane leaves derived entries out (asked only where some exist): the index
+        # knows nothing of them, so it is asked for more and they are dropped.
+        lane = filters.derived is False and filters.as_of is None
         base = selection.but(derived=None) if lane else selection
         in_index = _vector_filter(base)
         if base.filters.is_empty or in_index is not None:
@@ -541,7 +541,7 @@ class SQLiteStorage(Storage):
         index = self.vector_index(writing=False)
         return dict(index.rescore(vector, list(pks), len(pks))) if index is not None and pks else {}
 
-    def _has_derived(self, namespace: str) -> bool:
+    def has_derived(self, namespace: str) -> bool:
         return self.conn.execute(
             "SELECT 1 FROM entries WHERE namespace = ? AND source = ? LIMIT 1", (namespace, DERIVED_SOURCE)
         ).fetchone() is not None

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DuplicateIdError, InvalidInputError, ModelError, NotFoundError
-from ..models import Entry, from_ms, new_id, now_ms, parse_time, to_ms
+from ..models import Entry, counted, from_ms, new_id, now_ms, parse_time, to_ms
 from ..providers.textmodel import TextModel
 from ..storage import DERIVED_SOURCE
 from ..store import MemoryStore
@@ -156,7 +156,7 @@ class SessionResult:
                 f"→ {self.episode_id}  ({self.new_turns} new turns, {len(self.episode.tools)} tool calls, {outcome})"
             )
         if self.segments or self.facts or self.facts_repeated:
-            parts.append(f"{_counted(len(self.segments), 'segment')}, {_counted(len(self.facts), 'fact')}"
+            parts.append(f"{counted(len(self.segments), 'segment')}, {counted(len(self.facts), 'fact')}"
                          + (f", {self.facts_updated} updating older ones" if self.facts_updated else "")
                          + (f", {self.facts_repeated} already known" if self.facts_repeated else ""))
         if self.note:
@@ -230,10 +230,10 @@ class ConsolidationReport:
     def summary(self) -> str:
         """One line: what changed."""
         return (
-            f"{_counted(len(self.sessions), 'session')}: {_counted(self.segments, 'segment')},"
-            f" {_counted(self.facts, 'fact')} ({self.facts_updated} updating older ones, {self.facts_repeated}"
+            f"{counted(len(self.sessions), 'session')}: {counted(self.segments, 'segment')},"
+            f" {counted(self.facts, 'fact')} ({self.facts_updated} updating older ones, {self.facts_repeated}"
             " already known);"
-            f" {_counted(self.created, 'episode')} created, {self.updated} updated; {self.skipped} skipped"
+            f" {counted(self.created, 'episode')} created, {self.updated} updated; {self.skipped} skipped"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -534,11 +534,16 @@ class _Job:
                     for summary, part in zip(digest.segments, parts, strict=True)]
         facts = [self._item(session, "fact", fact.text, [ids[n - 1] for n in dict.fromkeys(fact.turns)], fact_id(fact.text), when)
                  for fact in digest.facts]
-        nearest = [[(h.entry.id, h.entry.content) for h in self.store.recall(item["content"], NEAREST_SHOWN, kind="fact")]
-                   for item in facts]
+        texts = [item["content"] for item in facts]
+        # The new facts embedded in one model call, not one per recall.
+        semantic = texts and self.store.embedder is not None and not self.store.keyword_only
+        vectors = self.store.embed_queries(texts) if semantic else None
+        nearest = [[(h.entry.id, h.entry.content) for h in self.store.recall(
+                        text, NEAREST_SHOWN, kind="fact", query_vector=None if vectors is None else vectors[i])]
+                   for i, text in enumerate(texts)]
         decided: dict[str, Decision] = {}
         if any(nearest):
-            found, why = ask(self.model, decisions_prompt([f["content"] for f in facts], nearest),
+            found, why = ask(self.model, decisions_prompt(texts, nearest),
                              lambda reply: parse_decisions(reply, nearest), max_tokens=DECISIONS_MAX_TOKENS)
             if found is None:  # every fact is added: nothing is merged on a guess
                 result.note = f"the model's decisions were rejected ({why}); its facts were added as new"
@@ -683,10 +688,6 @@ def about_id(key: str) -> str:
 def about_tag(key: str) -> str:
     """The tag a fact about ``key`` (``caroline/home``) carries, to find the current one."""
     return f"about:{key}"
-
-
-def _counted(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 class _Conflict(Exception):
