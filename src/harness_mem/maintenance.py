@@ -65,9 +65,10 @@ def reindex(storage: Storage, *, progress: Callable[[int], None] | None = None, 
             keyword_only: bool = False) -> dict[str, int]:
     """Rebuild the derived rows from the canonical ones, in every namespace.
 
-    The keyword index is rebuilt in one transaction. Vectors made by another model are dropped;
-    then every entry without a vector is embedded, a batch per transaction, so an interrupted
-    reindex resumes where it stopped. ``progress(n)`` is called as entries are done.
+    The keyword index is rebuilt a batch of entries per transaction, so a writer beside it waits
+    for one batch. Vectors made by another model are dropped; then every entry without a vector is
+    embedded, a batch per transaction, so an interrupted reindex resumes where it stopped.
+    ``progress(n)`` is called as entries are done.
     """
     total, indexed = storage.rebuild_keyword_index()
     report = {"entries": total, "keyword_rows": indexed, "vectors_dropped": 0, "vectors_written": 0}

@@ -411,7 +411,8 @@ class Storage(ABC):
 
     @abstractmethod
     def rebuild_keyword_index(self) -> tuple[int, int]:
-        """Rebuild the keyword index from the entries; returns (entries, rows indexed)."""
+        """Rebuild the keyword index from the entries, a batch per write transaction (readers find
+        every entry all along); returns (entries, rows indexed)."""
 
     @abstractmethod
     def drop_vectors(self) -> int:

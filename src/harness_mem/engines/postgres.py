@@ -48,6 +48,8 @@ __all__ = ["PostgresStorage", "safe_location", "tsquery_of", "vector_literal"]
 HNSW_EF_SEARCH = 400
 # A filtered vector search that leaves at most this many rows compares them all, exactly.
 EXACT_ROWS = 20_000
+#: Entries a keyword-index rebuild re-indexes per transaction.
+KEYWORD_BATCH = 1000
 # Every write transaction takes this advisory lock first (an arbitrary, fixed key).
 _WRITE_LOCK = 7_310_421_993
 # A lexeme keeps at most this many positions, each at most this large (PostgreSQL's limits).
@@ -983,20 +985,32 @@ class PostgresStorage(Storage):
     # ---- rebuilding, counting, collecting --------------------------------------------------------------------
 
     def rebuild_keyword_index(self) -> tuple[int, int]:
-        with self.transaction():
+        # A batch of entries per transaction, in pk order: one transaction over the whole table held
+        # the write lock for all of it, and every writer waited. Then the counters BM25 reads are
+        # counted again, which mends any drift.
+        after, indexed = 0, 0
+        while True:
+            with self.transaction():
+                found = self.query("SELECT pk, forgotten_at IS NULL FROM entries WHERE pk > %s"
+                                   " ORDER BY pk LIMIT %s", (after, KEYWORD_BATCH))
+                if not found:
+                    break
+                texts = self.index_texts([int(pk) for pk, live in found if live])
+                written = {pk: tsvector_literal(text) for pk, text in texts.items()}
+                with self.conn.cursor() as cursor:
+                    cursor.executemany("UPDATE entries SET tokens = %s::tsvector, token_count = %s WHERE pk = %s",
+                                       [(literal, count, pk) for pk, (literal, count) in written.items()])
+                    gone = [int(pk) for pk, live in found if not live]
+                    cursor.execute("UPDATE entries SET tokens = NULL, token_count = NULL WHERE pk = ANY(%s)", (gone,))
+            after, indexed = int(found[-1][0]), indexed + len(written)
+            if len(found) < KEYWORD_BATCH:
+                break
+        with self.transaction():  # the write lock: no writer is half-way, so the counts are exact
+            rows, tokens = self.query("SELECT count(*), coalesce(sum(token_count), 0) FROM entries WHERE tokens IS NOT NULL")[0]
+            self.set_setting("keywords.rows", str(int(rows)))
+            self.set_setting("keywords.tokens", str(int(tokens)))
             total = int(self.query("SELECT count(*) FROM entries")[0][0])
-            found = self.query(f"SELECT {COLUMNS} FROM entries WHERE forgotten_at IS NULL"
-                               " ORDER BY namespace, session, created_at, pk")
-            rows = [Row._make(r) for r in found]
-            texts = self._index_texts(rows, lookup=False)
-            self._run("UPDATE entries SET tokens = NULL, token_count = NULL")
-            written = [tsvector_literal(text) for text in texts]
-            with self.conn.cursor() as cursor:
-                cursor.executemany("UPDATE entries SET tokens = %s::tsvector, token_count = %s WHERE pk = %s",
-                                   [(literal, count, row.pk) for row, (literal, count) in zip(rows, written, strict=True)])
-            self.set_setting("keywords.rows", str(len(rows)))
-            self.set_setting("keywords.tokens", str(sum(count for _, count in written)))
-        return total, len(rows)
+        return total, indexed
 
     def drop_vectors(self) -> int:
         with self.transaction():

@@ -41,6 +41,8 @@ STEP_TARGET_S = 0.25
 MERGE_PAGES = (256, 32, 8192)
 #: The free pages one incremental-vacuum step hands back: the first step's, the least and the most.
 VACUUM_PAGES = (2048, 128, 65536)
+#: The entries one step of a keyword-index rebuild re-indexes: the first step's, the least and the most.
+KEYWORD_ROWS = (1000, 100, 20000)
 #: The pause between two steps of maintenance, the write lock let go. A writer waiting for the lock
 #: polls for it (SQLite's busy handler sleeps up to 100 ms between tries): a step taken again at
 #: once would win every time, and the writer wait for all the steps (1.6 s measured beside a
