@@ -47,6 +47,14 @@ from .runstore import RunStore, render, render_events, render_list
 # The model flags are harness-mem's, with HARNESS_LOOP_ variables.
 loop_model_options = model_options(LOOP_HINTS)
 
+# The largest values the options take: past them a number is a mistake, refused in one line before
+# anything runs (not an overflow deep in the store).
+MAX_ITERS = 100_000
+MAX_RETRIES = 100
+MAX_SECONDS = 30 * 86_400.0
+MAX_LISTED = 1_000_000
+MAX_SEQUENCE = 2**63 - 1
+
 
 @command_group(prog_name="harness-loop", raise_errors_env="HARNESS_LOOP_RAISE_ERRORS")
 def main() -> None:
@@ -82,16 +90,16 @@ def _describe(outcome: Outcome) -> str:
     show_default=True,
     help="Directory the tools may read",
 )
-@click.option("--max-iters", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--max-iters", type=click.IntRange(1, MAX_ITERS), default=50, show_default=True)
 @click.option(
     "--retries",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, MAX_RETRIES),
     default=3,
     show_default=True,
     help="Retries on 429/5xx/connection failures",
 )
 @click.option(
-    "--time-limit", type=click.FloatRange(min=0.1), default=None, help="Wall-clock seconds for the whole run"
+    "--time-limit", type=click.FloatRange(0.1, MAX_SECONDS), default=None, help="Wall-clock seconds for the whole run"
 )
 @click.option("--system", default=WORKSPACE_SYSTEM, help="System prompt")
 @click.option(
@@ -240,7 +248,7 @@ def open_runs(ctx: click.Context) -> Iterator[RunStore]:
 
 @runs.command("list")
 @click.option("--state", help="Only runs in this state (completed, failed, executing, …).")
-@click.option("--limit", "-n", type=click.IntRange(min=1), help="At most this many, newest first.")
+@click.option("--limit", "-n", type=click.IntRange(1, MAX_LISTED), help="At most this many, newest first.")
 @json_option
 @click.pass_context
 def runs_list(ctx: click.Context, state: str | None, limit: int | None, as_json: bool) -> None:
@@ -282,7 +290,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 @runs.command("events")
 @click.argument("run_id")
-@click.option("--after", type=int, default=0, help="Only events after this sequence number.")
+@click.option("--after", type=click.IntRange(0, MAX_SEQUENCE), default=0, help="Only events after this sequence number.")
 @json_option
 @click.pass_context
 def runs_events(ctx: click.Context, run_id: str, after: int, as_json: bool) -> None:

@@ -53,3 +53,27 @@ def test_unknown_run_is_one_line_error(db_path: Path, args: list[str]) -> None:
     result = invoke(db_path, *args)
     assert result.exit_code == 1
     assert result.stderr.startswith("Error: no run 'nope'") and result.stderr.count("\n") == 1
+
+
+HUGE = "9" * 30
+
+
+@pytest.mark.parametrize("args", [
+    ["runs", "list", "--limit", HUGE],
+    ["runs", "events", "run-1", "--after", HUGE],
+    ["runs", "events", "run-1", "--after", "-1"],
+])
+def test_an_out_of_range_number_is_refused_in_one_line_and_the_runs_stay(db_path: Path, args: list[str]) -> None:
+    _run_a_dag(db_path)
+    result = invoke(db_path, *args)
+    assert result.exit_code == 2, result.output
+    assert "Error: Invalid value for" in result.stderr and "Traceback" not in result.output
+    assert "run-1" in invoke(db_path, "runs", "list").stdout
+
+
+@pytest.mark.parametrize("option", [["--max-iters", HUGE], ["--retries", HUGE], ["--time-limit", "1e308"], ["--max-iters", "0"]])
+def test_run_refuses_an_out_of_range_bound_before_anything_runs(option: list[str]) -> None:
+    result = CliRunner().invoke(cli, ["run", *option, "--model-url", "http://127.0.0.1:9/v1", "--model", "m", "hi"],
+                                catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option[0]}'" in result.stderr
