@@ -1,9 +1,12 @@
-"""One process of the soak test (tests/mem/test_soak.py): a writer or a reader on a shared store.
+"""One process of the soak tests (tests/mem/test_soak.py, test_soak_postgres.py): a writer or a
+reader on a shared store.
 
-Run as ``python soak_worker.py ROLE NUMBER DB WORKDIR`` (ROLE is ``writer`` or ``reader``). It opens
-the store, says it is ready (a file ``ready-ROLE-NUMBER``), waits for the test's ``go`` file, which
-holds the moment to stop (seconds since the epoch), and works until then: each operation is small,
-so a loaded machine does fewer of them rather than overrunning the deadline.
+Run as ``python soak_worker.py ROLE NUMBER DB WORKDIR [KEYWORD_ONLY]`` (ROLE is ``writer`` or
+``reader``; DB a file or a ``postgresql://`` DSN; KEYWORD_ONLY the number of the writer that stores
+no vectors, ``KEYWORD_ONLY_WRITER`` unless given). It opens the store, says it is ready (a file
+``ready-ROLE-NUMBER``), waits for the test's ``go`` file, which holds the moment to stop (seconds
+since the epoch), and works until then: each operation is small, so a loaded machine does fewer of
+them rather than overrunning the deadline.
 
 A writer logs every write and delete the store acknowledged to ``ROLE-NUMBER.log`` (one line
 ``add|del|forget|sup|exp ID`` each), after the call returned, so the log is what the file must
@@ -13,7 +16,7 @@ gives the exact set of its ids the file must hold at the end; ``exp`` entries ex
 
 Both roles write their operation counts and their slowest operation to ``ROLE-NUMBER.json`` on
 the way out. Any error ends the process with a traceback: the test fails on that, on a non-zero
-exit and on "database is locked".
+exit and on a lock error ("database is locked", a PostgreSQL lock timeout or deadlock).
 """
 
 from __future__ import annotations
@@ -236,12 +239,12 @@ def wait_for_go(workdir: Path) -> float:
     raise SystemExit("the soak test never said go")
 
 
-def main(role: str, number: int, db: str, workdir: Path) -> None:
+def main(role: str, number: int, db: str, workdir: Path, keyword_only: int = KEYWORD_ONLY_WRITER) -> None:
     name = f"{role}-{number}"
     rng = random.Random(f"{name}-{time.time_ns()}")
     # The keyword-only writer leaves entries without vectors until a reindex: recall says so.
     warnings.simplefilter("ignore", MissingVectorsWarning)
-    embedder = None if role == "writer" and number == KEYWORD_ONLY_WRITER else HashedEmbedder()
+    embedder = None if role == "writer" and number == keyword_only else HashedEmbedder()
     with MemoryStore(db, embedder=embedder) as store, open(workdir / f"{name}.log", "w") as log:
         worker: Writer | Reader = Writer(store, number, log, rng) if role == "writer" else Reader(store, rng)
         (workdir / f"ready-{name}").touch()
@@ -260,4 +263,5 @@ def main(role: str, number: int, db: str, workdir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]),
+         *(int(n) for n in sys.argv[5:6]))

@@ -16,15 +16,14 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fake_embedder import HashedEmbedder, cli_process
+from soak_checks import Expected, start_worker, wait_until_ready, worker_output
 from soak_worker import KEYWORD_ONLY_WRITER
 
 from harness_mem.errors import NotFoundError
@@ -33,7 +32,6 @@ from harness_mem.vectors import embedding_text
 
 pytestmark = pytest.mark.slow
 
-WORKER = Path(__file__).resolve().parents[1] / "soak_worker.py"
 WRITERS, READERS = 8, 4
 #: The test's own entries carry this writer number: written with vectors before the workers start
 #: and never changed, so a semantic query always has some vector to search (with none at all, it
@@ -49,54 +47,6 @@ MAINTENANCE = (("cli", "gc"), ("library", "reindex"), ("cli", "reindex", "--quie
 BAD_OUTPUT = ("Traceback", "unexpected", "Exception ignored", "database is locked")
 
 
-@dataclass
-class Expected:
-    """What the writers' logs say the file must hold (their own ids only ever change by their hand)."""
-
-    live: dict[str, int] = field(default_factory=dict)  # id → writer
-    expiring: dict[str, int] = field(default_factory=dict)  # expired by the end: stored until purged
-    forgotten: set[str] = field(default_factory=set)
-    superseded: set[str] = field(default_factory=set)
-    counts: Counter[str] = field(default_factory=Counter)
-
-    def replay(self, writer: int, log: str) -> None:
-        for line in log.splitlines():
-            verb, entry_id = line.split()
-            self.counts[verb] += 1
-            if verb == "add":
-                self.live[entry_id] = writer
-            elif verb == "exp":
-                self.expiring[entry_id] = writer
-            elif verb == "sup":
-                assert entry_id in self.live, line
-                self.superseded.add(entry_id)
-            else:
-                assert self.live.pop(entry_id, None) == writer, f"writer {writer}: {line} of an id it does not hold"
-                self.superseded.discard(entry_id)
-                if verb == "forget":
-                    self.forgotten.add(entry_id)
-
-
-def _start(role: str, number: int, db: Path, workdir: Path) -> subprocess.Popen[bytes]:
-    name = f"{role}-{number}"
-    with open(workdir / f"{name}.out", "wb") as out, open(workdir / f"{name}.err", "wb") as err:
-        return subprocess.Popen([sys.executable, str(WORKER), role, str(number), str(db), str(workdir)],
-                                stdout=out, stderr=err)
-
-
-def _output(workdir: Path, name: str) -> str:
-    return "".join((workdir / f"{name}.{suffix}").read_text(errors="replace") for suffix in ("out", "err"))
-
-
-def _wait_until_ready(procs: dict[str, subprocess.Popen[bytes]], workdir: Path) -> None:
-    waited = time.monotonic() + STARTUP_LIMIT_S
-    while not all((workdir / f"ready-{name}").exists() for name in procs):
-        for name, proc in procs.items():
-            assert proc.poll() is None, f"{name} exited before the start (rc {proc.returncode}):\n{_output(workdir, name)}"
-        assert time.monotonic() < waited, "the workers did not all start in time"
-        time.sleep(0.05)
-
-
 def test_soak_many_processes_lose_no_acknowledged_write(tmp_path: Path) -> None:
     db, workdir = tmp_path / "soak.db", tmp_path / "work"
     workdir.mkdir()
@@ -104,12 +54,12 @@ def test_soak_many_processes_lose_no_acknowledged_write(tmp_path: Path) -> None:
         seeding.add_many([{"text": f"seed note about the soak w{SEED_WRITER}x{i}", "id": f"w{SEED_WRITER}x{i}"}
                           for i in range(SEEDS)])
     started = time.monotonic()
-    procs = {f"{role}-{n}": _start(role, n, db, workdir)
+    procs = {f"{role}-{n}": start_worker(role, n, str(db), workdir)
              for role, count in (("writer", WRITERS), ("reader", READERS)) for n in range(count)}
     maintenance: list[tuple[tuple[str, ...], subprocess.CompletedProcess[bytes] | None, float]] = []
     own = MemoryStore(db, embedder=HashedEmbedder())
     try:
-        _wait_until_ready(procs, workdir)
+        wait_until_ready(procs, workdir, STARTUP_LIMIT_S)
         stop = time.time() + max(SOAK_SECONDS - (time.monotonic() - started), MIN_LOAD_S)
         load_seconds = stop - time.time()
         (workdir / "go.tmp").write_text(repr(stop))
@@ -130,7 +80,7 @@ def test_soak_many_processes_lose_no_acknowledged_write(tmp_path: Path) -> None:
             try:
                 proc.wait(timeout=max(stop - time.time(), 0) + 120)
             except subprocess.TimeoutExpired:
-                pytest.fail(f"{name} was still running two minutes after the stop time:\n{_output(workdir, name)}")
+                pytest.fail(f"{name} was still running two minutes after the stop time:\n{worker_output(workdir, name)}")
     finally:
         own.close()
         for proc in procs.values():
@@ -141,7 +91,7 @@ def test_soak_many_processes_lose_no_acknowledged_write(tmp_path: Path) -> None:
     timeline = [(" ".join(args), round(took, 2)) for args, _, took in maintenance]
     print(f"\nsoak maintenance (command, seconds): {timeline}")  # shown with a failure below
     for name, proc in procs.items():
-        output = _output(workdir, name)
+        output = worker_output(workdir, name)
         assert proc.returncode == 0, f"{name} exited with {proc.returncode}:\n{output}"
         assert not [bad for bad in BAD_OUTPUT if bad in output], f"{name} said:\n{output}"
     for args, result, _ in maintenance:
