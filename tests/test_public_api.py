@@ -67,6 +67,7 @@ STORAGE_MODULES = {
     "harness_mem/vectors.py",
     "harness_mem/engines/sqlite.py",
     "harness_mem/engines/sqlite_files.py",
+    "harness_mem/engines/sqlite_rewrite.py",
     "harness_mem/engines/sqlite_keywords.py",
     "harness_mem/engines/sqlite_where.py",
     "harness_mem/engines/postgres.py",

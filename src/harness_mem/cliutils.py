@@ -400,6 +400,8 @@ def gc_report_lines(report: dict[str, Any]) -> list[str]:
     freed = report["free_pages_before"] - report["free_pages_after"]
     if report["vacuum"] == "full":
         done.append("file rewritten (VACUUM)")
+    elif report["vacuum"] == "tables":
+        done.append(f"tables holding entries' text rewritten, {max(freed, 0)} free pages returned")
     elif report["vacuum"] == "incremental":
         done.append(f"{freed} free pages returned")
     elif report["free_pages_after"] and report["auto_vacuum"] == "none":

@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from .errors import ExtensionError, StorageError
+from .errors import DiskFullError, ExtensionError, StorageError
 from .settings import Settings, is_server_url  # the environment is read and checked in one place
 
 __all__ = [
@@ -291,7 +291,7 @@ def write_transaction(conn: Connection) -> Iterator[Connection]:
                 raise
         if _is_disk_full(exc):
             files = [row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"]
-            raise StorageError(
+            raise DiskFullError(
                 f"no space left to write {files[0] if files else 'the database'}"
                 " — this transaction was rolled back and what was committed before it is kept; free some space"
             ) from None

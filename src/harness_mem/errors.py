@@ -23,6 +23,7 @@ from __future__ import annotations
 
 __all__ = [
     "BlockedError",
+    "DiskFullError",
     "DuplicateIdError",
     "EmbedderError",
     "ExtensionError",
@@ -45,6 +46,10 @@ class HarnessMemError(Exception):
 
 class StorageError(HarnessMemError):
     """The database cannot be used as asked."""
+
+
+class DiskFullError(StorageError):
+    """The disk filled up during a write; the write was rolled back, nothing committed was lost."""
 
 
 class ExtensionError(StorageError):

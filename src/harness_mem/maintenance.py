@@ -13,32 +13,32 @@ checkpoint; free pages, which keep the file's size; and old copies of rows in th
 live pages. SQLite leaves those when it rebuilds a B-tree page (a row that grew and moved, a page
 split or merged): it writes the cells afresh from the end of the page and does not clear the bytes
 below them, so a row that moved while it was alive keeps a readable copy there after it is deleted,
-which ``secure_delete`` never reaches. Only rewriting every page (``VACUUM``) removes those.
+which ``secure_delete`` never reaches. Only pages written afresh lose them.
 
 :func:`gc` purges expired and forgotten entries, merges the keyword index (dead tokens are
-dropped), and then, when an entry was purged, rewrites the file (:func:`rewrite`) so no copy of
-one survives; otherwise it frees pages (incrementally in a file made with ``auto_vacuum =
-INCREMENTAL``, which every new file is; a full ``VACUUM`` only when asked, which also converts an
-older file). It ends by checkpointing and truncating the WAL. A namespace's ``purge`` does the same
-for its own forgotten and expired entries. Expired entries are also purged when a store is opened,
-at most once a day (:func:`expire_if_due`), without the rewrite.
+dropped), and then, when an entry was purged, rewrites the tables that hold entries' text (the
+entries, the episodes, the keyword index's own tables) so no copy of one survives; then it frees
+pages (incrementally in a file made with ``auto_vacuum = INCREMENTAL``, which every new file is; a
+full ``VACUUM`` only when asked, which also converts an older file). It ends by checkpointing and
+truncating the WAL. A namespace's ``purge`` does the same for its own forgotten and expired
+entries. Expired entries are also purged when a store is opened, at most once a day
+(:func:`expire_if_due`), without the rewrite.
 
 **A purge is complete or still owed.** The deletes commit before the rewrite, which needs free
-disk space as large as the file and can fail (a full disk) or be cut short (a crash). So each batch
-of deletes records, in the same transaction, what it deleted (``PURGE_PENDING_KEY`` in
-``settings``); only the rewrite takes it off. Every ``gc`` and ``purge`` finishes what is on record:
-the daily purge on open, a purge whose rewrite failed, its own. ``gc`` reports them as purged.
+disk space as large as the tables it rewrites and can fail (a full disk) or be cut short (a crash).
+So each batch of deletes records, in the same transaction, what it deleted (``PURGE_PENDING_KEY``
+in ``settings``); only the rewrite takes it off. Every ``gc`` and ``purge`` finishes what is on
+record: the daily purge on open, a purge whose rewrite failed, its own. ``gc`` reports them as
+purged.
 
-**Writers keep writing.** Every step but the rewrite is a short write transaction with a pause
-after it (a batch of deletes, a bounded merge of the keyword index, a few thousand free pages
-handed back, a WAL checkpoint without the lock), so a writer in another process waits for one step,
-whatever the file's size. The rewrite is the exception: SQLite's ``VACUUM`` holds the write lock
-for the whole file (about 6 s per GB; writers wait, up to their 30 s busy timeout). It runs only
-when a purge is owed or with ``gc --vacuum``. Nothing bounded replaces it yet: the copies it
-removes lie in the gap between a live page's cell pointers and its cells, which a page rebuild
-leaves as it was and no row update reaches on every kind of page (``secure_delete`` zeroes freed
-cells and pages, not that gap); this SQLite build has no ``sqlite_dbpage`` to write a page, and a
-copy of the file cannot be swapped in under other processes' connections.
+**Writers keep writing.** Every step is a short write transaction with a pause after it (a batch
+of deletes, a bounded merge of the keyword index, a batch of rows copied into a table's fresh copy
+or deleted from its old one, a few thousand free pages handed back, a WAL checkpoint without the
+lock), so a writer in another process waits for one step, whatever the file's size. The rewrite
+copies each table while triggers keep the copy in step with writers, switches the names in one
+short transaction, and deletes the old table's rows (``secure_delete`` zeroes each page they free)
+before dropping it (:mod:`harness_mem.engines.sqlite_rewrite`). Only ``gc --vacuum`` runs SQLite's
+``VACUUM``, which holds the write lock for the whole file (about 6 s per GB).
 
 An entry removed with ``delete`` is zeroed where it lies; its old copies, if SQLite left any, go
 with the next rewrite (``gc`` after a purge, or ``gc --vacuum``). The orchestrator's run events
@@ -324,17 +324,17 @@ def gc(storage: Storage, *, vacuum: bool = False) -> dict[str, Any]:
     """Purge expired and forgotten entries (every namespace), merge the keyword index, rewrite the
     store when an entry was purged, empty the write-ahead log, free pages; report sizes by table.
 
-    Every step but the rewrite works in short write transactions (a batch of deletes, a few hundred
-    pages of the keyword index's merge, a few thousand free pages handed back), so a writer beside
-    gc waits for one step, whatever the file's size. A purged entry's text must leave every byte of
-    the file, and only a full ``VACUUM`` removes the old copies of rows that SQLite's page
-    rebuilding leaves behind: it needs as much free disk space as the file and holds the write lock
-    for as long (about 6 s per GB), so it runs only when a purge is owed (this gc's, one the daily
-    expiry on open made, or one whose rewrite failed before) or with ``vacuum``. The counts
-    reported are the purges this gc completed. With nothing owed, free pages go back to the file
+    Every step works in short write transactions (a batch of deletes, a few hundred pages of the
+    keyword index's merge, a batch of rows of the rewrite, a few thousand free pages handed back),
+    so a writer beside gc waits for one step, whatever the file's size. A purged entry's text must
+    leave every byte of the file, and only pages written afresh lose the old copies of rows that
+    SQLite's page rebuilding leaves behind: the tables holding entries' text are rewritten when a
+    purge is owed (this gc's, one the daily expiry on open made, or one whose rewrite failed
+    before). The counts reported are the purges this gc completed. Free pages go back to the file
     system by ``PRAGMA incremental_vacuum`` when the file's ``auto_vacuum`` mode is INCREMENTAL
     (every file made since it was introduced). A file in mode NONE keeps its size unless
-    ``vacuum``: then a full ``VACUUM`` rewrites it, switching it to INCREMENTAL on the way.
+    ``vacuum``: then a full ``VACUUM`` rewrites it (holding writers for its length), switching it to
+    INCREMENTAL on the way.
     """
     if storage.read_only:
         raise InvalidInputError("gc changes the file — open the store for writing, not read-only")

@@ -25,7 +25,7 @@ import harness_mem.db
 from harness_mem import maintenance
 from harness_mem.cli import cli
 from harness_mem.db import connect
-from harness_mem.engines import sqlite_files
+from harness_mem.engines import sqlite_rewrite
 from harness_mem.errors import HarnessMemError, InvalidInputError
 from harness_mem.models import now_ms
 from harness_mem.store import MemoryStore
@@ -209,7 +209,7 @@ def test_purge_leaves_no_copy_a_page_rebuild_made(tmp_path: Path, monkeypatch: p
     # secure_delete zeroes a deleted row where it lies; when SQLite rebuilt a page earlier, an old
     # copy of the row can sit in the page's unused middle, which only rewriting the file clears.
     assert forgotten_copies(tmp_path / "a" / "memory.db", seed=8) == []
-    monkeypatch.setattr(sqlite_files, "rewrite", lambda conn, location="": None)
+    monkeypatch.setattr(sqlite_rewrite, "rewrite", lambda conn, location="": None)
     left = forgotten_copies(tmp_path / "b" / "memory.db", seed=8)
     assert left, "this layout no longer leaves an old copy behind: pick another seed, so the proof can fail"
 

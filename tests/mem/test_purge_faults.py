@@ -90,7 +90,7 @@ def test_a_purge_that_fills_the_disk_says_so_and_the_next_gc_finishes_it(tmp_pat
     result = cli_process("--db", str(roomy), "--embedder", "none", "gc", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["forgotten_purged"] == 50 and report["vacuum"] == "full"
+    assert report["forgotten_purged"] == 50 and report["vacuum"] == "tables"
     assert left_in(roomy, markers) == []
     assert pending(roomy) == {"expired": 0, "forgotten": 0}
     with MemoryStore(roomy, embedder=None) as store:
@@ -99,9 +99,9 @@ def test_a_purge_that_fills_the_disk_says_so_and_the_next_gc_finishes_it(tmp_pat
 
 CRASH_BEFORE_THE_REWRITE = """
 import os, sys
-from harness_mem.engines import sqlite_files
+from harness_mem.engines import sqlite_rewrite
 from harness_mem.store import MemoryStore
-sqlite_files.rewrite = lambda *args, **kwargs: os._exit(9)  # the process dies where the rewrite starts
+sqlite_rewrite.rewrite = lambda *args, **kwargs: os._exit(9)  # the process dies where the rewrite starts
 MemoryStore(sys.argv[1], embedder=None).purge()
 """
 
@@ -115,7 +115,7 @@ def test_a_purge_killed_before_its_rewrite_is_finished_by_the_next_gc(tmp_path: 
     assert left_in(db, markers)
     with MemoryStore(db, embedder=None) as store:
         report = store.gc()
-        assert report["forgotten_purged"] == 50 and report["vacuum"] == "full"
+        assert report["forgotten_purged"] == 50 and report["vacuum"] == "tables"
         assert store.gc()["forgotten_purged"] == 0  # done once: the record is cleared
     assert left_in(db, markers) == []
 
@@ -141,5 +141,5 @@ def test_gc_counts_and_rewrites_after_the_expiry_its_open_made(tmp_path: Path) -
     with MemoryStore(db, embedder=None) as store:  # this open purged them, before gc ran
         assert store.count() == 20
         report = store.gc()
-    assert report["expired_purged"] == 30 and report["vacuum"] == "full"
+    assert report["expired_purged"] == 30 and report["vacuum"] == "tables"
     assert pending(db) == {"expired": 0, "forgotten": 0}

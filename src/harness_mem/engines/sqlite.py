@@ -62,7 +62,7 @@ from ..vectors import (
     set_keyword_only,
     still_without_vectors,
 )
-from . import sqlite_files
+from . import sqlite_files, sqlite_rewrite
 from .sqlite_keywords import FTS5Keywords
 from .sqlite_where import where
 
@@ -802,10 +802,11 @@ class SQLiteStorage(Storage):
             time.sleep(sqlite_files.STEP_PAUSE_S)  # a waiting writer's turn
 
     def rewrite(self) -> None:
-        sqlite_files.rewrite(self.conn, self.location)
+        sqlite_rewrite.rewrite(self.conn, self.location)
 
     def compact(self, *, rewrite: bool, vacuum: bool) -> dict[str, Any]:
-        return sqlite_files.compact(self.conn, full=rewrite, vacuum=vacuum, location=self.location)
+        return sqlite_files.compact(self.conn, rewrite=self.rewrite if rewrite else None, vacuum=vacuum,
+                                    location=self.location)
 
     def truncate_log(self) -> bool:
         return truncate_wal(self.conn)

@@ -1,20 +1,21 @@
 """What a SQLite store's file holds and how its space goes back: sizes by table, rewrites, vacuums.
 
 SQLite leaves old copies of rows in the unused middle of live pages when it rebuilds a B-tree page
-(see :mod:`harness_mem.maintenance`): only rewriting every page (``VACUUM``) removes those, so a
-purge ends with :func:`rewrite`.
+(see :mod:`harness_mem.maintenance`): only pages written afresh lose them, so a purge ends with a
+rewrite of the tables holding entries' text (:mod:`.sqlite_rewrite`), and ``gc --vacuum`` with
+``VACUUM`` (:func:`vacuum_file`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 from ..db import Connection, driver, truncate_wal, write_transaction
-from ..errors import StorageError
+from ..errors import DiskFullError, StorageError
 from ..pages import count_pages
 
 Snapshot = Callable[[], AbstractContextManager[None]]
@@ -57,17 +58,22 @@ def next_step(size: int, took_s: float, bounds: tuple[int, int, int]) -> int:
     return max(least, min(most, 2 * size, int(size * STEP_TARGET_S / max(took_s, 0.001))))
 
 
-def rewrite(conn: Connection, location: str = "the database") -> None:
-    """Rewrite every page of the file (``VACUUM``): no byte of a deleted row survives it, not even
-    the copies SQLite's page rebuilding leaves in the unused middle of a live page. It needs free
-    disk space as large as the file, and the write lock for as long: the one step of maintenance
-    that holds writers up for a time that grows with the file (about 6 s per GB)."""
+def vacuum_file(conn: Connection, location: str = "the database") -> None:
+    """Rewrite every page of the file (``VACUUM``), as ``gc --vacuum`` asks: it holds the write lock
+    for the whole file (about 6 s per GB), and needs free disk space as large as the file."""
     if conn.in_transaction:
-        raise StorageError("the file cannot be rewritten inside a transaction — purge outside the `with` block")
-    try:
+        raise StorageError("the file cannot be vacuumed inside a transaction")
+    with space_for(location):
         conn.execute("VACUUM")
-    except driver().OperationalError as exc:
-        if "disk is full" not in str(exc):
+
+
+@contextmanager
+def space_for(location: str) -> Iterator[None]:
+    """Turns a full disk during a rewrite into the one-line error that says what to do."""
+    try:
+        yield
+    except (driver().OperationalError, DiskFullError) as exc:  # VACUUM's own, or a step's rolled back
+        if not isinstance(exc, DiskFullError) and "disk is full" not in str(exc):
             raise
         raise StorageError(
             f"no space left to rewrite {location} (a rewrite needs free space as large as the file)"
@@ -75,25 +81,32 @@ def rewrite(conn: Connection, location: str = "the database") -> None:
         ) from None
 
 
-def compact(conn: Connection, *, full: bool, vacuum: bool, location: str = "the database") -> dict[str, Any]:
-    """Give the file's free space back: a full rewrite when ``full`` (an entry was purged) or
-    ``vacuum``, else an incremental vacuum in a file made for it; then the WAL is emptied.
+def compact(conn: Connection, *, rewrite: Callable[[], None] | None, vacuum: bool,
+            location: str = "the database") -> dict[str, Any]:
+    """Give the file's free space back, after rewriting what a purge owes.
 
-    The incremental vacuum hands back pages in steps of about ``STEP_TARGET_S`` of write lock each,
-    so a writer waits for one step at most, however many pages are free. With ``vacuum``, a file in
-    auto_vacuum mode NONE switches to INCREMENTAL on the way.
+    With ``rewrite`` (an entry was purged: :func:`~.sqlite_rewrite.rewrite`) the tables holding
+    entries' text are written afresh first; with ``vacuum`` the whole file is (``VACUUM``, which also
+    switches a file in auto_vacuum mode NONE to INCREMENTAL). Then, in a file made for it, an
+    incremental vacuum hands the free pages back in steps of about ``STEP_TARGET_S`` of write lock
+    each, so a writer waits for one step at most, however many pages are free. Last, the WAL is
+    emptied.
     """
     mode = _AUTO_VACUUM.get(int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]), "none")
     free_pages = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
     vacuumed = "none"
-    if vacuum or full:
-        if vacuum and mode == "none":
+    if vacuum:
+        if mode == "none":
             conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect with the VACUUM below
-        rewrite(conn, location)
+        vacuum_file(conn, location)
         vacuumed = "full"
         mode = _AUTO_VACUUM.get(int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]), "none")
-    elif mode == "incremental" and free_pages:
-        left, size = free_pages, VACUUM_PAGES[0]
+    elif rewrite is not None:
+        rewrite()
+        vacuumed = "tables"
+    left = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    if vacuumed != "full" and mode == "incremental" and left:
+        size = VACUUM_PAGES[0]
         while left:
             began = time.monotonic()
             with write_transaction(conn):  # it frees a page per row it returns: read them all
@@ -106,7 +119,7 @@ def compact(conn: Connection, *, full: bool, vacuum: bool, location: str = "the 
                 break
             if left:
                 time.sleep(STEP_PAUSE_S)
-        vacuumed = "incremental"
+        vacuumed = vacuumed if vacuumed == "tables" else "incremental"
     truncated = truncate_wal(conn)
     return {
         "auto_vacuum": mode,

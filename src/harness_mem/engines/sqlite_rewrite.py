@@ -1,0 +1,221 @@
+"""Rewriting tables of a live SQLite file in short write transactions: a purge's rewrite without VACUUM.
+
+A deleted row can leave old copies in the unused middle of live pages (see
+:mod:`harness_mem.maintenance`), and only pages written afresh lose them. ``VACUUM`` writes every
+page afresh but holds the write lock for the whole file (about 6 s per GB). This writes afresh only
+the tables that hold an entry's text (:data:`TABLES`), each in steps a writer can wait for:
+
+1. **Start**: an empty copy of the table (``<table>__rewrite``, with the same columns, constraints
+   and indexes, the indexes named ``<index>__rewrite``) and triggers on the table that repeat every
+   insert, update and delete on the copy, so the copy stays in step with writers in any process.
+2. **Copy**: the rows in key order, a batch per transaction (``INSERT OR IGNORE``: a row a trigger
+   already put there is newer).
+3. **Switch**, one short transaction: the triggers go, the table is renamed ``<table>__retired``
+   and the copy takes its name; its indexes take their names too (the one edit of
+   ``sqlite_schema`` SQLite has no statement for: an index's name is not part of its content, and
+   the schema version is raised so every connection reads the schema again). Views, triggers and
+   foreign keys that name the table are left as written (``legacy_alter_table``, foreign keys off
+   for the switch), so they name the copy now.
+4. **Retire**: the old table's rows are deleted a batch per transaction, then the table is dropped.
+   With ``secure_delete`` every page it frees is zeroed, so no copy of a purged row is left in them.
+
+A rewrite cut short (a crash, a full disk) leaves tables whose names say where it stopped; the next
+one finishes a retirement and starts a copy again from the beginning (the rows copied before are
+kept). A copy that fails is taken down at once, so its triggers do not slow writers until then.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+
+from ..db import Connection, write_transaction
+from ..errors import StorageError
+from . import sqlite_files
+
+__all__ = ["TABLES", "leftovers", "rewrite", "rewrite_tables"]
+
+#: The tables whose rows can hold an entry's words: the entries, the episodes made from them, and
+#: the keyword index's blocks and term index (FTS5's own tables).
+TABLES = ("entries", "episodes", "entries_fts_data", "entries_fts_idx")
+COPY, RETIRED = "__rewrite", "__retired"
+#: Rows one step copies or deletes: the first step's, the least and the most.
+ROWS = (1000, 100, 50_000)
+_TRIGGERS = ("insert", "update", "delete")
+_INDEX_NAME = re.compile(r"^(CREATE (?:UNIQUE )?INDEX )(\"?)([\w]+)\2", re.IGNORECASE)
+_TABLE_NAME = re.compile(r"^(CREATE TABLE )(['\"]?)([\w]+)\2", re.IGNORECASE)
+
+
+def rewrite(conn: Connection, location: str = "the database") -> None:
+    """A purge's rewrite: :data:`TABLES` written afresh (a full disk is the one-line error that
+    says the purge is still owed)."""
+    if conn.in_transaction:
+        raise StorageError("the file cannot be rewritten inside a transaction — purge outside the `with` block")
+    with sqlite_files.space_for(location):
+        rewrite_tables(conn)
+
+
+def rewrite_tables(conn: Connection, tables: Sequence[str] = TABLES, *,
+                   pause: Callable[[], None] | None = None) -> None:
+    """Write every page of ``tables`` afresh, a step per write transaction, the lock let go between
+    steps (``pause``, by default a passive checkpoint and ``STEP_PAUSE_S`` of sleep)."""
+    between = pause or (lambda: _pause(conn))
+    for table in tables:
+        if _exists(conn, table + RETIRED):  # an earlier rewrite stopped after its switch
+            _retire(conn, table + RETIRED, between)
+        if not _exists(conn, table):
+            continue
+        _start(conn, table)
+        try:
+            _copy(conn, table, between)
+        except BaseException:
+            _take_down(conn, table, between)
+            raise
+        _switch(conn, table)
+        between()
+        _retire(conn, table + RETIRED, between)
+
+
+def leftovers(conn: Connection) -> list[str]:
+    """The tables an unfinished rewrite left (copies and retired tables): [] when none."""
+    return [name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_schema WHERE type = 'table' AND (name LIKE ? ESCAPE '!' OR name LIKE ? ESCAPE '!')",
+        ("%" + COPY.replace("_", "!_"), "%" + RETIRED.replace("_", "!_")))]
+
+
+def _pause(conn: Connection) -> None:
+    # The step's pages leave the log without the lock (as in the keyword index's merge), then a
+    # waiting writer gets its turn.
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    time.sleep(sqlite_files.STEP_PAUSE_S)
+
+
+def _exists(conn: Connection, table: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)).fetchone() is not None
+
+
+def _key(conn: Connection, table: str) -> list[str]:
+    """The columns rows are copied in the order of: the rowid, or a WITHOUT ROWID table's primary key."""
+    sql = conn.execute("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)).fetchone()[0]
+    if not re.search(r"WITHOUT\s+ROWID\s*$", sql, re.IGNORECASE):
+        return ["rowid"]
+    columns = sorted((pk, name) for _, name, _, _, _, pk in conn.execute(f'PRAGMA table_info("{table}")') if pk)
+    return [f'"{name}"' for _, name in columns]
+
+
+def _start(conn: Connection, table: str) -> None:
+    copy = table + COPY
+    if _exists(conn, copy):  # a copy begun before: its triggers are there too
+        return
+    key = _key(conn, table)
+    same = " AND ".join(f"{column} = NEW.{column}" for column in key)
+    gone = " AND ".join(f"{column} = OLD.{column}" for column in key)
+    with write_transaction(conn):
+        sql = conn.execute("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?", (table,)).fetchone()[0]
+        conn.execute(_TABLE_NAME.sub(lambda m: f'{m.group(1)}"{copy}"', sql, count=1))
+        for name, index_sql in _indexes(conn, table):
+            renamed = _named(index_sql, name + COPY)
+            conn.execute(re.sub(rf"\bON\s+(['\"]?){re.escape(table)}\1", f'ON "{copy}"', renamed, count=1))
+        insert = f'INSERT OR REPLACE INTO "{copy}" SELECT * FROM "{table}" WHERE {same};'
+        conn.execute(f'CREATE TRIGGER "{copy}_insert" AFTER INSERT ON "{table}" BEGIN {insert} END')
+        conn.execute(f'CREATE TRIGGER "{copy}_update" AFTER UPDATE ON "{table}" BEGIN'
+                     f' DELETE FROM "{copy}" WHERE {gone}; {insert} END')
+        conn.execute(f'CREATE TRIGGER "{copy}_delete" AFTER DELETE ON "{table}" BEGIN DELETE FROM "{copy}" WHERE {gone}; END')
+
+
+def _indexes(conn: Connection, table: str) -> list[tuple[str, str]]:
+    """The table's own indexes (name, CREATE statement); the ones its constraints make come with it."""
+    return [(name, sql) for name, sql in conn.execute(
+        "SELECT name, sql FROM sqlite_schema WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL ORDER BY name",
+        (table,))]
+
+
+def _copy(conn: Connection, table: str, between: Callable[[], None]) -> None:
+    key = _key(conn, table)
+    columns = ", ".join(key)
+    marks = ", ".join("?" * len(key))
+    after: tuple[object, ...] | None = None
+    size = ROWS[0]
+    while True:
+        began = time.monotonic()
+        with write_transaction(conn):
+            since = "" if after is None else f"WHERE ({columns}) > ({marks})"
+            last = conn.execute(f'SELECT {columns} FROM "{table}" {since} ORDER BY {columns} LIMIT 1 OFFSET ?',
+                                (*(after or ()), size - 1)).fetchone()
+            upto = "" if last is None else f"({columns}) <= ({marks})"
+            where = " AND ".join(part for part in (since.removeprefix("WHERE "), upto) if part)
+            conn.execute(f'INSERT OR IGNORE INTO "{table}{COPY}" SELECT * FROM "{table}"'
+                         + (f" WHERE {where}" if where else ""), (*(after or ()), *(last or ())))
+        if last is None:  # that step took the rest
+            return
+        after = tuple(last)
+        size = sqlite_files.next_step(size, time.monotonic() - began, ROWS)
+        between()
+
+
+def _switch(conn: Connection, table: str) -> None:
+    copy, retired = table + COPY, table + RETIRED
+    # Both pragmas are no-ops inside a transaction: set around it, on this connection only.
+    foreign_keys = int(conn.execute("PRAGMA foreign_keys").fetchone()[0])
+    conn.execute("PRAGMA foreign_keys = OFF")
+    conn.execute("PRAGMA legacy_alter_table = ON")
+    try:
+        with write_transaction(conn):
+            for trigger in _TRIGGERS:
+                conn.execute(f'DROP TRIGGER "{copy}_{trigger}"')
+            indexes = [name for name, _ in _indexes(conn, table)]
+            conn.execute(f'ALTER TABLE "{table}" RENAME TO "{retired}"')
+            conn.execute(f'ALTER TABLE "{copy}" RENAME TO "{table}"')
+            version = int(conn.execute("PRAGMA schema_version").fetchone()[0])
+            conn.execute("PRAGMA writable_schema = ON")
+            try:
+                for name in indexes:
+                    _rename_index(conn, name, name + RETIRED)
+                    _rename_index(conn, name + COPY, name)
+                conn.execute(f"PRAGMA schema_version = {version + 1}")
+            finally:
+                conn.execute("PRAGMA writable_schema = OFF")
+    finally:
+        conn.execute("PRAGMA legacy_alter_table = OFF")
+        conn.execute(f"PRAGMA foreign_keys = {'ON' if foreign_keys else 'OFF'}")
+
+
+def _rename_index(conn: Connection, old: str, new: str) -> None:
+    sql = conn.execute("SELECT sql FROM sqlite_schema WHERE type = 'index' AND name = ?", (old,)).fetchone()[0]
+    conn.execute("UPDATE sqlite_schema SET name = ?, sql = ? WHERE type = 'index' AND name = ?",
+                 (new, _named(sql, new), old))
+
+
+def _named(index_sql: str, name: str) -> str:
+    """An index's CREATE statement with another name."""
+    return _INDEX_NAME.sub(lambda m: f'{m.group(1)}"{name}"', index_sql, count=1)
+
+
+def _retire(conn: Connection, table: str, between: Callable[[], None]) -> None:
+    """Delete ``table``'s rows a batch at a time (each page they empty is zeroed and freed), then drop it."""
+    key = ", ".join(_key(conn, table))
+    size = ROWS[0]
+    while True:
+        began = time.monotonic()
+        with write_transaction(conn):
+            deleted = conn.execute(f'DELETE FROM "{table}" WHERE ({key}) IN'
+                                   f' (SELECT {key} FROM "{table}" ORDER BY {key} LIMIT ?)', (size,)).rowcount
+        if deleted < size:
+            break
+        size = sqlite_files.next_step(size, time.monotonic() - began, ROWS)
+        between()
+    with write_transaction(conn):
+        conn.execute(f'DROP TABLE "{table}"')
+
+
+def _take_down(conn: Connection, table: str, between: Callable[[], None]) -> None:
+    """Undo a copy that failed: its triggers first (writers stop feeding it), then its rows."""
+    copy = table + COPY
+    try:
+        with write_transaction(conn):
+            for trigger in _TRIGGERS:
+                conn.execute(f'DROP TRIGGER IF EXISTS "{copy}_{trigger}"')
+        _retire(conn, copy, between)
+    except Exception:  # the copy's own failure is the one reported; the next rewrite starts again
+        pass
