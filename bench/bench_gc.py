@@ -20,8 +20,8 @@ after round (the best round of each is kept), so that a busy machine hurts none 
 runs on a large file (``--mb``, built in a temporary directory). The writer adds one entry every
 20 ms and times each ``add``; gc runs once on a store where entries were deleted (dead keyword-index
 tokens, free pages: gc purges nothing, ``quiet``) and once where entries were forgotten (gc purges
-them and rewrites the file, ``purge``). It prints the longest wait, and fails when a write failed,
-was lost, or (with ``--max-wait S``) waited longer than S seconds in the ``quiet`` case:
+them and rewrites the tables holding their text, ``purge``). It prints the longest wait, and fails
+when a write failed, was lost, or (with ``--max-wait S``) waited longer than S seconds in either case:
 
     python bench/bench_gc.py --beside-writer --mb 500 --max-wait 1
 """
@@ -173,8 +173,9 @@ def beside_writer(megabytes: int, max_wait: float | None, as_json: bool) -> None
                   f" longest write wait {r['longest_wait_s']:.2f} s over {r['writes']} writes;"
                   f" failed {len(r['failures'])}, lost {r['lost']}")  # type: ignore[arg-type]
     bad = [case for case, r in results.items() if r["failures"] or r["lost"]]
-    if max_wait is not None and float(results["quiet"]["longest_wait_s"]) > max_wait:  # type: ignore[arg-type]
-        bad.append(f"quiet: a writer waited over {max_wait} s")
+    for case, r in results.items():
+        if max_wait is not None and float(r["longest_wait_s"]) > max_wait:  # type: ignore[arg-type]
+            bad.append(f"{case}: a writer waited over {max_wait} s")
     if bad:
         sys.exit(f"failed: {', '.join(bad)}")
 
@@ -183,7 +184,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--beside-writer", action="store_true", help="measure a writer's waits beside gc instead")
     parser.add_argument("--mb", type=int, default=500, help="the large file's size (with --beside-writer)")
-    parser.add_argument("--max-wait", type=float, help="fail when a writer waited longer (seconds, quiet case)")
+    parser.add_argument("--max-wait", type=float, help="fail when a writer waited longer (seconds)")
     parser.add_argument("--n", type=int, default=100_000, help="turn entries to import")
     parser.add_argument("--deletes", type=int, default=2000, help="entries deleted one by one")
     parser.add_argument("--expire", type=float, default=0.1, help="share of entries purged as expired")
