@@ -15,8 +15,8 @@ the locking, not to embedding) is shared, for ``--seconds``, by real processes:
 - ``--readers`` reader processes: keyword recall, list, sessions, session turns, get, count;
 - one maintenance process running the CLI as an operator would: ``harness-mem gc`` every tenth of
   the run (60 s at 600 s), ``harness-mem purge`` every 0.15 of it (90 s), ``harness-mem reindex``
-  at a third and two thirds (on a keyword-only file it rebuilds the keyword index in one
-  transaction: the longest write a writer can meet besides the rewrite after a purge);
+  at a third and two thirds (on a keyword-only file it rebuilds the keyword index, a batch of
+  entries per transaction);
 - ``--mcp`` client processes, each starting ``harness-mem mcp --db FILE`` as a stdio subprocess and
   speaking raw JSON-RPC to it: initialize, then remember / recall / get_memory / forget; every
   request must be answered (60 s at most) and succeed, the recall of a token just remembered must

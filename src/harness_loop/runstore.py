@@ -43,9 +43,8 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from harness_mem.db import Connection
@@ -531,20 +530,26 @@ class RunStore:
         with self._tables.transaction():
             self._write(run, jobs, events, now)
 
-    def _write(self, run: RunRecord, jobs: Sequence[JobRecord], events: Sequence[NewEvent], now: int) -> None:
-        """``save``'s writes, inside the caller's transaction."""
+    def _write(self, run: RunRecord, jobs: Sequence[JobRecord], events: Sequence[NewEvent], now: int,
+               existing: Collection[str] | None = None) -> None:
+        """``save``'s writes, inside the caller's transaction. ``existing``: the caller holds the run's
+        row locked and knows these job rows (stored ids) exist, so their updates are not waited on
+        for a count (in a pipeline, the writes then go in one round trip)."""
         tables = self._tables
         run_id = self._key(run.id)
         if not tables.update_run(
             (run.state, run.max_tokens, run.spent_tokens, run.replans, self._text(run.reason),
              self._json(run.metadata), now, self._redactor is not None, run_id, self._namespace),
+            counted=existing is None,
         ):
             raise NotFoundError(f"no run {run.id!r} — create it first")
         for job in jobs:
+            job_id = self._key(job.job_id)
             if not tables.update_job(
                 (job.state, job.attempts, job.visits, self._text(job.result_text), job.input_tokens,
                  job.output_tokens, job.spent_tokens, self._text(job.last_error), self._text(job.prior_attempt),
-                 self._text(job.feedback), now, run_id, self._key(job.job_id)),
+                 self._text(job.feedback), now, run_id, job_id),
+                counted=existing is None or job_id not in existing,
             ):
                 tables.insert_jobs([self._job_row(job, now)])
         tables.append_events(run_id, self._event_rows(events), now)
@@ -579,38 +584,51 @@ class RunStore:
     # -- job leases: workers in several processes draining one run (harness_loop.workers)
 
     def claim_job(self, run_id: str, owner: str, *, ttl_ms: int = LEASE_MS) -> JobRecord | None:
+        """Take the next job of the run that may run now (see :meth:`claim_job_and_deps`)."""
+        claimed = self.claim_job_and_deps(run_id, owner, ttl_ms=ttl_ms)
+        return None if claimed is None else claimed[0]
+
+    def claim_job_and_deps(
+        self, run_id: str, owner: str, *, ttl_ms: int = LEASE_MS
+    ) -> tuple[JobRecord, list[JobRecord]] | None:
         """Take the next job of the run that may run now for ``owner``, under a lease of ``ttl_ms``.
 
         The job taken is the first in insertion order that waits (pending, queued, or past its retry
         backoff) with every dependency succeeded, or that is running under a lease that lapsed (its
         worker died) or under none (an orchestrator that is gone left it so): that attempt is taken
-        over, not counted again. Returns the job as stored, now ``running``;
-        None when no job may run now (the rest are done, running elsewhere or waiting for others),
-        or while an orchestrator holds the run's lease. On PostgreSQL the row is taken with ``FOR
-        UPDATE SKIP LOCKED``: workers never wait for each other's claims.
+        over, not counted again. Returns the job as stored, now ``running``, and its deps as
+        :meth:`jobs` returns them (all succeeded), read in the claim's transaction; None when no job
+        may run now (the rest are done, running elsewhere or waiting for others), or while an
+        orchestrator holds the run's lease. On PostgreSQL the row is taken with ``FOR UPDATE SKIP
+        LOCKED``: workers never wait for each other's claims (only, for one round trip, for the
+        run's event log).
         """
         now = now_ms()
         key, owner = self._key(run_id), self._key(owner)
         tables = self._tables
-        with tables.transaction():
+        # Two round trips on PostgreSQL: the pick (its row locked), then the writes with the commit.
+        with tables.batch():
             ready = tables.ready_job(key, self._namespace, now, TERMINAL_RUN_STATES)
             if ready is None:
                 if not tables.run_exists(key, self._namespace):
                     raise NotFoundError(_not_found(run_id))
                 return None
-            job_id, state, attempts, visits, holder = ready
-            if state == JobState.RUNNING.value:  # its worker's lease lapsed: take the attempt over
+            *row, holder = ready
+            job = _job_from_row(row)
+            attempts, visits = job.attempts, job.visits
+            if job.state == JobState.RUNNING.value:  # its worker's lease lapsed: take the attempt over
                 kind, data = "job.reclaimed", {"attempt": attempts, "from": holder, "worker": owner}
             else:
                 attempts += 1
                 if attempts == 1:
                     visits += 1  # a new entry begins with its first attempt
                 kind, data = "job.running", {"attempt": attempts, "visit": visits, "worker": owner}
-            tables.take_job(key, job_id, attempts, visits, owner, now + ttl_ms, now)
-            tables.append_events(key, [(kind, job_id, self._json(data))], now)
-            row = tables.job_row(key, job_id)
-        assert row is not None
-        return _job_from_row(row)
+            tables.take_job(key, job.job_id, attempts, visits, owner, now + ttl_ms, now)
+            tables.append_events(key, [(kind, job.job_id, self._json(data))], now)
+            deps = tables.job_rows_later(key, [self._key(dep) for dep in job.deps])
+        # The row as the claim left it: the same columns a second read would return.
+        taken = replace(job, state=JobState.RUNNING.value, attempts=attempts, visits=visits, updated_at=now)
+        return taken, [_job_from_row(dep) for dep in deps()]
 
     def renew_job(self, run_id: str, job_id: str, owner: str, *, ttl_ms: int = LEASE_MS) -> bool:
         """Extend ``owner``'s lease on a job it runs; False when it lost it (another took it over)."""
@@ -626,21 +644,29 @@ class RunStore:
         now = now_ms()
         key, job_key, owner = self._key(run_id), self._key(job_id), self._key(owner)
         tables = self._tables
-        with tables.transaction():
-            tables.lock_run(key)
-            lease = tables.job_lease(key, job_key)
-            if lease is None:
+        loaded: list[StoredRun] = []
+
+        def load() -> StoredRun:
+            loaded.append(self.load(run_id))
+            return loaded[-1]
+
+        # The run's row is locked from the first read to the commit, which settles of the run wait
+        # for: on PostgreSQL that is one round trip (the reads) and the decision, then the writes
+        # and the commit sent together.
+        with tables.batch():
+            run, job, unfinished = tables.settle_view(key, self._namespace, job_key, TERMINAL_JOB_STATES)
+            if job is None:
                 raise NotFoundError(f"run {run_id!r} has no job {job_id!r}")
-            if lease != (JobState.RUNNING.value, owner):
+            *row, holder = job
+            record = _job_from_row(row)
+            if (record.state, holder) != (JobState.RUNNING.value, owner):
                 return False
-            run, job = tables.run_row(key, self._namespace), tables.job_row(key, job_key)
-            if run is None or job is None:
+            if run is None:
                 raise NotFoundError(_not_found(run_id))
-            unfinished = tables.unfinished_jobs(key, TERMINAL_JOB_STATES) - 1  # this one is running
-            settled = decide(
-                Attempt(_run_from_row(run), _job_from_row(job), unfinished, partial(self.load, run_id), now))
+            settled = decide(Attempt(_run_from_row(run), record, unfinished - 1, load, now))  # this one is running
             _check_records(settled.run, settled.jobs)
-            self._write(settled.run, settled.jobs, settled.events, now)
+            existing = {record.job_id, *(j.job_id for stored in loaded for j in stored.jobs)}  # as stored
+            self._write(settled.run, settled.jobs, settled.events, now, existing)
             tables.end_job_lease(key, job_key, settled.retry_at)
         return True
 

@@ -18,6 +18,12 @@ first (:meth:`RunTables.lock_run`), then job rows, and the run's event log
 (:meth:`RunTables.lock_log`) last. A claim takes no run row lock: it locks the job row it takes,
 skipping rows others hold rather than waiting for them, then the log.
 
+What every settle of a run waits for is the run's row, and every claim and settle the run's log,
+each until its holder commits; so a worker's claim and settle are each one :meth:`RunTables.batch`:
+on PostgreSQL one round trip for the reads, then the writes and the commit sent together, and a
+lock on the run is held for one round trip, not one per statement. The event log is numbered in
+the database (no round trip between reading the last ``seq`` and writing the next).
+
 The tables are the same on both engines, column for column and in the same order (SQLite's
 ``harness_loop/migrations/``, PostgreSQL's ``harness_loop/migrations/postgres/``): the row tuples
 the reads return are in the order of :data:`RUN_COLUMNS` and :data:`JOB_COLUMNS`.
@@ -26,7 +32,7 @@ the reads return are in the order of :data:`RUN_COLUMNS` and :data:`JOB_COLUMNS`
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -59,18 +65,35 @@ _RUN_UPDATE = (
 # is then the time it may start again) and every job it depends on has succeeded, or when it is
 # running under a lease that lapsed (its worker died or stalled) or under none (an orchestrator that
 # is gone left it so). Its run must be live and not executed by an orchestrator (whose run lease
-# covers every job). `{deps}` is the engine's table of `j`'s deps.
+# covers every job). `{deps}` is the engine's table of `j`'s deps, each looked up by the primary key
+# (a scalar subquery: as an anti-join, PostgreSQL's planner hashed the run's every job for each job
+# it checked). The whole row comes back (the claim needs no second read), the lease holder after it.
 _READY_JOB = (
-    "SELECT j.job_id, j.state, j.attempts, j.visits, j.lease_owner FROM jobs AS j"
+    "SELECT {columns}, j.lease_owner FROM jobs AS j"
     " WHERE j.run_id = ?"
     " AND EXISTS (SELECT 1 FROM runs AS r WHERE r.id = j.run_id AND r.namespace = ? AND r.state NOT IN ({finished})"
     " AND (r.lease_until IS NULL OR r.lease_until <= ?))"
     " AND ((j.state = 'running' AND (j.lease_until IS NULL OR j.lease_until <= ?))"
     " OR (j.state IN ('pending', 'queued', 'retrying') AND (j.lease_until IS NULL OR j.lease_until <= ?)"
-    " AND NOT EXISTS (SELECT 1 FROM {deps} WHERE NOT EXISTS (SELECT 1 FROM jobs AS u"
-    " WHERE u.run_id = j.run_id AND u.job_id = d.value AND u.state = 'succeeded'))))"
+    " AND NOT EXISTS (SELECT 1 FROM {deps} WHERE COALESCE((SELECT u.state FROM jobs AS u"
+    " WHERE u.run_id = j.run_id AND u.job_id = d.value), '') <> 'succeeded')))"
     " ORDER BY j.position LIMIT 1{lock}"
 )
+_READY_COLUMNS = ", ".join(f"j.{name.strip()}" for name in JOB_COLUMNS.split(","))
+
+# Events are appended with one statement per batch, numbered in the database after the log's last
+# one (under the log's lock): no round trip between reading the last `seq` and writing. A batch of
+# this many rows stays under SQLite's limit of 500 terms in one compound SELECT.
+_EVENT_BATCH = 64
+
+
+def _event_insert(rows: int) -> str:
+    values = " UNION ALL ".join(["SELECT ? AS n, ? AS kind, ? AS job_id, ? AS data", *["SELECT ?, ?, ?, ?"] * (rows - 1)])
+    return (
+        f"INSERT INTO run_events ({EVENT_COLUMNS}) SELECT ?, last.seq + v.n, ?, v.kind, v.job_id, v.data"
+        " FROM (SELECT COALESCE(MAX(seq), 0) AS seq FROM run_events WHERE run_id = ?) AS last,"
+        f" ({values}) AS v ORDER BY v.n"
+    )
 
 
 def _marks(n: int) -> str:
@@ -88,6 +111,11 @@ class RunTables(ABC):
     claim_lock: str = ""
     #: What follows a single-row read to lock the row it reads.
     row_lock: str = ""
+    #: What follows a read of a run's row to lock it as :meth:`lock_run` does.
+    run_lock: str = ""
+    #: True where a read sent in a :meth:`batch` can be answered after the block (a server's
+    #: pipeline); elsewhere reads are answered at once.
+    answers_later: bool = False
 
     # ---- the engine's primitives -----------------------------------------------------------------
 
@@ -105,6 +133,12 @@ class RunTables(ABC):
     @abstractmethod
     def snapshot(self) -> AbstractContextManager[None]:
         """Several reads that see one state (inside a transaction: that transaction's)."""
+
+    def batch(self) -> AbstractContextManager[None]:
+        """One write transaction, as :meth:`transaction`, whose statements go to a server (where there
+        is one) without waiting for each one's answer: only when a result is read, and at the commit.
+        A write's ``rowcount`` is not known before the block ends."""
+        return self.transaction()
 
     @abstractmethod
     def migrate(self) -> None:
@@ -140,30 +174,35 @@ class RunTables(ABC):
         """One row in :data:`RUN_COLUMNS` order."""
         self.execute(_RUN_INSERT, row)
 
-    def update_run(self, row: Sequence[Any]) -> bool:
+    def update_run(self, row: Sequence[Any], *, counted: bool = True) -> bool:
         """(state, max_tokens, spent_tokens, replans, reason, metadata, updated_at, still_redacted,
-        id, namespace); False when there is no such run."""
-        return bool(self.execute(_RUN_UPDATE, row).rowcount)
+        id, namespace); False when there is no such run. Not ``counted``: the caller knows the row
+        exists (it holds its lock), and True is returned without waiting for the count."""
+        cursor = self.execute(_RUN_UPDATE, row)
+        return bool(cursor.rowcount) if counted else True
 
     def insert_jobs(self, rows: Sequence[Sequence[Any]]) -> None:
         """Rows in :data:`JOB_COLUMNS` order."""
         if rows:
             self.executemany(_JOB_INSERT, rows)
 
-    def update_job(self, row: Sequence[Any]) -> bool:
-        """A job's moving columns (see ``_JOB_UPDATE``); False when the row does not exist yet."""
-        return bool(self.execute(_JOB_UPDATE, row).rowcount)
+    def update_job(self, row: Sequence[Any], *, counted: bool = True) -> bool:
+        """A job's moving columns (see ``_JOB_UPDATE``); False when the row does not exist yet (not
+        ``counted``: as :meth:`update_run`)."""
+        cursor = self.execute(_JOB_UPDATE, row)
+        return bool(cursor.rowcount) if counted else True
 
     def append_events(self, run_id: str, rows: Sequence[tuple[str | None, str | None, str]], at: int) -> None:
         """Append ``(kind, job_id, data)`` rows to the run's log, numbered after its last event."""
         if not rows:
             return
         self.lock_log(run_id)
-        (last,) = self.execute("SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE run_id = ?", (run_id,)).fetchone()
-        self.executemany(
-            f"INSERT INTO run_events ({EVENT_COLUMNS}) VALUES ({_marks(6)})",
-            [(run_id, last + i, at, kind, job_id, data) for i, (kind, job_id, data) in enumerate(rows, 1)],
-        )
+        for start in range(0, len(rows), _EVENT_BATCH):
+            batch = rows[start:start + _EVENT_BATCH]
+            params: list[Any] = [run_id, at, run_id]
+            for n, (kind, job_id, data) in enumerate(batch, 1):  # after the batch before, now the last
+                params += (n, kind, job_id, data)
+            self.execute(_event_insert(len(batch)), params)
 
     def run_lease(self, run_id: str, namespace: str) -> tuple[str | None, int | None] | None:
         """The run's lease (holder, until), its row locked; None when there is no such run."""
@@ -195,9 +234,10 @@ class RunTables(ABC):
         return None if row is None else str(row[0])
 
     def ready_job(self, run_id: str, namespace: str, now: int, finished: Collection[str]) -> tuple[Any, ...] | None:
-        """The first job that may be claimed now, its row locked: (job_id, state, attempts, visits,
-        lease_owner); None when none may."""
-        sql = _READY_JOB.format(finished=_marks(len(finished)), deps=self.deps_of_job, lock=self.claim_lock)
+        """The first job that may be claimed now, its row locked: its columns in :data:`JOB_COLUMNS`
+        order, then its ``lease_owner``; None when none may."""
+        sql = _READY_JOB.format(columns=_READY_COLUMNS, finished=_marks(len(finished)), deps=self.deps_of_job,
+                                lock=self.claim_lock)
         row = self.execute(sql, (run_id, namespace, *sorted(finished), now, now, now)).fetchone()
         return None if row is None else tuple(row)
 
@@ -216,19 +256,25 @@ class RunTables(ABC):
             (until, run_id, job_id, owner),
         ).rowcount)
 
-    def job_lease(self, run_id: str, job_id: str) -> tuple[str, str | None] | None:
-        """(state, lease_owner) of a job, its row locked; None when there is no such job."""
-        row = self.execute(
-            f"SELECT state, lease_owner FROM jobs WHERE run_id = ? AND job_id = ?{self.row_lock}", (run_id, job_id)
-        ).fetchone()
-        return None if row is None else (row[0], row[1])
-
-    def unfinished_jobs(self, run_id: str, finished: Collection[str]) -> int:
-        """How many of the run's jobs are in none of the ``finished`` states."""
-        return int(self.execute(
+    def settle_view(
+        self, run_id: str, namespace: str, job_id: str, finished: Collection[str]
+    ) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None, int]:
+        """What a settle decides on, read in its transaction: the run's row, locked first (as
+        :meth:`lock_run`), the job's row locked (its :data:`JOB_COLUMNS`, then ``lease_owner``), and
+        how many of the run's jobs are in none of the ``finished`` states. The three reads are sent
+        together (in a :meth:`batch`, one round trip); each still starts once the one before it has
+        its lock, so the count sees every settle that held the run before this one."""
+        run = self.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ? AND namespace = ?{self.run_lock}",
+                           (run_id, namespace))
+        job = self.execute(f"SELECT {JOB_COLUMNS}, lease_owner FROM jobs WHERE run_id = ? AND job_id = ?{self.row_lock}",
+                           (run_id, job_id))
+        count = self.execute(
             f"SELECT COUNT(*) FROM jobs WHERE run_id = ? AND state NOT IN ({_marks(len(finished))})",
             (run_id, *sorted(finished)),
-        ).fetchone()[0])
+        )
+        run_row, job_row = run.fetchone(), job.fetchone()
+        return (None if run_row is None else tuple(run_row), None if job_row is None else tuple(job_row),
+                int(count.fetchone()[0]))
 
     def end_job_lease(self, run_id: str, job_id: str, not_before: int | None) -> None:
         """Clear the job's lease; ``not_before`` (ms) is when a retrying job may be claimed again."""
@@ -267,12 +313,21 @@ class RunTables(ABC):
 
     def job_rows_among(self, run_id: str, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
         """The run's jobs among ``job_ids``, in insertion order."""
+        return self.job_rows_later(run_id, job_ids)()
+
+    def job_rows_later(self, run_id: str, job_ids: Sequence[str]) -> Callable[[], list[tuple[Any, ...]]]:
+        """:meth:`job_rows_among`, asked now and answered when called: in a :meth:`batch` on a server
+        (:attr:`answers_later`), call it after the block, and the read costs no round trip of its own."""
         if not job_ids:
-            return []
-        return [tuple(r) for r in self.execute(
+            return list
+        cursor = self.execute(
             f"SELECT {JOB_COLUMNS} FROM jobs WHERE run_id = ? AND job_id IN ({_marks(len(job_ids))}) ORDER BY position",
             (run_id, *job_ids),
-        ).fetchall()]
+        )
+        if self.answers_later:
+            return lambda: [tuple(r) for r in cursor.fetchall()]
+        rows = [tuple(r) for r in cursor.fetchall()]
+        return lambda: rows
 
     def run_rows(self, namespace: str, state: str | None, limit: int | None) -> list[tuple[Any, ...]]:
         """The namespace's runs, newest first (the id breaks a tie)."""

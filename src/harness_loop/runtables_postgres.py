@@ -11,13 +11,15 @@ Unlike SQLite's, writers run at once here, so the rows a write decides on are lo
 (``FOR NO KEY UPDATE``) before anything that depends on it, a claimed job row with ``FOR UPDATE SKIP
 LOCKED`` (a worker takes the next job nobody else is taking, without waiting for the others), and a
 run's event log under a transaction-scoped advisory lock of its own, always last (see
-:mod:`harness_loop.runtables` for the order). The connection string's password is never shown.
+:mod:`harness_loop.runtables` for the order). A worker's claim and settle are sent in pipeline mode
+(:meth:`PostgresRunTables.batch`), so those locks are held for one round trip each. The connection
+string's password is never shown.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,6 +44,7 @@ MIGRATIONS_TABLE = "_migrations_harness_loop"
 _MIGRATE_LOCK = 7_310_421_995
 _LOG_LOCK_CLASS = 73_104
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE: no transaction open
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ class PostgresRunTables(RunTables):
     deps_of_job = "jsonb_array_elements_text(j.deps::jsonb) AS d(value)"
     claim_lock = " FOR UPDATE OF j SKIP LOCKED"
     row_lock = " FOR UPDATE"
+    run_lock = " FOR NO KEY UPDATE"
+    answers_later = True
 
     def __init__(self, dsn: str, *, secret: str | None = None) -> None:
         driver = _psycopg()
@@ -106,6 +111,7 @@ class PostgresRunTables(RunTables):
             raise StorageError(f"cannot connect to {self.location}: {reason.replace(dsn, self.location)}") from None
         self._secret = secret
         self._errors = driver.errors
+        self._batched = False
 
     @classmethod
     def open(cls, dsn: str) -> PostgresRunTables:
@@ -143,7 +149,7 @@ class PostgresRunTables(RunTables):
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
-        if self.conn.info.transaction_status != 0:  # already in a transaction: its view
+        if self._batched or self.conn.info.transaction_status != _IDLE:  # already in a transaction: its view
             yield
             return
         self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -152,10 +158,37 @@ class PostgresRunTables(RunTables):
         finally:
             self.conn.execute("COMMIT")
 
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        # A claim or a settle is then two round trips, not one per statement, and the locks they
+        # take on the run (its row, its log) are held for one round trip, not a dozen. BEGIN and
+        # COMMIT are sent by hand: psycopg's transaction() waits for the server at both ends.
+        try:
+            with self.conn.pipeline():
+                self.conn.execute("BEGIN")
+                self._batched = True  # libpq reports no transaction while the pipeline is on
+                try:
+                    yield
+                finally:
+                    self._batched = False
+                self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.info.transaction_status != _IDLE:
+                self.conn.rollback()
+            raise
+
     def lock_run(self, run_id: str) -> None:
         # NO KEY UPDATE, as an UPDATE of the row takes: it serialises the writers of the run but not
         # the inserts of its job and event rows, whose foreign keys share-lock the row's key.
         self.execute("SELECT 1 FROM runs WHERE id = ? FOR NO KEY UPDATE", (run_id,))
+
+    def ready_job(self, run_id: str, namespace: str, now: int, finished: Collection[str]) -> tuple[Any, ...] | None:
+        # The pick must walk the run's jobs in position order and stop at the first it may take. On
+        # a run just submitted (no statistics yet) the planner takes the run for a few rows and
+        # would rather fetch them all, check every one's deps and sort: each claim then cost the
+        # whole run. Only for this transaction, and only the scans that cannot keep the order.
+        self.execute("SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)")
+        return super().ready_job(run_id, namespace, now, finished)
 
     def lock_log(self, run_id: str) -> None:
         self.execute(f"SELECT pg_advisory_xact_lock({_LOG_LOCK_CLASS}, hashtext(?))", (run_id,))

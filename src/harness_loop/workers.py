@@ -139,7 +139,7 @@ class Worker:
         settled = 0
         wait = self.poll_s
         while True:
-            claimed = self.store.claim_job(run_id, self.owner, ttl_ms=self.ttl_ms)
+            claimed = self.store.claim_job_and_deps(run_id, self.owner, ttl_ms=self.ttl_ms)
             if claimed is None:
                 # One row, not the whole run: idle workers poll this while others work.
                 if self.store.run(run_id).is_terminal:
@@ -154,12 +154,13 @@ class Worker:
                 wait = min(wait * 2, self.poll_s * _MAX_WAITS)  # nothing to do for a while: look less often
                 continue
             wait = self.poll_s
-            if await self._attempt(run_id, claimed):
+            if await self._attempt(run_id, *claimed):
                 settled += 1
 
-    async def _attempt(self, run_id: str, claimed: JobRecord) -> bool:
-        """Run one claimed job under its lease and settle it; False when the lease was lost."""
-        upstream = _upstream(self.store.jobs(run_id, claimed.deps))
+    async def _attempt(self, run_id: str, claimed: JobRecord, deps: list[JobRecord]) -> bool:
+        """Run one claimed job (its deps as stored) under its lease and settle it; False when the
+        lease was lost."""
+        upstream = _upstream(deps)
         result: JobResult | None = None
         error: Exception | None = None
         lost = False

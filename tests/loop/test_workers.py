@@ -145,6 +145,26 @@ async def test_a_lapsed_job_lease_is_taken_over_and_the_late_worker_writes_nothi
     assert stored.run.state == "completed" and stored.job("b").result_text == answer("b", ["a:by hand"])
 
 
+async def test_a_dead_letter_cancels_a_hundred_jobs_downstream_in_one_settle_numbered_in_order(store: RunStore) -> None:
+    # More events than one batched insert takes: each batch is numbered after the one before it.
+    async def runner(job: Job, upstream: Mapping[str, JobResult]) -> JobResult:
+        raise JobFailure("broken")
+
+    jobs = [Job(id="root", prompt="p", retry=RetryPolicy(max_attempts=1)),
+            *(Job(id=f"c{i:03d}", prompt="p", deps=["root"]) for i in range(100))]
+    run_id = submit(store, "g", jobs)
+    assert await Worker(runner, store=store, poll_s=0.01).drain(run_id) == 1
+    events = store.events(run_id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    kinds = [e.kind for e in events]
+    assert kinds[:5] == ["run.created", "run.started", "job.running", "job.failed", "job.dead_lettered"]
+    assert kinds[5:] == ["job.cancelled"] * 100 + ["run.failed"]
+    assert [e.job_id for e in events[5:105]] == [f"c{i:03d}" for i in range(100)]
+    stored = store.load(run_id)
+    assert stored.run.reason == "1 job(s) dead-lettered, 100 cancelled"
+    assert {j.state for j in stored.jobs[1:]} == {"cancelled"}
+
+
 async def test_a_run_over_its_budget_stops(store: RunStore) -> None:
     run_id = submit(store, "g", [Job(id=f"j{i}", prompt="p") for i in range(6)], budget=5)
     await Worker(digest_runner, store=store).drain(run_id)  # 2 tokens a job
@@ -185,6 +205,30 @@ def test_an_unknown_run_is_not_found(store: RunStore) -> None:
 
     with pytest.raises(NotFoundError, match="runs list"):
         store.claim_job("nope", "host:1:w")
+    run_id = submit(store, "g", [Job(id="a", prompt="p")])  # the claim rolled back: the store still works
+    assert store.claim_job(run_id, "host:1:w") is not None
+
+
+def test_a_settle_the_database_refuses_writes_nothing_and_the_store_goes_on(store: RunStore) -> None:
+    run_id = submit(store, "g", [Job(id="a", prompt="p")])
+    assert store.claim_job(run_id, "host:1:w") is not None
+    before = store.events(run_id)
+
+    def refused(attempt: Attempt) -> Settlement:  # the runs table's check refuses a negative spend
+        return Settlement(replace(attempt.run, spent_tokens=-1),
+                          [replace(attempt.job, state="succeeded", result_text="a:1")])
+
+    with pytest.raises(store.tables.integrity_error):
+        store.settle_job(run_id, "a", "host:1:w", refused)
+    stored = store.load(run_id)
+    assert (stored.job("a").state, stored.job("a").result_text, stored.run.spent_tokens) == ("running", None, 0)
+    assert store.events(run_id) == before
+
+    def by_hand(attempt: Attempt) -> Settlement:
+        return Settlement(attempt.run, [replace(attempt.job, state="succeeded", result_text="a:1")])
+
+    assert store.settle_job(run_id, "a", "host:1:w", by_hand) is True  # the lease was kept
+    assert store.load(run_id).job("a").result_text == "a:1"
 
 
 def test_claims_skip_the_rows_other_workers_are_taking(postgres_target: str) -> None:
@@ -194,7 +238,7 @@ def test_claims_skip_the_rows_other_workers_are_taking(postgres_target: str) -> 
         second.tables.execute("SET lock_timeout = '5s'")  # a claim that waited would fail, not hang
         with first.tables.transaction():
             taking = first.tables.ready_job(run_id, first.namespace, 2**62, ("completed", "failed", "cancelled"))
-            assert taking is not None and taking[0] == "a"  # locked until this block ends
+            assert taking is not None and taking[1] == "a"  # (run_id, job_id, …): locked until this block ends
             started = time.monotonic()
             claimed = second.claim_job(run_id, "host:2:second")
             assert claimed is not None and claimed.job_id == "b"

@@ -81,6 +81,8 @@ def test_writers_get_in_between_the_steps_and_every_write_lands_in_the_new_table
         assert store.integrity_check() == []
         listed = {entry.id: entry.content for entry in store.list(limit=1000)}
         assert listed == kept
+        # The readable view names the table as written: it reads the new one.
+        assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == conn.execute("SELECT count(*) FROM entries").fetchone()[0]
         found = {hit.entry.id for hit in store.recall("harbourlight", k=100, mode="keyword")}
         assert found == {i for i in listed if "harbourlight" in listed[i]}
         assert store.get("ep1").kind == "episode"
