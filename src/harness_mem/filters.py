@@ -6,13 +6,15 @@ bare string); :class:`Filters` validates them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, StrictStr, WithJsonSchema
 
+from .errors import InvalidInputError
 from .models import Record, check_kind, clean_tags, parse_time
 
 
@@ -42,6 +44,86 @@ def _kind_list(value: Any) -> Any:
 
 
 _Names = Annotated[tuple[StrictStr, ...], BeforeValidator(_names)]
+
+#: The operators a metadata filter takes (MongoDB's names, as LangGraph, Chroma and mem0 use them).
+METADATA_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in")
+#: At most this many conditions in one filter, keys this deep, values in one ``$in``.
+MAX_METADATA_CONDITIONS, MAX_METADATA_DEPTH, MAX_IN_VALUES = 32, 8, 100
+_INT64 = 2**63
+
+
+class MetadataCondition(Record):
+    """One condition on a stored metadata value: the value at ``path`` (keys from the top) compared
+    with ``value`` by ``op``. Values compare as JSON does: a number with a number, a string with a
+    string (by code point), true/false and null only by (in)equality; a key that is not there
+    matches ``$ne`` alone."""
+
+    path: tuple[str, ...]
+    op: str
+    value: Any
+
+
+def _scalar(value: Any, where: str) -> Any:
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        if not -_INT64 <= value < _INT64:
+            raise InvalidInputError(f"metadata filter {where}: {value} is out of range for a stored number")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInputError(f"metadata filter {where}: {value} is not a finite number")
+        return value
+    raise InvalidInputError(f"metadata filter {where}: compare with a string, number, true, false or null,"
+                            f" not {type(value).__name__}")
+
+
+def metadata_conditions(spec: Any) -> tuple[MetadataCondition, ...]:
+    """A metadata filter (``{"lang": "en", "user.tier": {"$in": ["gold", "silver"]}, "score":
+    {"$gte": 3}}``; dotted keys and nested mappings both name nested keys) as its conditions, all of
+    which an entry must meet."""
+    if spec is None or isinstance(spec, tuple):
+        return spec or ()
+    if not isinstance(spec, Mapping):
+        raise InvalidInputError("a metadata filter is a mapping of keys to values or to {operator: value}")
+    found: list[MetadataCondition] = []
+
+    def walk(mapping: Mapping[Any, Any], path: tuple[str, ...]) -> None:
+        for key, wanted in mapping.items():
+            if not isinstance(key, str) or not key or key.startswith("$"):
+                raise InvalidInputError(f"metadata filter: {str(key)[:40]!r} is not a key"
+                                        f" (operators are {', '.join(METADATA_OPERATORS)}, after a key)")
+            parts = path + tuple(key.split("."))
+            if "" in parts or len(parts) > MAX_METADATA_DEPTH:
+                raise InvalidInputError(f"metadata filter: {'.'.join(parts)[:60]!r} is not a key path"
+                                        f" (at most {MAX_METADATA_DEPTH} keys, none empty)")
+            if isinstance(wanted, Mapping) and wanted and all(isinstance(k, str) and k.startswith("$") for k in wanted):
+                for op, value in wanted.items():
+                    add(parts, op, value)
+            elif isinstance(wanted, Mapping):
+                walk(wanted, parts)
+            else:
+                add(parts, "$eq", wanted)
+
+    def add(parts: tuple[str, ...], op: str, value: Any) -> None:
+        where = ".".join(parts)[:60]
+        if op not in METADATA_OPERATORS:
+            raise InvalidInputError(f"metadata filter {where}: unknown operator {op[:20]!r}"
+                                    f" (one of {', '.join(METADATA_OPERATORS)})")
+        if op == "$in":
+            if isinstance(value, str | bytes) or not isinstance(value, Sequence) or not 0 < len(value) <= MAX_IN_VALUES:
+                raise InvalidInputError(f"metadata filter {where}: $in takes a list of 1 to {MAX_IN_VALUES} values")
+            value = tuple(_scalar(v, where) for v in value)
+        else:
+            value = _scalar(value, where)
+            if op in ("$gt", "$gte", "$lt", "$lte") and (value is None or isinstance(value, bool)):
+                raise InvalidInputError(f"metadata filter {where}: {op} compares numbers or strings, not {value!r}")
+        found.append(MetadataCondition.trusted({"path": parts, "op": op, "value": value}))
+        if len(found) > MAX_METADATA_CONDITIONS:
+            raise InvalidInputError(f"a metadata filter holds at most {MAX_METADATA_CONDITIONS} conditions")
+
+    walk(spec, ())
+    return tuple(found)
 _When = Annotated[
     datetime | None,
     BeforeValidator(_time),
@@ -73,13 +155,16 @@ class Filters(Record):
     derived: bool | None = Field(
         None, description="true: only what consolidation derived (segments, facts); false: none of it"
     )
+    metadata: Annotated[tuple[MetadataCondition, ...], BeforeValidator(metadata_conditions)] = Field(
+        (), description='conditions on metadata values: {"key": value, "a.b": {"$gte": 3}, "k": {"$in": [...]}}'
+    )
 
     @property
     def is_empty(self) -> bool:
         """True when only the namespace and expiry constrain the result."""
         return (self.kind is None and self.role is None and self.session is None and not self.session_prefix
                 and not self.tags and not self.any_tags and self.since is None and self.until is None
-                and self.derived is None and self.as_of is None and not self.excludes)
+                and self.derived is None and self.as_of is None and not self.excludes and not self.metadata)
 
     @property
     def excludes(self) -> bool:
@@ -119,10 +204,12 @@ def make_filters(
     exclude_sessions: Sequence[str] | str = (),
     exclude_kinds: Sequence[str] | str = (),
     exclude_tags: Sequence[str] | str = (),
+    metadata: Mapping[str, Any] | None = None,
 ) -> Filters:
     """Filters from loosely typed arguments (times as ISO strings or ages like ``7d``), validated."""
     return Filters(
         kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags, any_tags=any_tags,
         since=since, until=until, include_superseded=include_superseded, derived=derived,
         as_of=as_of, exclude_sessions=exclude_sessions, exclude_kinds=exclude_kinds, exclude_tags=exclude_tags,
+        metadata=metadata,
     )

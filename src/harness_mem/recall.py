@@ -18,9 +18,9 @@ from __future__ import annotations
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -77,6 +77,7 @@ class Recall:
         exclude_sessions: Sequence[str] | str = (),
         exclude_kinds: Sequence[str] | str = (),
         exclude_tags: Sequence[str] | str = (),
+        metadata: Mapping[str, Any] | None = None,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
 
@@ -103,7 +104,7 @@ class Recall:
         if k <= 0:
             return []
         filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until, include_superseded,
-                               derived, as_of, exclude_sessions, exclude_kinds, exclude_tags)
+                               derived, as_of, exclude_sessions, exclude_kinds, exclude_tags, metadata)
         named: list[str] = []
         # Binding the model may write (an older file's upgrade): before the snapshot.
         if mode != "keyword" and not self._vectors_usable(mode, strict):

@@ -140,8 +140,28 @@ class Scope:
                 value = tuple(self.key(v) for v in ((value,) if isinstance(value, str) else value))
             elif name in _TAG_FILTERS and value is not None:
                 value = self.tags(value)
+            elif name == "metadata" and isinstance(value, Mapping):
+                value = self._stored_metadata(value)
             keyed[name] = value
         return keyed
+
+
+    def _stored_metadata(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """A metadata filter with its keys and string values as the redactor stored them (operators
+        kept): a value the redactor changes is found in its stored form."""
+        assert self.redactor is not None
+        scrub = self.redactor.scrub
+
+        def walk(value: Any) -> Any:
+            if isinstance(value, str):
+                return scrub(value).text
+            if isinstance(value, Mapping):
+                return {(k if isinstance(k, str) and k.startswith("$") else walk(k)): walk(v) for k, v in value.items()}
+            if isinstance(value, list | tuple):
+                return [walk(v) for v in value]
+            return value
+
+        return dict(walk(spec))
 
 
 _IDENTITY_FILTERS = frozenset({"role", "session", "session_prefix"})

@@ -408,6 +408,7 @@ class MemoryStore:
         exclude_sessions: Sequence[str] | str = (),
         exclude_kinds: Sequence[str] | str = (),
         exclude_tags: Sequence[str] | str = (),
+        metadata: Mapping[str, Any] | None = None,
         offset: int = 0,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error);
@@ -434,7 +435,10 @@ class MemoryStore:
         in; ``derived=True`` searches only it, ``derived=False`` never.
 
         ``exclude_sessions``, ``exclude_kinds`` and ``exclude_tags`` leave those out (an agent's
-        recall that must not return its own session's turns, say).
+        recall that must not return its own session's turns, say). ``metadata`` keeps entries whose
+        metadata meets every condition: ``{"lang": "en", "user.tier": {"$in": ["gold", "silver"]},
+        "score": {"$gte": 3}}`` (``$eq $ne $gt $gte $lt $lte $in``; dotted keys are nested ones;
+        values compare as JSON's types do; a string the redactor changes is looked for as stored).
 
         ``as_of`` answers with what was true at that time (ISO-8601 or an age): entries whose time
         (``created_at``: when it was said, which a caller or consolidation sets) is not later, and
@@ -450,7 +454,8 @@ class MemoryStore:
         key = self.scope.key
         role, session, session_prefix = key(role), key(session), key(session_prefix)
         tags, any_tags = self.scope.tags(tags), self.scope.tags(any_tags)
-        left_out = self.scope.filters({"exclude_sessions": exclude_sessions, "exclude_tags": exclude_tags})
+        left_out = self.scope.filters({"exclude_sessions": exclude_sessions, "exclude_tags": exclude_tags,
+                                       "metadata": metadata})
         hits = self._recall(
             query, fetch, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
             any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,

@@ -26,7 +26,7 @@ import numpy.typing as npt
 from .. import keyword
 from ..bm25 import Match, idf, index_tokens, share, term_tokens
 from ..errors import ExtensionError, MigrationError, SchemaTooNewError, StorageError
-from ..filters import Selection
+from ..filters import MetadataCondition, Selection
 from ..models import MigrationStatus, to_ms
 from ..protocols import Embedder
 from ..rows import COLUMNS, Row
@@ -199,6 +199,38 @@ def _like_prefix(prefix: str) -> str:
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+_COMPARE = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+
+
+def _metadata(condition: MetadataCondition, alias: str) -> tuple[str, list[Any]]:
+    """One metadata condition (see :class:`~harness_mem.filters.MetadataCondition`): JSON's types
+    kept apart, as on SQLite; a cast only where the type was checked first (CASE), so a string
+    under a key compared as a number never raises."""
+    value_at = f"({alias}.metadata::jsonb #> %s)"
+    path = list(condition.path)
+    if condition.op in _COMPARE:
+        operator = _COMPARE[condition.op]
+        if isinstance(condition.value, str):
+            return (f"(CASE WHEN jsonb_typeof({value_at}) = 'string' THEN {alias}.metadata::jsonb #>> %s END)"
+                    f' COLLATE "C" {operator} %s', [path, path, condition.value])
+        return (f"(CASE WHEN jsonb_typeof({value_at}) = 'number' THEN ({value_at})::numeric END) {operator} %s",
+                [path, path, condition.value])
+    wanted = condition.value if condition.op == "$in" else (condition.value,)
+    parts, params = [], []
+    for value in wanted:
+        if isinstance(value, str):
+            parts.append(f"coalesce(jsonb_typeof({value_at}) = 'string' AND {alias}.metadata::jsonb #>> %s = %s, false)")
+            params.extend([path, path, value])
+        elif isinstance(value, bool) or value is None:
+            parts.append(f"coalesce({value_at} = %s::jsonb, false)")
+            params.extend([path, json.dumps(value)])
+        else:
+            parts.append(f"coalesce(CASE WHEN jsonb_typeof({value_at}) = 'number' THEN ({value_at})::numeric END = %s, false)")
+            params.extend([path, path, value])
+    either = " OR ".join(parts)
+    return (f"NOT ({either})" if condition.op == "$ne" else f"({either})"), params
+
+
 def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
     """A :class:`~harness_mem.filters.Selection` as a WHERE clause over ``entries`` and its parameters."""
     filters = selection.filters
@@ -252,6 +284,10 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
     if filters.derived is not None:
         clauses.append(f"{alias}.source {'=' if filters.derived else 'IS DISTINCT FROM'} %s")
         params.append(DERIVED_SOURCE)
+    for condition in filters.metadata:
+        clause, values = _metadata(condition, alias)
+        clauses.append(clause)
+        params.extend(values)
     if filters.since is not None:
         clauses.append(f"{alias}.created_at >= %s")
         params.append(to_ms(filters.since))

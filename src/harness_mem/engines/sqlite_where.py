@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..filters import Selection
+from ..filters import MetadataCondition, Selection
 from ..models import to_ms
 from ..storage import DERIVED_SOURCE
 
@@ -77,6 +77,10 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
     if filters.derived is not None:
         clauses.append(f"{alias}.source {'=' if filters.derived else 'IS NOT'} ?")
         params.append(DERIVED_SOURCE)
+    for condition in filters.metadata:
+        clause, values = _metadata(condition, alias)
+        clauses.append(clause)
+        params.extend(values)
     if filters.since is not None:
         clauses.append(f"{alias}.created_at >= ?")
         params.append(to_ms(filters.since))
@@ -84,3 +88,33 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
         clauses.append(f"{alias}.created_at <= ?")
         params.append(to_ms(filters.until))
     return " AND ".join(clauses), params
+
+
+_COMPARE = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+
+
+def _metadata(condition: MetadataCondition, alias: str) -> tuple[str, list[Any]]:
+    """One metadata condition; JSON's types kept apart (true is not 1, "3" is not 3)."""
+    path = "$" + "".join(f'."{key}"' for key in condition.path)
+    if condition.op in _COMPARE:
+        family = "'text'" if isinstance(condition.value, str) else "'integer', 'real'"
+        return (f"(json_type({alias}.metadata, ?) IN ({family})"
+                f" AND json_extract({alias}.metadata, ?) {_COMPARE[condition.op]} ?)", [path, path, condition.value])
+    wanted = condition.value if condition.op == "$in" else (condition.value,)
+    parts, params = [], []
+    for value in wanted:
+        clause, values = _equals(path, value, alias)
+        parts.append(f"coalesce({clause}, 0)")
+        params.extend(values)
+    either = " OR ".join(parts)
+    return (f"NOT ({either})" if condition.op == "$ne" else f"({either})"), params
+
+
+def _equals(path: str, value: Any, alias: str) -> tuple[str, list[Any]]:
+    if value is None:
+        return f"json_type({alias}.metadata, ?) = 'null'", [path]
+    if isinstance(value, bool):
+        return f"json_type({alias}.metadata, ?) = ?", [path, "true" if value else "false"]
+    family = "'text'" if isinstance(value, str) else "'integer', 'real'"
+    return (f"(json_type({alias}.metadata, ?) IN ({family}) AND json_extract({alias}.metadata, ?) = ?)",
+            [path, path, value])
