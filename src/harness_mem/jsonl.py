@@ -5,7 +5,7 @@ An import keeps every good line and reports every bad one with its line number a
 Ids make it idempotent: a line whose id is already stored is skipped (or replaced, if asked).
 
 A line is ``{"id"?, "text"|"content", "kind"?, "role"?, "session"?, "tags"?, "timestamp"?|"created_at"?,
-"expires_at"?, "ttl_days"?, "source"?, "metadata"?, "namespace"?}``; any other key is kept in the
+"expires_at"?, "ttl_days"?, "updated_at"?, "source"?, "metadata"?, "namespace"?}``; any other key is kept in the
 entry's metadata, so nothing a source file says is lost. A line nesting lists and objects more than
 :data:`~harness_mem.models.MAX_NESTING` (64) levels deep is a bad line, like any other; so is one
 holding an integer longer than Python reads from text (4,300 digits), and a line longer than
@@ -49,7 +49,7 @@ MAX_SKIPPED_BYTES = 1 << 30
 
 KNOWN_KEYS = frozenset(
     {"id", "text", "content", "kind", "role", "session", "tags", "timestamp", "created_at", "expires_at",
-     "ttl_days", "source", "metadata", "namespace", "redactions"}
+     "ttl_days", "updated_at", "source", "metadata", "namespace", "redactions"}
 )
 
 
@@ -111,7 +111,7 @@ def parse_line(raw: bytes | str) -> dict[str, Any] | None:
         timestamp = data.pop("timestamp")
         data.setdefault("created_at", timestamp)
     data.pop("content_hash", None)  # derived: recomputed from the content, as in an export
-    for name in ("superseded_by", "superseded_at"):  # an export lists live entries: these are null there
+    for name in ("superseded_by", "superseded_at", "updated_at", "ttl_days"):  # null in an export: not given
         if data.get(name) is None:
             data.pop(name, None)
     if data.keys() <= KNOWN_KEYS:  # the common case: nothing to move into the metadata

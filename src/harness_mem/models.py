@@ -30,10 +30,12 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    SerializerFunctionWrapHandler,
     StrictInt,
     StrictStr,
     ValidationError,
     WithJsonSchema,
+    model_serializer,
 )
 from pydantic_core import ErrorDetails
 
@@ -50,6 +52,7 @@ __all__ = [
     "FilePart",
     "FileSizes",
     "Hit",
+    "HitRecord",
     "Remembered",
     "SessionHit",
     "SessionSize",
@@ -259,6 +262,10 @@ class Entry(Record):
     # Set when a correction replaced this entry (``MemoryStore.supersede``): by which entry, and when.
     superseded_by: str | None = None
     superseded_at: Time | None = None
+    # When it was written (a replace writes it again); None in an entry not read from a store.
+    updated_at: Time | None = None
+    # The time to live it was written with, in days: what ``refresh_ttl`` renews its expiry by.
+    ttl_days: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; :meth:`from_dict` reads it back unchanged."""
@@ -278,7 +285,13 @@ class Hit(Record):
 
     ``components`` is filled when recall is asked to explain itself: for each retriever that
     found the entry, its rank (1-based; None outside its list) and raw score.
+
+    Serialised, a hit is flat: the entry's fields with the hit's beside them (:class:`HitRecord`).
+    That one shape is what ``recall --json``, the MCP server's recall, the memory tools and
+    ``harness-mem schema hit`` all give.
     """
+
+    positional: ClassVar[int | None] = 5
 
     entry: Entry
     score: float
@@ -286,15 +299,38 @@ class Hit(Record):
     components: dict[str, dict[str, float | int | None]] | None = None
     #: With ``recall(context=N)``: the turns around a turn hit in its session, in order (not hits).
     context: tuple[Entry, ...] | None = None
+    #: The entry's content was clipped for a list (a tool's answer): ``get_memory`` has all of it.
+    truncated: bool = False
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: SerializerFunctionWrapHandler) -> HitRecord:
+        # Returned as a HitRecord, so that the schema of what a hit serialises to is HitRecord's.
+        fields = dict(self.entry.__dict__)
+        fields.update(score=self.score, snippet=self.snippet, components=self.components, context=self.context,
+                      truncated=self.truncated)
+        return HitRecord.trusted(fields)
+
+    @classmethod
+    def json_schema(cls, mode: Literal["validation", "serialization"] = "validation") -> dict[str, Any]:
+        """As validated: the nested fields; as serialised: :class:`HitRecord`'s flat shape."""
+        return HitRecord.json_schema(mode) if mode == "serialization" else super().json_schema(mode)
 
     def to_dict(self) -> dict[str, Any]:
-        """The entry's fields with ``score`` first and ``snippet`` (and ``components``, ``context``) after."""
-        data = {"score": self.score, **self.entry.to_dict(), "snippet": self.snippet}
-        if self.components is not None:
-            data["components"] = self.components
-        if self.context is not None:
-            data["context"] = [entry.to_dict() for entry in self.context]
-        return data
+        """The flat JSON shape (:class:`HitRecord`): the entry's fields with ``score``, ``snippet``,
+        ``components``, ``context`` and ``truncated`` beside them."""
+        return self.model_dump(mode="json")
+
+
+class HitRecord(Entry):
+    """The JSON shape of a :class:`Hit`: the entry's fields, flat, with the hit's beside them."""
+
+    score: float = Field(description="relevance, higher is better; compare within one answer only")
+    snippet: str = Field("", description="the matched words in context, when recall made one")
+    components: dict[str, dict[str, float | int | None]] | None = Field(
+        None, description="with explain: each retriever's rank and raw score")
+    context: tuple[Entry, ...] | None = Field(
+        None, description="with context=N: the turns around this one in its session, in order")
+    truncated: bool = Field(False, description="content was clipped here: get_memory shows all of it")
 
 
 class Remembered(Record):
@@ -466,7 +502,11 @@ class ImportLine(Record):
     metadata: dict[Any, Any] | None = Field(None, description="any JSON object")
     expires_at: Annotated[_InTime, _moment("expires_at")] = None
     ttl_days: Annotated[float, Field(strict=True, gt=0, lt=MAX_TTL_DAYS)] | None = Field(
-        None, description="expire this many days from now (wins over expires_at)"
+        None, description="expire this many days from now, and renew by as much on a read that asks"
+        " (with expires_at too, as an export writes them: that expiry is kept)"
+    )
+    updated_at: Annotated[_InTime, _moment("updated_at")] = Field(
+        None, description="when it was last written (an export carries it over); default: now"
     )
     redactions: dict[StrictStr, StrictInt] | None = Field(
         None, description="counts of kinds already redacted (an export carries them over)"

@@ -30,7 +30,7 @@ from .redaction import Redactor
 
 COLUMNS = (
     "pk, id, namespace, kind, content, role, session, tags, source, metadata, created_at, expires_at,"
-    " content_hash, redactions, superseded_by, superseded_at, forgotten_at"
+    " content_hash, redactions, superseded_by, superseded_at, forgotten_at, updated_at, ttl_ms"
 )
 PLACEHOLDERS = ", ".join("?" * len(COLUMNS.split(",")))
 
@@ -62,6 +62,8 @@ class Row(NamedTuple):
     superseded_by: str | None = None  # the id of the entry that corrected this one
     superseded_at: int | None = None  # ms
     forgotten_at: int | None = None  # ms; a tombstone until purged
+    updated_at: int | None = None  # ms; when it was written (None: its created_at)
+    ttl_ms: int | None = None  # the time to live it was written with, which a refresh renews
 
 
 def identity(value: str | None, redactor: Redactor | None) -> str | None:
@@ -137,9 +139,11 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"metadata is not JSON-serialisable ({exc})") from None
         metadata = json.loads(metadata_json)  # a plain JSON copy, for the redactor to walk
-    if line.ttl_days is not None:
-        expires_ms: int | None = now_ms() + int(line.ttl_days * 86_400_000)
-    else:
+    written_ms = to_ms(line.updated_at) if line.updated_at else now_ms()
+    ttl_ms = max(int(line.ttl_days * 86_400_000), 1) if line.ttl_days is not None else None
+    if line.ttl_days is not None and not line.expires_at:
+        expires_ms: int | None = now_ms() + (ttl_ms or 0)
+    else:  # both given: an exported entry, whose expiry is kept and whose time to live renews it
         expires_ms = to_ms(line.expires_at) if line.expires_at else None
     redactions_json: str | None = None
     if redactor is not None:
@@ -170,6 +174,7 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
     row = Row(
         None, entry_id, namespace, kind, content, role, session,
         dumps(list(tags)) if tags else "[]", source, metadata_json, created_ms, expires_ms, digest, redactions_json,
+        updated_at=written_ms, ttl_ms=ttl_ms,
     )
     _check_encodable(row)
     return row
@@ -194,6 +199,8 @@ def entry_from_row(row: Sequence[Any]) -> Entry:
         "redactions": json.loads(row[13]) if row[13] is not None else None,
         "superseded_by": row[14],
         "superseded_at": from_ms(row[15]) if row[15] is not None else None,
+        "updated_at": from_ms(row[17] if row[17] is not None else row[10]),
+        "ttl_days": row[18] / 86_400_000 if row[18] is not None else None,
     })
 
 

@@ -326,6 +326,11 @@ class Storage(ABC):
     def has_expired(self, now: int) -> bool:
         """True when some entry has expired and is not purged yet."""
 
+    @abstractmethod
+    def renew_expiry(self, namespace: str, ids: Sequence[str], now: int) -> dict[str, int]:
+        """Renew the expiry of the entries (by stored id) written with a time to live, that have not
+        expired yet: each expires its time to live from ``now``; returns id → new expiry (ms)."""
+
     # ---- reads --------------------------------------------------------------------------------------
 
     @abstractmethod

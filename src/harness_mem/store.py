@@ -25,7 +25,7 @@ from .db import CACHE_SIZE_KIB, default_path
 from .engines import is_url, open_storage
 from .errors import BlockedError, HarnessMemError, InvalidInputError, NotFoundError, StorageError
 from .filters import Selection, make_filters
-from .models import Entry, Hit, Remembered, SessionHit, SessionSummary, now_ms
+from .models import Entry, Hit, Remembered, SessionHit, SessionSummary, from_ms, now_ms
 from .protocols import Embedder
 from .providers.embeddings import RECORDED_NAMES, default_embedder, named_embedder
 from .recall import MAX_RECALL_K, Mode, Recall
@@ -366,14 +366,25 @@ class MemoryStore:
 
     # ---- reads -------------------------------------------------------------------------------
 
-    def get(self, id: str) -> Entry:
-        """The entry with this id; raises :class:`NotFoundError` (also for an expired one)."""
+    def get(self, id: str, *, refresh_ttl: bool = False) -> Entry:
+        """The entry with this id; raises :class:`NotFoundError` (also for an expired one).
+
+        ``refresh_ttl`` renews the expiry of an entry written with ``ttl_days``: it expires that
+        long from now (a write, so the store must be open for writing)."""
         row = self.storage.get(self.namespace, self.scope.key(id) or id, now_ms())
         if row is None:
             raise NotFoundError(
                 f"no entry with id {id!r} in namespace {self.namespace!r} — `harness-mem list` shows the ids"
             )
-        return entry_from_row(row)
+        entry = entry_from_row(row)
+        return self._renewed([entry])[0] if refresh_ttl else entry
+
+    def _renewed(self, entries: list[Entry]) -> list[Entry]:
+        """``entries`` with the expiry of those written with a time to live renewed, in the store too."""
+        ids = [entry.id for entry in entries if entry.ttl_days is not None]
+        renewed = self.storage.renew_expiry(self.namespace, ids, now_ms()) if ids else {}
+        return [entry.model_copy(update={"expires_at": from_ms(renewed[entry.id])}) if entry.id in renewed else entry
+                for entry in entries]
 
     def _selection(self, filters: dict[str, Any]) -> Selection:
         return Selection(make_filters(**self._filters(filters)), self.namespace, now_ms())
@@ -410,6 +421,7 @@ class MemoryStore:
         exclude_tags: Sequence[str] | str = (),
         metadata: Mapping[str, Any] | None = None,
         offset: int = 0,
+        refresh_ttl: bool = False,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error);
         ``offset`` skips that many best ones first (the next page of ``k``).
@@ -439,6 +451,7 @@ class MemoryStore:
         metadata meets every condition: ``{"lang": "en", "user.tier": {"$in": ["gold", "silver"]},
         "score": {"$gte": 3}}`` (``$eq $ne $gt $gte $lt $lte $in``; dotted keys are nested ones;
         values compare as JSON's types do; a string the redactor changes is looked for as stored).
+        ``refresh_ttl`` renews the expiry of the hits written with a time to live (see :meth:`get`).
 
         ``as_of`` answers with what was true at that time (ISO-8601 or an age): entries whose time
         (``created_at``: when it was said, which a caller or consolidation sets) is not later, and
@@ -466,6 +479,9 @@ class MemoryStore:
         hits = hits[offset:]
         if min_score is not None:
             hits = [hit for hit in hits if hit.score >= min_score]
+        if refresh_ttl:
+            renewed = self._renewed([hit.entry for hit in hits])
+            hits = [hit.model_copy(update={"entry": entry}) for hit, entry in zip(hits, renewed, strict=True)]
         return sessions.with_context(self.storage, self.scope, hits, context) if context else hits
 
     def _lane(self, kind: str | Sequence[str] | None) -> bool | None:
@@ -527,13 +543,16 @@ class MemoryStore:
     # Last in the class: once defined, the name ``list`` in this class body means this method, not
     # the builtin, and type checkers would read later annotations that way.
     def list(self, *, limit: int | None = None, offset: int = 0, newest_first: bool = False,
-             **filters: Any) -> Iterator[Entry]:
+             refresh_ttl: bool = False, **filters: Any) -> Iterator[Entry]:
         """Entries in creation order (or newest first), filtered like :meth:`recall`; ``offset``
-        skips that many first (pages of ``limit``)."""
+        skips that many first (pages of ``limit``); ``refresh_ttl`` as in :meth:`get`."""
         _check_offset(offset)
-        for row in self.storage.select(self._selection(filters), limit=limit, offset=offset,
-                                       newest_first=newest_first):
-            yield entry_from_row(row)
+        rows = self.storage.select(self._selection(filters), limit=limit, offset=offset, newest_first=newest_first)
+        if not refresh_ttl:
+            for row in rows:
+                yield entry_from_row(row)
+            return
+        yield from self._renewed([entry_from_row(row) for row in rows])
 
 
 def _check_offset(offset: object) -> None:

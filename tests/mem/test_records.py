@@ -28,10 +28,11 @@ def store(engine_store: MemoryStore) -> MemoryStore:
 
 FIELDS = {
     "entry": {"id", "content", "kind", "namespace", "role", "session", "tags", "source", "metadata", "created_at",
-              "expires_at", "content_hash", "redactions", "superseded_by", "superseded_at"},
+              "expires_at", "content_hash", "redactions", "superseded_by", "superseded_at", "updated_at",
+              "ttl_days"},
     "hit": {"entry", "score", "snippet", "components", "context"},
     "import-line": {"content", "text", "role", "session", "kind", "id", "created_at", "timestamp", "tags", "source",
-                    "metadata", "expires_at", "ttl_days", "redactions", "namespace"},
+                    "metadata", "expires_at", "ttl_days", "updated_at", "redactions", "namespace"},
     "filters": {"kind", "role", "session", "session_prefix", "tags", "any_tags", "since", "until",
                 "include_superseded", "derived", "as_of", "exclude_sessions", "exclude_kinds", "exclude_tags"},
     "episode": {"situation", "outcome", "tools", "tags", "skills", "success"},

@@ -789,6 +789,17 @@ class PostgresStorage(Storage):
         tombstones = sum(1 for _, was_forgotten in found if was_forgotten)
         return len(found) - tombstones, tombstones
 
+    def renew_expiry(self, namespace: str, ids: Sequence[str], now: int) -> dict[str, int]:
+        if not ids:
+            return {}
+        with self.transaction():
+            renewed = self.query(
+                "UPDATE entries SET expires_at = %s + ttl_ms WHERE namespace = %s AND id = ANY(%s)"
+                " AND ttl_ms IS NOT NULL AND forgotten_at IS NULL AND expires_at > %s RETURNING id, expires_at",
+                (now, namespace, list(ids), now),
+            )
+        return {entry_id: int(expires) for entry_id, expires in renewed}
+
     def has_expired(self, now: int) -> bool:
         return bool(self.query("SELECT 1 FROM entries WHERE expires_at IS NOT NULL AND expires_at <= %s LIMIT 1", (now,)))
 

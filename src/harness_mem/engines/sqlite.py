@@ -361,6 +361,17 @@ class SQLiteStorage(Storage):
         tombstones = sum(1 for _, was_forgotten in rows if was_forgotten)
         return len(rows) - tombstones, tombstones
 
+    def renew_expiry(self, namespace: str, ids: Sequence[str], now: int) -> dict[str, int]:
+        if not ids:
+            return {}
+        with self.transaction():
+            renewed = self.conn.execute(
+                "UPDATE entries SET expires_at = ? + ttl_ms WHERE namespace = ? AND id IN (SELECT value FROM json_each(?))"
+                " AND ttl_ms IS NOT NULL AND forgotten_at IS NULL AND expires_at > ? RETURNING id, expires_at",
+                (now, namespace, json.dumps(list(ids)), now),
+            ).fetchall()
+        return {entry_id: int(expires) for entry_id, expires in renewed}
+
     def has_expired(self, now: int) -> bool:
         return self.conn.execute(
             "SELECT 1 FROM entries WHERE expires_at IS NOT NULL AND expires_at <= ? LIMIT 1", (now,)
