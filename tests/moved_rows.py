@@ -5,6 +5,7 @@ unused middle)."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from harness_mem.store import MemoryStore
 
@@ -29,3 +30,55 @@ def write_moved_rows(store: MemoryStore, seed: int) -> list[tuple[int, str]]:
 
 def marker(number: int) -> str:
     return f"secret{number:03d}marker"
+
+
+PAGE = 4096
+
+
+def plant_old_copies(db: Path, markers: list[bytes]) -> int:
+    """Write each marker into the unused middle of the page holding it (between the cell pointers
+    and the cells, where SQLite leaves old copies of rows a page rebuild moved, and which it never
+    reads): the old copies a long-lived file gathers, made on purpose. The file must be closed and
+    checkpointed. Returns how many were planted."""
+    data = bytearray(db.read_bytes())
+    planted = 0
+    used: dict[int, int] = {}  # page start → where its next copy goes
+    for text in markers:
+        at = data.find(text)
+        if at < PAGE:  # not found, or on page 1 (its header is longer): leave it
+            continue
+        start = at // PAGE * PAGE
+        page = data[start:start + PAGE]
+        if page[0] != 0x0D:  # a table's leaf page holds rows
+            continue
+        cells = int.from_bytes(page[3:5], "big")
+        # Low in the gap, where new cells reach last (they are placed from the top of it down) and
+        # a few more cell pointers still fit above: where a long-lived page's old copies stay.
+        offset = used.get(start, 8 + 2 * cells + 16)
+        if offset + len(text) > (int.from_bytes(page[5:7], "big") or PAGE) - 16:
+            continue
+        data[start + offset:start + offset + len(text)] = text
+        used[start] = offset + len(text)
+        planted += 1
+    db.write_bytes(bytes(data))
+    return planted
+
+
+def store_forgotten_rows(db: Path, *, seed: int = 8, later: int = 0, pad: int = 60, episode: bool = False) -> list[bytes]:
+    """A store of :func:`write_moved_rows` (and ``later`` notes of ``pad`` words after them, and an
+    episode), old copies of the corrected rows planted beside them (:func:`plant_old_copies`), the
+    corrected rows then forgotten; returns their markers."""
+    with MemoryStore(db, embedder=None, redactor=None) as store:
+        corrected = write_moved_rows(store, seed)
+        if later:
+            store.add_many([{"text": f"later note {i} " + "pad " * pad, "session": "later", "role": "user"}
+                            for i in range(later)])
+        if episode:
+            store.add("deploy episode", kind="episode", id="ep1", session="kept")
+        store.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    markers = [marker(i).encode() for i, _ in corrected]
+    assert plant_old_copies(db, markers) >= 5, "too few pages with room for an old copy"
+    with MemoryStore(db, embedder=None, redactor=None) as store:
+        for _, entry_id in corrected:
+            store.forget(entry_id)
+    return markers

@@ -130,7 +130,7 @@ def run(
     """Run TASK with read-only workspace tools (read_file, list_dir, grep); print the answer.
 
     With --db, the agent has a memory: what is relevant to the task is recalled before each model
-    call, it gets the memory tools (remember, recall, recall_sessions, forget, supersede), and its
+    call, it gets the memory tools (remember, recall, update_memory, forget and the rest), and its
     turns and an episode of the run are written to the store as it goes.
 
     \b

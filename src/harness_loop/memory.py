@@ -530,8 +530,8 @@ def attach_memory(
         ``loop.guides`` instead.
     :param transcripts: capture the run's turns as they happen (see :mod:`.capture`).
     :param record_episode: record an episode when the run ends.
-    :param tools: register the memory tools (``remember``, ``recall``, ``recall_sessions``,
-        ``forget``, ``supersede``: :func:`~harness_loop.memory_tools.memory_tools`) on the loop;
+    :param tools: register the memory tools (the operations of :mod:`harness_mem.tools`, as
+        :func:`~harness_loop.memory_tools.memory_tools` renders them) on the loop;
         their recall leaves out the running run's own turns.
     :param guard: with ``tools``, vet the tools' writes through this ``GuardedMemory``'s rules.
     :param flush_interval: the longest a captured turn waits before it is written, in seconds.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from . import cliutils, migrations
+from . import cliutils, hook_cli, migrations
 from .cliutils import (
     FiniteFloat,
     ModelSettings,
@@ -549,7 +549,7 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
                             exclude_kinds=exclude_kinds, exclude_tags=exclude_tags, offset=offset)
     if as_json:
         for hit in hits:
-            echo_json(hit.to_dict())
+            echo_json(hit.model_dump(mode="json"))  # the one hit shape: `harness-mem schema hit`, MCP's recall
         return
     if not hits:
         click.echo("No matches.", err=True)
@@ -1283,8 +1283,10 @@ class _ProgressLines:
 @cli.command()
 @click.option("--db", "db_path", type=StoreLocation(),
               help="Database file or postgresql:// URL (the same as harness-mem --db, given after the command).")
+@click.option("--namespace", "-N", "namespace", default=None,
+              help="Tenant the tools read and write (the same as harness-mem --namespace, given after the command).")
 @click.pass_context
-def mcp(ctx: click.Context, db_path: Path | None) -> None:
+def mcp(ctx: click.Context, db_path: Path | None, namespace: str | None) -> None:
     """Serve the store to an MCP host over stdio.
 
     For Claude Desktop, Claude Code, Cursor and other MCP hosts, which start this command
@@ -1293,15 +1295,20 @@ def mcp(ctx: click.Context, db_path: Path | None) -> None:
 
     \b
     Example:
-        harness-mem mcp --db ~/agent-memory.db
+        harness-mem mcp --db ~/agent-memory.db --namespace work
     """
     from .mcp_server import serve  # the MCP SDK loads only for this command
 
     if db_path is not None:
         ctx.obj["db"] = db_path
+    if namespace is not None:
+        ctx.obj["namespace"] = namespace
     with open_store(ctx, create=True) as store:
         serve(store)
 
+
+cli.add_command(hook_cli.hooks)
+cli.add_command(hook_cli.hook)
 
 
 def main() -> None:

@@ -4,6 +4,8 @@ MCP tools, an HTTP API or another language can describe and check the same recor
 does: ``schemas()`` gives every one, ``json_schema("entry")`` one of them, and ``harness-mem schema
 [NAME]`` prints them. Records handed out (``entry``, ``hit``) are described as they serialise to
 JSON (``model_dump(mode="json")``); records taken in as they are validated, aliases included.
+A hit serialises flat (:class:`~harness_mem.models.HitRecord`): the one shape ``recall --json`` prints
+and the MCP server's recall returns.
 """
 
 from __future__ import annotations

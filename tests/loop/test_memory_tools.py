@@ -83,7 +83,7 @@ async def test_supersede_and_forget(store: MemoryStore, tmp_path: Path) -> None:
     other = store.remember("the payments service deploys on Fridays", kind="fact").id
     outcome = await run_once(
         store, tmp_path, "fix the memory",
-        ToolCall.of("supersede", id=old, content="The billing service now deploys to staging-us."),
+        ToolCall.of("update_memory", id=old, content="The billing service now deploys to staging-us."),
         ToolCall.of("recall", query="billing service deploys"),
         ToolCall.of("forget", id=f"[{other}]"),  # brackets as recall shows them are tolerated
         ToolCall.of("recall", query="payments Fridays"),
@@ -96,7 +96,9 @@ async def test_supersede_and_forget(store: MemoryStore, tmp_path: Path) -> None:
     assert [e.id for e in store.history(new_id)] == [old, new_id]
     assert forgotten.content == f"Forgotten: [{other}] will not be recalled again."
     assert gone.content == "No memories match 'payments Fridays'."
-    assert "no entry with id 'no-such-id'" in error_of(unknown)["error"]
+    message = error_of(unknown)["error"]
+    # What to call instead, never a command line.
+    assert "no entry with id 'no-such-id'" in message and "recall" in message and "harness-mem" not in message
 
 
 async def test_a_guarded_write_that_is_refused_comes_back_as_a_tool_error(store: MemoryStore, tmp_path: Path) -> None:
@@ -108,7 +110,7 @@ async def test_a_guarded_write_that_is_refused_comes_back_as_a_tool_error(store:
         ToolCall.of("remember", content="Project Falcon ships in May"),
         ToolCall.of("remember", content="The billing service deploys to staging-eu via the blue pipeline."),
         ToolCall.of("remember", content="mail bob@example.com about the billing invoices"),
-        ToolCall.of("supersede", id=fact_id, content="we paid $1,200 for it"),
+        ToolCall.of("update_memory", id=fact_id, content="we paid $1,200 for it"),
         guard=guard,
     )
     secret, listed, near, accepted, money = tool_messages(outcome)
@@ -144,25 +146,30 @@ async def test_a_transcript_turn_is_not_a_near_duplicate(store: MemoryStore, tmp
     assert tool_messages(outcome)[1].content.startswith("Remembered as [")
 
 
+# The limits are harness_mem.tools' (the MCP server's), checked by the spec; the loop's own check of
+# names comes first.
 BAD_CALLS: list[tuple[ToolCall, str]] = [
-    (ToolCall.of("remember", content=42), "`content` must be a string, not int"),
-    (ToolCall.of("remember", content="   "), "`content` is empty"),
-    (ToolCall.of("remember", content="x" * 4001), "`content` is 4001 characters; the limit is 4000"),
-    (ToolCall.of("remember", content="ok", kind="secret"), "`kind` must be one of 'note', 'fact'"),
-    (ToolCall.of("remember", content="ok", tags="billing"), "`tags` must be a list of strings"),
-    (ToolCall.of("remember", content="ok", tags=["two words"]), "a tag is one word"),
-    (ToolCall.of("remember", content="ok", tags=[f"t{i}" for i in range(11)]), "the limit is 10"),
+    (ToolCall.of("remember", content=42), "content: Input should be a valid string"),
+    (ToolCall.of("remember", content="   "), "content: is empty"),
+    (ToolCall.of("remember", content="x" * 65_537), "content: String should have at most 65536 characters"),
+    (ToolCall.of("remember", content="ok", kind="secret"), "kind: Input should be 'note', 'fact' or 'summary'"),
+    (ToolCall.of("remember", content="ok", tags="billing"), "tags: Input should be a valid list"),
+    (ToolCall.of("remember", content="ok", tags=["x" * 101]), "tags.0: String should have at most 100 characters"),
+    (ToolCall.of("remember", content="ok", tags=[f"t{i}" for i in range(33)]), "tags: List should have at most 32 items"),
+    (ToolCall.of("remember", content="ok", ttl_days=1, expires_at="2030-01-01"), "give expires_at or ttl_days, not both"),
     (ToolCall.of("remember", text="ok"), "`remember` has no argument 'text'"),
-    (ToolCall.of("recall", query="billing", k=0), "`k` must be from 1 to 20, not 0"),
-    (ToolCall.of("recall", query="billing", k=True), "`k` must be a whole number from 1 to 20"),
-    (ToolCall.of("recall", query="billing", k="5"), "`k` must be a whole number from 1 to 20"),
-    (ToolCall.of("recall", query="billing", kind="everything"), "`kind` must be one of"),
-    (ToolCall.of("recall", query="billing", context=9), "`context` must be from 0 to 5"),
-    (ToolCall.of("recall", query=["billing"]), "`query` must be a string, not list"),
-    (ToolCall.of("recall_sessions", query="q" * 1001), "the limit is 1000"),
+    (ToolCall.of("recall", query="billing", k=0), "k: Input should be greater than or equal to 1"),
+    (ToolCall.of("recall", query="billing", k=101), "k: Input should be less than or equal to 100"),
+    (ToolCall.of("recall", query="billing", k=True), "k: Input should be a valid integer"),
+    (ToolCall.of("recall", query="billing", k="5"), "k: Input should be a valid integer"),
+    (ToolCall.of("recall", query="billing", kind="everything"), "kind: Input should be"),
+    (ToolCall.of("recall", query="billing", context=9), "context: Input should be less than or equal to 5"),
+    (ToolCall.of("recall", query=["billing"]), "query: Input should be a valid string"),
+    (ToolCall.of("recall_sessions", query="q" * 4097), "query: String should have at most 4096 characters"),
     (ToolCall.of("recall"), "`recall` needs argument 'query'"),
-    (ToolCall.of("forget", id=""), "`id` is empty"),
-    (ToolCall.of("supersede", id="x"), "`supersede` needs argument 'content'"),
+    (ToolCall.of("forget", id=""), "id: String should have at least 1 character"),
+    (ToolCall.of("update_memory", id="x"), "`update_memory` needs argument 'content'"),
+    (ToolCall.of("get_memory", id="x", history_limit=101), "history_limit: Input should be less than or equal to 100"),
 ]
 
 
@@ -249,5 +256,5 @@ def test_every_tool_is_described_for_a_model(store: MemoryStore) -> None:
         for name, schema in t.parameters["properties"].items():
             assert schema.get("description"), (t.name, name)
     readers = {t.name for t in tools if t.read_only}
-    assert readers == {"recall", "recall_sessions"}
+    assert readers == {"recall", "recall_sessions", "get_memory", "recent_activity", "find_skills"}
     assert "memory_tools" in harness_loop.__all__ and harness_loop.memory_tools is memory_tools

@@ -207,7 +207,9 @@ async def test_sessions_recent_activity_and_skills(tmp_path: Path) -> None:
             "how do I rotate the TLS certificate", "run certbot renew, then reload nginx", "thanks, that worked"]
         assert best["first"]["content"].startswith("how do I") and best["last"]["content"] == "thanks, that worked"
 
-        hit = (await call(client, "recall", query="certbot renew nginx", k=1, context=1))["hits"][0]
+        # Turns are searched when asked for: a recall naming no kind, role or session searches curated memory.
+        assert (await call(client, "recall", query="certbot renew nginx"))["hits"] == []
+        hit = (await call(client, "recall", query="certbot renew nginx", kind="turn", k=1, context=1))["hits"][0]
         assert [m["content"] for m in hit["context"]] == ["how do I rotate the TLS certificate", "thanks, that worked"]
 
         recent = await call(client, "recent_activity", limit=2, kind="turn")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from fake_embedder import cli_process
-from moved_rows import marker, write_moved_rows
+from moved_rows import store_forgotten_rows
 
 from harness_mem import maintenance
 from harness_mem.models import now_ms
@@ -21,18 +21,11 @@ from harness_mem.store import MemoryStore
 PAST = "2020-01-01T00:00:00Z"
 
 
-def store_with_moved_rows(db: Path, *, later: int = 0) -> list[bytes]:
-    """A store where half of 100 marked rows were corrected (a corrected row grows and moves, and
-    SQLite rebuilds the pages around it, leaving old copies in their unused middle) and then
-    forgotten; ``later`` untouched notes after them. Returns the forgotten rows' markers."""
-    with MemoryStore(db, embedder=None, redactor=None) as store:
-        corrected = write_moved_rows(store, seed=8)
-        if later:
-            store.add_many([{"text": f"later note {i} " + "pad " * 60, "session": "later", "role": "user"}
-                            for i in range(later)])
-        for _, entry_id in corrected:
-            store.forget(entry_id)
-    return [marker(i).encode() for i, _ in corrected]
+def store_with_moved_rows(db: Path, *, later: int = 0, pad: int = 60) -> list[bytes]:
+    """A store where half of 100 marked rows were corrected and then forgotten, with old copies of
+    them in the unused middle of their pages (tests/moved_rows.py); ``later`` untouched notes of
+    ``pad`` words after them. Returns the forgotten rows' markers."""
+    return store_forgotten_rows(db, later=later, pad=pad)
 
 
 def file_bytes(db: Path) -> bytes:
@@ -64,11 +57,12 @@ def mount_point(tmp_path: Path) -> Iterator[Path]:
 def test_a_purge_that_fills_the_disk_says_so_and_the_next_gc_finishes_it(tmp_path: Path, mount_point: Path) -> None:
     built = tmp_path / "built" / "memory.db"
     built.parent.mkdir()
-    markers = store_with_moved_rows(built, later=1000)
+    markers = store_with_moved_rows(built, later=1000, pad=500)  # the entries: most of the file
     with MemoryStore(built, embedder=None) as store:
         live = store.count()
-    # Room for the purge's deletes and merges, not for the rewrite (a WAL as large as the file).
-    size_kib = (built.stat().st_size + built.stat().st_size // 2) // 1024
+        entries_bytes = sum(part["bytes"] for part in store.stats()["sizes"]["parts"] if part["table"] == "entries")
+    # Room for the purge's deletes and merges, not for the rewrite's copy of the entries.
+    size_kib = (built.stat().st_size + entries_bytes * 2 // 3) // 1024
     if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(mount_point)],
                       capture_output=True).returncode:
         pytest.skip("cannot mount a small file system here")

@@ -30,11 +30,12 @@ FIELDS = {
     "entry": {"id", "content", "kind", "namespace", "role", "session", "tags", "source", "metadata", "created_at",
               "expires_at", "content_hash", "redactions", "superseded_by", "superseded_at", "updated_at",
               "ttl_days"},
-    "hit": {"entry", "score", "snippet", "components", "context"},
+    "hit": set(),  # flat, one shape for the API, recall --json and MCP: set below
     "import-line": {"content", "text", "role", "session", "kind", "id", "created_at", "timestamp", "tags", "source",
                     "metadata", "expires_at", "ttl_days", "updated_at", "redactions", "namespace"},
     "filters": {"kind", "role", "session", "session_prefix", "tags", "any_tags", "since", "until",
-                "include_superseded", "derived", "as_of", "exclude_sessions", "exclude_kinds", "exclude_tags"},
+                "include_superseded", "derived", "as_of", "exclude_sessions", "exclude_kinds", "exclude_tags",
+                "metadata"},
     "episode": {"situation", "outcome", "tools", "tags", "skills", "success"},
     "skill-front-matter": {"name", "description", "license", "compatibility", "metadata", "allowed-tools"},
     "settings": {"HARNESS_MEM_DB", "HARNESS_MEM_HOME", "HARNESS_MEM_NAMESPACE", "HARNESS_MEM_EMBEDDER",
@@ -44,6 +45,7 @@ FIELDS = {
               "written_without_redaction", "namespaces", "schema_version", "file_bytes", "bytes_per_entry",
               "largest_sessions", "sizes"},
 }
+FIELDS["hit"] = FIELDS["entry"] | {"score", "snippet", "components", "context", "truncated"}
 
 
 def test_every_public_schema_is_valid_json_schema_and_names_its_fields() -> None:

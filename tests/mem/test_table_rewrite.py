@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from moved_rows import marker, write_moved_rows
+from moved_rows import store_forgotten_rows
 
 from harness_mem.engines import sqlite_rewrite
 from harness_mem.store import MemoryStore
@@ -27,14 +27,9 @@ def file_bytes(db: Path) -> bytes:
 
 
 def forgotten_store(db: Path) -> list[bytes]:
-    """100 marked rows, half corrected and then forgotten (their old copies sit in page gaps), an
-    episode among them; returns the forgotten rows' markers."""
-    with MemoryStore(db, embedder=None, redactor=None) as store:
-        corrected = write_moved_rows(store, seed=8)
-        store.add("deploy episode", kind="episode", id="ep1", session="kept")
-        for _, entry_id in corrected:
-            store.forget(entry_id)
-    return [marker(i).encode() for i, _ in corrected]
+    """100 marked rows, half corrected and then forgotten (old copies of them in their pages' unused
+    middle), an episode among them; returns the forgotten rows' markers."""
+    return store_forgotten_rows(db, episode=True)
 
 
 def schema(store: MemoryStore) -> list[tuple[str, str, str]]:
@@ -82,7 +77,8 @@ def test_writers_get_in_between_the_steps_and_every_write_lands_in_the_new_table
         listed = {entry.id: entry.content for entry in store.list(limit=1000)}
         assert listed == kept
         # The readable view names the table as written: it reads the new one.
-        assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == conn.execute("SELECT count(*) FROM entries").fetchone()[0]
+        assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == \
+            conn.execute("SELECT count(*) FROM entries WHERE forgotten_at IS NULL").fetchone()[0]
         found = {hit.entry.id for hit in store.recall("harbourlight", k=100, mode="keyword")}
         assert found == {i for i in listed if "harbourlight" in listed[i]}
         assert store.get("ep1").kind == "episode"

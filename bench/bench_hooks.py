@@ -1,0 +1,137 @@
+"""What Claude Code waits for from ``harness-mem hook EVENT``: a fresh process per hook.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_hooks.py             # 3,000 entries, 30 runs each
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_hooks.py --n 5000 --runs 50 --json
+
+The store is seeded with ``--n`` entries that have vectors (the tests' hashed embedder: the hook
+path loads no model, so which one made them does not matter), a tenth of them notes and the rest
+turns of earlier sessions in the same project. Then, timed from spawn to exit:
+
+- capture: ``harness-mem hook PostToolUse`` with a Bash result (the most frequent event), each run
+  a different result so none is dropped as a repeat (goal: p50 ≤ 150 ms);
+- session start: ``harness-mem hook SessionStart`` (goal: ≤ 1 s);
+- the floors under both: ``python -c pass``, ``import harness_mem.cli`` (what any ``harness-mem``
+  command pays before it runs), ``import harness_mem.store`` (what any write pays) and the hook
+  logic's own module.
+
+Each row gives wall-time p50/p95 and the CPU time p50 (user + system, from ``getrusage``): on a busy
+machine the wall time stretches with the load, the CPU time much less. The load average is printed
+with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from fake_embedder import HashedEmbedder  # noqa: E402
+
+from harness_mem.store import MemoryStore  # noqa: E402
+
+HARNESS_MEM = Path(sys.executable).with_name("harness-mem")
+CWD = "/work/shop"
+
+
+def seed(path: Path, n: int) -> None:
+    items = []
+    for i in range(n):
+        if i % 10 == 0:
+            items.append({"content": f"decision {i}: the cart module keeps totals in decimal, rule {i % 97}",
+                          "kind": "fact"})
+        else:
+            session = f"earlier-{i // 50}"
+            items.append({"content": f"step {i}: ran the checkout tests, {i % 13} failures in cart_{i % 31}.py",
+                          "role": "user" if i % 3 == 0 else "tool", "session": session,
+                          "tags": ["project:shop", f"session:{session}"]})
+    with MemoryStore(path, embedder=HashedEmbedder()) as store:
+        for start in range(0, n, 500):
+            store.add_many(items[start:start + 500])
+
+
+def payload(event: str, i: int) -> bytes:
+    base = {"session_id": "bench-session", "transcript_path": "/nonexistent.jsonl", "cwd": CWD,
+            "permission_mode": "default", "hook_event_name": event}
+    if event == "PostToolUse":
+        base |= {"tool_name": "Bash", "tool_input": {"command": f"pytest -q tests/test_cart_{i}.py"},
+                 "tool_response": {"stdout": f"{i} passed in 0.{i:02d}s", "stderr": "", "interrupted": False},
+                 "tool_use_id": f"toolu_{i:08d}"}
+    else:
+        base |= {"source": "startup"}
+    return json.dumps(base).encode()
+
+
+def timed(command: list[str], stdin: bytes, env: dict[str, str]) -> tuple[float, float]:
+    """Wall time from spawn to exit, and the CPU time the process used (user + system), in seconds."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(command, input=stdin, capture_output=True, env=env, check=False)
+    elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed: {done.stderr.decode().strip()}")
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def figures(samples: list[tuple[float, float]]) -> dict[str, float]:
+    walls = [wall for wall, _ in samples]
+    cpus = [cpu for _, cpu in samples]
+    return {"p50_ms": round(statistics.median(walls) * 1000, 1), "p95_ms": round(percentile(walls, 0.95) * 1000, 1),
+            "cpu_p50_ms": round(statistics.median(cpus) * 1000, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=3000, help="entries in the store")
+    parser.add_argument("--runs", type=int, default=30, help="processes per measurement")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env.pop("HARNESS_MEM_RAISE_ERRORS", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "memory.db"
+        seed(db, args.n)
+        hook = [str(HARNESS_MEM), "hook"]
+        python = [sys.executable, "-c"]
+        rows = {
+            "python -c pass": [timed([*python, "pass"], b"", env) for _ in range(args.runs)],
+            "import harness_mem.cli": [timed([*python, "import harness_mem.cli"], b"", env) for _ in range(args.runs)],
+            "import harness_mem.store": [timed([*python, "import harness_mem.store"], b"", env)
+                                         for _ in range(args.runs)],
+            "import ...claude_code": [timed([*python, "import harness_mem.integrations.claude_code"], b"", env)
+                                      for _ in range(args.runs)],
+            "hook PostToolUse (capture)": [timed([*hook, "PostToolUse", "--db", str(db)], payload("PostToolUse", i), env)
+                                           for i in range(args.runs)],
+            "hook SessionStart": [timed([*hook, "SessionStart", "--db", str(db)], payload("SessionStart", i), env)
+                                  for i in range(args.runs)],
+        }
+        with MemoryStore(db, embedder=None) as store:
+            captured = store.count(session="bench-session")
+    report = {"entries": args.n, "runs": args.runs, "captured": captured, "load": [round(x, 2) for x in os.getloadavg()],
+              **{name: figures(samples) for name, samples in rows.items()}}
+    if args.json:
+        print(json.dumps(report))
+        return
+    print(f"{args.n} entries, {args.runs} fresh processes each, load average {report['load']}")
+    for name in rows:
+        row = report[name]
+        print(f"  {name:28} p50 {row['p50_ms']:7.1f} ms   p95 {row['p95_ms']:7.1f} ms   CPU p50 {row['cpu_p50_ms']:6.1f} ms")
+    print(f"  turns captured: {captured} of {args.runs}")
+
+
+if __name__ == "__main__":
+    main()

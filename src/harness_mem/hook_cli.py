@@ -1,0 +1,132 @@
+"""``harness-mem hooks install`` and ``harness-mem hook EVENT``: memory for coding agents' hooks.
+
+The logic is :mod:`harness_mem.integrations.claude_code`; these commands only read stdin, open the
+store and print. ``cli.py`` registers both.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from .cliutils import StoreLocation
+from .errors import InvalidInputError
+from .integrations import claude_code
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+HOSTS = ("claude-code",)
+# A tool result past this is not a turn worth keeping whole, and refusing it bounds the memory a
+# hook can take (tool results are cut to a few thousand characters anyway).
+MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+
+
+@click.group("hooks")
+def hooks() -> None:
+    """Install harness-mem's hooks into a coding agent.
+
+    \b
+    Example:
+        harness-mem hooks install claude-code --db ~/agent-memory.db
+    """
+
+
+@hooks.command("install")
+@click.argument("host", type=click.Choice(HOSTS))
+@click.option("--project", "scope", flag_value="project", default=True,
+              help="Into .claude/settings.json in the current directory (the default).")
+@click.option("--user", "scope", flag_value="user", help="Into ~/.claude/settings.json, for every project.")
+@click.option("--db", "db_path", type=StoreLocation(),
+              help="The store the hooks use (default: harness-mem --db, $HARNESS_MEM_DB, else the default file).")
+@click.pass_context
+def install(ctx: click.Context, host: str, scope: str, db_path: Path | str | None) -> None:
+    """Add the hooks to Claude Code's settings, keeping every other hook and setting.
+
+    SessionStart gets the latest memories as context; UserPromptSubmit, PostToolUse and Stop store
+    the prompt, each tool result and the reply as turns of the session. Running it again changes
+    nothing (or updates the --db of harness-mem's own hooks).
+
+    \b
+    Example:
+        harness-mem hooks install claude-code --db ~/agent-memory.db
+        harness-mem hooks install claude-code --user
+    """
+    root = ctx.find_root().params
+    chosen = db_path if db_path is not None else root.get("db_path")
+    db = None if chosen is None else chosen if isinstance(chosen, str) else str(Path(chosen).expanduser().resolve())
+    namespace = root.get("namespace")
+    path = claude_code.settings_path(scope)
+    report = claude_code.install(path, db, None if namespace in (None, "default") else str(namespace))
+    if report.changed:
+        click.echo(f"{path}: added {report.added} and updated {report.updated} of"
+                   f" {len(claude_code.EVENTS)} hooks ({', '.join(claude_code.EVENTS)})")
+    else:
+        click.echo(f"{path}: the hooks are already installed")
+    if db is not None and "://" not in db and not Path(db).exists():
+        click.echo(f"note: no database at {db} yet — create it with `harness-mem --db {db} init`", err=True)
+
+
+@click.command("hook")
+@click.argument("event")
+@click.option("--db", "db_path", type=StoreLocation(),
+              help="Database file or postgresql:// URL (the same as harness-mem --db, given after the command).")
+@click.option("--namespace", help="Tenant (the same as harness-mem --namespace, given after the command).")
+@click.pass_context
+def hook(ctx: click.Context, event: str, db_path: Path | str | None, namespace: str | None) -> None:
+    """Answer one Claude Code hook: its JSON on stdin.
+
+    SessionStart prints the session's starting memories (Claude Code's hookSpecificOutput JSON);
+    UserPromptSubmit, PostToolUse and Stop store the turn and print nothing. Errors are one line
+    and exit status 1, never 2, which would block the host. No embedding model is loaded.
+
+    \b
+    Example:
+        echo '{"session_id": "s1", "prompt": "hi"}' | harness-mem hook UserPromptSubmit
+    """
+    raw = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
+    if len(raw) > MAX_PAYLOAD_BYTES:
+        raise InvalidInputError(f"the {event} hook input is over {MAX_PAYLOAD_BYTES // 2**20} MiB")
+    payload = claude_code.parse_payload(raw, event)
+    options = dict(ctx.find_root().obj or {})
+    if namespace is not None:
+        options["namespace"] = namespace
+    location = db_path if db_path is not None else options.get("db")
+    if location is None:
+        from .db import default_path
+
+        location = default_path()
+    if not _exists(location):
+        if event == claude_code.CONTEXT_EVENT:
+            return  # nothing remembered yet: no context, not an error
+        raise click.ClickException(f"no database at {location} — create one with `harness-mem --db {location} init`")
+    store = _open(location, options)
+    try:
+        if event == claude_code.CONTEXT_EVENT:
+            context = claude_code.session_context(store, payload)
+            if context is not None:
+                click.echo(json.dumps(claude_code.context_output(context), ensure_ascii=False))
+        else:
+            claude_code.capture(store, payload, event)
+    finally:
+        store.close()
+
+
+def _exists(location: Path | str) -> bool:
+    from .engines import is_url
+
+    return is_url(location) or Path(location).exists()
+
+
+def _open(location: Path | str, options: dict[str, object]) -> MemoryStore:
+    from .db import ONE_SHOT_CACHE_KIB
+    from .store import MemoryStore
+
+    redactor = options.get("redactor", "default")
+    # embedder=None: a hook never loads a model; turns go in without vectors (`reindex` adds them).
+    return MemoryStore(location, namespace=str(options.get("namespace") or "default"), embedder=None,
+                       redactor="default" if redactor == "default" else None, cache_kib=ONE_SHOT_CACHE_KIB)
