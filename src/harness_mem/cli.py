@@ -1285,24 +1285,46 @@ class _ProgressLines:
               help="Database file or postgresql:// URL (the same as harness-mem --db, given after the command).")
 @click.option("--namespace", "-N", "namespace", default=None,
               help="Tenant the tools read and write (the same as harness-mem --namespace, given after the command).")
+@click.option("--http", "address", default=None, metavar="HOST:PORT",
+              help="Serve over Streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="With --http: the bearer token every request must carry (or $HARNESS_MEM_MCP_TOKEN);"
+                   " required off loopback.")
 @click.pass_context
-def mcp(ctx: click.Context, db_path: Path | None, namespace: str | None) -> None:
-    """Serve the store to an MCP host over stdio.
+def mcp(ctx: click.Context, db_path: Path | None, namespace: str | None, address: str | None,
+        token_file: Path | None) -> None:
+    """Serve the store to an MCP host over stdio, or over HTTP with --http.
 
     For Claude Desktop, Claude Code, Cursor and other MCP hosts, which start this command
-    themselves (the README has the configuration block). Eight tools: remember, recall,
-    recall_sessions, get_memory, update_memory, forget, recent_activity, find_skills.
+    themselves (the README has the configuration block), or connect to its URL. Eight tools:
+    remember, recall, recall_sessions, get_memory, update_memory, forget, recent_activity,
+    find_skills.
 
     \b
     Example:
         harness-mem mcp --db ~/agent-memory.db --namespace work
+        HARNESS_MEM_MCP_TOKEN=... harness-mem mcp --db team.db --http 0.0.0.0:8765
     """
-    from .mcp_server import serve  # the MCP SDK loads only for this command
-
+    if token_file is not None and address is None:
+        raise click.UsageError("--token-file goes with --http")
     if db_path is not None:
         ctx.obj["db"] = db_path
     if namespace is not None:
         ctx.obj["namespace"] = namespace
+    if address is not None:
+        from .mcp_http import TOKEN_ENV, is_loopback, parse_address, read_token, serve_http
+
+        # A bad address or token is refused before the store is opened (or made).
+        host, port = parse_address(address)
+        token = read_token(token_file)
+        if token is None and not is_loopback(host):
+            raise InvalidInputError(f"serving on {host}, which is not loopback, needs a bearer token; give"
+                                    f" --token-file FILE or set ${TOKEN_ENV}")
+        with open_store(ctx, create=True) as store:
+            serve_http(store, host, port, token)
+        return
+    from .mcp_server import serve  # the MCP SDK loads only for this command
+
     with open_store(ctx, create=True) as store:
         serve(store)
 

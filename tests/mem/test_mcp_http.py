@@ -1,0 +1,145 @@
+"""``harness-mem mcp --http``: the same tools over Streamable HTTP, in a real server process on 127.0.0.1,
+reached with the SDK's HTTP client; a request without the token is refused, and so is a page's Origin."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fake_embedder import _LAUNCHER, cli_process
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from harness_mem.store import MemoryStore
+
+pytestmark = pytest.mark.anyio
+TOKEN = "a-test-token-0123456789abcdef"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """``harness-mem mcp --http 127.0.0.1:PORT`` with a token file, in its own process."""
+    db, token_file = tmp_path / "memory.db", tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, "mcp", "--db", str(db), "--http", f"127.0.0.1:{port}",
+                             "--token-file", str(token_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={k: v for k, v in os.environ.items() if k != "HARNESS_MEM_MCP_TOKEN"})
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
+            try:
+                httpx.get(url, timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the server did not start listening"
+                time.sleep(0.1)
+        yield url, db
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+        assert b"Traceback" not in err, err.decode()[-2000:]
+        assert TOKEN.encode() not in err  # never printed
+
+
+@asynccontextmanager
+async def connected(url: str, token: str | None = TOKEN) -> AsyncIterator[Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with create_mcp_http_client(headers=headers) as http, \
+            Client(streamable_http_client(url, http_client=http), read_timeout_seconds=60) as client:
+        yield client
+
+
+async def test_the_tools_over_http_with_the_token(server: tuple[str, Path]) -> None:
+    url, db = server
+    async with connected(url) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert names == {"remember", "recall", "recall_sessions", "get_memory", "update_memory", "forget",
+                         "recent_activity", "find_skills"}
+        done = await client.call_tool("remember", {"content": "the staging deploy uses the blue pool",
+                                                   "metadata": {"team": "ops"}})
+        assert not done.is_error, done.content[0].text
+        found = await client.call_tool("recall", {"query": "which pool does staging use", "mode": "keyword"})
+        hits = found.structured_content["hits"]
+        assert [hit["content"] for hit in hits] == ["the staging deploy uses the blue pool"]
+        assert hits[0]["metadata"] == {"team": "ops"}
+        bad = await client.call_tool("recall", {"query": "x", "k": 10_000})
+        assert bad.is_error and "\n" not in bad.content[0].text
+    with MemoryStore(db, embedder=None, read_only=True) as store:  # in the file, for every other client
+        assert [e.content for e in store.list()] == ["the staging deploy uses the blue pool"]
+
+
+async def test_a_request_without_the_token_or_with_a_wrong_one_is_refused(server: tuple[str, Path]) -> None:
+    url, db = server
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    for auth in ({}, {"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": TOKEN}):
+        answer = httpx.post(url, json=hello, headers={**headers, **auth}, timeout=10)
+        assert answer.status_code == 401, (auth, answer.status_code)
+    with pytest.raises(Exception):  # noqa: B017 — the SDK's client fails as its transport does
+        async with connected(url, token=None) as client:
+            await client.list_tools()
+    # With the token but from a web page's origin: the SDK's DNS-rebinding check refuses it.
+    page = httpx.post(url, json=hello, headers={**headers, "Authorization": f"Bearer {TOKEN}",
+                                                  "Origin": "http://evil.example"}, timeout=10)
+    assert page.status_code in (400, 403), page.status_code
+
+
+def test_off_loopback_a_token_is_required_and_bad_addresses_are_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    env_free = {k: v for k, v in os.environ.items() if k != "HARNESS_MEM_MCP_TOKEN"}
+    os_environ, os.environ = os.environ, env_free  # cli_process copies os.environ
+    try:
+        cases = [
+            (["--http", "0.0.0.0:8765"], "needs a bearer token; give --token-file FILE or set $HARNESS_MEM_MCP_TOKEN"),
+            (["--http", "127.0.0.1"], "--http takes HOST:PORT"),
+            (["--http", "127.0.0.1:99999"], "--http takes HOST:PORT"),
+        ]
+        short = tmp_path / "short"
+        short.write_text("abc")
+        cases.append((["--http", "127.0.0.1:8765", "--token-file", str(short)], "at least 16 characters"))
+        for args, said in cases:
+            result = cli_process("--db", str(db), "mcp", *args, timeout=60)
+            err = result.stderr.decode()
+            assert result.returncode == 1 and said in err and err.count("\n") == 1, (args, err)
+    finally:
+        os.environ = os_environ
+    assert not db.exists()  # refused before the store was made
+    result = cli_process("--db", str(db), "mcp", "--token-file", str(tmp_path / "t"), timeout=60)
+    assert result.returncode == 2 and "--token-file goes with --http" in result.stderr.decode()
+
+
+def test_the_page_origin_check_and_json_rpc_stay_the_sdks(server: tuple[str, Path]) -> None:
+    url, _ = server
+    # A malformed body with the token is answered as JSON-RPC, not a traceback.
+    answer = httpx.post(url, content=b"{not json", headers={"Authorization": f"Bearer {TOKEN}",
+                                                            "Accept": "application/json, text/event-stream",
+                                                            "Content-Type": "application/json"}, timeout=10)
+    assert answer.status_code == 400
+    body = answer.text
+    assert "Traceback" not in body and ("error" in body or json.loads(body).get("error"))
