@@ -110,25 +110,22 @@ async def test_a_request_without_the_token_or_with_a_wrong_one_is_refused(server
     assert page.status_code in (400, 403), page.status_code
 
 
-def test_off_loopback_a_token_is_required_and_bad_addresses_are_one_line(tmp_path: Path) -> None:
+def test_off_loopback_a_token_is_required_and_bad_addresses_are_one_line(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     db = tmp_path / "memory.db"
-    env_free = {k: v for k, v in os.environ.items() if k != "HARNESS_MEM_MCP_TOKEN"}
-    os_environ, os.environ = os.environ, env_free  # cli_process copies os.environ
-    try:
-        cases = [
-            (["--http", "0.0.0.0:8765"], "needs a bearer token; give --token-file FILE or set $HARNESS_MEM_MCP_TOKEN"),
-            (["--http", "127.0.0.1"], "--http takes HOST:PORT"),
-            (["--http", "127.0.0.1:99999"], "--http takes HOST:PORT"),
-        ]
-        short = tmp_path / "short"
-        short.write_text("abc")
-        cases.append((["--http", "127.0.0.1:8765", "--token-file", str(short)], "at least 16 characters"))
-        for args, said in cases:
-            result = cli_process("--db", str(db), "mcp", *args, timeout=60)
-            err = result.stderr.decode()
-            assert result.returncode == 1 and said in err and err.count("\n") == 1, (args, err)
-    finally:
-        os.environ = os_environ
+    monkeypatch.delenv("HARNESS_MEM_MCP_TOKEN", raising=False)  # cli_process passes os.environ on
+    short = tmp_path / "short"
+    short.write_text("abc")
+    cases = [
+        (["--http", "0.0.0.0:8765"], "needs a bearer token; give --token-file FILE or set $HARNESS_MEM_MCP_TOKEN"),
+        (["--http", "127.0.0.1"], "--http takes HOST:PORT"),
+        (["--http", "127.0.0.1:99999"], "--http takes HOST:PORT"),
+        (["--http", "127.0.0.1:8765", "--token-file", str(short)], "at least 16 characters"),
+    ]
+    for args, said in cases:
+        result = cli_process("--db", str(db), "mcp", *args, timeout=60)
+        err = result.stderr.decode()
+        assert result.returncode == 1 and said in err and err.count("\n") == 1, (args, err)
     assert not db.exists()  # refused before the store was made
     result = cli_process("--db", str(db), "mcp", "--token-file", str(tmp_path / "t"), timeout=60)
     assert result.returncode == 2 and "--token-file goes with --http" in result.stderr.decode()
