@@ -8,6 +8,7 @@ stderr. Library errors become one ``Error: …`` line and exit status 1, never a
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
@@ -108,6 +109,23 @@ def open_store(ctx: click.Context, *, create: bool = False) -> Iterator[MemorySt
         click.echo(f"warning: {shown(message)}", err=True)
 
 
+class JsonObject(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
+    """A JSON object given on the command line (``--where``)."""
+
+    name = "json"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, dict):
+            return value
+        try:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):
+            parsed = None
+        if not isinstance(parsed, dict):
+            self.fail('takes a JSON object, like \'{"team": "ops"}\'', param, ctx)
+        return parsed
+
+
 def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The filters shared by recall and list."""
     options = [
@@ -121,6 +139,9 @@ def filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--exclude-session", "exclude_sessions", multiple=True, help="Not this session (repeatable)."),
         click.option("--exclude-kind", "exclude_kinds", multiple=True, help="Not this kind (repeatable)."),
         click.option("--exclude-tag", "exclude_tags", multiple=True, help="Nothing with this tag (repeatable)."),
+        click.option("--where", "where", type=JsonObject(), default=None,
+                     help='Metadata conditions as JSON: \'{"team": "ops", "score": {"$gte": 3}}\''
+                          " ($eq $ne $gt $gte $lt $lte $in; a.b for nested keys)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -528,7 +549,8 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
            session: str | None, session_prefix: str | None, tags: tuple[str, ...], since: str | None,
            until: str | None, explain: bool, strict: bool, context: int, min_score: float | None,
            all_versions: bool, as_of: str | None, derived: bool, offset: int, exact: bool, as_json: bool,
-           exclude_sessions: tuple[str, ...], exclude_kinds: tuple[str, ...], exclude_tags: tuple[str, ...]) -> None:
+           exclude_sessions: tuple[str, ...], exclude_kinds: tuple[str, ...], exclude_tags: tuple[str, ...],
+           where: dict[str, Any] | None) -> None:
     """Find the entries most relevant to QUERY, best first.
 
     What consolidation derived (topic segments, facts) is left out unless --kind names its kind
@@ -539,6 +561,7 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
         harness-mem recall "what did we decide about the auth refactor"
         harness-mem recall "deploy" --tag ops --since 7d --json
         harness-mem recall "where does Ada live" --kind fact --as-of 2023-06-01
+        harness-mem recall "incident" --where '{"severity": {"$gte": 3}}'
     """
     with open_store(ctx) as store:
         hits = store.recall(query, k=k, mode=mode, kind=kind, role=role, session=session,  # type: ignore[arg-type]
@@ -546,7 +569,7 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
                             explain=explain, strict=strict, context=context, min_score=min_score,
                             include_superseded=all_versions, exact=exact, as_of=as_of,
                             derived=True if derived else None, exclude_sessions=exclude_sessions,
-                            exclude_kinds=exclude_kinds, exclude_tags=exclude_tags, offset=offset)
+                            exclude_kinds=exclude_kinds, exclude_tags=exclude_tags, metadata=where, offset=offset)
     if as_json:
         for hit in hits:
             echo_json(hit.model_dump(mode="json"))  # the one hit shape: `harness-mem schema hit`, MCP's recall
@@ -612,7 +635,7 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
 def list_(ctx: click.Context, kind: str | None, role: str | None, session: str | None,
           session_prefix: str | None, tags: tuple[str, ...], since: str | None, until: str | None,
           limit: int | None, offset: int, newest_first: bool, as_json: bool, exclude_sessions: tuple[str, ...],
-          exclude_kinds: tuple[str, ...], exclude_tags: tuple[str, ...]) -> None:
+          exclude_kinds: tuple[str, ...], exclude_tags: tuple[str, ...], where: dict[str, Any] | None) -> None:
     """List entries, oldest first.
 
     \b
@@ -623,7 +646,7 @@ def list_(ctx: click.Context, kind: str | None, role: str | None, session: str |
         for entry in store.list(kind=kind, role=role, session=session, session_prefix=session_prefix,
                                 tags=tags, since=since, until=until, limit=limit, offset=offset,
                                 newest_first=newest_first, exclude_sessions=exclude_sessions, exclude_kinds=exclude_kinds,
-                                exclude_tags=exclude_tags):
+                                exclude_tags=exclude_tags, metadata=where):
             if as_json:
                 echo_json(entry.to_dict())
             else:

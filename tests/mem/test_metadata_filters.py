@@ -84,3 +84,25 @@ def test_a_value_the_redactor_changes_is_found_in_its_stored_form(engine_target:
             {entry.id for entry in store.list(metadata={"owner": stored})}
         assert "t1" in {entry.id for entry in store.list(metadata={"owner": "ann@example.com"})}
         assert {entry.id for entry in store.list(metadata={"team": "ops", "owner": {"$ne": stored}})} <= {"t2"}
+
+
+def test_the_command_line_takes_a_where_filter(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from harness_mem.cli import cli
+
+    db = str(tmp_path / "memory.db")
+    with MemoryStore(db, embedder=None) as opened:
+        opened.add_many([{"content": f"incident {name}", "id": name, "metadata": metadata} for name, metadata in ROWS.items()])
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(cli, ["--db", db, "--embedder", "none", *args], catch_exceptions=False)
+
+    listed = run("list", "--json", "--where", '{"score": {"$gte": 3, "$lt": 10}}')
+    assert listed.exit_code == 0 and {line.split('"id":"')[1][0] for line in listed.stdout.splitlines()} == {"a", "b"}
+    recalled = run("recall", "incident", "--json", "--where", '{"user.tier": "gold"}')
+    assert recalled.exit_code == 0 and [line.split('"id":"')[1][0] for line in recalled.stdout.splitlines()] == ["a"]
+    for bad, said in (("x", "takes a JSON object"), ('["a"]', "takes a JSON object"),
+                      ('{"score": {"$gt": true}}', "$gt compares numbers or strings")):
+        result = run("list", "--where", bad)
+        assert result.exit_code in (1, 2) and said in result.stderr and "Traceback" not in result.output
