@@ -5,6 +5,7 @@ of the worker processes (tests/soak_worker.py) they start.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -47,8 +48,10 @@ def start_worker(role: str, number: int, target: str, workdir: Path, *extra: str
     """One soak_worker.py process on ``target`` (a file or a DSN), its output in ``workdir``."""
     name = f"{role}-{number}"
     with open(workdir / f"{name}.out", "wb") as out, open(workdir / f"{name}.err", "wb") as err:
+        # A crash in C (SQLite, an extension) prints where it was, not a bare exit status.
+        env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
         return subprocess.Popen([sys.executable, str(WORKER), role, str(number), target, str(workdir), *extra],
-                                stdout=out, stderr=err)
+                                stdout=out, stderr=err, env=env)
 
 
 def worker_output(workdir: Path, name: str) -> str:

@@ -17,7 +17,7 @@ which ``secure_delete`` never reaches. Only pages written afresh lose them.
 
 :func:`gc` purges expired and forgotten entries, merges the keyword index (dead tokens are
 dropped), and then, when an entry was purged, rewrites the tables that hold entries' text (the
-entries, the episodes, the keyword index's own tables) so no copy of one survives; then it frees
+entries and the episodes) so no copy of one survives there; then it frees
 pages (incrementally in a file made with ``auto_vacuum = INCREMENTAL``, which every new file is; a
 full ``VACUUM`` only when asked, which also converts an older file). It ends by checkpointing and
 truncating the WAL. A namespace's ``purge`` does the same for its own forgotten and expired
@@ -38,7 +38,10 @@ lock), so a writer in another process waits for one step, whatever the file's si
 copies each table while triggers keep the copy in step with writers, switches the names in one
 short transaction, and deletes the old table's rows (``secure_delete`` zeroes each page they free)
 before dropping it (:mod:`harness_mem.engines.sqlite_rewrite`). Only ``gc --vacuum`` runs SQLite's
-``VACUUM``, which holds the write lock for the whole file (about 6 s per GB).
+``VACUUM``, which holds the write lock for the whole file (about 6 s per GB), and only it writes the
+keyword index's own pages afresh: the merge takes a forgotten entry's tokens out of its blocks (the
+old blocks zeroed as they are deleted), but an old copy a page rebuild left among the index's pages
+stays until then (FTS5's tables cannot be swapped under the connections using them).
 
 An entry removed with ``delete`` is zeroed where it lies; its old copies, if SQLite left any, go
 with the next rewrite (``gc`` after a purge, or ``gc --vacuum``). The orchestrator's run events
@@ -58,6 +61,7 @@ from typing import Any
 from .errors import InvalidInputError, StorageError
 from .models import FileSizes, SessionSize, StoreStats, now_ms
 from .recall import raise_if_missing_vectors
+from .steps import STEP_PAUSE_S, next_step
 from .storage import Storage
 
 
@@ -216,11 +220,9 @@ EXPIRY_EVERY_MS = 86_400_000
 #: purge whose rewrite failed (a full disk, a crash) leaves the promise behind, and the next ``gc``
 #: or ``purge`` keeps it; only the rewrite that fulfils it takes it away.
 PURGE_PENDING_KEY = "gc.purge_pending"
-#: Entries deleted per write transaction: a writer beside a purge waits for one batch at most.
-PURGE_BATCH = 500
-#: The pause between two batches, the write lock let go, so that a writer polling for it gets it
-#: (SQLite's busy handler sleeps up to 100 ms between tries).
-STEP_PAUSE_S = 0.15
+#: Entries deleted per write transaction (the first batch's, the least and the most), scaled to hold
+#: the lock about one step's time: a bulky entry frees many pages, each zeroed and logged.
+PURGE_BATCH = (500, 10, 500)
 
 
 def purge_expired(storage: Storage) -> int:
@@ -233,13 +235,15 @@ def purge_expired(storage: Storage) -> int:
 
 def _purge(storage: Storage, *, forgotten: bool, namespace: str | None = None) -> tuple[int, int]:
     """Delete expired entries (and, with ``forgotten``, forgotten ones) of ``namespace`` or every
-    namespace with their derived rows, ``PURGE_BATCH`` a transaction, each recording what it
-    deleted as a pending purge; returns (expired, forgotten) counts."""
+    namespace with their derived rows, a batch (``PURGE_BATCH``) a transaction, each recording what
+    it deleted as a pending purge; returns (expired, forgotten) counts."""
     now = now_ms()
     total_expired = total_forgotten = 0
+    size = PURGE_BATCH[0]
     while True:
+        began = time.monotonic()
         with storage.transaction():
-            expired, tombstones = storage.purge(now, namespace=namespace, forgotten=forgotten, limit=PURGE_BATCH)
+            expired, tombstones = storage.purge(now, namespace=namespace, forgotten=forgotten, limit=size)
             if expired or tombstones:
                 pending_expired, pending_forgotten = pending_purge(storage)
                 _set_pending(storage, pending_expired + expired, pending_forgotten + tombstones)
@@ -247,8 +251,9 @@ def _purge(storage: Storage, *, forgotten: bool, namespace: str | None = None) -
                 storage.set_setting(EXPIRY_KEY, str(now))
         total_expired += expired
         total_forgotten += tombstones
-        if expired + tombstones < PURGE_BATCH:
+        if expired + tombstones < size:
             return total_expired, total_forgotten
+        size = next_step(size, time.monotonic() - began, PURGE_BATCH)
         time.sleep(STEP_PAUSE_S)  # a waiting writer's turn: taken again at once, the lock goes to us
 
 

@@ -37,6 +37,7 @@ from ..filters import Selection
 from ..models import to_ms
 from ..protocols import Embedder
 from ..rows import COLUMNS, PLACEHOLDERS, Row
+from ..steps import STEP_PAUSE_S, next_step
 from ..storage import (
     DERIVED_SOURCE,
     OnConflict,
@@ -671,9 +672,9 @@ class SQLiteStorage(Storage):
             after, indexed = found[-1][0], indexed + len(texts)
             if len(found) < size:
                 break
-            size = sqlite_files.next_step(size, time.monotonic() - began, bounds)
+            size = next_step(size, time.monotonic() - began, bounds)
             self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # as in merge_keyword_index
-            time.sleep(sqlite_files.STEP_PAUSE_S)  # a waiting writer's turn
+            time.sleep(STEP_PAUSE_S)  # a waiting writer's turn
         # Read without the lock; each is deleted only if its entry is still not there.
         strays = [pk for (pk,) in self.conn.execute(
             "SELECT rowid FROM entries_fts WHERE rowid NOT IN (SELECT pk FROM entries)").fetchall()]
@@ -806,11 +807,11 @@ class SQLiteStorage(Storage):
                 self.conn.execute("INSERT INTO entries_fts (entries_fts, rank) VALUES ('merge', ?)", (sign * size,))
                 if self.conn.total_changes - before < max(2, size // 4):
                     return
-            size, sign = sqlite_files.next_step(size, time.monotonic() - began, bounds), 1
+            size, sign = next_step(size, time.monotonic() - began, bounds), 1
             # Copy the step's pages out of the log without the lock: else a writer's commit finds
             # the log past its auto-checkpoint size and copies them itself, waiting as long.
             self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            time.sleep(sqlite_files.STEP_PAUSE_S)  # a waiting writer's turn
+            time.sleep(STEP_PAUSE_S)  # a waiting writer's turn
 
     def rewrite(self) -> None:
         sqlite_rewrite.rewrite(self.conn, self.location)

@@ -17,6 +17,7 @@ from typing import Any
 from ..db import Connection, driver, truncate_wal, write_transaction
 from ..errors import DiskFullError, StorageError
 from ..pages import count_pages
+from ..steps import STEP_PAUSE_S, next_step
 
 Snapshot = Callable[[], AbstractContextManager[None]]
 _AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}
@@ -34,28 +35,15 @@ def file_bytes(path: Path | str) -> int:
     return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
-#: How long one step of maintenance (a bounded merge of the keyword index, a batch of free pages
-#: handed back) should hold the write lock: each step's size is scaled from the last one's time, so
-#: a slow disk gets smaller steps and a writer beside it waits no longer.
-STEP_TARGET_S = 0.25
-#: The pages of the keyword index one merge step writes: the first step's, the least and the most.
+# The sizes of maintenance's steps (see :mod:`harness_mem.steps`): the first step's, the least and the most.
+#: Pages of the keyword index one merge step writes.
 MERGE_PAGES = (256, 32, 8192)
-#: The free pages one incremental-vacuum step hands back: the first step's, the least and the most.
-VACUUM_PAGES = (2048, 128, 65536)
-#: The entries one step of a keyword-index rebuild re-indexes: the first step's, the least and the most.
+#: Free pages one incremental-vacuum step hands back: few at most, as a page at the end of the file
+#: that is in use must be moved first, which costs many times a free one (a step grown on free pages
+#: of 8,192 pages held the lock 2.7 s when it met used ones).
+VACUUM_PAGES = (1024, 128, 2048)
+#: Entries one step of a keyword-index rebuild re-indexes.
 KEYWORD_ROWS = (1000, 100, 20000)
-#: The pause between two steps of maintenance, the write lock let go. A writer waiting for the lock
-#: polls for it (SQLite's busy handler sleeps up to 100 ms between tries): a step taken again at
-#: once would win every time, and the writer wait for all the steps (1.6 s measured beside a
-#: 270 MB gc); a longer pause gives every waiting writer its turn.
-STEP_PAUSE_S = 0.15
-
-
-def next_step(size: int, took_s: float, bounds: tuple[int, int, int]) -> int:
-    """The next step's size: ``size`` scaled so the step takes about ``STEP_TARGET_S`` (at most
-    twice as large: a step's cost per page can grow, as merges reach the larger segments)."""
-    _, least, most = bounds
-    return max(least, min(most, 2 * size, int(size * STEP_TARGET_S / max(took_s, 0.001))))
 
 
 def vacuum_file(conn: Connection, location: str = "the database") -> None:
@@ -88,7 +76,7 @@ def compact(conn: Connection, *, rewrite: Callable[[], None] | None, vacuum: boo
     With ``rewrite`` (an entry was purged: :func:`~.sqlite_rewrite.rewrite`) the tables holding
     entries' text are written afresh first; with ``vacuum`` the whole file is (``VACUUM``, which also
     switches a file in auto_vacuum mode NONE to INCREMENTAL). Then, in a file made for it, an
-    incremental vacuum hands the free pages back in steps of about ``STEP_TARGET_S`` of write lock
+    incremental vacuum hands the free pages back in steps of about :data:`~harness_mem.steps.STEP_TARGET_S` of write lock
     each, so a writer waits for one step at most, however many pages are free. Last, the WAL is
     emptied.
     """

@@ -32,13 +32,17 @@ from collections.abc import Callable, Sequence
 
 from ..db import Connection, write_transaction
 from ..errors import StorageError
+from ..steps import STEP_PAUSE_S, next_step
 from . import sqlite_files
 
 __all__ = ["TABLES", "leftovers", "rewrite", "rewrite_tables"]
 
-#: The tables whose rows can hold an entry's words: the entries, the episodes made from them, and
-#: the keyword index's blocks and term index (FTS5's own tables).
-TABLES = ("entries", "episodes", "entries_fts_data", "entries_fts_idx")
+#: The tables whose rows hold an entry's text: the entries and the episodes made from them. Not the
+#: keyword index's own tables: FTS5 keeps state on them in every connection (statements, a blob
+#: reader), and swapping them under it crashed writers in other processes (a stress test beside
+#: this module's rewrite: segmentation faults within seconds). Its pages are written afresh only by
+#: ``gc --vacuum``; the merge drops forgotten tokens from its blocks, zeroed as they are deleted.
+TABLES = ("entries", "episodes")
 COPY, RETIRED = "__rewrite", "__retired"
 #: Rows one step copies or deletes: the first step's, the least and the most.
 ROWS = (1000, 100, 50_000)
@@ -88,7 +92,7 @@ def _pause(conn: Connection) -> None:
     # The step's pages leave the log without the lock (as in the keyword index's merge), then a
     # waiting writer gets its turn.
     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-    time.sleep(sqlite_files.STEP_PAUSE_S)
+    time.sleep(STEP_PAUSE_S)
 
 
 def _exists(conn: Connection, table: str) -> bool:
@@ -150,7 +154,7 @@ def _copy(conn: Connection, table: str, between: Callable[[], None]) -> None:
         if last is None:  # that step took the rest
             return
         after = tuple(last)
-        size = sqlite_files.next_step(size, time.monotonic() - began, ROWS)
+        size = next_step(size, time.monotonic() - began, ROWS)
         between()
 
 
@@ -203,7 +207,7 @@ def _retire(conn: Connection, table: str, between: Callable[[], None]) -> None:
                                    f' (SELECT {key} FROM "{table}" ORDER BY {key} LIMIT ?)', (size,)).rowcount
         if deleted < size:
             break
-        size = sqlite_files.next_step(size, time.monotonic() - began, ROWS)
+        size = next_step(size, time.monotonic() - began, ROWS)
         between()
     with write_transaction(conn):
         conn.execute(f'DROP TABLE "{table}"')
