@@ -180,7 +180,7 @@ class MemoryTools:
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
         self.model = ModelWarmup(store.embedder)
-        self._lock = threading.Lock()
+        self._lock = store.lock  # one call at a time on the store, whoever else holds it
         self.caller = Caller(source="mcp", recall_mode=self._recall_mode)
 
     def call(self, name: str, arguments: Mapping[str, Any]) -> BaseModel:

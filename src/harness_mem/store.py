@@ -10,6 +10,7 @@ work over the storage through its public methods alone.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -72,6 +73,9 @@ class MemoryStore:
             path = default_path()
         #: The engine that keeps this store's rows (see :mod:`harness_mem.storage`).
         self.storage: Storage = open_storage(path, read_only=read_only, cache_kib=cache_kib)
+        #: Held by whatever calls this store from several threads (the framework adapters' worker
+        #: threads, say): its one connection serves one call at a time. Re-entrant.
+        self.lock = threading.RLock()
         #: The file, or the server's URL without its password.
         self.path: Path | str = (self.storage.location if is_url(path) else
                                  ":memory:" if str(path) == ":memory:" else Path(path))

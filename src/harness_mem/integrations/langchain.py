@@ -22,8 +22,6 @@ turns, so the base class's async methods (which run the sync ones in an executor
 from __future__ import annotations
 
 import json
-import threading
-import weakref
 from collections.abc import Sequence
 
 from langchain_core.chat_history import BaseChatMessageHistory
@@ -46,19 +44,6 @@ __all__ = ["SOURCE", "HarnessMemChatMessageHistory", "message_role", "message_te
 
 #: The ``source`` of the turns this history writes.
 SOURCE = "langchain"
-
-_locks: weakref.WeakKeyDictionary[MemoryStore, threading.Lock] = weakref.WeakKeyDictionary()
-_locks_guard = threading.Lock()
-
-
-def _lock(store: MemoryStore) -> threading.Lock:
-    # One SQLite connection serves one call at a time; the executor's threads take turns here.
-    with _locks_guard:
-        lock = _locks.get(store)
-        if lock is None:
-            lock = _locks[store] = threading.Lock()
-        return lock
-
 
 def message_role(message: BaseMessage) -> str:
     """The turn's role: user, assistant, system or tool by the message's class; a ChatMessage's own."""
@@ -119,7 +104,7 @@ class HarnessMemChatMessageHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # the base declares an attribute
         """The session's messages, oldest first."""
-        with _lock(self.store):
+        with self.store.lock:
             entries = list(self.store.list(session=self.session_id))
         return [_message(entry) for entry in entries]
 
@@ -129,10 +114,10 @@ class HarnessMemChatMessageHistory(BaseChatMessageHistory):
                  "source": SOURCE, "metadata": {"message": {"type": m.type, "data": m.model_dump(mode="json")}}}
                 for m in messages]
         if rows:
-            with _lock(self.store):
+            with self.store.lock:
                 self.store.add_many(rows)
 
     def clear(self) -> None:
         """Forget the session's turns (their text leaves the file at the next purge)."""
-        with _lock(self.store):
+        with self.store.lock:
             self.store.forget(session=self.session_id)

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -144,8 +143,9 @@ class HarnessMemStore(BaseStore):
             raise InvalidInputError("index_fields is a list of paths, such as ['$'] or ['text']")
         self.index_fields = tuple(index_fields)
         self.ttl_config = ttl
-        # One SQLite connection, one caller at a time: abatch's worker threads and sync callers alike.
-        self.lock = threading.Lock()
+        # One SQLite connection, one caller at a time: abatch's worker threads, sync callers and any
+        # other adapter on the same store alike.
+        self.lock = self.store.lock
 
     def close(self) -> None:
         """Close the harness-mem store if this opened it."""

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -55,22 +53,9 @@ SOURCE = "openai-agents"
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 
 _T = TypeVar("_T")
-_locks: weakref.WeakKeyDictionary[MemoryStore, threading.Lock] = weakref.WeakKeyDictionary()
-_locks_guard = threading.Lock()
-
-
-def _lock(store: MemoryStore) -> threading.Lock:
-    # One SQLite connection serves one call at a time: every worker thread of this store takes this.
-    with _locks_guard:
-        lock = _locks.get(store)
-        if lock is None:
-            lock = _locks[store] = threading.Lock()
-        return lock
-
-
 async def _in_thread(store: MemoryStore, work: Callable[[], _T]) -> _T:
     def locked() -> _T:
-        with _lock(store):
+        with store.lock:
             return work()
 
     return await asyncio.to_thread(locked)
