@@ -5,6 +5,7 @@ of the worker processes (tests/soak_worker.py) they start.
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -12,6 +13,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 WORKER = Path(__file__).resolve().parent / "soak_worker.py"
 
@@ -66,3 +70,66 @@ def wait_until_ready(procs: dict[str, subprocess.Popen[bytes]], workdir: Path, l
             assert proc.poll() is None, f"{name} exited before the start (rc {proc.returncode}):\n{worker_output(workdir, name)}"
         assert time.monotonic() < waited, "the workers did not all start in time"
         time.sleep(0.05)
+
+
+#: One maintenance run: the command's words, the CLI process (None when run in this process), seconds.
+Run = tuple[tuple[str, ...], "subprocess.CompletedProcess[bytes] | None", float]
+
+
+def drive(procs: dict[str, subprocess.Popen[bytes]], workdir: Path, target: str, own: Any, *, started: float,
+          seconds: float, min_load_s: float, startup_limit_s: float,
+          maintenance: tuple[tuple[str, ...], ...]) -> tuple[list[Run], float]:
+    """Start the workers' load once they are ready, run ``maintenance`` (``("cli", …)`` as a
+    ``harness-mem --db target`` process, ``("library", "gc"|"reindex")`` through ``own``) again and
+    again until the stop time, wait for the workers; returns the runs and the load's seconds. The
+    workers and ``own`` are stopped whatever happens."""
+    from fake_embedder import cli_process
+
+    runs: list[Run] = []
+    try:
+        wait_until_ready(procs, workdir, startup_limit_s)
+        stop = time.time() + max(seconds - (time.monotonic() - started), min_load_s)
+        load_seconds = stop - time.time()
+        (workdir / "go.tmp").write_text(repr(stop))
+        os.replace(workdir / "go.tmp", workdir / "go")  # every worker sees the whole stop time or none
+        for how, *args in itertools.cycle(maintenance):
+            if time.time() >= stop - 1:  # a command takes a few seconds: none starts at the end
+                break
+            result, began = None, time.monotonic()
+            if how == "cli":
+                result = cli_process("--db", target, *args, raise_errors=True, timeout=300)
+            elif args == ["gc"]:
+                own.gc()
+            else:
+                own.reindex()
+            runs.append((tuple(args), result, time.monotonic() - began))
+            time.sleep(0.5)
+        for name, proc in procs.items():
+            try:
+                proc.wait(timeout=max(stop - time.time(), 0) + 120)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{name} was still running two minutes after the stop time:\n{worker_output(workdir, name)}")
+    finally:
+        own.close()
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return runs, load_seconds
+
+
+def check_outputs(procs: dict[str, subprocess.Popen[bytes]], workdir: Path, runs: list[Run],
+                  bad_output: tuple[str, ...]) -> None:
+    """Every worker and every maintenance process exited 0 and said none of ``bad_output``."""
+    timeline = [(" ".join(args), round(took, 2)) for args, _, took in runs]
+    print(f"\nsoak maintenance (command, seconds): {timeline}")  # shown with a failure below
+    for name, proc in procs.items():
+        output = worker_output(workdir, name)
+        assert proc.returncode == 0, f"{name} exited with {proc.returncode}:\n{output}"
+        assert not [bad for bad in bad_output if bad in output], f"{name} said:\n{output}"
+    for args, result, _ in runs:
+        if result is None:  # run in this process: an error would have ended the test
+            continue
+        output = (result.stdout + result.stderr).decode(errors="replace")
+        assert result.returncode == 0, f"harness-mem {' '.join(args)} exited with {result.returncode}:\n{output}"
+        assert not [bad for bad in bad_output if bad in output], f"harness-mem {' '.join(args)} said:\n{output}"

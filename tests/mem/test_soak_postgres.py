@@ -12,11 +12,9 @@ failure: nothing here retries.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,9 +23,9 @@ import numpy as np
 import pytest
 from engine_rows import keyword_rows, sql, vector_pks
 from engine_targets import fresh_schema
-from fake_embedder import HashedEmbedder, cli_process
+from fake_embedder import HashedEmbedder
 from postgres_server import PostgresServer
-from soak_checks import Expected, start_worker, wait_until_ready, worker_output
+from soak_checks import Expected, check_outputs, drive, start_worker
 
 from harness_mem.errors import NotFoundError
 from harness_mem.store import MemoryStore
@@ -60,50 +58,11 @@ def test_soak_many_processes_lose_no_acknowledged_write_on_postgres(
     started = time.monotonic()
     procs = {f"{role}-{n}": start_worker(role, n, dsn, workdir, str(KEYWORD_ONLY))
              for role, count in (("writer", WRITERS), ("reader", READERS)) for n in range(count)}
-    maintenance: list[tuple[tuple[str, ...], subprocess.CompletedProcess[bytes] | None, float]] = []
     own = MemoryStore(dsn, embedder=HashedEmbedder())
-    try:
-        wait_until_ready(procs, workdir, STARTUP_LIMIT_S)
-        stop = time.time() + max(SOAK_SECONDS - (time.monotonic() - started), MIN_LOAD_S)
-        load_seconds = stop - time.time()
-        (workdir / "go.tmp").write_text(repr(stop))
-        os.replace(workdir / "go.tmp", workdir / "go")  # every worker sees the whole stop time or none
-        for how, *args in itertools.cycle(MAINTENANCE):
-            if time.time() >= stop - 1:  # a command takes a second or two: none starts at the end
-                break
-            result, began = None, time.monotonic()
-            if how == "cli":
-                result = cli_process("--db", dsn, *args, raise_errors=True, timeout=300)
-            elif args == ["gc"]:
-                own.gc()
-            else:
-                own.reindex()
-            maintenance.append((tuple(args), result, time.monotonic() - began))
-            time.sleep(0.5)
-        for name, proc in procs.items():
-            try:
-                proc.wait(timeout=max(stop - time.time(), 0) + 120)
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"{name} was still running two minutes after the stop time:\n{worker_output(workdir, name)}")
-    finally:
-        own.close()
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-
-    timeline = [(" ".join(args), round(took, 2)) for args, _, took in maintenance]
-    print(f"\nsoak maintenance (command, seconds): {timeline}")  # shown with a failure below
-    for name, proc in procs.items():
-        output = worker_output(workdir, name)
-        assert proc.returncode == 0, f"{name} exited with {proc.returncode}:\n{output}"
-        assert not [bad for bad in BAD_OUTPUT if bad in output], f"{name} said:\n{output}"
-    for command, result, _ in maintenance:
-        if result is None:
-            continue
-        output = (result.stdout + result.stderr).decode(errors="replace")
-        assert result.returncode == 0, f"harness-mem {' '.join(command)} exited with {result.returncode}:\n{output}"
-        assert not [bad for bad in BAD_OUTPUT if bad in output], f"harness-mem {' '.join(command)} said:\n{output}"
+    maintenance, load_seconds = drive(procs, workdir, dsn, own, started=started, seconds=SOAK_SECONDS,
+                                      min_load_s=MIN_LOAD_S, startup_limit_s=STARTUP_LIMIT_S,
+                                      maintenance=MAINTENANCE)
+    check_outputs(procs, workdir, maintenance, BAD_OUTPUT)
 
     expected = Expected(live={f"w{SEED_WRITER}x{i}": SEED_WRITER for i in range(SEEDS)})
     for n in range(WRITERS):
