@@ -21,6 +21,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The light runtime's model export (made once, keyed by the model's fingerprint) is kept out of the
 # user's cache directory, and shared by the runs of this machine: making it takes seconds.
 os.environ.setdefault("HARNESS_MEM_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"harness-mem-test-cache-{os.getuid()}"))
+# Identity keys (harness_mem.identities) are made in a directory of this run, never the user's:
+# one for the whole run, so a file built by one test and read by another keeps its key.
+os.environ.setdefault("HARNESS_MEM_CONFIG", tempfile.mkdtemp(prefix="harness-mem-test-config-"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

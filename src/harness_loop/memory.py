@@ -32,7 +32,7 @@ recall made for the run -- :class:`MemoryGuide` and the memory tools (:mod:`.mem
 drops them by session: :meth:`MemoryWiring.is_own` is true for a ``turn`` of the running run's
 session (with a fixed session spanning runs, of the running run: its ``run:<id>`` tag).
 
-**Capture** follows harness_mem's transcript contract through a :class:`~harness_loop.capture.TurnWriter`:
+**Capture** follows harness_mem's transcript contract through a :class:`~harness_mem.experience.TranscriptWriter`:
 the hooks only *enqueue* -- the task as the ``user`` turn (SessionStart), each model turn as
 ``assistant`` (PostModel; a turn that only calls tools is blank and skipped), each tool result as
 ``tool`` under its tool's name (PostToolUse, the shaped result the model saw) -- and a writer
@@ -74,7 +74,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from harness_mem import Entry, Episode, ExperienceStore, Hit, MemoryStore
+from harness_mem import Entry, Episode, ExperienceStore, Hit, MemoryStore, TranscriptWriter
 from harness_mem.errors import DuplicateIdError, InvalidInputError
 from harness_mem.experience import (
     DEFAULT_MAX_CHARS,
@@ -85,8 +85,8 @@ from harness_mem.experience import (
     episode_id_for,
     truncate_turn,
 )
+from harness_mem.experience.transcript_writer import DEFAULT_INTERVAL
 
-from .capture import DEFAULT_INTERVAL, TurnWriter
 from .hooks import Event, HookEvent
 from .loop import AgentLoop, BudgetExhausted, Done, Guide, Outcome, Stuck, Unverified
 from .memory_tools import memory_tools
@@ -327,7 +327,7 @@ class MemoryWiring:
         self.last_episode: StoredEpisode | None = None
         self.transcript_stats: TranscriptStats | None = None
         self.last_error: str | None = None
-        self._writer: TurnWriter | None = None
+        self._writer: TranscriptWriter | None = None
         self._task: str | None = None
         # The running run: (the session its turns go to, its run tag when the session is shared).
         self._own: tuple[str, str | None] | None = None
@@ -387,7 +387,7 @@ class MemoryWiring:
         self.recorder.skill_trace.clear()
         if self.transcripts:
             try:
-                self._writer = TurnWriter(
+                self._writer = TranscriptWriter(
                     self.store,
                     session=session,
                     tags=[run_tag] if run_tag else [],
@@ -528,7 +528,7 @@ def attach_memory(
     :param guides: register a :class:`MemoryGuide` (``top_k``) and an ``ExperienceGuide``
         (``experience_top_k``), each in a :class:`CachedGuide`; False to add your own to
         ``loop.guides`` instead.
-    :param transcripts: capture the run's turns as they happen (see :mod:`.capture`).
+    :param transcripts: capture the run's turns as they happen (see :class:`~harness_mem.TranscriptWriter`).
     :param record_episode: record an episode when the run ends.
     :param tools: register the memory tools (the operations of :mod:`harness_mem.tools`, as
         :func:`~harness_loop.memory_tools.memory_tools` renders them) on the loop;

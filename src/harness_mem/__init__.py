@@ -49,6 +49,7 @@ _EXPORTS: dict[str, str] = {
     "StorageError": ".errors",
     "TextModel": ".providers.textmodel",
     "TranscriptRecorder": ".experience",
+    "TranscriptWriter": ".experience",
     "WriteRefusedError": ".errors",
 }
 
@@ -85,6 +86,7 @@ __all__ = [
     "StorageError",
     "TextModel",
     "TranscriptRecorder",
+    "TranscriptWriter",
     "WriteRefusedError",
     "json_schema",
     "schemas",
@@ -121,7 +123,14 @@ if typing.TYPE_CHECKING:
         StorageError,
         WriteRefusedError,
     )
-    from .experience import Episode, ExperienceRecorder, ExperienceStore, Skill, TranscriptRecorder
+    from .experience import (
+        Episode,
+        ExperienceRecorder,
+        ExperienceStore,
+        Skill,
+        TranscriptRecorder,
+        TranscriptWriter,
+    )
     from .models import Entry, Hit, ImportLine
     from .protocols import Embedder, Memory
     from .providers.embeddings import MiniLMEmbedder

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from .engines import open_storage, shown_location
 from .errors import StorageError
+from .identities import KEY_ID_SETTING, SealedIdentity
 from .rows import Row
 from .storage import Storage
 
@@ -81,6 +82,7 @@ def copy_store(source: str | os.PathLike[str], target: str | os.PathLike[str], *
 def _copy(src: Storage, dst: Storage, batch_size: int, progress: Callable[[int], None] | None) -> CopyReport:
     report = CopyReport(source=src.location, target=dst.location)
     _share_key(src, dst)
+    _share_identities(src, dst)
     model = None if src.keyword_only else src.recorded_model()
     dst.use_embedder(RecordedModel(model) if model else None)
     if model is None:
@@ -119,3 +121,18 @@ def _share_key(src: Storage, dst: Storage) -> None:
         )
     with dst.transaction():
         dst.set_setting("redaction.secret", key)
+
+
+def _share_identities(src: Storage, dst: Storage) -> None:
+    """Take the sealed identity values along (still sealed: the same key opens them in the copy)."""
+    by_namespace: dict[str, list[SealedIdentity]] = {}
+    for namespace, row in src.every_sealed_identity():
+        by_namespace.setdefault(namespace, []).append(row)
+    key_id = src.setting(KEY_ID_SETTING)
+    if not by_namespace and key_id is None:
+        return
+    with dst.transaction():
+        if key_id is not None and dst.setting(KEY_ID_SETTING) is None:
+            dst.set_setting(KEY_ID_SETTING, key_id)
+        for namespace, rows in by_namespace.items():
+            dst.seal_identities(namespace, rows)

@@ -23,7 +23,7 @@ from .filters import Selection, make_filters
 from .maintenance import purge_namespace
 from .models import Entry, Remembered, now_ms
 from .rows import Row, entry_from_row, prepare_row
-from .storage import Scope, Storage
+from .storage import Scope, Storage, write_sealed
 
 
 def normalise(content: str) -> str:
@@ -55,7 +55,7 @@ def remember(
     item = {"content": normalise(content), "kind": kind, "tags": list(tags) if not isinstance(tags, str) else tags,
             "session": session, "role": role, "source": source, "metadata": metadata, "id": id,
             "created_at": created_at}
-    row = prepare_row(item, namespace=scope.namespace, redactor=scope.redactor)
+    row = prepare_row(item, namespace=scope.namespace, redactor=scope.redactor, sealer=scope.sealer)
     redactions = json.loads(row.redactions) if row.redactions else {}
     if supersedes is None and (found := _duplicate(storage, row)) is not None:  # the common repeat: a read only
         return Remembered(id=found, deduped=True, redactions=redactions)
@@ -69,7 +69,7 @@ def remember(
                 return Remembered(id=found, deduped=True, redactions=redactions)
         else:
             old_pk = _current_pk(storage, scope, supersedes)
-        storage.write([row], "error", vectors)
+        write_sealed(storage, scope.sealer, [row], "error", vectors)
         if supersedes is not None:
             storage.mark_superseded(old_pk, row.id, now_ms())
     return Remembered(id=row.id, deduped=False, redactions=redactions, supersedes=supersedes)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from .errors import BlockedError, InvalidInputError, StorageError
+from .identities import SealedIdentity, Sealer
 from .models import MAX_NESTING, dumps
 from .redaction import Redactor
 from .rows import BULK_BATCH_SIZE, MAX_BATCH_CHARS, Row, prepare_row
@@ -191,12 +192,12 @@ def import_jsonl(
         chunks, large = _peek(chunks, PARALLEL_MIN_LINES)
         workers = 1 if large and (os.cpu_count() or 1) > 1 else 0
     if workers:
-        prepared = _prepared_by_workers(chunks, store.namespace, store.redactor, workers)
+        prepared = _prepared_by_workers(chunks, store.namespace, store.redactor, workers, store.scope.sealer)
     else:
-        prepared = _prepared_here(chunks, store.namespace, store.redactor)
+        prepared = _prepared_here(chunks, store.namespace, store.redactor, store.scope.sealer)
     try:
-        for rows, errors in prepared:
-            written = store.add_prepared(rows, on_conflict=on_conflict)
+        for rows, errors, sealed in prepared:
+            written = store.add_prepared(rows, on_conflict=on_conflict, identities=sealed)
             report.added += written
             report.skipped += len(rows) - written
             report.errors.extend(LineError(number, reason) for number, reason in errors)
@@ -211,19 +212,20 @@ def import_jsonl(
 
 
 def prepare_chunk(
-    first: int, lines: list[bytes | str], namespace: str, redactor: Redactor | None
-) -> tuple[list[Row], list[tuple[int, str]]]:
-    """The rows of ``lines`` (numbered from ``first``) and each bad line's (number, reason)."""
+    first: int, lines: list[bytes | str], namespace: str, redactor: Redactor | None, sealer: Sealer | None = None
+) -> tuple[list[Row], list[tuple[int, str]], list[SealedIdentity]]:
+    """The rows of ``lines`` (numbered from ``first``), each bad line's (number, reason), and the
+    identities ``sealer`` sealed as it went (see :mod:`harness_mem.identities`)."""
     rows: list[Row] = []
     errors: list[tuple[int, str]] = []
     for number, raw in enumerate(lines, start=first):
         try:
             item = parse_line(raw)
             if item is not None:
-                rows.append(prepare_row(item, namespace=namespace, redactor=redactor))
+                rows.append(prepare_row(item, namespace=namespace, redactor=redactor, sealer=sealer))
         except (InvalidInputError, BlockedError) as exc:
             errors.append((number, one_line(str(exc))))
-    return rows, errors
+    return rows, errors, sealer.take() if sealer is not None else []
 
 
 # A reason may quote what the line held (a 4,000-digit time, a kind with a line break in it): it is
@@ -281,12 +283,13 @@ def _peek(chunks: Iterator[_Chunk], lines: int) -> tuple[Iterator[_Chunk], bool]
     return iter(seen), False
 
 
-def _prepared_here(chunks: Iterator[_Chunk], namespace: str, redactor: Redactor | None) -> Iterator[_Prepared]:
-    return (prepare_chunk(first, chunk, namespace, redactor) for first, chunk in chunks)
+def _prepared_here(chunks: Iterator[_Chunk], namespace: str, redactor: Redactor | None,
+                   sealer: Sealer | None) -> Iterator[_Prepared]:
+    return (prepare_chunk(first, chunk, namespace, redactor, sealer) for first, chunk in chunks)
 
 
 def _prepared_by_workers(
-    chunks: Iterator[_Chunk], namespace: str, redactor: Redactor | None, workers: int
+    chunks: Iterator[_Chunk], namespace: str, redactor: Redactor | None, workers: int, sealer: Sealer | None
 ) -> Iterator[_Prepared]:
     """``prepare_chunk`` of each chunk, in order, mostly done by ``workers`` processes.
 
@@ -297,11 +300,11 @@ def _prepared_by_workers(
     try:
         pickle.dumps(redactor)
     except Exception:  # a custom detector that cannot travel (a lambda, say): prepare here instead
-        yield from _prepared_here(chunks, namespace, redactor)
+        yield from _prepared_here(chunks, namespace, redactor, sealer)
         return
     # spawn, not fork: the caller may hold threads and an open connection, which a fork would copy.
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_start_worker, initargs=(namespace, redactor))
+                               initializer=_start_worker, initargs=(namespace, redactor, sealer))
     pending: deque[Future[_Shipped] | _Prepared] = deque()  # in input order
     answered = False  # has a worker sent a result yet?
     most = 4 * (workers + 1)  # chunks held at once
@@ -319,7 +322,7 @@ def _prepared_by_workers(
             if busy() <= workers:
                 pending.append(pool.submit(_prepare_in_worker, first, chunk))
             else:  # the workers are starting up: prepare this chunk here rather than wait for them
-                pending.append(prepare_chunk(first, chunk, namespace, redactor))
+                pending.append(prepare_chunk(first, chunk, namespace, redactor, sealer))
             while pending and not isinstance(pending[0], Future):  # prepared here: write it now
                 yield _received(pending.popleft())
         while pending:
@@ -333,9 +336,9 @@ def _prepared_by_workers(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-_Prepared = tuple[list[Row], list[tuple[int, str]]]
+_Prepared = tuple[list[Row], list[tuple[int, str]], list[SealedIdentity]]
 # What a worker sends back: rows as plain tuples, which pickle in half the time of named ones.
-_Shipped = tuple[list[tuple[Any, ...]], list[tuple[int, str]]]
+_Shipped = tuple[list[tuple[Any, ...]], list[tuple[int, str]], list[tuple[str, str, bytes]]]
 
 
 def _ready(slot: Future[_Shipped] | _Prepared) -> bool:
@@ -345,16 +348,16 @@ def _ready(slot: Future[_Shipped] | _Prepared) -> bool:
 def _received(slot: Future[_Shipped] | _Prepared) -> _Prepared:
     if not isinstance(slot, Future):
         return slot
-    rows, errors = slot.result()
-    return list(map(Row._make, rows)), errors
+    rows, errors, sealed = slot.result()
+    return list(map(Row._make, rows)), errors, list(map(SealedIdentity._make, sealed))
 
 
-_worker_setup: tuple[str, Redactor | None] = ("default", None)
+_worker_setup: tuple[str, Redactor | None, Sealer | None] = ("default", None, None)
 
 
-def _start_worker(namespace: str, redactor: Redactor | None) -> None:
+def _start_worker(namespace: str, redactor: Redactor | None, sealer: Sealer | None) -> None:
     global _worker_setup
-    _worker_setup = (namespace, redactor)
+    _worker_setup = (namespace, redactor, sealer)
     _exit_with_parent()
 
 
@@ -378,8 +381,8 @@ def _exit_with_parent() -> None:
 
 
 def _prepare_in_worker(first: int, lines: list[bytes | str]) -> _Shipped:
-    rows, errors = prepare_chunk(first, lines, *_worker_setup)
-    return list(map(tuple, rows)), errors
+    rows, errors, sealed = prepare_chunk(first, lines, *_worker_setup)
+    return list(map(tuple, rows)), errors, [(s.stored, s.key_id, s.sealed) for s in sealed]
 
 
 def export_jsonl(store: MemoryStore, out: IO[str]) -> int:

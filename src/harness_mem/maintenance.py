@@ -287,6 +287,7 @@ def purge_namespace(storage: Storage, namespace: str) -> int:
     record. A pending purge left by an earlier one that failed (a full disk) is finished too.
     """
     expired, forgotten = _purge(storage, forgotten=True, namespace=namespace)
+    storage.drop_unused_identities()  # the sealed names of what is gone go too
     owed = pending_purge(storage)
     if any(owed):
         storage.merge_keyword_index()
@@ -345,6 +346,7 @@ def gc(storage: Storage, *, vacuum: bool = False) -> dict[str, Any]:
         raise InvalidInputError("gc changes the file — open the store for writing, not read-only")
     before = storage.size_bytes()
     _purge(storage, forgotten=True)
+    storage.drop_unused_identities()  # the sealed names of what is gone (purged or deleted) go too
     storage.merge_keyword_index()
     expired, forgotten = pending_purge(storage)
     owed = bool(expired or forgotten)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import InvalidInputError, WriteRefusedError
 from .models import (
@@ -26,7 +26,10 @@ from .models import (
     now_ms,
     to_ms,
 )
-from .redaction import Redactor
+from .redaction import Redaction, Redactor
+
+if TYPE_CHECKING:
+    from .identities import Sealer
 
 COLUMNS = (
     "pk, id, namespace, kind, content, role, session, tags, source, metadata, created_at, expires_at,"
@@ -89,12 +92,16 @@ def identity_tags(tags: Any, redactor: Redactor | None) -> tuple[str, ...]:
     return clean_tags([identity(tag, redactor) or tag for tag in cleaned])
 
 
-def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Redactor | None) -> Row:
+def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Redactor | None,
+                content_scrubbed: bool = False, sealer: Sealer | None = None) -> Row:
     """The row ``item`` will be stored as: checked, then redacted before anything is stored or indexed.
 
     ``item`` is an :class:`Entry` or a mapping with the keyword arguments of ``MemoryStore.add``
     (``content`` or ``text``), validated as an :class:`ImportLine`; ``namespace`` is the default
-    when the item names none. Raises :class:`InvalidInputError` for a bad item (one line, naming the
+    when the item names none. ``content_scrubbed`` says ``redactor`` already scrubbed the content
+    (a transcript turn, scrubbed whole before it was cut): it is not scrubbed again, while the
+    identity fields, source and metadata still are. ``sealer`` seals the raw value of each identity
+    field the redactor changes (:mod:`harness_mem.identities`). Raises :class:`InvalidInputError` for a bad item (one line, naming the
     field) and :class:`WriteRefusedError` when the redaction policy blocks it.
     """
     if isinstance(item, Entry):
@@ -124,6 +131,8 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
             if value:
                 pseudonymised = redactor.pseudonymise(value)
                 fields[i] = pseudonymised.text
+                if sealer is not None:
+                    sealer.note(value, pseudonymised)
                 for kind_found, n in pseudonymised.counts.items():
                     found[kind_found] = found.get(kind_found, 0) + n
         entry_id = fields[0] or entry_id
@@ -150,7 +159,7 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
         redactions: dict[str, int] = dict(line.redactions) if line.redactions else {}  # counts an export carries over
         for kind_found, n in found.items():
             redactions[kind_found] = redactions.get(kind_found, 0) + n
-        body = redactor.scrub(content)
+        body = Redaction(content) if content_scrubbed else redactor.scrub(content)
         extras = redactor.scrub_value([source, metadata]) if source or metadata else None
         if body.spans or (extras is not None and extras.counts):
             for counts in (body.counts, extras.counts if extras else {}):

@@ -10,6 +10,9 @@
 ``HARNESS_MEM_EMBED_RUNTIME`` ``auto`` (light when it can run, else the reference), ``onnx`` or ``torch``
 ``HARNESS_MEM_CACHE_DIR``  where the light runtime's model export is kept (default:
                            ``$XDG_CACHE_HOME/harness-mem``, else ``~/.cache/harness-mem``)
+``HARNESS_MEM_CONFIG``     where identity keys are kept (default: ``$XDG_CONFIG_HOME/harness-mem``,
+                           else ``~/.config/harness-mem``)
+``HARNESS_MEM_IDENTITY_KEY`` the key that seals identity values (64 hex digits), instead of a key file
 ``HARNESS_MEM_MODEL_URL``  an OpenAI-compatible endpoint for the text model
 ``HARNESS_MEM_MODEL``      the text model's name
 ``HARNESS_MEM_API_KEY``    its bearer token, if the server wants one
@@ -55,6 +58,10 @@ class Settings(Record):
     )
     cache_dir: Path | None = Field(None, alias="HARNESS_MEM_CACHE_DIR", description="the model export cache")
     xdg_cache_home: Path | None = Field(None, alias="XDG_CACHE_HOME", description="the user's cache directory")
+    config: Path | None = Field(None, alias="HARNESS_MEM_CONFIG", description="where identity keys are kept")
+    xdg_config_home: Path | None = Field(None, alias="XDG_CONFIG_HOME", description="the user's config directory")
+    identity_key: str | None = Field(None, alias="HARNESS_MEM_IDENTITY_KEY", repr=False,
+                                     description="the key that seals identity values (64 hex digits)")
     model_url: str | None = Field(None, alias="HARNESS_MEM_MODEL_URL", description="OpenAI-compatible endpoint")
     model: str | None = Field(None, alias="HARNESS_MEM_MODEL", description="the text model's name")
     api_key: str | None = Field(None, alias="HARNESS_MEM_API_KEY", repr=False, description="bearer token")
@@ -90,6 +97,13 @@ class Settings(Record):
         if self.cache_dir is not None:
             return self.cache_dir.expanduser()
         base = self.xdg_cache_home.expanduser() if self.xdg_cache_home else Path.home() / ".cache"
+        return base / "harness-mem"
+
+    def config_dir(self) -> Path:
+        """``HARNESS_MEM_CONFIG``, else ``harness-mem`` in the user's config directory."""
+        if self.config is not None:
+            return self.config.expanduser()
+        base = self.xdg_config_home.expanduser() if self.xdg_config_home else Path.home() / ".config"
         return base / "harness-mem"
 
     def db_path(self) -> Path | str:

@@ -15,8 +15,9 @@ Methods without one (rebuilding, counting, collecting garbage) span the whole st
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -26,6 +27,7 @@ import numpy.typing as npt
 
 from .errors import DuplicateIdError, InvalidInputError
 from .filters import Selection
+from .identities import SealedIdentity, Sealer
 from .keyword import entry_index_text
 from .models import MigrationStatus
 from .protocols import Embedder
@@ -115,6 +117,9 @@ class Scope:
 
     namespace: str
     redactor: Redactor | None
+    #: What seals the raw values of the identity fields this scope's writes pseudonymise (None:
+    #: no identity key here, and reads show the pseudonyms).
+    sealer: Sealer | None = None
 
     def key(self, value: str | None) -> str | None:
         """An identity value (id, session, role, a tag) as it is stored, for a lookup by equality."""
@@ -162,6 +167,37 @@ class Scope:
             return value
 
         return dict(walk(spec))
+
+
+def identity_values_in_use(rows: Iterable[Sequence[Any]]) -> set[tuple[str, str]]:
+    """(namespace, value) of every identity value in ``rows`` of (namespace, id, role, session,
+    tags as JSON, superseded_by): what :meth:`Storage.drop_unused_identities` keeps."""
+    used: set[tuple[str, str]] = set()
+    for namespace, *values, tags, superseded_by in rows:
+        used.update((namespace, v) for v in (*values, superseded_by) if v)
+        used.update((namespace, tag) for tag in json.loads(tags) if isinstance(tag, str))
+    return used
+
+
+def write_sealed(storage: Storage, sealer: Sealer | None, rows: Sequence[Row], on_conflict: OnConflict,
+                 vectors: Vectors | None = None, *, identities: Sequence[SealedIdentity] = ()) -> list[Row]:
+    """``storage.write`` of ``rows``, with the identities sealed while they were prepared (by
+    ``sealer``, or elsewhere: ``identities``) kept in the same transaction, so a row never commits
+    without the raw values behind its pseudonyms (see :mod:`harness_mem.identities`)."""
+    sealed = [*identities, *(sealer.take() if sealer is not None else ())]
+    if not sealed:
+        return storage.write(rows, on_conflict, vectors)
+    try:
+        with storage.transaction():
+            storage.seal_identities(sealer.namespace if sealer is not None else rows[0].namespace, sealed)
+            written = storage.write(rows, on_conflict, vectors)
+    except BaseException:
+        if sealer is not None:
+            sealer.put_back(sealed)
+        raise
+    if sealer is not None:
+        sealer.written(sealed)
+    return written
 
 
 _IDENTITY_FILTERS = frozenset({"role", "session", "session_prefix"})
@@ -234,6 +270,26 @@ class Storage(ABC):
     @abstractmethod
     def recorded_model(self) -> dict[str, str] | None:
         """The identity (name, dim, fingerprint) of the model the stored vectors came from."""
+
+    # ---- sealed identities (harness_mem.identities) ------------------------------------------------
+
+    @abstractmethod
+    def seal_identities(self, namespace: str, rows: Sequence[SealedIdentity]) -> None:
+        """Keep the sealed raw values of stored identity values (inside a transaction); a value
+        already kept stays as it was."""
+
+    @abstractmethod
+    def sealed_identities(self, namespace: str, stored: Sequence[str]) -> list[SealedIdentity]:
+        """The sealed rows kept for these stored identity values, in ``namespace``."""
+
+    @abstractmethod
+    def drop_unused_identities(self) -> int:
+        """Delete the sealed values no stored entry holds any more (its entries deleted or purged;
+        a namespace's own name stays); returns how many went."""
+
+    @abstractmethod
+    def every_sealed_identity(self) -> Iterator[tuple[str, SealedIdentity]]:
+        """Every sealed row with its namespace (what a copy of the store takes along)."""
 
     @abstractmethod
     def setting(self, key: str) -> str | None: ...

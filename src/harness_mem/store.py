@@ -9,10 +9,11 @@ work over the storage through its public methods alone.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +27,7 @@ from .db import CACHE_SIZE_KIB, default_path
 from .engines import is_url, open_storage
 from .errors import BlockedError, HarnessMemError, InvalidInputError, NotFoundError, StorageError
 from .filters import Selection, make_filters
+from .identities import Identities, SealedIdentity
 from .models import Entry, Hit, Remembered, SessionHit, SessionSummary, from_ms, now_ms
 from .protocols import Embedder
 from .providers.embeddings import RECORDED_NAMES, default_embedder, named_embedder
@@ -33,11 +35,12 @@ from .recall import MAX_RECALL_K, Mode, Recall
 from .redaction import Redactor
 from .rows import MAX_BATCH_CHARS, Row, entry_from_row, identity, prepare_row
 from .settings import Settings
-from .storage import ON_CONFLICT, OnConflict, Scope, Storage, check_on_conflict
+from .storage import ON_CONFLICT, OnConflict, Scope, Storage, check_on_conflict, write_sealed
 
 __all__ = ["DEFAULT_BATCH_SIZE", "ON_CONFLICT", "MemoryStore", "OnConflict", "check_on_conflict"]
 
 DEFAULT_BATCH_SIZE = 500
+LIST_BATCH = 500  # list() reveals identities this many entries at a time
 
 class MemoryStore:
     """Memory entries in one SQLite file: add, recall, get, delete, list.
@@ -55,6 +58,11 @@ class MemoryStore:
         fails, and the daily purge of expired entries (see :meth:`gc`) is not run.
     :param cache_kib: SQLite's page cache for this connection. Warm recall over a large file wants
         the default; a process that answers one query and exits does as well with less.
+    :param identity_key: the key that seals the raw values of identity fields (ids, sessions, roles,
+        tags, the namespace) the redactor pseudonymises, so reads give them back as written (see
+        :mod:`harness_mem.identities`): 32 bytes or 64 hex digits; None takes
+        ``$HARNESS_MEM_IDENTITY_KEY``, else the store's key file in the config directory (made on
+        first use); False keeps no raw values, and reads show the pseudonyms.
     """
 
     def __init__(
@@ -66,6 +74,7 @@ class MemoryStore:
         redactor: Redactor | Literal["default"] | None = "default",
         read_only: bool = False,
         cache_kib: int = CACHE_SIZE_KIB,
+        identity_key: bytes | str | Literal[False] | None = None,
     ) -> None:
         if not namespace or not isinstance(namespace, str):
             raise InvalidInputError("namespace must be a non-empty string")
@@ -76,12 +85,17 @@ class MemoryStore:
         #: Held by whatever calls this store from several threads (the framework adapters' worker
         #: threads, say): its one connection serves one call at a time. Re-entrant.
         self.lock = threading.RLock()
+        self._local = threading.local()  # per thread: inside stored_forms()?
         #: The file, or the server's URL without its password.
         self.path: Path | str = (self.storage.location if is_url(path) else
                                  ":memory:" if str(path) == ":memory:" else Path(path))
         #: True when the store is open read-only (asked for, or its location cannot be written):
         #: reads work, every write is refused.
         self.read_only: bool = self.storage.read_only
+        #: The raw values behind this handle's identity pseudonyms (None: it keeps none).
+        self.identities: Identities | None = None
+        #: The ``identity_key`` this handle was opened with (another handle on the same store takes it).
+        self.identity_key = identity_key
         try:
             created = self.storage.migrate()
             self.storage.use_embedder(self._choose_embedder(embedder, created=created))
@@ -92,7 +106,7 @@ class MemoryStore:
                       if redactor == "default" else redactor)
             #: Whose entries this handle reads and writes: the namespace as stored (an identity
             #: field, so its pseudonym) and the redactor of every write.
-            self.scope = Scope(identity(namespace, chosen) or namespace, chosen)
+            self.scope = self._scope(namespace, chosen, identity_key)
             confined = self.storage.confined_to
             if confined is not None and confined != self.namespace:
                 raise StorageError(f"this database role may use namespace {confined!r} only, not {namespace!r}"
@@ -103,6 +117,45 @@ class MemoryStore:
         except BaseException:
             self.storage.close()
             raise
+
+    def _scope(self, namespace: str, redactor: Redactor | None, key: bytes | str | Literal[False] | None) -> Scope:
+        """The scope of this handle, with what seals its identities when it redacts and may keep them."""
+        stored = identity(namespace, redactor) or namespace
+        self.identities = None
+        if redactor is None or key is False:
+            return Scope(stored, redactor)
+        settings = Settings.from_env()
+        self.identities = Identities(
+            self.storage, stored, given=key if key is not None else settings.identity_key,
+            config_dir=settings.config_dir(), writable=not self.read_only,
+            secret_kinds=[d.kind for d in redactor.detectors if d.secret],
+        )
+        sealer = self.identities.sealer
+        if stored != namespace and not self.read_only:
+            sealer.note(namespace, redactor.pseudonymise(namespace))
+        return Scope(stored, redactor, sealer)
+
+    @contextmanager
+    def stored_forms(self) -> Iterator[None]:
+        """Within the block, on this thread, reads give identity fields as stored (their pseudonyms),
+        not as the caller gave them: for code that keeps ids it read in tables of its own (episodes,
+        consolidation's provenance), which the stored forms key."""
+        self._local.stored_forms = getattr(self._local, "stored_forms", 0) + 1
+        try:
+            yield
+        finally:
+            self._local.stored_forms -= 1
+
+    def _revealing(self) -> Identities | None:
+        return None if getattr(self._local, "stored_forms", 0) else self.identities
+
+    def _revealed(self, entries: Sequence[Entry]) -> list[Entry]:
+        identities = self._revealing()
+        return identities.entries(entries) if identities is not None else list(entries)
+
+    def _revealed_hits(self, hits: Sequence[Hit]) -> list[Hit]:
+        identities = self._revealing()
+        return identities.hits(hits) if identities is not None else list(hits)
 
     @property
     def namespace(self) -> str:
@@ -116,7 +169,8 @@ class MemoryStore:
 
     @redactor.setter
     def redactor(self, redactor: Redactor | None) -> None:
-        self.scope = Scope(self.scope.namespace, redactor)
+        # The pseudonyms sealed so far stay readable; a redactor with another key makes new ones.
+        self.scope = Scope(self.scope.namespace, redactor, self.scope.sealer if redactor is not None else None)
         self._recall.scope = self.scope
 
     @property
@@ -224,13 +278,17 @@ class MemoryStore:
         on_conflict: OnConflict = "error",
         batch_size: int = DEFAULT_BATCH_SIZE,
         on_invalid: Callable[[int, HarnessMemError], None] | None = None,
+        scrubbed_by: Redactor | None = None,
     ) -> list[Entry]:
         """Store many entries, one transaction per ``batch_size`` (or per 32M characters); returns those written.
 
         Each item is an :class:`Entry` or a mapping with the keyword arguments of :meth:`add`
         (``content`` or ``text``). A bad item raises before its batch is written, unless
         ``on_invalid(index, error)`` is given: then it is reported there and skipped.
+        ``scrubbed_by`` names the redactor that already scrubbed the items' content (a transcript
+        recorder's): when it is this store's own, the content is not scrubbed a second time.
         """
+        content_scrubbed = scrubbed_by is not None and scrubbed_by is self.redactor
         check_on_conflict(on_conflict)
         if batch_size < 1:
             raise InvalidInputError(f"batch_size must be at least 1, not {batch_size!r}")
@@ -239,7 +297,8 @@ class MemoryStore:
         chars = 0
         for index, item in enumerate(items):
             try:
-                row = prepare_row(item, namespace=self.namespace, redactor=self.redactor)
+                row = prepare_row(item, namespace=self.namespace, redactor=self.redactor,
+                                  content_scrubbed=content_scrubbed, sealer=self.scope.sealer)
             except (InvalidInputError, BlockedError) as exc:
                 if on_invalid is None:
                     raise
@@ -248,18 +307,20 @@ class MemoryStore:
             batch.append(row)
             chars += len(row.content)
             if len(batch) >= batch_size or chars >= MAX_BATCH_CHARS:
-                written += self.storage.write(batch, on_conflict)
+                written += write_sealed(self.storage, self.scope.sealer, batch, on_conflict)
                 batch, chars = [], 0
         if batch:
-            written += self.storage.write(batch, on_conflict)
-        return [entry_from_row(row) for row in written]
+            written += write_sealed(self.storage, self.scope.sealer, batch, on_conflict)
+        return self._revealed([entry_from_row(row) for row in written])
 
-    def add_prepared(self, rows: Sequence[Row], *, on_conflict: OnConflict = "error") -> int:
+    def add_prepared(self, rows: Sequence[Row], *, on_conflict: OnConflict = "error",
+                     identities: Sequence[SealedIdentity] = ()) -> int:
         """Write rows made by :func:`~harness_mem.rows.prepare_row` with this store's redactor, in one
         transaction; returns how many were written (ids already stored are settled by ``on_conflict``).
 
         For importers that prepare rows elsewhere: ``import_jsonl`` parses and redacts in a worker
-        process while this one writes.
+        process while this one writes. ``identities`` are what that process's sealer (a copy of
+        ``scope.sealer``) sealed as it prepared them.
         """
         check_on_conflict(on_conflict)
         rows = list(rows)
@@ -271,7 +332,7 @@ class MemoryStore:
                     "these rows were prepared with redaction " + ("off" if row.redactions is None else "on")
                     + f", and this store has it {'on' if self.redactor is not None else 'off'}"
                 )
-        return len(self.storage.write(rows, on_conflict)) if rows else 0
+        return len(write_sealed(self.storage, self.scope.sealer, rows, on_conflict, identities=identities)) if rows else 0
 
     def transaction(self) -> AbstractContextManager[None]:
         """One write transaction around the block: everything written inside commits together or not at all.
@@ -327,18 +388,25 @@ class MemoryStore:
         replaced. ``supersedes=ID`` makes it a correction of that entry (see :meth:`supersede`);
         ``created_at`` is when it became true (default now: see ``as_of`` in :meth:`recall`).
         """
-        return corrections.remember(self.storage, self.scope, content, kind=kind, tags=tags, session=session, role=role,
-                                    source=source, metadata=metadata, supersedes=supersedes, id=id,
-                                    created_at=created_at)
+        return self._revealed_id(corrections.remember(
+            self.storage, self.scope, content, kind=kind, tags=tags, session=session, role=role, source=source,
+            metadata=metadata, supersedes=supersedes, id=id, created_at=created_at))
 
     def supersede(self, old_id: str, new_content: str, **changes: Any) -> Remembered:
         """Correct an entry: the new text becomes a new entry, and the old one is kept, marked as
         replaced (recall hides it; :meth:`history` shows the chain). Nothing is overwritten."""
-        return corrections.supersede(self.storage, self.scope, old_id, new_content, **changes)
+        return self._revealed_id(corrections.supersede(self.storage, self.scope, old_id, new_content, **changes))
+
+    def _revealed_id(self, done: Remembered) -> Remembered:
+        identities = self._revealing()
+        if identities is None:
+            return done
+        return done.model_copy(update={"id": identities.value(done.id),
+                                       "supersedes": done.supersedes and identities.value(done.supersedes)})
 
     def history(self, id: str) -> list[Entry]:
         """The chain of corrections ``id`` belongs to, oldest first."""
-        return corrections.history(self.storage, self.scope, id)
+        return self._revealed(corrections.history(self.storage, self.scope, id))
 
     def forget(self, id: str | None = None, **filters: Any) -> int:
         """Tombstone an entry (or every entry matching ``session=``, ``tags=``, ``kind=``, ``since=``,
@@ -358,15 +426,21 @@ class MemoryStore:
     def recall_sessions(self, query: str, k: int = 5, *, context: int = 1, **recall_args: Any) -> list[SessionHit]:
         """The sessions that best answer ``query``: each with its best hit, the turns around it, its
         first and last turns, its size and dates."""
-        return sessions.recall_sessions(self.storage, self.scope, self.recall, query, k, context=context, **recall_args)
+        with self.stored_forms():  # its frames are read by the stored ids of the hits
+            found = sessions.recall_sessions(self.storage, self.scope, self.recall, query, k, context=context,
+                                             **recall_args)
+        identities = self._revealing()
+        return identities.session_hits(found) if identities is not None else found
 
     def sessions(self, limit: int = 20, offset: int = 0) -> list[SessionSummary]:
         """Sessions, most recently active first, with their sizes."""
-        return sessions.sessions(self.storage, self.scope, limit, offset)
+        found = sessions.sessions(self.storage, self.scope, limit, offset)
+        identities = self._revealing()
+        return identities.summaries(found) if identities is not None else found
 
     def session_turns(self, session: str, offset: int = 0, limit: int = 50) -> list[Entry]:
         """One session's entries in order, a page at a time."""
-        return sessions.session_turns(self.storage, self.scope, session, offset, limit)
+        return self._revealed(sessions.session_turns(self.storage, self.scope, session, offset, limit))
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -381,7 +455,7 @@ class MemoryStore:
                 f"no entry with id {id!r} in namespace {self.namespace!r} — `harness-mem list` shows the ids"
             )
         entry = entry_from_row(row)
-        return self._renewed([entry])[0] if refresh_ttl else entry
+        return self._revealed(self._renewed([entry]) if refresh_ttl else [entry])[0]
 
     def _renewed(self, entries: list[Entry]) -> list[Entry]:
         """``entries`` with the expiry of those written with a time to live renewed, in the store too."""
@@ -486,7 +560,9 @@ class MemoryStore:
         if refresh_ttl:
             renewed = self._renewed([hit.entry for hit in hits])
             hits = [hit.model_copy(update={"entry": entry}) for hit, entry in zip(hits, renewed, strict=True)]
-        return sessions.with_context(self.storage, self.scope, hits, context) if context else hits
+        if context:
+            hits = sessions.with_context(self.storage, self.scope, hits, context)
+        return self._revealed_hits(hits)  # last: the steps above look rows up by their stored ids
 
     def _lane(self, kind: str | Sequence[str] | None) -> bool | None:
         """The default ``derived`` filter: derived entries out of a recall that names no kind — a
@@ -541,8 +617,8 @@ class MemoryStore:
 
         Importing the output (``harness-mem import``) into an empty file rebuilds an identical store.
         """
-        for entry in self.list():
-            yield entry.to_dict()
+        for row in self.storage.select(self._selection({}), limit=None, offset=0, newest_first=False):
+            yield entry_from_row(row).to_dict()  # as stored: an export holds no raw identity
 
     # Last in the class: once defined, the name ``list`` in this class body means this method, not
     # the builtin, and type checkers would read later annotations that way.
@@ -552,11 +628,13 @@ class MemoryStore:
         skips that many first (pages of ``limit``); ``refresh_ttl`` as in :meth:`get`."""
         _check_offset(offset)
         rows = self.storage.select(self._selection(filters), limit=limit, offset=offset, newest_first=newest_first)
-        if not refresh_ttl:
+        if self._revealing() is None and not refresh_ttl:
             for row in rows:
                 yield entry_from_row(row)
             return
-        yield from self._renewed([entry_from_row(row) for row in rows])
+        while page := [entry_from_row(row) for row in itertools.islice(rows, LIST_BATCH)]:
+            # A page at a time: one lookup of identities (and one renewal) for each.
+            yield from self._revealed(self._renewed(page) if refresh_ttl else page)
 
 
 def _check_offset(offset: object) -> None:

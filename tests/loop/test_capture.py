@@ -1,4 +1,6 @@
-"""Capture that survives a crash: turns written while the run goes on, never recalled by their own run."""
+"""Capture in the loop: turns written while the run goes on (harness_mem's TranscriptWriter, killed with
+the whole agent here; the writer on its own is tested in tests/mem/test_transcript_writer.py), never
+recalled by their own run."""
 
 from __future__ import annotations
 
@@ -14,13 +16,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from harness_loop.capture import TurnWriter
 from harness_loop.chat import ModelOutput, ScriptedModel, ToolCall
 from harness_loop.hooks import Event, HookEvent
 from harness_loop.loop import AgentLoop, Cancelled, Done
 from harness_loop.memory import CachedGuide, MemoryGuide, attach_memory, format_memory_block
 from harness_loop.tools import tool
 from harness_mem import Entry, MemoryStore
+from harness_mem.experience.transcript_writer import THREAD_PREFIX
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +41,7 @@ def turns(store: MemoryStore, session: str) -> list[Entry]:
 
 
 def writer_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("harness-loop-turns")]
+    return [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)]
 
 
 def calls(*keys: str) -> list[ModelOutput | str]:
@@ -258,33 +260,3 @@ async def test_the_recall_cache_still_sees_other_writers(store: MemoryStore, tmp
     assert model.requests[0].guides == ()  # nothing to recall yet
     assert "closes on the 5th" in model.requests[1].guides[0]
 
-
-# ---- the writer on its own --------------------------------------------------------------------------
-
-
-def test_the_writer_batches_in_the_background_and_stops_cleanly(store: MemoryStore) -> None:
-    writer = TurnWriter(store, session="s-1", interval=0.05, batch=1000)
-    for i in range(50):
-        writer.note_user(f"message {i}")
-    deadline = time.monotonic() + 5
-    while store.count(kind="turn", session="s-1") < 50 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert store.count(kind="turn", session="s-1") == 50 and writer.running
-    writer.note_tool("shell", {"exit": 0})
-    stats = writer.stop()
-    assert stats.written == 51 and stats.pending == 0 and not writer.running
-    writer.note_user("too late")
-    assert writer.stop().late == 1 and store.count(kind="turn", session="s-1") == 51
-
-
-def test_a_full_batch_wakes_the_writer_before_its_interval(store: MemoryStore) -> None:
-    writer = TurnWriter(store, session="s-2", interval=60, batch=10)
-    try:
-        for i in range(10):
-            writer.note_user(f"message {i}")
-        deadline = time.monotonic() + 5
-        while store.count(kind="turn", session="s-2") < 10 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert store.count(kind="turn", session="s-2") == 10
-    finally:
-        writer.stop()

@@ -98,9 +98,9 @@ def test_a_large_input_gets_a_worker_and_a_small_one_does_not(
     used: list[int] = []
     real = jsonl._prepared_by_workers
 
-    def spy(chunks, namespace, redactor, workers):  # type: ignore[no-untyped-def]
+    def spy(chunks, namespace, redactor, workers, sealer):  # type: ignore[no-untyped-def]
         used.append(workers)
-        return real(chunks, namespace, redactor, workers)
+        return real(chunks, namespace, redactor, workers, sealer)
 
     monkeypatch.setattr(jsonl, "_prepared_by_workers", spy)
     monkeypatch.setattr(jsonl, "PARALLEL_MIN_LINES", 50)

@@ -228,19 +228,23 @@ def test_every_form_in_every_identity_field(fresh_target: Callable[[], str], val
     assert_absent(values, written(db))
 
 
-def test_the_cli_stores_a_session_address_as_its_pseudonym_and_finds_it(engine_target: str) -> None:
-    def run(*args: str) -> str:
-        result = CliRunner().invoke(cli, ["--db", engine_target, "--embedder", "none", *args], catch_exceptions=False)
+def test_the_cli_stores_a_session_address_as_its_pseudonym_and_gives_it_back(engine_target: str) -> None:
+    def run(*args: str, identity_key: bool = True) -> str:
+        result = CliRunner(env={"HARNESS_MEM_CONFIG": None if identity_key else "/nonexistent/config"}).invoke(
+            cli, ["--db", engine_target, "--embedder", "none", *args], catch_exceptions=False)
         assert result.exit_code == 0, result.stderr
         return result.stdout
 
     entry_id = run("add", "met about the launch", "--session", "user-ada@example.com", "--role", "user").strip()
     listed = [json.loads(line) for line in run("list", "--session", "user-ada@example.com", "--json").splitlines()]
     assert [e["id"] for e in listed] == [entry_id]
-    # The pseudonym is hex: "ada" can occur in it by chance (c1adad…), the address cannot.
-    assert re.fullmatch(r"<EMAIL:[0-9a-f]{12}>", listed[0]["session"]), listed[0]["session"]
+    assert listed[0]["session"] == "user-ada@example.com"  # the identity key opens what the file holds sealed
     assert run("list", "--session", "user-bob@example.com", "--json") == ""
     assert_absent(["ada@example.com", "user-ada"], stored_text(engine_target))
+    # Where the key is not, the memory still reads, its session as stored. The pseudonym is hex:
+    # "ada" can occur in it by chance (c1adad…), the address cannot.
+    [keyless] = [json.loads(line) for line in run("list", "--json", identity_key=False).splitlines()]
+    assert re.fullmatch(r"<EMAIL:[0-9a-f]{12}>", keyless["session"]) and keyless["content"] == "met about the launch"
 
 
 def test_without_redaction_identity_fields_are_stored_as_given(engine_target: str) -> None:
@@ -422,7 +426,8 @@ def test_deleted_expired_and_forgotten_pii_leaves_no_trace(fresh_target: Callabl
             else:
                 entry = store.get(store.remember(text, tags=[tag], session=session).id)
                 to_forget.append(entry.id)
-            stored = [entry.content, entry.session or "", *entry.tags]  # the session: its pseudonym
+            # As stored: the session and tags as their pseudonyms (reads give them back as written).
+            stored = [entry.content, store.scope.key(entry.session) or "", *store.scope.tags(list(entry.tags))]
             if i % 4 == 3:  # corrected: the correction stays (with the session and tags), the old text goes
                 store.supersede(entry.id, f"corrected note {i}")
                 stored = [entry.content]

@@ -27,6 +27,7 @@ from .. import keyword
 from ..bm25 import Match, idf, index_tokens, share, term_tokens
 from ..errors import ExtensionError, MigrationError, SchemaTooNewError, StorageError
 from ..filters import MetadataCondition, Selection
+from ..identities import SealedIdentity
 from ..models import MigrationStatus, to_ms
 from ..protocols import Embedder
 from ..rows import COLUMNS, Row
@@ -37,6 +38,7 @@ from ..storage import (
     Storage,
     VectorCounts,
     Vectors,
+    identity_values_in_use,
     index_texts_of,
     settle_conflicts,
 )
@@ -508,7 +510,7 @@ class PostgresStorage(Storage):
         # Every table of the store (each confines rows to the role's namespace), the experience
         # tables included.
         tables = ["entries", "settings", "episodes", "skills", "skill_revisions", "skill_sources", "consolidations",
-                  "derivations",
+                  "derivations", "identities",
                   *(["entry_vectors"] if self._has_vector_table() else [])]
         with self.transaction():
             self._run("INSERT INTO namespace_roles (role, namespace) VALUES (%s, %s)"
@@ -522,6 +524,34 @@ class PostgresStorage(Storage):
                     sql.Identifier(table), who))
 
     # ---- settings ---------------------------------------------------------------------------------
+
+    def seal_identities(self, namespace: str, rows: Sequence[SealedIdentity]) -> None:
+        with self.conn.cursor() as cursor:
+            cursor.executemany("INSERT INTO identities (namespace, stored, key_id, sealed) VALUES (%s, %s, %s, %s)"
+                               " ON CONFLICT DO NOTHING", [(namespace, *row) for row in rows])
+
+    def sealed_identities(self, namespace: str, stored: Sequence[str]) -> list[SealedIdentity]:
+        rows = self.query("SELECT stored, key_id, sealed FROM identities WHERE namespace = %s AND stored = ANY(%s)",
+                          (namespace, list(stored)))
+        return [SealedIdentity(row[0], row[1], bytes(row[2])) for row in rows]
+
+    def drop_unused_identities(self) -> int:
+        with self.transaction():
+            kept = self.query("SELECT namespace, stored FROM identities WHERE stored <> namespace")
+            if not kept:
+                return 0
+            used = identity_values_in_use(self.query(
+                "SELECT namespace, id, role, session, tags, superseded_by FROM entries WHERE strpos(id, '<') > 0"
+                " OR strpos(coalesce(role, ''), '<') > 0 OR strpos(coalesce(session, ''), '<') > 0"
+                " OR strpos(tags::text, '<') > 0 OR strpos(coalesce(superseded_by, ''), '<') > 0"))
+            gone = [(namespace, stored) for namespace, stored in kept if (namespace, stored) not in used]
+            with self.conn.cursor() as cursor:
+                cursor.executemany("DELETE FROM identities WHERE namespace = %s AND stored = %s", gone)
+        return len(gone)
+
+    def every_sealed_identity(self) -> Iterator[tuple[str, SealedIdentity]]:
+        for row in self.query("SELECT namespace, stored, key_id, sealed FROM identities"):
+            yield row[0], SealedIdentity(row[1], row[2], bytes(row[3]))
 
     def setting(self, key: str) -> str | None:
         found = self.query("SELECT value FROM settings WHERE key = %s", (key,))

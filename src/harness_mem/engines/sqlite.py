@@ -34,6 +34,7 @@ from ..db import (
 )
 from ..errors import StorageError
 from ..filters import Selection
+from ..identities import SealedIdentity
 from ..models import to_ms
 from ..protocols import Embedder
 from ..rows import COLUMNS, PLACEHOLDERS, Row
@@ -44,6 +45,7 @@ from ..storage import (
     SessionSpan,
     Storage,
     VectorCounts,
+    identity_values_in_use,
     index_texts_of,
     settle_conflicts,
 )
@@ -76,6 +78,11 @@ _IN_SESSION = f"e.namespace = ? AND e.session = ? AND {_TRANSCRIPT}"
 # An entry ``stats`` counts: in the namespace and not expired.
 _LIVE = "namespace = ? AND (expires_at IS NULL OR expires_at > ?)"
 
+
+# The entries whose identity fields may hold a pseudonym (what a sealed value can belong to).
+_PSEUDONYMISED_ENTRIES = """SELECT namespace, id, role, session, tags, superseded_by FROM entries
+WHERE instr(id, '<') OR instr(coalesce(role, ''), '<') OR instr(coalesce(session, ''), '<')
+   OR instr(tags, '<') OR instr(coalesce(superseded_by, ''), '<')"""
 
 class SQLiteStorage(Storage):
     """Entries and their derived rows in one SQLite file (``":memory:"`` for a throwaway one)."""
@@ -125,6 +132,34 @@ class SQLiteStorage(Storage):
 
     def recorded_model(self) -> dict[str, str] | None:
         return VectorIndex.recorded_model(self.conn)
+
+    def seal_identities(self, namespace: str, rows: Sequence[SealedIdentity]) -> None:
+        self.conn.executemany("INSERT OR IGNORE INTO identities (namespace, stored, key_id, sealed) VALUES (?, ?, ?, ?)",
+                              [(namespace, *row) for row in rows])
+
+    def sealed_identities(self, namespace: str, stored: Sequence[str]) -> list[SealedIdentity]:
+        found: list[SealedIdentity] = []
+        for start in range(0, len(stored), 500):
+            chunk = stored[start:start + 500]
+            found += [SealedIdentity(row[0], row[1], bytes(row[2])) for row in self.conn.execute(
+                f"SELECT stored, key_id, sealed FROM identities WHERE namespace = ? AND stored IN ({', '.join('?' * len(chunk))})",
+                (namespace, *chunk))]
+        return found
+
+    def drop_unused_identities(self) -> int:
+        with self.transaction():
+            kept = self.conn.execute("SELECT namespace, stored FROM identities WHERE stored <> namespace").fetchall()
+            if not kept:
+                return 0
+            # One pass over the entries that hold a pseudonym at all, not a search per sealed value.
+            used = identity_values_in_use(self.conn.execute(_PSEUDONYMISED_ENTRIES))
+            gone = [(namespace, stored) for namespace, stored in kept if (namespace, stored) not in used]
+            self.conn.executemany("DELETE FROM identities WHERE namespace = ? AND stored = ?", gone)
+        return len(gone)
+
+    def every_sealed_identity(self) -> Iterator[tuple[str, SealedIdentity]]:
+        for row in self.conn.execute("SELECT namespace, stored, key_id, sealed FROM identities").fetchall():
+            yield row[0], SealedIdentity(row[1], row[2], bytes(row[3]))
 
     def setting(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()

@@ -3,6 +3,8 @@
 - :class:`Episode` — situation → tools used → outcome, in a fixed text format (``episode``);
 - :class:`ExperienceStore` — episodes and skills as rows, recall of similar episodes (``store``);
 - :class:`TranscriptRecorder` — turns captured as they happen, written in the background (``transcript``);
+- :class:`TranscriptWriter` — the same on a thread of its own, so a kill -9 loses only the last
+  interval's turns (``transcript_writer``);
 - :func:`consolidate` — transcripts turned offline into topic segments, facts and, for agent runs,
   episodes (``consolidate``, with ``derive``, ``segments``, ``statements``, ``timephrases``,
   ``outcomes`` and, with a model, ``model_consolidation``);
@@ -28,6 +30,7 @@ from .store import (
     episode_tags,
 )
 from .transcript import DEFAULT_MAX_CHARS, TranscriptRecorder, TranscriptStats, truncate_turn
+from .transcript_writer import TranscriptWriter
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
@@ -52,6 +55,7 @@ __all__ = [
     "ToolTrace",
     "TranscriptRecorder",
     "TranscriptStats",
+    "TranscriptWriter",
     "check_skill",
     "consolidate",
     "distill_episode",

@@ -390,12 +390,13 @@ def consolidate(
     :returns: what happened to each session that had something new.
     """
     job = _Job(store, None if dry_run else model, dry_run=dry_run)
-    candidates = job.candidates(session=session, since=since, idle=idle)
     report = ConsolidationReport()
-    for done, candidate in enumerate(candidates, start=1):
-        report.sessions.append(job.run(candidate))
-        if progress is not None:
-            progress(done, len(candidates), candidate.session)
+    with store.stored_forms():  # the ids read here are kept (provenance, episodes): as stored
+        candidates = job.candidates(session=session, since=since, idle=idle)
+        for done, candidate in enumerate(candidates, start=1):
+            report.sessions.append(job.run(candidate))
+            if progress is not None:
+                progress(done, len(candidates), candidate.session)
     return report
 
 

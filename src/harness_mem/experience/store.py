@@ -276,7 +276,8 @@ class ExperienceStore:
         if not episode.situation:
             raise InvalidInputError("an episode needs a situation — it is what the episode is recalled by")
         episode_id = id or new_id()
-        with self.store.transaction():  # the entry and its episode row commit together
+        # The entry and its episode row commit together; the row keys the entry by its stored id.
+        with self.store.transaction(), self.store.stored_forms():
             entry = self.store.add(
                 episode.render(),
                 kind="episode",
@@ -403,9 +404,10 @@ class ExperienceStore:
         # cast: MemoryStore.recall's `list[Hit]` is read as its own `list` method by type checkers.
         # The kind as well as the tag: the kind is indexed, so a few episodes among many entries
         # are ranked among themselves instead of by testing the tags of every entry.
-        hits = cast("Sequence[Hit]", self.store.recall(
-            situation, k=fetch, kind=self._episode_kinds(), tags=tags, **options
-        ))
+        with self.store.stored_forms():  # the episode rows are looked up by the entries' stored ids
+            hits = cast("Sequence[Hit]", self.store.recall(
+                situation, k=fetch, kind=self._episode_kinds(), tags=tags, **options
+            ))
         rows = self._rows_for_entries([hit.entry.id for hit in hits])
         found: builtins.list[RecalledEpisode] = []
         for hit in hits:

@@ -27,6 +27,10 @@ A host without an event loop uses the same methods and calls :meth:`flush` or :m
 (``with TranscriptRecorder(...) as rec:`` closes on exit). The recorder knows nothing of
 harness_loop: any host adapts its own hooks to these plain methods.
 
+**A host that must survive kill -9** uses :class:`~harness_mem.experience.TranscriptWriter`
+(``transcript_writer``): the same recorder, written by a thread with a connection of its own
+every fraction of a second, so a killed process loses only the turns of the last interval.
+
 **Where the writes run.** Given an :class:`~harness_mem.aio.AsyncMemoryStore`, the writer awaits
 its ``add_many``: the write runs in a worker thread, behind the same one-call-at-a-time limiter as
 the host's own awaited calls on that store, so the event loop never waits on SQLite and the
@@ -40,6 +44,9 @@ A write that fails is logged and counted (:attr:`TranscriptStats.failed`, :attr:
 never raised into the host: losing a turn of transcript must not crash an agent. Transcripts are
 the biggest PII surface; the store redacts every write by default, and a
 :class:`~harness_mem.redaction.guarded.RedactingMemory` (any object with ``add``) can stand in for it.
+A turn written to a store is redacted once: the writer scrubs it whole with the store's redactor
+before cutting it, and the store, told so, does not scrub it again (a memory with only ``add``,
+such as a ``RedactingMemory``, scrubs what it is given once more).
 """
 
 from __future__ import annotations
@@ -304,9 +311,9 @@ class TranscriptRecorder:
                 await self.memory.open()  # its redactor (the file's own key) is needed to prepare turns
             # Only the writer task writes to an async memory (flush() refuses), so batches stay in order.
             with self._write_lock:  # never held across the await below
-                items = self._take()
+                items, redactor = self._take()
             if items:
-                await self._write_async(items)
+                await self._write_async(items, redactor)
         else:
             self._drain_batch()
         await anyio.lowlevel.checkpoint()  # let the host run between two batches
@@ -374,31 +381,32 @@ class TranscriptRecorder:
     def _drain_batch(self) -> None:
         """Take up to ``batch_size`` queued turns, drop what must be dropped, and write the rest."""
         with self._write_lock:
-            items = self._take()
+            items, redactor = self._take()
             if items:
-                self._write(items)
+                self._write(items, redactor)
 
-    def _take(self) -> list[dict[str, Any]]:
-        """Up to ``batch_size`` queued turns as entry fields, minus those dropped by design.
+    def _take(self) -> tuple[list[dict[str, Any]], Redactor | None]:
+        """Up to ``batch_size`` queued turns as entry fields, minus those dropped by design, and the
+        redactor that scrubbed them (the memory's; None when it has none).
 
         The caller holds ``_write_lock``: the dedup key and the counts belong to one batch at a time.
         """
+        redactor = getattr(self.memory, "redactor", None)
+        if redactor is None or not hasattr(redactor, "scrub"):
+            redactor = None
         items: list[dict[str, Any]] = []
         for _ in range(min(self.batch_size, len(self._pending))):
             try:
-                item = self._prepare(self._pending.popleft())
+                item = self._prepare(self._pending.popleft(), redactor)
             except Exception as exc:  # a result whose str() raises, say: lose that turn, not the writer
                 self._failed(1, f"{type(exc).__name__}: {exc}")
                 continue
             if item is not None:
                 items.append(item)
-        return items
+        return items, redactor
 
-    def _prepare(self, queued: _Queued) -> dict[str, Any] | None:
+    def _prepare(self, queued: _Queued, redactor: Redactor | None) -> dict[str, Any] | None:
         role, raw, reasoning, tool, success, at_ns = queued
-        redactor = getattr(self.memory, "redactor", None)
-        if redactor is None or not hasattr(redactor, "scrub"):
-            redactor = None
         found: dict[str, int] = {}
         if tool is not None:
             if redactor is not None and hasattr(redactor, "scrub_value") and not isinstance(raw, str):
@@ -452,14 +460,15 @@ class TranscriptRecorder:
             **({"redactions": found} if found else {}),
         }
 
-    def _write(self, items: list[dict[str, Any]]) -> None:
+    def _write(self, items: list[dict[str, Any]], redactor: Redactor | None) -> None:
         from ..store import MemoryStore  # the store imports numpy: only writers pay for it
 
         memory = self.memory
         try:
             if isinstance(memory, MemoryStore):
                 bad: list[str] = []
-                written = memory.add_many(items, on_invalid=lambda i, exc: bad.append(str(exc)))
+                # The turns were scrubbed whole by the store's own redactor: it need not scrub them again.
+                written = memory.add_many(items, on_invalid=lambda i, exc: bad.append(str(exc)), scrubbed_by=redactor)
                 self._counts["written"] += len(written)
                 if bad:
                     self._failed(len(bad), bad[-1])
@@ -482,14 +491,16 @@ class TranscriptRecorder:
             else:
                 self._counts["written"] += 1
 
-    async def _write_async(self, items: list[dict[str, Any]]) -> None:
+    async def _write_async(self, items: list[dict[str, Any]], redactor: Redactor | None) -> None:
         from ..aio import AsyncMemoryStore
 
         memory: Any = self.memory
         try:
             if isinstance(memory, AsyncMemoryStore):
                 bad: list[str] = []
-                written = await memory.add_many(items, on_invalid=lambda i, exc: bad.append(str(exc)))
+                written = await memory.add_many(
+                    items, on_invalid=lambda i, exc: bad.append(str(exc)), scrubbed_by=redactor
+                )
                 self._counts["written"] += len(written)
                 if bad:
                     self._failed(len(bad), bad[-1])

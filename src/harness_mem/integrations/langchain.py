@@ -17,6 +17,8 @@ data, which come back redacted (an e-mail as ``<EMAIL>``), as in the content.
 
 The store is synchronous and serves one call at a time: the history's calls on one store take
 turns, so the base class's async methods (which run the sync ones in an executor) are safe.
+Writes are not deferred: :meth:`~HarnessMemChatMessageHistory.add_messages` returns once its
+messages are committed, so they survive even a ``kill -9`` right after it.
 """
 
 from __future__ import annotations

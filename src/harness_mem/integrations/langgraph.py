@@ -45,9 +45,10 @@ What differs from LangGraph's own stores, on purpose or for now:
   changes is looked for in its redacted form.
 - A search without a query lists items in creation order (the first put of each key).
 - Labels and keys that the redactor changes (a phone number as a label, an e-mail as a key; an
-  e-mail cannot be a label, LangGraph refuses its dots) come back from ``search`` and
-  ``list_namespaces`` as their pseudonyms (``<PHONE:…>``, ``<EMAIL:…>``): identities do not
-  round-trip yet. ``get`` returns the namespace and key it was asked for.
+  e-mail cannot be a label, LangGraph refuses its dots) are stored as their pseudonyms and come
+  back from ``search`` and ``list_namespaces`` as they were put, opened with the store's identity
+  key (:mod:`harness_mem.identities`); where the key is missing, as the pseudonyms
+  (``<PHONE:…>``, ``<EMAIL:…>``), which match conditions on the raw labels all the same.
 - A batch runs its reads first, then its writes (the last put of a key wins) in one transaction,
   as LangGraph's stores do; the embedder, when there is one, runs inside that transaction.
 """
@@ -220,8 +221,10 @@ class HarnessMemStore(BaseStore):
         return [_search_item(entry, None) for entry in entries]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
-        conditions = [MatchCondition(c.match_type, tuple(self._stored_label(label) for label in c.path))
-                      for c in op.match_conditions or ()]
+        given = list(op.match_conditions or ())
+        # A namespace read back without the identity key holds its labels' pseudonyms: the
+        # conditions are tried as given and with their labels as stored.
+        stored = [MatchCondition(c.match_type, tuple(self._stored_label(label) for label in c.path)) for c in given]
         found: set[tuple[str, ...]] = set()
         offset = 0
         while True:
@@ -230,7 +233,7 @@ class HarnessMemStore(BaseStore):
                 if not summary.session.startswith(_HEAD):
                     continue
                 namespace = decode_namespace(summary.session)
-                if not all(_matches(condition, namespace) for condition in conditions):
+                if not (all(_matches(c, namespace) for c in given) or all(_matches(c, namespace) for c in stored)):
                     continue
                 # sessions() counts expired entries until they are purged; an item must be live.
                 if self.store.count(session=summary.session, tags=[MARK]):

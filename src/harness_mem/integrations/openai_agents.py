@@ -25,6 +25,8 @@ returned to the model as one line (:func:`harness_mem.tools.for_model`) rather t
 
 The store is synchronous; each call runs in a worker thread (as the SDK's ``SQLiteSession`` does),
 one at a time per store, so sessions and tools of one store can share it from concurrent tasks.
+Writes are not deferred: :meth:`~HarnessMemSession.add_items` returns once its items are committed,
+so they survive even a ``kill -9`` right after it.
 """
 
 from __future__ import annotations

@@ -1,32 +1,33 @@
-"""Transcript capture that survives a crash: a run's turns are written while it runs, by a thread of its own.
+"""Transcript capture that survives kill -9: a session's turns written while it runs, by a thread of its own.
 
-A :class:`TurnWriter` wraps harness_mem's :class:`~harness_mem.experience.TranscriptRecorder`
-(which decides what a turn becomes: redaction, truncation, duplicate and blank drops, tags) and
-runs its writes on a background thread:
+A :class:`TranscriptWriter` is a :class:`~harness_mem.experience.TranscriptRecorder` (which decides
+what a turn becomes: redaction, truncation, blank and duplicate drops, tags) driven by a background
+thread instead of an event loop, for a host that must not lose its transcript when it is killed.
 
-- **The hook side** (``note_user``, ``note_assistant``, ``note_tool``, ``note``) only appends a
-  tuple to the recorder's queue -- no formatting, no I/O, no lock -- so what the agent loop pays
-  per turn does not depend on the turn's size or on the disk (``bench/bench_loop.py --capture``
-  measures it).
-- **The writer thread** wakes every ``interval`` seconds (sooner once ``batch`` turns are waiting)
-  and writes what is queued in one transaction. It writes through **a connection of its own** to
-  the same file: a SQLite connection must not run two threads' transactions at once, and the
-  loop's thread keeps using the store's connection (recall, episodes, memory tools) meanwhile.
-  Embedding new turns, when the store has an embedder, happens there too, off the event loop.
-- **A crash loses little**: a process killed with SIGKILL loses only the turns of the last
-  ``interval`` (plus the batch being written, which SQLite rolls back whole). The file's WAL mode
-  with ``synchronous=NORMAL`` makes each committed batch survive a process crash.
-- :meth:`stop` writes whatever is still queued and waits for the thread (a few milliseconds: at
-  most one interval's turns); a writer left running -- the run raised and nobody closed the wiring
-  -- is stopped the same way when the interpreter exits.
+**What a SIGKILL can cost.** The thread writes what is queued every ``interval`` seconds (sooner
+once ``batch`` turns wait), each batch in one transaction. A committed batch survives a crash of
+the process (WAL mode with ``synchronous=NORMAL``), and a batch being written when the process
+dies is rolled back whole, never left half-written. So a process killed at any moment loses only
+the turns noted in the last interval; the file stays intact.
 
-A store that lives only in memory (``":memory:"``) cannot be opened twice and would not survive a
-crash anyway: its turns are queued and written on :meth:`stop`, on the calling thread.
+**What the host pays.** ``note_user``, ``note_assistant``, ``note_tool`` and ``note`` append a
+tuple to the recorder's queue and return: no formatting, no I/O, no lock, whatever the turn's size
+or the disk's speed (``bench/bench_loop.py --capture`` measures it). Redacting, cutting and, with
+an embedder, embedding happen on the writer thread.
 
-The writer's connection also tells which writes came from *elsewhere*: SQLite's ``data_version``
-on a connection changes only when another connection commits. :attr:`TurnWriter.others_version`
-is that value, sampled on every wake-up, so a recall cache can ignore the writer's own turn
-writes (which a run never recalls) and still see every other write within one interval.
+**Its own connection.** The thread writes through a :class:`~harness_mem.store.MemoryStore` of its
+own on the same file, with the same namespace, embedder and redactor: one SQLite connection must
+not run two threads' transactions at once, and the host keeps using its store meanwhile. That
+connection also tells which writes came from elsewhere: SQLite's ``data_version`` changes only when
+*another* connection commits, so :attr:`TranscriptWriter.others_version`, sampled on every wake-up,
+lets a recall cache ignore the writer's own turns and still see every other write within one
+interval.
+
+**Stopping.** :meth:`TranscriptWriter.stop` writes what is still queued (at most one interval's
+turns) and joins the thread; ``with TranscriptWriter(...) as writer:`` stops on leaving the block.
+A writer nobody stopped is stopped when the interpreter exits normally. A store that lives only in
+memory (``":memory:"``) cannot be opened twice and would not survive a crash anyway: its turns wait
+in the queue and are written by :meth:`~TranscriptWriter.stop`, on the calling thread.
 """
 
 from __future__ import annotations
@@ -36,22 +37,29 @@ import logging
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import Any, cast
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, cast
 
-from harness_mem import Memory, MemoryStore
-from harness_mem.experience import TranscriptRecorder, TranscriptStats
+from ..errors import InvalidInputError
+from ..protocols import Memory
+from .transcript import TranscriptRecorder, TranscriptStats
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_INTERVAL", "TurnWriter"]
+if TYPE_CHECKING:
+    from ..store import MemoryStore
+
+__all__ = ["DEFAULT_BATCH", "DEFAULT_INTERVAL", "STOP_TIMEOUT", "THREAD_PREFIX", "TranscriptWriter"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL = 0.5  # seconds a captured turn waits at most before its batch is written
+DEFAULT_INTERVAL = 0.5  # seconds a noted turn waits at most before its batch is written
 DEFAULT_BATCH = 64  # this many waiting turns are written at once, without waiting for the interval
 # How long stop() waits for the thread's last batch: longer than SQLite's busy timeout (30 s), so a
 # writer waiting for another process's lock is not abandoned while it can still succeed.
 STOP_TIMEOUT = 45.0
+THREAD_PREFIX = "harness-mem-transcript-"
 
-_live: weakref.WeakSet[TurnWriter] = weakref.WeakSet()
+# Writers still running, stopped at interpreter exit (weak: a writer stopped and dropped goes away).
+_live: weakref.WeakSet[TranscriptWriter] = weakref.WeakSet()
 
 
 def _stop_all() -> None:
@@ -62,11 +70,11 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
-class TurnWriter:
+class TranscriptWriter:
     """One session's turns into ``store``, written in the background as they happen.
 
     :param store: the memory; the writer opens its own connection to the same file (same
-        namespace, embedder and redactor).
+        namespace, embedder and redactor). A ``":memory:"`` store is written on :meth:`stop`.
     :param session: the session the turns are stored under.
     :param tags: extra tags for every turn.
     :param interval: seconds a turn waits at most before it is written.
@@ -82,6 +90,12 @@ class TurnWriter:
         interval: float = DEFAULT_INTERVAL,
         batch: int = DEFAULT_BATCH,
     ) -> None:
+        from ..store import MemoryStore  # the store imports numpy: only a writer pays for it
+
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
+            raise InvalidInputError(f"interval must be a positive number of seconds, not {interval!r}")
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise InvalidInputError(f"batch must be a whole number of turns, at least 1, not {batch!r}")
         self.interval = interval
         self.batch = batch
         self.threaded = str(store.path) != ":memory:"
@@ -89,20 +103,24 @@ class TurnWriter:
         target = store
         if self.threaded:
             self._own = MemoryStore(
-                store.path, namespace=store.namespace, embedder=store.embedder, redactor=store.redactor
+                store.path, namespace=store.namespace, embedder=store.embedder, redactor=store.redactor,
+                identity_key=store.identity_key,
             )
             target = self._own
-        # cast: MemoryStore's keyword-only add() is a Memory in practice, not to a type checker.
-        self.transcript = TranscriptRecorder(cast(Memory, target), session=session, tags=tags)
+        try:
+            # cast: MemoryStore's keyword-only add() is a Memory in practice, not to a type checker.
+            self.transcript = TranscriptRecorder(cast(Memory, target), session=session, tags=tags)
+        except BaseException:
+            if self._own is not None:
+                self._own.close()
+            raise
         # Sampled now, before any turn is written, so the first token a cache sees is already stable.
         self.others_version: int | None = self._own.data_version()[1] if self._own is not None else None
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
         if self.threaded:
-            self._thread = threading.Thread(
-                target=self._run, name=f"harness-loop-turns-{session}", daemon=True
-            )
+            self._thread = threading.Thread(target=self._run, name=f"{THREAD_PREFIX}{session}", daemon=True)
             self._thread.start()
             _live.add(self)
 
@@ -132,7 +150,7 @@ class TurnWriter:
 
     @property
     def pending(self) -> int:
-        """Turns captured and not yet written."""
+        """Turns noted and not yet written."""
         return self.transcript.pending
 
     @property
@@ -159,13 +177,13 @@ class TurnWriter:
                 if self.transcript.pending:
                     self.transcript.flush()
                 self.others_version = self._own.data_version()[1]
-            except Exception as exc:  # keep writing later batches; TranscriptRecorder counts its own failures
+            except Exception as exc:  # keep writing later batches; the recorder counts its own failures
                 logger.warning("transcript writer (session %s): %s: %s", self.transcript.session,
                                type(exc).__name__, exc)
             if stopping:
                 break
         try:
-            self.transcript.close()  # turns enqueued since the last flush, and no more after
+            self.transcript.close()  # turns noted since the last flush, and no more after
         finally:
             self._own.close()
 
@@ -190,6 +208,14 @@ class TurnWriter:
             )
         return self.transcript.stats
 
+    def __enter__(self) -> TranscriptWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
     def __repr__(self) -> str:
         mode = "thread" if self.threaded else "inline"
-        return f"<TurnWriter session={self.transcript.session!r} {mode} pending={self.pending}>"
+        return f"<TranscriptWriter session={self.transcript.session!r} {mode} pending={self.pending}>"
