@@ -45,6 +45,8 @@ def remember(
     supersedes: str | None = None,
     id: str | None = None,
     created_at: str | datetime | None = None,
+    expires_at: str | datetime | None = None,
+    ttl_days: float | None = None,
 ) -> Remembered:
     """Store ``content`` unless the namespace holds it already (same kind, same text once redacted).
 
@@ -54,7 +56,7 @@ def remember(
     """
     item = {"content": normalise(content), "kind": kind, "tags": list(tags) if not isinstance(tags, str) else tags,
             "session": session, "role": role, "source": source, "metadata": metadata, "id": id,
-            "created_at": created_at}
+            "created_at": created_at, "expires_at": expires_at, "ttl_days": ttl_days}
     row = prepare_row(item, namespace=scope.namespace, redactor=scope.redactor, sealer=scope.sealer)
     redactions = json.loads(row.redactions) if row.redactions else {}
     if supersedes is None and (found := _duplicate(storage, row)) is not None:  # the common repeat: a read only

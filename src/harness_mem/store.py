@@ -381,16 +381,19 @@ class MemoryStore:
     def remember(self, content: str, *, kind: str | None = None, tags: Iterable[str] = (),
                  session: str | None = None, role: str | None = None, source: str | None = None,
                  metadata: Mapping[str, Any] | None = None, supersedes: str | None = None,
-                 id: str | None = None, created_at: str | datetime | None = None) -> Remembered:
+                 id: str | None = None, created_at: str | datetime | None = None,
+                 expires_at: str | datetime | None = None, ttl_days: float | None = None) -> Remembered:
         """Store ``content`` unless an exact duplicate (same kind and redacted text) is already here.
 
         Returns the id (the existing one with ``deduped=True`` for a duplicate) and what redaction
         replaced. ``supersedes=ID`` makes it a correction of that entry (see :meth:`supersede`);
-        ``created_at`` is when it became true (default now: see ``as_of`` in :meth:`recall`).
+        ``created_at`` is when it became true (default now: see ``as_of`` in :meth:`recall`);
+        ``expires_at`` or ``ttl_days`` makes it temporary, as in :meth:`add`.
         """
         return self._revealed_id(corrections.remember(
             self.storage, self.scope, content, kind=kind, tags=tags, session=session, role=role, source=source,
-            metadata=metadata, supersedes=supersedes, id=id, created_at=created_at))
+            metadata=metadata, supersedes=supersedes, id=id, created_at=created_at, expires_at=expires_at,
+            ttl_days=ttl_days))
 
     def supersede(self, old_id: str, new_content: str, **changes: Any) -> Remembered:
         """Correct an entry: the new text becomes a new entry, and the old one is kept, marked as

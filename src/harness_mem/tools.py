@@ -445,12 +445,7 @@ def remember(store: MemoryStore, args: RememberArgs, caller: Caller) -> Remember
     content = _vetted(caller, args.content, dedup=True)
     fields: dict[str, Any] = {"kind": args.kind, "tags": args.tags or (), "session": args.session, "role": args.role,
                               "source": caller.source, "metadata": args.metadata}
-    if args.expires_at is None and args.ttl_days is None:
-        return _remembered(store.remember(content, **fields))
-    # remember() keeps what it stores for good; an expiring memory is added as it is, without the
-    # exact-duplicate check (it is for now, not for ever).
-    entry = store.add(content, expires_at=args.expires_at, ttl_days=args.ttl_days, **fields)
-    return RememberResult(id=entry.id, deduped=False, redactions=dict(entry.redactions or {}))
+    return _remembered(store.remember(content, expires_at=args.expires_at, ttl_days=args.ttl_days, **fields))
 
 
 def recall(store: MemoryStore, args: RecallArgs, caller: Caller) -> RecallResult:
@@ -629,7 +624,7 @@ OPERATIONS: tuple[Operation, ...] = (
             " writes nothing and returns the existing id (deduped: true). Secrets and personal data (API keys,"
             " e-mail addresses, card numbers…) are redacted before storing, or the write is refused;"
             " `redactions` counts what was replaced. metadata keeps structured fields with it; expires_at or"
-            " ttl_days makes it temporary (an expiring memory is not checked for duplicates).\n\n"
+            " ttl_days makes it temporary.\n\n"
             "Use it for what will still matter later: facts about the user, the project or the environment,"
             " decisions and their reasons, lessons from mistakes. Skip small talk, scratch work and things"
             " only true right now. To correct a stored memory use update_memory, which keeps its history."

@@ -251,6 +251,19 @@ def test_cli_supersede_forget_purge_and_sessions(engine_target: str) -> None:
         "the standup is at 10:00"]
 
 
+def test_remember_can_expire_and_still_stores_once(hashed_store: MemoryStore) -> None:
+    first = hashed_store.remember("the staging box is down until Friday", ttl_days=3)
+    again = hashed_store.remember("the staging box is down until Friday", ttl_days=3)
+    assert not first.deduped and again.deduped and again.id == first.id
+    entry = hashed_store.get(first.id)
+    assert entry.ttl_days == 3 and entry.expires_at is not None
+    gone = hashed_store.remember("a note already past", expires_at="2000-01-01T00:00:00Z")
+    with pytest.raises(NotFoundError):
+        hashed_store.get(gone.id)
+    # An expired copy is not a duplicate: the same text is stored again, live.
+    assert not hashed_store.remember("a note already past").deduped
+
+
 def test_remember_calls_the_model_outside_the_write_lock(engine_target: str) -> None:
     from fake_embedder import HashedEmbedder
 
