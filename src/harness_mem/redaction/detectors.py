@@ -1071,7 +1071,7 @@ _COOKIE_PAIR = _compile(
 )
 _SECRET_WORDS = (
     "pass", "pw", "secret", "token", "key", "credential", "auth", "bearer", "cookie", "://",
-    "密码", "口令", "密钥", "令牌",
+    "密码", "密碼", "口令", "密钥", "令牌",
 )  # fmt: skip
 
 
@@ -1162,9 +1162,11 @@ def _ip_gate(text: str) -> bool:
 # one regex alternation, which re tries at every position).
 _PRESCREEN_NEEDLES = ("-----BEGIN", *(p for p in _API_KEY_PREFIXES if "-" in p or "_" in p))
 _PRESCREEN_PLAIN = ("@", "＠", "::", "eyJ", *(p for p in _API_KEY_PREFIXES if "-" not in p and "_" not in p))
-# Where a credential word names a value: before ":" or "=", or in a sentence ("my password is …",
-# "密码是…").
-_CREDENTIAL_CONTEXT = (":", "=", "：", " is", " was", "'s", "是")
+# Where a credential word names a value: before ":" or "=". Said in a sentence, only a password is
+# taken ("my password is …", "PASSWORD\tWAS …", "pw's …", "密碼是…"), and only with "pass", "pw" or "是".
+_CREDENTIAL_CONTEXT = (":", "=", "：")
+_SAID_PASSWORD = ("pass", "pw")
+_SAID_PASSWORD_CJK = ("密码是", "口令是", "密碼是")
 
 
 def might_hold_pii(text: str) -> bool:
@@ -1175,9 +1177,12 @@ def might_hold_pii(text: str) -> bool:
         or (("-" in text or "_" in text) and _contains_any(text, _PRESCREEN_NEEDLES))
         or _contains_any(text, _PRESCREEN_PLAIN)
         or text.count(":") >= 7  # an IPv6 address spelled with letters a-f only
-        # A credential word matters only before ":" or "=" or in "… is" (a bearer token and an AWS
-        # secret key have a digit, a URL password an "@": all caught above).
+        # A credential word matters only before ":" or "=", or as a password said in words (a bearer
+        # token, an AWS secret key and a passport number have a digit, a URL password an "@": all
+        # caught above).
         or (_contains_any(text, _CREDENTIAL_CONTEXT) and _contains_any(_lower(text), _SECRET_WORDS))
+        or _contains_any(_lower(text), _SAID_PASSWORD)
+        or ("是" in text and _contains_any(text, _SAID_PASSWORD_CJK))
         or _fullwidth_digit_gate(text)  # a card typed in full-width digits
     )
 

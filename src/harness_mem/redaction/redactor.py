@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 from ..errors import InvalidInputError
 from .detectors import Detector, Rule, WindowCache, default_detectors, might_hold_pii, unchanged
 from .policy import Action, Policy
+from .prescreen import identifier_is_clean
 
 __all__ = ["Redaction", "Redactor", "ScrubbedValue", "Span", "cut_point", "mask"]
 
@@ -311,6 +312,11 @@ class Redactor:
             self._pseudonyms, self._pseudonyms_policy = {}, self.policy
         found = self._pseudonyms.get(value)
         if found is not None:
+            return found
+        if self._prescreen is not None and identifier_is_clean(value):  # most ids: no detector can match
+            if len(self._pseudonyms) >= _CACHED_PSEUDONYMS:
+                self._pseudonyms.clear()
+            found = self._pseudonyms[value] = Redaction(value)
             return found
         spans: list[Span] = []
         text = value
