@@ -7,16 +7,19 @@ The store is seeded with ``--n`` entries that have vectors (the tests' hashed em
 path loads no model, so which one made them does not matter), a tenth of them notes and the rest
 turns of earlier sessions in the same project. Then, timed from spawn to exit:
 
-- capture: ``harness-mem hook PostToolUse`` with a Bash result (the most frequent event), each run
-  a different result so none is dropped as a repeat (goal: p50 ≤ 150 ms);
-- session start: ``harness-mem hook SessionStart`` (goal: ≤ 1 s);
-- the floors under both: ``python -c pass``, ``import harness_mem.cli`` (what any ``harness-mem``
-  command pays before it runs), ``import harness_mem.store`` (what any write pays) and the hook
-  logic's own module.
+- capture through the writer: ``harness-mem hook PostToolUse`` with a Bash result (the most
+  frequent event) while the store's hook writer runs (``harness_mem.hook_writer``), each run a
+  different result so none is dropped as a repeat (goal: p50 ≤ 150 ms);
+- capture in process: the same with no writer to reach (a runtime directory others may enter, which
+  a hook refuses), the path a hook takes when its writer is not up yet or was killed;
+- session start: ``harness-mem hook SessionStart``, through the writer and in process (goal: ≤ 1 s);
+- the floors under them: ``python -c pass``, ``import harness_mem.entry`` (what a hook through the
+  writer imports), ``import harness_mem.cli`` (what any other ``harness-mem`` command pays before it
+  runs) and ``import harness_mem.store`` (what a write in process pays).
 
 Each row gives wall-time p50/p95 and the CPU time p50 (user + system, from ``getrusage``): on a busy
 machine the wall time stretches with the load, the CPU time much less. The load average is printed
-with them.
+with them. The writer runs in a runtime directory of the benchmark's own and is stopped at the end.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -94,31 +98,58 @@ def figures(samples: list[tuple[float, float]]) -> dict[str, float]:
             "cpu_p50_ms": round(statistics.median(cpus) * 1000, 1)}
 
 
+def start_writer(db: Path, runtime: Path, env: dict[str, str]) -> int:
+    """Bring up the store's writer as a session's first hook does; its pid."""
+    timed([str(HARNESS_MEM), "hook", "SessionStart", "--db", str(db)], payload("SessionStart", 0), env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for lock in runtime.glob("*.lock"):
+            text = lock.read_text().strip()
+            if lock.with_suffix(".sock").exists() and text.isdigit():
+                return int(text)
+        time.sleep(0.05)
+    raise SystemExit("the hook writer did not come up")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=3000, help="entries in the store")
     parser.add_argument("--runs", type=int, default=30, help="processes per measurement")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    env.pop("HARNESS_MEM_RAISE_ERRORS", None)
     with tempfile.TemporaryDirectory() as tmp:
+        runtime, shared = Path(tmp) / "run", Path(tmp) / "shared"
+        runtime.mkdir(mode=0o700)
+        shared.mkdir()
+        shared.chmod(0o777)  # a hook uses no writer here: the in-process path
+        env = dict(os.environ, HF_HUB_OFFLINE="1", HARNESS_MEM_RUNTIME_DIR=str(runtime))
+        env.pop("HARNESS_MEM_RAISE_ERRORS", None)
+        alone = dict(env, HARNESS_MEM_RUNTIME_DIR=str(shared))
         db = Path(tmp) / "memory.db"
         seed(db, args.n)
         hook = [str(HARNESS_MEM), "hook"]
         python = [sys.executable, "-c"]
+
+        def imports(module: str) -> list[tuple[float, float]]:
+            return [timed([*python, f"import {module}"], b"", env) for _ in range(args.runs)]
+
+        def hooks(event: str, environ: dict[str, str], first: int) -> list[tuple[float, float]]:
+            return [timed([*hook, event, "--db", str(db)], payload(event, first + i), environ) for i in range(args.runs)]
+
         rows = {
             "python -c pass": [timed([*python, "pass"], b"", env) for _ in range(args.runs)],
-            "import harness_mem.cli": [timed([*python, "import harness_mem.cli"], b"", env) for _ in range(args.runs)],
-            "import harness_mem.store": [timed([*python, "import harness_mem.store"], b"", env)
-                                         for _ in range(args.runs)],
-            "import ...claude_code": [timed([*python, "import harness_mem.integrations.claude_code"], b"", env)
-                                      for _ in range(args.runs)],
-            "hook PostToolUse (capture)": [timed([*hook, "PostToolUse", "--db", str(db)], payload("PostToolUse", i), env)
-                                           for i in range(args.runs)],
-            "hook SessionStart": [timed([*hook, "SessionStart", "--db", str(db)], payload("SessionStart", i), env)
-                                  for i in range(args.runs)],
+            "import harness_mem.entry": imports("harness_mem.entry"),
+            "import harness_mem.cli": imports("harness_mem.cli"),
+            "import harness_mem.store": imports("harness_mem.store"),
         }
+        writer = start_writer(db, runtime, env)
+        try:
+            rows["capture, writer running"] = hooks("PostToolUse", env, 0)
+            rows["SessionStart, writer running"] = hooks("SessionStart", env, 0)
+        finally:
+            os.kill(writer, signal.SIGTERM)
+        rows["capture, in process"] = hooks("PostToolUse", alone, args.runs)
+        rows["SessionStart, in process"] = hooks("SessionStart", alone, 0)
         with MemoryStore(db, embedder=None) as store:
             captured = store.count(session="bench-session")
     report = {"entries": args.n, "runs": args.runs, "captured": captured, "load": [round(x, 2) for x in os.getloadavg()],
@@ -129,8 +160,8 @@ def main() -> None:
     print(f"{args.n} entries, {args.runs} fresh processes each, load average {report['load']}")
     for name in rows:
         row = report[name]
-        print(f"  {name:28} p50 {row['p50_ms']:7.1f} ms   p95 {row['p95_ms']:7.1f} ms   CPU p50 {row['cpu_p50_ms']:6.1f} ms")
-    print(f"  turns captured: {captured} of {args.runs}")
+        print(f"  {name:30} p50 {row['p50_ms']:7.1f} ms   p95 {row['p95_ms']:7.1f} ms   CPU p50 {row['cpu_p50_ms']:6.1f} ms")
+    print(f"  turns captured: {captured} of {2 * args.runs}")
 
 
 if __name__ == "__main__":

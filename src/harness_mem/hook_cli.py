@@ -1,12 +1,13 @@
 """``harness-mem hooks install`` and ``harness-mem hook EVENT``: memory for coding agents' hooks.
 
 The logic is :mod:`harness_mem.integrations.claude_code`; these commands only read stdin, open the
-store and print. ``cli.py`` registers both.
+store and print. ``cli.py`` registers both. The console script answers most hooks without this
+module (:mod:`harness_mem.entry` hands them to :mod:`harness_mem.hook_writer`); ``hook`` here is the
+in-process path it falls back to, and the one for every other command line.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,15 +16,13 @@ import click
 
 from .cliutils import StoreLocation
 from .errors import InvalidInputError
+from .hook_writer import MAX_PAYLOAD_BYTES
 from .integrations import claude_code
 
 if TYPE_CHECKING:
     from .store import MemoryStore
 
 HOSTS = ("claude-code",)
-# A tool result past this is not a turn worth keeping whole, and refusing it bounds the memory a
-# hook can take (tool results are cut to a few thousand characters anyway).
-MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 
 
 @click.group("hooks")
@@ -106,14 +105,11 @@ def hook(ctx: click.Context, event: str, db_path: Path | str | None, namespace: 
         raise click.ClickException(f"no database at {location} — create one with `harness-mem --db {location} init`")
     store = _open(location, options)
     try:
-        if event == claude_code.CONTEXT_EVENT:
-            context = claude_code.session_context(store, payload)
-            if context is not None:
-                click.echo(json.dumps(claude_code.context_output(context), ensure_ascii=False))
-        else:
-            claude_code.capture(store, payload, event)
+        output = claude_code.respond(store, payload, event)
     finally:
         store.close()
+    if output is not None:
+        click.echo(output)
 
 
 def _exists(location: Path | str) -> bool:

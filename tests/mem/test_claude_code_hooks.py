@@ -12,10 +12,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hook_writers import private_runtime_dir
 
 from harness_mem.integrations import claude_code
 from harness_mem.store import MemoryStore
@@ -107,6 +109,13 @@ def run(tmp_path: Path, *args: str, stdin: bytes | dict[str, Any] = b"", cwd: Pa
     done = subprocess.run(command, input=data, capture_output=True, env=env(tmp_path), cwd=cwd or tmp_path,
                           timeout=60, check=False)
     return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
+
+
+@pytest.fixture(autouse=True)
+def runtime_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The hooks start writers (harness_mem.hook_writer): in a directory of this test's, stopped after it."""
+    with private_runtime_dir(monkeypatch) as directory:
+        yield directory
 
 
 @pytest.fixture

@@ -292,6 +292,22 @@ def context_output(context: str) -> dict[str, Any]:
     return {"hookSpecificOutput": {"hookEventName": CONTEXT_EVENT, "additionalContext": context}}
 
 
+# ---- one hook -------------------------------------------------------------------------------------
+
+
+def respond(store: MemoryStore, payload: dict[str, Any], event: str) -> str | None:
+    """Answer one checked hook input (:func:`parse_payload`): for SessionStart the JSON line to print
+    (None when there is nothing to recall), for a capture event store the turn and return None.
+
+    Both ways a hook runs call this, in process and in the hook writer, so they answer alike.
+    """
+    if event == CONTEXT_EVENT:
+        context = session_context(store, payload)
+        return None if context is None else json.dumps(context_output(context), ensure_ascii=False)
+    capture(store, payload, event)
+    return None
+
+
 # ---- settings -------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,410 @@
+"""The hook writer: one long-lived process per store that answers ``harness-mem hook EVENT``.
+
+A hook is a fresh process on every prompt and tool call, and importing the store costs it half a
+second. So the hook (:mod:`harness_mem.entry`) only reads the host's JSON and hands it, raw, to a
+writer that keeps the :class:`~harness_mem.store.MemoryStore` open: the writer checks and answers it
+with the same code as the in-process path (:func:`~harness_mem.integrations.claude_code.parse_payload`
+and :func:`~harness_mem.integrations.claude_code.respond`, so redaction, cutting, repeats and tags
+are the same), commits, and only then acks. An acked turn is in the database; a turn that was not
+acked is stored by the hook itself, in process (a turn the writer committed just before dying is
+then the session's last turn again, which ``capture`` drops as a repeat).
+
+One writer serves one (database file, namespace), with the default redactor and no embedder. It
+listens on a Unix socket in a directory only its user can enter (``$HARNESS_MEM_RUNTIME_DIR``, else
+``$XDG_RUNTIME_DIR/harness-mem``, else ``harness-mem-UID`` in the temporary directory), named by a
+hash of the file's resolved path and the namespace; it answers only its own user's processes and
+exits after :data:`DEFAULT_IDLE_SECONDS` without a request (``$HARNESS_MEM_WRITER_IDLE_SECONDS``),
+removing its socket. Nothing but the store's own (redacted) write puts a turn's text on disk.
+
+The wire format: the hook sends one JSON header line (:data:`PROTOCOL`, event, database, namespace,
+working directory), then the host's bytes as they came, then closes its sending side; the writer
+answers one JSON line: ``{"status": "ok", "output": …}``, ``{"status": "error", "message": …}``
+(the one-line error the in-process path prints), or ``{"status": "retry"}`` (not this writer's
+store: the hook answers in process).
+
+The top of this module imports only the standard library: every hook imports it to reach the writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import socket
+import stat
+import struct
+import sys
+import time
+from types import FrameType
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+#: Bumped when the wire format changes: it is part of the socket's name, so an old writer still
+#: running after an upgrade is never asked in a format it does not know.
+PROTOCOL = 1
+#: A tool result past this is not a turn worth keeping whole, and refusing it bounds the memory a
+#: hook can take (tool results are cut to a few thousand characters anyway). Both paths refuse it.
+MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+MAX_HEADER_BYTES = 64 * 1024
+MAX_REPLY_BYTES = 16 * 1024 * 1024
+RUNTIME_DIR_ENV = "HARNESS_MEM_RUNTIME_DIR"
+IDLE_ENV = "HARNESS_MEM_WRITER_IDLE_SECONDS"
+DEFAULT_IDLE_SECONDS = 600.0
+#: How long a hook waits for the ack before it stores the turn itself (Claude Code gives a hook 10 s).
+ACK_TIMEOUT = 5.0
+#: How long the writer gives one hook to send its request (a hook that stalls must not hold up the rest).
+REQUEST_TIMEOUT = 5.0
+# sun_path holds 108 bytes on Linux and 104 on macOS, the terminating NUL included.
+MAX_SOCKET_PATH_BYTES = 103
+RAISE_ERRORS_ENV = "HARNESS_MEM_RAISE_ERRORS"
+
+
+class Reply(NamedTuple):
+    """The writer's answer to one hook: what to print on stdout, or the one-line error."""
+
+    output: str | None = None
+    error: str | None = None
+
+
+# ---- where a writer listens ----------------------------------------------------------------------
+
+
+def runtime_dir() -> str:
+    """The directory the writers' sockets live in (it need not exist yet)."""
+    chosen = os.environ.get(RUNTIME_DIR_ENV)
+    if chosen:
+        return chosen
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isdir(xdg):
+        return os.path.join(xdg, "harness-mem")
+    import tempfile  # only here: most hooks never need it
+
+    return os.path.join(tempfile.gettempdir(), f"harness-mem-{os.getuid()}")
+
+
+def is_private(directory: str) -> bool:
+    """True when ``directory`` is a real directory of this user that no one else may enter."""
+    try:
+        info = os.lstat(directory)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+
+
+def socket_path(db: str, namespace: str) -> str | None:
+    """The socket of the writer for ``db`` (a resolved path) and ``namespace``; None when the
+    runtime directory's path is too long for a Unix socket."""
+    key = hashlib.sha256(f"{PROTOCOL}\0{db}\0{namespace}".encode()).hexdigest()[:32]
+    path = os.path.join(runtime_dir(), f"writer-{key}.sock")
+    return path if len(os.fsencode(path)) <= MAX_SOCKET_PATH_BYTES else None
+
+
+def lock_path(socket_file: str) -> str:
+    """The file a writer holds locked while it runs (its pid inside): one writer per socket."""
+    return socket_file.removesuffix(".sock") + ".lock"
+
+
+def peer_uid(connection: socket.socket) -> int | None:
+    """The user id of the process at the other end; None where the platform cannot tell (there the
+    private directory is the only guard)."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    size = struct.calcsize("3i")
+    _pid, uid, _gid = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, option, size))
+    return int(uid)
+
+
+def is_own_user(connection: socket.socket) -> bool:
+    uid = peer_uid(connection)
+    return uid is None or uid == os.getuid()
+
+
+# ---- the hook's side -----------------------------------------------------------------------------
+
+
+def ask(db: str, namespace: str, event: str, raw: bytes, *, timeout: float = ACK_TIMEOUT) -> Reply | None:
+    """The running writer's answer to one hook; None when no writer answered (none running, a stale
+    socket, a timeout, a writer that died before its ack, or one for another store)."""
+    if not hasattr(socket, "AF_UNIX"):
+        return None
+    path = socket_path(db, namespace)
+    if path is None or not is_private(os.path.dirname(path)):
+        return None
+    header = {"protocol": PROTOCOL, "event": event, "db": db, "namespace": namespace, "cwd": _cwd()}
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.settimeout(timeout)
+            connection.connect(path)
+            if not is_own_user(connection):
+                return None
+            connection.sendall(json.dumps(header).encode() + b"\n")
+            connection.sendall(raw)
+            connection.shutdown(socket.SHUT_WR)
+            answer = _read_all(connection, MAX_REPLY_BYTES)
+    except OSError:  # socket.timeout included
+        return None
+    try:
+        reply = json.loads(answer)
+    except ValueError:  # nothing (the writer died before its ack) or cut short
+        return None
+    if not isinstance(reply, dict):
+        return None
+    if reply.get("status") == "ok":
+        output = reply.get("output")
+        return Reply(output=output if isinstance(output, str) else None)
+    if reply.get("status") == "error":
+        return Reply(error=str(reply.get("message")))
+    return None
+
+
+def start(db: str, namespace: str) -> bool:
+    """Start a writer for ``db`` and ``namespace`` in the background, detached from this process (it
+    outlives the hook); False when none can run here. A writer that finds another already running
+    exits at once."""
+    if not hasattr(socket, "AF_UNIX"):
+        return False
+    path = socket_path(db, namespace)
+    if path is None or not make_private_dir(os.path.dirname(path)):
+        return False
+    import subprocess  # only here: a hook that reached its writer never starts one
+
+    try:
+        subprocess.Popen(  # noqa: S603  # our own interpreter and module, no shell
+            [sys.executable, "-m", "harness_mem.hook_writer", db, "--namespace", namespace],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, close_fds=True, cwd="/",
+        )
+    except OSError:
+        return False
+    return True
+
+
+def make_private_dir(directory: str) -> bool:
+    """Create ``directory`` (mode 0700) unless it exists; True when it is private (see :func:`is_private`)."""
+    with contextlib.suppress(OSError):
+        os.mkdir(directory, 0o700)
+    return is_private(directory)
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # the directory was removed under us
+        return None
+
+
+def _read_all(connection: socket.socket, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = connection.recv(1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+# ---- the writer's side ---------------------------------------------------------------------------
+
+
+class _Stop(Exception):
+    """SIGTERM or SIGHUP: leave the serving loop and clean up."""
+
+
+def serve(db: str, namespace: str, *, idle: float) -> int:
+    """Run the writer for ``db`` and ``namespace`` until it has been idle for ``idle`` seconds, or
+    is told to stop; the exit status (0 also when another writer already serves this store)."""
+    import fcntl
+
+    db = os.path.realpath(db)
+    path = socket_path(db, namespace)
+    if path is None or not make_private_dir(os.path.dirname(path)) or not os.path.isfile(db):
+        return 1  # never creates a database: the hook answers in process, with its error
+    lock = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0  # another writer runs (or is starting) for this store
+        store = _open(db, namespace)
+        try:
+            identity = _identity(db)
+            listener = _listen(path)
+            os.ftruncate(lock, 0)
+            os.write(lock, f"{os.getpid()}\n".encode())
+            try:
+                _loop(listener, store, db, namespace, identity, idle)
+            finally:
+                _remove_socket(path, listener)
+            if not _is_file(db, identity):
+                # Deleted or replaced while open: closing would checkpoint and remove the -wal file
+                # by its name, which may now be the new database's. Leave without touching it.
+                os._exit(0)
+        finally:
+            store.close()
+    finally:
+        os.close(lock)  # the lock goes with it
+    return 0
+
+
+def _open(db: str, namespace: str) -> MemoryStore:
+    from .store import MemoryStore
+
+    # As the in-process hook does: no model, the default redactor.
+    return MemoryStore(db, namespace=namespace, embedder=None, redactor="default")
+
+
+def _identity(db: str) -> tuple[int, int]:
+    info = os.stat(db)
+    return info.st_dev, info.st_ino
+
+
+def _is_file(db: str, identity: tuple[int, int]) -> bool:
+    """True while ``db`` is still the file this writer opened."""
+    try:
+        return _identity(db) == identity
+    except OSError:
+        return False
+
+
+def _listen(path: str) -> socket.socket:
+    # Under the lock no other writer runs: a socket file left here is stale (its writer was killed).
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    umask = os.umask(0o177)  # the socket is 0600 from the moment it exists
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(umask)
+    listener.listen(64)
+    return listener
+
+
+def _remove_socket(path: str, listener: socket.socket) -> None:
+    # Still under the lock: the file at ``path`` is this writer's, no other could have bound it.
+    listener.close()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _loop(listener: socket.socket, store: MemoryStore, db: str, namespace: str, identity: tuple[int, int],
+          idle: float) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise _Stop
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
+    deadline = time.monotonic() + idle
+    try:
+        while (remaining := deadline - time.monotonic()) > 0:
+            listener.settimeout(remaining)
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                break
+            with connection:
+                if not _handle(connection, store, db, namespace, identity):
+                    break
+            deadline = time.monotonic() + idle
+    except _Stop:
+        pass
+
+
+def _handle(connection: socket.socket, store: MemoryStore, db: str, namespace: str,
+            identity: tuple[int, int]) -> bool:
+    """Answer one hook; False when this writer should stop (its database file was replaced)."""
+    connection.settimeout(REQUEST_TIMEOUT)
+    try:
+        if not is_own_user(connection):
+            return True  # another user's process: no answer at all
+        header, raw = _read_request(connection)
+    except (OSError, ValueError):
+        return True  # a hook that went away or sent garbage: it stores its turn itself
+    if header.get("protocol") != PROTOCOL or header.get("db") != db or header.get("namespace") != namespace:
+        _send(connection, {"status": "retry"})
+        return True
+    if not _is_file(db, identity):  # deleted or replaced: writing on would go to a file no one reads
+        _send(connection, {"status": "retry"})
+        return False
+    event = str(header.get("event"))
+    cwd = header.get("cwd")
+    if isinstance(cwd, str):  # a relative transcript_path means what it meant to the hook
+        with contextlib.suppress(OSError):
+            os.chdir(cwd)
+    _send(connection, _answer(store, event, raw))
+    return True
+
+
+def _read_request(connection: socket.socket) -> tuple[dict[str, Any], bytes]:
+    data = b""
+    while b"\n" not in data:
+        chunk = connection.recv(1 << 16)
+        if not chunk or len(data) > MAX_HEADER_BYTES:
+            raise ValueError("no header")
+        data += chunk
+    line, _, rest = data.partition(b"\n")
+    header = json.loads(line)
+    if not isinstance(header, dict):
+        raise ValueError("the header is not an object")
+    return header, rest + _read_all(connection, MAX_PAYLOAD_BYTES - len(rest))
+
+
+def _answer(store: MemoryStore, event: str, raw: bytes) -> dict[str, Any]:
+    from .errors import InvalidInputError
+    from .integrations import claude_code
+
+    try:
+        if len(raw) > MAX_PAYLOAD_BYTES:
+            raise InvalidInputError(f"the {event} hook input is over {MAX_PAYLOAD_BYTES // 2**20} MiB")
+        output = claude_code.respond(store, claude_code.parse_payload(raw, event), event)
+    except Exception as exc:
+        return {"status": "error", "message": error_line(exc)}
+    return {"status": "ok", "output": output}
+
+
+def error_line(exc: Exception) -> str:
+    """The message the in-process hook prints after ``Error: `` for ``exc``."""
+    from .cliutils import user_error
+
+    mapped = user_error(exc, RAISE_ERRORS_ENV)
+    if mapped is not None:
+        return mapped.format_message()
+    import traceback  # asked for with $HARNESS_MEM_RAISE_ERRORS: the whole story
+
+    return "".join(traceback.format_exception(exc)).rstrip()
+
+
+def _send(connection: socket.socket, reply: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):  # the hook gave up waiting: it stores its turn itself
+        connection.sendall(json.dumps(reply, ensure_ascii=False).encode() + b"\n")
+
+
+def idle_seconds() -> float:
+    """``$HARNESS_MEM_WRITER_IDLE_SECONDS`` when it is a positive number, else the default."""
+    try:
+        value = float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE_SECONDS)
+    except ValueError:
+        return DEFAULT_IDLE_SECONDS
+    return value if 0 < value < float("inf") else DEFAULT_IDLE_SECONDS
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m harness_mem.hook_writer DB [--namespace N]``: what :func:`start` runs."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m harness_mem.hook_writer", description=main.__doc__)
+    parser.add_argument("db", help="the database file")
+    parser.add_argument("--namespace", default="default")
+    args = parser.parse_args(argv)
+    return serve(args.db, args.namespace, idle=idle_seconds())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
