@@ -181,7 +181,12 @@ def choose_key(storage: IdentityRecords, given: bytes | str | None, config_dir: 
     with storage.transaction():  # one key per store, whichever process makes it first
         recorded = storage.setting(KEY_ID_SETTING)
         if recorded is None:
-            key = _make_key(config_dir)
+            try:
+                key = _make_key(config_dir)
+            except OSError as exc:  # a config directory that cannot be written: keep the memories, not the names
+                logger.warning("cannot make an identity key in %s (%s): identities are kept as pseudonyms",
+                               config_dir, exc)
+                return None
             storage.set_setting(KEY_ID_SETTING, key.id)
             return key
     return _read_key(key_file(recorded, config_dir))

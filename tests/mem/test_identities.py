@@ -158,3 +158,15 @@ def test_a_copy_takes_the_sealed_names_along(db_path: Path, tmp_path: Path) -> N
     with MemoryStore(tmp_path / "copy.db", embedder=None) as copy:
         assert next(copy.list()).session == f"user-{EMAIL}"
     assert_absent(RAW, stored_text(tmp_path / "copy.db"))
+
+
+def test_a_config_directory_that_cannot_be_written_keeps_the_memories(db_path: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the config directory would be")
+    monkeypatch.setenv("HARNESS_MEM_CONFIG", str(blocked))
+    with MemoryStore(db_path, embedder=None) as store:
+        entry = store.add("still stored", session=f"user-{EMAIL}")
+        assert entry.content == "still stored" and EMAIL not in str(entry.session)
+        assert store.get(entry.id).content == "still stored"
+    assert_absent(RAW, stored_text(db_path))
