@@ -209,7 +209,6 @@ class Sealer:
         self.pending: dict[str, SealedIdentity] = {}
         self._find_key: Callable[[], IdentityKey | None] | None = find_key
         self._key: IdentityKey | None = None
-        self._known: set[str] = set()  # sealed and written by this handle: not sealed again
 
     @property
     def resolved(self) -> bool:
@@ -225,15 +224,15 @@ class Sealer:
     def note(self, raw: str, pseudonymised: Redaction) -> None:
         """Seal ``raw`` as the value behind its stored form, unless unchanged, known or a credential."""
         stored = pseudonymised.text
-        if raw == stored or stored in self._known or stored in self.pending:
+        # Sealed again for each write that holds it (once per batch), never taken as known: a gc in
+        # another process may have dropped its sealed row since this handle last wrote it.
+        if raw == stored or stored in self.pending:
             return
         if self.secret_kinds and any(span.kind in self.secret_kinds for span in pseudonymised.spans):
             return
         key = self.key
         if key is None:
             return
-        if len(self._known) >= _CACHED:
-            self._known.clear()
         self.pending[stored] = SealedIdentity(stored, key.id, key.seal(self.namespace, stored, raw))
 
     def take(self) -> list[SealedIdentity]:
@@ -241,16 +240,13 @@ class Sealer:
         self.pending.clear()
         return taken
 
-    def written(self, rows: Iterable[SealedIdentity]) -> None:
-        self._known.update(row.stored for row in rows)
-
     def put_back(self, rows: Iterable[SealedIdentity]) -> None:
         for row in rows:
             self.pending.setdefault(row.stored, row)
 
     def __getstate__(self) -> dict[str, Any]:  # the key travels, not the storage that finds it
         state = dict(vars(self))
-        state.update(_key=self.key, _find_key=None, pending={}, _known=set())
+        state.update(_key=self.key, _find_key=None, pending={})
         return state
 
 

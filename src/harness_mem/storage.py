@@ -195,8 +195,6 @@ def write_sealed(storage: Storage, sealer: Sealer | None, rows: Sequence[Row], o
         if sealer is not None:
             sealer.put_back(sealed)
         raise
-    if sealer is not None:
-        sealer.written(sealed)
     return written
 
 

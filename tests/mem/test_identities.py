@@ -170,3 +170,14 @@ def test_a_config_directory_that_cannot_be_written_keeps_the_memories(db_path: P
         assert entry.content == "still stored" and EMAIL not in str(entry.session)
         assert store.get(entry.id).content == "still stored"
     assert_absent(RAW, stored_text(db_path))
+
+
+def test_a_name_written_again_after_its_seal_was_purged_is_sealed_again(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None) as store:
+        first = store.add("first", session=f"user-{EMAIL}")
+        store.forget(first.id)
+        store.purge()  # the only entry holding the name is gone, and its seal with it
+        assert not list(store.storage.every_sealed_identity())
+        store.add("again", session=f"user-{EMAIL}")  # the same handle, the same name
+    with MemoryStore(db_path, embedder=None) as reopened:
+        assert [e.session for e in reopened.list()] == [f"user-{EMAIL}"]
