@@ -121,7 +121,6 @@ class MemoryStore:
     def _scope(self, namespace: str, redactor: Redactor | None, key: bytes | str | Literal[False] | None) -> Scope:
         """The scope of this handle, with what seals its identities when it redacts and may keep them."""
         stored = identity(namespace, redactor) or namespace
-        self.identities = None
         if redactor is None or key is False:
             return Scope(stored, redactor)
         settings = Settings.from_env()
