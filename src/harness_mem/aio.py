@@ -209,6 +209,13 @@ class AsyncMemoryStore:
         """The open file as a sqlite-utils ``Database``, for looking (see :attr:`MemoryStore.db`)."""
         return self.store.db
 
+    async def another(self) -> AsyncMemoryStore:
+        """A second handle on this store, with its own connection and worker thread (see
+        :meth:`MemoryStore.another`)."""
+        twin = AsyncMemoryStore(*self._open_args[:1], **self._open_args[1])
+        twin._store = await self._run(MemoryStore.another)
+        return twin
+
     async def aclose(self) -> None:
         if self._store is not None:
             store, self._store = self._store, None

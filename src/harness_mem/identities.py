@@ -1,5 +1,5 @@
-"""Identities that round-trip: ids, sessions, roles, tags and the namespace come back as the caller
-gave them, while the file holds none of them raw.
+"""Identities that round-trip: ids, sessions, roles, tags, the namespace and metadata values come
+back as the caller gave them, while the file holds none of them raw.
 
 Identity fields are stored as keyed pseudonyms (:func:`~harness_mem.rows.identity`):
 ``user-ada@example.com`` is stored as ``user-<EMAIL:…>``, which every lookup by the raw value
@@ -19,9 +19,14 @@ key is missing reads and writes as before, with the pseudonyms in place of the n
 key loses the names, never the memories**, and no new key is made over an old one. A team sharing a
 PostgreSQL store shares the key through the variable.
 
-Only identity fields are sealed. Content and metadata are redacted as the policy says (a label is
-not a pseudonym and has no raw value kept), and credentials are never sealed: a password that
-happens to be an id comes back as its pseudonym.
+Metadata values are kept the same way (:func:`~harness_mem.rows.stored_metadata`): a framework reads
+its item back from them. Content is redacted as the policy says (a label is not a pseudonym and has
+no raw value kept), and credentials are never sealed: a password that happens to be an id comes
+back as its pseudonym, one in a metadata value as the policy scrubs it.
+
+Two spellings the redactor reads as one value (an address in two cases, a phone number with and
+without its spaces, a number and its digits as text) share one pseudonym, and so one sealed value
+per namespace: the first written is the one read back.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import logging
 import os
 import re
 import secrets
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -42,7 +47,10 @@ if TYPE_CHECKING:
     from .models import Entry, Hit, SessionHit, SessionSummary
     from .redaction import Redaction
 
-__all__ = ["KEY_ID_SETTING", "Identities", "IdentityKey", "IdentityRecords", "SealedIdentity", "Sealer", "key_file"]
+__all__ = [
+    "KEY_ID_SETTING", "Identities", "IdentityKey", "IdentityRecords", "SealedIdentity", "Sealer", "key_file",
+    "metadata_pseudonyms",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +62,8 @@ _NONCE_BYTES = 12
 _PSEUDONYM = re.compile(r"<[A-Z][A-Z0-9_]*:[0-9a-f]{12}>")
 # How many revealed values a store remembers (a session's id repeats in every turn).
 _CACHED = 4096
+# Begins the sealed text of a metadata int (a phone number kept as a number): it comes back an int.
+_INT_MARK = "\x00int:"
 
 
 class SealedIdentity(NamedTuple):
@@ -221,8 +231,9 @@ class Sealer:
             self._key, self._find_key = self._find_key(), None
         return self._key
 
-    def note(self, raw: str, pseudonymised: Redaction) -> None:
-        """Seal ``raw`` as the value behind its stored form, unless unchanged, known or a credential."""
+    def note(self, raw: str | int, pseudonymised: Redaction) -> None:
+        """Seal ``raw`` (a metadata value may be an int) as the value behind its stored form, unless
+        unchanged, known or a credential."""
         stored = pseudonymised.text
         # Sealed again for each write that holds it (once per batch), never taken as known: a gc in
         # another process may have dropped its sealed row since this handle last wrote it.
@@ -233,7 +244,8 @@ class Sealer:
         key = self.key
         if key is None:
             return
-        self.pending[stored] = SealedIdentity(stored, key.id, key.seal(self.namespace, stored, raw))
+        plain = raw if isinstance(raw, str) else _INT_MARK + str(raw)
+        self.pending[stored] = SealedIdentity(stored, key.id, key.seal(self.namespace, stored, plain))
 
     def take(self) -> list[SealedIdentity]:
         taken = list(self.pending.values())
@@ -262,7 +274,7 @@ class Identities:
         self.sealer = Sealer(namespace, lambda: choose_key(storage, given, config_dir, create=writable), secret_kinds)
         self._reading: Callable[[], IdentityKey | None] = lambda: choose_key(storage, given, config_dir, create=False)
         self._read_key: tuple[IdentityKey | None] | None = None
-        self._revealed: dict[str, str] = {}
+        self._revealed: dict[str, str | int] = {}
 
     def _key(self) -> IdentityKey | None:
         # A read never makes a key; once this handle's writes have one, reads use it too.
@@ -272,7 +284,7 @@ class Identities:
             self._read_key = (self._reading(),)
         return self._read_key[0]
 
-    def reveal(self, values: Iterable[str | None]) -> dict[str, str]:
+    def reveal(self, values: Iterable[str | None]) -> dict[str, str | int]:
         """The raw value of each stored identity in ``values`` that this handle's key opens."""
         wanted = {v for v in values if v and "<" in v and v not in self._revealed and _PSEUDONYM.search(v)}
         if wanted:
@@ -283,12 +295,12 @@ class Identities:
                 for stored, key_id, sealed in self.storage.sealed_identities(self.namespace, sorted(wanted)):
                     raw = key.open(self.namespace, stored, sealed) if key_id == key.id else None
                     if raw is not None:
-                        self._revealed[stored] = raw
+                        self._revealed[stored] = int(raw[len(_INT_MARK):]) if raw.startswith(_INT_MARK) else raw
         return self._revealed
 
     def value(self, stored: str) -> str:
         """One stored identity value as the caller gave it (as stored when it cannot be opened)."""
-        return self.reveal([stored]).get(stored, stored) if "<" in stored else stored
+        return str(self.reveal([stored]).get(stored, stored)) if "<" in stored else stored
 
     def entries(self, entries: Sequence[Entry]) -> list[Entry]:
         """``entries`` with their identity fields as the caller gave them."""
@@ -301,13 +313,11 @@ class Identities:
             for field in ("id", "namespace", "role", "session", "superseded_by"):
                 value = getattr(entry, field)
                 if value in known:
-                    changes[field] = known[value]
+                    changes[field] = str(known[value])
             if any(tag in known for tag in entry.tags):
-                changes["tags"] = tuple(known.get(tag, tag) for tag in entry.tags)
-            sources = entry.metadata.get("source_turns") if entry.metadata else None
-            if isinstance(sources, list) and any(s in known for s in sources if isinstance(s, str)):
-                changes["metadata"] = {**entry.metadata,
-                                       "source_turns": [known.get(s, s) if isinstance(s, str) else s for s in sources]}
+                changes["tags"] = tuple(str(known.get(tag, tag)) for tag in entry.tags)
+            if entry.metadata and any(v in known for v in _metadata_strings(entry.metadata)):
+                changes["metadata"] = _revealed_metadata(entry.metadata, known)
             out.append(entry.model_copy(update=changes) if changes else entry)
         return out
 
@@ -340,6 +350,34 @@ class Identities:
 def _identity_values(entry: Entry) -> Iterable[str | None]:
     yield from (entry.id, entry.namespace, entry.role, entry.session, entry.superseded_by)
     yield from entry.tags
-    sources = entry.metadata.get("source_turns") if entry.metadata else None
-    if isinstance(sources, list):
-        yield from (s for s in sources if isinstance(s, str))
+    if entry.metadata:
+        yield from _metadata_strings(entry.metadata)
+
+
+def metadata_pseudonyms(metadata: Any) -> Iterator[str]:
+    """Every string in ``metadata`` (dict keys too) that holds a pseudonym: the stored values a
+    metadata value may have sealed (what a gc keeps)."""
+    return (s for s in _metadata_strings(metadata) if "<" in s and _PSEUDONYM.search(s))
+
+
+def _metadata_strings(obj: Any) -> Iterator[str]:
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            if isinstance(key, str):
+                yield key
+            yield from _metadata_strings(value)
+    elif isinstance(obj, list | tuple):
+        for value in obj:
+            yield from _metadata_strings(value)
+
+
+def _revealed_metadata(obj: Any, known: dict[str, str | int]) -> Any:
+    if isinstance(obj, str):
+        return known.get(obj, obj)
+    if isinstance(obj, dict):
+        return {(known.get(k, k) if isinstance(k, str) else k): _revealed_metadata(v, known) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_revealed_metadata(v, known) for v in obj]
+    return obj

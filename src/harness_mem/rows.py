@@ -26,7 +26,7 @@ from .models import (
     now_ms,
     to_ms,
 )
-from .redaction import Redaction, Redactor
+from .redaction import Action, Redaction, Redactor
 
 if TYPE_CHECKING:
     from .identities import Sealer
@@ -38,7 +38,8 @@ COLUMNS = (
 PLACEHOLDERS = ", ".join("?" * len(COLUMNS.split(",")))
 
 __all__ = [
-    "COLUMNS", "MAX_CONTENT_CHARS", "PLACEHOLDERS", "Row", "entry_from_row", "identity", "identity_tags", "prepare_row",
+    "COLUMNS", "MAX_CONTENT_CHARS", "PLACEHOLDERS", "Row", "StoredMetadata", "entry_from_row", "identity", "identity_tags",
+    "prepare_row", "stored_metadata",
 ]
 
 BULK_BATCH_SIZE = 5000  # imports: fewer, larger transactions (each commit also flushes an FTS5 segment)
@@ -90,6 +91,71 @@ def identity_tags(tags: Any, redactor: Redactor | None) -> tuple[str, ...]:
     if redactor is None or not cleaned:
         return cleaned
     return clean_tags([identity(tag, redactor) or tag for tag in cleaned])
+
+
+class StoredMetadata(NamedTuple):
+    """Metadata as :func:`stored_metadata` stores it, what it found (by kind), and whether the policy refuses it."""
+
+    value: Any
+    counts: dict[str, int]
+    blocked: bool
+
+
+def stored_metadata(value: Any, redactor: Redactor, sealer: Sealer | None = None) -> StoredMetadata:
+    """``value`` (an entry's metadata, or a metadata filter) as it is stored and looked up.
+
+    Metadata values are the caller's data, read back by code (a LangGraph item's value is its
+    metadata), so they follow the identity rule (:func:`identity`) rather than content's: each string
+    (dict keys too) and each int that the redactor changes is stored as its keyed pseudonym, a
+    filter on the raw value finds it, and ``sealer`` seals the raw value so reads give it back as
+    written (:mod:`harness_mem.identities`). Two exceptions keep the policy's word: a string holding a
+    credential is scrubbed as the policy says (a label or mask, never sealed), and one holding a kind the
+    policy blocks makes the entry refused (``blocked``).
+    """
+    counts: dict[str, int] = {}
+    blocked = False
+    policed: frozenset[str] | None = None  # the kinds the policy scrubs even here: credentials, blocked kinds
+
+    def leaf(raw: str | int) -> str | int:
+        nonlocal blocked, policed
+        text = raw if isinstance(raw, str) else str(raw)
+        found = redactor.pseudonymise(text)
+        if not found.spans:
+            return raw
+        if policed is None:
+            policed = frozenset(d.kind for d in redactor.detectors
+                                if d.secret or redactor.policy.action_for(d.kind) is Action.BLOCK)
+        if any(span.kind in policed for span in found.spans):
+            found = redactor.scrub(text)
+            blocked = blocked or found.blocked
+        elif sealer is not None:
+            sealer.note(raw, found)
+        for kind, n in found.counts.items():
+            counts[kind] = counts.get(kind, 0) + n
+        return found.text
+
+    def walk(obj: Any) -> Any:
+        if isinstance(obj, bool) or obj is None or isinstance(obj, float):
+            return obj
+        if isinstance(obj, str | int):
+            return leaf(obj)
+        if isinstance(obj, Mapping):
+            out: dict[Any, Any] = {}
+            for key, item in obj.items():
+                stored = leaf(key) if isinstance(key, str) else key
+                # Two keys stored alike (one address in two spellings) must not overwrite each other.
+                base, n = stored, 2
+                while stored in out:
+                    stored, n = f"{base}#{n}", n + 1
+                if stored != base and sealer is not None:
+                    sealer.note(key, Redaction(str(stored)))
+                out[stored] = walk(item)
+            return out
+        if isinstance(obj, list | tuple):
+            return [walk(item) for item in obj]
+        return obj
+
+    return StoredMetadata(walk(value), counts, blocked)
 
 
 def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Redactor | None,
@@ -160,21 +226,21 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
         for kind_found, n in found.items():
             redactions[kind_found] = redactions.get(kind_found, 0) + n
         body = Redaction(content) if content_scrubbed else redactor.scrub(content)
-        extras = redactor.scrub_value([source, metadata]) if source or metadata else None
-        if body.spans or (extras is not None and extras.counts):
-            for counts in (body.counts, extras.counts if extras else {}):
-                for kind_found, n in counts.items():
-                    redactions[kind_found] = redactions.get(kind_found, 0) + n
-        if body.blocked or (extras and extras.blocked):
+        scrubbed_source = redactor.scrub(source) if source else None
+        kept = stored_metadata(metadata, redactor, sealer) if metadata else None
+        for counts in (body.counts, scrubbed_source.counts if scrubbed_source else {}, kept.counts if kept else {}):
+            for kind_found, n in counts.items():
+                redactions[kind_found] = redactions.get(kind_found, 0) + n
+        if body.blocked or (scrubbed_source and scrubbed_source.blocked) or (kept and kept.blocked):
             raise WriteRefusedError(
                 f"the redaction policy refuses to store this entry (found: {', '.join(sorted(redactions))})",
                 reason="policy", counts=redactions,
             )
         content = body.text
-        if extras is not None:
-            source, metadata = extras.value
-            if metadata:
-                metadata_json = dumps(metadata)
+        if scrubbed_source is not None:
+            source = scrubbed_source.text
+        if kept is not None and kept.counts:
+            metadata_json = dumps(kept.value)
         redactions_json = dumps(redactions) if redactions else "{}"
     try:
         digest = content_hash(content)

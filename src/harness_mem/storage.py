@@ -27,12 +27,12 @@ import numpy.typing as npt
 
 from .errors import DuplicateIdError, InvalidInputError
 from .filters import Selection
-from .identities import SealedIdentity, Sealer
+from .identities import SealedIdentity, Sealer, metadata_pseudonyms
 from .keyword import entry_index_text
 from .models import MigrationStatus
 from .protocols import Embedder
 from .redaction import Redactor
-from .rows import Row, identity, identity_tags
+from .rows import Row, identity, identity_tags, stored_metadata
 
 OnConflict = Literal["error", "ignore", "replace"]
 
@@ -152,30 +152,21 @@ class Scope:
 
 
     def _stored_metadata(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """A metadata filter with its keys and string values as the redactor stored them (operators
-        kept): a value the redactor changes is found in its stored form."""
+        """A metadata filter with its keys and values as they are stored (:func:`~harness_mem.rows.stored_metadata`;
+        an operator is no value the redactor changes): a value the redactor changes is found by its raw form."""
         assert self.redactor is not None
-        scrub = self.redactor.scrub
-
-        def walk(value: Any) -> Any:
-            if isinstance(value, str):
-                return scrub(value).text
-            if isinstance(value, Mapping):
-                return {(k if isinstance(k, str) and k.startswith("$") else walk(k)): walk(v) for k, v in value.items()}
-            if isinstance(value, list | tuple):
-                return [walk(v) for v in value]
-            return value
-
-        return dict(walk(spec))
+        return dict(stored_metadata(spec, self.redactor).value)
 
 
 def identity_values_in_use(rows: Iterable[Sequence[Any]]) -> set[tuple[str, str]]:
     """(namespace, value) of every identity value in ``rows`` of (namespace, id, role, session,
-    tags as JSON, superseded_by): what :meth:`Storage.drop_unused_identities` keeps."""
+    tags as JSON, superseded_by, metadata as JSON): what :meth:`Storage.drop_unused_identities` keeps."""
     used: set[tuple[str, str]] = set()
-    for namespace, *values, tags, superseded_by in rows:
+    for namespace, *values, tags, superseded_by, metadata in rows:
         used.update((namespace, v) for v in (*values, superseded_by) if v)
         used.update((namespace, tag) for tag in json.loads(tags) if isinstance(tag, str))
+        if "<" in metadata:
+            used.update((namespace, value) for value in metadata_pseudonyms(json.loads(metadata)))
     return used
 
 

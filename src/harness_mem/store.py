@@ -83,9 +83,11 @@ class MemoryStore:
         #: The engine that keeps this store's rows (see :mod:`harness_mem.storage`).
         self.storage: Storage = open_storage(path, read_only=read_only, cache_kib=cache_kib)
         #: Held by whatever calls this store from several threads (the framework adapters' worker
-        #: threads, say): its one connection serves one call at a time. Re-entrant.
+        #: threads, say): its one connection serves one call at a time. Re-entrant. A thread of
+        #: its own may instead take a handle of its own (:meth:`another`).
         self.lock = threading.RLock()
         self._local = threading.local()  # per thread: inside stored_forms()?
+        self._opened_with = (path, cache_kib)  # for another(): a server's URL keeps its password here alone
         #: The file, or the server's URL without its password.
         self.path: Path | str = (self.storage.location if is_url(path) else
                                  ":memory:" if str(path) == ":memory:" else Path(path))
@@ -227,6 +229,14 @@ class MemoryStore:
 
     def close(self) -> None:
         self.storage.close()
+
+    def another(self) -> MemoryStore:
+        """A second handle on this store, with its own connection (for another thread or a
+        background writer): the same namespace, embedder, redactor, identity key and read-only
+        flag, opened with what opened this one (a server's password too)."""
+        path, cache_kib = self._opened_with
+        return MemoryStore(path, namespace=self.namespace, embedder=self.embedder, redactor=self.redactor,
+                           read_only=self.read_only, cache_kib=cache_kib, identity_key=self.identity_key)
 
     def __enter__(self) -> MemoryStore:
         return self

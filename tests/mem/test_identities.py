@@ -1,4 +1,4 @@
-"""Identities that round-trip: ids, sessions, roles, tags and the namespace come back as written,
+"""Identities that round-trip: ids, sessions, roles, tags, the namespace and metadata values come back as written,
 sealed with a key kept outside the store, and never raw in it (harness_mem.identities)."""
 
 from __future__ import annotations
@@ -79,6 +79,61 @@ def test_losing_the_key_loses_the_names_never_the_memories(db_path: Path, tmp_pa
     monkeypatch.setenv("HARNESS_MEM_CONFIG", str(tmp_path / "config"))
     with MemoryStore(db_path, embedder=None) as store:  # the key back: the names are back
         assert {e.session for e in store.list()} == {f"user-{EMAIL}"}
+
+
+METADATA = {"owner": EMAIL, "note": f"call {PHONE} after six", "phone": 14155550123, "n": 3, "ok": True,
+            "contacts": [{EMAIL: "primary"}, "none"], "price": 1.5}
+
+
+def test_metadata_values_come_back_as_written_and_the_store_holds_none(engine_target: str) -> None:
+    with MemoryStore(engine_target, embedder=None) as store:
+        entry = store.add("met about the launch", metadata=METADATA)
+        assert entry.metadata == METADATA  # an int the redactor reads as a phone number comes back an int
+        assert store.get(entry.id).metadata == METADATA
+        assert store.recall("launch", k=1)[0].entry.metadata == METADATA
+        assert [e.metadata for e in store.list(metadata={"owner": EMAIL, "phone": 14155550123})] == [METADATA]
+        with store.stored_forms():
+            stored = store.get(entry.id).metadata
+        assert stored["owner"].startswith("<EMAIL:") and stored["phone"].startswith("<PHONE:")
+        assert stored["n"] == 3 and list(stored["contacts"][0]) != [EMAIL]  # a key is kept like a value
+    assert_absent([*RAW, "14155550123"], stored_text(engine_target))
+
+
+def test_a_metadata_value_without_its_key_reads_as_its_pseudonym(db_path: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    with MemoryStore(db_path, embedder=None) as store:
+        entry_id = store.add("met", metadata={"owner": EMAIL, "n": 1}).id
+    monkeypatch.setenv("HARNESS_MEM_CONFIG", str(tmp_path / "elsewhere"))
+    with MemoryStore(db_path, embedder=None) as keyless:
+        metadata = keyless.get(entry_id).metadata
+        assert metadata["owner"].startswith("<EMAIL:") and metadata["n"] == 1
+        assert [e.id for e in keyless.list(metadata={"owner": EMAIL})] == [entry_id]  # still found by its raw value
+
+
+def test_a_credential_in_metadata_is_scrubbed_as_the_policy_says_never_sealed(db_path: Path) -> None:
+    from harness_mem.errors import WriteRefusedError
+    from harness_mem.redaction import Redactor
+
+    token = "ghp_" + "a1B2" * 9
+    with MemoryStore(db_path, embedder=None) as store:
+        assert store.add("deploy", metadata={"token": token, "owner": EMAIL}).metadata == {
+            "token": "<API_KEY>", "owner": EMAIL}
+        assert len(list(store.storage.every_sealed_identity())) == 1  # the owner's, not the token's
+        store.redactor = Redactor.hygiene()
+        with pytest.raises(WriteRefusedError):
+            store.add("deploy again", metadata={"token": token})
+        assert store.count() == 1
+    assert_absent([token], stored_text(db_path))
+
+
+def test_gc_keeps_the_sealed_metadata_of_what_stays(engine_target: str) -> None:
+    with MemoryStore(engine_target, embedder=None) as store:
+        kept = store.add("stays", metadata={"owner": EMAIL})
+        gone = store.add("goes", metadata={"owner": "bob@example.org"})
+        store.forget(gone.id)
+        store.purge()
+        assert len(list(store.storage.every_sealed_identity())) == 1
+        assert store.get(kept.id).metadata == {"owner": EMAIL}
 
 
 def test_a_key_the_caller_passes_opens_the_store_anywhere(db_path: Path, tmp_path: Path,

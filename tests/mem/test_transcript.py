@@ -142,6 +142,23 @@ async def test_a_secret_straddling_the_cut_is_redacted_whole(store: MemoryStore)
     assert turn.redactions is not None and turn.redactions.get("CREDIT_CARD") == 1 and turn.redactions.get("EMAIL") == 1
 
 
+async def test_a_turn_the_policy_blocks_is_refused_and_counted_never_stored(engine_target: str) -> None:
+    """Under a policy that blocks credentials (hygiene), a turn holding one is refused like any entry
+    the policy blocks, in text or in a structured tool result; the turns around it are kept."""
+    from harness_mem.redaction import Redactor
+
+    token = "ghp_" + "a1B2" * 9
+    with MemoryStore(engine_target, embedder=None, redactor=Redactor.hygiene()) as store:
+        async with TranscriptRecorder(store, session="s") as rec:
+            rec.note_user("deploy it")
+            rec.note_user(f"use the token {token}")
+            rec.note_tool("env", {"GITHUB_TOKEN": token})
+            rec.note_assistant("Deployed.")
+        assert [t.content for t in turns(store, "s")] == ["deploy it", "Deployed."]
+        assert rec.stats.refused == 2 and rec.stats.written == 2 and rec.stats.failed == 0
+        assert token not in str([t.model_dump() for t in store.list(include_superseded=True)])
+
+
 async def test_consecutive_duplicates_are_dropped(store: MemoryStore) -> None:
     async with TranscriptRecorder(store, session="s") as rec:
         for _ in range(3):

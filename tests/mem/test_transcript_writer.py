@@ -123,6 +123,21 @@ def test_the_writer_batches_in_the_background_and_stops_cleanly(store: MemorySto
     assert writer.stop().late == 1 and store.count(kind="turn", session="s-1") == 51
 
 
+def test_the_writer_writes_into_the_very_store_it_was_given_on_every_engine(engine_target: str) -> None:
+    # Its own connection is opened with what opened the store: on PostgreSQL the whole URL (its
+    # password, its search_path), not the printable location, which names neither.
+    with MemoryStore(engine_target, embedder=None) as store:
+        with TranscriptWriter(store, session="s-engine", interval=0.05) as writer:
+            writer.note_user("a turn from the background writer")
+        assert writer.stats.written == 1
+        assert [t.content for t in store.list(session="s-engine")] == ["a turn from the background writer"]
+        other = store.another()
+        try:
+            assert other.count() == store.count() == 1 and other.namespace == store.namespace
+        finally:
+            other.close()
+
+
 def test_a_full_batch_wakes_the_writer_before_its_interval(store: MemoryStore) -> None:
     with TranscriptWriter(store, session="s-2", interval=60, batch=10) as writer:
         for i in range(10):

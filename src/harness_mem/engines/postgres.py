@@ -541,9 +541,10 @@ class PostgresStorage(Storage):
             if not kept:
                 return 0
             used = identity_values_in_use(self.query(
-                "SELECT namespace, id, role, session, tags, superseded_by FROM entries WHERE strpos(id, '<') > 0"
-                " OR strpos(coalesce(role, ''), '<') > 0 OR strpos(coalesce(session, ''), '<') > 0"
-                " OR strpos(tags::text, '<') > 0 OR strpos(coalesce(superseded_by, ''), '<') > 0"))
+                "SELECT namespace, id, role, session, tags, superseded_by, metadata FROM entries"
+                " WHERE strpos(id, '<') > 0 OR strpos(coalesce(role, ''), '<') > 0"
+                " OR strpos(coalesce(session, ''), '<') > 0 OR strpos(tags::text, '<') > 0"
+                " OR strpos(coalesce(superseded_by, ''), '<') > 0 OR strpos(metadata::text, '<') > 0"))
             gone = [(namespace, stored) for namespace, stored in kept if (namespace, stored) not in used]
             with self.conn.cursor() as cursor:
                 cursor.executemany("DELETE FROM identities WHERE namespace = %s AND stored = %s", gone)

@@ -80,9 +80,9 @@ _LIVE = "namespace = ? AND (expires_at IS NULL OR expires_at > ?)"
 
 
 # The entries whose identity fields may hold a pseudonym (what a sealed value can belong to).
-_PSEUDONYMISED_ENTRIES = """SELECT namespace, id, role, session, tags, superseded_by FROM entries
+_PSEUDONYMISED_ENTRIES = """SELECT namespace, id, role, session, tags, superseded_by, metadata FROM entries
 WHERE instr(id, '<') OR instr(coalesce(role, ''), '<') OR instr(coalesce(session, ''), '<')
-   OR instr(tags, '<') OR instr(coalesce(superseded_by, ''), '<')"""
+   OR instr(tags, '<') OR instr(coalesce(superseded_by, ''), '<') OR instr(metadata, '<')"""
 
 class SQLiteStorage(Storage):
     """Entries and their derived rows in one SQLite file (``":memory:"`` for a throwaway one)."""

@@ -128,16 +128,17 @@ def tool_turn_text(name: str, result: Any) -> str:
     return f"[{name}] {body}"
 
 
-def _scrubbed_json(redactor: Any, result: Any) -> tuple[str | None, dict[str, int]]:
+def _scrubbed_json(redactor: Any, result: Any) -> tuple[str | None, dict[str, int], bool]:
     """A non-string tool result as :func:`tool_turn_text` writes it, with every string in it
-    scrubbed first, and what was found; None when it is not JSON data (a circular structure: its
-    ``repr`` is then scrubbed as text)."""
+    scrubbed first, what was found, and whether the policy blocks it; None when it is not JSON data
+    (a circular structure: its ``repr`` is then scrubbed as text)."""
     try:
         plain = json.loads(json.dumps(result, ensure_ascii=False, default=str))
     except (TypeError, ValueError):
-        return None, {}
+        return None, {}, False
     scrubbed = redactor.scrub_value(plain)
-    return json.dumps(scrubbed.value, ensure_ascii=False, separators=(",", ":")), dict(scrubbed.counts)
+    return (json.dumps(scrubbed.value, ensure_ascii=False, separators=(",", ":")), dict(scrubbed.counts),
+            scrubbed.blocked)
 
 
 @dataclass(frozen=True)
@@ -145,14 +146,16 @@ class TranscriptStats:
     """What a recorder has done so far.
 
     ``written`` turns are in the memory; ``duplicates`` and ``blank`` were dropped by design;
-    ``truncated`` were written cut; ``failed`` could not be written (see ``last_error``); ``late``
-    arrived after close and were ignored; ``pending`` are still queued.
+    ``truncated`` were written cut; ``refused`` held what the redaction policy blocks (a secret under
+    a hygiene policy) and were not written; ``failed`` could not be written (see ``last_error``);
+    ``late`` arrived after close and were ignored; ``pending`` are still queued.
     """
 
     written: int = 0
     duplicates: int = 0
     blank: int = 0
     truncated: int = 0
+    refused: int = 0
     failed: int = 0
     late: int = 0
     pending: int = 0
@@ -215,7 +218,8 @@ class TranscriptRecorder:
         self._closing = False
         self._write_lock = threading.Lock()  # one batch at a time, whoever writes it
         self._last: tuple[str, str] | None = None  # (role, text) of the last turn kept: the dedup key
-        self._counts = {"written": 0, "duplicates": 0, "blank": 0, "truncated": 0, "failed": 0, "late": 0}
+        self._counts = {"written": 0, "duplicates": 0, "blank": 0, "truncated": 0, "refused": 0, "failed": 0,
+                        "late": 0}
         self.last_error: str | None = None
         # Set while run() is active: the loop's thread (only it may wake the writer) and two events.
         self._loop_thread: int | None = None
@@ -408,12 +412,13 @@ class TranscriptRecorder:
     def _prepare(self, queued: _Queued, redactor: Redactor | None) -> dict[str, Any] | None:
         role, raw, reasoning, tool, success, at_ns = queued
         found: dict[str, int] = {}
+        blocked = False
         if tool is not None:
             if redactor is not None and hasattr(redactor, "scrub_value") and not isinstance(raw, str):
                 # Scrub a structured result before it is written as JSON: JSON escapes the quotes
                 # of a string value, and a '"password": "…"' inside one reads '\"password\": \"…\"',
                 # which no detector takes for an assignment.
-                body, found = _scrubbed_json(redactor, raw)
+                body, found, blocked = _scrubbed_json(redactor, raw)
                 text = tool_turn_text(tool, raw) if body is None else f"[{tool}] {body}"
             else:
                 text = tool_turn_text(tool, raw)
@@ -434,8 +439,12 @@ class TranscriptRecorder:
         if redactor is not None:
             scrubbed = redactor.scrub(text)
             text = scrubbed.text
+            blocked = blocked or scrubbed.blocked
             for kind, n in scrubbed.counts.items():
                 found[kind] = found.get(kind, 0) + n
+        if blocked:  # the policy refuses this turn, as it refuses any entry: nothing of it is stored
+            self._counts["refused"] += 1
+            return None
         content, cut = truncate_turn(text, self.max_chars)
         metadata: dict[str, Any] = {}
         if tool is not None:

@@ -90,8 +90,6 @@ class TranscriptWriter:
         interval: float = DEFAULT_INTERVAL,
         batch: int = DEFAULT_BATCH,
     ) -> None:
-        from ..store import MemoryStore  # the store imports numpy: only a writer pays for it
-
         if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
             raise InvalidInputError(f"interval must be a positive number of seconds, not {interval!r}")
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
@@ -102,10 +100,7 @@ class TranscriptWriter:
         self._own: MemoryStore | None = None
         target = store
         if self.threaded:
-            self._own = MemoryStore(
-                store.path, namespace=store.namespace, embedder=store.embedder, redactor=store.redactor,
-                identity_key=store.identity_key,
-            )
+            self._own = store.another()
             target = self._own
         try:
             # cast: MemoryStore's keyword-only add() is a Memory in practice, not to a type checker.

@@ -23,8 +23,10 @@ How an item is kept: one entry (kind ``note``, source ``langgraph``) per (namesp
   the id without that path.
 - **Value.** The dict itself is the entry's ``metadata`` (so ``filter`` is a metadata filter on
   its fields, answered in SQL) and the entry's content is its indexed text: the whole value as
-  JSON, or with ``index=[fields]`` those fields' texts. The redactor scrubs both: a string it
-  changes (an e-mail, a phone number, an int that reads as one) comes back in its redacted form.
+  JSON, or with ``index=[fields]`` those fields' texts. The redactor scrubs the content (labels);
+  a value's strings and ints that it changes (an e-mail, a phone number, an int that reads as one)
+  are stored as their pseudonyms with the raw values sealed, and come back as they were put
+  (:func:`harness_mem.rows.stored_metadata`).
 - **Times.** ``created_at`` is kept from the first put of the key (a put replaces the entry,
   ``on_conflict="replace"``, and is given the old entry's ``created_at``); ``updated_at`` is the
   entry's, moved by each put.
@@ -42,7 +44,7 @@ What differs from LangGraph's own stores, on purpose or for now:
   ``InMemoryStore`` adds such items unscored after the scored ones).
 - Filters compare as JSON does (``True`` is not ``1``; strings by code point, never as numbers), a
   dotted filter key names a nested field, and a list is not a filter value. A value the redactor
-  changes is looked for in its redacted form.
+  changes is looked for by its pseudonym (so the raw value finds it; a range on it means nothing).
 - A search without a query lists items in creation order (the first put of each key).
 - Labels and keys that the redactor changes (a phone number as a label, an e-mail as a key; an
   e-mail cannot be a label, LangGraph refuses its dots) are stored as their pseudonyms and come
