@@ -5,6 +5,7 @@ unused middle)."""
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 from harness_mem.store import MemoryStore
@@ -35,31 +36,37 @@ def marker(number: int) -> str:
 PAGE = 4096
 
 
-def plant_old_copies(db: Path, markers: list[bytes]) -> int:
+TABLE_LEAF, INDEX_LEAF = 0x0D, 0x0A  # b-tree page types: a table's rows; an index's (or a WITHOUT ROWID table's) keys
+
+
+def plant_old_copies(db: Path, markers: list[bytes], *, leaves: tuple[int, ...] = (TABLE_LEAF,),
+                     every: bool = False) -> int:
     """Write each marker into the unused middle of the page holding it (between the cell pointers
     and the cells, where SQLite leaves old copies of rows a page rebuild moved, and which it never
-    reads): the old copies a long-lived file gathers, made on purpose. The file must be closed and
-    checkpointed. Returns how many were planted."""
+    reads): the old copies a long-lived file gathers, made on purpose. Only leaf pages of the types
+    in ``leaves`` are used; with ``every``, beside each copy of the marker in such a page, else
+    beside the first. The file must be closed and checkpointed. Returns how many were planted."""
     data = bytearray(db.read_bytes())
     planted = 0
     used: dict[int, int] = {}  # page start → where its next copy goes
     for text in markers:
-        at = data.find(text)
-        if at < PAGE:  # not found, or on page 1 (its header is longer): leave it
-            continue
-        start = at // PAGE * PAGE
-        page = data[start:start + PAGE]
-        if page[0] != 0x0D:  # a table's leaf page holds rows
-            continue
-        cells = int.from_bytes(page[3:5], "big")
-        # Low in the gap, where new cells reach last (they are placed from the top of it down) and
-        # a few more cell pointers still fit above: where a long-lived page's old copies stay.
-        offset = used.get(start, 8 + 2 * cells + 16)
-        if offset + len(text) > (int.from_bytes(page[5:7], "big") or PAGE) - 16:
-            continue
-        data[start + offset:start + offset + len(text)] = text
-        used[start] = offset + len(text)
-        planted += 1
+        places = [m.start() for m in re.finditer(re.escape(text), bytes(data))]
+        for at in places if every else places[:1]:
+            if at < PAGE:  # on page 1 (its header is longer): leave it
+                continue
+            start = at // PAGE * PAGE
+            page = data[start:start + PAGE]
+            if page[0] not in leaves:
+                continue
+            cells = int.from_bytes(page[3:5], "big")
+            # Low in the gap, where new cells reach last (they are placed from the top of it down) and
+            # a few more cell pointers still fit above: where a long-lived page's old copies stay.
+            offset = used.get(start, 8 + 2 * cells + 16)
+            if offset + len(text) > (int.from_bytes(page[5:7], "big") or PAGE) - 16:
+                continue
+            data[start + offset:start + offset + len(text)] = text
+            used[start] = offset + len(text)
+            planted += 1
     db.write_bytes(bytes(data))
     return planted
 

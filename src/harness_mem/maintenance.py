@@ -17,7 +17,7 @@ which ``secure_delete`` never reaches. Only pages written afresh lose them.
 
 :func:`gc` purges expired and forgotten entries, merges the keyword index (dead tokens are
 dropped), and then, when an entry was purged, rewrites the tables that hold entries' text (the
-entries and the episodes) so no copy of one survives there; then it frees
+entries, the episodes and the identities) so no copy of one survives there; then it frees
 pages (incrementally in a file made with ``auto_vacuum = INCREMENTAL``, which every new file is; a
 full ``VACUUM`` only when asked, which also converts an older file). It ends by checkpointing and
 truncating the WAL. A namespace's ``purge`` does the same for its own forgotten and expired

@@ -311,3 +311,33 @@ def test_gc_of_a_large_file_never_holds_a_writer_up(tmp_path: Path, how: str) ->
     with MemoryStore(db, embedder=None) as store:
         assert store.count() == kept + len(found["written"])  # none lost
         assert all(store.get(entry_id) for entry_id in found["written"][-5:])
+
+
+def deleted_names_left(db: Path) -> list[str]:
+    """The pseudonyms of deleted entries' sessions (each session an e-mail, kept in ``identities`` with
+    its sealed raw value) found in the file after ``gc``, an old copy planted beside each of them."""
+    from moved_rows import INDEX_LEAF, TABLE_LEAF, plant_old_copies
+
+    with MemoryStore(db, embedder=None) as store:
+        ids = [store.add(f"note {i}", session=f"user{i:03d}@example.com", role="user").id for i in range(60)]
+        store.add("a note that has expired", expires_at=PAST)  # gc has a purge to rewrite for
+        doomed = ids[::20]  # a few: a page that loses many rows is rebuilt, and that clears its gaps
+        names = [store.scope.key(store.get(entry_id).session) or "" for entry_id in doomed]
+        assert all(name.startswith("<EMAIL") for name in names)
+        store.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    assert plant_old_copies(db, [n.encode() for n in names], leaves=(TABLE_LEAF, INDEX_LEAF), every=True) >= len(names)
+    with MemoryStore(db, embedder=None) as store:
+        assert all(store.delete(entry_id) for entry_id in doomed)
+        assert store.gc()["expired_purged"] == 1
+        assert store.get(ids[1]).session == "user001@example.com"  # the kept ones' names still read back
+    data = b"".join(p.read_bytes() for p in db.parent.iterdir() if p.name.startswith(db.name))
+    return [name for name in names if name.encode() in data]
+
+
+def test_gc_leaves_no_copy_of_a_deleted_entrys_sealed_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The sealed row of a name no entry holds any more goes at gc; a copy of it a page rebuild left
+    # in the identities table goes with the rewrite, as the entries' own copies do.
+    assert deleted_names_left(tmp_path / "a" / "memory.db") == []
+    monkeypatch.setattr(sqlite_rewrite, "TABLES", ("entries", "episodes"))
+    monkeypatch.setattr(sqlite_rewrite.rewrite_tables, "__defaults__", (("entries", "episodes"),))
+    assert deleted_names_left(tmp_path / "b" / "memory.db"), "the proof above would mean nothing"

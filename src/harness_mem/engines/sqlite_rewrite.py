@@ -37,12 +37,13 @@ from . import sqlite_files
 
 __all__ = ["TABLES", "leftovers", "rewrite", "rewrite_tables"]
 
-#: The tables whose rows hold an entry's text: the entries and the episodes made from them. Not the
+#: The tables whose rows hold an entry's text: the entries, the episodes made from them and the
+#: identities (an entry's session or tag as its pseudonym, the key of its sealed row). Not the
 #: keyword index's own tables: FTS5 keeps state on them in every connection (statements, a blob
 #: reader), and swapping them under it crashed writers in other processes (a stress test beside
 #: this module's rewrite: segmentation faults within seconds). Its pages are written afresh only by
 #: ``gc --vacuum``; the merge drops forgotten tokens from its blocks, zeroed as they are deleted.
-TABLES = ("entries", "episodes")
+TABLES = ("entries", "episodes", "identities")
 COPY, RETIRED = "__rewrite", "__retired"
 #: Rows one step copies or deletes: the first step's, the least and the most.
 ROWS = (1000, 100, 50_000)
