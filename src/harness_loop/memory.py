@@ -143,7 +143,7 @@ class MemoryGuide:
         units: BM25 for keyword (unbounded), cosine similarity for semantic, 0..1 for hybrid.
     :param mode: ``keyword``, ``semantic`` or ``hybrid``; None is the store's default. Checked
         now, so a mode the store cannot serve fails here rather than at the first model call.
-    :param exclude_tags: drop entries carrying any of these tags (over-fetches ``3 × top_k``).
+    :param exclude_tags: leave out entries carrying any of these tags (in the query itself).
         Entries whose content repeats an earlier hit's are dropped too.
     :param max_item_chars: longer entries are cut to their head plus a ``[n chars truncated]`` marker.
     :param exclude: drop entries for which this is true (:meth:`MemoryWiring.is_own`: the running
@@ -184,16 +184,17 @@ class MemoryGuide:
         """The hits the block is made of, best first."""
         if self.top_k <= 0 or not query.strip():
             return []
-        fetch = self.top_k * OVERFETCH if self.exclude_tags or self.exclude else self.top_k
+        # The tags are left out in SQL; the run's own turns (a turn of its session that carries its
+        # tag) are no one filter, so they are dropped here, from a deeper fetch.
+        fetch = self.top_k * OVERFETCH if self.exclude else self.top_k
         # cast: inside MemoryStore, `list[Hit]` names its own `list` method for type checkers.
-        hits = cast("Sequence[Hit]", self.store.recall(query, k=fetch, mode=self.mode, **self.filters))
+        hits = cast("Sequence[Hit]", self.store.recall(query, k=fetch, mode=self.mode,
+                                                       exclude_tags=tuple(self.exclude_tags), **self.filters))
         kept: list[Hit] = []
         seen: set[str] = set()
         for h in hits:
             if self.min_score is not None and h.score < self.min_score:
                 break  # best first: the rest score lower still
-            if self.exclude_tags and self.exclude_tags.intersection(h.entry.tags):
-                continue
             if self.exclude is not None and self.exclude(h.entry):
                 continue
             if h.entry.content in seen:  # the same note saved twice would take two lines of context

@@ -45,7 +45,7 @@ from pydantic import BaseModel
 
 from harness_mem import Entry, GuardedMemory, Hit, MemoryStore
 from harness_mem.errors import HarnessMemError, WriteRefusedError
-from harness_mem.models import format_time
+from harness_mem.models import counted, format_time
 from harness_mem.tools import (
     DEFAULT_RECALL_KINDS,
     MAX_CONTENT_CHARS,
@@ -170,10 +170,10 @@ def format_sessions(query: str, found: Sequence[SessionMatch]) -> str:
     """Session hits as numbered blocks: when, how long, how it began, the match in context, how it ended."""
     if not found:
         return f"No past sessions match {query!r}."
-    lines = [f"{len(found)} past session{'s' if len(found) != 1 else ''} for {query!r}, best first:"]
+    lines = [f"{counted(len(found), 'past session')} for {query!r}, best first:"]
     for i, s in enumerate(found, 1):
         span = f"{_minute(s.started_at)} → {_minute(s.ended_at)}"
-        lines.append(f"{i}. session {s.session} · {span} · {s.turns} entries")
+        lines.append(f"{i}. session {s.session} · {span} · {counted(s.turns, 'entry', 'entries')}")
         anchor = s.anchor.entry
         before, after = _split_around(anchor, s.around)
         shown = {anchor.id, *(e.id for e in s.around)}

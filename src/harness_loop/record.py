@@ -47,6 +47,7 @@ from typing import IO, Any, Literal, NoReturn
 import anyio
 
 from harness_mem.errors import InvalidInputError, ModelError
+from harness_mem.models import counted
 from harness_mem.redaction import Redactor
 
 from .chat import Model, ModelOutput, ModelRequest, ToolCall, ToolSpec, canonical_json
@@ -279,7 +280,7 @@ def format_trace(records: Sequence[Mapping[str, Any]]) -> list[str]:
             line = f"accept    {r.get('check')} {verdict}"
         elif kind == "compaction":
             line = (
-                f"compact   {r.get('replaced')} messages summarised: ~{r.get('tokens_before')} → "
+                f"compact   {counted(int(r.get('replaced') or 0), 'message')} summarised: ~{r.get('tokens_before')} → "
                 f"~{r.get('tokens_after')} tokens (budget {r.get('budget')})"
             )
         elif kind == "budget_warning":
@@ -398,7 +399,7 @@ class _ReplayModel:
         tape = self.tape
         if not tape.model_turns:
             return await tape.interrupt_or_diverge(
-                "model turn", "no further model turn", f"a model call with {len(request.messages)} messages"
+                "model turn", "no further model turn", f"a model call with {counted(len(request.messages), 'message')}"
             )
         r = tape.model_turns.popleft()
         tape.current_iter = int(r.get("iter", tape.current_iter))

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from harness_mem.db import Connection
 from harness_mem.engines import is_url
 from harness_mem.errors import DuplicateIdError, InvalidInputError, NotFoundError
-from harness_mem.models import dumps, format_time, from_ms, now_ms
+from harness_mem.models import counted, dumps, format_time, from_ms, now_ms
 from harness_mem.redaction import Redactor
 
 from .runtables import RunTables
@@ -913,7 +913,7 @@ def render_list(summaries: Iterable[RunSummary]) -> str:
     for s in summaries:
         done = s.job_counts.get("succeeded", 0)
         lines.append(
-            f"{s.run.id}  {label(s.run.state):<10}  {done}/{s.total_jobs} jobs  {s.run.spent_tokens} tokens"
+            f"{s.run.id}  {label(s.run.state):<10}  {done}/{s.total_jobs} jobs  {counted(s.run.spent_tokens, 'token')}"
             f"  {format_time(from_ms(s.run.created_at))}  {_one_line(s.run.goal, 60)}"
         )
     return "\n".join(lines)

@@ -18,6 +18,7 @@ import builtins
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -116,8 +117,8 @@ class AsyncMemoryStore:
     async def recall(self, query: str, k: int = 10, **filters: Any) -> list[Hit]:
         return await self._call("recall", query, k, **filters)  # type: ignore[no-any-return]
 
-    async def get(self, id: str) -> Entry:
-        return await self._call("get", id)  # type: ignore[no-any-return]
+    async def get(self, id: str, *, refresh_ttl: bool = False) -> Entry:
+        return await self._call("get", id, refresh_ttl=refresh_ttl)  # type: ignore[no-any-return]
 
     async def delete(self, id: str) -> bool:
         return await self._call("delete", id)  # type: ignore[no-any-return]
@@ -195,6 +196,14 @@ class AsyncMemoryStore:
     @property
     def namespace(self) -> str:
         return self.store.namespace
+
+    @property
+    def path(self) -> Path | str:
+        return self.store.path
+
+    @property
+    def read_only(self) -> bool:
+        return self.store.read_only
 
     @property
     def embedder(self) -> Embedder | None:

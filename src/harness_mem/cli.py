@@ -854,8 +854,9 @@ def reindex(ctx: click.Context, quiet: bool, keyword_only: bool) -> None:
                 report = store.reindex(progress=bar.update)
         stays_keyword_only = store.keyword_only and not keyword_only
     click.echo(
-        f"Reindexed {report['entries']} entries: keyword index rebuilt,"
-        f" {report['vectors_written']} vectors written, {report['vectors_dropped']} stale vectors dropped",
+        f"Reindexed {counted(report['entries'], 'entry', 'entries')}: keyword index rebuilt,"
+        f" {counted(report['vectors_written'], 'vector')} written,"
+        f" {counted(report['vectors_dropped'], 'stale vector')} dropped",
         err=True,
     )
     if stays_keyword_only:
@@ -1127,7 +1128,7 @@ def skills_export(ctx: click.Context, directory: Path, names: tuple[str, ...], a
             echo_json({"name": path.parent.name, "path": str(path)})
         else:
             click.echo(str(path))
-    click.echo(f"Exported {len(paths)} skills to {directory}", err=True)
+    click.echo(f"Exported {counted(len(paths), 'skill')} to {directory}", err=True)
 
 
 @skills.command("import")
@@ -1154,7 +1155,7 @@ def skills_import(ctx: click.Context, directory: Path, as_json: bool) -> None:
             click.echo(f"unchanged  {name}")
     for path, error in report.invalid:
         click.echo(f"Error: {shown(f'{path}: {error}')}", err=True)
-    click.echo(f"Imported {len(report.saved)} skills ({len(report.unchanged)} unchanged,"
+    click.echo(f"Imported {counted(len(report.saved), 'skill')} ({len(report.unchanged)} unchanged,"
                f" {len(report.invalid)} invalid)", err=True)
     if report.invalid:
         ctx.exit(1)

@@ -23,6 +23,7 @@ import numpy.typing as npt
 from .engines import open_storage, shown_location
 from .errors import StorageError
 from .identities import KEY_ID_SETTING, SealedIdentity
+from .models import counted
 from .rows import Row
 from .storage import Storage
 
@@ -55,7 +56,7 @@ class RecordedModel:
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         raise StorageError(
-            f"{len(texts)} entries of the source have no vector yet — run `harness-mem reindex` on it, then copy again"
+            f"no vector yet for {counted(len(texts), 'entry', 'entries')} of the source — run `harness-mem reindex` on it, then copy again"
             " (what was copied so far is kept)"
         )
 

@@ -221,7 +221,9 @@ class MemoryTools:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", MissingVectorsWarning)
             yield
-        notes += dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, MissingVectorsWarning))
+        # Said to the model: the hint for a terminal user (which command to run) is left out.
+        notes += dict.fromkeys(for_model(w.message) for w in caught  # type: ignore[arg-type]
+                               if issubclass(w.category, MissingVectorsWarning))
 
     def _wait_for_model(self) -> None:
         """Writes embed what they store: wait until the model can (a failed load is reported by the write)."""

@@ -29,7 +29,7 @@ from . import fusion, keyword
 from .bm25 import KeywordIndex
 from .errors import EmbedderError, InvalidInputError, MissingVectorsWarning
 from .filters import Filters, Selection, make_filters
-from .models import Entry, Hit, now_ms
+from .models import Entry, Hit, counted, now_ms
 from .providers.reference import INSTALL_HINT
 from .rows import entry_from_row
 from .storage import Scope, Storage
@@ -271,12 +271,13 @@ class Recall:
             return bound
         if strict or (mode == "semantic" and missing == total):
             raise EmbedderError(
-                f"{missing} entries have no vector yet (stored without an embedder) — run `{REINDEX}`"
+                f"no vector yet for {counted(missing, 'entry', 'entries')} (stored without an embedder) — run `{REINDEX}`"
                 " to embed them, or use --mode keyword"
             )
         found_by = "keyword matching alone" if mode == "hybrid" else "no semantic search"
         warnings.warn(MissingVectorsWarning(
-            f"{missing} of {total} entries have no vector yet, so {found_by} can find them — run `{REINDEX}`"
+            f"no vector yet for {missing:,} of {counted(total, 'entry', 'entries')}, so {found_by} can find them"
+            f" — run `{REINDEX}`"
             " to embed them"
         ), stacklevel=4)
         return missing < total
@@ -342,6 +343,6 @@ def raise_if_missing_vectors(storage: Storage) -> None:
     missing = storage.missing_vectors()
     if missing:
         raise EmbedderError(
-            f"{missing} entries have no vector yet (stored without an embedder)"
+            f"no vector yet for {counted(missing, 'entry', 'entries')} (stored without an embedder)"
             " — run `harness-mem reindex` to embed them, or use --mode keyword"
         )

@@ -233,11 +233,21 @@ async def test_delete_answers_as_the_sync_store_does(engine_target: str) -> None
 # The sync store's public names the async one spells differently: the rest must match one for one.
 RENAMED = {"close": "aclose"}
 # The engine and the rules object (the sync store's internals, reached via .store), and stored_forms:
-# it holds for the calling thread, and an awaited call runs on the store's worker thread.
-SYNC_ONLY = {"storage", "scope", "stored_forms"}
+# it holds for the calling thread, and an awaited call runs on the store's worker thread. ``lock`` is
+# for threads sharing one sync store (the async one lets one call at a time through on its own), and
+# ``identities`` / ``identity_key`` are how it was opened (an async store passes them on when it opens).
+SYNC_ONLY = {"storage", "scope", "stored_forms", "lock", "identities", "identity_key"}
 
 
-def test_every_public_method_of_the_store_is_there_awaited() -> None:
+def accepts(method: Any, name: str) -> bool:
+    """Whether ``method`` takes an argument called ``name`` (by that name, or in its ``**options``)."""
+    import inspect
+
+    parameters = inspect.signature(method).parameters
+    return name in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+def test_every_public_method_of_the_store_is_there_awaited(tmp_path: Path) -> None:
     import inspect
 
     for name, member in inspect.getmembers(MemoryStore):
@@ -247,10 +257,17 @@ def test_every_public_method_of_the_store_is_there_awaited() -> None:
         assert twin is not None, f"AsyncMemoryStore has no {RENAMED.get(name, name)}"
         if isinstance(member, property):
             assert isinstance(twin, property), name
-        elif name == "transaction":
+            continue
+        if name == "transaction":
             assert inspect.isfunction(twin)  # an async context manager
         else:
             assert inspect.iscoroutinefunction(twin), f"AsyncMemoryStore.{name} is not awaited"
+        for parameter in list(inspect.signature(member).parameters)[1:]:  # after self
+            assert accepts(twin, parameter), f"AsyncMemoryStore.{name} takes no {parameter}"
+    # What an open store carries (path, read_only, …) is there too, once the file is open.
+    with MemoryStore(tmp_path / "memory.db", embedder=None) as store:
+        carried = {name for name in vars(store) if not name.startswith("_")} - SYNC_ONLY
+    assert carried and all(isinstance(getattr(AsyncMemoryStore, name, None), property) for name in carried), carried
 
 
 async def test_the_corrections_sessions_and_maintenance_calls_answer_as_the_sync_ones(engine_target: str) -> None:

@@ -165,7 +165,7 @@ def test_install_merges_into_existing_settings_and_twice_adds_nothing(tmp_path: 
     db = str((tmp_path / "memory.db").resolve())
     for event in claude_code.EVENTS:
         commands = [h["command"] for g in merged["hooks"][event] for h in g["hooks"]]
-        assert f"harness-mem hook {event} --db {db}" in commands
+        assert f"{BIN / 'harness-mem'} hook {event} --db {db}" in commands  # by its path: see below
 
     before = settings.read_bytes(), settings.stat().st_mtime_ns
     again = run(tmp_path, "hooks", "install", "claude-code", "--db", "memory.db")
@@ -196,7 +196,7 @@ def test_install_user_scope_writes_the_home_settings(tmp_path: Path) -> None:
     done = run(tmp_path, "hooks", "install", "claude-code", "--user")
     assert done.returncode == 0, done.stderr
     written = json.loads((tmp_path / "user-home" / ".claude" / "settings.json").read_text(encoding="utf-8"))
-    assert written["hooks"]["SessionStart"][0]["hooks"][0]["command"] == "harness-mem hook SessionStart"
+    assert written["hooks"]["SessionStart"][0]["hooks"][0]["command"] == f"{BIN / 'harness-mem'} hook SessionStart"
     assert not (tmp_path / ".claude").exists()
 
 
@@ -204,8 +204,12 @@ def test_the_installed_commands_capture_when_the_host_runs_them(tmp_path: Path, 
     run(tmp_path, "hooks", "install", "claude-code", "--db", str(db))
     settings = json.loads((tmp_path / ".claude" / "settings.json").read_text(encoding="utf-8"))
     command = settings["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"]
+    # The host's PATH need not hold the virtual environment harness-mem was installed in.
+    hosts_path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                                 if not (Path(p) / "harness-mem").exists())
     done = subprocess.run(command, shell=True, input=json.dumps(user_prompt(tmp_path, "make checkout faster")),
-                          capture_output=True, text=True, env=env(tmp_path), cwd=tmp_path, timeout=60)
+                          capture_output=True, text=True, env=env(tmp_path) | {"PATH": hosts_path}, cwd=tmp_path,
+                          timeout=60)
     assert done.returncode == 0, done.stderr
     assert [t.content for t in turns(db)] == ["make checkout faster"]
 

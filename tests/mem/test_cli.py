@@ -241,7 +241,7 @@ def test_doctor_fails_when_entries_lack_vectors(engine_target: str) -> None:
     CliRunner().invoke(cli, ["--db", str(db_path), "--embedder", "none", "add", "a note"], catch_exceptions=False)
     result = CliRunner().invoke(cli, ["--db", str(db_path), "doctor"], catch_exceptions=False)
     assert result.exit_code == 1
-    assert "FAIL  model: EmbedderError: 1 entries have no vector yet" in result.stdout
+    assert "FAIL  model: EmbedderError: no vector yet for 1 entry (stored" in result.stdout
     assert "run `harness-mem reindex`" in result.stdout
 
 

@@ -102,7 +102,12 @@ TURNS = [
     ("assistant", "blue, since the trip to Lisbon"),
     ("user", "and the cat's name?"),
 ]
-REINDEXED = "Reindexed {n} entries: keyword index rebuilt, {written} vectors written, {dropped} stale vectors dropped"
+def reindexed(n: int, written: int, dropped: int) -> str:
+    """The reindex summary, its nouns agreeing with their counts ("1 vector", "0 vectors")."""
+    def s(count: int) -> str:
+        return "" if count == 1 else "s"
+    return (f"Reindexed {n} entr{'y' if n == 1 else 'ies'}: keyword index rebuilt, {written} vector{s(written)} written,"
+            f" {dropped} stale vector{s(dropped)} dropped")
 
 
 @pytest.fixture
@@ -125,12 +130,12 @@ def test_reindex_embeds_a_keyword_only_store_with_progress_on_stderr(keyword_onl
                               " vectors with `harness-mem --embedder minilm reindex`, or use --mode keyword\n")
     kept = run(*db, "reindex")  # a plain reindex honours the file's choice, and says how to switch
     assert kept.stderr.splitlines() == [
-        REINDEXED.format(n=5, written=0, dropped=0),
+        reindexed(n=5, written=0, dropped=0),
         "This store is keyword-only; `harness-mem --embedder minilm reindex` gives it vectors.",
     ]
     result = run(*db, "--embedder", "minilm", "reindex")
     assert result.exit_code == 0 and result.stdout == ""
-    assert result.stderr.splitlines() == ["Embedding", REINDEXED.format(n=5, written=5, dropped=0)]
+    assert result.stderr.splitlines() == ["Embedding", reindexed(n=5, written=5, dropped=0)]
     hits = [json.loads(line) for line in run(*db, "recall", "a note about cats", "--mode", "semantic", "--json").stdout.splitlines()]
     assert hits[0]["id"] == "n1" and len(hits) == 5
     with MemoryStore(keyword_only, embedder=None) as store:
@@ -138,12 +143,12 @@ def test_reindex_embeds_a_keyword_only_store_with_progress_on_stderr(keyword_onl
         assert store.storage.recorded_model() == {"name": model.name, "dim": str(model.dim),
                                                   "fingerprint": model.fingerprint}
     again = run(*db, "reindex")
-    assert again.stderr == REINDEXED.format(n=5, written=0, dropped=0) + "\n"  # nothing left: no progress bar
+    assert again.stderr == reindexed(n=5, written=0, dropped=0) + "\n"  # nothing left: no progress bar
 
 
 def test_reindex_quiet_has_no_progress(keyword_only: str) -> None:
     result = run("--db", str(keyword_only), "--embedder", "minilm", "reindex", "--quiet")
-    assert result.stderr == REINDEXED.format(n=5, written=5, dropped=0) + "\n"
+    assert result.stderr == reindexed(n=5, written=5, dropped=0) + "\n"
 
 
 def test_reindex_without_an_embedder_rebuilds_the_keyword_index(keyword_only: str) -> None:
@@ -158,7 +163,7 @@ def test_reindex_without_an_embedder_rebuilds_the_keyword_index(keyword_only: st
     assert found("favourite colour") == [] and found("dogs") == []
     result = run(*db, "reindex")
     assert result.exit_code == 0
-    assert result.stderr.splitlines()[0] == REINDEXED.format(n=5, written=0, dropped=0)
+    assert result.stderr.splitlines()[0] == reindexed(n=5, written=0, dropped=0)
     assert sorted(found("favourite colour")) == ["t0", "t1"] and found("dogs") == ["n2"]
     assert sorted(found("Lisbon")) == ["t1", "t2"]  # each turn's context is rebuilt as it was written
     with MemoryStore(keyword_only, embedder=None) as store:
@@ -173,7 +178,7 @@ def test_reindex_replaces_vectors_of_another_model(engine_target: str) -> None:
     refused = run("--db", str(db_path), "recall", "garden", "--mode", "semantic")
     assert refused.exit_code == 1 and "made by older-model" in refused.stderr
     result = run("--db", str(db_path), "reindex")
-    assert result.stderr.splitlines()[-1] == REINDEXED.format(n=4, written=4, dropped=4)
+    assert result.stderr.splitlines()[-1] == reindexed(n=4, written=4, dropped=4)
     assert run("--db", str(db_path), "recall", "garden", "--mode", "semantic").exit_code == 0
 
 
@@ -197,7 +202,7 @@ def test_an_interrupted_reindex_resumes_where_it_stopped(keyword_only: str) -> N
             store.reindex(progress=done.append, batch_size=2)
         assert done == [2, 2] and store.count_missing_vectors() == 1  # two batches were committed
     result = run("--db", str(keyword_only), "reindex")
-    assert result.stderr.splitlines()[-1] == REINDEXED.format(n=5, written=1, dropped=0)
+    assert result.stderr.splitlines()[-1] == reindexed(n=5, written=1, dropped=0)
     with MemoryStore(keyword_only, embedder=HashedEmbedder()) as store:
         assert store.count_missing_vectors() == 0
         assert vector_rows(store) == 5

@@ -95,7 +95,7 @@ def test_switching_is_reindex_both_ways(engine_target: str, monkeypatch: pytest.
         assert store.keyword_only and store.embedder is None
         assert has_vector_table(store) is False
     # A reader with a model named explicitly does not turn the file back: it recalls by keyword and says so.
-    with pytest.warns(MissingVectorsWarning, match="3 of 3 entries have no vector yet"), \
+    with pytest.warns(MissingVectorsWarning, match="no vector yet for 3 of 3 entries"), \
             MemoryStore(db_path, embedder=RefusingEmbedder()) as store:
         assert [h.entry.content for h in store.recall("deploy")] == ["the deploy is on Friday"]
         assert store.keyword_only
@@ -134,7 +134,7 @@ def test_hybrid_recall_answers_with_the_vectors_it_has_and_warns_once(partial: s
     assert result.exit_code == 0  # type: ignore[attr-defined]
     assert [json.loads(line)["id"] for line in result.stdout.splitlines()][0] == "kettle"  # type: ignore[attr-defined]
     assert result.stderr == (  # type: ignore[attr-defined]
-        "warning: 1 of 3 entries have no vector yet, so keyword matching alone can find them"
+        "warning: no vector yet for 1 of 3 entries, so keyword matching alone can find them"
         " — run `harness-mem reindex` to embed them\n")
     semantic = run(partial, "recall", "cats", "--mode", "semantic", "--json")
     assert semantic.exit_code == 0 and "so no semantic search can find them" in semantic.stderr  # type: ignore[attr-defined]
@@ -142,10 +142,10 @@ def test_hybrid_recall_answers_with_the_vectors_it_has_and_warns_once(partial: s
 
 def test_strict_refuses_before_any_model_is_asked(partial: str) -> None:
     with MemoryStore(partial, embedder=RefusingEmbedder()) as store, \
-            pytest.raises(EmbedderError, match="1 entries have no vector yet .* run `harness-mem reindex`"):
+            pytest.raises(EmbedderError, match="no vector yet for 1 entry .* run `harness-mem reindex`"):
         store.recall("cats", strict=True)
     result = run(partial, "recall", "cats", "--strict")
-    assert result.exit_code == 1 and result.stderr.startswith("Error: 1 entries have no vector yet")  # type: ignore[attr-defined]
+    assert result.exit_code == 1 and result.stderr.startswith("Error: no vector yet for 1 entry ")  # type: ignore[attr-defined]
 
 
 def test_hybrid_over_a_file_with_no_vector_loads_no_model(engine_target: str) -> None:

@@ -349,3 +349,16 @@ def test_initialize_loads_no_model_and_the_model_loads_after_the_handshake(tmp_p
             proc.wait(timeout=30)
             if proc.returncode != 0:
                 pytest.fail(proc.stderr.read().decode()[-2000:] if proc.stderr else "")
+
+
+async def test_entries_without_a_vector_are_noted_for_the_model_without_a_command_to_run(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    with MemoryStore(db, embedder=HashedEmbedder()) as store:
+        store.add("deploys go to staging-eu")
+    with MemoryStore(db, embedder=None) as store:
+        store.add("deploys happen on Tuesdays")  # written by a keyword-only process: no vector
+    with MemoryStore(db, embedder=HashedEmbedder()) as store:
+        async with Client(build_server(MemoryTools(store))) as client:
+            answer = await call(client, "recall", query="deploys")
+    assert len(answer["hits"]) == 2  # the one without a vector is found by its words
+    assert answer["note"] == "no vector yet for 1 of 2 entries, so keyword matching alone can find them"

@@ -179,9 +179,9 @@ def test_new_writes_and_deletes_work_next_to_old_rows(old_file: tuple[Path, int]
 def test_an_old_file_gets_vectors_through_reindex(old_file: tuple[Path, int]) -> None:
     path, _ = old_file
     with MemoryStore(path, embedder=HashedEmbedder()) as store:
-        with pytest.raises(EmbedderError, match=r"8 entries have no vector yet .* run `harness-mem reindex`"):
+        with pytest.raises(EmbedderError, match=r"no vector yet for 8 entries .* run `harness-mem reindex`"):
             store.recall("password hashing", strict=True)
-        with pytest.warns(MissingVectorsWarning, match="8 of 8 entries have no vector yet"):
+        with pytest.warns(MissingVectorsWarning, match="no vector yet for 8 of 8 entries"):
             assert store.recall("password hashing", k=1)[0].entry.id == "n1"  # by keyword meanwhile
         report = store.reindex()
         assert report == {"entries": 8, "keyword_rows": 8, "vectors_dropped": 0, "vectors_written": 8}

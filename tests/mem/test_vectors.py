@@ -176,7 +176,7 @@ def test_entries_without_vectors_are_reported_then_reindexed(engine_target: str,
     with MemoryStore(db_path, embedder=None) as plain:
         plain.add_many([{"text": t} for t in NOTES])
     with MemoryStore(db_path, embedder=hashed_embedder) as store:
-        with pytest.raises(EmbedderError, match="5 entries have no vector yet .* `harness-mem reindex`"):
+        with pytest.raises(EmbedderError, match="no vector yet for 5 entries .* `harness-mem reindex`"):
             store.recall("cat", mode="semantic")
         seen: list[int] = []
         report = store.reindex(progress=seen.append, batch_size=2)

@@ -28,7 +28,7 @@ from ..bm25 import Match, idf, index_tokens, share, term_tokens
 from ..errors import ExtensionError, MigrationError, SchemaTooNewError, StorageError
 from ..filters import MetadataCondition, Selection
 from ..identities import SealedIdentity
-from ..models import MigrationStatus, to_ms
+from ..models import MigrationStatus, counted, to_ms
 from ..protocols import Embedder
 from ..rows import COLUMNS, Row
 from ..storage import (
@@ -1179,7 +1179,7 @@ class PostgresStorage(Storage):
         problems = []
         unindexed = int(self.query("SELECT count(*) FROM entries WHERE forgotten_at IS NULL AND tokens IS NULL")[0][0])
         if unindexed:
-            problems.append(f"{unindexed} entries have no keyword row — run `harness-mem reindex`")
+            problems.append(f"no keyword row for {counted(unindexed, 'entry', 'entries')} — run `harness-mem reindex`")
         if self._has_vector_table():
             stray = int(self.query("SELECT count(*) FROM entry_vectors v JOIN entries e ON e.pk = v.pk"
                                    " WHERE e.forgotten_at IS NOT NULL")[0][0])
@@ -1191,7 +1191,7 @@ class PostgresStorage(Storage):
         return [
             ("postgresql", lambda: str(self.query("SHOW server_version")[0][0])),
             ("pgvector", lambda: str(self.query("SELECT extversion FROM pg_extension WHERE extname = 'vector'")[0][0])),
-            ("full text", lambda: f"{self.keywords.stats()[0]} rows indexed"),
+            ("full text", lambda: f"{counted(self.keywords.stats()[0], 'row')} indexed"),
         ]
 
     def describe_schema(self) -> str:

@@ -35,7 +35,7 @@ from ..db import (
 from ..errors import StorageError
 from ..filters import Selection
 from ..identities import SealedIdentity
-from ..models import to_ms
+from ..models import counted, to_ms
 from ..protocols import Embedder
 from ..rows import COLUMNS, PLACEHOLDERS, Row
 from ..steps import STEP_PAUSE_S, next_step
@@ -805,7 +805,7 @@ class SQLiteStorage(Storage):
     def engine_checks(self) -> list[tuple[str, Callable[[], str]]]:
         return [
             ("sqlite", lambda: f"{sqlite_version()} via {driver().__name__}"),
-            ("fts5", lambda: f"{self.db['entries_fts'].count} rows indexed"),
+            ("fts5", lambda: f"{counted(self.db['entries_fts'].count, 'row')} indexed"),
             ("sqlite-vec", lambda: str(self.conn.execute("SELECT vec_version()").fetchone()[0])),
         ]
 

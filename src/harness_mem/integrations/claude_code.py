@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shlex
+import sys
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -320,14 +321,24 @@ def settings_path(scope: str, *, cwd: Path | None = None, home: Path | None = No
     raise InvalidInputError(f"scope must be 'project' or 'user', not {scope!r}")
 
 
-def hook_command(event: str, db: str | None = None, namespace: str | None = None) -> str:
-    """The shell command a hook entry runs."""
-    command = f"harness-mem hook {event}"
+def hook_command(event: str, db: str | None = None, namespace: str | None = None,
+                 program: str = "harness-mem") -> str:
+    """The shell command a hook entry runs (``program``: the harness-mem to run, by its path)."""
+    command = f"{shlex.quote(program)} hook {event}"
     if db is not None:
         command += f" --db {shlex.quote(db)}"
     if namespace is not None:
         command += f" --namespace {shlex.quote(namespace)}"
     return command
+
+
+def this_program() -> str:
+    """The harness-mem console script of this installation, by its absolute path (the one running,
+    else the one beside this Python); bare ``harness-mem`` when neither is found."""
+    for candidate in (Path(sys.argv[0]), Path(sys.executable).parent / "harness-mem"):
+        if candidate.name == "harness-mem" and candidate.is_file():
+            return str(candidate.absolute())
+    return "harness-mem"
 
 
 def is_ours(command: object, event: str) -> bool:
@@ -342,7 +353,8 @@ def is_ours(command: object, event: str) -> bool:
             and words[1:3] == ["hook", event])
 
 
-def merge_hooks(settings: dict[str, Any], db: str | None = None, namespace: str | None = None) -> tuple[int, int]:
+def merge_hooks(settings: dict[str, Any], db: str | None = None, namespace: str | None = None,
+                program: str = "harness-mem") -> tuple[int, int]:
     """Add (or bring up to date) harness-mem's hook for each event in ``settings``, in place, leaving
     every other key and hook as it was; returns how many were added and how many updated."""
     hooks = settings.setdefault("hooks", {})
@@ -353,7 +365,7 @@ def merge_hooks(settings: dict[str, Any], db: str | None = None, namespace: str 
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise InvalidInputError(f"\"hooks.{event}\" in the settings is a {type(groups).__name__}, not a list")
-        wanted = {"type": "command", "command": hook_command(event, db, namespace), "timeout": HOOK_TIMEOUT}
+        wanted = {"type": "command", "command": hook_command(event, db, namespace, program), "timeout": HOOK_TIMEOUT}
         mine = next((h for g in groups if isinstance(g, dict) and isinstance(g.get("hooks"), list)
                      for h in g["hooks"] if isinstance(h, dict) and is_ours(h.get("command"), event)), None)
         if mine is None:
@@ -367,8 +379,12 @@ def merge_hooks(settings: dict[str, Any], db: str | None = None, namespace: str 
     return added, updated
 
 
-def install(path: Path, db: str | None = None, namespace: str | None = None) -> InstallReport:
+def install(path: Path, db: str | None = None, namespace: str | None = None,
+            program: str | None = None) -> InstallReport:
     """Merge harness-mem's hooks into the settings file at ``path`` (created when absent).
+
+    The hooks run ``program`` (default :func:`this_program`): the host runs them with its own
+    ``PATH``, which need not hold the virtual environment harness-mem was installed in.
 
     A file that is not a JSON object is refused and left as it was; a file that already has the hooks
     is not written at all; otherwise the new file replaces the old one atomically, with its mode (a
@@ -390,7 +406,7 @@ def install(path: Path, db: str | None = None, namespace: str | None = None) -> 
             raise InvalidInputError(f"{path} is not valid JSON ({exc}) — fix it first; it was left untouched") from None
         if not isinstance(settings, dict):
             raise InvalidInputError(f"{path} holds a JSON {type(settings).__name__}, not an object; it was left untouched")
-    added, updated = merge_hooks(settings, db, namespace)
+    added, updated = merge_hooks(settings, db, namespace, program or this_program())
     report = InstallReport(path, added, updated)
     if report.changed or raw is None:
         _write_atomically(path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")

@@ -11,9 +11,10 @@ Each message is one ``turn`` of the session: role ``user``, ``assistant``, ``sys
 from the message's type (a ``ChatMessage`` keeps its own role), content the message's text (what
 recall searches; an AI message that only calls tools is its calls), and the message itself, as
 LangChain serialises it (``{"type", "data"}``), kept in the entry's metadata under ``message``:
-that is what :attr:`~HarnessMemChatMessageHistory.messages` rebuilds. Metadata is redacted string
-by string, so the message comes back equal to the one added unless it held secrets or personal
-data, which come back redacted (an e-mail as ``<EMAIL>``), as in the content.
+that is what :attr:`~HarnessMemChatMessageHistory.messages` rebuilds. Metadata is redacted value
+by value, so the message comes back equal to the one added: a value that is personal data is
+sealed and read back as given (:mod:`harness_mem.identities`), while a credential, or personal data
+inside a longer text, comes back redacted as the content does.
 
 The store is synchronous and serves one call at a time: the history's calls on one store take
 turns, so the base class's async methods (which run the sync ones in an executor) are safe.

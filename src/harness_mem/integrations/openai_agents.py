@@ -14,10 +14,11 @@ third-party sessions). Each item is one ``turn`` of the session: its role is the
 item without one, ``assistant`` for a call the model made and ``tool`` for a call's output), its
 content the item's text (what recall searches), and the item itself is kept whole in the entry's
 metadata under ``item``, which is what :meth:`~HarnessMemSession.get_items` gives back. Metadata is
-redacted string by string, so the item keeps its shape (ids, call ids and encrypted reasoning pass
-unchanged) and comes back equal to what was added unless it held secrets or personal data: those
-come back redacted (an e-mail as ``<EMAIL>``; an integer that is a phone number as its redacted
-string), exactly as the content does. Nothing unredacted is kept anywhere to restore them from.
+redacted value by value, so the item keeps its shape (ids, call ids and encrypted reasoning pass
+unchanged) and comes back equal to what was added: a value that is personal data (an e-mail, a
+phone number) is stored as its pseudonym with the raw value sealed outside the file's reach
+(:mod:`harness_mem.identities`) and read back as given, while a credential, or personal data inside
+a longer text, comes back redacted as the content does.
 
 :func:`memory_tools` renders :data:`harness_mem.tools.OPERATIONS` as the SDK's ``FunctionTool`` s:
 the name, description and JSON schema of each operation, arguments checked by the spec, errors
