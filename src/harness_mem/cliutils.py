@@ -269,6 +269,10 @@ class FiniteFloat(click.FloatRange):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
 
+    def _describe_range(self) -> str:
+        # click's own, with no bound on either side, reads "x<=None" in the help.
+        return "finite" if self.min is None and self.max is None else super()._describe_range()
+
 
 # ---- the database --------------------------------------------------------------------------------
 

@@ -1,6 +1,18 @@
 from __future__ import annotations
 
-from harness_mem.fusion import Candidate, fuse, query_words, strip_names
+import pytest
+
+from harness_mem.fusion import (
+    COSINE_SPREAD,
+    KEYWORD_SPREAD,
+    Candidate,
+    fuse,
+    informativeness,
+    query_words,
+    strip_names,
+    weights,
+)
+from harness_mem.store import MemoryStore
 
 
 def test_strip_names_removes_names_and_possessives() -> None:
@@ -15,13 +27,17 @@ def test_query_words_are_lowercased_and_unique() -> None:
 
 
 def test_keyword_and_cosine_combine_and_priors_reorder() -> None:
+    others = [Candidate(pk, keyword=0.0, cosine=0.3, named=False, session=f"o{pk}") for pk in (3, 4, 5)]
     plain = [
-        Candidate(1, keyword=10.0, cosine=0.2, named=False, session="a"),
+        Candidate(1, keyword=10.0, cosine=0.3, named=False, session="a"),
         Candidate(2, keyword=0.0, cosine=0.6, named=False, session="b"),
+        *others,
     ]
-    # 1: .3 * 1 + .7 * .2 = .44 (+ .5 * .44); 2: .7 * .6 = .42 (+ .5 * .42)
+    keyword_weight, cosine_weight = weights(plain)
+    # 1: the only keyword match, an ordinary cosine; 2: no keyword, the best cosine.
+    assert keyword_weight * 1 + cosine_weight * 0.3 > cosine_weight * 0.6
     assert [pk for pk, _ in fuse(plain, 2)] == [1, 2]
-    named = [plain[0], Candidate(2, keyword=0.0, cosine=0.6, named=True, session="b")]
+    named = [plain[0], Candidate(2, keyword=0.0, cosine=0.6, named=True, session="b"), *others]
     assert [pk for pk, _ in fuse(named, 2)] == [2, 1]  # the speaker the question names comes first
 
 
@@ -33,3 +49,76 @@ def test_session_prior_lifts_the_neighbours_of_a_strong_hit() -> None:
     ]
     assert [pk for pk, _ in fuse(candidates, 3)] == [1, 2, 3]
     assert fuse([], 3) == []
+
+
+# ---- adaptive weights: a signal that tells the candidates nothing apart cannot reorder the others
+
+def test_informativeness_is_zero_for_near_equal_or_near_zero_scores() -> None:
+    assert informativeness([], KEYWORD_SPREAD) == 0.0
+    assert informativeness([4.0] * 20, KEYWORD_SPREAD) == 0.0  # a word in every entry, same length
+    assert informativeness([1.2e-6, 0.8e-6, 1.0e-6, 1.1e-6], KEYWORD_SPREAD) < 1e-6  # idf floored away
+    assert informativeness([12.0, 3.0, 2.0, 0.0, 0.0], KEYWORD_SPREAD) > 0.7  # one entry stands out
+    assert informativeness([0.4, 0.4, 0.4], COSINE_SPREAD) == 0.0
+    assert informativeness([0.7, 0.45, 0.4], COSINE_SPREAD) > 0.7
+
+
+def test_a_keyword_signal_of_near_equal_scores_leaves_the_cosine_order() -> None:
+    # Every entry holds the query's only indexed word: BM25 differs by entry length alone, by a
+    # millionth. Max-normalised, that used to weigh as much as a real match.
+    cosines = [0.52, 0.67, 0.55, 0.50, 0.54]
+    noise = [1.18e-6, 0.79e-6, 1.11e-6, 1.05e-6, 0.99e-6]
+    candidates = [Candidate(pk, keyword=kw, cosine=cos, named=False, session=None)
+                  for pk, (kw, cos) in enumerate(zip(noise, cosines, strict=True), start=1)]
+    assert weights(candidates)[0] < 1e-6
+    assert [pk for pk, _ in fuse(candidates, 5)] == [2, 3, 5, 1, 4]  # by cosine
+
+
+def test_an_informative_keyword_signal_still_counts() -> None:
+    # One entry holds the query's rare word (a name, an error code): it wins over a closer cosine.
+    candidates = [
+        Candidate(1, keyword=9.0, cosine=0.45, named=False, session=None),
+        Candidate(2, keyword=0.0, cosine=0.55, named=False, session=None),
+        Candidate(3, keyword=0.5, cosine=0.40, named=False, session=None),
+        Candidate(4, keyword=0.0, cosine=0.30, named=False, session=None),
+    ]
+    keyword_weight, cosine_weight = weights(candidates)
+    assert 0.3 < keyword_weight < 0.45 and abs(keyword_weight + cosine_weight - 1) < 1e-9
+    assert [pk for pk, _ in fuse(candidates, 4)][0] == 1
+
+
+ADA = [
+    "Ada's home is a flat in Lisbon, in the old Alfama district.",
+    "Ada works as a structural engineer designing bridges.",
+    "Ada has a grey cat called Pixel.",
+    "Ada plays the cello in an amateur orchestra on Thursdays.",
+    "Ada is allergic to peanuts.",
+    "Ada's favourite food is grilled sardines.",
+    "Ada studied mathematics at the University of Porto.",
+    "Ada runs a half marathon every spring.",
+    "Ada's sister Maria is a nurse in Madrid.",
+    "Ada drives an old blue Volvo estate.",
+    "Ada prefers tea to coffee, especially green tea.",
+    "Ada is learning Japanese for a trip next year.",
+    "Ada's birthday is on the 12th of March.",
+    "Ada volunteers at an animal shelter on weekends.",
+    "Ada reads science fiction novels before bed.",
+    "Ada keeps a vegetable garden with tomatoes and beans.",
+    "Ada once climbed Mount Kilimanjaro with friends.",
+    "Ada is vegetarian except for fish.",
+    "Ada's favourite film is Spirited Away.",
+    "Ada collects vintage postcards from flea markets.",
+]
+
+
+@pytest.mark.slow
+def test_a_name_in_every_fact_does_not_push_the_answer_down(semantic_store: MemoryStore) -> None:
+    """The 20-fact store about one person: "Ada" is in every fact (no idf left) and "live" in none,
+    so keyword scores are all ~1e-6 and must not reorder what the meaning ranks."""
+    semantic_store.add_many([{"content": fact, "kind": "fact", "tags": ["Ada"]} for fact in ADA])
+    keyword_scores = [h.score for h in semantic_store.recall("where does Ada live?", k=20, mode="keyword")]
+    assert len(keyword_scores) == 20 and max(keyword_scores) < 1e-5  # the premise: no keyword evidence
+    for mode in ("semantic", "hybrid"):
+        hits = semantic_store.recall("where does Ada live?", k=3, mode=mode)
+        assert hits[0].entry.content == ADA[0], mode
+    # A word that only one fact holds is evidence, and hybrid follows it.
+    assert semantic_store.recall("Ada's cello", k=1, mode="hybrid")[0].entry.content == ADA[3]

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from harness_mem.keyword import (
     _WORD,
     CJK_RUN,
+    REPLIED_WORDS,
     STOP_WORDS,
     index_text,
     match_expression,
@@ -176,3 +177,21 @@ def test_deleting_a_turn_removes_its_text_from_the_next_turns_index(store: Memor
     assert store.recall("zanzibar") == []
     assert store.reindex()["keyword_rows"] == 1
     assert store.recall("zanzibar") == []
+
+
+def test_a_reply_carries_only_the_end_of_the_turn_it_answers() -> None:
+    long_reply = " ".join(f"word{i}" for i in range(200)) + " so which city do you prefer?"
+    text = index_text("Porto, for the food.", "user", previous=(long_reply, "assistant"))
+    # The question at the end of a long reply is kept; its first hundreds of words are not.
+    assert text == f"assistant: {' '.join(long_reply.split()[-REPLIED_WORDS:])}\nuser: Porto, for the food."
+    assert "word0 " not in text and "which city do you prefer?" in text
+    # Two messages of the same speaker in a row: the second replies to nothing there.
+    assert index_text("and book the hotel", "user", previous=("find me a flight", "user")) == "user: and book the hotel"
+
+
+def test_a_users_next_message_is_found_by_its_own_words_not_the_last_ones(store: MemoryStore) -> None:
+    # A session stored without the assistant's replies: each user turn follows another user turn.
+    store.add("I adopted a greyhound called Biscuit last spring", role="user", session="chat")
+    later = store.add("my sister moved to Tromsø for her job at the university", role="user", session="chat")
+    hits = store.recall("greyhound", k=5, mode="keyword")
+    assert [h.entry.id for h in hits if h.entry.id == later.id] == []  # not dragged along by the turn before
