@@ -52,6 +52,8 @@ def _bigrams(run: str) -> list[str]:
 #: own words (LongMemEval dev, both roles: keyword R@5 .615 with the whole turn before, .728 with its
 #: last 15 words; LoCoMo's short turns lose nothing: R@10 .710 either way).
 REPLIED_WORDS = 15
+#: ... and at most this many characters of them (a CJK run has no spaces to count words by).
+REPLIED_CHARS = 120
 
 
 def index_text(
@@ -78,7 +80,7 @@ def index_text(
     text = f"{role}: {content}" if role else content
     if previous is not None and previous[1] != role:
         words = previous[0].split()
-        asked = " ".join(words[-REPLIED_WORDS:])
+        asked = " ".join(words[-REPLIED_WORDS:])[-REPLIED_CHARS:]
         text = (f"{previous[1]}: {asked}" if previous[1] else asked) + "\n" + text
     if day is not None:
         text = _day_line(day) + text

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from harness_mem.keyword import (
     _WORD,
     CJK_RUN,
+    REPLIED_CHARS,
     REPLIED_WORDS,
     STOP_WORDS,
     index_text,
@@ -185,6 +186,8 @@ def test_a_reply_carries_only_the_end_of_the_turn_it_answers() -> None:
     # The question at the end of a long reply is kept; its first hundreds of words are not.
     assert text == f"assistant: {' '.join(long_reply.split()[-REPLIED_WORDS:])}\nuser: Porto, for the food."
     assert "word0 " not in text and "which city do you prefer?" in text
+    cjk = index_text("好的", "user", previous=("我们" * 500, "assistant"))  # no spaces: cut by characters
+    assert cjk.count("我们") == REPLIED_CHARS // 2
     # Two messages of the same speaker in a row: the second replies to nothing there.
     assert index_text("and book the hotel", "user", previous=("find me a flight", "user")) == "user: and book the hotel"
 
