@@ -17,7 +17,7 @@ from typing import Any
 from ..db import Connection, driver, truncate_wal, write_transaction
 from ..errors import DiskFullError, StorageError
 from ..pages import count_pages
-from ..steps import STEP_PAUSE_S, next_step
+from ..steps import STEP_PAUSE_S, STEP_TARGET_S
 
 Snapshot = Callable[[], AbstractContextManager[None]]
 _AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}
@@ -38,10 +38,12 @@ def file_bytes(path: Path | str) -> int:
 # The sizes of maintenance's steps (see :mod:`harness_mem.steps`): the first step's, the least and the most.
 #: Pages of the keyword index one merge step writes.
 MERGE_PAGES = (256, 32, 8192)
-#: Free pages one incremental-vacuum step hands back: few at most, as a page at the end of the file
-#: that is in use must be moved first, which costs many times a free one (a step grown on free pages
-#: of 8,192 pages held the lock 2.7 s when it met used ones).
-VACUUM_PAGES = (1024, 128, 2048)
+#: Free pages one ``PRAGMA incremental_vacuum`` call hands back. A step calls it until it has held
+#: the lock about STEP_TARGET_S: a page at the end of the file that is in use must be moved first,
+#: which costs many times a free one, so a step sized in pages from the last one's time overshot
+#: when it met used pages (2,048 pages held the lock 1.6 s beside a writer on a 2 GB file; 8,192 held
+#: it 2.7 s); timed call by call, a step overshoots by one call at most.
+VACUUM_CHUNK = 64
 #: Entries one step of a keyword-index rebuild re-indexes.
 KEYWORD_ROWS = (1000, 100, 20000)
 
@@ -94,12 +96,14 @@ def compact(conn: Connection, *, rewrite: Callable[[], None] | None, vacuum: boo
         vacuumed = "tables"
     left = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
     if vacuumed != "full" and mode == "incremental" and left:
-        size = VACUUM_PAGES[0]
         while left:
-            began = time.monotonic()
-            with write_transaction(conn):  # it frees a page per row it returns: read them all
-                conn.execute(f"PRAGMA incremental_vacuum({size})").fetchall()
-            size = next_step(size, time.monotonic() - began, VACUUM_PAGES)
+            with write_transaction(conn):
+                began = time.monotonic()
+                while time.monotonic() - began < STEP_TARGET_S:
+                    # It frees a page per row it returns: read them all.
+                    conn.execute(f"PRAGMA incremental_vacuum({VACUUM_CHUNK})").fetchall()
+                    if not int(conn.execute("PRAGMA freelist_count").fetchone()[0]):
+                        break
             # A checkpoint without the lock between steps keeps the log from growing with the file.
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             left, before = int(conn.execute("PRAGMA freelist_count").fetchone()[0]), left
