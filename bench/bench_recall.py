@@ -323,9 +323,10 @@ class CandidateRecorder:
         self.original = fusion.fuse
 
     def __enter__(self) -> CandidateRecorder:
-        def recording(candidates: Sequence[fusion.Candidate], k: int) -> list[tuple[int, float]]:
+        def recording(candidates: Sequence[fusion.Candidate], k: int, *,
+                      gathering: bool = False) -> list[tuple[int, float]]:
             self.current = [(c.pk, c.keyword, c.cosine, c.named, c.session) for c in candidates]
-            return self.original(candidates, k)
+            return self.original(candidates, k, gathering=gathering)
 
         fusion.fuse = recording  # type: ignore[assignment]
         return self

@@ -63,6 +63,7 @@ def load(folder: Path) -> dict[str, list[dict[str, Any]]]:
             row["fusable"] = [fusion.Candidate(i, kw, cos, named, session)
                               for i, (_, kw, cos, named, session) in enumerate(row["candidates"])]
             row["half"] = hashlib.sha1(row["qid"].encode()).digest()[0] % 2
+            row["gathering"] = fusion.gathers(row["question"])
         corpora[path.stem] = [row for row in rows if row["evidence"]]
     return corpora
 
@@ -70,7 +71,7 @@ def load(folder: Path) -> dict[str, list[dict[str, Any]]]:
 def measure(rows: list[dict[str, Any]]) -> tuple[float, float, float]:
     r5, r10, mrr = [], [], []
     for row in rows:
-        ranked = [row["pk_to_id"][pk] for pk, _ in fusion.fuse(row["fusable"], 10)]
+        ranked = [row["pk_to_id"][pk] for pk, _ in fusion.fuse(row["fusable"], 10, gathering=row["gathering"])]
         evidence = set(row["evidence"])
         r5.append(len(evidence & set(ranked[:5])) / len(evidence))
         r10.append(len(evidence & set(ranked)) / len(evidence))

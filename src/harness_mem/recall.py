@@ -233,7 +233,7 @@ class Recall:
                              role is not None and role.lower() in lowered, session)
             for pk, role, session in rows
         ]
-        return fusion.fuse(candidates, k), {c.pk: c for c in candidates}
+        return fusion.fuse(candidates, k, gathering=fusion.gathers(query)), {c.pk: c for c in candidates}
 
     def _named_roles(self, query: str) -> list[str]:
         """The roles (speakers) of this namespace that ``query`` names, as stored."""

@@ -7,6 +7,7 @@ from harness_mem.fusion import (
     KEYWORD_SPREAD,
     Candidate,
     fuse,
+    gathers,
     informativeness,
     query_words,
     strip_names,
@@ -122,3 +123,19 @@ def test_a_name_in_every_fact_does_not_push_the_answer_down(semantic_store: Memo
         assert hits[0].entry.content == ADA[0], mode
     # A word that only one fact holds is evidence, and hybrid follows it.
     assert semantic_store.recall("Ada's cello", k=1, mode="hybrid")[0].entry.content == ADA[3]
+
+
+def test_a_question_that_gathers_over_sessions_gets_no_session_prior() -> None:
+    assert gathers("How many plants did I buy this spring?")
+    assert gathers("How much have I spent on coffee in total?")
+    assert gathers("How many days passed between the wedding and the move?")
+    assert not gathers("Where did Caroline travel in May?")
+    # s1 holds one strong hit and a weaker session-mate; s2 and s3 hold the other sessions' evidence.
+    candidates = [
+        Candidate(1, keyword=10.0, cosine=0.9, named=False, session="s1"),
+        Candidate(2, keyword=0.0, cosine=0.30, named=False, session="s1"),
+        Candidate(3, keyword=0.0, cosine=0.36, named=False, session="s2"),
+        Candidate(4, keyword=0.0, cosine=0.35, named=False, session="s3"),
+    ]
+    assert [pk for pk, _ in fuse(candidates, 2)] == [1, 2]  # one session's turns first
+    assert [pk for pk, _ in fuse(candidates, 2, gathering=True)] == [1, 3]  # the next session's evidence
