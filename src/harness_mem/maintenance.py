@@ -33,8 +33,8 @@ purged.
 
 **Writers keep writing.** Every step is a short write transaction with a pause after it (a batch
 of deletes, a bounded merge of the keyword index, a batch of rows copied into a table's fresh copy
-or deleted from its old one, a few thousand free pages handed back, a WAL checkpoint without the
-lock), so a writer in another process waits for one step, whatever the file's size. The rewrite
+or deleted from its old one, free pages handed back 64 at a time until the step has held the lock
+its share, a WAL checkpoint without the lock), so a writer in another process waits for one step, whatever the file's size. The rewrite
 copies each table while triggers keep the copy in step with writers, switches the names in one
 short transaction, and deletes the old table's rows (``secure_delete`` zeroes each page they free)
 before dropping it (:mod:`harness_mem.engines.sqlite_rewrite`). Only ``gc --vacuum`` runs SQLite's
@@ -331,7 +331,8 @@ def gc(storage: Storage, *, vacuum: bool = False) -> dict[str, Any]:
     store when an entry was purged, empty the write-ahead log, free pages; report sizes by table.
 
     Every step works in short write transactions (a batch of deletes, a few hundred pages of the
-    keyword index's merge, a batch of rows of the rewrite, a few thousand free pages handed back),
+    keyword index's merge, a batch of rows of the rewrite, free pages handed back 64 at a time until the step has held the
+    lock its share),
     so a writer beside gc waits for one step, whatever the file's size. A purged entry's text must
     leave every byte of the file, and only pages written afresh lose the old copies of rows that
     SQLite's page rebuilding leaves behind: the tables holding entries' text are rewritten when a
