@@ -25,7 +25,7 @@ on four conversations and tested on the fifth):
   session where the question's topic came up. Not for a question that gathers (:func:`gathers`:
   how many, how much, in total, between): its evidence is spread over sessions, and lifting one
   session's turns pushes the others out (LongMemEval dev user turns, hybrid R@5 .847 → .871, its
-  multi-session and temporal-reasoning questions; LoCoMo unchanged: .727 / .806).
+  multi-session and temporal-reasoning questions; LoCoMo unchanged: R@5 / R@10 .727 / .807).
 
 Measured on LoCoMo (recall@10, `harness-mem eval`): keyword .710 (with the context index of
 keyword.index_text), semantic .634, this hybrid .80; the other corpora are in bench/bench_recall.py.
