@@ -339,5 +339,4 @@ def test_gc_leaves_no_copy_of_a_deleted_entrys_sealed_name(tmp_path: Path, monke
     # in the identities table goes with the rewrite, as the entries' own copies do.
     assert deleted_names_left(tmp_path / "a" / "memory.db") == []
     monkeypatch.setattr(sqlite_rewrite, "TABLES", ("entries", "episodes"))
-    monkeypatch.setattr(sqlite_rewrite.rewrite_tables, "__defaults__", (("entries", "episodes"),))
     assert deleted_names_left(tmp_path / "b" / "memory.db"), "the proof above would mean nothing"

@@ -58,7 +58,7 @@ def rewrite(conn: Connection, location: str = "the database") -> None:
     if conn.in_transaction:
         raise StorageError("the file cannot be rewritten inside a transaction — purge outside the `with` block")
     with sqlite_files.space_for(location):
-        rewrite_tables(conn)
+        rewrite_tables(conn, TABLES)
 
 
 def rewrite_tables(conn: Connection, tables: Sequence[str] = TABLES, *,
