@@ -54,8 +54,8 @@ import numpy.typing as npt
 from harness_mem import MemoryStore, fusion, keyword
 from harness_mem.db import driver
 from harness_mem.jsonl import import_jsonl
+from harness_mem.passages import embedding_text
 from harness_mem.providers.embeddings import MiniLMEmbedder
-from harness_mem.vectors import embedding_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data"

@@ -447,7 +447,7 @@ def remove_vector_db(db: Path) -> None:
 
 def anchor_texts(seed: int, count: int = VECTOR_ANCHORS) -> list[str]:
     """What the store would embed for ``count`` filler turns spread over a corpus of 40 × count."""
-    from harness_mem.vectors import embedding_text
+    from harness_mem.passages import embedding_text
 
     rows = generate(40 * count, seed)
     return [embedding_text(row["text"], row["role"]) for i, row in enumerate(rows) if i % 40 == 0][:count]
@@ -458,7 +458,7 @@ def vector_embedder(db: Path, seed: int, data: Path = DEFAULT_DATA) -> Any:
     synthetic ones around real filler vectors for the rest (computed once, cached beside ``db``)."""
     from synthetic_embedder import SyntheticMiniLM, model_fingerprint, real_vectors
 
-    from harness_mem.vectors import embedding_text
+    from harness_mem.passages import embedding_text
 
     planted = [embedding_text(t["text"], t["role"]) for t in planted_turns(data)]
     anchors = anchor_texts(seed)
@@ -528,7 +528,8 @@ def raw_vec0_insert(lines: Path, embedder: Any, path: Path, batch: int = 5000) -
     """Seconds to insert the vectors of ``lines`` into a vec0 table declared as the store declares it,
     with ``executemany`` and the store's quantisation, in one transaction (embedding not counted)."""
     from harness_mem.db import connect, write_transaction
-    from harness_mem.vectors import embedding_text, pack_signs, quantize, session_key
+    from harness_mem.passages import embedding_text
+    from harness_mem.vectors import pack_signs, quantize, session_key
 
     conn = connect(path).conn
     conn.execute("CREATE VIRTUAL TABLE v USING vec0(namespace text partition key, kind text, session_key integer,"

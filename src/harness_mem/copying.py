@@ -24,6 +24,7 @@ from .engines import open_storage, shown_location
 from .errors import StorageError
 from .identities import KEY_ID_SETTING, SealedIdentity
 from .models import counted
+from .passages import Embedding
 from .rows import Row
 from .storage import Storage
 
@@ -92,9 +93,12 @@ def _copy(src: Storage, dst: Storage, batch_size: int, progress: Callable[[int],
     report.model = model["name"] if model else None
     last = 0
     while rows := src.rows_after(last, batch_size):
-        vectors = src.stored_vectors([row.pk for row in rows if row.pk is not None]) if model else {}
+        pks = [row.pk for row in rows if row.pk is not None]
+        vectors = src.stored_vectors(pks) if model else {}
+        passages = src.passages(pks) if model else {}
         fresh = [Row(None, *row[1:]) for row in rows]  # new rows: the destination numbers them
-        given = {id(new): _unit(vectors[old.pk]) for new, old in zip(fresh, rows, strict=True) if old.pk in vectors}
+        given = {id(new): Embedding(_unit(vectors[old.pk]), tuple(passages.get(old.pk, ())))
+                 for new, old in zip(fresh, rows, strict=True) if old.pk in vectors}
         written = dst.write(fresh, "ignore", given)
         report.read += len(rows)
         report.copied += len(written)

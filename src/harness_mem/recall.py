@@ -6,7 +6,7 @@ mode is a ranking of internal pks:
 - keyword: BM25 over the context index (``keyword.py`` makes the query's terms, so no query can
   be a syntax error; ``bm25.py`` ranks over what the engine's keyword index answers);
 - semantic: cosine similarity through the engine's vector index, filters applied before the top-k
-  cut;
+  cut, then best-of each candidate's passages (``passages.py``: a long entry's later windows);
 - hybrid: every candidate of either ranking gets both features, then ``fusion.py`` scores them.
 
 Only the final top ``k`` are read back as entries. A query's embedding is cached per store: agents
@@ -25,11 +25,12 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from . import fusion, keyword
+from . import fusion, keyword, passages
 from .bm25 import KeywordIndex
 from .errors import EmbedderError, InvalidInputError, MissingVectorsWarning
 from .filters import Filters, Selection, make_filters
 from .models import Entry, Hit, counted, now_ms
+from .passages import Passage
 from .providers.reference import INSTALL_HINT
 from .rows import entry_from_row
 from .storage import Scope, Storage
@@ -150,14 +151,22 @@ class Recall:
             )
         if pending is not None:
             query_vector = pending.result()
+        matched: dict[int, Passage] = {}  # the passage that won an entry's cosine, for its snippet
         if mode in ("semantic", "hybrid"):
             # Hybrid takes the semantic list as fusion candidates, each scored by its exact cosine:
-            # it needs the near neighbours in, not their exact order (see VectorIndex.search).
-            rankings["semantic"] = self._semantic_ranking(query, depth, filters, query_vector, exact_order=mode == "semantic")
+            # it needs the near neighbours in, not their exact order (see VectorIndex.search). Semantic
+            # takes as many, so that a long entry's passage can lift it into the top k.
+            rankings["semantic"] = self._semantic_ranking(query, max(depth, fusion.depth(k)), filters, query_vector,
+                                                          exact_order=mode == "semantic")
         features: dict[int, fusion.Candidate] = {}
         if mode == "hybrid":
             assert query_vector is not None or not rankings["semantic"]
-            ranked, features = self._fuse(query, rankings["keyword"], rankings["semantic"], query_vector, named, k)
+            ranked, features = self._fuse(query, rankings["keyword"], rankings["semantic"], query_vector, named, k,
+                                          matched)
+        elif mode == "semantic" and query_vector is not None:
+            best = self._best_of(query_vector, dict(rankings["semantic"]), matched)
+            rankings["semantic"] = sorted(best.items(), key=lambda item: (-item[1], item[0]))
+            ranked = rankings["semantic"][:k]
         else:
             ranked = rankings[mode]
         entries = self._entries_by_pk([pk for pk, _ in ranked])
@@ -176,7 +185,8 @@ class Recall:
                     components["semantic"]["score"] = features[pk].cosine
                     components["speaker"] = {"rank": None, "score": fusion.SPEAKER_PRIOR if features[pk].named else 0.0}
             entry = entries[pk]
-            hits.append(Hit(entry=entry, score=score, snippet=keyword.snippet(entry.content, query), components=components))
+            hits.append(Hit(entry=entry, score=score, snippet=_snippet(entry.content, query, matched.get(pk)),
+                            components=components))
         return hits
 
     def _resolve_mode(self, mode: str | None) -> Mode:
@@ -212,10 +222,12 @@ class Recall:
         vector: npt.NDArray[np.float32] | None,
         named: list[str],
         k: int,
+        matched: dict[int, Passage],
     ) -> tuple[list[tuple[int, float]], dict[int, fusion.Candidate]]:
         """Give every candidate of either ranking both features, then score them (see fusion.py).
 
-        Returns the top ``k`` and every candidate's features (for ``explain``).
+        Returns the top ``k`` and every candidate's features (for ``explain``); a candidate whose
+        cosine came from a later passage has it in ``matched``.
         """
         keyword_scores, cosines = dict(keyword_ranking), dict(semantic_ranking)
         # Candidates: the keyword top CANDIDATES and every semantic hit. A semantic hit outside the
@@ -226,6 +238,8 @@ class Recall:
         uncosined = [pk for pk in pks if pk not in cosines]
         if uncosined and vector is not None:
             cosines.update(self.storage.cosines(vector, uncosined))
+        if vector is not None:
+            cosines = self._best_of(vector, cosines, matched)
         lowered = {name.lower() for name in named}
         rows = self.storage.speakers(pks)
         candidates = [
@@ -234,6 +248,13 @@ class Recall:
             for pk, role, session in rows
         ]
         return fusion.fuse(candidates, k, gathering=fusion.gathers(query)), {c.pk: c for c in candidates}
+
+    def _best_of(self, vector: npt.NDArray[np.float32], cosines: dict[int, float],
+                 matched: dict[int, Passage]) -> dict[int, float]:
+        """``cosines`` (first windows) best-of each entry's passages; the passages that won go in ``matched``."""
+        best = passages.best_of(vector, cosines, self.storage.passages(list(cosines)))
+        matched.update((pk, passage) for pk, (_, passage) in best.items() if passage is not None)
+        return {pk: cosine for pk, (cosine, _) in best.items()}
 
     def _named_roles(self, query: str) -> list[str]:
         """The roles (speakers) of this namespace that ``query`` names, as stored."""
@@ -336,6 +357,15 @@ class _Background:
 
 
 REINDEX = "harness-mem reindex"
+
+
+def _snippet(content: str, query: str, passage: Passage | None) -> str:
+    """The hit's snippet: around a query word, within the passage that matched when a later one did."""
+    if passage is None:
+        return keyword.snippet(content, query)
+    text = keyword.snippet(content[passage.start:passage.stop], query)
+    return ("…" if passage.start > 0 and not text.startswith("…") else "") + text + (
+        "…" if passage.stop < len(content) and not text.endswith("…") else "")
 
 
 def raise_if_missing_vectors(storage: Storage) -> None:

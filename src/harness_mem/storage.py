@@ -30,6 +30,7 @@ from .filters import Selection
 from .identities import SealedIdentity, Sealer, metadata_pseudonyms
 from .keyword import entry_index_text
 from .models import MigrationStatus
+from .passages import Embedding, Passage
 from .protocols import Embedder
 from .redaction import Redactor
 from .rows import Row, identity, identity_tags, stored_metadata
@@ -41,8 +42,8 @@ OnConflict = Literal["error", "ignore", "replace"]
 #: transcript.
 DERIVED_SOURCE = "consolidation"
 ON_CONFLICT: tuple[OnConflict, ...] = ("error", "ignore", "replace")
-#: Vectors computed before a write, keyed by ``id(row)`` of the rows they belong to.
-Vectors = dict[int, npt.NDArray[np.float32]]
+#: Embeddings computed before a write, keyed by ``id(row)`` of the rows they belong to.
+Vectors = dict[int, Embedding]
 
 
 def check_on_conflict(on_conflict: object) -> None:
@@ -443,6 +444,10 @@ class Storage(ABC):
     @abstractmethod
     def cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, float]:
         """The cosine of ``vector`` to each entry's stored vector (those that have one)."""
+
+    @abstractmethod
+    def passages(self, pks: Sequence[int]) -> dict[int, list[Passage]]:
+        """The later windows of each entry that has any (:mod:`harness_mem.passages`), in order."""
 
     @abstractmethod
     def vector_counts(self) -> VectorCounts: ...

@@ -49,9 +49,14 @@ import numpy.typing as npt
 
 from .db import Connection, database
 from .errors import EmbedderError
+from .passages import Passage
 from .protocols import Embedder
 
 TABLE = "entries_vec"
+#: A long entry's later windows (see :mod:`harness_mem.passages`), int8 like the index's vectors.
+PASSAGES = "entries_passages"
+PASSAGES_SQL = (f"CREATE TABLE IF NOT EXISTS {PASSAGES} (pk INTEGER NOT NULL, start INTEGER NOT NULL,"
+                " stop INTEGER NOT NULL, embedding BLOB NOT NULL, PRIMARY KEY (pk, start)) WITHOUT ROWID")
 # Shortlist = max(SHORTLIST_MIN, SHORTLIST_PER_HIT × k, rows / ROWS_PER_SHORTLISTED), chosen in
 # bench/bench_scale.py --vectors for ≥ 0.95 top-10 agreement with vec0's exact KNN on MiniLM questions
 # at 100k and 1M entries (0.98 and 0.99).
@@ -142,12 +147,34 @@ def drop_vectors(conn: Connection) -> int:
     """Drop every vector and the recorded model (inside a write transaction); returns how many went."""
     dropped = int(conn.execute(f"SELECT count(*) FROM {TABLE}_rowids").fetchone()[0]) if _has_current_layout(conn) else 0
     conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
+    conn.execute(f"DROP TABLE IF EXISTS {PASSAGES}")
     conn.execute("DELETE FROM settings WHERE key LIKE 'embedder.%'")
     return dropped
 
 
 #: Set in ``settings`` when the file keeps no vectors by choice: opens then load no model.
 KEYWORD_ONLY_KEY = "store.keyword_only"
+
+
+def delete_vector(conn: Connection, pk: int) -> None:
+    """Delete an entry's vector and passages (inside a write transaction): vec0 has no cascade."""
+    conn.execute(f"DELETE FROM {TABLE} WHERE rowid = ?", (pk,))
+    if database(conn)[PASSAGES].exists():
+        conn.execute(f"DELETE FROM {PASSAGES} WHERE pk = ?", (pk,))
+
+
+def stored_passages(conn: Connection, pks: Sequence[int]) -> dict[int, list[Passage]]:
+    """The later windows of the given entries (those that have any), in order."""
+    found: dict[int, list[Passage]] = {}
+    if not pks or not database(conn)[PASSAGES].exists():
+        return found
+    for pk, start, stop, blob in conn.execute(
+        f"SELECT p.pk, p.start, p.stop, p.embedding FROM json_each(?) AS j CROSS JOIN {PASSAGES} p ON p.pk = j.value"
+        " ORDER BY p.pk, p.start", (json.dumps(list(pks)),)
+    ):
+        vector = np.frombuffer(blob, dtype=np.int8).astype(np.float32)
+        found.setdefault(int(pk), []).append(Passage(int(start), int(stop), vector / max(float(np.linalg.norm(vector)), 1e-9)))
+    return found
 
 
 def is_keyword_only(conn: Connection) -> bool:
@@ -160,11 +187,6 @@ def set_keyword_only(conn: Connection, keyword_only: bool) -> None:
         conn.execute("INSERT OR IGNORE INTO settings (key, value) VALUES (?, '1')", (KEYWORD_ONLY_KEY,))
     else:
         conn.execute("DELETE FROM settings WHERE key = ?", (KEYWORD_ONLY_KEY,))
-
-
-def embedding_text(content: str, role: str | None) -> str:
-    """What is embedded for an entry: like the keyword index, the speaker goes with the text."""
-    return f"{role}: {content}" if role else content
 
 
 def live_entries(conn: Connection) -> int:
@@ -194,17 +216,20 @@ def missing_vectors(conn: Connection, live: int | None = None) -> int:
     ).fetchone()[0])
 
 
-def entries_without_vectors(conn: Connection, limit: int) -> list[tuple[int, str, str, str | None, str, int]]:
-    """Up to ``limit`` entries that have no vector: (pk, namespace, kind, session, text to embed, created_at)."""
-    rows = conn.execute(
-        "SELECT pk, namespace, kind, session, content, role, created_at FROM entries e WHERE e.forgotten_at IS NULL AND NOT EXISTS"
-        f" (SELECT 1 FROM {TABLE}_rowids r WHERE r.rowid = e.pk) ORDER BY pk LIMIT ?",
-        (limit,),
-    ).fetchall()
-    return [(pk, ns, kind, session, embedding_text(content, role), created) for pk, ns, kind, session, content, role, created in rows]
+#: An entry to embed: (pk, namespace, kind, session, content, role, created_at).
+Unembedded = tuple[int, str, str, str | None, str, str | None, int]
 
 
-def still_without_vectors(conn: Connection, rows: Sequence[tuple[int, str, str, str | None, str, int]]) -> list[int]:
+def entries_without_vectors(conn: Connection, limit: int) -> list[Unembedded]:
+    """Up to ``limit`` entries that have no vector."""
+    return [(int(pk), ns, kind, session, content, role, int(created)) for pk, ns, kind, session, content, role, created
+            in conn.execute(
+                "SELECT pk, namespace, kind, session, content, role, created_at FROM entries e"
+                f" WHERE e.forgotten_at IS NULL AND NOT EXISTS (SELECT 1 FROM {TABLE}_rowids r WHERE r.rowid = e.pk)"
+                " ORDER BY pk LIMIT ?", (limit,))]
+
+
+def still_without_vectors(conn: Connection, rows: Sequence[Unembedded]) -> list[int]:
     """The positions in ``rows`` (from :func:`entries_without_vectors`) that may have their vectors written.
 
     Called inside the write transaction, after the model ran outside it: meanwhile another
@@ -213,7 +238,7 @@ def still_without_vectors(conn: Connection, rows: Sequence[tuple[int, str, str, 
     (the vector would then be of the wrong text). Only rows that are as they were read pass.
     """
     current = {
-        pk: (ns, kind, session, embedding_text(content, role), created)
+        int(pk): (ns, kind, session, content, role, int(created))
         for pk, ns, kind, session, content, role, created in conn.execute(
             "SELECT pk, namespace, kind, session, content, role, created_at FROM entries e"
             " WHERE e.pk IN (SELECT value FROM json_each(?)) AND e.forgotten_at IS NULL"
@@ -469,8 +494,16 @@ class VectorIndex:
 
     # ---- writes (inside the store's transaction) -----------------------------------------------
 
-    def write(self, rows: Sequence[VectorRow], vectors: npt.NDArray[np.float32]) -> None:
+    def write(self, rows: Sequence[VectorRow], vectors: npt.NDArray[np.float32],
+              passages: Sequence[Sequence[Passage]] = ()) -> None:
+        """Index each row's vector, and keep its passages (one sequence per row, when given)."""
         signs = self._insert(rows, vectors)
+        later = [(row.pk, p) for row, found in zip(rows, passages, strict=True) for p in found] if passages else []
+        if later:
+            self.conn.execute(PASSAGES_SQL)  # made with the first long entry (older files have none)
+            scaled = quantize(np.stack([p.vector for _, p in later]))
+            self.conn.executemany(f"INSERT INTO {PASSAGES} (pk, start, stop, embedding) VALUES (?, ?, ?, ?)",
+                                  [(pk, p.start, p.stop, scaled[i].tobytes()) for i, (pk, p) in enumerate(later)])
         for namespace in {row.namespace for row in rows}:
             chosen = [i for i, row in enumerate(rows) if row.namespace == namespace]
             self._pending.added.append((
@@ -492,7 +525,7 @@ class VectorIndex:
         return signs
 
     def delete(self, pk: int) -> None:
-        self.conn.execute(f"DELETE FROM {TABLE} WHERE rowid = ?", (pk,))  # vec0 has no cascade
+        delete_vector(self.conn, pk)
         self._pending.deleted.append(pk)
 
     def committed(self, generation: int) -> None:

@@ -25,8 +25,8 @@ from soak_checks import Expected, check_outputs, drive, start_worker
 from soak_worker import KEYWORD_ONLY_WRITER
 
 from harness_mem.errors import NotFoundError
+from harness_mem.passages import embedding_text
 from harness_mem.store import MemoryStore
-from harness_mem.vectors import embedding_text
 
 pytestmark = pytest.mark.slow
 

@@ -29,6 +29,7 @@ from ..errors import ExtensionError, MigrationError, SchemaTooNewError, StorageE
 from ..filters import MetadataCondition, Selection
 from ..identities import SealedIdentity
 from ..models import MigrationStatus, counted, to_ms
+from ..passages import Embedding, Passage, embed_entries
 from ..protocols import Embedder
 from ..rows import COLUMNS, Row
 from ..storage import (
@@ -42,7 +43,7 @@ from ..storage import (
     index_texts_of,
     settle_conflicts,
 )
-from ..vectors import embedding_text, other_model
+from ..vectors import other_model
 
 __all__ = ["PostgresStorage", "safe_location", "tsquery_of", "vector_literal"]
 
@@ -433,6 +434,7 @@ class PostgresStorage(Storage):
         self.keywords = PostgresKeywords(self)
         self._in_transaction = False
         self._bound: bool = False
+        self._passage_table: bool | None = None
 
     def __repr__(self) -> str:
         return f"<PostgresStorage {self.path!r}>"
@@ -511,7 +513,8 @@ class PostgresStorage(Storage):
         # tables included.
         tables = ["entries", "settings", "episodes", "skills", "skill_revisions", "skill_sources", "consolidations",
                   "derivations", "identities",
-                  *(["entry_vectors"] if self._has_vector_table() else [])]
+                  *(["entry_vectors"] if self._has_vector_table() else []),
+                  *(["entry_passages"] if self._has_passage_table() else [])]
         with self.transaction():
             self._run("INSERT INTO namespace_roles (role, namespace) VALUES (%s, %s)"
                       " ON CONFLICT (role) DO UPDATE SET namespace = excluded.namespace", (role, namespace))
@@ -645,9 +648,17 @@ class PostgresStorage(Storage):
         # Once this handle bound its model the table is there: no catalogue query per deleted row.
         return self._bound or bool(self.query("SELECT to_regclass('entry_vectors') IS NOT NULL")[0][0])
 
+    def _has_passage_table(self) -> bool:
+        # Known once bound (a store written before passages may lack it until its writer opens it).
+        if self._bound and self._passage_table is not None:
+            return self._passage_table
+        self._passage_table = bool(self.query("SELECT to_regclass('entry_passages') IS NOT NULL")[0][0])
+        return self._passage_table
+
     def use_embedder(self, embedder: Embedder | None) -> None:
         self.embedder = embedder
         self._bound = False
+        self._passage_table = None
 
     def vectors_bound(self, *, writing: bool = True) -> bool:
         if self.embedder is None:
@@ -658,7 +669,9 @@ class PostgresStorage(Storage):
         mine = self._identity()
         if recorded is not None and recorded != mine:
             self.check_model()
-        if recorded is None or self.keyword_only or not self._has_vector_table():
+        # A store written before passages has its vectors' table and not theirs: its writer makes it.
+        if (recorded is None or self.keyword_only or not self._has_vector_table()
+                or (writing and not self.read_only and not self._has_passage_table())):
             if not writing and (self.read_only or self.keyword_only):
                 return False
             with self.transaction():
@@ -677,6 +690,15 @@ class PostgresStorage(Storage):
                 self._run("CREATE POLICY entry_vectors_of_the_role ON entry_vectors"
                           " USING (EXISTS (SELECT 1 FROM entries e WHERE e.pk = entry_vectors.pk))"
                           " WITH CHECK (EXISTS (SELECT 1 FROM entries e WHERE e.pk = entry_vectors.pk))")
+                # A long entry's later windows (harness_mem.passages), under the same rule.
+                self._run(f"CREATE TABLE IF NOT EXISTS entry_passages (pk BIGINT NOT NULL REFERENCES entries (pk)"
+                          f" ON DELETE CASCADE, start INTEGER NOT NULL, stop INTEGER NOT NULL,"
+                          f" embedding halfvec({dim}) NOT NULL, PRIMARY KEY (pk, start))")
+                self._run("ALTER TABLE entry_passages ENABLE ROW LEVEL SECURITY")
+                self._run("DROP POLICY IF EXISTS entry_passages_of_the_role ON entry_passages")
+                self._run("CREATE POLICY entry_passages_of_the_role ON entry_passages"
+                          " USING (EXISTS (SELECT 1 FROM entries e WHERE e.pk = entry_passages.pk))"
+                          " WITH CHECK (EXISTS (SELECT 1 FROM entries e WHERE e.pk = entry_passages.pk))")
         self._bound = True
         return True
 
@@ -705,8 +727,8 @@ class PostgresStorage(Storage):
         if not todo:
             return {}
         assert self.embedder is not None
-        matrix = self.embedder.embed([_embedding_text(row) for row in todo])
-        return {id(row): matrix[i] for i, row in enumerate(todo)}
+        embedded = embed_entries(self.embedder, [(row.content, row.role) for row in todo])
+        return {id(row): embedding for row, embedding in zip(todo, embedded, strict=True)}
 
     # ---- writes -----------------------------------------------------------------------------------------
 
@@ -741,11 +763,20 @@ class PostgresStorage(Storage):
                 late = [row for row in batch if id(row) not in vectors]
                 if late:
                     assert self.embedder is not None
-                    vectors.update(zip(map(id, late), self.embedder.embed([_embedding_text(r) for r in late]), strict=True))
-                with self.conn.cursor() as cursor:
-                    cursor.executemany("INSERT INTO entry_vectors (pk, embedding) VALUES (%s, %s::halfvec)",
-                                       [(pk, vector_literal(vectors[id(row)])) for pk, row in zip(pks, batch, strict=True)])
+                    vectors.update(zip(map(id, late), embed_entries(self.embedder, [(r.content, r.role) for r in late]),
+                                       strict=True))
+                self._insert_vectors(pks, [vectors[id(row)] for row in batch])
         return batch
+
+    def _insert_vectors(self, pks: Sequence[int], embeddings: Sequence[Embedding]) -> None:
+        with self.conn.cursor() as cursor:
+            cursor.executemany("INSERT INTO entry_vectors (pk, embedding) VALUES (%s, %s::halfvec)",
+                               [(pk, vector_literal(e.vector)) for pk, e in zip(pks, embeddings, strict=True)])
+            later = [(pk, p.start, p.stop, vector_literal(p.vector))
+                     for pk, e in zip(pks, embeddings, strict=True) for p in e.passages]
+            if later and self._has_passage_table():
+                cursor.executemany("INSERT INTO entry_passages (pk, start, stop, embedding) VALUES (%s, %s, %s, %s::halfvec)",
+                                   later)
 
     def _resolve_conflicts(self, batch: list[Row], on_conflict: OnConflict) -> list[Row]:
         def stored(namespace: str, ids: list[str]) -> list[tuple[str, int]]:
@@ -777,6 +808,8 @@ class PostgresStorage(Storage):
             self._add_to("keywords.tokens", -int(gone[0][0] or 0))
         if self._has_vector_table():
             self._run("DELETE FROM entry_vectors WHERE pk = %s", (pk,))
+            if self._has_passage_table():
+                self._run("DELETE FROM entry_passages WHERE pk = %s", (pk,))
 
     def forget(self, pks: Sequence[int], when: int) -> None:
         with self.transaction():
@@ -1002,6 +1035,17 @@ class PostgresStorage(Storage):
         return {int(pk): 1.0 - float(d) for pk, d in self.query(
             "SELECT pk, embedding <=> %s::halfvec FROM entry_vectors WHERE pk = ANY(%s)", (vector_literal(vector), list(pks)))}
 
+    def passages(self, pks: Sequence[int]) -> dict[int, list[Passage]]:
+        found: dict[int, list[Passage]] = {}
+        if not pks or not self._has_vector_table() or not self._has_passage_table():
+            return found
+        for pk, start, stop, text in self.query(
+            "SELECT pk, start, stop, embedding::text FROM entry_passages WHERE pk = ANY(%s) ORDER BY pk, start", (list(pks),)
+        ):
+            vector = np.asarray(json.loads(text), dtype=np.float32)
+            found.setdefault(int(pk), []).append(Passage(int(start), int(stop), vector / max(float(np.linalg.norm(vector)), 1e-9)))
+        return found
+
     def vector_counts(self) -> VectorCounts:
         bound = self.vectors_bound(writing=False)
         total = int(self.query("SELECT count(*) FROM entries WHERE forgotten_at IS NULL")[0][0])
@@ -1093,7 +1137,9 @@ class PostgresStorage(Storage):
     def drop_vectors(self) -> int:
         with self.transaction():
             dropped = int(self.query("SELECT count(*) FROM entry_vectors")[0][0]) if self._has_vector_table() else 0
+            self._run("DROP TABLE IF EXISTS entry_passages")
             self._run("DROP TABLE IF EXISTS entry_vectors")
+            self._passage_table = None
             self._run("DELETE FROM settings WHERE key LIKE 'embedder.%%'")
         self._bound = False
         return dropped
@@ -1106,17 +1152,14 @@ class PostgresStorage(Storage):
             " AND NOT EXISTS (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk) ORDER BY e.pk LIMIT %s", (batch_size,))
         if not found:
             return 0, 0
-        texts = [embedding_text(content, role) for _, content, role in found]
-        vectors = self.embedder.embed(texts)  # outside the write lock
+        embedded = embed_entries(self.embedder, [(content, role) for _, content, role in found])  # outside the write lock
         with self.transaction():
             # Only the entries still as they were read get their vector.
             current = {int(pk): (content, role) for pk, content, role in self.query(
                 "SELECT e.pk, e.content, e.role FROM entries e WHERE e.pk = ANY(%s) AND e.forgotten_at IS NULL"
                 " AND NOT EXISTS (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk)", ([r[0] for r in found],))}
             keep = [i for i, (pk, content, role) in enumerate(found) if current.get(int(pk)) == (content, role)]
-            with self.conn.cursor() as cursor:
-                cursor.executemany("INSERT INTO entry_vectors (pk, embedding) VALUES (%s, %s::halfvec)",
-                                   [(found[i][0], vector_literal(vectors[i])) for i in keep])
+            self._insert_vectors([int(found[i][0]) for i in keep], [embedded[i] for i in keep])
         return len(found), len(keep)
 
     def count_all(self) -> int:
@@ -1206,7 +1249,8 @@ class PostgresStorage(Storage):
 
     def rewrite(self) -> None:
         # VACUUM FULL writes each table anew: no dead tuple of a purged row survives in it.
-        for table in ("entries", "settings", *(["entry_vectors"] if self._has_vector_table() else [])):
+        for table in ("entries", "settings", *(["entry_vectors"] if self._has_vector_table() else []),
+                      *(["entry_passages"] if self._has_passage_table() else [])):
             self._run(f"VACUUM FULL {table}")
 
     def compact(self, *, rewrite: bool, vacuum: bool) -> dict[str, Any]:
@@ -1224,6 +1268,3 @@ class PostgresStorage(Storage):
         except self._errors:  # needs pg_checkpoint (or superuser): the server's own checkpoints do it later
             return False
 
-
-def _embedding_text(row: Row) -> str:
-    return embedding_text(row.content, row.role)

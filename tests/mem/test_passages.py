@@ -1,0 +1,165 @@
+"""Passages: a long entry's later windows are embedded and matched best-of (harness_mem/passages.py).
+
+The plumbing runs on both engines with :class:`StartReader`, a hashed embedder that, like MiniLM,
+reads only the start of a text; the spans are checked on the real model's tokenizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from engine_rows import is_postgres, sql
+from fake_embedder import HashedEmbedder
+from tokenizers import Tokenizer
+
+from harness_mem import MemoryStore
+from harness_mem.copying import copy_store
+from harness_mem.passages import PASSAGE_MARGIN, Passage, best_of, embed_entries
+from harness_mem.providers.embeddings import MAX_PASSAGES, PASSAGE_OVERLAP, PASSAGE_TOKENS, MiniLMEmbedder
+
+READ = 120  # characters StartReader reads of a text
+OVERLAP = 20
+
+
+class StartReader(HashedEmbedder):
+    """Embeds the first READ characters of a text; its windows after the first are passages."""
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return super().embed([text[:READ] for text in texts])
+
+    def passages(self, text: str) -> list[tuple[int, int]]:
+        return [(start, min(len(text), start + READ)) for start in range(READ - OVERLAP, len(text) - OVERLAP, READ - OVERLAP)]
+
+
+class StartOnly(HashedEmbedder):
+    """The same reader without passages: what recall saw before them."""
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return super().embed([text[:READ] for text in texts])
+
+
+FILLER = ("The pipeline builds the image, runs the suite and deploys to staging before production. " * 6).strip()
+NEEDLE = "Maria adopted a greyhound called Biscuit."
+LONG = f"{FILLER} {NEEDLE} {FILLER}"
+SHORT = ["We moved to Porto in May.", "The kettle broke on Monday.", "Rui plays the violin on Sundays.",
+         "Ana prefers tea to coffee."]
+QUESTION = "greyhound Biscuit adopted by Maria"
+
+
+def fill(store: MemoryStore) -> None:
+    store.add(LONG, id="long", role="assistant")
+    for n, text in enumerate(SHORT):
+        store.add(text, id=f"s{n}", role="user")
+
+
+def passage_rows(store: MemoryStore) -> list[tuple[int, int, int]]:
+    table = "entry_passages" if is_postgres(store) else "entries_passages"
+    present = (sql(store, "SELECT to_regclass('entry_passages') IS NOT NULL")[0][0] if is_postgres(store)
+               else sql(store, "SELECT count(*) FROM sqlite_master WHERE name = 'entries_passages'")[0][0])
+    return [tuple(r) for r in sql(store, f"SELECT pk, start, stop FROM {table} ORDER BY pk, start")] if present else []
+
+
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+def test_a_fact_past_what_the_model_reads_is_found_in_its_passage(engine_target: str, mode: str) -> None:
+    with MemoryStore(engine_target, embedder=StartReader()) as store:
+        fill(store)
+        hits = store.recall(QUESTION, k=3, mode=mode)
+        assert hits[0].entry.id == "long"
+        assert NEEDLE in hits[0].snippet  # the window that matched, not the entry's start
+        assert hits[0].snippet.startswith("…") and hits[0].snippet.endswith("…")
+
+
+def test_without_passages_the_same_fact_is_invisible_to_meaning(tmp_path: object) -> None:
+    # The control for the test above: the same store, read only from its start.
+    with MemoryStore(f"{tmp_path}/m.db", embedder=StartOnly()) as store:
+        fill(store)
+        assert "long" not in [h.entry.id for h in store.recall(QUESTION, k=3, mode="semantic")][:1]
+
+
+def test_passages_are_stored_in_content_characters_and_go_with_their_entry(engine_target: str) -> None:
+    with MemoryStore(engine_target, embedder=StartReader()) as store:
+        fill(store)
+        rows = passage_rows(store)
+        pk = sql(store, "SELECT pk FROM entries WHERE id = 'long'")[0][0]
+        assert {r[0] for r in rows} == {pk}  # short entries have none
+        prefix = len("assistant: ")
+        spans = StartReader().passages(f"assistant: {LONG}")
+        assert [(r[1], r[2]) for r in rows] == [(a - prefix, b - prefix) for a, b in spans]
+        assert any(NEEDLE in LONG[start:stop] for _, start, stop in rows)
+        store.forget("long")
+        assert passage_rows(store) == []
+        store.add(LONG, id="again", role="assistant")
+        assert store.delete("again")
+        assert passage_rows(store) == []
+
+
+def test_reindex_and_copy_carry_passages(engine_target: str, tmp_path: object) -> None:
+    with MemoryStore(engine_target, embedder=StartReader()) as store:
+        fill(store)
+        before = [r[1:] for r in passage_rows(store)]
+        store.reindex()
+        assert [r[1:] for r in passage_rows(store)] == before
+    target = f"{tmp_path}/copy.db"
+    copy_store(engine_target, target)
+    with MemoryStore(target, embedder=StartReader()) as copied:
+        assert [r[1:] for r in passage_rows(copied)] == before
+        assert copied.recall(QUESTION, k=1, mode="semantic")[0].entry.id == "long"
+
+
+def test_a_store_written_before_passages_gets_them_from_its_next_long_entry(tmp_path: object) -> None:
+    path = f"{tmp_path}/old.db"
+    with MemoryStore(path, embedder=StartReader()) as store:
+        store.add("short", id="a")
+        store.db.execute("DROP TABLE IF EXISTS entries_passages")
+    with MemoryStore(path, embedder=StartReader(), read_only=True) as reader:
+        assert reader.recall("short", k=1, mode="semantic")[0].entry.id == "a"  # no table: no passages, no error
+    with MemoryStore(path, embedder=StartReader()) as store:
+        fill(store)
+        assert store.recall(QUESTION, k=1, mode="semantic")[0].entry.id == "long"
+
+
+def test_best_of_needs_a_later_window_to_beat_the_first_by_the_margin() -> None:
+    query = np.eye(4, dtype=np.float32)[0]
+    near = np.array([0.9, np.sqrt(1 - 0.81), 0, 0], dtype=np.float32)
+    passages = {1: [Passage(10, 20, near)], 2: [Passage(5, 9, near)]}
+    best = best_of(query, {1: 0.5, 2: 0.9 - PASSAGE_MARGIN / 2, 3: 0.3}, passages)
+    assert best[1] == (pytest.approx(0.9 - PASSAGE_MARGIN), passages[1][0])
+    assert best[2] == (pytest.approx(0.9 - PASSAGE_MARGIN / 2), None)  # the first window still wins
+    assert best[3] == (0.3, None)
+
+
+def test_embed_entries_embeds_every_window_in_one_call() -> None:
+    reader = StartReader()
+    embedded = embed_entries(reader, [(LONG, "assistant"), ("short", None)])
+    assert reader.calls == [2 + len(embedded[0].passages)]
+    assert embedded[1].passages == ()
+    assert all(LONG[p.start:p.stop] for p in embedded[0].passages)
+
+
+@pytest.fixture(scope="module")
+def minilm() -> MiniLMEmbedder:
+    return MiniLMEmbedder()  # only its tokenizer is used: no model is loaded
+
+
+def test_minilm_windows_cover_a_long_text_with_overlap(minilm: MiniLMEmbedder) -> None:
+    words = " ".join(f"word{n}" for n in range(600))
+    spans = minilm.passages(words)
+    assert spans and spans[-1][1] == len(words)
+    tokenizer = Tokenizer.from_file(str(minilm.model_path / "tokenizer.json"))
+    tokenizer.no_truncation()
+    pieces = tokenizer.encode(words, add_special_tokens=False).offsets
+    first_stop = pieces[PASSAGE_TOKENS - 1][1]
+    assert spans[0][0] < first_stop  # overlaps the window the model reads itself
+    for (a, b), (c, _) in zip(spans, spans[1:], strict=False):
+        assert a < c < b
+    assert all(len(tokenizer.encode(words[a:b], add_special_tokens=False).ids) <= PASSAGE_TOKENS + 2
+               for a, b in spans)
+    assert PASSAGE_OVERLAP < PASSAGE_TOKENS
+
+
+def test_minilm_reads_a_short_text_whole_and_caps_a_huge_one(minilm: MiniLMEmbedder) -> None:
+    assert minilm.passages("a short note") == []
+    assert len(minilm.passages("lorem ipsum " * 50_000)) == MAX_PASSAGES
