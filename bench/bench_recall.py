@@ -93,6 +93,10 @@ class CachedEmbedder:
         self.pending: dict[bytes, npt.NDArray[np.float32]] = {}
         self.embedded, self.seconds = 0, 0.0
 
+    def passages(self, text: str) -> list[tuple[int, int]]:
+        """The model's windows of a long text (harness_mem.passages): embedded, and cached, like any text."""
+        return self.model.passages(text)
+
     @staticmethod
     def key(text: str) -> bytes:
         return hashlib.sha1(text.encode("utf-8", "surrogatepass")).digest()
@@ -353,6 +357,10 @@ def run_corpus(corpus: Corpus, embedder: CachedEmbedder, scratch: Path, dump: Pa
         plain = PlainFTS(corpus.bare)
         results: dict[str, list[dict[str, Any]]] = {}
         dumped: list[dict[str, Any]] = []
+        features: list[dict[str, Any]] = []
+        # For each question's prefix, the next distinct one (where it is asked as a "foreign" question).
+        distinct = list(dict.fromkeys(q.prefix for q in corpus.questions))
+        next_prefix = dict(zip(distinct, distinct[1:] + distinct[:1], strict=True))
         for mode in MODES:
             rows = []
             store.recall("warm up", k=corpus.depth, mode="keyword")
@@ -363,8 +371,17 @@ def run_corpus(corpus: Corpus, embedder: CachedEmbedder, scratch: Path, dump: Pa
                         ranked = plain.ranked(q.text, q.prefix, corpus.depth)
                     else:
                         hits = store.recall(q.text, k=corpus.depth, mode=mode,  # type: ignore[arg-type]
-                                            session_prefix=q.prefix, query_vector=vector)
+                                            session_prefix=q.prefix, query_vector=vector, explain=dump is not None)
                         ranked = [h.entry.id for h in hits]
+                        if dump is not None:  # what each hit's score is calibrated from (scores.py)
+                            features.append(hit_features(q.qid, mode, sorted(q.evidence), hits))
+                            # The same question asked of a conversation that does not hold its answer:
+                            # every hit is a miss, which a score must say as well.
+                            foreign = next_prefix[q.prefix]
+                            if foreign != q.prefix:
+                                missed = store.recall(q.text, k=corpus.depth, mode=mode,  # type: ignore[arg-type]
+                                                      session_prefix=foreign, query_vector=vector, explain=True)
+                                features.append(hit_features(q.qid, mode, [], missed, foreign=True))
                     ms = (time.perf_counter() - t0) * 1000
                     rows.append({"qid": q.qid, "category": q.category, "ms": ms, "ranked": ranked[:corpus.depth],
                                  "scores": scores(q, ranked, session_of)})
@@ -383,11 +400,21 @@ def run_corpus(corpus: Corpus, embedder: CachedEmbedder, scratch: Path, dump: Pa
             dump.mkdir(parents=True, exist_ok=True)
             with (dump / f"{corpus.name}.pkl").open("wb") as f:
                 pickle.dump(dumped, f)
+            with (dump / f"{corpus.name}-hits.pkl").open("wb") as f:
+                pickle.dump(features, f)
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     return {"corpus": corpus.name, "entries": len(corpus.bare), "questions": len(corpus.questions),
             "notes": corpus.notes, "embed_seconds": warm_seconds, "build_seconds": build_seconds,
             "sessions": corpus.sessions, "modes": results}
+
+
+def hit_features(qid: str, mode: str, evidence: list[str], hits: Sequence[Any], *, foreign: bool = False
+                 ) -> dict[str, Any]:
+    """A question's hits as bench/calibrate_scores.py reads them: (id, score, cosine, coverage)."""
+    return {"qid": qid, "mode": mode, "evidence": evidence, "foreign": foreign, "hits": [
+        (h.entry.id, h.score, (h.components or {}).get("semantic", {}).get("score"),
+         (h.components or {})["coverage"]["score"]) for h in hits]}
 
 
 def _cells(s: dict[str, Any]) -> str:

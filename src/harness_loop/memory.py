@@ -139,8 +139,8 @@ class MemoryGuide:
 
     :param store: the memory to recall from.
     :param top_k: at most this many entries in the block.
-    :param min_score: drop hits scoring below this. Scores are the store's, in the recall mode's
-        units: BM25 for keyword (unbounded), cosine similarity for semantic, 0..1 for hybrid.
+    :param min_score: drop hits scoring below this. Scores are in [0, 1] on one scale for every
+        mode (:mod:`harness_mem.scores`): 0.5 keeps most answers and drops most unrelated hits.
     :param mode: ``keyword``, ``semantic`` or ``hybrid``; None is the store's default. Checked
         now, so a mode the store cannot serve fails here rather than at the first model call.
     :param exclude_tags: leave out entries carrying any of these tags (in the query itself).

@@ -143,8 +143,8 @@ def _turn_lines(entries: Sequence[Entry | MemoryItem], indent: str = "     ") ->
 def format_hits(query: str, hits: Sequence[Hit]) -> str:
     """Recall hits as numbered blocks: id, what it is, content, and any turns around it.
 
-    Scores are left out: their scale depends on the recall mode and means little to a model; the
-    order (best first) carries the ranking.
+    Scores are left out: they fall along the order (best first), which carries the ranking, and a
+    line less per hit leaves more of the prompt for the memories themselves.
     """
     if not hits:
         return f"No memories match {query!r}."

@@ -536,7 +536,7 @@ def purge(ctx: click.Context) -> None:
 @click.option("--strict", is_flag=True,
               help="Refuse semantic or hybrid recall while some entries have no vector (default: warn).")
 @click.option("--context", type=click.IntRange(0, 20), default=0, help="Show N turns before and after each turn hit.")
-@click.option("--min-score", type=FiniteFloat(), help="Leave out hits scoring below this.")
+@click.option("--min-score", type=FiniteFloat(), help="Leave out hits scoring below this (scores are 0 to 1 in every mode).")
 @click.option("--all-versions", is_flag=True, help="Include entries that a correction replaced.")
 @click.option("--as-of", help="What was true then (ISO-8601 or an age like 30d): before later corrections.")
 @click.option("--derived", is_flag=True, help="Only what consolidation derived (segments and facts).")

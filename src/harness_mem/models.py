@@ -281,10 +281,13 @@ class Entry(Record):
 
 
 class Hit(Record):
-    """A recalled entry with its relevance score (higher is better) and a snippet of the match.
+    """A recalled entry with its relevance score and a snippet of the match.
 
+    ``score`` is in [0, 1] on one scale for every mode and store: an estimate of how likely the hit
+    is to hold what the query asks (:mod:`harness_mem.scores`), falling along the order of the hits.
     ``components`` is filled when recall is asked to explain itself: for each retriever that
-    found the entry, its rank (1-based; None outside its list) and raw score.
+    found the entry, its rank (1-based; None outside its list) and raw score (BM25, cosine, the
+    fused hybrid score), and the coverage of the query's words the score was calibrated from.
 
     Serialised, a hit is flat: the entry's fields with the hit's beside them (:class:`HitRecord`).
     That one shape is what ``recall --json``, the MCP server's recall, the memory tools and
@@ -324,7 +327,8 @@ class Hit(Record):
 class HitRecord(Entry):
     """The JSON shape of a :class:`Hit`: the entry's fields, flat, with the hit's beside them."""
 
-    score: float = Field(description="relevance, higher is better; compare within one answer only")
+    score: float = Field(description="relevance in [0, 1], the same scale in every mode and store: how likely the hit"
+                                     " holds what was asked")
     snippet: str = Field("", description="the matched words in context, when recall made one")
     components: dict[str, dict[str, float | int | None]] | None = Field(
         None, description="with explain: each retriever's rank and raw score")

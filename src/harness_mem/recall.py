@@ -25,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from . import fusion, keyword, passages
+from . import fusion, keyword, passages, scores
 from .bm25 import KeywordIndex
 from .errors import EmbedderError, InvalidInputError, MissingVectorsWarning
 from .filters import Filters, Selection, make_filters
@@ -169,25 +169,43 @@ class Recall:
             ranked = rankings["semantic"][:k]
         else:
             ranked = rankings[mode]
-        entries = self._entries_by_pk([pk for pk, _ in ranked])
+        pks = [pk for pk, _ in ranked]
+        entries = self._entries_by_pk(pks)
+        covered = self._coverages(query, pks)
+        similarities = ({pk: features[pk].cosine for pk in pks} if mode == "hybrid"
+                        else dict(ranked) if mode == "semantic" else {})
+        relevance = scores.calibrated(mode, pks, covered, similarities)
         positions = {name: {pk: rank for rank, (pk, _) in enumerate(ranking, start=1)}
                      for name, ranking in rankings.items()} if explain else {}
         hits = []
-        for pk, score in ranked:
+        for position, ((pk, order_score), score) in enumerate(zip(ranked, relevance, strict=True), start=1):
             components: dict[str, dict[str, float | int | None]] | None = None
             if explain:
                 # Each retriever's rank (None: outside its list) and score; hybrid also shows the
-                # speaker prior, and scores the candidates a list missed (cosine from the stored vector).
+                # speaker prior and its fused score, and scores the candidates a list missed (cosine
+                # from the stored vector). Coverage is what the hit's score was calibrated from.
                 components = {name: {"rank": positions[name].get(pk), "score": dict(rankings[name]).get(pk, 0.0)}
                               for name in rankings}
                 if pk in features:
                     components["keyword"]["score"] = features[pk].keyword
                     components["semantic"]["score"] = features[pk].cosine
                     components["speaker"] = {"rank": None, "score": fusion.SPEAKER_PRIOR if features[pk].named else 0.0}
+                    components["hybrid"] = {"rank": position, "score": order_score}
+                components["coverage"] = {"rank": None, "score": covered.get(pk, 0.0)}
             entry = entries[pk]
             hits.append(Hit(entry=entry, score=score, snippet=_snippet(entry.content, query, matched.get(pk)),
                             components=components))
         return hits
+
+    def _coverages(self, query: str, pks: list[int]) -> dict[int, float]:
+        """Each hit's coverage of the query's terms (see scores.py)."""
+        terms = keyword.query_terms(query)
+        if not terms or not pks:
+            return {}
+        source = self.storage.keywords
+        rows, _ = source.stats()
+        weights = [scores.term_weight(rows, self.keywords.document_frequency(source, term, rows)) for term in terms]
+        return {pk: scores.coverage(terms, weights, text) for pk, text in source.texts(pks).items()}
 
     def _resolve_mode(self, mode: str | None) -> Mode:
         if mode is None:

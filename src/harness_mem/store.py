@@ -525,7 +525,8 @@ class MemoryStore:
         Entries stored without a vector are matched by keyword alone, with a
         :class:`~harness_mem.errors.MissingVectorsWarning`; ``strict=True`` refuses instead.
 
-        ``min_score`` drops hits scoring below it; ``context=N`` gives each turn hit the N turns
+        ``min_score`` drops hits scoring below it (scores are in [0, 1], one scale for every mode:
+        :mod:`harness_mem.scores`); ``context=N`` gives each turn hit the N turns
         before and after it in its session (``hit.context``); entries a correction replaced are
         left out unless ``include_superseded``. ``exact=True`` ranks keywords with BM25 over every
         word of the query on every match, which costs time in proportion to the file on a large one

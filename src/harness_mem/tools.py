@@ -637,7 +637,7 @@ OPERATIONS: tuple[Operation, ...] = (
             "Search the memories by meaning and by keywords. Any text is a valid query (there is no search"
             " syntax). Returns up to k memories, best first, each with its id, content (clipped to"
             f" {HIT_CHARS:,} characters, `truncated` says so: get_memory has the rest), kind, tags, session,"
-            " time and a score (higher is better; compare scores within one answer only). Unless kind, role"
+            " time and a score from 0 to 1 (how likely it holds what was asked, on one scale for every query). Unless kind, role"
             " or session is given it searches notes, facts, summaries and episodes; kind turn searches the"
             " lines of past conversations. exclude_session, exclude_kind and exclude_tag leave those out."
             " `mode` says how it matched: hybrid (meaning and keywords) or keyword (words only: while the"

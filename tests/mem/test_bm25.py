@@ -19,6 +19,7 @@ from engine_targets import ENGINES, fresh_schema
 
 from harness_mem.bm25 import KeywordIndex, index_form
 from harness_mem.engines import sqlite_keywords
+from harness_mem.models import Hit
 from harness_mem.store import MemoryStore
 
 # A few hundred words whose frequencies fall off like a language's, with inflections the stemmer folds.
@@ -30,6 +31,12 @@ WORDS = [s + suffix for s in STEMS for suffix in ("", "s", "ed", "ing")] + [
 # and a long tail, as every language has: most words of a turn are rare
 WORDS += [f"{a}{v}{b}" for a in "bdfgklmnprstvz" for v in ("a", "o", "u", "ei") for b in ("x", "q", "th", "sk", "ng", "rv")]
 
+
+
+def bm25(hit: Hit) -> float:
+    """A keyword hit's BM25 (its score is the calibrated one: harness_mem/scores.py)."""
+    assert hit.components is not None
+    return float(hit.components["keyword"]["score"] or 0.0)
 
 def _text(rng: random.Random) -> str:
     """A turn of 4-16 words drawn by a power law, no word (nor two forms of one stem) twice, as in
@@ -85,12 +92,12 @@ def test_the_ranking_finds_what_exact_bm25_finds_and_scores_it_the_same(corpus: 
     with MemoryStore(corpus, embedder=None) as store:
         _small(store)
         for query in QUERIES:
-            every = {h.entry.id: h.score for h in store.recall(query, k=3000, mode="keyword", exact=True)}
+            every = {h.entry.id: bm25(h) for h in store.recall(query, k=3000, mode="keyword", exact=True, explain=True)}
             exact = [h.entry.id for h in store.recall(query, k=10, mode="keyword", exact=True)]
-            fast = store.recall(query, k=10, mode="keyword")
+            fast = store.recall(query, k=10, mode="keyword", explain=True)
             assert len(fast) == len(exact)
             for hit in fast:
-                assert hit.score == pytest.approx(every[hit.entry.id], rel=1e-9, abs=1e-5), query
+                assert bm25(hit) == pytest.approx(every[hit.entry.id], rel=1e-9, abs=1e-5), query
             found += len({h.entry.id for h in fast} & set(exact))
     assert found >= 0.96 * 10 * len(QUERIES)  # 116 of the 120 here: the rest sit at the margin
 
@@ -115,8 +122,9 @@ def test_the_fast_path_really_runs_and_counts_repeated_words(corpus: Path | str,
         assert rows == 3002
         df = {w: index.document_frequency(store.storage.keywords, f'"{w}"', rows) for w in ("museum", "paint", "walking")}
         assert sum(df.values()) > index.scored_rows
-        hits = {h.entry.id: h.score for h in store.recall("museum paint walking", k=50, mode="keyword")}
-        exact = {h.entry.id: h.score for h in store.recall("museum paint walking", k=50, mode="keyword", exact=True)}
+        hits = {h.entry.id: bm25(h) for h in store.recall("museum paint walking", k=50, mode="keyword", explain=True)}
+        exact = {h.entry.id: bm25(h) for h in store.recall("museum paint walking", k=50, mode="keyword", exact=True,
+                                                           explain=True)}
     assert hits[repeated] > hits[once]
     assert hits[repeated] == pytest.approx(exact[repeated], rel=1e-9)
 
@@ -129,12 +137,13 @@ def test_a_filtered_ranking_matches_exact_bm25_inside_the_filter(corpus: Path | 
     with MemoryStore(corpus, embedder=None) as store:
         _small(store)
         for query in QUERIES:
-            every = {h.entry.id: h.score for h in store.recall(query, k=3000, mode="keyword", exact=True, **filters)}
+            every = {h.entry.id: bm25(h) for h in store.recall(query, k=3000, mode="keyword", exact=True, explain=True,
+                                                               **filters)}
             exact = [h.entry.id for h in store.recall(query, k=10, mode="keyword", exact=True, **filters)]
-            fast = store.recall(query, k=10, mode="keyword", **filters)
+            fast = store.recall(query, k=10, mode="keyword", explain=True, **filters)
             assert len(fast) == len(exact)
             for hit in fast:
-                assert hit.score == pytest.approx(every[hit.entry.id], rel=1e-9, abs=1e-5), query
+                assert bm25(hit) == pytest.approx(every[hit.entry.id], rel=1e-9, abs=1e-5), query
             found += len({h.entry.id for h in fast} & set(exact))
             total += len(exact)
     assert found >= 0.97 * total

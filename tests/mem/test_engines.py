@@ -103,7 +103,12 @@ def test_both_engines_rank_the_same_candidates_the_same_way(tmp_path: Path, post
         for query in ("what did Caroline learn at the support group", "lake", "password hashing decision",
                       "who owns the cookie names", "camping in July", "paint"):
             for mode in ("keyword", "semantic", "hybrid"):
-                sqlite, postgres = ([(h.entry.id, h.score) for h in s.recall(query, k=5, mode=mode)] for s in stores)  # type: ignore[arg-type]
+                # Each mode's own score (the hit's score is calibrated from it: compared below).
+                sqlite, postgres = ([(h.entry.id, h.components[mode]["score"])  # type: ignore[index]
+                                     for h in s.recall(query, k=5, mode=mode, explain=True)] for s in stores)  # type: ignore[arg-type]
+                # The calibrated scores follow (their order pools near-ties, which may swap: the top one).
+                calibrated = [s.recall(query, k=1, mode=mode)[0].score for s in stores]  # type: ignore[arg-type]
+                assert calibrated[0] == pytest.approx(calibrated[1], abs=0.02), (query, mode)
                 if mode == "keyword":  # the same BM25 over the same tokens: the same order and scores
                     assert [pk for pk, _ in sqlite] == [pk for pk, _ in postgres], query
                     assert [a for _, a in sqlite] == pytest.approx([b for _, b in postgres], abs=1e-9), query
@@ -122,7 +127,8 @@ def _keyword_answers(targets: list[str], entries: list[tuple[str, str]], queries
     for target in targets:
         with MemoryStore(target, embedder=None) as store:
             store.add_many([{"content": text, "id": entry_id} for entry_id, text in entries])
-            found.append([[(h.entry.id, h.score) for h in store.recall(query, mode="keyword", exact=exact)]
+            found.append([[(h.entry.id, h.components["keyword"]["score"])  # type: ignore[index]
+                           for h in store.recall(query, mode="keyword", exact=exact, explain=True)]
                           for query in queries for exact in (True, False)])
     return found
 

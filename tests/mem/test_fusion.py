@@ -116,7 +116,8 @@ def test_a_name_in_every_fact_does_not_push_the_answer_down(semantic_store: Memo
     """The 20-fact store about one person: "Ada" is in every fact (no idf left) and "live" in none,
     so keyword scores are all ~1e-6 and must not reorder what the meaning ranks."""
     semantic_store.add_many([{"content": fact, "kind": "fact", "tags": ["Ada"]} for fact in ADA])
-    keyword_scores = [h.score for h in semantic_store.recall("where does Ada live?", k=20, mode="keyword")]
+    keyword_scores = [h.components["keyword"]["score"]  # type: ignore[index]
+                      for h in semantic_store.recall("where does Ada live?", k=20, mode="keyword", explain=True)]
     assert len(keyword_scores) == 20 and max(keyword_scores) < 1e-5  # the premise: no keyword evidence
     for mode in ("semantic", "hybrid"):
         hits = semantic_store.recall("where does Ada live?", k=3, mode=mode)

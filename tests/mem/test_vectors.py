@@ -138,7 +138,8 @@ def test_explain_shows_each_component(hashed_store: MemoryStore) -> None:
     hits = hashed_store.recall("database migration locked", k=5, mode="hybrid", explain=True)
     top = hits[0]
     assert top.entry.content == NOTES[4]
-    assert top.components is not None and set(top.components) == {"keyword", "semantic", "speaker"}
+    assert top.components is not None and set(top.components) == {"keyword", "semantic", "speaker", "hybrid", "coverage"}
+    assert top.components["hybrid"]["rank"] == 1 and 0 < top.score < 1
     assert top.components["semantic"]["rank"] == 1 and top.components["keyword"]["rank"] == 1
     # A hit that only the embedding found still shows its (zero) keyword score and its cosine.
     others = [h for h in hits if h.components and h.components["keyword"]["rank"] is None]
