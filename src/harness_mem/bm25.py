@@ -172,6 +172,23 @@ def index_tokens(text: str) -> list[str]:
     return [index_form(token) for token in _TOKEN.findall(text)]
 
 
+def forms_held(text: str, forms: Sequence[str]) -> set[str]:
+    """Which of ``forms`` (index tokens) ``text`` holds, as the index would store its words.
+
+    Only words that start like one of the forms are stemmed (a Porter stem is the word with its
+    ending changed): a long text costs a regex scan, not a stem per word.
+    """
+    starts = sorted({re.escape(form[:3]) for form in forms if form}, key=len, reverse=True)
+    if not starts:
+        return set()
+    text = text.lower()
+    if not text.isascii():
+        text = _fold(text)
+    pattern = re.compile(r"(?<![^\W_])(?:" + "|".join(starts) + r")[^\W_]*")
+    wanted = set(forms)
+    return {form for form in map(index_form, pattern.findall(text)) if form in wanted}
+
+
 @lru_cache(maxsize=8192)
 def term_tokens(term: str) -> tuple[tuple[str, ...], bool]:
     """A query term (``"word"``, ``"a phrase"`` or the prefix ``"x"*``) as index tokens, and

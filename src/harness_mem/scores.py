@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from .bm25 import index_tokens, term_tokens
+from .bm25 import forms_held, index_tokens, term_tokens
 
 __all__ = ["COEFFICIENTS", "calibrated", "coverage", "in_order", "relevance", "term_weight"]
 
@@ -49,15 +49,16 @@ def coverage(terms: Sequence[str], weights: Sequence[float], index_text: str) ->
     total = sum(weights)
     if total <= 0:
         return 0.0
-    held = set(index_tokens(index_text))
+    split = [term_tokens(term) for term in terms]
+    whole = [tokens[:-1] if prefix else tokens for tokens, prefix in split]
+    held = forms_held(index_text, [t for tokens in whole for t in tokens])
     found = 0.0
-    for term, weight in zip(terms, weights, strict=True):
-        tokens, prefix = term_tokens(term)
-        if not tokens:
+    for (tokens, prefix), needed, weight in zip(split, whole, weights, strict=True):
+        if not tokens or not all(t in held for t in needed):
             continue
-        whole, last = tokens[:-1] if prefix else tokens, tokens[-1]
-        if all(t in held for t in whole) and (not prefix or any(h.startswith(last) for h in held)):
-            found += weight
+        if prefix and not any(word.startswith(tokens[-1]) for word in index_tokens(index_text)):
+            continue
+        found += weight
     return found / total
 
 
