@@ -375,13 +375,6 @@ def run_corpus(corpus: Corpus, embedder: CachedEmbedder, scratch: Path, dump: Pa
                         ranked = [h.entry.id for h in hits]
                         if dump is not None:  # what each hit's score is calibrated from (scores.py)
                             features.append(hit_features(q.qid, mode, sorted(q.evidence), hits))
-                            # The same question asked of a conversation that does not hold its answer:
-                            # every hit is a miss, which a score must say as well.
-                            foreign = next_prefix[q.prefix]
-                            if foreign != q.prefix:
-                                missed = store.recall(q.text, k=corpus.depth, mode=mode,  # type: ignore[arg-type]
-                                                      session_prefix=foreign, query_vector=vector, explain=True)
-                                features.append(hit_features(q.qid, mode, [], missed, foreign=True))
                     ms = (time.perf_counter() - t0) * 1000
                     rows.append({"qid": q.qid, "category": q.category, "ms": ms, "ranked": ranked[:corpus.depth],
                                  "scores": scores(q, ranked, session_of)})
@@ -389,6 +382,14 @@ def run_corpus(corpus: Corpus, embedder: CachedEmbedder, scratch: Path, dump: Pa
                         dumped.append({"qid": q.qid, "category": q.category, "question": q.text,
                                        "evidence": sorted(q.evidence), "sessions": sorted(q.evidence_sessions),
                                        "candidates": recorder.current})
+                        recorder.current = None
+                    if mode != "plain-fts5" and dump is not None and next_prefix[q.prefix] != q.prefix:
+                        # The same question asked of a conversation that does not hold its answer
+                        # (after the candidates above are kept): every hit is a miss, which a score
+                        # must say as well.
+                        missed = store.recall(q.text, k=corpus.depth, mode=mode,  # type: ignore[arg-type]
+                                              session_prefix=next_prefix[q.prefix], query_vector=vector, explain=True)
+                        features.append(hit_features(q.qid, mode, [], missed, foreign=True))
                         recorder.current = None
             results[mode] = rows
             log(f"  {mode}: " + _cells(summarise(rows)))

@@ -4,17 +4,19 @@ MiniLM reads the first 256 word pieces of a text, and the rest of a long reply i
 vector (a third of LongMemEval's turns are longer). An embedder that can split a text (a
 :class:`Splitter`, as the default MiniLM is) names the windows after the first; each is embedded in
 the same model call and kept beside the entry's vector, which stays the first window's: the vector
-index searches that one, and recall looks at the passages of the candidates it rescores.
+index searches that one, and recall looks at the passages of the candidates it rescores
+(:data:`PASSAGE_CANDIDATES`).
 
 An entry is matched **best-of**: its similarity is the first window's cosine, or a later window's
 less :data:`PASSAGE_MARGIN` when that is higher, and the snippet shows the window that won. Without
-the margin, every long reply gets several more chances to look like any question: measured on
-LongMemEval dev with both roles (46,970 turns, 16,286 of them with later windows; evidence is
-mostly stated in short user turns), plain best-of cost semantic R@5 .567 → .499 and mean pooling
-of the windows .546. With the margin (0.06), hybrid R@5 / R@10 stay .646 / .794 against .648 /
-.799 for the first window alone, while a user's fact put in the middle of an unrelated long reply
-is found in the top 10 for 21% of the questions instead of 1%, and in the top 50 for 62% instead
-of 8% (experiments kept in bench/bench_passages.py).
+the margin, every long reply gets several more chances to look like any question. Measured by
+``bench/bench_passages.py`` on LongMemEval dev with both roles (46,970 turns, 16,286 of them longer
+than one window; the evidence is mostly said in short user turns): plain best-of costs semantic
+R@5 .567 → .499 and mean pooling of the windows .546; with the margin (0.06) semantic R@5 / R@10
+are .556 / .730 and hybrid's stay .700 / .867, while a user's fact put in the middle of an
+unrelated long reply is found in the top 10 for 21% of the questions instead of 1%, and in the
+top 50 for 62% instead of 8% (there every turn of the question's history, ~500, is scored; recall
+scores the passages of its PASSAGE_CANDIDATES).
 """
 
 from __future__ import annotations
@@ -27,10 +29,14 @@ import numpy.typing as npt
 
 from .protocols import Embedder
 
-__all__ = ["PASSAGE_MARGIN", "Embedding", "Passage", "Splitter", "best_of", "embed_entries", "embedding_text"]
+__all__ = ["PASSAGE_CANDIDATES", "PASSAGE_MARGIN", "Embedding", "Passage", "Splitter", "best_of", "embed_entries", "embedding_text"]
 
 #: What a later window's cosine must beat the first window's by before it counts (see above).
 PASSAGE_MARGIN = 0.06
+#: Recall looks at the passages of this many entries nearest the question by their first window
+#: (and, in hybrid, of every keyword candidate): the index holds first windows only, so in a large
+#: store a long entry whose start is about something else is found by its words, not its meaning.
+PASSAGE_CANDIDATES = 200
 
 
 @runtime_checkable

@@ -154,21 +154,22 @@ class Recall:
         matched: dict[int, Passage] = {}  # the passage that won an entry's cosine, for its snippet
         if mode in ("semantic", "hybrid"):
             # Hybrid takes the semantic list as fusion candidates, each scored by its exact cosine:
-            # it needs the near neighbours in, not their exact order (see VectorIndex.search). Semantic
-            # takes as many, so that a long entry's passage can lift it into the top k.
-            rankings["semantic"] = self._semantic_ranking(query, max(depth, fusion.depth(k)), filters, query_vector,
-                                                          exact_order=mode == "semantic")
+            # it needs the near neighbours in, not their exact order (see VectorIndex.search). Both
+            # modes look at the passages of the PASSAGE_CANDIDATES nearest by first window, so that
+            # a long entry's later window can lift it into the list.
+            found = self._semantic_ranking(query, max(depth, fusion.depth(k), passages.PASSAGE_CANDIDATES), filters,
+                                           query_vector, exact_order=mode == "semantic")
+            if query_vector is not None:
+                best = self._best_of(query_vector, dict(found), matched)
+                found = sorted(best.items(), key=lambda item: (-item[1], item[0]))
+            rankings["semantic"] = found[:depth]
         features: dict[int, fusion.Candidate] = {}
         if mode == "hybrid":
             assert query_vector is not None or not rankings["semantic"]
             ranked, features = self._fuse(query, rankings["keyword"], rankings["semantic"], query_vector, named, k,
                                           matched)
-        elif mode == "semantic" and query_vector is not None:
-            best = self._best_of(query_vector, dict(rankings["semantic"]), matched)
-            rankings["semantic"] = sorted(best.items(), key=lambda item: (-item[1], item[0]))
-            ranked = rankings["semantic"][:k]
         else:
-            ranked = rankings[mode]
+            ranked = rankings[mode][:k]
         pks = [pk for pk, _ in ranked]
         entries = self._entries_by_pk(pks)
         covered = self._coverages(query, pks)
