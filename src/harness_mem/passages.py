@@ -33,9 +33,10 @@ __all__ = ["PASSAGE_CANDIDATES", "PASSAGE_MARGIN", "Embedding", "Passage", "Spli
 
 #: What a later window's cosine must beat the first window's by before it counts (see above).
 PASSAGE_MARGIN = 0.06
-#: Recall looks at the passages of this many entries nearest the question by their first window
-#: (and, in hybrid, of every keyword candidate): the index holds first windows only, so in a large
-#: store a long entry whose start is about something else is found by its words, not its meaning.
+#: Recall looks at the passages of up to this many entries past its own candidates, nearest the
+#: question by first window among those its vector search compared anyway (and, in hybrid, of every
+#: keyword candidate): the index holds first windows only, so in a large store a long entry whose
+#: start is about something else is found by its words, not its meaning.
 PASSAGE_CANDIDATES = 200
 
 

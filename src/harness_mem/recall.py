@@ -155,10 +155,10 @@ class Recall:
         if mode in ("semantic", "hybrid"):
             # Hybrid takes the semantic list as fusion candidates, each scored by its exact cosine:
             # it needs the near neighbours in, not their exact order (see VectorIndex.search). Both
-            # modes look at the passages of the PASSAGE_CANDIDATES nearest by first window, so that
-            # a long entry's later window can lift it into the list.
-            found = self._semantic_ranking(query, max(depth, fusion.depth(k), passages.PASSAGE_CANDIDATES), filters,
-                                           query_vector, exact_order=mode == "semantic")
+            # modes look at the passages of up to PASSAGE_CANDIDATES more of the entries the search
+            # compared by first window, so that a long entry's later window can lift it into the list.
+            found = self._semantic_ranking(query, depth, filters, query_vector, exact_order=mode == "semantic",
+                                           extra=passages.PASSAGE_CANDIDATES)
             if query_vector is not None:
                 best = self._best_of(query_vector, dict(found), matched)
                 found = sorted(best.items(), key=lambda item: (-item[1], item[0]))
@@ -256,9 +256,8 @@ class Recall:
             return [], {}
         uncosined = [pk for pk in pks if pk not in cosines]
         if uncosined and vector is not None:
-            cosines.update(self.storage.cosines(vector, uncosined))
-        if vector is not None:
-            cosines = self._best_of(vector, cosines, matched)
+            # The semantic list is best-of already; the keyword candidates it missed are matched here.
+            cosines.update(self._best_of(vector, self.storage.cosines(vector, uncosined), matched))
         lowered = {name.lower() for name in named}
         rows = self.storage.speakers(pks)
         candidates = [
@@ -284,15 +283,15 @@ class Recall:
 
     def _semantic_ranking(
         self, query: str, k: int, filters: Filters, vector: npt.NDArray[np.float32] | None = None,
-        exact_order: bool = True,
+        exact_order: bool = True, extra: int = 0,
     ) -> list[tuple[int, float]]:
         """(pk, cosine similarity), best first, among the entries that pass ``filters``
-        (``exact_order``: see :meth:`Storage.nearest <harness_mem.storage.Storage.nearest>`)."""
+        (``exact_order``, ``extra``: see :meth:`Storage.nearest <harness_mem.storage.Storage.nearest>`)."""
         if not query.strip():
             return []
         assert vector is not None  # the caller embedded every non-blank query
         selection = Selection(filters, self.scope.namespace, now_ms())
-        return self.storage.nearest(vector, k, selection, exact_order=exact_order)
+        return self.storage.nearest(vector, k, selection, exact_order=exact_order, extra=extra)
 
     def _vectors_usable(self, mode: Mode, strict: bool) -> bool:
         """Whether vectors can answer (False: none can; hybrid then runs on keywords alone).

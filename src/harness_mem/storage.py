@@ -437,9 +437,11 @@ class Storage(ABC):
 
     @abstractmethod
     def nearest(self, vector: npt.NDArray[np.float32], k: int, selection: Selection, *,
-                exact_order: bool = True) -> list[tuple[int, float]]:
+                exact_order: bool = True, extra: int = 0) -> list[tuple[int, float]]:
         """(pk, cosine) of the ``k`` entries nearest ``vector`` that pass ``selection``, best first.
-        ``exact_order=False``: the near neighbours must be in, their order need not be exact."""
+        ``exact_order=False``: the near neighbours must be in, their order need not be exact.
+        ``extra``: then up to that many more, of those the search compared anyway (its candidates
+        past the top k, in order): for a caller that scores them again, at no wider search."""
 
     @abstractmethod
     def cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, float]:

@@ -631,8 +631,10 @@ class VectorIndex:
         where: VectorFilter | None = None,
         *,
         exact_order: bool = True,
+        extra: int = 0,
     ) -> list[tuple[int, float]]:
-        """(pk, cosine similarity) of the k nearest entries, best first.
+        """(pk, cosine similarity) of the k nearest entries, best first, then up to ``extra`` more of
+        the rows the search compared anyway (its shortlist past the top k: no wider search).
 
         ``candidates`` restricts the search to those pks (the rows that passed the filters); ``where``
         restricts it with the filters vec0 evaluates itself. ``exact_order=False`` keeps the
@@ -646,10 +648,10 @@ class VectorIndex:
             return self.shortlist_size(k, rows if exact_order else 0)
 
         if candidates is not None and len(candidates) <= shortlist_for(len(candidates)):
-            return self.rescore(query, candidates, k)
+            return self.rescore(query, candidates, k + extra)
         session_only = where is not None and where == VectorFilter(session=where.session)
         if where is not None and candidates is None and not session_only:
-            return self._filtered_knn(query, k, namespace, where)
+            return self._filtered_knn(query, k, namespace, where, extra)
         cache = self._namespace_bits(namespace)
         if candidates is not None:
             at = cache.positions(candidates)
@@ -658,10 +660,10 @@ class VectorIndex:
         else:
             at = None
         shortlist = shortlist_for(len(cache.pks) if at is None else len(at))
-        return self.rescore(query, cache.pks[cache_shortlist(cache, query, shortlist, at)].tolist(), k)
+        return self.rescore(query, cache.pks[cache_shortlist(cache, query, shortlist, at)].tolist(), k + extra)
 
     def _filtered_knn(
-        self, query: npt.NDArray[np.float32], k: int, namespace: str, where: VectorFilter
+        self, query: npt.NDArray[np.float32], k: int, namespace: str, where: VectorFilter, extra: int = 0
     ) -> list[tuple[int, float]]:
         """A vec0 KNN over the sign bits of the rows ``where`` lets through, rescored in the same query."""
         clauses, params = where.sql()
@@ -669,7 +671,7 @@ class VectorIndex:
             f"SELECT rowid, vec_distance_cosine(embedding, vec_int8(?)) AS d FROM {TABLE}"
             f" WHERE bits MATCH vec_bit(?) AND k = ? AND namespace = ?{clauses} ORDER BY d LIMIT ?",
             [quantize(query[None, :])[0].tobytes(), pack_signs(query[None, :])[0].tobytes(),
-             min(MAX_KNN, max(SHORTLIST_MIN, HAMMING_SHORTLIST_PER_HIT * k)), namespace, *params, k],
+             min(MAX_KNN, max(SHORTLIST_MIN, HAMMING_SHORTLIST_PER_HIT * k)), namespace, *params, k + extra],
         ).fetchall()
         return [(int(pk), 1.0 - float(distance)) for pk, distance in rows]
 

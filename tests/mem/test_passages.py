@@ -72,6 +72,24 @@ def test_a_fact_past_what_the_model_reads_is_found_in_its_passage(engine_target:
         assert hits[0].snippet.startswith("…") and hits[0].snippet.endswith("…")
 
 
+def test_a_long_entry_ranked_past_k_by_its_start_is_lifted_by_its_passage(
+    engine_target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vector search hands recall more of the entries it compared than the k it returns
+    (``Storage.nearest``'s ``extra``): a long entry whose first window ranks below k is still
+    matched by its later windows."""
+    from harness_mem import passages
+
+    with MemoryStore(engine_target, embedder=StartReader()) as store:
+        fill(store)
+        store.add_many([{"text": f"Maria walked a dog called Rex, walk {n}.", "role": "user"} for n in range(12)])
+        hits = store.recall(QUESTION, k=3, mode="semantic")
+        assert hits[0].entry.id == "long"
+        assert NEEDLE in hits[0].snippet
+        monkeypatch.setattr(passages, "PASSAGE_CANDIDATES", 0)  # only the top 3 by first window
+        assert "long" not in [hit.entry.id for hit in store.recall(QUESTION, k=3, mode="semantic")]
+
+
 def test_without_passages_the_same_fact_is_invisible_to_meaning(tmp_path: object) -> None:
     # The control for the test above: the same store, read only from its start.
     with MemoryStore(f"{tmp_path}/m.db", embedder=StartOnly()) as store:

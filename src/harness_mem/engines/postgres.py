@@ -1005,7 +1005,7 @@ class PostgresStorage(Storage):
             "SELECT DISTINCT role FROM entries WHERE namespace = %s AND lower(role) = ANY(%s)", (namespace, list(words)))]
 
     def nearest(self, vector: npt.NDArray[np.float32], k: int, selection: Selection, *,
-                exact_order: bool = True) -> list[tuple[int, float]]:
+                exact_order: bool = True, extra: int = 0) -> list[tuple[int, float]]:
         self.vectors_bound()
         clause, params = where(selection)
         query = vector_literal(vector)
@@ -1015,9 +1015,10 @@ class PostgresStorage(Storage):
             found = self.query(
                 "WITH passing AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
                 f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause})"
-                " SELECT pk, distance FROM passing ORDER BY distance, pk LIMIT %s", [query, *params, k])
+                " SELECT pk, distance FROM passing ORDER BY distance, pk LIMIT %s", [query, *params, k + extra])
             return [(int(pk), 1.0 - float(distance)) for pk, distance in found]
         # relaxed_order: the HNSW scan may return rows slightly out of order; the outer query sorts.
+        # The graph walk is sized for k alone: the extra rows are those it visits anyway.
         with self.conn.transaction():
             # pgvector's default (40) kept 0.67 of the exact top 10 at 100k entries (bench_postgres.py --scale).
             self._run(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, min(1000, 4 * k))}")
@@ -1025,7 +1026,7 @@ class PostgresStorage(Storage):
                 "WITH nearest AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
                 f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause}"
                 " ORDER BY v.embedding <=> %s::halfvec LIMIT %s) SELECT pk, distance FROM nearest ORDER BY distance, pk",
-                [query, *params, query, k],
+                [query, *params, query, k + extra],
             )
         return [(int(pk), 1.0 - float(distance)) for pk, distance in found]
 

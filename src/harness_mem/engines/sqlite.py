@@ -553,7 +553,7 @@ class SQLiteStorage(Storage):
         )]
 
     def nearest(self, vector: npt.NDArray[np.float32], k: int, selection: Selection, *,
-                exact_order: bool = True) -> list[tuple[int, float]]:
+                exact_order: bool = True, extra: int = 0) -> list[tuple[int, float]]:
         index = self.vector_index()
         assert index is not None  # bound, and checked complete, by the caller
         namespace, filters = selection.namespace, selection.filters
@@ -568,7 +568,7 @@ class SQLiteStorage(Storage):
             hidden = set() if filters.include_superseded else self._superseded_pks(namespace)
             want = k + len(hidden) + (k if lane else 0)
             while True:
-                found = index.search(vector, want, namespace, where=in_index, exact_order=exact_order)
+                found = index.search(vector, want, namespace, where=in_index, exact_order=exact_order, extra=extra)
                 kept = [hit for hit in found if hit[0] not in hidden]
                 if lane:
                     kept = self._not_derived(kept)
@@ -576,16 +576,16 @@ class SQLiteStorage(Storage):
                     break
                 want = min(want * 4, MAX_KNN)
             if len(kept) < k and len(found) >= want:
-                return index.search(vector, k, namespace, self.pks(selection), exact_order=exact_order)
-            found = kept[:k]
+                return index.search(vector, k, namespace, self.pks(selection), exact_order=exact_order, extra=extra)
+            found = kept[:k + extra]
         else:
             # First without the expiry test, which needs every row and not only the index; the hits
             # are checked below, and an expired one sends the search round again with it.
             indexed = Selection(filters, namespace, selection.now, live=False)
-            found = index.search(vector, k, namespace, self.pks(indexed), exact_order=exact_order)
+            found = index.search(vector, k, namespace, self.pks(indexed), exact_order=exact_order, extra=extra)
         if self._all_pass(found, selection):
             return found
-        return index.search(vector, k, namespace, self.pks(selection), exact_order=exact_order)
+        return index.search(vector, k, namespace, self.pks(selection), exact_order=exact_order, extra=extra)
 
     def cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, float]:
         index = self.vector_index(writing=False)
