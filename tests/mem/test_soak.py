@@ -2,7 +2,7 @@
 and `reindex` run again and again beside them; then every acknowledged write is checked to be there.
 
 The processes are real (tests/soak_worker.py, on the instant test embedder). They stop
-``HARNESS_MEM_SOAK_SECONDS`` (default 50) after the first was started, whatever their start-up
+``HARNESS_MEM_SOAK_SECONDS`` (default 30) after the first was started, whatever their start-up
 took (the load itself lasts at least ``MIN_LOAD_S``); the checks at the end take a few seconds
 more. Each operation is small, so a slow or loaded machine does fewer operations in that time
 instead of running longer. A lock error, a traceback or a lost write in any process is a failure:
@@ -35,7 +35,7 @@ WRITERS, READERS = 8, 4
 #: and never changed, so a semantic query always has some vector to search (with none at all, it
 #: is refused by design).
 SEED_WRITER, SEEDS = WRITERS, 5
-SOAK_SECONDS = float(os.environ.get("HARNESS_MEM_SOAK_SECONDS", "50"))
+SOAK_SECONDS = float(os.environ.get("HARNESS_MEM_SOAK_SECONDS", "30"))
 MIN_LOAD_S = 15
 STARTUP_LIMIT_S = 180  # twelve interpreters importing numpy on a busy two-core machine
 # Run one after the other for the whole soak by the test process: as a real CLI process (slow to
