@@ -16,8 +16,8 @@ Corpora (read at run time from ``--data``, never copied into the project):
   scored at the session level only.
 
 Each corpus is built into a real store through the public API (``MemoryStore.add_many`` /
-``import_jsonl``) with the real all-MiniLM-L6-v2, redaction off (the texts stay those the baseline
-indexes). Every mode (keyword, semantic, hybrid) runs through ``MemoryStore.recall``; beside them
+``import_jsonl``) with the real all-MiniLM-L6-v2 (``--embedder minilm-int8``: its int8 export),
+redaction off (the texts stay those the baseline indexes). Every mode (keyword, semantic, hybrid) runs through ``MemoryStore.recall``; beside them
 **plain FTS5** is a bare FTS5 table (``porter unicode61``) over the bare texts (no speaker, no
 date, no previous turn), queried with the OR-ed content words (``keyword.match_expression``)
 ``ORDER BY rank``, within the question's scope. Figures: R@5, R@10 (share of the evidence in the top
@@ -79,11 +79,11 @@ class CachedEmbedder:
     before, in any run, are read from the cache instead.
     """
 
-    def __init__(self, cache: Path, threads: int) -> None:
-        self.model = MiniLMEmbedder(threads=threads, batch_size=16)
+    def __init__(self, cache: Path, threads: int, *, quantized: bool = False) -> None:
+        self.model = MiniLMEmbedder(threads=threads, batch_size=16, quantized=quantized)
         self.name, self.dim = self.model.name, self.model.dim
         self.fingerprint = self.model.fingerprint
-        self.folder = cache / f"minilm-{hashlib.sha1(self.fingerprint.encode()).hexdigest()[:12]}"
+        self.folder = cache / f"minilm-{hashlib.sha1(self.fingerprint.encode()).hexdigest()[:12]}"  # the int8 model has its own
         self.folder.mkdir(parents=True, exist_ok=True)
         self.rows: dict[bytes, npt.NDArray[np.float32]] = {}
         for keys_file in sorted(self.folder.glob("keys-*.npy")):
@@ -470,13 +470,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the folder of locomo-dev and longmemeval-dev")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="vector cache (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=2, help="embedding threads (default: 2)")
+    parser.add_argument("--embedder", choices=["minilm", "minilm-int8"], default="minilm",
+                        help="the model every corpus is embedded with (default: minilm)")
     parser.add_argument("--questions", type=int, help="LongMemEval: only the first N questions")
     parser.add_argument("--json", type=Path, help="also write every figure and ranking as JSON here")
     parser.add_argument("--dump", type=Path, help="write each corpus's hybrid fusion candidates here")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     started = time.perf_counter()
-    embedder = CachedEmbedder(args.cache, args.threads)
+    embedder = CachedEmbedder(args.cache, args.threads, quantized=args.embedder == "minilm-int8")
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.corpus or CORPORA:
