@@ -29,9 +29,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from bench_recall import haystack_turns
 
 from harness_mem.passages import embedding_text
 from harness_mem.providers.embeddings import MiniLMEmbedder
@@ -46,24 +47,12 @@ def log(message: str) -> None:
 
 
 def haystack_lines(data: Path, questions: int) -> list[dict[str, Any]]:
-    """Every turn of the first ``questions`` haystacks, as import lines (a session repeated within
-    one haystack is kept once, as bench_recall.py stores it)."""
+    """Every turn of the first ``questions`` haystacks, as import lines (as bench_recall.py stores them)."""
     with gzip.open(data / "longmemeval-dev" / "longmemeval_s_dev.json.gz", "rt", encoding="utf-8") as f:
         records = json.load(f)[:questions]
-    lines = []
-    for r in records:
-        seen: set[str] = set()
-        for sid, day, turns in zip(r["haystack_session_ids"], r["haystack_dates"], r["haystack_sessions"], strict=True):
-            if sid in seen:
-                continue
-            seen.add(sid)
-            start = datetime.strptime(day.split(" (")[0] + " " + day.split(") ")[1], "%Y/%m/%d %H:%M")
-            for n, turn in enumerate(turns):
-                if turn["content"].strip():
-                    lines.append({"id": f"{r['question_id']}:{sid}:{n}", "text": turn["content"], "role": turn["role"],
-                                  "session": f"{r['question_id']}:{sid}",
-                                  "created_at": (start + timedelta(seconds=n)).isoformat()})
-    return lines
+    return [{"id": f"{r['question_id']}:{sid}:{n}", "text": turn["content"], "role": turn["role"],
+             "session": f"{r['question_id']}:{sid}", "created_at": when.isoformat()}
+            for r in records for sid, n, when, turn in haystack_turns(r)]
 
 
 def model_windows(model: MiniLMEmbedder, lines: list[dict[str, Any]]) -> list[str]:

@@ -17,8 +17,8 @@ Corpora (read at run time from ``--data``, never copied into the project):
 
 Each corpus is built into a real store through the public API (``MemoryStore.add_many`` /
 ``import_jsonl``) with the real all-MiniLM-L6-v2 (``--embedder minilm-int8``: its int8 export),
-redaction off (the texts stay those the baseline indexes). Every mode (keyword, semantic, hybrid) runs through ``MemoryStore.recall``; beside them
-**plain FTS5** is a bare FTS5 table (``porter unicode61``) over the bare texts (no speaker, no
+redaction off (the texts stay those the baseline indexes). Every mode (keyword, semantic, hybrid)
+runs through ``MemoryStore.recall``; beside them **plain FTS5** is a bare FTS5 table (``porter unicode61``) over the bare texts (no speaker, no
 date, no previous turn), queried with the OR-ed content words (``keyword.match_expression``)
 ``ORDER BY rank``, within the question's scope. Figures: R@5, R@10 (share of the evidence in the top
 k), MRR@10, recall latency p50/p95, per question type; for LongMemEval also the paper's turn-level
@@ -42,7 +42,7 @@ import pickle
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -200,6 +200,21 @@ def _import(store: MemoryStore, lines: list[bytes]) -> None:
         raise SystemExit(f"imported {report.added} of {len(lines)} lines")
 
 
+def haystack_turns(record: dict[str, Any]) -> Iterator[tuple[str, int, datetime, dict[str, Any]]]:
+    """(session id, turn number, time, turn) of every non-blank turn of a LongMemEval haystack, a turn
+    a second after the one before from its session's start."""
+    seen: set[str] = set()
+    for sid, day, turns in zip(record["haystack_session_ids"], record["haystack_dates"], record["haystack_sessions"],
+                               strict=True):
+        if sid in seen:  # two haystacks repeat a session (identical, not evidence): stored once
+            continue
+        seen.add(sid)
+        start = datetime.strptime(day.split(" (")[0] + " " + day.split(") ")[1], "%Y/%m/%d %H:%M")
+        for n, turn in enumerate(turns):
+            if turn["content"].strip():
+                yield sid, n, start + timedelta(seconds=n), turn
+
+
 def longmemeval(data: Path, roles: tuple[str, ...], questions_limit: int | None) -> Corpus:
     with gzip.open(data / "longmemeval-dev" / "longmemeval_s_dev.json.gz", "rt", encoding="utf-8") as f:
         records = json.load(f)
@@ -210,21 +225,14 @@ def longmemeval(data: Path, roles: tuple[str, ...], questions_limit: int | None)
     for r in records:
         qid = r["question_id"]
         evidence = set()
-        seen: set[str] = set()
-        for sid, day, turns in zip(r["haystack_session_ids"], r["haystack_dates"], r["haystack_sessions"],
-                                   strict=True):
-            if sid in seen:  # two haystacks repeat a session (identical, not evidence): stored once
+        for sid, n, when, turn in haystack_turns(r):
+            if turn["role"] not in roles:
                 continue
-            seen.add(sid)
-            start = datetime.strptime(day.split(" (")[0] + " " + day.split(") ")[1], "%Y/%m/%d %H:%M")
-            for n, turn in enumerate(turns):
-                if turn["role"] not in roles or not turn["content"].strip():
-                    continue
-                entry_id = f"{qid}:{sid}:{n}"
-                if turn.get("has_answer"):
-                    evidence.add(entry_id)
-                items.append({"id": entry_id, "content": turn["content"], "role": turn["role"],
-                              "session": f"{qid}:{sid}", "created_at": start + timedelta(seconds=n)})
+            entry_id = f"{qid}:{sid}:{n}"
+            if turn.get("has_answer"):
+                evidence.add(entry_id)
+            items.append({"id": entry_id, "content": turn["content"], "role": turn["role"],
+                          "session": f"{qid}:{sid}", "created_at": when})
         if not evidence:
             skipped_turns += 1
         questions.append(Question(qid, r["question"], r["question_type"], f"{qid}:", frozenset(evidence),
