@@ -91,22 +91,23 @@ def _copy(src: Storage, dst: Storage, batch_size: int, progress: Callable[[int],
         with dst.transaction():
             dst.set_keyword_only(True)
     report.model = model["name"] if model else None
-    last = 0
-    while rows := src.rows_after(last, batch_size):
-        pks = [row.pk for row in rows if row.pk is not None]
-        vectors = src.stored_vectors(pks) if model else {}
-        passages = src.passages(pks) if model else {}
-        fresh = [Row(None, *row[1:]) for row in rows]  # new rows: the destination numbers them
-        given = {id(new): Embedding(_unit(vectors[old.pk]), tuple(passages.get(old.pk, ())))
-                 for new, old in zip(fresh, rows, strict=True) if old.pk in vectors}
-        written = dst.write(fresh, "ignore", given)
-        report.read += len(rows)
-        report.copied += len(written)
-        report.already += len(rows) - len(written)
-        report.vectors += sum(1 for row in written if id(row) in given)
-        last = int(rows[-1].pk or last)
-        if progress is not None:
-            progress(len(rows))
+    with dst.bulk():
+        last = 0
+        while rows := src.rows_after(last, batch_size):
+            pks = [row.pk for row in rows if row.pk is not None]
+            vectors = src.stored_vectors(pks) if model else {}
+            passages = src.passages(pks) if model else {}
+            fresh = [Row(None, *row[1:]) for row in rows]  # new rows: the destination numbers them
+            given = {id(new): Embedding(_unit(vectors[old.pk]), tuple(passages.get(old.pk, ())))
+                     for new, old in zip(fresh, rows, strict=True) if old.pk in vectors}
+            written = dst.write(fresh, "ignore", given)
+            report.read += len(rows)
+            report.copied += len(written)
+            report.already += len(rows) - len(written)
+            report.vectors += sum(1 for row in written if id(row) in given)
+            last = int(rows[-1].pk or last)
+            if progress is not None:
+                progress(len(rows))
     return report
 
 

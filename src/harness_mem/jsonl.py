@@ -196,11 +196,12 @@ def import_jsonl(
     else:
         prepared = _prepared_here(chunks, store.namespace, store.redactor, store.scope.sealer)
     try:
-        for rows, errors, sealed in prepared:
-            written = store.add_prepared(rows, on_conflict=on_conflict, identities=sealed)
-            report.added += written
-            report.skipped += len(rows) - written
-            report.errors.extend(LineError(number, reason) for number, reason in errors)
+        with store.storage.bulk():
+            for rows, errors, sealed in prepared:
+                written = store.add_prepared(rows, on_conflict=on_conflict, identities=sealed)
+                report.added += written
+                report.skipped += len(rows) - written
+                report.errors.extend(LineError(number, reason) for number, reason in errors)
     finally:
         # Shut the workers down here, on this thread, when a write fails: left to the garbage
         # collector, the generator's cleanup may run on the pool's own thread, which cannot join itself.
@@ -293,9 +294,10 @@ def _prepared_by_workers(
 ) -> Iterator[_Prepared]:
     """``prepare_chunk`` of each chunk, in order, mostly done by ``workers`` processes.
 
-    The caller writes each result as it comes. Until the first worker has answered (starting one
-    takes about half a second), this process prepares chunks itself rather than wait; after that,
-    the writes are the slower side and the workers keep ahead of them.
+    The caller writes each result as it comes. Starting a worker takes about half a second: this
+    process prepares the first chunk itself meanwhile (and writes it), and more while the workers
+    have not answered yet rather than wait; after that, a chunk takes a worker about as long to
+    prepare as it takes this process to write.
     """
     try:
         pickle.dumps(redactor)
@@ -313,6 +315,11 @@ def _prepared_by_workers(
         return sum(isinstance(slot, Future) for slot in pending)
 
     try:
+        opening = next(chunks, None)
+        for first, chunk in itertools.islice(chunks, workers + 1):  # the workers start on these
+            pending.append(pool.submit(_prepare_in_worker, first, chunk))
+        if opening is not None:
+            yield prepare_chunk(*opening, namespace, redactor, sealer)
         for first, chunk in chunks:
             # No room for another chunk in the workers' queue: write until there is, except while
             # the workers are starting up.

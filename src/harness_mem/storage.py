@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -301,6 +301,11 @@ class Storage(ABC):
     @abstractmethod
     def data_version(self) -> tuple[int, int]:
         """A token that changes whenever the store's content changes, in this process or another."""
+
+    def bulk(self) -> AbstractContextManager[None]:
+        """Many write transactions in a row (an import): the engine may put off its housekeeping
+        between them until the block ends."""
+        return nullcontext()
 
     @abstractmethod
     def without_waiting(self) -> AbstractContextManager[None]:

@@ -31,7 +31,7 @@ from ..identities import SealedIdentity
 from ..models import MigrationStatus, counted, to_ms
 from ..passages import Embedding, Passage, embed_entries
 from ..protocols import Embedder
-from ..rows import COLUMNS, Row
+from ..rows import COLUMN_NAMES, COLUMNS, Row
 from ..storage import (
     DERIVED_SOURCE,
     OnConflict,
@@ -70,7 +70,7 @@ _TRANSCRIPT = f"e.source IS DISTINCT FROM '{DERIVED_SOURCE}' AND e.kind <> 'epis
 _IN_SESSION = f"e.namespace = %s AND e.session = %s AND {_TRANSCRIPT}"
 _LIVE = "namespace = %s AND (expires_at IS NULL OR expires_at > %s)"
 _COLUMNS_E = ", ".join(f"e.{c.strip()}" for c in COLUMNS.split(","))
-_INSERTED = [c.strip() for c in COLUMNS.split(",")][1:]  # every column but pk, which the database numbers
+_INSERTED = COLUMN_NAMES[1:]  # every column but pk, which the database numbers
 
 
 def safe_location(dsn: str) -> str:
