@@ -79,8 +79,8 @@ def index_text(
     """
     text = f"{role}: {content}" if role else content
     if previous is not None and previous[1] != role:
-        words = previous[0].split()
-        asked = " ".join(words[-REPLIED_WORDS:])[-REPLIED_CHARS:]
+        words = previous[0].rsplit(maxsplit=REPLIED_WORDS)[-REPLIED_WORDS:]  # only the last words are cut
+        asked = " ".join(words)[-REPLIED_CHARS:]
         text = (f"{previous[1]}: {asked}" if previous[1] else asked) + "\n" + text
     if day is not None:
         text = _day_line(day) + text
