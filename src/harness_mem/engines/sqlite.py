@@ -79,6 +79,7 @@ from .sqlite_where import where
 _LATER = ("superseded_by", "superseded_at", "forgotten_at")
 _NEW_COLUMNS = [name for name in COLUMN_NAMES if name != "pk" and name not in _LATER]
 _INSERT_NEW = f"INSERT INTO entries ({', '.join(_NEW_COLUMNS)}) VALUES ({', '.join('?' * len(_NEW_COLUMNS))})"
+_INSERT_ALL = f"INSERT INTO entries ({COLUMNS}) VALUES ({PLACEHOLDERS})"
 _new_values = itemgetter(*map(COLUMN_NAMES.index, _NEW_COLUMNS))
 _later_values = itemgetter(*map(COLUMN_NAMES.index, _LATER))
 _NOT_YET = (None,) * len(_LATER)
@@ -334,10 +335,10 @@ class SQLiteStorage(Storage):
             # is ours until COMMIT: their pks are known, and the index rows can go in as one call.
             first = self.conn.execute("SELECT coalesce(max(pk), 0) + 1 FROM entries").fetchone()[0]
             pks = range(first, first + len(batch))
-            if all(map(_NOT_YET.__eq__, map(_later_values, batch))):
+            if all(map(_NOT_YET.__eq__, map(_later_values, batch))):  # none carries a later write's columns
                 self.conn.executemany(_INSERT_NEW, map(_new_values, batch))
             else:  # a copy of a stored entry, its correction included
-                self.conn.executemany(f"INSERT INTO entries ({COLUMNS}) VALUES ({PLACEHOLDERS})", batch)
+                self.conn.executemany(_INSERT_ALL, batch)
             if self.conn.execute("SELECT last_insert_rowid()").fetchone()[0] != pks[-1]:
                 raise StorageError("entries were numbered out of sequence — run `harness-mem doctor`")
             self.conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", zip(pks, texts, strict=True))
