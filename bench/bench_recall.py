@@ -17,8 +17,8 @@ Corpora (read at run time from ``--data``, never copied into the project):
 
 Each corpus is built into a real store through the public API (``MemoryStore.add_many`` /
 ``import_jsonl``) with the real all-MiniLM-L6-v2 (``--embedder minilm-int8``: its int8 export),
-redaction off (the texts stay those the baseline indexes). Every mode (keyword, semantic, hybrid)
-runs through ``MemoryStore.recall``; beside them **plain FTS5** is a bare FTS5 table (``porter unicode61``) over the bare texts (no speaker, no
+redaction off (the texts stay those the baseline indexes). Every mode (keyword, semantic, hybrid, and
+hybrid with ``rerank=True``) runs through ``MemoryStore.recall``; beside them **plain FTS5** is a bare FTS5 table (``porter unicode61``) over the bare texts (no speaker, no
 date, no previous turn), queried with the OR-ed content words (``keyword.match_expression``)
 ``ORDER BY rank``, within the question's scope. Figures: R@5, R@10 (share of the evidence in the top
 k), MRR@10, recall latency p50/p95, per question type; for LongMemEval also the paper's turn-level
@@ -61,7 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
 DEFAULT_CACHE = Path("/tmp/recall-cache")
 CORPORA = ("locomo-turns", "locomo-facts", "lme-user", "lme-all")
-MODES = ("plain-fts5", "keyword", "semantic", "hybrid")
+MODES = ("plain-fts5", "keyword", "semantic", "hybrid", "hybrid+rerank")
 PLAIN_FTS = "CREATE VIRTUAL TABLE plain USING fts5(text, tokenize = 'porter unicode61 remove_diacritics 2')"
 
 
@@ -96,6 +96,10 @@ class CachedEmbedder:
     def passages(self, text: str) -> list[tuple[int, int]]:
         """The model's windows of a long text (harness_mem.passages): embedded, and cached, like any text."""
         return self.model.passages(text)
+
+    def token_vectors(self, texts: Sequence[str]) -> list[npt.NDArray[np.float32]]:
+        """Word-piece vectors for rerank (harness_mem.rerank): computed each time, as a store does."""
+        return self.model.token_vectors(texts)
 
     @staticmethod
     def key(text: str) -> bytes:
@@ -378,8 +382,9 @@ def run_corpus(corpus: Corpus, embedder: CachedEmbedder, scratch: Path, dump: Pa
                     if mode == "plain-fts5":
                         ranked = plain.ranked(q.text, q.prefix, corpus.depth)
                     else:
-                        hits = store.recall(q.text, k=corpus.depth, mode=mode,  # type: ignore[arg-type]
-                                            session_prefix=q.prefix, query_vector=vector, explain=dump is not None)
+                        hits = store.recall(q.text, k=corpus.depth, mode=mode.removesuffix("+rerank"),  # type: ignore[arg-type]
+                                            session_prefix=q.prefix, query_vector=vector, explain=dump is not None,
+                                            rerank=mode.endswith("+rerank"))
                         ranked = [h.entry.id for h in hits]
                         if dump is not None:  # what each hit's score is calibrated from (scores.py)
                             features.append(hit_features(q.qid, mode, sorted(q.evidence), hits))
@@ -395,8 +400,9 @@ def run_corpus(corpus: Corpus, embedder: CachedEmbedder, scratch: Path, dump: Pa
                         # The same question asked of a conversation that does not hold its answer
                         # (after the candidates above are kept): every hit is a miss, which a score
                         # must say as well.
-                        missed = store.recall(q.text, k=corpus.depth, mode=mode,  # type: ignore[arg-type]
-                                              session_prefix=next_prefix[q.prefix], query_vector=vector, explain=True)
+                        missed = store.recall(q.text, k=corpus.depth, mode=mode.removesuffix("+rerank"),  # type: ignore[arg-type]
+                                              session_prefix=next_prefix[q.prefix], query_vector=vector, explain=True,
+                                              rerank=mode.endswith("+rerank"))
                         features.append(hit_features(q.qid, mode, [], missed, foreign=True))
                         recorder.current = None
             results[mode] = rows

@@ -543,12 +543,14 @@ def purge(ctx: click.Context) -> None:
 @click.option("--offset", type=count_type(0), default=0, help="Skip this many best hits first (the next page).")
 @click.option("--exact", is_flag=True,
               help="Rank keywords by BM25 over every word on every match (slower on a large file).")
+@click.option("--rerank", is_flag=True,
+              help="Order the top 30 again by matching the query's word pieces against each hit's (loads the model).")
 @json_option
 @click.pass_context
 def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str | None, role: str | None,
            session: str | None, session_prefix: str | None, tags: tuple[str, ...], since: str | None,
            until: str | None, explain: bool, strict: bool, context: int, min_score: float | None,
-           all_versions: bool, as_of: str | None, derived: bool, offset: int, exact: bool, as_json: bool,
+           all_versions: bool, as_of: str | None, derived: bool, offset: int, exact: bool, rerank: bool, as_json: bool,
            exclude_sessions: tuple[str, ...], exclude_kinds: tuple[str, ...], exclude_tags: tuple[str, ...],
            where: dict[str, Any] | None) -> None:
     """Find the entries most relevant to QUERY, best first.
@@ -561,6 +563,7 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
         harness-mem recall "what did we decide about the auth refactor"
         harness-mem recall "deploy" --tag ops --since 7d --json
         harness-mem recall "where does Ada live" --kind fact --as-of 2023-06-01
+        harness-mem recall "what did the doctor say about my knee" --rerank
         harness-mem recall "incident" --where '{"severity": {"$gte": 3}}'
     """
     with open_store(ctx) as store:
@@ -569,7 +572,8 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
                             explain=explain, strict=strict, context=context, min_score=min_score,
                             include_superseded=all_versions, exact=exact, as_of=as_of,
                             derived=True if derived else None, exclude_sessions=exclude_sessions,
-                            exclude_kinds=exclude_kinds, exclude_tags=exclude_tags, metadata=where, offset=offset)
+                            exclude_kinds=exclude_kinds, exclude_tags=exclude_tags, metadata=where, offset=offset,
+                            rerank=rerank)
     if as_json:
         for hit in hits:
             echo_json(hit.model_dump(mode="json"))  # the one hit shape: `harness-mem schema hit`, MCP's recall

@@ -32,6 +32,7 @@ from .filters import Filters, Selection, make_filters
 from .models import Entry, Hit, counted, now_ms
 from .passages import Passage
 from .providers.reference import INSTALL_HINT
+from .rerank import RERANK_DEPTH, TokenEmbedder, maxsim
 from .rows import entry_from_row
 from .storage import Scope, Storage
 
@@ -79,6 +80,7 @@ class Recall:
         exclude_kinds: Sequence[str] | str = (),
         exclude_tags: Sequence[str] | str = (),
         metadata: Mapping[str, Any] | None = None,
+        rerank: bool = False,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error).
 
@@ -96,6 +98,10 @@ class Recall:
         On a large file, keyword ranking scores exactly only a query's rarer words and adds the
         common ones per candidate (see :mod:`harness_mem.bm25`); ``exact=True`` has FTS5 score
         every word on every match.
+
+        ``rerank=True`` orders the top :data:`~harness_mem.rerank.RERANK_DEPTH` of any mode again by
+        matching the question's word pieces against each one's (:mod:`harness_mem.rerank`): better
+        first hits, at the cost of a model pass over them. It needs the embedding model.
         """
         if not isinstance(query, str):
             raise InvalidInputError("a query must be a string")
@@ -106,13 +112,16 @@ class Recall:
             return []
         filters = make_filters(kind, role, session, session_prefix, tags, any_tags, since, until, include_superseded,
                                derived, as_of, exclude_sessions, exclude_kinds, exclude_tags, metadata)
+        if rerank:
+            self._check_rerank()
         named: list[str] = []
         # Binding the model may write (an older file's upgrade): before the snapshot.
         if mode != "keyword" and not self._vectors_usable(mode, strict):
             mode = "keyword"
         pending: _Background | None = None
-        if mode != "keyword":
+        if mode != "keyword" or rerank:
             named = self._named_roles(query)
+        if mode != "keyword":
             asked = fusion.strip_names(query, named)
             if query_vector is None and query.strip():
                 query_vector = self._query_vectors.get(asked)  # a repeated query: no thread, no model
@@ -124,7 +133,7 @@ class Recall:
         # them, so an entry deleted meanwhile by another connection cannot vanish between the two.
         try:
             with self.storage.snapshot():
-                return self._hits(query, k, mode, filters, named, explain, query_vector, pending, exact)
+                return self._hits(query, k, mode, filters, named, explain, query_vector, pending, exact, rerank)
         finally:
             if pending is not None:
                 pending.join()
@@ -140,9 +149,11 @@ class Recall:
         query_vector: npt.NDArray[np.float32] | None,
         pending: _Background | None = None,
         exact: bool = False,
+        rerank: bool = False,
     ) -> list[Hit]:
         rankings: dict[str, list[tuple[int, float]]] = {}
-        depth = fusion.depth(k) if mode == "hybrid" else k
+        wanted = max(k, RERANK_DEPTH) if rerank else k  # what the ranking hands to the reranker
+        depth = fusion.depth(k) if mode == "hybrid" else wanted
         if mode in ("keyword", "hybrid"):
             # Keyword scores are cheap past the top few (FTS5 ranks every match anyway), and hybrid
             # needs them for the semantic candidates too: take them deep.
@@ -166,10 +177,16 @@ class Recall:
         features: dict[int, fusion.Candidate] = {}
         if mode == "hybrid":
             assert query_vector is not None or not rankings["semantic"]
-            ranked, features = self._fuse(query, rankings["keyword"], rankings["semantic"], query_vector, named, k,
-                                          matched)
+            ranked, features = self._fuse(query, rankings["keyword"], rankings["semantic"], query_vector, named,
+                                          wanted, matched)
         else:
-            ranked = rankings[mode][:k]
+            ranked = rankings[mode][:wanted]
+        interactions: dict[int, float] = {}
+        if rerank:
+            keyword_scores = ({pk: c.keyword for pk, c in features.items()} if mode == "hybrid"
+                              else dict(rankings.get("keyword", [])))
+            ranked = self._reranked(query, ranked, keyword_scores, named, matched, interactions)
+        ranked = ranked[:k]
         pks = [pk for pk, _ in ranked]
         entries = self._entries_by_pk(pks)
         covered = self._coverages(query, pks)
@@ -192,6 +209,8 @@ class Recall:
                     components["semantic"]["score"] = features[pk].cosine
                     components["speaker"] = {"rank": None, "score": fusion.SPEAKER_PRIOR if features[pk].named else 0.0}
                     components["hybrid"] = {"rank": position, "score": order_score}
+                if pk in interactions:
+                    components["rerank"] = {"rank": position, "score": interactions[pk]}
                 components["coverage"] = {"rank": None, "score": covered.get(pk, 0.0)}
             entry = entries[pk]
             hits.append(Hit(entry=entry, score=score, snippet=_snippet(entry.content, query, matched.get(pk)),
@@ -266,6 +285,41 @@ class Recall:
             for pk, role, session in rows
         ]
         return fusion.fuse(candidates, k, gathering=fusion.gathers(query)), {c.pk: c for c in candidates}
+
+    def _reranked(self, query: str, ranked: list[tuple[int, float]], keyword_scores: Mapping[int, float],
+                  named: list[str], matched: Mapping[int, Passage], interactions: dict[int, float]) -> list[tuple[int, float]]:
+        """``ranked`` with its top RERANK_DEPTH fused again, MaxSim in place of the cosine (see rerank.py);
+        each reranked pk's MaxSim goes in ``interactions``."""
+        top = [pk for pk, _ in ranked[:RERANK_DEPTH]]
+        if not top or not query.strip():
+            return ranked
+        entries = self._entries_by_pk(top)
+        texts = []
+        for pk in top:  # the window a later passage matched in, else the start the model reads
+            entry, passage = entries[pk], matched.get(pk)
+            content = entry.content[passage.start:passage.stop] if passage is not None else entry.content
+            texts.append(passages.embedding_text(content, entry.role))
+        assert isinstance(self.storage.embedder, TokenEmbedder)
+        asked, *pieces = self.storage.embedder.token_vectors([fusion.strip_names(query, named), *texts])
+        interactions.update((pk, maxsim(asked, found)) for pk, found in zip(top, pieces, strict=True))
+        lowered = {name.lower() for name in named}
+        candidates = [
+            fusion.Candidate(pk, keyword_scores.get(pk, 0.0), interactions[pk],
+                             role is not None and role.lower() in lowered, session)
+            for pk, role, session in self.storage.speakers(top)
+        ]
+        return fusion.fuse(candidates, len(top), gathering=fusion.gathers(query)) + ranked[RERANK_DEPTH:]
+
+    def _check_rerank(self) -> None:
+        """Refuse a rerank this store's embedder cannot make, before anything is ranked."""
+        if self.storage.embedder is None:
+            raise EmbedderError(
+                "rerank matches word pieces with the embedding model, and this store has none"
+                + (" (it is keyword-only)" if self.storage.keyword_only else f" — {INSTALL_HINT}")
+            )
+        if not isinstance(self.storage.embedder, TokenEmbedder):
+            raise EmbedderError(f"rerank needs word-piece vectors, which the embedder"
+                                f" {getattr(self.storage.embedder, 'name', 'in use')!r} does not give")
 
     def _best_of(self, vector: npt.NDArray[np.float32], cosines: dict[int, float],
                  matched: dict[int, Passage]) -> dict[int, float]:

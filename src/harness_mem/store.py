@@ -512,6 +512,7 @@ class MemoryStore:
         metadata: Mapping[str, Any] | None = None,
         offset: int = 0,
         refresh_ttl: bool = False,
+        rerank: bool = False,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error);
         ``offset`` skips that many best ones first (the next page of ``k``).
@@ -544,6 +545,10 @@ class MemoryStore:
         values compare as JSON's types do; a string the redactor changes is looked for as stored).
         ``refresh_ttl`` renews the expiry of the hits written with a time to live (see :meth:`get`).
 
+        ``rerank=True`` orders the top 30 again by matching the question's word pieces against each
+        hit's with the embedding model (:mod:`harness_mem.rerank`): better first hits on every corpus
+        measured, for one model pass over those 30 texts (tens of milliseconds for chat turns).
+
         ``as_of`` answers with what was true at that time (ISO-8601 or an age): entries whose time
         (``created_at``: when it was said, which a caller or consolidation sets) is not later, and
         that no correction had replaced by then — a replaced entry stops being true at its
@@ -565,7 +570,7 @@ class MemoryStore:
             any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,
             strict=strict, include_superseded=include_superseded, exact=exact,
             derived=self._lane(kind) if derived is None else derived, as_of=as_of,
-            exclude_kinds=exclude_kinds, **left_out,
+            exclude_kinds=exclude_kinds, rerank=rerank, **left_out,
         )
         hits = hits[offset:]
         if min_score is not None:

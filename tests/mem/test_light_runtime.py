@@ -113,6 +113,26 @@ def test_the_light_runtime_gives_the_reference_vectors() -> None:
     assert light.export_path(fast.fingerprint) != light.export_path("sha256:" + "0" * 32)
 
 
+def test_the_light_runtime_gives_the_reference_word_piece_vectors() -> None:
+    # What rerank matches: one unit vector per word piece, the two markers left out, the same from
+    # both runtimes whatever the batch pads to.
+    reference, fast = MiniLMEmbedder(runtime="torch"), MiniLMEmbedder(runtime="onnx", batch_size=16)
+    expected, got = reference.token_vectors(PARITY_TEXTS), fast.token_vectors(PARITY_TEXTS)
+    assert [len(g) for g in got] == [len(e) for e in expected]
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(fast.model_path / "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    read = [min(len(e.ids), 256) - 2 for e in tokenizer.encode_batch(PARITY_TEXTS)]
+    assert [len(g) for g in got] == read  # every piece the model reads, its markers out
+    for text, want, have in zip(PARITY_TEXTS, expected, got, strict=True):
+        if len(have):
+            assert have.dtype == np.float32 and have.shape[1] == 384
+            assert np.allclose(np.linalg.norm(have, axis=1), 1.0, atol=1e-4)
+            assert float(np.sum(want * have, axis=1).min()) >= 0.999, text
+
+
 def test_the_int8_model_is_another_model() -> None:
     base, int8 = MiniLMEmbedder(runtime="onnx"), MiniLMEmbedder(quantized=True)
     texts = varied_texts(40)

@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,7 +69,7 @@ class MiniLMEmbedder:
         self.quantized = quantized
         self.threads = threads
         self.name = "all-MiniLM-L6-v2-int8" if quantized else "all-MiniLM-L6-v2"
-        self._encode: Callable[[list[str]], npt.NDArray[np.float32]] | None = None
+        self._backend: _Backend | None = None
         self._fingerprint: str | None = None
         self._tokenizer: Any = None  # for passages(): loaded on first use (False: cannot be)
         self._lock = threading.Lock()
@@ -91,15 +92,15 @@ class MiniLMEmbedder:
     @property
     def active_runtime(self) -> str | None:
         """Which runtime embeds (``"onnx"`` or ``"torch"``), or None before the first text."""
-        return getattr(self._encode, "runtime", None)
+        return self._backend.runtime if self._backend is not None else None
 
-    def _encoder(self) -> Callable[[list[str]], npt.NDArray[np.float32]]:
+    def _encoder(self) -> _Backend:
         with self._lock:
-            if self._encode is None:
-                self._encode = self._choose_runtime()
-            return self._encode
+            if self._backend is None:
+                self._backend = self._choose_runtime()
+            return self._backend
 
-    def _choose_runtime(self) -> Callable[[list[str]], npt.NDArray[np.float32]]:
+    def _choose_runtime(self) -> _Backend:
         if self.runtime != "torch":
             try:
                 return self._light()
@@ -109,7 +110,7 @@ class MiniLMEmbedder:
                 _say_once(f"harness-mem: the light embedder is unavailable ({exc}); using sentence-transformers")
         return self._reference()
 
-    def _light(self) -> Callable[[list[str]], npt.NDArray[np.float32]]:
+    def _light(self) -> _Backend:
         from . import light
 
         if not light.runtime_available():
@@ -127,14 +128,10 @@ class MiniLMEmbedder:
         # itself alone falls to 0.95). One text per pass keeps a vector a function of its text; it
         # also pads nothing, which on one or two cores costs no throughput.
         batch_size = 1 if self.quantized else self.batch_size
+        return _Backend("onnx", lambda texts: encoder.encode(texts, batch_size),
+                        lambda texts: encoder.token_vectors(texts, batch_size))
 
-        def encode(texts: list[str]) -> npt.NDArray[np.float32]:
-            return encoder.encode(texts, batch_size)
-
-        encode.runtime = "onnx"  # type: ignore[attr-defined]
-        return encode
-
-    def _reference(self) -> Callable[[list[str]], npt.NDArray[np.float32]]:
+    def _reference(self) -> _Backend:
         model = load_reference_model(str(self.model_path), self.device)
 
         def encode(texts: list[str]) -> npt.NDArray[np.float32]:
@@ -142,8 +139,18 @@ class MiniLMEmbedder:
                                    convert_to_numpy=True, show_progress_bar=False)
             return np.asarray(vectors, dtype=np.float32)
 
-        encode.runtime = "torch"  # type: ignore[attr-defined]
-        return encode
+        def tokens(texts: list[str]) -> list[npt.NDArray[np.float32]]:
+            # Every output, for the mask: the word pieces come padded to their batch's longest text.
+            found = model.encode(texts, batch_size=self.batch_size, output_value=None, convert_to_numpy=False,
+                                 show_progress_bar=False)
+            out = []
+            for features in found:
+                n = int(features["attention_mask"].sum())
+                pieces = np.asarray(features["token_embeddings"][1:n - 1].float().cpu().numpy(), dtype=np.float32)
+                out.append(pieces / np.maximum(np.linalg.norm(pieces, axis=1, keepdims=True), 1e-12))
+            return out
+
+        return _Backend("torch", encode, tokens)
 
     def passages(self, text: str) -> list[tuple[int, int]]:
         """Character spans of ``text``'s windows after the first: the model reads PASSAGE_TOKENS
@@ -181,7 +188,21 @@ class MiniLMEmbedder:
         """Unit-length float32 vectors, one row per text, in one model call."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return np.ascontiguousarray(self._encoder()(list(texts)), dtype=np.float32)
+        return np.ascontiguousarray(self._encoder().embed(list(texts)), dtype=np.float32)
+
+    def token_vectors(self, texts: Sequence[str]) -> list[npt.NDArray[np.float32]]:
+        """Each text's word pieces (of the window the model reads) as unit vectors, one row each:
+        what late-interaction reranking matches a question's pieces against (:mod:`harness_mem.rerank`)."""
+        return self._encoder().tokens(list(texts)) if texts else []
+
+
+@dataclass(frozen=True)
+class _Backend:
+    """A runtime set up to embed: pooled vectors, and word-piece vectors."""
+
+    runtime: str
+    embed: Callable[[list[str]], npt.NDArray[np.float32]]
+    tokens: Callable[[list[str]], list[npt.NDArray[np.float32]]]
 
 
 Runtime = Literal["auto", "onnx", "torch"]

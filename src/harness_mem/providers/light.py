@@ -21,7 +21,7 @@ import os
 import tempfile
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,8 @@ from ..errors import EmbedderError
 from ..settings import Settings
 
 #: Bump when the export's graph changes: old exports are then made again, not reused.
-EXPORT_VERSION = 1
+#: (2: the graph also gives each word piece's unit vector, for late-interaction reranking.)
+EXPORT_VERSION = 2
 #: Bump when the int8 recipe changes: the int8 file is then made again from the export.
 QUANTIZE_VERSION = 2
 #: Texts the export is checked on against the reference before it is trusted.
@@ -91,7 +92,11 @@ def _write_atomically(target: Path, make: Any) -> None:
 
 
 def _export(model_dir: Path, target: Path) -> None:
-    """Trace the transformer with mean pooling and normalisation into one ONNX graph, then check it."""
+    """Trace the transformer with mean pooling and normalisation into one ONNX graph, then check it.
+
+    The graph has two outputs: ``embedding`` (the pooled unit vector) and ``tokens`` (each word
+    piece's unit vector, for :mod:`harness_mem.rerank`); a caller asks onnxruntime for the one it needs.
+    """
     try:
         import onnx  # noqa: F401  (the exporter needs it; fail here with a clear reason)
         import torch
@@ -108,7 +113,8 @@ def _export(model_dir: Path, target: Path) -> None:
             tokens = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
             weights = attention_mask.unsqueeze(-1).to(tokens.dtype)
             pooled = (tokens * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, p=2, dim=1)
+            return (torch.nn.functional.normalize(pooled, p=2, dim=1),
+                    torch.nn.functional.normalize(tokens, p=2, dim=2))
 
     from transformers.utils import logging as transformers_logging
 
@@ -122,9 +128,9 @@ def _export(model_dir: Path, target: Path) -> None:
         warnings.simplefilter("ignore")  # the tracer's notes on shapes it treats as constants
         torch.onnx.export(
             Pooled(model), (ids, mask), str(target),
-            input_names=["input_ids", "attention_mask"], output_names=["embedding"],
+            input_names=["input_ids", "attention_mask"], output_names=["embedding", "tokens"],
             dynamic_axes={"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"},
-                          "embedding": {0: "batch"}},
+                          "embedding": {0: "batch"}, "tokens": {0: "batch", 1: "tokens"}},
             opset_version=17, dynamo=False,
         )
     _check_against_reference(model_dir, target)
@@ -199,9 +205,29 @@ class OnnxEncoder:
         self.tokenizer.no_padding()
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> npt.NDArray[np.float32]:
+        out = np.empty((len(texts), 0), dtype=np.float32)
+        for chosen, ids, mask in self._batches(texts, batch_size):
+            vectors = self.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0]
+            if out.shape[1] == 0:
+                out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
+            out[chosen] = vectors
+        return out
+
+    def token_vectors(self, texts: Sequence[str], batch_size: int = 64) -> list[npt.NDArray[np.float32]]:
+        """Each text's word pieces as unit vectors (one row each), its two markers left out."""
+        out: list[npt.NDArray[np.float32]] = [np.zeros((0, 0), dtype=np.float32)] * len(texts)
+        for chosen, ids, mask in self._batches(texts, batch_size):
+            states = self.session.run(["tokens"], {"input_ids": ids, "attention_mask": mask})[0]
+            for row, i in enumerate(chosen):
+                n = int(mask[row].sum())
+                out[i] = np.ascontiguousarray(states[row, 1:n - 1], dtype=np.float32)  # [CLS] … [SEP]
+        return out
+
+    def _batches(self, texts: Sequence[str], batch_size: int) -> Iterator[tuple[npt.NDArray[np.intp], npt.NDArray[np.int64],
+                                                                           npt.NDArray[np.int64]]]:
+        """(positions in ``texts``, input ids, attention mask) per batch, the texts sorted by length."""
         encodings = self.tokenizer.encode_batch(list(texts))
         order = np.argsort([-len(e.ids) for e in encodings], kind="stable")
-        out = np.empty((len(texts), 0), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             chosen = order[start:start + batch_size]
             width = max(len(encodings[i].ids) for i in chosen)
@@ -211,8 +237,4 @@ class OnnxEncoder:
                 n = len(encodings[i].ids)
                 ids[row, :n] = encodings[i].ids
                 mask[row, :n] = 1
-            vectors = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
-            if out.shape[1] == 0:
-                out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
-            out[chosen] = vectors
-        return out
+            yield chosen, ids, mask
