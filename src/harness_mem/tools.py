@@ -243,6 +243,9 @@ class RecallArgs(Arguments):
         default_factory=list, description=f"leave out memories carrying any of these tags (up to {MAX_EXCLUSIONS})")
     context: int = _count(0, 0, MAX_CONTEXT, "for conversation turns: how many turns before and after each hit to include")
     include_superseded: bool = Field(False, description="also return memories that update_memory replaced")
+    rerank: bool = Field(False, description=(
+        "order the best 30 again by matching each word of the query against each memory's: better first"
+        " hits for a question about one detail, at the cost of a model pass over those memories"))
 
 
 class RecallSessionsArgs(Arguments):
@@ -458,7 +461,8 @@ def recall(store: MemoryStore, args: RecallArgs, caller: Caller) -> RecallResult
                         session=args.session, since=args.since, until=args.until,
                         exclude_sessions=args.exclude_session, exclude_kinds=args.exclude_kind,
                         exclude_tags=args.exclude_tag, context=args.context,
-                        include_superseded=args.include_superseded)
+                        include_superseded=args.include_superseded,
+                        rerank=args.rerank and note is None)  # while the model loads, keywords answer alone
     kept = [listed_hit(h, caller.hit_chars) for h in hits if caller.visible(h.entry)][: args.k]
     return RecallResult(mode=_mode_named(store, mode), note=note, hits=kept)
 

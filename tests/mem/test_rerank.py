@@ -110,3 +110,29 @@ def test_recall_rerank_on_a_keyword_only_file_is_one_line_and_a_failure(tmp_path
     assert result.exit_code != 0
     assert "rerank" in result.output and "keyword-only" in result.output
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+@pytest.mark.real_model
+def test_mcp_recall_reranks_when_asked_and_a_keyword_only_store_says_why(tmp_path: Path, embedder: object) -> None:
+    import anyio
+
+    mcp = pytest.importorskip("mcp")
+    from harness_mem.mcp_server import MemoryTools, build_server
+
+    async def ask(store: MemoryStore, arguments: dict[str, object]) -> object:
+        tools = MemoryTools(store)
+        assert tools.model.wait(60) or store.embedder is None
+        async with mcp.Client(build_server(tools)) as client:
+            return await client.call_tool("recall", arguments)
+
+    with MemoryStore(tmp_path / "m.db", embedder=embedder) as store:  # type: ignore[arg-type]
+        store.add_many([{"id": id, "content": text, "role": "Tom", "kind": "fact"} for id, text in TOM])
+        answer = anyio.run(ask, store, {"query": "Which job did Ines get?", "k": 3, "rerank": True})
+        assert not answer.is_error  # type: ignore[attr-defined]
+        assert answer.structured_content["hits"][0]["id"] == "detail"  # type: ignore[attr-defined]
+    with MemoryStore(tmp_path / "kw.db", embedder=None) as keyword_only:
+        keyword_only.add("the deploy failed on Friday", kind="fact")
+        refused = anyio.run(ask, keyword_only, {"query": "deploy", "rerank": True})
+        assert refused.is_error  # type: ignore[attr-defined]
+        [text] = [c.text for c in refused.content]  # type: ignore[attr-defined]
+        assert "rerank" in text and "\n" not in text
