@@ -8,6 +8,7 @@ Run from the repository root::
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_consolidate.py --json > out.json
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_consolidate.py --import-cache /tmp/bc-cache  # reuse the import
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_consolidate.py --parts throughput --vector-sessions 200
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_consolidate.py --parts locomo --rerank-every 3  # + recall's rerank
 
 The default run takes 10 to 12 minutes on two shared cores (LoCoMo 3 to 5: its import and its
 consolidation embed with the real model; 10,000 sessions about 7); ``--sessions 2000`` makes it
@@ -226,12 +227,12 @@ class Linked:
 
 
 def linking(store: MemoryStore, observations: Sequence[Observation], vectors: Sequence[Any], *,
-            derived: bool) -> tuple[dict[str, Any], list[Linked]]:
+            derived: bool, rerank: bool = False) -> tuple[dict[str, Any], list[Linked]]:
     """link@1, link@10 and F1@1 of the observations, over the derived entries or over the turns."""
     rows = []
     for obs, vector in zip(observations, vectors, strict=True):
         hits = store.recall(obs.text, K, mode="hybrid", session_prefix=f"{obs.conversation}:",
-                            query_vector=vector, derived=True if derived else None)
+                            query_vector=vector, derived=True if derived else None, rerank=rerank)
         top = hits[0] if hits else None
         first = next((rank for rank, hit in enumerate(hits, start=1) if linked(hit, obs.evidence, derived=derived)),
                      None)
@@ -302,7 +303,8 @@ def imported_store(data: Path, scratch: Path, cache: Path | None, embedder: str)
     return db, seconds
 
 
-def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, examples: int) -> dict[str, Any]:
+def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, examples: int,
+           rerank_every: int = 0) -> dict[str, Any]:
     observations, questions = load_observations(data), load_questions(data)
     log("LoCoMo: importing the turns …")
     db, import_s = imported_store(data, scratch, cache, embedder)
@@ -324,6 +326,14 @@ def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, example
         qa_after = qa(store, questions, q_vectors, mixed=False)
         qa_mixed = qa(store, questions, q_vectors, mixed=True)
         failures = failure_examples(store, derived_rows, examples)
+        reranked = None
+        if rerank_every:  # recall's rerank option, on a sample: a model pass per observation
+            log("LoCoMo: linking with rerank …")
+            sample = list(range(0, len(observations), rerank_every))
+            picked, picked_vectors = [observations[i] for i in sample], [obs_vectors[i] for i in sample]
+            reranked = {"every": rerank_every,
+                        "hybrid": linking(store, picked, picked_vectors, derived=True)[0],
+                        "rerank": linking(store, picked, picked_vectors, derived=True, rerank=True)[0]}
         embedder_name = store.embedder.name if store.embedder is not None else "keyword-only"
     # The turns share the keyword index (its word statistics) with the derived entries: count the
     # questions whose plain top 10 moved, even where R@10 did not.
@@ -347,6 +357,7 @@ def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, example
         "derived_per_turn": sum(derived_count.values()) / turns,
         "raw_turns": raw,
         "derived_entries": derived,
+        "derived_entries_reranked": reranked,
         "qa_turns_before": qa_before,
         "qa_turns_after": qa_after,
         "qa_mixed": qa_mixed,
@@ -504,6 +515,11 @@ def markdown(result: dict[str, Any]) -> str:
         for kind, k in der["by_top_kind"].items():
             out.append(f"| … top entry a {kind} ({k['top1']} of {der['n']}) | {k['link_at_1']:.3f} | |"
                        f" {k['f1_at_1']:.3f} | |")
+        if lo.get("derived_entries_reranked"):
+            rr = lo["derived_entries_reranked"]
+            for label, got in (("hybrid", rr["hybrid"]), ("hybrid + rerank", rr["rerank"])):
+                out.append(f"| derived entries, every {rr['every']} observations ({got['n']}), {label} |"
+                           f" {got['link_at_1']:.3f} | {got['link_at_10']:.3f} | {got['f1_at_1']:.3f} | |")
         cats = [c for c in lo["qa_turns_before"] if c != "overall"]
         out += [
             "",
@@ -562,6 +578,8 @@ def main() -> None:
                         help="synthetic sessions with the embedder (default none: the LoCoMo run shows the cost)")
     parser.add_argument("--embedder", default="auto", help="the embedder of the LoCoMo and vector runs")
     parser.add_argument("--examples", type=int, default=5, help="failure examples of each sort")
+    parser.add_argument("--rerank-every", type=int, default=0, metavar="N",
+                        help="also link every N-th observation with recall's rerank (a model pass each)")
     parser.add_argument("--import-cache", type=Path, help="keep the imported LoCoMo file here and reuse it")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     args = parser.parse_args()
@@ -576,7 +594,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-consolidate-") as tmp:
         scratch = Path(tmp)
         if "locomo" in parts:
-            result["locomo"] = locomo(args.data, scratch, args.import_cache, args.embedder, args.examples)
+            result["locomo"] = locomo(args.data, scratch, args.import_cache, args.embedder, args.examples,
+                                      args.rerank_every)
         if "throughput" in parts:
             runs = []
             if args.sessions:
