@@ -547,7 +547,8 @@ class MemoryStore:
 
         ``rerank=True`` orders the top 30 again by matching the question's word pieces against each
         hit's with the embedding model (:mod:`harness_mem.rerank`): better first hits on every corpus
-        measured, for one model pass over those 30 texts (tens of milliseconds for chat turns).
+        measured, for one model pass over those 30 texts (0.1–0.4 s for chat turns and facts, about a
+        second for long assistant replies).
 
         ``as_of`` answers with what was true at that time (ISO-8601 or an age): entries whose time
         (``created_at``: when it was said, which a caller or consolidation sets) is not later, and
