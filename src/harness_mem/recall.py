@@ -9,7 +9,7 @@ mode is a ranking of internal pks:
   cut, then best-of each candidate's passages (``passages.py``: a long entry's later windows);
 - hybrid: every candidate of either ranking gets both features, then ``fusion.py`` scores them.
 
-Only the final top ``k`` are read back as entries. A query's embedding is cached per store: agents
+Only the final top ``k`` are read back as entries (a rerank reads its 30, and they are reused). A query's embedding is cached per store: agents
 ask the same thing repeatedly.
 """
 
@@ -182,13 +182,14 @@ class Recall:
         else:
             ranked = rankings[mode][:wanted]
         interactions: dict[int, float] = {}
+        entries: dict[int, Entry] = {}
         if rerank:
             keyword_scores = ({pk: c.keyword for pk, c in features.items()} if mode == "hybrid"
                               else dict(rankings.get("keyword", [])))
-            ranked = self._reranked(query, ranked, keyword_scores, named, matched, interactions)
+            ranked = self._reranked(query, ranked, keyword_scores, named, matched, interactions, entries)
         ranked = ranked[:k]
         pks = [pk for pk, _ in ranked]
-        entries = self._entries_by_pk(pks)
+        entries.update(self._entries_by_pk([pk for pk in pks if pk not in entries]))
         covered = self._coverages(query, pks)
         similarities = ({pk: features[pk].cosine for pk in pks} if mode == "hybrid"
                         else dict(ranked) if mode == "semantic" else {})
@@ -277,23 +278,27 @@ class Recall:
         if uncosined and vector is not None:
             # The semantic list is best-of already; the keyword candidates it missed are matched here.
             cosines.update(self._best_of(vector, self.storage.cosines(vector, uncosined), matched))
-        lowered = {name.lower() for name in named}
-        rows = self.storage.speakers(pks)
-        candidates = [
-            fusion.Candidate(pk, keyword_scores.get(pk, 0.0), cosines.get(pk, 0.0),
-                             role is not None and role.lower() in lowered, session)
-            for pk, role, session in rows
-        ]
+        candidates = self._candidates(pks, keyword_scores, cosines, named)
         return fusion.fuse(candidates, k, gathering=fusion.gathers(query)), {c.pk: c for c in candidates}
 
+    def _candidates(self, pks: list[int], keyword_scores: Mapping[int, float], similarities: Mapping[int, float],
+                    named: list[str]) -> list[fusion.Candidate]:
+        """The pks as fusion candidates: their keyword and semantic scores (0 where missing), whether
+        the query names their speaker, and their session."""
+        lowered = {name.lower() for name in named}
+        return [fusion.Candidate(pk, keyword_scores.get(pk, 0.0), similarities.get(pk, 0.0),
+                                 role is not None and role.lower() in lowered, session)
+                for pk, role, session in self.storage.speakers(pks)]
+
     def _reranked(self, query: str, ranked: list[tuple[int, float]], keyword_scores: Mapping[int, float],
-                  named: list[str], matched: Mapping[int, Passage], interactions: dict[int, float]) -> list[tuple[int, float]]:
+                  named: list[str], matched: Mapping[int, Passage], interactions: dict[int, float],
+                  entries: dict[int, Entry]) -> list[tuple[int, float]]:
         """``ranked`` with its top RERANK_DEPTH fused again, MaxSim in place of the cosine (see rerank.py);
-        each reranked pk's MaxSim goes in ``interactions``."""
+        each reranked pk's MaxSim goes in ``interactions``, and the entries it read in ``entries``."""
         top = [pk for pk, _ in ranked[:RERANK_DEPTH]]
         if not top or not query.strip():
             return ranked
-        entries = self._entries_by_pk(top)
+        entries.update(self._entries_by_pk(top))
         texts = []
         for pk in top:  # the window a later passage matched in, else the start the model reads
             entry, passage = entries[pk], matched.get(pk)
@@ -302,12 +307,7 @@ class Recall:
         assert isinstance(self.storage.embedder, TokenEmbedder)
         asked, *pieces = self.storage.embedder.token_vectors([fusion.strip_names(query, named), *texts])
         interactions.update((pk, maxsim(asked, found)) for pk, found in zip(top, pieces, strict=True))
-        lowered = {name.lower() for name in named}
-        candidates = [
-            fusion.Candidate(pk, keyword_scores.get(pk, 0.0), interactions[pk],
-                             role is not None and role.lower() in lowered, session)
-            for pk, role, session in self.storage.speakers(top)
-        ]
+        candidates = self._candidates(top, keyword_scores, interactions, named)
         return fusion.fuse(candidates, len(top), gathering=fusion.gathers(query)) + ranked[RERANK_DEPTH:]
 
     def _check_rerank(self) -> None:
