@@ -9,8 +9,8 @@ mode is a ranking of internal pks:
   cut, then best-of each candidate's passages (``passages.py``: a long entry's later windows);
 - hybrid: every candidate of either ranking gets both features, then ``fusion.py`` scores them.
 
-Only the final top ``k`` are read back as entries (a rerank reads its 30, and they are reused). A query's embedding is cached per store: agents
-ask the same thing repeatedly.
+Only the final top ``k`` are read back as entries (a rerank reads its 30, and they are reused). A
+query's embedding is cached per store: agents ask the same thing repeatedly.
 """
 
 from __future__ import annotations
