@@ -43,7 +43,9 @@ async def main(dsn: str, run_id: str, workdir: Path, number: int, ttl_ms: int, h
             nonlocal given
             given += 1
             if given == hang_at:
-                (workdir / f"hang-{number}").write_text(job.id)
+                # Written aside and renamed: the test reads the file as soon as it exists.
+                (workdir / f"hang-{number}.tmp").write_text(job.id)
+                os.replace(workdir / f"hang-{number}.tmp", workdir / f"hang-{number}")
                 await anyio.sleep(600)  # until the test kills this process
             await anyio.sleep(JOB_DELAY_S)
             log.execute("INSERT INTO executions (job_id, worker, pid) VALUES (%s, %s, %s)", (job.id, number, os.getpid()))
