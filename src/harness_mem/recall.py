@@ -32,7 +32,7 @@ from .filters import Filters, Selection, make_filters
 from .models import Entry, Hit, counted, now_ms
 from .passages import Passage
 from .providers.reference import INSTALL_HINT
-from .rerank import RERANK_DEPTH, TokenEmbedder, maxsim
+from .rerank import RERANK_DEPTH, PieceCache, TokenEmbedder, maxsim
 from .rows import entry_from_row
 from .storage import Scope, Storage
 
@@ -54,6 +54,7 @@ class Recall:
         self._vector_counts: tuple[bool, int, int] | None = None  # (bound, entries, missing) at that check
         self._query_vectors: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
         self.keywords = KeywordIndex()
+        self.pieces = PieceCache()  # word pieces of what reranks read (rerank.py)
 
     def __call__(
         self,
@@ -305,7 +306,7 @@ class Recall:
             content = entry.content[passage.start:passage.stop] if passage is not None else entry.content
             texts.append(passages.embedding_text(content, entry.role))
         assert isinstance(self.storage.embedder, TokenEmbedder)
-        asked, *pieces = self.storage.embedder.token_vectors([fusion.strip_names(query, named), *texts])
+        asked, *pieces = self.pieces.pieces(self.storage.embedder, [fusion.strip_names(query, named), *texts])
         interactions.update((pk, maxsim(asked, found)) for pk, found in zip(top, pieces, strict=True))
         candidates = self._candidates(top, keyword_scores, interactions, named)
         return fusion.fuse(candidates, len(top), gathering=fusion.gathers(query)) + ranked[RERANK_DEPTH:]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 from harness_mem import MemoryStore
 from harness_mem.cli import cli
 from harness_mem.errors import EmbedderError
-from harness_mem.rerank import RERANK_DEPTH, maxsim
+from harness_mem.rerank import RERANK_DEPTH, PieceCache, maxsim
 
 TOM = [
     ("detail", "We spent Saturday at the farmers market, bought peaches and sourdough, then my sister Ines called: "
@@ -37,6 +38,62 @@ def test_maxsim_averages_each_question_pieces_best_match() -> None:
     assert maxsim(question, candidate[:1]) == pytest.approx(0.5)
     assert maxsim(question, np.zeros((0, 3), dtype=np.float32)) == 0.0
     assert maxsim(np.zeros((0, 3), dtype=np.float32), candidate) == 0.0
+
+
+class CountingPieces:
+    """A word-piece embedder that records the texts each call asked for (a piece per word, one-hot)."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def token_vectors(self, texts: list[str]) -> list[np.ndarray]:
+        self.calls.append(list(texts))
+        return [np.eye(8, dtype=np.float32)[[hash(w) % 8 for w in text.split()]] for text in texts]
+
+
+def test_the_piece_cache_runs_the_model_over_new_texts_only() -> None:
+    cache, model = PieceCache(), CountingPieces()
+    first = cache.pieces(model, ["the red door", "a blue car"])
+    again = cache.pieces(model, ["a blue car", "green tea", "the red door"])
+    assert model.calls == [["the red door", "a blue car"], ["green tea"]]
+    assert np.array_equal(again[0], first[1]) and np.array_equal(again[2], first[0])
+    assert again[0].dtype == np.float32
+    assert cache.pieces(model, ["a blue car"]) and len(model.calls) == 2
+
+
+def test_the_piece_cache_keeps_digests_not_texts_and_stays_in_its_budget() -> None:
+    model = CountingPieces()
+    row_bytes = 3 * 8 * 2  # three pieces of 8 float16
+    cache = PieceCache(budget=2 * row_bytes)
+    cache.pieces(model, ["one two three", "four five six", "seven eight nine"])
+    assert len(cache) == 2 and cache.size <= cache.budget
+    cache.pieces(model, ["one two three"])  # the oldest was dropped: asked again
+    assert model.calls[-1] == ["one two three"]
+    PieceCache(budget=1).pieces(model, ["too big to keep"])  # a row over the budget is used, not kept
+
+
+@pytest.mark.real_model
+def test_a_repeated_rerank_runs_the_model_over_the_question_only(tmp_path: Path) -> None:
+    from harness_mem.providers.embeddings import MiniLMEmbedder
+
+    class Counting(MiniLMEmbedder):
+        asked: list[list[str]] = []
+
+        def token_vectors(self, texts: Sequence[str]) -> list[np.ndarray]:
+            self.asked.append(list(texts))
+            return super().token_vectors(texts)
+
+    with MemoryStore(tmp_path / "m.db", embedder=Counting()) as store:
+        store.add_many([{"id": id, "content": text, "role": "Tom"} for id, text in TOM])
+        first = [h.entry.id for h in store.recall("Which job did Ines get?", k=5, rerank=True)]
+        assert len(Counting.asked) == 1 and len(Counting.asked[0]) == 6  # the question and the five turns
+        again = [h.entry.id for h in store.recall("Where did Tom's sister get a job?", k=5, rerank=True)]
+        assert again[0] == first[0] == "detail"
+        [asked] = Counting.asked[1]  # the question alone (its speaker's name left out): the turns were kept
+        assert "sister get a job?" in asked
+        store.add("Ines starts at the observatory in June.", id="new", role="Tom")
+        store.recall("Which job did Ines get?", k=6, rerank=True)
+        assert Counting.asked[2] == ["Tom: Ines starts at the observatory in June."]
 
 
 @pytest.mark.real_model
