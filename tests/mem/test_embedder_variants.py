@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from harness_mem.errors import EmbedderError
 from harness_mem.providers import light
-from harness_mem.providers.embeddings import MiniLMEmbedder
+from harness_mem.providers.embeddings import MiniLMEmbedder, default_embedder
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_model]
 
@@ -56,3 +58,31 @@ def test_a_thread_cap_changes_the_speed_not_the_vectors() -> None:
     assert capped.fingerprint == free.fingerprint
     with pytest.raises(EmbedderError, match="threads must be at least 1"):
         MiniLMEmbedder(threads=0)
+
+
+def test_a_new_file_gets_the_int8_model_where_its_export_can_be_had(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_MEM_CACHE_DIR", str(tmp_path / "new" / "cache"))  # not made yet, but makeable
+    chosen = default_embedder()
+    assert chosen is not None and chosen.quantized and chosen.name == "all-MiniLM-L6-v2-int8"
+    # Where the export cannot be written, or torch is asked for, the float model (which can fall back).
+    blocker = tmp_path / "a-file"
+    blocker.write_text("a regular file where the cache folder would go")
+    monkeypatch.setenv("HARNESS_MEM_CACHE_DIR", str(blocker / "cache"))
+    chosen = default_embedder()
+    assert chosen is not None and not chosen.quantized and chosen.name == "all-MiniLM-L6-v2"
+    monkeypatch.setenv("HARNESS_MEM_CACHE_DIR", str(tmp_path / "new" / "cache"))
+    monkeypatch.setenv("HARNESS_MEM_EMBED_RUNTIME", "torch")
+    chosen = default_embedder()
+    assert chosen is not None and not chosen.quantized
+    assert not (tmp_path / "new").exists()  # choosing wrote nothing
+
+
+def test_a_file_made_with_the_float_model_reopens_with_it(tmp_path: Path) -> None:
+    from harness_mem import MemoryStore
+
+    with MemoryStore(tmp_path / "m.db", embedder="minilm") as store:
+        store.add("We chose argon2id for password hashing.")
+    with MemoryStore(tmp_path / "m.db") as store:  # "auto": the file's own model, not the new default
+        assert store.embedder is not None and store.embedder.name == "all-MiniLM-L6-v2"
+        assert store.recall("password hashing", k=1)[0].entry.content.startswith("We chose argon2id")

@@ -64,6 +64,24 @@ def runtime_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "tokenizers"))
 
 
+def int8_export_ready() -> bool:
+    """True when an int8 export of the current recipe is cached, or one could be made here: the
+    exporter's packages are installed and the cache folder can be written (checked without importing
+    them or writing anything)."""
+    import importlib.util
+
+    folder = cache_dir()
+    if any((folder / "onnx").glob(f"*-v{EXPORT_VERSION}/model-int8-q{QUANTIZE_VERSION}.onnx")):
+        return True
+    if not all(importlib.util.find_spec(name) is not None for name in ("onnx", "torch", "transformers")):
+        return False
+    while not folder.exists():  # the nearest folder that is there must take the new ones
+        if folder.parent == folder:
+            return False
+        folder = folder.parent
+    return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+
+
 def ensure_export(model_dir: Path, fingerprint: str, *, quantized: bool = False) -> Path:
     """The cached ONNX file for this model, made (once, then reused) when it is missing."""
     target = export_path(fingerprint, quantized=quantized)
