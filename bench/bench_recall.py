@@ -16,7 +16,8 @@ Corpora (read at run time from ``--data``, never copied into the project):
   scored at the session level only.
 
 Each corpus is built into a real store through the public API (``MemoryStore.add_many`` /
-``import_jsonl``) with the real all-MiniLM-L6-v2 (``--embedder minilm-int8``: its int8 export),
+``import_jsonl``) with the built-in model, all-MiniLM-L6-v2's int8 export (``--embedder minilm``: the
+float model),
 redaction off (the texts stay those the baseline indexes). Every mode (keyword, semantic, hybrid, and
 hybrid with ``rerank=True``) runs through ``MemoryStore.recall``; beside them **plain FTS5** is a bare FTS5 table (``porter unicode61``) over the bare texts (no speaker, no
 date, no previous turn), queried with the OR-ed content words (``keyword.match_expression``)
@@ -484,8 +485,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the folder of locomo-dev and longmemeval-dev")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="vector cache (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=2, help="embedding threads (default: 2)")
-    parser.add_argument("--embedder", choices=["minilm", "minilm-int8"], default="minilm",
-                        help="the model every corpus is embedded with (default: minilm)")
+    parser.add_argument("--embedder", choices=["minilm", "minilm-int8"], default="minilm-int8",
+                        help="the model every corpus is embedded with (default: %(default)s, the built-in one)")
     parser.add_argument("--questions", type=int, help="LongMemEval: only the first N questions")
     parser.add_argument("--json", type=Path, help="also write every figure and ranking as JSON here")
     parser.add_argument("--dump", type=Path, help="write each corpus's hybrid fusion candidates here")
