@@ -547,8 +547,9 @@ class MemoryStore:
 
         ``rerank=True`` orders the top 30 again by matching the question's word pieces against each
         hit's with the embedding model (:mod:`harness_mem.rerank`): better first hits on every corpus
-        measured, for one model pass over those 30 texts (0.1–0.4 s for chat turns and facts, about a
-        second for long assistant replies).
+        measured, for one model pass over those of the 30 texts this store has not read before (about
+        0.2 s for chat turns when none are kept yet, some tens of ms once they are; long assistant
+        replies cost several times that).
 
         ``as_of`` answers with what was true at that time (ISO-8601 or an age): entries whose time
         (``created_at``: when it was said, which a caller or consolidation sets) is not later, and
