@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness_mem.experience.derive import FACT_SCORE, SpokenTurn, derive, fact_id
-from harness_mem.experience.segments import cut_points, segment
+from harness_mem.experience.segments import TURNS_PER_SEGMENT, cut_points, segment
 from harness_mem.experience.statements import rewrite, statements
 from harness_mem.experience.timephrases import resolve_dates
 
@@ -100,6 +100,18 @@ def test_a_session_is_cut_where_its_subject_changes_by_words_or_vectors() -> Non
     assert [list(r) for r in segment(texts, vectors)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert [list(r) for r in segment(texts[:3])] == [[0, 1, 2]]   # too short to cut
     assert segment([]) == []
+
+
+def test_a_session_gets_at_most_one_segment_per_four_turns() -> None:
+    # Every third gap is a deep valley: plain TextTiling would cut a 24-turn session into eight.
+    likeness = [0.1 if i % 3 == 2 else 0.9 for i in range(23)]
+    assert len(cut_points(likeness)) == 7
+    assert cut_points(likeness, most=2) == sorted(cut_points(likeness, most=2)) and len(cut_points(likeness, most=2)) == 2
+    vectors = np.array([[1.0, 0.0] if (i // 3) % 2 == 0 else [0.0, 1.0] for i in range(24)], dtype=np.float32)
+    parts = segment([f"turn {i}" for i in range(24)], vectors)
+    assert len(parts) == 24 // TURNS_PER_SEGMENT and all(len(p) >= 3 for p in parts)
+    assert [i for p in parts for i in p] == list(range(24))  # every turn in one segment, in order
+    assert len(segment([f"turn {i}" for i in range(7)], vectors[:7])) == 1  # under eight turns: not cut
 
 
 def chat() -> list[SpokenTurn]:

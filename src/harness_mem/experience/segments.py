@@ -4,7 +4,10 @@ Hearst's TextTiling: score each gap between two turns by how alike the turns on 
 are (a window of :data:`WINDOW` turns each way), and cut at the gaps that sit in the deepest
 valleys of that curve — where the conversation moves on. The likeness is the cosine of the mean
 turn vectors when the file has vectors, else the cosine of the windows' word counts (lexical
-cohesion). Cuts never leave a segment shorter than :data:`MIN_TURNS`.
+cohesion). Cuts never leave a segment shorter than :data:`MIN_TURNS`, and a session gets at most
+one segment per :data:`TURNS_PER_SEGMENT` turns (the deepest valleys win), so the segments of a
+transcript never number more than a quarter of its turns: a summary is worth keeping beside the
+turns only if it is much shorter than them.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ import numpy.typing as npt
 
 from .statements import content_words
 
-__all__ = ["MIN_TURNS", "WINDOW", "cut_points", "segment"]
+__all__ = ["MIN_TURNS", "TURNS_PER_SEGMENT", "WINDOW", "cut_points", "segment"]
 
 WINDOW = 3
 MIN_TURNS = 3
+TURNS_PER_SEGMENT = 4
 
 
 def _vector_gaps(vectors: npt.NDArray[np.float32]) -> list[float]:
@@ -52,12 +56,12 @@ def _word_gaps(texts: Sequence[str]) -> list[float]:
     return gaps
 
 
-def cut_points(likeness: Sequence[float], *, min_turns: int = MIN_TURNS) -> list[int]:
+def cut_points(likeness: Sequence[float], *, min_turns: int = MIN_TURNS, most: int | None = None) -> list[int]:
     """The turn indexes where new segments start, from the likeness across each gap.
 
     A gap's depth is how far the curve climbs on both sides before it falls again; cuts go at the
     gaps deeper than the mean depth minus half its spread (Hearst's cutoff), deepest first, keeping
-    every segment at least ``min_turns`` long.
+    every segment at least ``min_turns`` long, and ``most`` cuts at most.
     """
     n = len(likeness)
     depths = []
@@ -79,7 +83,7 @@ def cut_points(likeness: Sequence[float], *, min_turns: int = MIN_TURNS) -> list
     cutoff = max(mean - spread / 2, 1e-9)
     starts: list[int] = []
     for gap in sorted(range(n), key=lambda g: -depths[g]):
-        if depths[gap] < cutoff:
+        if depths[gap] < cutoff or (most is not None and len(starts) >= most):
             break
         start = gap + 1  # the gap after turn `gap` starts a segment at turn gap + 1
         bounds = sorted([0, *starts, start, n + 1])
@@ -97,5 +101,6 @@ def segment(texts: Sequence[str], vectors: npt.NDArray[np.float32] | None = None
     if len(texts) < 2 * min_turns:
         return [range(len(texts))] if texts else []
     likeness = _vector_gaps(vectors) if vectors is not None else _word_gaps(texts)
-    starts = [0, *cut_points(likeness, min_turns=min_turns), len(texts)]
+    most = max(0, len(texts) // TURNS_PER_SEGMENT - 1)
+    starts = [0, *cut_points(likeness, min_turns=min_turns, most=most), len(texts)]
     return [range(a, b) for a, b in zip(starts, starts[1:], strict=False)]
