@@ -8,7 +8,7 @@ Run from the repository root::
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_consolidate.py --json > out.json
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_consolidate.py --import-cache /tmp/bc-cache  # reuse the import
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_consolidate.py --parts throughput --vector-sessions 200
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_consolidate.py --parts locomo --rerank-every 3  # + recall's rerank
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_consolidate.py --parts locomo --rerank-every 1  # + recall's rerank
 
 The default run takes 10 to 12 minutes on two shared cores (LoCoMo 3 to 5: its import and its
 consolidation embed with the real model; 10,000 sessions about 7); ``--sessions 2000`` makes it
@@ -32,7 +32,9 @@ derived figures are measured on the same file. Every recall is hybrid, within th
   include one of the observation's ``evidence`` turns. Raw turns: the same recall over the turns
   only (plain recall), a hit when the top turn *is* an evidence turn. Goal .80 (raw turns ~.741).
   ``link@10`` (the same over the top 10: a ceiling for reranking) is shown beside it, and link@1 is
-  broken down by the kind of the entry that came first.
+  broken down by the kind of the entry that came first. Each kind is also asked alone (its own
+  lane, ``kind=``): the issue's two baselines are one lane each, topic segments for link@1 at a
+  fifth of the turns, fact sentences for F1@1.
 - **F1@1**: SQuAD token F1 (lower-case, punctuation and a/an/the removed, whitespace tokens)
   between the observation and the top entry's text: how close the derived text is to what a
   reader would keep (a long segment that holds the fact scores low). Goal .45 (raw turns ~.360).
@@ -227,12 +229,13 @@ class Linked:
 
 
 def linking(store: MemoryStore, observations: Sequence[Observation], vectors: Sequence[Any], *,
-            derived: bool, rerank: bool = False) -> tuple[dict[str, Any], list[Linked]]:
-    """link@1, link@10 and F1@1 of the observations, over the derived entries or over the turns."""
+            derived: bool, rerank: bool = False, lane: str | None = None) -> tuple[dict[str, Any], list[Linked]]:
+    """link@1, link@10 and F1@1 of the observations, over the derived entries (``lane``: those of
+    one kind alone) or over the turns."""
     rows = []
     for obs, vector in zip(observations, vectors, strict=True):
         hits = store.recall(obs.text, K, mode="hybrid", session_prefix=f"{obs.conversation}:",
-                            query_vector=vector, derived=True if derived else None, rerank=rerank)
+                            query_vector=vector, derived=True if derived else None, rerank=rerank, kind=lane)
         top = hits[0] if hits else None
         first = next((rank for rank, hit in enumerate(hits, start=1) if linked(hit, obs.evidence, derived=derived)),
                      None)
@@ -323,6 +326,9 @@ def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, example
         log(f"LoCoMo: {report.summary()} in {consolidate_s:.1f} s; measuring …")
         derived_count = {kind: store.count(kind=kind, derived=True) for kind in DERIVED_KINDS}
         derived, derived_rows = linking(store, observations, obs_vectors, derived=True)
+        # Each kind alone: the issue's two baselines are a lane each (segments for link@1 at a
+        # quarter of the turns, fact sentences for F1@1).
+        lanes = {kind: linking(store, observations, obs_vectors, derived=True, lane=kind)[0] for kind in DERIVED_KINDS}
         qa_after = qa(store, questions, q_vectors, mixed=False)
         qa_mixed = qa(store, questions, q_vectors, mixed=True)
         failures = failure_examples(store, derived_rows, examples)
@@ -333,7 +339,9 @@ def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, example
             picked, picked_vectors = [observations[i] for i in sample], [obs_vectors[i] for i in sample]
             reranked = {"every": rerank_every,
                         "hybrid": linking(store, picked, picked_vectors, derived=True)[0],
-                        "rerank": linking(store, picked, picked_vectors, derived=True, rerank=True)[0]}
+                        "rerank": linking(store, picked, picked_vectors, derived=True, rerank=True)[0],
+                        "lanes": {kind: linking(store, picked, picked_vectors, derived=True, rerank=True, lane=kind)[0]
+                                  for kind in DERIVED_KINDS}}
         embedder_name = store.embedder.name if store.embedder is not None else "keyword-only"
     # The turns share the keyword index (its word statistics) with the derived entries: count the
     # questions whose plain top 10 moved, even where R@10 did not.
@@ -358,6 +366,7 @@ def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, example
         "raw_turns": raw,
         "derived_entries": derived,
         "derived_entries_reranked": reranked,
+        "lanes": lanes,
         "qa_turns_before": qa_before,
         "qa_turns_after": qa_after,
         "qa_mixed": qa_mixed,
@@ -515,10 +524,16 @@ def markdown(result: dict[str, Any]) -> str:
         for kind, k in der["by_top_kind"].items():
             out.append(f"| … top entry a {kind} ({k['top1']} of {der['n']}) | {k['link_at_1']:.3f} | |"
                        f" {k['f1_at_1']:.3f} | |")
+        names = {"summary": "segments", "fact": "facts"}
+        for kind, got in lo["lanes"].items():
+            out.append(f"| {names[kind]} alone ({d[kind] / lo['turns']:.3f} per turn) | {got['link_at_1']:.3f} |"
+                       f" {got['link_at_10']:.3f} | {got['f1_at_1']:.3f} | |")
         if lo.get("derived_entries_reranked"):
             rr = lo["derived_entries_reranked"]
-            for label, got in (("hybrid", rr["hybrid"]), ("hybrid + rerank", rr["rerank"])):
-                out.append(f"| derived entries, every {rr['every']} observations ({got['n']}), {label} |"
+            rows = [("derived entries, hybrid", rr["hybrid"]), ("derived entries, hybrid + rerank", rr["rerank"]),
+                    *((f"{names[kind]} alone, hybrid + rerank", got) for kind, got in rr["lanes"].items())]
+            for label, got in rows:
+                out.append(f"| {label}, every {rr['every']} observations ({got['n']}) |"
                            f" {got['link_at_1']:.3f} | {got['link_at_10']:.3f} | {got['f1_at_1']:.3f} | |")
         cats = [c for c in lo["qa_turns_before"] if c != "overall"]
         out += [
