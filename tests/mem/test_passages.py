@@ -17,7 +17,14 @@ from tokenizers import Tokenizer
 
 from harness_mem import MemoryStore
 from harness_mem.copying import copy_store
-from harness_mem.passages import PASSAGE_MARGIN, Passage, best_of, embed_entries
+from harness_mem.passages import (
+    MAX_SENTENCES,
+    PASSAGE_MARGIN,
+    Passage,
+    best_of,
+    embed_entries,
+    sentence_spans,
+)
 from harness_mem.providers.embeddings import MAX_PASSAGES, PASSAGE_OVERLAP, PASSAGE_TOKENS, MiniLMEmbedder
 
 READ = 120  # characters StartReader reads of a text
@@ -151,10 +158,46 @@ def test_best_of_needs_a_later_window_to_beat_the_first_by_the_margin() -> None:
 
 def test_embed_entries_embeds_every_window_in_one_call() -> None:
     reader = StartReader()
-    embedded = embed_entries(reader, [(LONG, "assistant"), ("short", None)])
-    assert reader.calls == [2 + len(embedded[0].passages)]
+    embedded = embed_entries(reader, [(LONG, "assistant", "turn"), ("short", None, "note"), (SUMMARY, None, "summary")])
+    assert reader.calls == [3 + len(embedded[0].passages) + len(embedded[2].passages)]
     assert embedded[1].passages == ()
     assert all(LONG[p.start:p.stop] for p in embedded[0].passages)
+    assert [SUMMARY[p.start:p.stop] for p in embedded[2].passages] == SUMMARY_SENTENCES  # a summary: its sentences
+
+
+SUMMARY_SENTENCES = ["On 8 May 2023, Ana and Rui talked about the move, the kettle and a dog.", "They moved to Porto in May.",
+                     "The kettle broke on Monday!", "Maria adopted a greyhound called Biscuit…", "Rui plays the violin"]
+SUMMARY = "  ".join(SUMMARY_SENTENCES[:3]) + "\n" + " ".join(SUMMARY_SENTENCES[3:])
+
+
+def test_sentence_spans_are_a_texts_sentences_trimmed_and_capped() -> None:
+    assert [SUMMARY[a:b] for a, b in sentence_spans(SUMMARY)] == SUMMARY_SENTENCES
+    assert sentence_spans("One sentence only.") == []  # its vector already is that sentence
+    assert sentence_spans("") == []
+    many = " ".join(f"Sentence {n}." for n in range(40))
+    assert len(sentence_spans(many)) == MAX_SENTENCES
+
+
+def test_a_summary_is_matched_by_the_sentence_that_holds_what_is_asked(engine_target: str) -> None:
+    # The summary's vector averages five things; its sentence about the dog meets the question.
+    with MemoryStore(engine_target, embedder=HashedEmbedder()) as store:
+        store.add(SUMMARY, id="summary", kind="summary")
+        store.add(SUMMARY, id="note", kind="note")  # the same words, read whole
+        store.add("Maria's neighbour adopted a cat called Pixel.", id="cat")
+        hits = store.recall("greyhound Biscuit adopted by Maria", k=3, mode="semantic")
+        assert [h.entry.id for h in hits][0] == "summary"
+        assert hits[0].snippet.startswith("…") and "greyhound" in hits[0].snippet
+        [note] = [h for h in hits if h.entry.id == "note"]
+        assert hits[0].score > note.score
+        rows = passage_rows(store)
+        pk = sql(store, "SELECT pk FROM entries WHERE id = 'summary'")[0][0]
+        assert [(a, b) for p, a, b in rows if p == pk] == sentence_spans(SUMMARY)
+        # reindex embeds it again the same way (the kind goes with the entry to the model)
+        store.reindex(keyword_only=True)
+    with MemoryStore(engine_target, embedder=HashedEmbedder()) as store:
+        store.reindex()
+        pk = sql(store, "SELECT pk FROM entries WHERE id = 'summary'")[0][0]
+        assert [(a, b) for p, a, b in passage_rows(store) if p == pk] == sentence_spans(SUMMARY)
 
 
 @pytest.fixture(scope="module")

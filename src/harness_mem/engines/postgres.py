@@ -727,7 +727,7 @@ class PostgresStorage(Storage):
         if not todo:
             return {}
         assert self.embedder is not None
-        embedded = embed_entries(self.embedder, [(row.content, row.role) for row in todo])
+        embedded = embed_entries(self.embedder, [(row.content, row.role, row.kind) for row in todo])
         return {id(row): embedding for row, embedding in zip(todo, embedded, strict=True)}
 
     # ---- writes -----------------------------------------------------------------------------------------
@@ -763,7 +763,7 @@ class PostgresStorage(Storage):
                 late = [row for row in batch if id(row) not in vectors]
                 if late:
                     assert self.embedder is not None
-                    vectors.update(zip(map(id, late), embed_entries(self.embedder, [(r.content, r.role) for r in late]),
+                    vectors.update(zip(map(id, late), embed_entries(self.embedder, [(r.content, r.role, r.kind) for r in late]),
                                        strict=True))
                 self._insert_vectors(pks, [vectors[id(row)] for row in batch])
         return batch
@@ -1149,17 +1149,17 @@ class PostgresStorage(Storage):
         self.vectors_bound()
         assert self.embedder is not None
         found = self.query(
-            "SELECT e.pk, e.content, e.role FROM entries e WHERE e.forgotten_at IS NULL"
+            "SELECT e.pk, e.content, e.role, e.kind FROM entries e WHERE e.forgotten_at IS NULL"
             " AND NOT EXISTS (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk) ORDER BY e.pk LIMIT %s", (batch_size,))
         if not found:
             return 0, 0
-        embedded = embed_entries(self.embedder, [(content, role) for _, content, role in found])  # outside the write lock
+        embedded = embed_entries(self.embedder, [(content, role, kind) for _, content, role, kind in found])  # outside the write lock
         with self.transaction():
             # Only the entries still as they were read get their vector.
             current = {int(pk): (content, role) for pk, content, role in self.query(
                 "SELECT e.pk, e.content, e.role FROM entries e WHERE e.pk = ANY(%s) AND e.forgotten_at IS NULL"
                 " AND NOT EXISTS (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk)", ([r[0] for r in found],))}
-            keep = [i for i, (pk, content, role) in enumerate(found) if current.get(int(pk)) == (content, role)]
+            keep = [i for i, (pk, content, role, _) in enumerate(found) if current.get(int(pk)) == (content, role)]
             self._insert_vectors([int(found[i][0]) for i in keep], [embedded[i] for i in keep])
         return len(found), len(keep)
 

@@ -310,7 +310,7 @@ class SQLiteStorage(Storage):
         if not todo:
             return {}
         assert self.embedder is not None
-        embedded = embed_entries(self.embedder, [(row.content, row.role) for row in todo])
+        embedded = embed_entries(self.embedder, [(row.content, row.role, row.kind) for row in todo])
         return {id(row): embedding for row, embedding in zip(todo, embedded, strict=True)}
 
     def _stored_ids(self, namespace: str, ids: Sequence[str]) -> list[str]:
@@ -345,7 +345,7 @@ class SQLiteStorage(Storage):
             if index is not None:
                 late = [row for row in batch if id(row) not in vectors]  # raced in since the pre-check: rare
                 if late:
-                    vectors.update(zip(map(id, late), embed_entries(index.embedder, [(r.content, r.role) for r in late]),
+                    vectors.update(zip(map(id, late), embed_entries(index.embedder, [(r.content, r.role, r.kind) for r in late]),
                                        strict=True))
                 index.write(
                     [VectorRow(pk, row.namespace, row.kind, row.session, row.created_at)
@@ -781,7 +781,7 @@ class SQLiteStorage(Storage):
         rows = entries_without_vectors(self.conn, batch_size)
         if not rows:
             return 0, 0
-        embedded = embed_entries(index.embedder, [(content, role) for _, _, _, _, content, role, _ in rows])  # outside the write lock
+        embedded = embed_entries(index.embedder, [(content, role, kind) for _, _, kind, _, content, role, _ in rows])  # outside the write lock
         with self.transaction():
             # Another process may have changed some of these entries while the model ran.
             keep = still_without_vectors(self.conn, rows)
