@@ -864,7 +864,7 @@ def reindex(ctx: click.Context, quiet: bool, keyword_only: bool) -> None:
         err=True,
     )
     if stays_keyword_only:
-        click.echo("This store is keyword-only; `harness-mem --embedder minilm reindex` gives it vectors.", err=True)
+        click.echo("This store is keyword-only; `harness-mem --embedder minilm-int8 reindex` gives it vectors.", err=True)
 
 
 @cli.command()

@@ -237,7 +237,7 @@ class Recall:
         if mode != "keyword" and self.storage.embedder is None and self.storage.keyword_only:
             raise EmbedderError(
                 f"{mode} recall needs vectors, and this store is keyword-only — give it vectors with"
-                " `harness-mem --embedder minilm reindex`, or use --mode keyword"
+                " `harness-mem --embedder minilm-int8 reindex`, or use --mode keyword"
             )
         if mode != "keyword" and self.storage.embedder is None:
             raise EmbedderError(
