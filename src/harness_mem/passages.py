@@ -95,6 +95,13 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     return spans[:MAX_SENTENCES] if len(spans) > 1 else []
 
 
+def _passage_spans(embedder: Embedder, text: str, kind: str) -> list[tuple[int, int]]:
+    """Where an entry's passages lie: a summary's sentences, else the embedder's later windows."""
+    if kind in SENTENCE_KINDS:
+        return sentence_spans(text)
+    return embedder.passages(text) if isinstance(embedder, Splitter) else []
+
+
 def embed_entries(embedder: Embedder, entries: Sequence[tuple[str, str | None, str]]) -> list[Embedding]:
     """Each (content, role, kind)'s :class:`Embedding`, every passage of every entry in one model call:
     a summary's sentences, another entry's later windows when the embedder can say where they lie.
@@ -102,8 +109,7 @@ def embed_entries(embedder: Embedder, entries: Sequence[tuple[str, str | None, s
     Spans are kept in the content's characters (the role prefix the model also reads is left out).
     """
     texts = [embedding_text(content, role) for content, role, _ in entries]
-    spans = [sentence_spans(text) if kind in SENTENCE_KINDS else embedder.passages(text) if isinstance(embedder, Splitter)
-             else [] for text, (_, _, kind) in zip(texts, entries, strict=True)]
+    spans = [_passage_spans(embedder, text, kind) for text, (_, _, kind) in zip(texts, entries, strict=True)]
     windows = [text[start:stop] for text, found in zip(texts, spans, strict=True) for start, stop in found]
     matrix = embedder.embed(texts + windows) if texts else np.zeros((0, embedder.dim), dtype=np.float32)
     embeddings = []

@@ -10,8 +10,8 @@ package registry (flashrank and rerankers fetch theirs from a hub at run time).
 The top :data:`RERANK_DEPTH` candidates of a recall are fused again (``fusion.fuse``, the same
 weights and priors) with each one's MaxSim in place of its cosine. Their word pieces are computed at
 query time (one model pass over 30 texts: about 0.2 s for chat turns with the int8 model, several
-times that for long assistant replies), so it is an option: ``recall(..., rerank=True)``, ``harness-mem recall
---rerank``. A store keeps the pieces it computed (:class:`PieceCache`), so later reranks that read
+times that for long assistant replies), so it is an option: ``recall(..., rerank=True)``,
+``harness-mem recall --rerank``. A store keeps the pieces it computed (:class:`PieceCache`), so later reranks that read
 the same entries run the model over the question and the new texts only. Measured with
 bench/bench_recall.py over the dev corpora (the README has the table): R@5 and MRR@10 gain on all
 four (LongMemEval both roles R@5 .705 → .757, user turns .872 → .897; LoCoMo facts .716 → .738),
