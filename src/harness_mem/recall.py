@@ -53,7 +53,9 @@ class Recall:
         self._vectors_checked_at: tuple[int, int] | None = None
         self._vector_counts: tuple[bool, int, int] | None = None  # (bound, entries, missing) at that check
         self._query_vectors: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        # One per keyword lane (see Storage.keywords): each keeps its own words' counts.
         self.keywords = KeywordIndex()
+        self.derived_keywords = KeywordIndex()
         self.pieces = PieceCache()  # word pieces of what reranks read (rerank.py)
 
     def __call__(
@@ -191,7 +193,7 @@ class Recall:
         ranked = ranked[:k]
         pks = [pk for pk, _ in ranked]
         entries.update(self._entries_by_pk([pk for pk in pks if pk not in entries]))
-        covered = self._coverages(query, pks)
+        covered = self._coverages(query, pks, filters)
         similarities = ({pk: features[pk].cosine for pk in pks} if mode == "hybrid"
                         else dict(ranked) if mode == "semantic" else {})
         relevance = scores.calibrated(mode, pks, covered, similarities)
@@ -219,15 +221,24 @@ class Recall:
                             components=components))
         return hits
 
-    def _coverages(self, query: str, pks: list[int]) -> dict[int, float]:
-        """Each hit's coverage of the query's terms (see scores.py)."""
+    def _coverages(self, query: str, pks: list[int], filters: Filters) -> dict[int, float]:
+        """Each hit's coverage of the query's terms (see scores.py), its words weighed by how rare
+        they are in the lane asked (what was said, unless only derived entries were)."""
         terms = keyword.query_terms(query)
         if not terms or not pks:
             return {}
-        source = self.storage.keywords
+        index, source = self._keyword_lanes(filters)[0]
         rows, _ = source.stats()
-        weights = [scores.term_weight(rows, self.keywords.document_frequency(source, term, rows)) for term in terms]
+        weights = [scores.term_weight(rows, index.document_frequency(source, term, rows)) for term in terms]
         return {pk: scores.coverage(terms, weights, text) for pk, text in source.texts(pks).items()}
+
+    def _keyword_lanes(self, filters: Filters) -> list[tuple[KeywordIndex, Any]]:
+        """The keyword lanes a recall reads: what was said and written, what consolidation derived,
+        or both (their own statistics each, see :attr:`Storage.keywords`)."""
+        lanes = [(self.keywords, self.storage.keywords), (self.derived_keywords, self.storage.derived_keywords)]
+        if filters.derived is None:  # both, where this namespace holds anything derived
+            return lanes if self.storage.has_derived(self.scope.namespace) else lanes[:1]
+        return [lanes[1 if filters.derived else 0]]
 
     def _resolve_mode(self, mode: str | None) -> Mode:
         if mode is None:
@@ -252,7 +263,13 @@ class Recall:
         if not terms:
             return []
         selection = Selection(filters, self.scope.namespace, now_ms())
-        return self.keywords.ranking(self.storage.keywords, terms, k, selection, exact=exact)
+        lanes = self._keyword_lanes(filters)
+        if len(lanes) == 1:
+            index, source = lanes[0]
+            return index.ranking(source, terms, k, selection, exact=exact)
+        # Both lanes: BM25 on either scale, each by its own lane's statistics.
+        found = [hit for index, source in lanes for hit in index.ranking(source, terms, k, selection, exact=exact)]
+        return sorted(found, key=lambda hit: (-hit[1], hit[0]))[:k]
 
     def _fuse(
         self,

@@ -220,8 +220,11 @@ class Storage(ABC):
     read_only: bool
     #: The model whose vectors this storage writes and searches (None: keyword only).
     embedder: Embedder | None
-    #: What the keyword ranking reads (a :class:`~harness_mem.bm25.KeywordSource`).
+    #: What the keyword ranking reads (a :class:`~harness_mem.bm25.KeywordSource`), one per lane:
+    #: what was said and written, and what consolidation derived (:data:`DERIVED_SOURCE`). Each has
+    #: its own statistics, so consolidating never moves how the rest is ranked.
     keywords: Any
+    derived_keywords: Any
     #: The namespace (as stored) the database confines this connection to, if it does.
     confined_to: str | None = None
 

@@ -74,6 +74,54 @@ def test_derived_entries_have_their_own_lane_and_are_not_turns_of_the_session(en
     assert store.recall("hiking", 20, derived=False) == store.recall("hiking", 20)
 
 
+def _keyword_hits(store: MemoryStore, query: str) -> list[tuple[str, float, object]]:
+    return [(h.entry.id, h.score, h.components["keyword"]["score"] if h.components else None)
+            for h in store.recall(query, 10, mode="keyword", explain=True)]
+
+
+def test_consolidating_leaves_a_plain_recall_exactly_as_it_was(engine_store: MemoryStore) -> None:
+    # The derived entries' words are counted in a keyword lane of their own: were they in the same
+    # statistics as the turns (rows, average length, each word's count), every turn's BM25 would move.
+    store = engine_store
+    chat(store)
+    chat(store, "conv:2", day="2023-06-12")
+    queries = ["support group counseling", "painting a sunset with the kids", "hiking mountains friends"]
+    before = {q: _keyword_hits(store, q) for q in queries}
+    assert all(before.values())
+    consolidate(store)
+    assert store.recall("support group counseling", 10, derived=True)        # the derived lane is there
+    assert {q: _keyword_hits(store, q) for q in queries} == before
+    store.reindex()  # the keyword index rebuilt: each entry back in its own lane
+    assert {q: [hit[0] for hit in _keyword_hits(store, q)] for q in queries} == {
+        q: [hit[0] for hit in hits] for q, hits in before.items()}
+    derived = store.recall("hiking mountains friends", 5, mode="keyword", derived=True)
+    assert derived and {h.entry.source for h in derived} == {"consolidation"}
+    mixed = store.recall("hiking mountains friends", 10, mode="keyword", kind=["turn", "fact", "summary"])
+    assert {h.entry.kind for h in mixed} >= {"turn", "fact"}                  # both lanes, one list
+
+
+def test_a_file_consolidated_before_the_lanes_had_their_own_index_is_moved_on_open(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None) as store:
+        chat(store)
+        consolidate(store)
+        expected = [h.entry.id for h in store.recall("hiking mountains friends", 10, mode="keyword")]
+        # The file as an earlier version left it: every keyword row in entries_fts, no 0013.
+        conn = store.db.conn
+        derived = [pk for (pk,) in conn.execute("SELECT pk FROM entries WHERE source = 'consolidation'")]
+        texts = store.storage.index_texts(derived)
+        conn.execute("DROP TABLE derived_fts")
+        conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", texts.items())
+        conn.execute("DELETE FROM _migrations WHERE number = 13")
+        conn.commit()
+    with MemoryStore(db_path, embedder=None) as store:
+        conn = store.db.conn
+        assert conn.execute("SELECT count(*) FROM derived_fts").fetchone()[0] == len(derived) > 0
+        assert conn.execute("SELECT count(*) FROM entries_fts").fetchone()[0] == 8  # the turns alone
+        assert store.storage.setting("keywords.derived_to_move") is None
+        assert [h.entry.id for h in store.recall("hiking mountains friends", 10, mode="keyword")] == expected
+        assert store.recall("hiking mountains friends", 3, mode="keyword", kind="fact")[0].entry.kind == "fact"
+
+
 def test_running_again_writes_nothing_and_new_turns_are_derived_once(engine_store: MemoryStore) -> None:
     store = engine_store
     chat(store)

@@ -300,11 +300,25 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
     return " AND ".join(clauses), params
 
 
-class PostgresKeywords:
-    """:class:`~harness_mem.bm25.KeywordSource` over the ``tokens`` column and its GIN index."""
+def keyword_counters(derived: bool) -> tuple[str, str]:
+    """The settings that count a keyword lane's rows and tokens (BM25's statistics): what was said
+    and written, or what consolidation derived, each counted apart (see ``Storage.keywords``)."""
+    return ("keywords.derived.rows", "keywords.derived.tokens") if derived else ("keywords.rows", "keywords.tokens")
 
-    def __init__(self, storage: PostgresStorage) -> None:
+
+def _is_derived(source: str | None) -> bool:
+    return source == DERIVED_SOURCE
+
+
+class PostgresKeywords:
+    """:class:`~harness_mem.bm25.KeywordSource` over the ``tokens`` column and its GIN index, for one
+    lane: the entries consolidation derived, or all the others."""
+
+    def __init__(self, storage: PostgresStorage, *, derived: bool = False) -> None:
         self.storage = storage
+        self.counters = keyword_counters(derived)
+        # Every read is confined to the lane (the source is a constant of this module, not input).
+        self.lane = f"source {'=' if derived else 'IS DISTINCT FROM'} '{DERIVED_SOURCE}'"
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self.storage.query(sql, params)[0][0]
@@ -312,11 +326,10 @@ class PostgresKeywords:
     def stats(self) -> tuple[int, float]:
         if self.storage.confined_to is not None:  # what this role sees: its namespace alone
             rows, tokens = self.storage.query(
-                "SELECT count(*), coalesce(sum(token_count), 0) FROM entries WHERE tokens IS NOT NULL")[0]
+                f"SELECT count(*), coalesce(sum(token_count), 0) FROM entries WHERE tokens IS NOT NULL AND {self.lane}")[0]
             return int(rows), (int(tokens) / int(rows) if rows else 0.0)
-        counts = dict(self.storage.query(
-            "SELECT key, value FROM settings WHERE key IN ('keywords.rows', 'keywords.tokens')"))
-        rows, tokens = int(counts.get("keywords.rows") or 0), int(counts.get("keywords.tokens") or 0)
+        counts = dict(self.storage.query("SELECT key, value FROM settings WHERE key = ANY(%s)", (list(self.counters),)))
+        rows, tokens = (int(counts.get(key) or 0) for key in self.counters)
         return rows, (tokens / rows if rows else 0.0)
 
     def document_frequency(self, term: str, rows: int) -> int:
@@ -326,7 +339,7 @@ class PostgresKeywords:
         """How many entries hold each term, counted in one pass over the entries holding any."""
         queries = [tsquery_of(((term,),)) for term in terms]
         counts = ", ".join("count(*) FILTER (WHERE tokens @@ %s::tsquery)" for _ in queries)
-        found = self.storage.query(f"SELECT {counts} FROM entries WHERE tokens @@ %s::tsquery",
+        found = self.storage.query(f"SELECT {counts} FROM entries WHERE tokens @@ %s::tsquery AND {self.lane}",
                                    [*queries, tsquery_of((tuple(terms),))])
         return [int(n) for n in found[0]]
 
@@ -342,7 +355,7 @@ class PostgresKeywords:
         prefixes = sorted({tokens[-1] for tokens, prefix in parsed if prefix and tokens})
         found = self.storage.query(
             f"SELECT e.pk, e.token_count, u.lexeme, u.positions FROM entries e CROSS JOIN LATERAL unnest(e.tokens) u"
-            f" WHERE e.tokens @@ %s::tsquery AND {clause}"
+            f" WHERE e.tokens @@ %s::tsquery AND e.{self.lane} AND {clause}"
             " AND (u.lexeme = ANY(%s) OR u.lexeme LIKE ANY(%s))",
             [tsquery_of((tuple(terms),)), *params, words, [_like_prefix(p) for p in prefixes]],
         )
@@ -376,7 +389,7 @@ class PostgresKeywords:
         return scored[:k]
 
     def holders(self, match: Match, low: int | None = None, high: int | None = None) -> npt.NDArray[np.int64]:
-        sql = "SELECT pk FROM entries WHERE tokens @@ %s::tsquery"
+        sql = f"SELECT pk FROM entries WHERE tokens @@ %s::tsquery AND {self.lane}"
         params: list[Any] = [tsquery_of(match)]
         if low is not None and high is not None:
             sql += " AND pk BETWEEN %s AND %s"
@@ -384,7 +397,7 @@ class PostgresKeywords:
         return np.array(sorted(pk for (pk,) in self.storage.query(sql, params)), dtype=np.int64)
 
     def holders_among(self, term: str, pks: Sequence[int]) -> npt.NDArray[np.int64]:
-        found = self.storage.query("SELECT pk FROM entries WHERE pk = ANY(%s) AND tokens @@ %s::tsquery",
+        found = self.storage.query(f"SELECT pk FROM entries WHERE pk = ANY(%s) AND tokens @@ %s::tsquery AND {self.lane}",
                                    (list(pks), tsquery_of(((term,),))))
         return np.array(sorted(pk for (pk,) in found), dtype=np.int64)
 
@@ -432,6 +445,7 @@ class PostgresStorage(Storage):
         self.conn.execute("SET hnsw.iterative_scan = relaxed_order")
         self.embedder: Embedder | None = None
         self.keywords = PostgresKeywords(self)
+        self.derived_keywords = PostgresKeywords(self, derived=True)
         self._in_transaction = False
         self._bound: bool = False
         self._passage_table: bool | None = None
@@ -744,7 +758,6 @@ class PostgresStorage(Storage):
             placeholders = ", ".join(["%s"] * (len(_INSERTED) + 2))
             pks: list[int] = []
             tokens = [tsvector_literal(text) for text in texts]
-            tokens_total = sum(count for _, count in tokens)
             with self.conn.cursor() as cursor:
                 params = [[*row[1:], literal, count] for row, (literal, count) in zip(batch, tokens, strict=True)]
                 cursor.executemany(
@@ -757,8 +770,12 @@ class PostgresStorage(Storage):
                         pks.append(int(found[0]))
                     if not cursor.nextset():
                         break
-            self._add_to("keywords.rows", len(batch))
-            self._add_to("keywords.tokens", tokens_total)
+            for derived in (False, True):
+                counts = [count for row, (_, count) in zip(batch, tokens, strict=True) if _is_derived(row.source) == derived]
+                if counts:
+                    rows_key, tokens_key = keyword_counters(derived)
+                    self._add_to(rows_key, len(counts))
+                    self._add_to(tokens_key, sum(counts))
             if bound:
                 late = [row for row in batch if id(row) not in vectors]
                 if late:
@@ -801,11 +818,12 @@ class PostgresStorage(Storage):
             self._reindex_turn_after(found[0][0], found[0][1], found[0][2], pk)
 
     def _drop_derived(self, pk: int) -> None:
-        gone = self.query("SELECT token_count FROM entries WHERE pk = %s AND tokens IS NOT NULL", (pk,))
+        gone = self.query("SELECT token_count, source FROM entries WHERE pk = %s AND tokens IS NOT NULL", (pk,))
         if gone:
             self._run("UPDATE entries SET tokens = NULL, token_count = NULL WHERE pk = %s", (pk,))
-            self._add_to("keywords.rows", -1)
-            self._add_to("keywords.tokens", -int(gone[0][0] or 0))
+            rows_key, tokens_key = keyword_counters(_is_derived(gone[0][1]))
+            self._add_to(rows_key, -1)
+            self._add_to(tokens_key, -int(gone[0][0] or 0))
         if self._has_vector_table():
             self._run("DELETE FROM entry_vectors WHERE pk = %s", (pk,))
             if self._has_passage_table():
@@ -896,13 +914,17 @@ class PostgresStorage(Storage):
 
     def _write_tokens(self, pk: int, text: str) -> None:
         literal, count = tsvector_literal(text)
-        old = self.query("SELECT token_count FROM entries WHERE pk = %s AND tokens IS NOT NULL", (pk,))
+        old = self.query("SELECT token_count, tokens IS NOT NULL, source FROM entries WHERE pk = %s", (pk,))
         self._run("UPDATE entries SET tokens = %s::tsvector, token_count = %s WHERE pk = %s", (literal, count, pk))
-        if old:
-            self._add_to("keywords.tokens", count - int(old[0][0] or 0))
+        if not old:
+            return
+        before, indexed, source = old[0]
+        rows_key, tokens_key = keyword_counters(_is_derived(source))
+        if indexed:
+            self._add_to(tokens_key, count - int(before or 0))
         else:
-            self._add_to("keywords.rows", 1)
-            self._add_to("keywords.tokens", count)
+            self._add_to(rows_key, 1)
+            self._add_to(tokens_key, count)
 
     def index_texts(self, pks: Sequence[int]) -> dict[int, str]:
         # LATERAL: the turn before each entry is one walk back along its session's index. (A
@@ -1129,9 +1151,11 @@ class PostgresStorage(Storage):
             if len(found) < KEYWORD_BATCH:
                 break
         with self.transaction():  # the write lock: no writer is half-way, so the counts are exact
-            rows, tokens = self.query("SELECT count(*), coalesce(sum(token_count), 0) FROM entries WHERE tokens IS NOT NULL")[0]
-            self.set_setting("keywords.rows", str(int(rows)))
-            self.set_setting("keywords.tokens", str(int(tokens)))
+            for lane in (self.keywords, self.derived_keywords):
+                counts = self.query("SELECT count(*), coalesce(sum(token_count), 0) FROM entries"
+                                    f" WHERE tokens IS NOT NULL AND {lane.lane}")[0]
+                for key, value in zip(lane.counters, counts, strict=True):
+                    self.set_setting(key, str(int(value)))
             total = int(self.query("SELECT count(*) FROM entries")[0][0])
         return total, indexed
 
@@ -1235,7 +1259,8 @@ class PostgresStorage(Storage):
         return [
             ("postgresql", lambda: str(self.query("SHOW server_version")[0][0])),
             ("pgvector", lambda: str(self.query("SELECT extversion FROM pg_extension WHERE extname = 'vector'")[0][0])),
-            ("full text", lambda: f"{counted(self.keywords.stats()[0], 'row')} indexed"),
+            ("full text", lambda: f"{counted(self.keywords.stats()[0], 'row')} indexed"
+                                  f" (and {counted(self.derived_keywords.stats()[0], 'derived row')})"),
         ]
 
     def describe_schema(self) -> str:

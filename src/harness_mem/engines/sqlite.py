@@ -1,7 +1,7 @@
 """The SQLite engine: one file holds the entries, their keyword index (FTS5) and their vectors (vec0).
 
-Canonical rows live in ``entries``; the keyword index (``entries_fts``) and the vectors
-(``entries_vec``) are derived from them and written and deleted in the same transaction, so a crash
+Canonical rows live in ``entries``; the keyword indexes (``entries_fts``, and ``derived_fts`` for
+what consolidation derived) and the vectors (``entries_vec``) are derived from them and written and deleted in the same transaction, so a crash
 can never leave an entry half-indexed. Every write takes the lock up front (``BEGIN IMMEDIATE``), so
 several processes can share a file.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from operator import itemgetter
 from pathlib import Path
@@ -70,7 +70,7 @@ from ..vectors import (
     stored_passages,
 )
 from . import sqlite_files, sqlite_rewrite
-from .sqlite_keywords import FTS5Keywords
+from .sqlite_keywords import KEYWORD_TABLES, FTS5Keywords, keyword_table
 from .sqlite_where import where
 
 # What a new row leaves to SQLite (its pk) and to later writes (a correction, a forget). An insert
@@ -102,6 +102,10 @@ _PSEUDONYMISED_ENTRIES = """SELECT namespace, id, role, session, tags, supersede
 WHERE instr(id, '<') OR instr(coalesce(role, ''), '<') OR instr(coalesce(session, ''), '<')
    OR instr(tags, '<') OR instr(coalesce(superseded_by, ''), '<') OR instr(metadata, '<')"""
 
+# Set by migration 0013 while a file's derived entries' keyword rows are still in ``entries_fts``.
+_DERIVED_TO_MOVE = "keywords.derived_to_move"
+
+
 class SQLiteStorage(Storage):
     """Entries and their derived rows in one SQLite file (``":memory:"`` for a throwaway one)."""
 
@@ -119,6 +123,7 @@ class SQLiteStorage(Storage):
         self.read_only = is_read_only(self.conn)
         self.embedder: Embedder | None = None
         self.keywords = FTS5Keywords(self.conn, self.index_texts)
+        self.derived_keywords = FTS5Keywords(self.conn, self.index_texts, KEYWORD_TABLES[1])
         self._vectors: VectorIndex | None = None
         self._vectors_touched = False
         self._in_transaction = False
@@ -131,7 +136,23 @@ class SQLiteStorage(Storage):
         return str(self.path)
 
     def migrate(self) -> bool:
-        return any(m.number == 1 for m in migrations.migrate(self.conn, read_only=self.read_only))
+        created = any(m.number == 1 for m in migrations.migrate(self.conn, read_only=self.read_only))
+        if not self.read_only and self.setting(_DERIVED_TO_MOVE) is not None:
+            self._move_derived_keywords()
+        return created
+
+    def _move_derived_keywords(self) -> None:
+        """An older file's derived entries' keyword rows, into their own index (migration 0013)."""
+        with self.transaction():
+            pks = [pk for (pk,) in self.conn.execute(
+                "SELECT pk FROM entries WHERE source = ? AND forgotten_at IS NULL", (DERIVED_SOURCE,))]
+            for start in range(0, len(pks), 1000):
+                chunk = pks[start:start + 1000]
+                self.conn.execute("DELETE FROM entries_fts WHERE rowid IN (SELECT value FROM json_each(?))",
+                                  (json.dumps(chunk),))
+                self.conn.executemany("INSERT INTO derived_fts (rowid, text) VALUES (?, ?)",
+                                      self.index_texts(chunk).items())
+            self.conn.execute("DELETE FROM settings WHERE key = ?", (_DERIVED_TO_MOVE,))
 
     def close(self) -> None:
         self.conn.close()
@@ -341,7 +362,7 @@ class SQLiteStorage(Storage):
                 self.conn.executemany(_INSERT_ALL, batch)
             if self.conn.execute("SELECT last_insert_rowid()").fetchone()[0] != pks[-1]:
                 raise StorageError("entries were numbered out of sequence — run `harness-mem doctor`")
-            self.conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", zip(pks, texts, strict=True))
+            self._index_keywords(zip(pks, batch, texts, strict=True))
             if index is not None:
                 late = [row for row in batch if id(row) not in vectors]  # raced in since the pre-check: rare
                 if late:
@@ -355,6 +376,14 @@ class SQLiteStorage(Storage):
                 )
                 self._vectors_touched = True
         return batch
+
+    def _index_keywords(self, written: Iterable[tuple[int, Row, str]]) -> None:
+        """Put each (pk, row, index text) in its lane's keyword index (see :func:`keyword_table`)."""
+        lanes: dict[str, list[tuple[int, str]]] = {}
+        for pk, row, text in written:
+            lanes.setdefault(keyword_table(row.source), []).append((pk, text))
+        for table, pairs in lanes.items():
+            self.conn.executemany(f"INSERT INTO {table} (rowid, text) VALUES (?, ?)", pairs)
 
     def _resolve_conflicts(self, batch: list[Row], on_conflict: OnConflict) -> list[Row]:
         """The rows to insert once ids already stored (or repeated in the batch) are settled."""
@@ -387,7 +416,8 @@ class SQLiteStorage(Storage):
 
     def _drop_derived(self, pk: int) -> None:
         """Remove an entry's keyword and vector rows (inside a write transaction)."""
-        self.conn.execute("DELETE FROM entries_fts WHERE rowid = ?", (pk,))
+        for table in KEYWORD_TABLES:
+            self.conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (pk,))
         if self._vectors is not None:
             self._vectors.delete(pk)
         elif has_vector_table(self.conn):  # vectors made by another process's embedder: vec0 has no cascade
@@ -495,9 +525,10 @@ class SQLiteStorage(Storage):
         ).fetchone()
         if following is None:
             return
-        text = self._index_texts([Row._make(following)], before_pk=following[0])[0]
-        self.conn.execute("DELETE FROM entries_fts WHERE rowid = ?", (following[0],))
-        self.conn.execute("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", (following[0], text))
+        row, following_pk = Row._make(following), int(following[0])
+        text = self._index_texts([row], before_pk=following_pk)[0]
+        self.conn.execute(f"DELETE FROM {keyword_table(row.source)} WHERE rowid = ?", (following_pk,))
+        self._index_keywords([(following_pk, row, text)])
 
     # ---- reads ---------------------------------------------------------------------------------------
 
@@ -739,14 +770,21 @@ class SQLiteStorage(Storage):
         while True:
             began = time.monotonic()
             with self.transaction():
-                found = self.conn.execute("SELECT pk, forgotten_at IS NULL FROM entries WHERE pk > ? ORDER BY pk LIMIT ?",
-                                          (after, size)).fetchall()
+                found = self.conn.execute(
+                    "SELECT pk, forgotten_at IS NULL, source FROM entries WHERE pk > ? ORDER BY pk LIMIT ?",
+                    (after, size)).fetchall()
                 if not found:
                     break
-                self.conn.execute("DELETE FROM entries_fts WHERE rowid IN (SELECT value FROM json_each(?))",
-                                  (json.dumps([pk for pk, _ in found]),))
-                texts = self.index_texts([pk for pk, live in found if live])
-                self.conn.executemany("INSERT INTO entries_fts (rowid, text) VALUES (?, ?)", texts.items())
+                for table in KEYWORD_TABLES:
+                    self.conn.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT value FROM json_each(?))",
+                                      (json.dumps([pk for pk, _, _ in found]),))
+                texts = self.index_texts([pk for pk, live, _ in found if live])
+                lanes: dict[str, list[tuple[int, str]]] = {}
+                for pk, _, source in found:
+                    if pk in texts:
+                        lanes.setdefault(keyword_table(source), []).append((pk, texts[pk]))
+                for table, pairs in lanes.items():
+                    self.conn.executemany(f"INSERT INTO {table} (rowid, text) VALUES (?, ?)", pairs)
             after, indexed = found[-1][0], indexed + len(texts)
             if len(found) < size:
                 break
@@ -754,12 +792,13 @@ class SQLiteStorage(Storage):
             self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # as in merge_keyword_index
             time.sleep(STEP_PAUSE_S)  # a waiting writer's turn
         # Read without the lock; each is deleted only if its entry is still not there.
-        strays = [pk for (pk,) in self.conn.execute(
-            "SELECT rowid FROM entries_fts WHERE rowid NOT IN (SELECT pk FROM entries)").fetchall()]
-        if strays:
-            with self.transaction():
-                self.conn.execute("DELETE FROM entries_fts WHERE rowid IN (SELECT value FROM json_each(?))"
-                                  " AND rowid NOT IN (SELECT pk FROM entries)", (json.dumps(strays),))
+        for table in KEYWORD_TABLES:
+            strays = [pk for (pk,) in self.conn.execute(
+                f"SELECT rowid FROM {table} WHERE rowid NOT IN (SELECT pk FROM entries)").fetchall()]
+            if strays:
+                with self.transaction():
+                    self.conn.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT value FROM json_each(?))"
+                                      " AND rowid NOT IN (SELECT pk FROM entries)", (json.dumps(strays),))
         total = self.conn.execute("SELECT count(*) FROM entries").fetchone()[0]
         return int(total), indexed
 
@@ -849,7 +888,8 @@ class SQLiteStorage(Storage):
     def engine_checks(self) -> list[tuple[str, Callable[[], str]]]:
         return [
             ("sqlite", lambda: f"{sqlite_version()} via {driver().__name__}"),
-            ("fts5", lambda: f"{counted(self.db['entries_fts'].count, 'row')} indexed"),
+            ("fts5", lambda: f"{counted(self.db['entries_fts'].count, 'row')} indexed"
+                             f" (and {counted(self.db['derived_fts'].count, 'derived row')})"),
             ("sqlite-vec", lambda: str(self.conn.execute("SELECT vec_version()").fetchone()[0])),
         ]
 
@@ -875,15 +915,19 @@ class SQLiteStorage(Storage):
         # segments writers added meanwhile. A step that writes far fewer pages than it may has
         # finished the merge: what it found beside it is writers' new small segments, which their
         # own automerge looks after (merging them here too would never end beside a steady writer).
-        # The step budget is a guard.
+        # The step budget is a guard. Each lane's index is merged in turn.
+        for table in KEYWORD_TABLES:
+            self._merge_keyword_table(table)
+
+    def _merge_keyword_table(self, table: str) -> None:
         bounds = sqlite_files.MERGE_PAGES
-        pages = int(self.conn.execute("SELECT count(*) FROM entries_fts_data").fetchone()[0])
+        pages = int(self.conn.execute(f"SELECT count(*) FROM {table}_data").fetchone()[0])
         size, sign = bounds[0], -1
         for _ in range(16 + 4 * pages // bounds[1]):
             began = time.monotonic()
             with self.transaction():
                 before = self.conn.total_changes
-                self.conn.execute("INSERT INTO entries_fts (entries_fts, rank) VALUES ('merge', ?)", (sign * size,))
+                self.conn.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('merge', ?)", (sign * size,))
                 if self.conn.total_changes - before < max(2, size // 4):
                     return
             size, sign = next_step(size, time.monotonic() - began, bounds), 1

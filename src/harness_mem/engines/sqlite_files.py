@@ -23,7 +23,7 @@ Snapshot = Callable[[], AbstractContextManager[None]]
 _AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}
 
 # What every migrated file holds: the canonical tables, the keyword index and the readable view.
-EXPECTED_TABLES = ("entries", "entries_fts", "settings", "episodes", "skills", "skill_revisions", "consolidations", "derivations")
+EXPECTED_TABLES = ("entries", "entries_fts", "derived_fts", "settings", "episodes", "skills", "skill_revisions", "consolidations", "derivations")
 EXPECTED_VIEWS = ("memories",)
 
 

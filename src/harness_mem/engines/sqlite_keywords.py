@@ -1,9 +1,11 @@
 """The keyword index of a SQLite store: FTS5's answers for the shared BM25 ranking (:mod:`harness_mem.bm25`).
 
-The index (``entries_fts``) is contentless: it keeps each entry's tokens by rowid (the entry's pk),
-FTS5's own statistics in its ``_data`` table and each row's length in ``_docsize``. Everything here
-reads those, never the entries' text, except :meth:`FTS5Keywords.texts`, which rebuilds an entry's
-index text as its write made it.
+There are two indexes, one per lane: ``entries_fts`` for what was said and written, ``derived_fts``
+for what consolidation derived from it (topic segments, facts), so that the derived entries' words
+never move the statistics the others are ranked by (see :func:`keyword_table`). Each is contentless:
+it keeps each entry's tokens by rowid (the entry's pk), FTS5's own statistics in its ``_data`` table
+and each row's length in ``_docsize``. Everything here reads those, never the entries' text, except
+:meth:`FTS5Keywords.texts`, which rebuilds an entry's index text as its write made it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ import numpy.typing as npt
 from ..bm25 import Match
 from ..db import Connection
 from ..filters import Selection
+from ..storage import DERIVED_SOURCE
 from .sqlite_where import where
+
+#: The keyword index of each lane: what was said and written, and what consolidation derived.
+KEYWORD_TABLES = ("entries_fts", "derived_fts")
 
 # Terms held by fewer entries than this are counted exactly; more common ones by sampling.
 COUNTED = 16384
@@ -36,6 +42,11 @@ def varint(data: bytes, pos: int) -> tuple[int, int]:
     return (value << 8) | data[pos], pos + 1
 
 
+def keyword_table(source: str | None) -> str:
+    """The keyword index an entry's words go in, by its source."""
+    return KEYWORD_TABLES[source == DERIVED_SOURCE]
+
+
 def fts_expression(match: Match) -> str:
     """``match`` as an FTS5 MATCH expression (its terms are already quoted for FTS5)."""
     groups = [group[0] if len(group) == 1 else "(" + " OR ".join(group) + ")" for group in match]
@@ -43,15 +54,18 @@ def fts_expression(match: Match) -> str:
 
 
 class FTS5Keywords:
-    """:class:`~harness_mem.bm25.KeywordSource` over ``entries_fts``."""
+    """:class:`~harness_mem.bm25.KeywordSource` over one of :data:`KEYWORD_TABLES`."""
 
-    def __init__(self, conn: Connection, texts: Callable[[Sequence[int]], dict[int, str]]) -> None:
+    def __init__(self, conn: Connection, texts: Callable[[Sequence[int]], dict[int, str]],
+                 table: str = KEYWORD_TABLES[0]) -> None:
+        assert table in KEYWORD_TABLES  # it goes into SQL
         self.conn = conn
+        self.table = table
         self._texts = texts
 
     def stats(self) -> tuple[int, float]:
         """(rows, average tokens per row), as FTS5 keeps them for bm25()."""
-        row = self.conn.execute("SELECT block FROM entries_fts_data WHERE id = 1").fetchone()
+        row = self.conn.execute(f"SELECT block FROM {self.table}_data WHERE id = 1").fetchone()
         if row is None or not row[0]:
             return 0, 0.0
         rows, pos = varint(row[0], 0)
@@ -64,17 +78,17 @@ class FTS5Keywords:
         common the term (its idf is low then, and a 1% error moves it by about 0.01)."""
         conn = self.conn
         df = conn.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM entries_fts WHERE entries_fts MATCH ? LIMIT ?)", (term, COUNTED)
+            f"SELECT count(*) FROM (SELECT 1 FROM {self.table} WHERE {self.table} MATCH ? LIMIT ?)", (term, COUNTED)
         ).fetchone()[0]
         if df >= COUNTED:
             # Two queries: SQLite reads the end of the b-tree for a lone min() or max(), not for both.
-            low = conn.execute("SELECT min(id) FROM entries_fts_docsize").fetchone()[0]
-            high = conn.execute("SELECT max(id) FROM entries_fts_docsize").fetchone()[0]
+            low = conn.execute(f"SELECT min(id) FROM {self.table}_docsize").fetchone()[0]
+            high = conn.execute(f"SELECT max(id) FROM {self.table}_docsize").fetchone()[0]
             span = high - low + 1
             width = max(1, span // 32)
             sampled = sum(
                 conn.execute(
-                    "SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ? AND rowid BETWEEN ? AND ?",
+                    f"SELECT count(*) FROM {self.table} WHERE {self.table} MATCH ? AND rowid BETWEEN ? AND ?",
                     (term, start, start + width - 1),
                 ).fetchone()[0]
                 for start in (low + span * i // 4 for i in range(4))
@@ -93,7 +107,7 @@ class FTS5Keywords:
         for limit in (shortlist, -1):
             rows = self.conn.execute(
                 "SELECT e.pk, f.rank FROM"
-                " (SELECT rowid, rank FROM entries_fts WHERE entries_fts MATCH ? ORDER BY rank LIMIT ?) AS f"
+                f" (SELECT rowid, rank FROM {self.table} WHERE {self.table} MATCH ? ORDER BY rank LIMIT ?) AS f"
                 # CROSS JOIN keeps the matches as the outer loop: otherwise SQLite may start from
                 # `entries` through the namespace index and test the filters on every row.
                 f" CROSS JOIN entries e ON e.pk = f.rowid WHERE {clause} ORDER BY f.rank LIMIT ?",
@@ -102,7 +116,7 @@ class FTS5Keywords:
             if len(rows) >= k or limit == -1:
                 break
             count = self.conn.execute(
-                "SELECT count(*) FROM entries_fts WHERE entries_fts MATCH ?", (expression,)
+                f"SELECT count(*) FROM {self.table} WHERE {self.table} MATCH ?", (expression,)
             ).fetchone()[0]
             if count <= shortlist:
                 break
@@ -110,7 +124,7 @@ class FTS5Keywords:
 
     def holders(self, match: Match, low: int | None = None, high: int | None = None) -> npt.NDArray[np.int64]:
         # One string from SQLite, parsed by numpy: about a third of the time of a row per rowid.
-        sql = "SELECT group_concat(rowid) FROM entries_fts WHERE entries_fts MATCH ?"
+        sql = f"SELECT group_concat(rowid) FROM {self.table} WHERE {self.table} MATCH ?"
         params: list[Any] = [fts_expression(match)]
         if low is not None and high is not None:
             sql += " AND rowid BETWEEN ? AND ?"
@@ -121,7 +135,7 @@ class FTS5Keywords:
     def holders_among(self, term: str, pks: Sequence[int]) -> npt.NDArray[np.int64]:
         return np.array([pk for (pk,) in self.conn.execute(
             "SELECT c.value FROM json_each(?) AS c WHERE EXISTS"
-            " (SELECT 1 FROM entries_fts WHERE entries_fts MATCH ? AND rowid = c.value)",
+            f" (SELECT 1 FROM {self.table} WHERE {self.table} MATCH ? AND rowid = c.value)",
             (json.dumps(list(pks)), term),
         )], dtype=np.int64)
 
@@ -129,12 +143,12 @@ class FTS5Keywords:
         """Each entry's length in index tokens (what bm25() normalises by), from FTS5's docsize."""
         params: list[Any] = []
         if selection is None:
-            sql = "SELECT c.value, d.sz FROM json_each(?) AS c CROSS JOIN entries_fts_docsize d ON d.id = c.value"
+            sql = f"SELECT c.value, d.sz FROM json_each(?) AS c CROSS JOIN {self.table}_docsize d ON d.id = c.value"
         else:
             clause, params = where(selection)
             # CROSS JOIN: look each pk up, rather than let SQLite scan the namespace index testing each row.
             sql = ("SELECT e.pk, d.sz FROM json_each(?) AS c CROSS JOIN entries e ON e.pk = c.value"
-                   f" CROSS JOIN entries_fts_docsize d ON d.id = e.pk WHERE {clause}")
+                   f" CROSS JOIN {self.table}_docsize d ON d.id = e.pk WHERE {clause}")
         # A length below 128 is one byte, the common case by far.
         return {pk: (size[0] if size[0] < 0x80 else varint(size, 0)[0]) if size else 0
                 for pk, size in self.conn.execute(sql, [json.dumps(list(pks)), *params])}
