@@ -70,7 +70,15 @@ from ..vectors import (
     stored_passages,
 )
 from . import sqlite_files, sqlite_rewrite
-from .sqlite_keywords import KEYWORD_TABLES, FTS5Keywords, keyword_table
+from .sqlite_keywords import (
+    KEYWORD_TABLES,
+    FTS5Keywords,
+    keyword_table,
+    recount_totals,
+    settle_totals,
+    unindex,
+    unsettled,
+)
 from .sqlite_where import where
 
 # What a new row leaves to SQLite (its pk) and to later writes (a correction, a forget). An insert
@@ -126,6 +134,7 @@ class SQLiteStorage(Storage):
         self.derived_keywords = FTS5Keywords(self.conn, self.index_texts, KEYWORD_TABLES[1])
         self._vectors: VectorIndex | None = None
         self._vectors_touched = False
+        self._unindexed = False  # this transaction deleted keyword rows: their totals are settled after it
         self._in_transaction = False
 
     def __repr__(self) -> str:
@@ -139,6 +148,8 @@ class SQLiteStorage(Storage):
         created = any(m.number == 1 for m in migrations.migrate(self.conn, read_only=self.read_only))
         if not self.read_only and self.setting(_DERIVED_TO_MOVE) is not None:
             self._move_derived_keywords()
+        if not self.read_only and unsettled(self.conn):  # a crash came between a delete and its settling
+            self._settle_totals()
         return created
 
     def _move_derived_keywords(self) -> None:
@@ -148,8 +159,7 @@ class SQLiteStorage(Storage):
                 "SELECT pk FROM entries WHERE source = ? AND forgotten_at IS NULL", (DERIVED_SOURCE,))]
             for start in range(0, len(pks), 1000):
                 chunk = pks[start:start + 1000]
-                self.conn.execute("DELETE FROM entries_fts WHERE rowid IN (SELECT value FROM json_each(?))",
-                                  (json.dumps(chunk),))
+                self._unindex(KEYWORD_TABLES[0], chunk)
                 self.conn.executemany("INSERT INTO derived_fts (rowid, text) VALUES (?, ?)",
                                       self.index_texts(chunk).items())
             self.conn.execute("DELETE FROM settings WHERE key = ?", (_DERIVED_TO_MOVE,))
@@ -219,6 +229,7 @@ class SQLiteStorage(Storage):
             return
         self._in_transaction = True
         self._vectors_touched = False
+        self._unindexed = False
         generation = None
         try:
             with write_transaction(self.conn):
@@ -233,6 +244,20 @@ class SQLiteStorage(Storage):
             self._in_transaction = False
         if generation is not None and self._vectors is not None:
             self._vectors.committed(generation)
+        if self._unindexed:  # FTS5 has written its totals back: now what was deleted comes off them
+            self._settle_totals()
+
+    def _settle_totals(self) -> None:
+        try:
+            with write_transaction(self.conn):
+                settle_totals(self.conn)
+        except driver().OperationalError:
+            pass  # busy past the timeout: the notes stay, and the next write or open settles them
+
+    def _unindex(self, table: str, pks: Sequence[int]) -> None:
+        """Take these entries out of a keyword index (inside a write transaction; see unindex)."""
+        unindex(self.conn, table, pks)
+        self._unindexed = True
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -417,7 +442,7 @@ class SQLiteStorage(Storage):
     def _drop_derived(self, pk: int) -> None:
         """Remove an entry's keyword and vector rows (inside a write transaction)."""
         for table in KEYWORD_TABLES:
-            self.conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (pk,))
+            self._unindex(table, [pk])
         if self._vectors is not None:
             self._vectors.delete(pk)
         elif has_vector_table(self.conn):  # vectors made by another process's embedder: vec0 has no cascade
@@ -527,7 +552,7 @@ class SQLiteStorage(Storage):
             return
         row, following_pk = Row._make(following), int(following[0])
         text = self._index_texts([row], before_pk=following_pk)[0]
-        self.conn.execute(f"DELETE FROM {keyword_table(row.source)} WHERE rowid = ?", (following_pk,))
+        self._unindex(keyword_table(row.source), [following_pk])
         self._index_keywords([(following_pk, row, text)])
 
     # ---- reads ---------------------------------------------------------------------------------------
@@ -776,8 +801,7 @@ class SQLiteStorage(Storage):
                 if not found:
                     break
                 for table in KEYWORD_TABLES:
-                    self.conn.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT value FROM json_each(?))",
-                                      (json.dumps([pk for pk, _, _ in found]),))
+                    self._unindex(table, [pk for pk, _, _ in found])
                 texts = self.index_texts([pk for pk, live, _ in found if live])
                 lanes: dict[str, list[tuple[int, str]]] = {}
                 for pk, _, source in found:
@@ -797,8 +821,11 @@ class SQLiteStorage(Storage):
                 f"SELECT rowid FROM {table} WHERE rowid NOT IN (SELECT pk FROM entries)").fetchall()]
             if strays:
                 with self.transaction():
-                    self.conn.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT value FROM json_each(?))"
-                                      " AND rowid NOT IN (SELECT pk FROM entries)", (json.dumps(strays),))
+                    self._unindex(table, [pk for (pk,) in self.conn.execute(
+                        "SELECT value FROM json_each(?) WHERE value NOT IN (SELECT pk FROM entries)",
+                        (json.dumps(strays),))])
+            with self.transaction():
+                recount_totals(self.conn, table)  # whatever drift an older file brought
         total = self.conn.execute("SELECT count(*) FROM entries").fetchone()[0]
         return int(total), indexed
 

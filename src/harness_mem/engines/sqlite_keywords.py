@@ -6,6 +6,14 @@ never move the statistics the others are ranked by (see :func:`keyword_table`). 
 it keeps each entry's tokens by rowid (the entry's pk), FTS5's own statistics in its ``_data`` table
 and each row's length in ``_docsize``. Everything here reads those, never the entries' text, except
 :meth:`FTS5Keywords.texts`, which rebuilds an entry's index text as its write made it.
+
+**Totals.** bm25() reads an index's totals (rows, tokens) from its averages record. A contentless_delete
+table adds to them on insert but never takes a deleted row off: every forget, replacement and
+reindex would inflate them (a reindex doubled the rows). So deletes go through :func:`unindex`,
+which notes what is to come off, and :func:`settle_totals` takes it off in the next transaction
+(FTS5 writes its own totals back when a transaction that changed the index commits, over any
+correction made inside it). The note is a setting written with the delete, so a crash between the
+two only delays the correction to the next write or open.
 """
 
 from __future__ import annotations
@@ -42,6 +50,86 @@ def varint(data: bytes, pos: int) -> tuple[int, int]:
     return (value << 8) | data[pos], pos + 1
 
 
+# What is to come off each index's totals: "<rows> <tokens>", keyed by table.
+_UNCOUNTED = "keywords.uncounted."
+
+
+def encode_varint(value: int) -> bytes:
+    """``value`` as an SQLite varint (the inverse of :func:`varint`)."""
+    if value > 0x00FFFFFFFFFFFFFF:  # nine bytes: eight of seven bits, then a whole one
+        head = value >> 8
+        return bytes(0x80 | ((head >> (7 * (7 - i))) & 0x7F) for i in range(8)) + bytes([value & 0xFF])
+    groups = [value & 0x7F]
+    value >>= 7
+    while value:
+        groups.append(0x80 | (value & 0x7F))
+        value >>= 7
+    return bytes(reversed(groups))
+
+
+def _totals(conn: Connection, table: str) -> tuple[int, int] | None:
+    """(rows, tokens) as the index's averages record keeps them; None when it has none yet."""
+    row = conn.execute(f"SELECT block FROM {table}_data WHERE id = 1").fetchone()
+    if row is None or not row[0]:
+        return None
+    rows, pos = varint(row[0], 0)
+    return rows, varint(row[0], pos)[0]
+
+
+def _size(blob: bytes | None) -> int:
+    """A row's length in tokens, from its ``_docsize`` blob."""
+    return (blob[0] if blob[0] < 0x80 else varint(blob, 0)[0]) if blob else 0
+
+
+def unindex(conn: Connection, table: str, pks: Sequence[int]) -> None:
+    """Delete these entries' rows from ``table`` (inside a write transaction), noting their rows and
+    tokens to come off its totals (see the module docstring)."""
+    found = conn.execute(f"SELECT d.sz FROM json_each(?) AS c CROSS JOIN {table}_docsize d ON d.id = c.value",
+                         (json.dumps(list(pks)),)).fetchall()
+    if not found:
+        return
+    conn.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT value FROM json_each(?))", (json.dumps(list(pks)),))
+    before = conn.execute("SELECT value FROM settings WHERE key = ?", (_UNCOUNTED + table,)).fetchone()
+    rows, tokens = (int(n) for n in before[0].split()) if before else (0, 0)
+    conn.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                 (_UNCOUNTED + table, f"{rows + len(found)} {tokens + sum(_size(sz) for (sz,) in found)}"))
+
+
+def unsettled(conn: Connection) -> bool:
+    """Whether some deleted rows are still to come off an index's totals (read without a lock)."""
+    return conn.execute("SELECT 1 FROM settings WHERE key LIKE ? LIMIT 1", (_UNCOUNTED + "%",)).fetchone() is not None
+
+
+def settle_totals(conn: Connection) -> None:
+    """Take what :func:`unindex` noted off each index's totals (in a write transaction of its own,
+    after the ones that deleted: every note there is, whichever connection wrote it)."""
+    noted = conn.execute("SELECT key, value FROM settings WHERE key LIKE ?", (_UNCOUNTED + "%",)).fetchall()
+    for key, value in noted:
+        table = key[len(_UNCOUNTED):]
+        totals = _totals(conn, table) if table in KEYWORD_TABLES else None
+        if totals is not None:
+            rows, tokens = (int(n) for n in value.split())
+            _write_totals(conn, table, totals[0] - rows, totals[1] - tokens)
+        conn.execute("DELETE FROM settings WHERE key = ?", (key,))
+
+
+def recount_totals(conn: Connection, table: str) -> None:
+    """Set an index's totals to what its rows hold: mends any drift, such as an older file's deletes
+    that were never taken off. In a write transaction that changes no index (FTS5 would write its own
+    totals over these at commit); the notes of deletes committed before are dropped, as counted."""
+    rows, tokens = 0, 0
+    for (size,) in conn.execute(f"SELECT sz FROM {table}_docsize"):
+        rows, tokens = rows + 1, tokens + _size(size)
+    if _totals(conn, table) is not None:
+        _write_totals(conn, table, rows, tokens)
+    conn.execute("DELETE FROM settings WHERE key = ?", (_UNCOUNTED + table,))
+
+
+def _write_totals(conn: Connection, table: str, rows: int, tokens: int) -> None:
+    conn.execute(f"UPDATE {table}_data SET block = ? WHERE id = 1",
+                 (encode_varint(max(rows, 0)) + encode_varint(max(tokens, 0)),))
+
+
 def keyword_table(source: str | None) -> str:
     """The keyword index an entry's words go in, by its source."""
     return KEYWORD_TABLES[source == DERIVED_SOURCE]
@@ -65,11 +153,7 @@ class FTS5Keywords:
 
     def stats(self) -> tuple[int, float]:
         """(rows, average tokens per row), as FTS5 keeps them for bm25()."""
-        row = self.conn.execute(f"SELECT block FROM {self.table}_data WHERE id = 1").fetchone()
-        if row is None or not row[0]:
-            return 0, 0.0
-        rows, pos = varint(row[0], 0)
-        tokens, _ = varint(row[0], pos)
+        rows, tokens = _totals(self.conn, self.table) or (0, 0)
         return rows, (tokens / rows if rows else 0.0)
 
     def document_frequency(self, term: str, rows: int) -> int:
@@ -149,9 +233,7 @@ class FTS5Keywords:
             # CROSS JOIN: look each pk up, rather than let SQLite scan the namespace index testing each row.
             sql = ("SELECT e.pk, d.sz FROM json_each(?) AS c CROSS JOIN entries e ON e.pk = c.value"
                    f" CROSS JOIN {self.table}_docsize d ON d.id = e.pk WHERE {clause}")
-        # A length below 128 is one byte, the common case by far.
-        return {pk: (size[0] if size[0] < 0x80 else varint(size, 0)[0]) if size else 0
-                for pk, size in self.conn.execute(sql, [json.dumps(list(pks)), *params])}
+        return {pk: _size(size) for pk, size in self.conn.execute(sql, [json.dumps(list(pks)), *params])}
 
     def texts(self, pks: Sequence[int]) -> dict[int, str]:
         return self._texts(pks)
