@@ -40,7 +40,7 @@ from .db import CACHE_SIZE_KIB, ONE_SHOT_CACHE_KIB, connect, default_path
 from .engines import is_url, open_storage, shown_location
 from .errors import InvalidInputError, MissingVectorsWarning
 from .models import MAX_CONTENT_CHARS, Entry, Hit, counted, dumps, format_time
-from .providers.embeddings import EMBEDDERS
+from .providers.embeddings import EMBEDDERS, giving_vectors
 from .providers.hints import MEM_HINTS
 from .store import MemoryStore, OnConflict
 
@@ -864,7 +864,7 @@ def reindex(ctx: click.Context, quiet: bool, keyword_only: bool) -> None:
         err=True,
     )
     if stays_keyword_only:
-        click.echo("This store is keyword-only; `harness-mem --embedder minilm-int8 reindex` gives it vectors.", err=True)
+        click.echo(f"This store is keyword-only; {giving_vectors()} gives it vectors.", err=True)
 
 
 @cli.command()

@@ -31,6 +31,7 @@ from .errors import EmbedderError, InvalidInputError, MissingVectorsWarning
 from .filters import Filters, Selection, make_filters
 from .models import Entry, Hit, counted, now_ms
 from .passages import Passage
+from .providers.embeddings import giving_vectors
 from .providers.reference import INSTALL_HINT
 from .rerank import RERANK_DEPTH, PieceCache, TokenEmbedder, maxsim
 from .rows import entry_from_row
@@ -248,7 +249,7 @@ class Recall:
         if mode != "keyword" and self.storage.embedder is None and self.storage.keyword_only:
             raise EmbedderError(
                 f"{mode} recall needs vectors, and this store is keyword-only — give it vectors with"
-                " `harness-mem --embedder minilm-int8 reindex`, or use --mode keyword"
+                f" {giving_vectors()}, or use --mode keyword"
             )
         if mode != "keyword" and self.storage.embedder is None:
             raise EmbedderError(

@@ -9,7 +9,7 @@ import pytest
 
 from harness_mem.errors import EmbedderError
 from harness_mem.providers import light
-from harness_mem.providers.embeddings import MiniLMEmbedder, default_embedder
+from harness_mem.providers.embeddings import MiniLMEmbedder, default_embedder, giving_vectors
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_model]
 
@@ -71,7 +71,9 @@ def test_a_new_file_gets_the_int8_model_where_its_export_can_be_had(tmp_path: Pa
     monkeypatch.setenv("HARNESS_MEM_CACHE_DIR", str(blocker / "cache"))
     chosen = default_embedder()
     assert chosen is not None and not chosen.quantized and chosen.name == "all-MiniLM-L6-v2"
+    assert giving_vectors() == "`harness-mem --embedder minilm reindex`"  # a hint names what would work here
     monkeypatch.setenv("HARNESS_MEM_CACHE_DIR", str(tmp_path / "new" / "cache"))
+    assert giving_vectors() == "`harness-mem --embedder minilm-int8 reindex`"
     monkeypatch.setenv("HARNESS_MEM_EMBED_RUNTIME", "torch")
     chosen = default_embedder()
     assert chosen is not None and not chosen.quantized

@@ -275,6 +275,13 @@ def default_embedder() -> MiniLMEmbedder | None:
     return MiniLMEmbedder()
 
 
+def giving_vectors() -> str:
+    """The command that gives a keyword-only file vectors, naming the model a new file would get here
+    (the int8 export only where it can be had: elsewhere that name would fail)."""
+    built_in = default_embedder()
+    return f"`harness-mem --embedder {'minilm-int8' if built_in is not None and built_in.quantized else 'minilm'} reindex`"
+
+
 #: The embedders a store can be built with, by the name ``--embedder`` takes.
 EMBEDDERS: dict[str, Callable[[], MiniLMEmbedder]] = {
     "minilm": MiniLMEmbedder,
