@@ -1,8 +1,8 @@
 """The SQLite engine: one file holds the entries, their keyword index (FTS5) and their vectors (vec0).
 
 Canonical rows live in ``entries``; the keyword indexes (``entries_fts``, and ``derived_fts`` for
-what consolidation derived) and the vectors (``entries_vec``) are derived from them and written and deleted in the same transaction, so a crash
-can never leave an entry half-indexed. Every write takes the lock up front (``BEGIN IMMEDIATE``), so
+what consolidation derived) and the vectors (``entries_vec``) are derived from them and written and
+deleted in the same transaction, so a crash can never leave an entry half-indexed. Every write takes the lock up front (``BEGIN IMMEDIATE``), so
 several processes can share a file.
 """
 
@@ -387,7 +387,7 @@ class SQLiteStorage(Storage):
                 self.conn.executemany(_INSERT_ALL, batch)
             if self.conn.execute("SELECT last_insert_rowid()").fetchone()[0] != pks[-1]:
                 raise StorageError("entries were numbered out of sequence — run `harness-mem doctor`")
-            self._index_keywords(zip(pks, batch, texts, strict=True))
+            self._index_keywords(zip(pks, (row.source for row in batch), texts, strict=True))
             if index is not None:
                 late = [row for row in batch if id(row) not in vectors]  # raced in since the pre-check: rare
                 if late:
@@ -402,11 +402,11 @@ class SQLiteStorage(Storage):
                 self._vectors_touched = True
         return batch
 
-    def _index_keywords(self, written: Iterable[tuple[int, Row, str]]) -> None:
-        """Put each (pk, row, index text) in its lane's keyword index (see :func:`keyword_table`)."""
+    def _index_keywords(self, written: Iterable[tuple[int, str | None, str]]) -> None:
+        """Put each (pk, source, index text) in its lane's keyword index (see :func:`keyword_table`)."""
         lanes: dict[str, list[tuple[int, str]]] = {}
-        for pk, row, text in written:
-            lanes.setdefault(keyword_table(row.source), []).append((pk, text))
+        for pk, source, text in written:
+            lanes.setdefault(keyword_table(source), []).append((pk, text))
         for table, pairs in lanes.items():
             self.conn.executemany(f"INSERT INTO {table} (rowid, text) VALUES (?, ?)", pairs)
 
@@ -553,7 +553,7 @@ class SQLiteStorage(Storage):
         row, following_pk = Row._make(following), int(following[0])
         text = self._index_texts([row], before_pk=following_pk)[0]
         self._unindex(keyword_table(row.source), [following_pk])
-        self._index_keywords([(following_pk, row, text)])
+        self._index_keywords([(following_pk, row.source, text)])
 
     # ---- reads ---------------------------------------------------------------------------------------
 
@@ -803,12 +803,7 @@ class SQLiteStorage(Storage):
                 for table in KEYWORD_TABLES:
                     self._unindex(table, [pk for pk, _, _ in found])
                 texts = self.index_texts([pk for pk, live, _ in found if live])
-                lanes: dict[str, list[tuple[int, str]]] = {}
-                for pk, _, source in found:
-                    if pk in texts:
-                        lanes.setdefault(keyword_table(source), []).append((pk, texts[pk]))
-                for table, pairs in lanes.items():
-                    self.conn.executemany(f"INSERT INTO {table} (rowid, text) VALUES (?, ?)", pairs)
+                self._index_keywords((pk, source, texts[pk]) for pk, _, source in found if pk in texts)
             after, indexed = found[-1][0], indexed + len(texts)
             if len(found) < size:
                 break

@@ -13,7 +13,7 @@ reindex would inflate them (a reindex doubled the rows). So deletes go through :
 which notes what is to come off, and :func:`settle_totals` takes it off in the next transaction
 (FTS5 writes its own totals back when a transaction that changed the index commits, over any
 correction made inside it). The note is a setting written with the delete, so a crash between the
-two only delays the correction to the next write or open.
+two only delays the correction to the next deleting write or open.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _totals(conn: Connection, table: str) -> tuple[int, int] | None:
 
 
 def _size(blob: bytes | None) -> int:
-    """A row's length in tokens, from its ``_docsize`` blob."""
+    """A row's length in tokens, from its ``_docsize`` blob (one byte below 128, the common case)."""
     return (blob[0] if blob[0] < 0x80 else varint(blob, 0)[0]) if blob else 0
 
 
