@@ -81,6 +81,16 @@ def test_statements_keep_durable_things_and_drop_small_talk() -> None:
     assert statements("Thanks! Wow.", turn_id="t", speaker="A", listener="B", said_on=None) == []
 
 
+def test_a_sentence_that_opens_in_the_first_person_counts_as_the_speakers_own() -> None:
+    # "My …", "We …", "Our …" open a sentence capitalised: they are the speaker's as much as "… my …".
+    for said, standalone in [("My favorite character is Aragorn, he grows so much.",
+                              "John's favorite character is Aragorn, he grows so much."),
+                             ("We adopted a puppy named Max at the shelter.",
+                              "John and others adopted a puppy named Max at the shelter.")]:
+        (statement,) = statements(said, turn_id="t", speaker="John", listener="Tim", said_on=None)
+        assert statement.text == standalone and statement.score >= FACT_SCORE
+
+
 def test_cut_points_fall_in_the_deepest_valleys() -> None:
     # Two flat plateaus with a deep valley between turn 4 and turn 5.
     likeness = [0.9, 0.9, 0.85, 0.9, 0.1, 0.88, 0.9, 0.9, 0.92]

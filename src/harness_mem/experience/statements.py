@@ -33,7 +33,7 @@ _DURABLE = re.compile(
     r"business|company|school|college|degree|team|won|lost|award|camping|hik\w*|ran|run\w*|cook\w*)\b",
     re.IGNORECASE,
 )
-_FIRST_PERSON = re.compile(r"\b(I|I'm|I've|I'd|I'll|my|me|mine|myself|we|we're|we've|our|us)\b")
+_FIRST_PERSON = re.compile(r"\b(I|I'm|I've|I'd|I'll|[Mm]y|me|[Mm]ine|[Mm]yself|[Ww]e|[Ww]e're|[Ww]e've|[Oo]ur|us)\b")
 _SMALL_TALK = re.compile(
     r"^\W*(hey|hi|hello|hiya|yo|thanks|thank you|thx|bye|goodbye|see you|see ya|take care|talk soon|"
     r"wow|whoa|haha|lol|omg|aw+|oh|ooh|yay|yeah|yes|no|nope|ok|okay|sure|cool|nice|great|awesome|"
