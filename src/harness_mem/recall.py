@@ -228,18 +228,24 @@ class Recall:
         terms = keyword.query_terms(query)
         if not terms or not pks:
             return {}
-        index, source = self._keyword_lanes(filters)[0]
+        index, source = self._keyword_lane(derived=bool(filters.derived))
         rows, _ = source.stats()
         weights = [scores.term_weight(rows, index.document_frequency(source, term, rows)) for term in terms]
         return {pk: scores.coverage(terms, weights, text) for pk, text in source.texts(pks).items()}
 
+    def _keyword_lane(self, *, derived: bool) -> tuple[KeywordIndex, Any]:
+        """A keyword lane (its df cache and its source): what consolidation derived, or the rest
+        (their own statistics each, see :attr:`Storage.keywords`)."""
+        return (self.derived_keywords, self.storage.derived_keywords) if derived else (self.keywords, self.storage.keywords)
+
     def _keyword_lanes(self, filters: Filters) -> list[tuple[KeywordIndex, Any]]:
-        """The keyword lanes a recall reads: what was said and written, what consolidation derived,
-        or both (their own statistics each, see :attr:`Storage.keywords`)."""
-        lanes = [(self.keywords, self.storage.keywords), (self.derived_keywords, self.storage.derived_keywords)]
-        if filters.derived is None:  # both, where this namespace holds anything derived
-            return lanes if self.storage.has_derived(self.scope.namespace) else lanes[:1]
-        return [lanes[1 if filters.derived else 0]]
+        """The keyword lanes a recall reads: one, or both where no lane is asked and this namespace
+        holds anything derived."""
+        if filters.derived is not None:
+            return [self._keyword_lane(derived=filters.derived)]
+        if self.storage.has_derived(self.scope.namespace):
+            return [self._keyword_lane(derived=False), self._keyword_lane(derived=True)]
+        return [self._keyword_lane(derived=False)]
 
     def _resolve_mode(self, mode: str | None) -> Mode:
         if mode is None:
