@@ -50,7 +50,7 @@ def test_a_new_year_is_crossed_both_ways() -> None:
     ("sentence", "standalone"),
     [
         ("I went to a support group and it was so powerful.", "Caroline went to a support group and it was so powerful."),
-        ("I love painting with my kids!", "Caroline loves painting with Caroline's kids!"),
+        ("I love painting with my kids!", "Caroline loves painting with their kids!"),  # named once
         ("I really enjoy hiking", "Caroline really enjoys hiking."),
         ("I'm a counselor now", "Caroline is a counselor now."),
         ("I've adopted a dog", "Caroline has adopted a dog."),

@@ -57,7 +57,8 @@ from ..models import Entry, counted, from_ms, new_id, now_ms, parse_time, to_ms
 from ..providers.textmodel import TextModel
 from ..storage import DERIVED_SOURCE
 from ..store import MemoryStore
-from .derive import Derivation, SpokenTurn, derive, fact_id, segment_id
+from .derive import Derivation, DerivedFact, SpokenTurn, derive, fact_id, segment_id
+from .facts import restates
 from .episode import NO_TOOLS, Episode
 from .ledger import ConsolidationLedger
 from .model_consolidation import (
@@ -462,6 +463,9 @@ class _Job:
                     for part in derivation.segments]
         facts = [self._item(c.session, "fact", fact.text, fact.source_turns, fact_id(fact.text), when, fact.about)
                  for fact in derivation.facts]
+        # How the rules' facts relate to stored ones, by id: a correction of a value, a revision.
+        changes = {item["id"]: fact for item, fact in zip(facts, derivation.facts, strict=True)
+                   if fact.corrects is not None or (fact.revises and fact.about is None)}
         decided: dict[str, Decision] = {}  # by fact id
         if self.model is not None:
             try:
@@ -471,6 +475,7 @@ class _Job:
                 return
             if written is not None:
                 segments, facts, decided = written
+                changes = {}
         facts = list({item["id"]: item for item in facts}.values())  # said twice in one session: once
         if self.dry_run:
             result.action = "derived" if result.action == "unchanged" else result.action
@@ -480,11 +485,19 @@ class _Job:
         try:
             with self.store.transaction():
                 kept_segments = self.store.add_many(segments, on_conflict="ignore")
-                # Facts nothing was decided about are new: written in one batch; the others one by one.
-                plain = [item for item in facts if item["id"] not in decided and "about" not in item["metadata"]]
-                kept_facts = self.store.add_many(plain, on_conflict="ignore")
+                # Facts nothing was decided about are new: written in one batch; the others one by one,
+                # in the order said (a correction may correct a fact of the same session).
+                def settled(item: dict[str, Any]) -> bool:
+                    return item["id"] in decided or "about" in item["metadata"] or item["id"] in changes
+
+                kept_facts = self.store.add_many([item for item in facts if not settled(item)], on_conflict="ignore")
                 for item in facts:
-                    if item["id"] in decided or "about" in item["metadata"]:
+                    if item["id"] in changes:
+                        entry, updated = self._change_fact(item, changes[item["id"]])
+                        if entry is not None:
+                            kept_facts.append(entry)
+                            result.facts_updated += updated
+                    elif settled(item):
                         entry, updated = self._write_fact(item, decided.get(item["id"]))
                         if entry is not None:
                             kept_facts.append(entry)
@@ -563,11 +576,54 @@ class _Job:
         return next(iter(self.store.add_many([item], on_conflict="ignore")), None), False
 
     def _correct(self, old_id: str, item: dict[str, Any]) -> Entry:
+        new_id_ = item["id"]
+        if self._exists(new_id_):
+            # Said before and replaced since ("Lisbon", "Porto", "Lisbon" again): a new version of its own.
+            new_id_ = f"{new_id_}:{hashlib.sha256(item['metadata']['source_turns'][-1].encode()).hexdigest()[:8]}"
+            if self._exists(new_id_):
+                return self.store.get(new_id_)
         corrected = self.store.supersede(
-            old_id, item["content"], id=item["id"], created_at=item["created_at"], metadata=item["metadata"],
+            old_id, item["content"], id=new_id_, created_at=item["created_at"], metadata=item["metadata"],
             tags=item["tags"], source=item["source"], session=item["session"],
         )
         return self.store.get(corrected.id)
+
+    def _exists(self, id_: str) -> bool:
+        try:
+            self.store.get(id_)
+        except NotFoundError:
+            return False
+        return True
+
+    def _change_fact(self, item: dict[str, Any], fact: DerivedFact) -> tuple[Entry | None, bool]:
+        """Write a fact that changes one the speaker stated before: a correction of its value ("it's
+        the 5th, not the 4th") supersedes the speaker's latest fact holding the wrong value, with the
+        right one in its place (nothing is written when there is none); a revision ("we'll use MySQL
+        for billing instead") supersedes the fact it restates with one thing changed, else is added."""
+        if fact.corrects is not None:
+            wrong, right = fact.corrects
+            said = re.compile(rf"(?<![\w-]){re.escape(wrong)}(?:st|nd|rd|th)?(?![\w-])", re.IGNORECASE)
+            old = next((e for e in self._speakers_facts(fact.speaker, wrong) if said.search(e.content)), None)
+            if old is None:
+                return None, False
+            text = said.sub(right, old.content)
+            fixed = {**item, "content": text, "id": fact_id(text),
+                     "metadata": {**old.metadata, "source_turns": item["metadata"]["source_turns"]},
+                     "tags": list(old.tags)}
+            return self._correct(old.id, fixed), True
+        old = next((e for e in self._speakers_facts(fact.speaker, item["content"])
+                    if restates(e.content, item["content"], fact.speaker)), None)
+        if old is None:
+            return next(iter(self.store.add_many([item], on_conflict="ignore")), None), False
+        if old.id == item["id"]:
+            return None, False
+        return self._correct(old.id, item), True
+
+    def _speakers_facts(self, speaker: str, words: str) -> list[Entry]:
+        """The current facts that name ``speaker`` and share words with ``words``, best first."""
+        hits = self.store.recall(words, 10, mode="keyword", kind="fact")
+        name = re.compile(rf"(?<!\w){re.escape(speaker)}(?!\w)", re.IGNORECASE)
+        return [h.entry for h in hits if name.search(h.entry.content)]
 
     def _set_fact(self, item: dict[str, Any]) -> tuple[Entry | None, bool]:
         """Write a fact about something that can change (where someone lives, …): added when nothing

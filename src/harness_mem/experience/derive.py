@@ -26,18 +26,16 @@ import numpy as np
 import numpy.typing as npt
 
 from .segments import segment
+from .facts import FACT_SCORE, correction, fact_about, fact_kind, revises
 from .statements import Statement, content_words, display_name, statements
 from .timephrases import format_day
 
 __all__ = ["FACT_SCORE", "Derivation", "DerivedFact", "DerivedSegment", "SpokenTurn", "derive", "fact_about", "fact_id",
            "segment_id"]
 
-#: A statement becomes a fact from this score up (see :func:`.statements.statements`): a durable
-#: statement of the speaker's own, with some content — not an aside.
-FACT_SCORE = 2.6
-#: A turn gives at most this many facts, its best statements (on LoCoMo dev a second one per turn
-#: raised F1@1 by .02 and lowered link@1 by .01, for 23% more facts).
-FACTS_PER_TURN = 1
+#: A turn gives at most this many facts, in the order said: its statements of a recognised kind
+#: (:func:`.facts.fact_kind`), else its best event.
+FACTS_PER_TURN = 2
 #: A segment's account is cut after this many characters (its statements are kept whole).
 SEGMENT_CHARS = 1_500
 TOPIC_WORDS = 4
@@ -71,51 +69,12 @@ class DerivedFact:
     # (what it is about, what it says): ("caroline/home", "porto"). A later fact about the same
     # thing that says something else replaces it; one that says the same repeats it.
     about: tuple[str, str] | None = None
-
-
-_VALUE = r"(?P<value>[A-Z][\w'’-]*(?:[ -](?:[A-Z][\w'’-]*|de|da|do|of|on|upon))*)"
-# The unambiguous changes a fact can state about a person (their home, their work, their partner,
-# whether they like something): a later statement of the same one replaces the earlier.
-_ATTRIBUTES: list[tuple[str, str]] = [
-    ("home", r"^{who} (?:now )?(?:lives|is living|has lived|lived|moved|has moved|is moving|relocated|has relocated)"
-             r" (?:back )?(?:in|to) " + _VALUE),
-    ("work", r"^{who} (?:now )?(?:works|is working|has worked|started working|got a job|has a new job|is employed)"
-             r" (?:at|for) " + _VALUE),
-    ("partner", r"^{who}'s (?:partner|husband|wife|boyfriend|girlfriend|fianc[ée]e?|spouse)(?:'s name)?"
-                r" (?:is|is named|is called) " + _VALUE),
-]
-_LIKES = re.compile(
-    r"^{who} (?:really |truly |absolutely |just |also |still |totally )?"
-    r"(?P<negated>no longer |doesn't |does not |don't |stopped )?(?:really )?"
-    r"(?P<verb>likes?|loves?|enjoys?|prefers?|hates?|dislikes?|liking|loving|enjoying) (?P<thing>[\w' -]{{3,60}}?)[.!]?$"
-)
-
-
-_OBJECT_ENDS = re.compile(
-    r"\b(?:in|on|at|with|since|because|when|while|for|and|but|so|as|from|during|after|before|anymore|now)\b"
-)
-_HEDGES = frozenset("anymore now lot much too really either more so these days at all".split())
-
-
-def fact_about(text: str, subject: str) -> tuple[str, str] | None:
-    """What a fact sets and to what: ``("caroline/home", "porto")``, ``("caroline/likes/hiking",
-    "no")``; None when it is not one of the changes recognised without a model (then it is only
-    ever added, never merged)."""
-    who = re.escape(subject[:1].upper() + subject[1:])
-    person = "-".join(subject.lower().split())
-    for attribute, pattern in _ATTRIBUTES:
-        found = re.match(pattern.format(who=who), text)
-        if found:
-            return f"{person}/{attribute}", " ".join(found.group("value").lower().split())
-    liking = re.match(_LIKES.pattern.format(who=who), text)
-    if liking:
-        # What is liked is the object, up to where the sentence goes on about where, when or why.
-        head = _OBJECT_ENDS.split(liking.group("thing"), maxsplit=1)[0]
-        thing = "-".join(w for w in content_words(head) if w not in _HEDGES)
-        negative = liking.group("negated") or liking.group("verb").startswith(("hate", "dislike"))
-        if thing:
-            return f"{person}/likes/{thing}", "no" if negative else "yes"
-    return None
+    speaker: str = ""
+    # (said wrong, right) when it corrects a value the speaker gave before ("it's the 5th, not the 4th"):
+    # it is written as that fact with the value replaced, or not at all.
+    corrects: tuple[str, str] | None = None
+    # It presents itself as a change ("… now", "instead"): it replaces the speaker's fact it restates.
+    revises: bool = False
 
 
 @dataclass(frozen=True)
@@ -198,6 +157,22 @@ def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None 
             continue
         asked = i > 0 and turns[i - 1].role != turns[i].role and turns[i - 1].content.rstrip().endswith("?")
         sources = (turns[i - 1].id, turns[i].id) if asked else (turns[i].id,)
-        best = sorted((s for s in found if s.score >= FACT_SCORE), key=lambda s: -s.score)[:FACTS_PER_TURN]
-        facts += [DerivedFact(s.text, sources, s.score, fact_about(s.text, s.speaker)) for s in best]
+        facts += _facts(found, sources, _listener(turns[i].role, people))
     return Derivation(segments, facts, parts)
+
+
+def _facts(found: Sequence[Statement], sources: tuple[str, ...], listener: str | None) -> list[DerivedFact]:
+    """The facts among a turn's statements: those of a recognised kind, else its best event; and
+    the corrections of a value said before."""
+    kinds = [fact_kind(s.said, listener=listener) for s in found]
+    typed = [(s, kind) for s, kind in zip(found, kinds, strict=True) if kind not in (None, "event")]
+    events = sorted(((s, kind) for s, kind in zip(found, kinds, strict=True) if kind == "event"),
+                    key=lambda pair: -pair[0].score)
+    chosen = typed[:FACTS_PER_TURN] or events[:1]
+    facts = [DerivedFact(s.text, sources, s.score, fact_about(s.text, s.speaker, kind), s.speaker, None,
+                         revises(s.said)) for s, kind in chosen]
+    for s in found:
+        fixed = correction(s.said)
+        if fixed is not None:
+            facts.append(DerivedFact(s.text, sources, s.score, None, s.speaker, fixed))
+    return facts

@@ -18,7 +18,7 @@ from datetime import date
 
 from .timephrases import resolve_dates
 
-__all__ = ["Statement", "display_name", "statements"]
+__all__ = ["Statement", "display_name", "normalised", "statements", "worth"]
 
 # Durable subjects: what a reader keeps from a conversation (LoCoMo's annotators kept events,
 # plans, preferences, relations and attributes, and so do the memory papers).
@@ -40,7 +40,7 @@ _SMALL_TALK = re.compile(
     r"amazing|congrats|congratulations|good luck|good to|glad|sounds|that's|that is|it's so|you're|you are)\b",
     re.IGNORECASE,
 )
-_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)]*\s+(?=[\"'“(]*[A-Z0-9])|\n+")
+_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)]*\s+(?=[\"'“(]*[A-Z0-9])|\n+|;\s+")
 _ANNOTATION = re.compile(r"\[[^\]]{0,500}\]")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*|\d+")
 _STOP = frozenset(
@@ -76,6 +76,7 @@ class Statement:
     turn_id: str
     speaker: str
     score: float
+    said: str = ""  # the sentence as said (first person), without what opens it: what facts are read from
 
     @property
     def words(self) -> list[str]:
@@ -129,12 +130,34 @@ _SUBJECTLESS = [
 ]
 
 
-_DISCOURSE = re.compile(r"^(?:by the way|btw|also|so|well|oh|anyway|anyways|and|but|plus|honestly|actually)\b[,:]?\s+",
-                        re.IGNORECASE)
+# What opens a sentence without being part of what it states ("By the way,", "Big news:").
+_OPENERS = re.compile(
+    r"^(?:(?:ok(?:ay)?|so|well|oh|anyway|anyways|and|but|plus|also|honestly|actually|btw|by the way|fyi|"
+    r"for context|for the record|for reference|just so you know|to be clear|heads up|in fact|"
+    r"sorry|correction|update|big news|news|good news|fun fact|change of plans?|quick update|(?:it )?turns out|remember(?: that)?|note(?: that)?|keep in mind(?: that)?|"
+    r"just a reminder(?: that)?|reminder)\b[,:!]?\s+)+",
+    re.IGNORECASE,
+)
+_HEADER = re.compile(r"^[A-Za-z][\w ']{0,24}:\s+(?=\S)")  # "Big news: …", "Update: …"
+_I_THINK = re.compile(r"^I (?:think|guess|believe|feel like|suppose) (?:that )?(?=I\b|I'm\b|my\b|we\b)",
+                      re.IGNORECASE)
+_FILLERS = re.compile(r",? (?:you know|you see|ya know)\b,?", re.IGNORECASE)
+
+
+def normalised(sentence: str) -> str:
+    """The sentence without what opens it ("By the way,", "Big news:", "Honestly, I think") and its
+    fillers ("you know"): what it states, still in the speaker's words."""
+    s = sentence.strip().replace("’", "'")
+    while True:
+        before = s
+        s = _I_THINK.sub("", _HEADER.sub("", _OPENERS.sub("", s)))
+        if s == before:
+            break
+    s = _FILLERS.sub("", s)
+    return s[:1].upper() + s[1:]
 
 
 def _subject_added(sentence: str) -> str:
-    sentence = _DISCOURSE.sub("", sentence, count=1)  # "By the way, I prefer …": what is said is the rest
     for pattern, verb in _SUBJECTLESS:
         found = pattern.match(sentence)
         if found:
@@ -146,7 +169,8 @@ def _subject_added(sentence: str) -> str:
 
 def rewrite(sentence: str, speaker: str, listener: str | None) -> str:
     """``sentence`` with the speaker's and the listener's pronouns replaced by their names."""
-    s = sentence.replace("’", "'")
+    s = normalised(sentence)
+    s = re.sub(r"^Let(?:'s| us) ", _SELF + " decided to ", s)  # "Let's go with Redis …": what was decided
     s = re.sub(r"\bI'm\b|\bI am\b", _SELF + " is", s)
     s = re.sub(r"\bI don't\b", _SELF + " doesn't", s)
     s = re.sub(r"\bI do not\b", _SELF + " does not", s)
@@ -155,8 +179,10 @@ def rewrite(sentence: str, speaker: str, listener: str | None) -> str:
     s = re.sub(r"\bI'll\b|\bI will\b", _SELF + " will", s)
     s = re.sub(r"\bI (?P<rest>(?:[A-Za-z]+ ){0,1}[A-Za-z]+)", _conjugate_after_i, s)
     s = re.sub(r"\b[Mm]yself\b", "themselves", s)
-    s = re.sub(r"\b(?:[Mm]y|[Mm]ine|[Oo]ur|[Oo]urs)\b", f"{speaker}'s", s)
-    s = re.sub(r"\bme\b", speaker, s)
+    # Named once; after that "their" and "them" ("Gina quit their job"), as a person would write it.
+    s = re.sub(r"\b(?:[Mm]y|[Mm]ine|[Oo]ur|[Oo]urs)\b",
+               lambda m: "their" if _SELF in s[:m.start()] else f"{speaker}'s", s)
+    s = re.sub(r"\bme\b", lambda m: "them" if _SELF in s[:m.start()] or f"{speaker}'s" in s[:m.start()] else speaker, s)
     s = re.sub(r"\b[Ww]e're\b|\b[Ww]e are\b", f"{speaker} and others are", s)
     s = re.sub(r"\b[Ww]e've\b", f"{speaker} and others have", s)
     s = re.sub(r"\b[Ww]e'll\b", f"{speaker} and others will", s)
@@ -177,7 +203,7 @@ def rewrite(sentence: str, speaker: str, listener: str | None) -> str:
     return s[:1].upper() + s[1:]
 
 
-def _score(sentence: str) -> float:
+def worth(sentence: str) -> float:
     """How much a sentence (as said) is worth keeping; 0 when it is not a statement worth a fact."""
     stripped = sentence.strip()
     words = content_words(stripped)
@@ -210,12 +236,13 @@ def statements(text: str, *, turn_id: str, speaker: str, listener: str | None, s
     """
     found = []
     for sentence in sentences(text):
-        score = _score(sentence)
-        words = len(content_words(sentence))
-        if score <= 0 and (words < 2 or (_SMALL_TALK.match(sentence) is not None and words < 4)):
+        said = normalised(sentence)
+        score = worth(said)
+        words = len(content_words(said))
+        if score <= 0 and (words < 1 or (_SMALL_TALK.match(sentence) is not None and words < 4)):
             continue  # "Hey Mel!", "Wow.": nothing to keep even in an account of the conversation
-        standalone = rewrite(sentence, speaker, listener)
+        standalone = rewrite(said, speaker, listener)
         if said_on is not None:
             standalone = resolve_dates(standalone, said_on)
-        found.append(Statement(standalone, turn_id, speaker, round(score, 3)))
+        found.append(Statement(standalone, turn_id, speaker, round(score, 3), said))
     return found
