@@ -78,6 +78,7 @@ import hashlib
 import json
 import re
 import shutil
+import statistics
 import string
 import sys
 import tempfile
@@ -306,6 +307,22 @@ def imported_store(data: Path, scratch: Path, cache: Path | None, embedder: str)
     return db, seconds
 
 
+def summary_shape(store: MemoryStore) -> dict[str, Any]:
+    """What the summaries read like: their length against the turns they cover (words), and how
+    many still hold a question or a list of topic words instead of what was said."""
+    words = {e.id: len(e.content.split()) for e in store.list(kind="turn")}
+    ratios, questions, word_lists, n = [], 0, 0, 0
+    for entry in store.list(kind="summary"):
+        covered = sum(words.get(t, 0) for t in entry.metadata.get("source_turns", []))
+        if covered:
+            ratios.append(len(entry.content.split()) / covered)
+        n += 1
+        questions += "?" in entry.content
+        word_lists += re.search(r"talked about \w+, \w+", entry.content) is not None
+    return {"summaries": n, "median_ratio": statistics.median(ratios) if ratios else 0.0,
+            "with_question": questions / n if n else 0.0, "word_lists": word_lists / n if n else 0.0}
+
+
 def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, examples: int,
            rerank_every: int = 0) -> dict[str, Any]:
     observations, questions = load_observations(data), load_questions(data)
@@ -325,6 +342,7 @@ def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, example
         consolidate_s = time.perf_counter() - started
         log(f"LoCoMo: {report.summary()} in {consolidate_s:.1f} s; measuring …")
         derived_count = {kind: store.count(kind=kind, derived=True) for kind in DERIVED_KINDS}
+        shape = summary_shape(store)
         derived, derived_rows = linking(store, observations, obs_vectors, derived=True)
         # Each kind alone: the issue's two baselines are a lane each (segments for link@1 at a
         # quarter of the turns, fact sentences for F1@1).
@@ -363,6 +381,8 @@ def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, example
         "facts_repeated": report.facts_repeated,
         "derived": derived_count,
         "derived_per_turn": sum(derived_count.values()) / turns,
+        "summary_shape": shape,
+        "facts_per_turn": derived_count["fact"] / turns,
         "raw_turns": raw,
         "derived_entries": derived,
         "derived_entries_reranked": reranked,
@@ -513,6 +533,11 @@ def markdown(result: dict[str, Any]) -> str:
             f" {lo['facts_repeated']} facts already known. Consolidation took {lo['consolidate_s']:.1f} s"
             f" ({lo['consolidate_turns_per_s']:.0f} turns/s, embedding included)"
             + (f"; the import {lo['import_s']:.1f} s." if lo["import_s"] is not None else "; the import was cached."),
+            "",
+            f"Summaries: {lo['summary_shape']['summaries']:,}, a median **{lo['summary_shape']['median_ratio']:.2f}**"
+            f" of the words of the turns they cover (goal ≤ 0.4); {lo['summary_shape']['with_question']:.1%} hold a"
+            f" question, {lo['summary_shape']['word_lists']:.1%} a list of topic words. Facts:"
+            f" {lo['facts_per_turn']:.3f} per turn.",
             "",
             "| observations → entry | link@1 | link@10 | F1@1 | F1@1 content only |",
             "|---|---|---|---|---|",

@@ -146,7 +146,7 @@ def test_consolidate_falls_back_to_the_rules_on_replies_it_cannot_use(
     assert result.exit_code == 0 and len(fake.requests()) == 2
     assert f"the model's replies were rejected ({note}" in result.stdout
     (summary,) = json_lines(run(db_path, "list", "--kind", "summary", "--json"))
-    assert summary["content"].startswith("On 8 May 2023, Ada and Bo talked")
+    assert summary["content"].startswith("Ada and Bo on 8 May 2023: ")
 
 
 @pytest.mark.parametrize(

@@ -283,7 +283,7 @@ def test_a_reply_that_fails_validation_is_asked_again_once_then_the_rules_write(
     assert model.calls == 2 and "Your previous reply was rejected: the reply is not a JSON object" in model.prompts[1]
     assert result.model_rejected and "0 segment summaries for 1 segments" in (result.note or "")
     assert result.segments and result.facts                                   # the rules' text, not nothing
-    assert store.get(result.segments[0]).content.startswith("On 8 May 2023, Ada and Bo talked")
+    assert store.get(result.segments[0]).content.startswith("Ada and Bo on 8 May 2023: ")
 
 
 def test_a_reply_citing_a_turn_that_was_not_shown_is_rejected(store: MemoryStore) -> None:

@@ -51,7 +51,7 @@ def test_a_named_two_person_chat_becomes_segments_and_facts(engine_store: Memory
         cited = entry.metadata["source_turns"]
         assert cited and set(cited) <= set(turns) and entry.session == "conv:1"
     segment = next(e for e in derived if e.kind == "summary")
-    assert segment.content.startswith("On 8 May 2023, Caroline and Melanie talked")
+    assert segment.content.startswith("Caroline and Melanie on 8 May 2023: ")
     facts = [e.content for e in derived if e.kind == "fact"]
     assert "Caroline really enjoys hiking in the mountains with their friends." in facts
     assert f"Caroline went to a LGBTQ support group at the {SECRET_WORD} centre on 7 May 2023 and it was so powerful." in facts
@@ -176,7 +176,7 @@ def test_a_purge_after_forgetting_leaves_no_derived_copy_in_the_file(sqlite_stor
     store = sqlite_store
     turns = chat(store)
     consolidate(store)
-    assert sum(SECRET_WORD in e.content for e in store.list(kind=["summary", "fact"])) >= 2
+    assert sum(SECRET_WORD in e.content for e in store.list(kind=["summary", "fact"])) >= 1
     store.forget(turns[2])
     store.purge()
     store.close()

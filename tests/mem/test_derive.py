@@ -136,29 +136,32 @@ def chat() -> list[SpokenTurn]:
     return [SpokenTurn(f"t{i}", role, text, MONDAY) for i, (role, text) in enumerate(lines, start=1)]
 
 
-def test_derive_writes_accounts_and_facts_that_cite_their_turns() -> None:
+def test_derive_writes_summaries_and_facts_that_cite_their_turns() -> None:
     derivation = derive(chat())
     (part,) = derivation.segments  # six turns: too short to cut
     assert part.source_turns == ("t1", "t2", "t3", "t4", "t5", "t6")
-    assert part.text.startswith("On 8 May 2023, Caroline and Melanie talked about ")
-    assert "Caroline went to a LGBTQ support group on 7 May 2023" in part.text
-    assert "Melanie is swamped with the kids and work." in part.text
-    assert "Did Caroline meet anyone?" in part.text                   # the account keeps what was asked
-    assert "Hey Mel" not in part.text                                 # but not the greetings
+    # Who and when, then what was said of substance, in far fewer words than the turns.
+    assert part.text.startswith("Caroline and Melanie on 8 May 2023: ")
+    assert "Caroline plans to study counseling in 2024" in part.text
+    assert len(part.text.split()) <= 0.4 * sum(len(t.content.split()) for t in chat())
+    assert "?" not in part.text and "Hey Mel" not in part.text     # no questions, no greetings
     facts = {f.text: f.source_turns for f in derivation.facts}
     assert facts["Caroline went to a LGBTQ support group on 7 May 2023 and it was so powerful."] == ("t2", "t3")
     # It answers Melanie's question, so the question is one of its sources.
     assert facts["Caroline met a counselor there and Caroline plans to study counseling in 2024."] == ("t4", "t5")
 
 
-def test_an_assistant_states_no_facts_but_its_words_are_in_the_segment() -> None:
+def test_an_assistant_states_no_facts_and_what_the_user_said_comes_first_in_the_segment() -> None:
     turns = [SpokenTurn("u", "user", "I moved to Porto last month and I love the food there.", MONDAY),
-             SpokenTurn("a", "assistant", "I recommend visiting the Livraria Lello bookshop in Porto.", MONDAY)]
+             SpokenTurn("a", "assistant", "I recommend visiting the Livraria Lello bookshop in Porto, "
+                        "then a walk down to the river for the tram and the bridge at sunset.", MONDAY)]
     derivation = derive(turns)
     assert [f.text for f in derivation.facts] == [
         "The user moved to Porto in April 2023 and the user loves the food there."
     ]
-    assert "The assistant recommends visiting the Livraria Lello bookshop in Porto." in derivation.segments[0].text
+    assert derivation.segments[0].text == (
+        "The user and the assistant on 8 May 2023: The user moved to Porto in April 2023 and the user loves the food there."
+    )
 
 
 def test_a_fact_said_again_in_the_same_words_gets_the_same_id() -> None:

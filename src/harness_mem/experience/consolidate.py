@@ -58,8 +58,8 @@ from ..providers.textmodel import TextModel
 from ..storage import DERIVED_SOURCE
 from ..store import MemoryStore
 from .derive import Derivation, DerivedFact, SpokenTurn, derive, fact_id, segment_id
-from .facts import restates
 from .episode import NO_TOOLS, Episode
+from .facts import restates
 from .ledger import ConsolidationLedger
 from .model_consolidation import (
     DECISIONS_MAX_TOKENS,

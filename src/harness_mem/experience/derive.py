@@ -4,10 +4,12 @@
 returns
 
 * **segments** — the session cut where its subject changes (:mod:`.segments`), each written as a
-  short account that reads on its own: who talked, on which day, about what, then what each of them
-  said of substance, in the third person with dates resolved (:mod:`.statements`);
-* **facts** — the statements worth keeping on their own (the best of each turn that says something
-  durable, from the people in the conversation, not an assistant's replies), each citing its turn
+  summary that reads on its own and is much shorter than its turns: its day, then what was said of
+  substance (the facts first, then the statements worth most), in the third person with dates
+  resolved (:mod:`.statements`) — no questions, no small talk;
+* **facts** — the statements of a durable kind (:mod:`.facts`: where someone lives or works, diet,
+  health, family, plans, preferences, a project's decisions and conventions …), else a turn's best
+  event, from the people in the conversation (not an assistant's replies), each citing its turn
   and, when it answers the other speaker's question, that question.
 
 Nothing here touches the store: :func:`~.consolidate.consolidate` writes what this returns.
@@ -16,8 +18,6 @@ Nothing here touches the store: :func:`~.consolidate.consolidate` writes what th
 from __future__ import annotations
 
 import hashlib
-import re
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -25,8 +25,8 @@ from datetime import date
 import numpy as np
 import numpy.typing as npt
 
-from .segments import segment
 from .facts import FACT_SCORE, correction, fact_about, fact_kind, revises
+from .segments import segment
 from .statements import Statement, content_words, display_name, statements
 from .timephrases import format_day
 
@@ -36,11 +36,11 @@ __all__ = ["FACT_SCORE", "Derivation", "DerivedFact", "DerivedSegment", "SpokenT
 #: A turn gives at most this many facts, in the order said: its statements of a recognised kind
 #: (:func:`.facts.fact_kind`), else its best event.
 FACTS_PER_TURN = 2
-#: A segment's account is cut after this many characters (its statements are kept whole).
-SEGMENT_CHARS = 1_500
-TOPIC_WORDS = 4
-# Words the rewriting itself puts in ("Ada and others"), which say nothing of the subject.
-_NOT_TOPICS = frozenset({"others", "user", "assistant", "user's", "assistant's"})
+#: A segment's summary holds at most this share of the words of its turns (its statements are
+#: kept whole; the first always goes in): a summary is worth keeping only if it is much shorter.
+SUMMARY_SHARE = 0.35
+#: … but a few short turns still get a sentence's worth.
+SUMMARY_MIN_WORDS = 12
 # An assistant's replies are advice and steps, not facts about anyone: they are kept in the segments.
 _NOT_FACT_SOURCES = frozenset({"assistant", "system", "tool"})
 
@@ -112,66 +112,68 @@ def _statements(turn: SpokenTurn, people: Sequence[str]) -> list[Statement]:
                       listener=_listener(turn.role, people), said_on=turn.day)
 
 
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _account(turns: Sequence[SpokenTurn], said: Sequence[tuple[Statement, str | None]]) -> str:
+    """A segment as a reader would note it: who and when, then what was said of substance — the facts
+    first, then the statements worth the most — in the order said, within :data:`SUMMARY_SHARE` of
+    its turns' words. Questions and small talk never make it in."""
+    budget = max(SUMMARY_SHARE * sum(_words(t.content) for t in turns), SUMMARY_MIN_WORDS)
+    candidates = [i for i, (statement, kind) in enumerate(said) if statement.score > 0 or kind is not None]
+    ranked = sorted(candidates, key=lambda i: (said[i][1] is None, -said[i][0].score))
+    chosen: list[int] = []
+    size = 0
+    for i in ranked:
+        words = _words(said[i][0].text)
+        if chosen and size + words > budget:
+            continue
+        chosen.append(i)
+        size += words
+    text = " ".join(said[i][0].text for i in sorted(chosen))
+    who = _names(_speakers(turns))
+    day = next((t.day for t in turns if t.day is not None), None)
+    head = who if day is None else f"{who} on {format_day(day)}"
+    return f"{head[:1].upper()}{head[1:]}: {text}"
+
+
 def _names(people: Sequence[str]) -> str:
     shown = [display_name(p) for p in people]
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
 
-def _topic(said: Sequence[Statement], people: Sequence[str]) -> list[str]:
-    names = {w for p in people for w in content_words(display_name(p))}
-    counts = Counter(w for s in said for w in s.words
-                     if w not in names and w not in _NOT_TOPICS and len(w) > 3 and not w.isdigit())
-    return [w for w, _ in counts.most_common(TOPIC_WORDS)]
-
-
-def _account(turns: Sequence[SpokenTurn], said: Sequence[Statement], people: Sequence[str]) -> str:
-    day = next((t.day for t in turns if t.day is not None), None)
-    who = _names(_speakers(turns) or people)
-    head = f"On {format_day(day)}, {who}" if day is not None else who[:1].upper() + who[1:]
-    topic = _topic(said, people)
-    lines = [f"{head} talked{' about ' + ', '.join(topic) if topic else ''}."]
-    size = len(lines[0])
-    for statement in said:
-        if size + len(statement.text) + 1 > SEGMENT_CHARS:
-            break
-        lines.append(statement.text)
-        size += len(statement.text) + 1
-    return " ".join(lines)
-
-
 def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None = None) -> Derivation:
     """The segments and facts of a session's turns (in order; ``vectors`` row for row, or None)."""
     people = _speakers(turns)
-    said = [_statements(turn, people) for turn in turns]
+    said = [[(s, None if turn.role in _NOT_FACT_SOURCES else fact_kind(s.said, listener=_listener(turn.role, people)))
+             for s in _statements(turn, people)] for turn in turns]
     segments = []
     parts = segment([t.content for t in turns], vectors)
     for part in parts:
-        kept = [s for i in part for s in said[i]]
-        if not kept:
+        kept = [pair for i in part for pair in said[i]]
+        if not any(s.score > 0 or kind is not None for s, kind in kept):
             continue  # greetings and questions only: nothing to keep
-        segments.append(DerivedSegment(_account([turns[i] for i in part], kept, people),
-                                       tuple(turns[i].id for i in part)))
+        segments.append(DerivedSegment(_account([turns[i] for i in part], kept), tuple(turns[i].id for i in part)))
     facts = []
     for i, found in enumerate(said):
         if turns[i].role in _NOT_FACT_SOURCES:
             continue
         asked = i > 0 and turns[i - 1].role != turns[i].role and turns[i - 1].content.rstrip().endswith("?")
         sources = (turns[i - 1].id, turns[i].id) if asked else (turns[i].id,)
-        facts += _facts(found, sources, _listener(turns[i].role, people))
+        facts += _facts(found, sources)
     return Derivation(segments, facts, parts)
 
 
-def _facts(found: Sequence[Statement], sources: tuple[str, ...], listener: str | None) -> list[DerivedFact]:
-    """The facts among a turn's statements: those of a recognised kind, else its best event; and
-    the corrections of a value said before."""
-    kinds = [fact_kind(s.said, listener=listener) for s in found]
-    typed = [(s, kind) for s, kind in zip(found, kinds, strict=True) if kind not in (None, "event")]
-    events = sorted(((s, kind) for s, kind in zip(found, kinds, strict=True) if kind == "event"),
-                    key=lambda pair: -pair[0].score)
+def _facts(found: Sequence[tuple[Statement, str | None]], sources: tuple[str, ...]) -> list[DerivedFact]:
+    """The facts among a turn's statements (with their kinds): those of a recognised kind, else its
+    best event; and the corrections of a value said before."""
+    typed = [(s, kind) for s, kind in found if kind not in (None, "event")]
+    events = sorted(((s, kind) for s, kind in found if kind == "event"), key=lambda pair: -pair[0].score)
     chosen = typed[:FACTS_PER_TURN] or events[:1]
     facts = [DerivedFact(s.text, sources, s.score, fact_about(s.text, s.speaker, kind), s.speaker, None,
                          revises(s.said)) for s, kind in chosen]
-    for s in found:
+    for s, _ in found:
         fixed = correction(s.said)
         if fixed is not None:
             facts.append(DerivedFact(s.text, sources, s.score, None, s.speaker, fixed))

@@ -103,7 +103,7 @@ _PERSONAL: list[tuple[str, str]] = [
     ("pet", r"\b(?:dogs?|cats?|pupp(?:y|ies)|kittens?|pets?|turtles?|snakes?|hamsters?|parrots?|horses?|rabbits?|"
             r"retrievers?|fish|guinea pigs?|lizards?|birds?)\b"),
     ("date", r"\bbirthday\b|\bborn\b|\bname day\b"),
-    ("preference", r"\b(?:prefer\w*|favou?rite|love|loves|loved|like|likes|enjoy\w*|hate|hates|dislike\w*|adore|"
+    ("preference", r"\b(?:prefer\w*|favou?rite|(?:don't|do not|never) want|love|loves|loved|like|likes|enjoy\w*|hate|hates|dislike\w*|adore|"
                    r"can't stand|cannot stand|rather|fan of|into|passion\w*|obsessed)\b"),
     ("language", r"\b(?:speak|speaks|fluent|native language|mother tongue)\b"),
     ("education", r"\b(?:study|studies|studying|studied|degree|master'?s|bachelor'?s|phd|graduat\w+|school|college|"
@@ -193,7 +193,8 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
         return None
     if _DECISION.match(s):
         return "decision"
-    if _CONVENTION.search(s):
+    convention = _CONVENTION.search(s)
+    if convention and len(content_words(s[convention.end():])) >= 2:  # "we always squash merge", not "I always forget"
         return "convention"
     if _PROHIBITION.match(s):
         return "convention"
