@@ -18,6 +18,7 @@ Nothing here touches the store: :func:`~.consolidate.consolidate` writes what th
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -35,12 +36,14 @@ __all__ = ["FACT_SCORE", "Derivation", "DerivedFact", "DerivedSegment", "SpokenT
 
 #: A turn gives at most this many facts, in the order said: its statements of a recognised kind
 #: (:func:`.facts.fact_kind`), else its best event.
-FACTS_PER_TURN = 2
+FACTS_PER_TURN = 3
 #: A segment's summary holds at most this share of the words of its turns (its statements are
 #: kept whole; the first always goes in): a summary is worth keeping only if it is much shorter.
 SUMMARY_SHARE = 0.35
 #: … but a few short turns still get a sentence's worth.
 SUMMARY_MIN_WORDS = 12
+#: A first clause with this many content words says enough on its own (see :func:`condensed`).
+CLAUSE_WORDS = 3
 # An assistant's replies are advice and steps, not facts about anyone: they are kept in the segments.
 _NOT_FACT_SOURCES = frozenset({"assistant", "system", "tool"})
 
@@ -116,22 +119,51 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
+# Where a sentence goes on after what it states: an aside, a reaction, a reason ("…, and it was so
+# powerful!", "… - it was good!", ", especially for desserts").
+_CLAUSE_END = re.compile(r"(?:,? and it (?:was|is)|,? - |,? – |, (?:especially|which|but|so|though|because|since|"
+                         r"as|like|just|and|or|even|plus)\b|!|;)")
+_FILLER = re.compile(r"\b(?:really|so|just|totally|pretty|super|very|actually|definitely|absolutely|kinda|"
+                     r"sort of|kind of|literally|honestly|basically|quite|truly)\s+", re.IGNORECASE)
+
+
+def condensed(text: str) -> str:
+    """A statement as a note holds it: its first clause, if that says enough on its own, without
+    intensifiers ("Caroline went to a LGBTQ support group on 7 May 2023 and it was so powerful." →
+    "Caroline went to a LGBTQ support group on 7 May 2023.")."""
+    cut = _CLAUSE_END.search(text)
+    if cut and len(content_words(text[:cut.start()])) >= CLAUSE_WORDS:
+        text = text[:cut.start()]
+    text = _FILLER.sub("", text).strip(" ,.!")
+    return text[:1].upper() + text[1:] + "." if text else text
+
+
 def _account(turns: Sequence[SpokenTurn], said: Sequence[tuple[Statement, str | None]]) -> str:
-    """A segment as a reader would note it: who and when, then what was said of substance — the facts
-    first, then the statements worth the most — in the order said, within :data:`SUMMARY_SHARE` of
-    its turns' words. Questions and small talk never make it in."""
+    """A segment as a reader would note it: who and when, then what was said of substance, in the
+    order said, within :data:`SUMMARY_SHARE` of its turns' words — each turn's best statement first
+    (a fact before the rest), then each one's second …, each cut to its first clause
+    (:func:`condensed`). Questions and small talk never make it in."""
     budget = max(SUMMARY_SHARE * sum(_words(t.content) for t in turns), SUMMARY_MIN_WORDS)
     candidates = [i for i, (statement, kind) in enumerate(said) if statement.score > 0 or kind is not None]
-    ranked = sorted(candidates, key=lambda i: (said[i][1] is None, -said[i][0].score))
+    def worth(i: int) -> tuple[bool, float]:
+        return said[i][1] is None, -said[i][0].score
+
+    # Each turn's best first, then each turn's second …: what the segment covers, not one turn's all.
+    by_turn: dict[str, list[int]] = {}
+    for i in sorted(candidates, key=worth):
+        by_turn.setdefault(said[i][0].turn_id, []).append(i)
+    nth = {i: n for ids in by_turn.values() for n, i in enumerate(ids)}
+    ranked = sorted(candidates, key=lambda i: (nth[i], *worth(i)))
+    noted = {i: condensed(said[i][0].text) for i in candidates}
     chosen: list[int] = []
     size = 0
     for i in ranked:
-        words = _words(said[i][0].text)
+        words = _words(noted[i])
         if chosen and size + words > budget:
             continue
         chosen.append(i)
         size += words
-    text = " ".join(said[i][0].text for i in sorted(chosen))
+    text = " ".join(noted[i] for i in sorted(chosen))
     who = _names(_speakers(turns))
     day = next((t.day for t in turns if t.day is not None), None)
     head = who if day is None else f"{who} on {format_day(day)}"

@@ -83,6 +83,12 @@ _PERSONAL: list[tuple[str, str]] = [
                  r"hindu|buddhist|atheist)\b"),
     ("home", r"\b(?:live|lives|living|lived|moved|move|moving|relocat\w+|based|settled|stay(?:ing)?) "
              r"(?:\w+ )?(?:in|to|near|at|with|back to)\b|\b(?:grew up|am from|'m from|originally from|born (?:in|on))\b"),
+    ("diet", r"\b(?:vegetarian|vegan|pescatarian|keto|paleo|gluten[- ]free|kosher|halal|lactose|dairy[- ]free|eat meat|"
+             r"eat fish|(?:don't|do not|never) (?:eat|drink)|sober|teetotal|alcohol|caffeine)\b"),
+    ("allergy", r"\ballerg(?:y|ies|ic)\b|\bintoleran(?:t|ce)\b"),
+    ("health", r"\b(?:diagnos\w+|diabet\w+|asthma|pregnan\w+|surgery|injur\w+|broke my|sprain\w+|disease|disorder|"
+               r"therapy|therapist|medication|colou?r ?blind|quit smoking|cancer|migraines?|doctor|blood pressure|"
+               r"anxiety|depression|adhd|autis\w+|dyslexi\w+|wheelchair|hearing|vision|glasses)\b"),
     ("work", r"\b(?:work|works|working|worked)\b(?! out)|\b(?:job|career|employer|boss|manager|colleagues?|coworkers?|"
              r"office|shift|promot\w+|hired|fired|laid off|retir\w+|intern\w*|salary|startup|company|business|store|shop|"
              r"bakery|studio|clinic|practice|client|freelanc\w*|self-employed)\b|"
@@ -90,12 +96,6 @@ _PERSONAL: list[tuple[str, str]] = [
              r"pilot|doctor|student|teacher|lawyer|engineer|designer|developer|scientist|writer|artist|manager|"
              r"counsell?or|coach|banker|analyst)\b(?! (?:of|about))|\bI (?:teach|own|run|manage|founded|co-?founded)\b|"
              r"\bI'?m at [A-Z]"),
-    ("diet", r"\b(?:vegetarian|vegan|pescatarian|keto|paleo|gluten[- ]free|kosher|halal|lactose|dairy[- ]free|eat meat|"
-             r"eat fish|(?:don't|do not|never) (?:eat|drink)|sober|teetotal|alcohol|caffeine)\b"),
-    ("allergy", r"\ballerg(?:y|ies|ic)\b|\bintoleran(?:t|ce)\b"),
-    ("health", r"\b(?:diagnos\w+|diabet\w+|asthma|pregnan\w+|surgery|injur\w+|broke my|sprain\w+|disease|disorder|"
-               r"therapy|therapist|medication|colou?r ?blind|quit smoking|cancer|migraines?|doctor|blood pressure|"
-               r"anxiety|depression|adhd|autis\w+|dyslexi\w+|wheelchair|hearing|vision|glasses)\b"),
     ("family", r"\b(?:wife|husband|partner|boyfriend|girlfriend|fianc[ée]e?|spouse|son|sons|daughters?|kids?|children|"
                r"child|baby|babies|mom|mum|dad|mother|father|parents|sister|sisters|brother|brothers|siblings?|"
                r"grand(?:mother|father|ma|pa|parents|kids?|children|son|daughter)|aunt|uncle|cousins?|niece|nephew|"
@@ -151,7 +151,7 @@ _CONVENTION = re.compile(
 # Its subject is a thing, not a pronoun, and it names something technical or says who owns what.
 _SETUP = re.compile(
     r"^(?!(?:it|this|that|these|those|there|here|he|she|they|what|which|who|everyone|everything|nothing|life|"
-    r"time)\b)(?:(?:the|our|all|every|each|max|min|default) )?[\w./-]+(?: [\w./-]+){0,4}? (?:is|are|runs?|uses?|lives?|"
+    r"time|i|my|me|you|your|his|her|their)\b)(?:(?:the|our|all|every|each|max|min|default) )?[\w./-]+(?: [\w./-]+){0,4}? (?:is|are|runs?|uses?|lives?|"
     r"talks?|goes|go|sits?|listens?|points?|needs?|depends?|deploys?|ships?|builds?|reads?|writes?|calls?|"
     r"must|should|has to|have to|needs to|need to)\b",
     re.IGNORECASE,
@@ -198,11 +198,11 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
         return "convention"
     if _PROHIBITION.match(s):
         return "convention"
-    if _SETUP.match(s) and not re.match(r"I\b", s) and (_TECHNICAL.search(s) or _SETUP_OWNED.search(s)):
-        return "setup"
     named = _NAMED.match(s)
     if named and s.split(" ", 1)[0] not in _NAMED_NOT:
         return "home" if re.search(r"\b(?:lives|moved|based|grew up)\b", named.group(0)) else "work"
+    if _SETUP.match(s) and not re.match(r"I\b", s) and (_TECHNICAL.search(s) or _SETUP_OWNED.search(s)):
+        return "setup"
     if _SPEAKER_SUBJECT.match(s) or _subjectless(s):
         for kind, pattern in _PERSONAL_COMPILED:
             if pattern.search(s):
@@ -227,9 +227,12 @@ def revises(sentence: str) -> bool:
     return _REVISES.search(sentence) is not None
 
 
+# "It's the 5th, not the 4th", "My birthday is the 5th, not the 4th", "Make the retry count five, not
+# three": a value said again with the wrong one it replaces (one word each; "I like cats, not dogs"
+# has no such head and is a statement).
 _CORRECTION = re.compile(
-    r"^(?:(?:no|nope|sorry|oops|correction|actually|wait)\W+)*(?:it'?s|it is|that'?s|that is|it was|make (?:it|the [\w ]+?)|"
-    r"the [\w ]+? is)\s+(?P<right>[\w.' -]+?),?\s+not\s+(?P<wrong>[\w.' -]+?)\W*$",
+    r"^(?:(?:it|that|my [\w ]+?|our [\w ]+?|the [\w ]+?)(?:'s| is| was| are)|make (?:it|that|them|the [\w ]+?)|it should be|"
+    r"I meant)\b.*?(?P<right>[\w.'-]+),?\s+not\s+(?:the |a |an )?(?P<wrong>[\w.'-]+)\W*$",
     re.IGNORECASE,
 )
 _ORDINAL = re.compile(r"^(?:the )?(\d{1,2})(?:st|nd|rd|th)$", re.IGNORECASE)
@@ -239,7 +242,7 @@ def correction(sentence: str) -> tuple[str, str] | None:
     """``("4", "5")`` for "Actually it's the 5th, not the 4th": the value said wrong before and the
     right one, for the speaker's current fact holding the first; None when the sentence is not such
     a correction."""
-    found = _CORRECTION.match(sentence.strip().replace("’", "'"))
+    found = _CORRECTION.match(normalised(sentence))
     if found is None:
         return None
     wrong, right = (_value(found.group(g)) for g in ("wrong", "right"))

@@ -1,0 +1,127 @@
+"""Whether what consolidation keeps answers LongMemEval's questions about the user (issue #35).
+
+Run from the repository root::
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_derived_lme.py             # keyword-only files (~2 min)
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_derived_lme.py --hybrid    # with the model (cached vectors)
+
+The questions of LongMemEval_S dev (read at run time from ``--data``, never copied) whose answer is
+something the user said about themselves: ``single-session-user``, ``single-session-preference`` and
+``knowledge-update`` (abstention questions skipped). Each question's haystack (both roles, ~490
+turns) is stored under the session prefix ``"<question id>:"`` in one file and consolidated without
+a model, as ``harness-mem consolidate`` does. Then, per question, within its haystack:
+
+- **derived top 5**: ``recall(question, 5, derived=True)`` — the facts and summaries alone;
+- **turns top 5**: ``recall(question, 5)`` — the raw turns, as before consolidating.
+
+A list *answers* when one of its entries holds the answer: every content word of a short answer (up
+to four), or 60% of a longer one's. MRR is over the first entry that holds it. Preference answers
+are rubrics ("The user would prefer suggestions that …"), which no stored text holds word for word:
+for them the column that counts is **from an evidence session** (an entry of the top 5 comes from a
+session the answer was stated in; for a derived entry, the session it was derived from), shown for
+every type. For knowledge-update questions the answer is the current value; which older value it
+replaced is not labelled, so "the current value above the old" is read off MRR (the current
+value's rank).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_recall import DEFAULT_CACHE, CachedEmbedder, haystack_turns  # noqa: E402
+
+from harness_mem import MemoryStore  # noqa: E402
+from harness_mem.experience import consolidate  # noqa: E402
+from harness_mem.experience.statements import content_words  # noqa: E402
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+TYPES = ("single-session-user", "single-session-preference", "knowledge-update")
+K = 5
+
+
+def answer_words(answer: str) -> list[str]:
+    return list(dict.fromkeys(content_words(answer))) or [w.lower() for w in re.findall(r"\w+", answer)]
+
+
+def holds(text: str, wanted: list[str]) -> bool:
+    said = set(content_words(text)) | {w.lower() for w in re.findall(r"\w+", text)}
+    found = sum(w in said for w in wanted)
+    return found == len(wanted) if len(wanted) <= 4 else found >= 0.6 * len(wanted)
+
+
+def first_answering(texts: list[str], wanted: list[str]) -> int | None:
+    return next((rank for rank, text in enumerate(texts, start=1) if holds(text, wanted)), None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the folder of longmemeval-dev")
+    parser.add_argument("--hybrid", action="store_true", help="store vectors (all-MiniLM-L6-v2, cached) and recall hybrid")
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="vector cache for --hybrid")
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    args = parser.parse_args()
+    with gzip.open(args.data / "longmemeval-dev" / "longmemeval_s_dev.json.gz", "rt", encoding="utf-8") as f:
+        records = [r for r in json.load(f) if r["question_type"] in TYPES and not r["question_id"].endswith("_abs")]
+    embedder = CachedEmbedder(args.cache, threads=2) if args.hybrid else None
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-derived-lme-") as scratch, \
+            MemoryStore(Path(scratch) / "lme.db", embedder=embedder, redactor=None) as store:  # type: ignore[arg-type]
+        items = [{"id": f"{r['question_id']}:{sid}:{n}", "content": turn["content"], "role": turn["role"],
+                  "session": f"{r['question_id']}:{sid}", "created_at": when}
+                 for r in records for sid, n, when, turn in haystack_turns(r)]
+        started = time.perf_counter()
+        store.add_many(items, batch_size=2000)
+        print(f"stored {len(items):,} turns of {len(records)} haystacks in {time.perf_counter() - started:.0f} s",
+              file=sys.stderr)
+        started = time.perf_counter()
+        report = consolidate(store)
+        print(f"consolidated in {time.perf_counter() - started:.0f} s: {report.summary()}", file=sys.stderr)
+        turns = len(items)
+        for r in records:
+            prefix = f"{r['question_id']}:"
+            wanted = answer_words(str(r["answer"]))
+            evidence = {f"{prefix}{sid}" for sid in r["answer_session_ids"]}
+            derived = store.recall(r["question"], K, derived=True, session_prefix=prefix)
+            plain = store.recall(r["question"], K, session_prefix=prefix)
+            rows.append({"type": r["question_type"], "answer": r["answer"], "question": r["question"],
+                         "derived": first_answering([h.entry.content for h in derived], wanted),
+                         "turns": first_answering([h.entry.content for h in plain], wanted),
+                         "derived_session": any(h.entry.session in evidence for h in derived),
+                         "turns_session": any(h.entry.session in evidence for h in plain),
+                         "derived_top": [h.entry.content for h in derived[:1]]})
+        derived_count = store.count(kind="fact", derived=True) + store.count(kind="summary", derived=True)
+    result: dict[str, Any] = {"questions": len(rows), "turns": turns, "derived_entries": derived_count,
+                              "mode": "hybrid" if args.hybrid else "keyword", "by_type": {}}
+    for kind in (*TYPES, "all"):
+        picked = [row for row in rows if kind in ("all", row["type"])]
+        result["by_type"][kind] = {
+            "n": len(picked),
+            **{f"{lane}_at_5": sum(row[lane] is not None for row in picked) / len(picked) for lane in ("derived", "turns")},
+            **{f"{lane}_mrr": sum(1 / row[lane] for row in picked if row[lane]) / len(picked) for lane in ("derived", "turns")},
+            **{f"{lane}_session": sum(row[f"{lane}_session"] for row in picked) / len(picked) for lane in ("derived", "turns")},
+        }
+    if args.json:
+        json.dump({**result, "rows": rows}, sys.stdout, indent=1)
+        print()
+        return
+    print(f"LongMemEval dev, {result['questions']} questions about the user, {turns:,} turns,"
+          f" {derived_count:,} derived entries ({result['mode']})\n")
+    print("| question type | n | derived top 5 holds the answer | MRR | from an evidence session |"
+          " raw turns top 5 holds it | MRR | from an evidence session |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for kind, s in result["by_type"].items():
+        print(f"| {kind} | {s['n']} | {s['derived_at_5']:.3f} | {s['derived_mrr']:.3f} | {s['derived_session']:.3f} |"
+              f" {s['turns_at_5']:.3f} | {s['turns_mrr']:.3f} | {s['turns_session']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

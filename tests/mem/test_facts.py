@@ -1,0 +1,146 @@
+"""Which statements are facts (experience/facts.py), and corrections in any phrasing, through a real store."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+
+from harness_mem import MemoryStore
+from harness_mem.experience import consolidate
+from harness_mem.experience.facts import correction, fact_about, fact_kind, restates, revises
+from harness_mem.experience.statements import statements
+
+
+@pytest.mark.parametrize(
+    ("said", "kind"),
+    [
+        ("I'm vegetarian.", "diet"),
+        ("I live in Lisbon.", "home"),
+        ("I work at Google.", "work"),
+        ("I am allergic to peanuts.", "allergy"),
+        ("My birthday is on 4 March.", "date"),
+        ("I prefer tea over coffee.", "preference"),
+        ("I have a golden retriever named Biscuit.", "pet"),
+        ("My brother Tom is a pilot.", "family"),
+        ("I was diagnosed with type 2 diabetes last year.", "health"),
+        ("Last Saturday I ran a charity race for mental health.", "activity"),
+        ("We'll use Postgres for billing.", "decision"),
+        ("Let's go with Redis for the session cache.", "decision"),
+        ("Never push directly to main.", "convention"),
+        ("Don't touch the legacy billing module, it's frozen until Q3.", "convention"),
+        ("The staging database is on port 5433.", "setup"),
+        ("The auth service is owned by the platform team.", "setup"),
+        ("Ada lives in Lisbon.", "home"),                       # a named person, said by someone else
+    ],
+)
+def test_a_durable_statement_is_a_fact_however_short(said: str, kind: str) -> None:
+    assert fact_kind(said, listener="Bob") == kind
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Where do you live these days?",          # a question
+        "Have you ever been to Japan",            # a question without its mark
+        "If I lived in Paris, I'd cycle everywhere.",   # a hypothetical
+        "I wish I could play the piano.",         # a wish
+        "Maybe I'll learn to surf someday.",
+        "Feels like just yesterday I put this dress on.",   # a figure of speech
+        "I'm on cloud nine.",
+        "You're making a difference, Caroline!",  # about the listener
+        "Bob, you moved to Oslo last year, didn't you?",
+        "I'm so proud of you.",
+        "I 100% agree, Caroline.",                # a reaction
+        "I know exactly how that feels.",
+        "Thanks so much!",
+        "Let's see what happens.",                # the moment's business
+        "I'll be back in five minutes.",
+        "Run the auth tests again.",
+        "It works on my machine.",                # not the speaker's subject
+        "Bob lives in Oslo.",                     # the listener, named: said about them, not by them
+    ],
+)
+def test_questions_hypotheticals_figures_reactions_and_talk_about_the_listener_are_not(said: str) -> None:
+    assert fact_kind(said, listener="Bob") is None
+
+
+def test_a_fact_anywhere_in_a_turn_is_found_and_rewritten_to_stand_alone() -> None:
+    found = statements("Thanks! By the way, I'm allergic to peanuts.", turn_id="t", speaker="Ada", listener="Bob",
+                       said_on=date(2026, 3, 4))
+    facts = [s for s in found if fact_kind(s.said, listener="Bob")]
+    assert [s.text for s in facts] == ["Ada is allergic to peanuts."]
+    (moved,) = statements("Big news: I moved to Porto last month.", turn_id="t", speaker="Ada", listener="Bob",
+                          said_on=date(2026, 3, 4))
+    assert moved.text == "Ada moved to Porto in February 2026."
+    assert fact_about(moved.text, "Ada", "home") == ("ada/home", "porto")
+
+
+@pytest.mark.parametrize(
+    ("text", "subject", "kind", "about"),
+    [
+        ("Priya and others relocated to Berlin in March 2026.", "Priya", "home", ("priya/home", "berlin")),
+        ("Priya is not vegetarian anymore.", "Priya", "diet", ("priya/diet", "not vegetarian")),
+        ("Kenji is at Stripe now.", "Kenji", "work", ("kenji/work", "stripe")),
+        ("Kenji left Google.", "Kenji", "event", ("kenji/work", "left")),
+        ("Jon is a dance teacher now.", "Jon", "work", ("jon/work", "dance teacher")),
+        ("Bob is not allergic to peanuts after all.", "Bob", "allergy", ("bob/allergy/peanuts", "no")),
+        ("Ada's birthday is on 4 March.", "Ada", "date", ("ada/birthday", "4 march")),
+        ("Nate has three turtles now.", "Nate", "possession", ("nate/has/turtle", "three")),
+        ("The user and others will use MySQL for billing instead.", "the user", "decision",
+         ("the-user/uses/billing", "mysql")),
+    ],
+)
+def test_what_a_fact_sets_is_read_whatever_the_phrasing(text: str, subject: str, kind: str,
+                                                        about: tuple[str, str]) -> None:
+    assert fact_about(text, subject, kind) == about
+
+
+def test_corrections_by_value_and_by_restating() -> None:
+    assert correction("Actually it's the 5th, not the 4th.") == ("4", "5")
+    assert correction("Make the retry count five, not three.") == ("three", "five")
+    assert correction("It's not that simple.") is None
+    assert revises("From now on deploys go out on Thursdays.") and not revises("Deploys go out on Thursdays.")
+    assert restates("The user's deploys go out on Tuesdays.", "From now on deploys go out on Thursdays.", "the user")
+    assert not restates("Ada loves hiking in the Alps.", "Ada adopted a dog from the shelter now.", "Ada")
+
+
+def say(store: MemoryStore, day: str, speaker: str, text: str) -> None:
+    session = f"{speaker}:{day}"
+    store.add_many([{"content": "Hi!", "role": "Bob", "session": session, "created_at": f"{day}T10:00:00Z"},
+                    {"content": text, "role": speaker, "session": session, "created_at": f"{day}T10:00:01Z"}])
+
+
+def current(store: MemoryStore) -> list[str]:
+    return [e.content for e in store.list(kind="fact") if e.superseded_by is None]
+
+
+def test_plain_statements_become_facts_and_corrections_in_any_phrasing_supersede(engine_store: MemoryStore) -> None:
+    store = engine_store
+    say(store, "2026-01-05", "Ada", "I live in Lisbon. I'm vegetarian. My birthday is on 4 March.")
+    say(store, "2026-01-05", "Kenji", "I work at Google.")
+    consolidate(store)
+    assert set(current(store)) == {"Ada lives in Lisbon.", "Ada is vegetarian.", "Ada's birthday is on 4 March.",
+                                   "Kenji works at Google."}
+    say(store, "2026-03-01", "Ada", "Big news: I moved to Porto last month. I'm not vegetarian anymore. "
+                                    "Actually my birthday is the 5th, not the 4th.")
+    say(store, "2026-03-01", "Kenji", "I left Google; I'm at Stripe now.")
+    report = consolidate(store)
+    assert report.facts_updated >= 4
+    assert set(current(store)) == {"Ada moved to Porto in February 2026.", "Ada is not vegetarian anymore.",
+                                   "Ada's birthday is on 5 March.", "Kenji is at Stripe now."}
+    # The old value is history: no recall finds it as current, whatever it is asked.
+    assert not [h for h in store.recall("where does Ada live in Lisbon", 10, kind="fact") if "Lisbon" in h.entry.content]
+    assert store.recall("Ada Porto", 1, kind="fact")[0].entry.content == "Ada moved to Porto in February 2026."
+    then = {h.entry.content for h in store.recall("Ada", 10, kind="fact", as_of="2026-02-01")}
+    assert {"Ada lives in Lisbon.", "Ada is vegetarian.", "Ada's birthday is on 4 March."} <= then
+    assert not then & set(current(store))     # what holds now was not true then
+
+
+def test_a_value_that_changes_back_and_forth_keeps_consolidating(engine_store: MemoryStore) -> None:
+    store = engine_store
+    for n, city in enumerate(["Lisbon", "Porto", "Lisbon", "Porto", "Oslo"], start=1):
+        say(store, f"2026-0{n}-05", "Ada", f"I live in {city} now.")
+        report = consolidate(store)
+        assert report.notes == [] and [c for c in current(store) if "lives" in c] == [f"Ada lives in {city} now."]
+    assert len(store.history(next(e.id for e in store.list(kind="fact") if e.superseded_by is None))) == 5
