@@ -26,7 +26,7 @@ from datetime import date
 import numpy as np
 import numpy.typing as npt
 
-from .facts import FACT_SCORE, correction, fact_about, fact_kind, revises
+from .facts import FACT_SCORE, chatter, correction, fact_about, fact_kind, revises
 from .segments import segment
 from .statements import Statement, content_words, display_name, statements
 from .timephrases import format_day
@@ -144,7 +144,8 @@ def _account(turns: Sequence[SpokenTurn], said: Sequence[tuple[Statement, str | 
     (a fact before the rest), then each one's second …, each cut to its first clause
     (:func:`condensed`). Questions and small talk never make it in."""
     budget = max(SUMMARY_SHARE * sum(_words(t.content) for t in turns), SUMMARY_MIN_WORDS)
-    candidates = [i for i, (statement, kind) in enumerate(said) if statement.score > 0 or kind is not None]
+    candidates = [i for i, (statement, kind) in enumerate(said)
+                  if kind is not None or (statement.score > 0 and not chatter(statement.said, statement.listener))]
     def worth(i: int) -> tuple[bool, float]:
         return said[i][1] is None, -said[i][0].score
 
@@ -184,7 +185,7 @@ def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None 
     parts = segment([t.content for t in turns], vectors)
     for part in parts:
         kept = [pair for i in part for pair in said[i]]
-        if not any(s.score > 0 or kind is not None for s, kind in kept):
+        if not any(kind is not None or (s.score > 0 and not chatter(s.said, s.listener)) for s, kind in kept):
             continue  # greetings and questions only: nothing to keep
         segments.append(DerivedSegment(_account([turns[i] for i in part], kept), tuple(turns[i].id for i in part)))
     facts = []

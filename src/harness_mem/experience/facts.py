@@ -28,7 +28,7 @@ import re
 
 from .statements import content_words, normalised, worth
 
-__all__ = ["FACT_SCORE", "correction", "fact_about", "fact_kind", "restates", "revises"]
+__all__ = ["FACT_SCORE", "chatter", "correction", "fact_about", "fact_kind", "restates", "revises"]
 
 #: A statement of no recognised kind becomes a fact from this score up (an event with content).
 FACT_SCORE = 2.6
@@ -171,8 +171,10 @@ _SPEAKER_SUBJECT = re.compile(
 )
 
 
-def _not_a_fact(s: str, listener: str | None) -> bool:
-    """A question, a hypothetical or wish, a figure of speech, or said to or about the listener."""
+def chatter(s: str, listener: str | None) -> bool:
+    """True for a question, a hypothetical or wish, a figure of speech, a reaction, or what is said
+    to or about the listener: part of a conversation, never what a note of it keeps."""
+    s = normalised(s)
     if s.rstrip().endswith("?") or _QUESTION_START.match(s):
         return True
     if _HYPOTHETICAL.search(s) or _FIGURATIVE.search(s):
@@ -189,7 +191,7 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
     ``work``, ``diet``, ``decision``, ``convention``, ``setup``, ``event`` … — or None when it is not
     a fact of the speaker's (see the module docstring). ``listener`` is who "you" is, by name."""
     s = normalised(sentence)
-    if len(content_words(s)) < 1 or _not_a_fact(s, listener):
+    if len(content_words(s)) < 1 or chatter(s, listener):
         return None
     if _DECISION.match(s):
         return "decision"
@@ -205,9 +207,19 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
         return "setup"
     if _SPEAKER_SUBJECT.match(s) or _subjectless(s):
         for kind, pattern in _PERSONAL_COMPILED:
-            if pattern.search(s):
+            if pattern.search(s) and (kind in _SHORT_KINDS or len(_said_of(s)) >= 2):
                 return kind
     return "event" if worth(s) >= FACT_SCORE else None
+
+
+# Kinds a word or two can state ("I'm vegan.", "I'm left-handed."); the others need something they
+# are about: "I always forget." is no habit.
+_SHORT_KINDS = frozenset({"identity", "home", "work", "diet", "allergy", "health", "family", "pet", "date"})
+_HOW_OFTEN = frozenset("always never usually often sometimes rarely really just also still".split())
+
+
+def _said_of(s: str) -> list[str]:
+    return [w for w in content_words(s) if w not in _HOW_OFTEN]
 
 
 def _subjectless(s: str) -> bool:

@@ -77,6 +77,7 @@ class Statement:
     speaker: str
     score: float
     said: str = ""  # the sentence as said (first person), without what opens it: what facts are read from
+    listener: str | None = None  # who "you" was
 
     @property
     def words(self) -> list[str]:
@@ -139,6 +140,9 @@ _OPENERS = re.compile(
     re.IGNORECASE,
 )
 _HEADER = re.compile(r"^[A-Za-z][\w ']{0,24}:\s+(?=\S)")  # "Big news: …", "Update: …"
+# "Hey Joanna, …", "Wow, …", "Thanks, Maria, …": a greeting or reaction before what is said.
+_GREETING = re.compile(r"^(?:hey|hi|hello|wow|whoa|cool|aw+|oh|ooh|yeah|yes|yep|haha|lol|great|nice|awesome|amazing|"
+                       r"thanks|thank you|congrats)(?: [A-Z][a-z]+)?[,!.]\s+(?=\S)", re.IGNORECASE)
 _I_THINK = re.compile(r"^I (?:think|guess|believe|feel like|suppose) (?:that )?(?=I\b|I'm\b|my\b|we\b)",
                       re.IGNORECASE)
 _FILLERS = re.compile(r",? (?:you know|you see|ya know)\b,?", re.IGNORECASE)
@@ -150,7 +154,7 @@ def normalised(sentence: str) -> str:
     s = sentence.strip().replace("’", "'")
     while True:
         before = s
-        s = _I_THINK.sub("", _HEADER.sub("", _OPENERS.sub("", s)))
+        s = _I_THINK.sub("", _HEADER.sub("", _GREETING.sub("", _OPENERS.sub("", s))))
         if s == before:
             break
     s = _FILLERS.sub("", s)
@@ -178,7 +182,7 @@ def rewrite(sentence: str, speaker: str, listener: str | None) -> str:
     s = re.sub(r"\bI'd\b", _SELF + " would", s)
     s = re.sub(r"\bI'll\b|\bI will\b", _SELF + " will", s)
     s = re.sub(r"\bI (?P<rest>(?:[A-Za-z]+ ){0,1}[A-Za-z]+)", _conjugate_after_i, s)
-    s = re.sub(r"\b[Mm]yself\b", "themselves", s)
+    s = re.sub(r"\b(?:[Mm]yself|[Oo]urselves)\b", "themselves", s)
     # Named once; after that "their" and "them" ("Gina quit their job"), as a person would write it.
     s = re.sub(r"\b(?:[Mm]y|[Mm]ine|[Oo]ur|[Oo]urs)\b",
                lambda m: "their" if _SELF in s[:m.start()] else f"{speaker}'s", s)
@@ -244,5 +248,5 @@ def statements(text: str, *, turn_id: str, speaker: str, listener: str | None, s
         standalone = rewrite(said, speaker, listener)
         if said_on is not None:
             standalone = resolve_dates(standalone, said_on)
-        found.append(Statement(standalone, turn_id, speaker, round(score, 3), said))
+        found.append(Statement(standalone, turn_id, speaker, round(score, 3), said, listener))
     return found
