@@ -144,3 +144,11 @@ def test_a_value_that_changes_back_and_forth_keeps_consolidating(engine_store: M
         report = consolidate(store)
         assert report.notes == [] and [c for c in current(store) if "lives" in c] == [f"Ada lives in {city} now."]
     assert len(store.history(next(e.id for e in store.list(kind="fact") if e.superseded_by is None))) == 5
+
+
+def test_two_things_said_in_one_sentence_are_two_facts_so_a_move_keeps_the_diet(engine_store: MemoryStore) -> None:
+    store = engine_store
+    say(store, "2026-01-05", "Ada", "Thanks for the recipe! By the way, I'm vegetarian, and I live in Lisbon now.")
+    say(store, "2026-03-02", "Ada", "I moved to Porto last month.")
+    consolidate(store)
+    assert set(current(store)) == {"Ada is vegetarian.", "Ada moved to Porto in February 2026."}

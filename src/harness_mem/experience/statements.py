@@ -40,7 +40,9 @@ _SMALL_TALK = re.compile(
     r"amazing|congrats|congratulations|good luck|good to|glad|sounds|that's|that is|it's so|you're|you are)\b",
     re.IGNORECASE,
 )
-_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)]*\s+(?=[\"'“(]*[A-Z0-9])|\n+|;\s+")
+# Where a sentence ends, and where one that goes on ", and I …" says a second thing of the speaker's.
+_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)]*\s+(?=[\"'“(]*[A-Z0-9])|\n+|;\s+|"
+                           r",\s+(?:and|but|plus)\s+(?=(?:I|I'm|I've|I'll|my|we|we're|we've|our)\b)")
 _ANNOTATION = re.compile(r"\[[^\]]{0,500}\]")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*|\d+")
 _STOP = frozenset(
