@@ -49,7 +49,9 @@ K = 5
 
 
 def answer_words(answer: str) -> list[str]:
-    return list(dict.fromkeys(content_words(answer))) or [w.lower() for w in re.findall(r"\w+", answer)]
+    """The words an entry must hold to hold the answer ("We've met up twice." → met, twice)."""
+    words = [w for w in content_words(answer) if "'" not in w]
+    return list(dict.fromkeys(words)) or [w.lower() for w in re.findall(r"\w+", answer)]
 
 
 def holds(text: str, wanted: list[str]) -> bool:

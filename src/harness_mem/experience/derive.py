@@ -123,6 +123,7 @@ def _words(text: str) -> int:
 # powerful!", "… - it was good!", ", especially for desserts").
 _CLAUSE_END = re.compile(r"(?:,? and it (?:was|is)|,? - |,? – |, (?:especially|which|but|so|though|because|since|"
                          r"as|like|just|and|or|even|plus)\b|!|;)")
+_MARKUP = re.compile(r"\*\*|__|`|^(?:\d{1,2}[.)]|[-*•])\s+")  # a list item's number, bold, code marks
 _FILLER = re.compile(r"\b(?:really|so|just|totally|pretty|super|very|actually|definitely|absolutely|kinda|"
                      r"sort of|kind of|literally|honestly|basically|quite|truly)\s+", re.IGNORECASE)
 
@@ -131,6 +132,7 @@ def condensed(text: str) -> str:
     """A statement as a note holds it: its first clause, if that says enough on its own, without
     intensifiers ("Caroline went to a LGBTQ support group on 7 May 2023 and it was so powerful." →
     "Caroline went to a LGBTQ support group on 7 May 2023.")."""
+    text = _MARKUP.sub("", text)
     cut = _CLAUSE_END.search(text)
     if cut and len(content_words(text[:cut.start()])) >= CLAUSE_WORDS:
         text = text[:cut.start()]
@@ -146,8 +148,10 @@ def _account(turns: Sequence[SpokenTurn], said: Sequence[tuple[Statement, str | 
     budget = max(SUMMARY_SHARE * sum(_words(t.content) for t in turns), SUMMARY_MIN_WORDS)
     candidates = [i for i, (statement, kind) in enumerate(said)
                   if kind is not None or (statement.score > 0 and not chatter(statement.said, statement.listener))]
-    def worth(i: int) -> tuple[bool, float]:
-        return said[i][1] is None, -said[i][0].score
+    advisers = {t.id for t in turns if t.role in _NOT_FACT_SOURCES}
+
+    def worth(i: int) -> tuple[bool, bool, float]:  # what people said of themselves before an assistant's advice
+        return said[i][0].turn_id in advisers, said[i][1] is None, -said[i][0].score
 
     # Each turn's best first, then each turn's second …: what the segment covers, not one turn's all.
     by_turn: dict[str, list[int]] = {}
