@@ -32,6 +32,7 @@ per namespace: the first written is the one read back.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import os
 import re
@@ -48,8 +49,8 @@ if TYPE_CHECKING:
     from .redaction import Redaction
 
 __all__ = [
-    "KEY_ID_SETTING", "Identities", "IdentityKey", "IdentityRecords", "SealedIdentity", "Sealer", "key_file",
-    "metadata_pseudonyms",
+    "KEY_ID_SETTING", "Identities", "IdentityKey", "IdentityRecords", "SealedIdentity", "Sealer", "choose_key",
+    "key_file", "metadata_pseudonyms",
 ]
 
 logger = logging.getLogger(__name__)
@@ -105,6 +106,12 @@ class IdentityKey:
             except ValueError:
                 raise InvalidInputError("an identity key given as text must be 64 hex digits") from None
         return cls(bytes(given))
+
+    @property
+    def pseudonym_key(self) -> bytes:
+        """The key a store's pseudonyms are keyed with outside it (:mod:`harness_mem.pseudonyms`):
+        derived from this one under a label of its own, so it seals nothing and this seals no pseudonym."""
+        return hmac.new(self.secret, b"harness-mem pseudonym key v1", hashlib.sha256).digest()
 
     def _cipher(self) -> Any:
         if self._aead is None:
