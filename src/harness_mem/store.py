@@ -136,6 +136,13 @@ class MemoryStore:
         outer = pseudonyms.key_finder(self.storage, given, settings.config_dir(), create=writable)
         return pseudonyms.store_redactor(self.storage, self.storage.redaction_secret(create=writable), outer)
 
+    @property
+    def pseudonym_keying(self) -> str:
+        """How this store's pseudonyms are keyed: ``"outside"`` (with the identity key, kept outside
+        the store), ``"inside"`` (an older store, by a secret in it) or ``"rekeying"`` (being moved
+        over); see :mod:`harness_mem.pseudonyms`."""
+        return pseudonyms.keying(self.storage).state
+
     def rekey_pseudonyms(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Key an older store's pseudonyms outside it, with this handle's identity key (see
         :mod:`harness_mem.pseudonyms`), resuming an interrupted run; how many rows changed.
