@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from .redaction import Redaction
 
 __all__ = [
-    "KEY_ID_SETTING", "Identities", "IdentityKey", "IdentityRecords", "SealedIdentity", "Sealer", "choose_key",
+    "KEY_ID_SETTING", "Identities", "IdentityKey", "IdentityRecords", "KeyRecords", "SealedIdentity", "Sealer", "choose_key",
     "key_file", "metadata_pseudonyms",
 ]
 
@@ -75,14 +75,18 @@ class SealedIdentity(NamedTuple):
     sealed: bytes
 
 
-class IdentityRecords(Protocol):
-    """What this module needs of a store's storage (:class:`~harness_mem.storage.Storage` has it)."""
+class KeyRecords(Protocol):
+    """Where a store records which key is its own: its settings."""
 
     def setting(self, key: str) -> str | None: ...
 
     def set_setting(self, key: str, value: str) -> None: ...
 
     def transaction(self) -> AbstractContextManager[None]: ...
+
+
+class IdentityRecords(KeyRecords, Protocol):
+    """What this module needs of a store's storage (:class:`~harness_mem.storage.Storage` has it)."""
 
     def sealed_identities(self, namespace: str, stored: Sequence[str]) -> list[SealedIdentity]: ...
 
@@ -176,7 +180,7 @@ def _make_key(config_dir: Path) -> IdentityKey:
     return key
 
 
-def choose_key(storage: IdentityRecords, given: bytes | str | None, config_dir: Path, *, create: bool) -> IdentityKey | None:
+def choose_key(storage: KeyRecords, given: bytes | str | None, config_dir: Path, *, create: bool) -> IdentityKey | None:
     """The key this handle seals and reveals with: the one given, else the store's key file (made
     on first use when ``create``); None when the store's key is not on this machine."""
     if given is not None:

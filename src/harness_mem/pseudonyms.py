@@ -29,17 +29,21 @@ import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import IdentityKeyError
-from .identities import KEY_ID_SETTING, IdentityKey, IdentityRecords, SealedIdentity, choose_key
+from .identities import KEY_ID_SETTING, IdentityKey, KeyRecords, SealedIdentity, choose_key
 from .redaction import Redactor
 from .redaction.redactor import outer_digest
+from .settings import Settings
 
 if TYPE_CHECKING:
     from .storage import Storage
 
-__all__ = ["KEYED_SETTING", "Keying", "key_finder", "keying", "missing_key", "rekey", "rekeyer", "settle", "store_redactor"]
+__all__ = [
+    "KEYED_SETTING", "Keying", "SecretRecords", "database_redactor", "key_finder", "keying", "missing_key", "rekey",
+    "rekeyer", "settle", "store_redactor",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -73,12 +77,12 @@ class Keying:
                 " — run `harness-mem migrate` where its identity key is to key them outside it")
 
 
-def keying(storage: IdentityRecords) -> Keying:
+def keying(storage: KeyRecords) -> Keying:
     """How ``storage``'s pseudonyms are keyed."""
     return Keying(storage.setting(KEYED_SETTING))
 
 
-def missing_key(storage: IdentityRecords, config_dir: Path) -> IdentityKeyError:
+def missing_key(storage: KeyRecords, config_dir: Path) -> IdentityKeyError:
     """The refusal of a process without the store's identity key, saying where to get it."""
     recorded = storage.setting(KEY_ID_SETTING)
     if recorded is None:
@@ -92,7 +96,7 @@ def missing_key(storage: IdentityRecords, config_dir: Path) -> IdentityKeyError:
         f" machine that wrote it into {config_dir / 'keys'}, or set $HARNESS_MEM_IDENTITY_KEY to it")
 
 
-def key_finder(storage: IdentityRecords, given: bytes | str | None, config_dir: Path, *,
+def key_finder(storage: KeyRecords, given: bytes | str | None, config_dir: Path, *,
                create: bool) -> Callable[[], bytes]:
     """What a store's redactor asks for its outer key on its first pseudonym: the identity key's
     pseudonym key, or :class:`IdentityKeyError` when the store's key is not here."""
@@ -111,10 +115,43 @@ def key_finder(storage: IdentityRecords, given: bytes | str | None, config_dir: 
     return find
 
 
-def store_redactor(storage: IdentityRecords, secret: str | None, outer: Callable[[], bytes] | None) -> Redactor:
+def store_redactor(storage: KeyRecords, secret: str | None, outer: Callable[[], bytes] | None) -> Redactor:
     """The store's default redactor: keyed by its in-file ``secret``, and again by ``outer`` unless
     the store is an older one (keyed inside)."""
     return Redactor.default(secret=secret, outer=outer if keying(storage).state != "inside" else None)
+
+
+class SecretRecords(KeyRecords, Protocol):
+    """A store's settings with its in-file secret (a :class:`~harness_mem.storage.Storage`, or the
+    settings of the file harness_loop's run tables are kept in)."""
+
+    def redaction_secret(self, *, create: bool) -> str | None: ...
+
+
+def database_redactor(records: SecretRecords, *, writable: bool, identity_key: bytes | str | None = None) -> Redactor:
+    """The database's own redactor for a writer beside its memory store (harness_loop's run
+    tables), keyed as the store's is, with the key found now: the one given, ``$HARNESS_MEM_IDENTITY_KEY``
+    or the store's key file (made when ``writable`` and there is none). Where the key is missing,
+    its pseudonyms refuse (:class:`IdentityKeyError`) as a memory store's do. An older store is
+    not rekeyed here: opening its memory store does that."""
+    settings = Settings.from_env()
+    given = identity_key if identity_key is not None else settings.identity_key
+    if writable and keying(records).state == "inside" and records.redaction_secret(create=False) is None:
+        with records.transaction():  # a new file: keyed outside from the start
+            records.set_setting(KEYED_SETTING, OUTSIDE)
+    secret = records.redaction_secret(create=writable)
+    if keying(records).state == "inside":
+        return Redactor.default(secret=secret)
+    try:
+        outer: bytes | Callable[[], bytes] = key_finder(records, given, settings.config_dir(), create=writable)()
+    except IdentityKeyError as exc:
+        refusal = exc
+
+        def refuse() -> bytes:
+            raise IdentityKeyError(str(refusal))
+
+        outer = refuse
+    return Redactor.default(secret=secret, outer=outer)
 
 
 def rekeyer(key: IdentityKey) -> tuple[Callable[[str], str], Callable[[str, SealedIdentity], tuple[str, SealedIdentity]]]:
