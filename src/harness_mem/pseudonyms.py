@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from .errors import IdentityKeyError
+from .errors import IdentityKeyError, StorageError
 from .identities import KEY_ID_SETTING, IdentityKey, KeyRecords, SealedIdentity, choose_key
 from .redaction import Redactor
 from .redaction.redactor import outer_digest
@@ -178,6 +178,9 @@ def rekey(storage: Storage, key: IdentityKey, progress: Callable[[int, int], Non
     run; how many rows changed. ``progress(done, total)`` is told after each step."""
     if keying(storage).outside:
         return 0
+    if not storage.rekeys_pseudonyms:
+        raise StorageError(f"rekeying an older {storage.engine} store's pseudonyms is not supported yet"
+                           " — its pseudonyms stay keyed inside it")
     recorded = storage.setting(KEY_ID_SETTING)
     if recorded is not None and recorded != key.id:
         raise IdentityKeyError(f"this store's identities are sealed with identity key {recorded}, not the one given"
@@ -201,8 +204,10 @@ def settle(storage: Storage, given: bytes | str | None, config_dir: Path, *, cre
         with storage.transaction():  # nothing was ever keyed inside it
             storage.set_setting(KEYED_SETTING, OUTSIDE)
         return
-    key = choose_key(storage, given, config_dir, create=True)
+    key = choose_key(storage, given, config_dir, create=True) if storage.rekeys_pseudonyms else None
     if key is None:
-        logger.warning("%s: %s", storage.location, Keying(state).describe())
+        logger.warning("%s: %s", storage.location, Keying(state).describe() if storage.rekeys_pseudonyms else
+                       f"pseudonyms keyed by a secret inside the store (an older store), which harness-mem cannot"
+                       f" rekey on {storage.engine} yet")
         return
     rekey(storage, key)

@@ -227,6 +227,8 @@ class Storage(ABC):
     derived_keywords: Any
     #: The namespace (as stored) the database confines this connection to, if it does.
     confined_to: str | None = None
+    #: True when this engine can rekey an older store's pseudonyms (:meth:`rekey_pseudonyms`).
+    rekeys_pseudonyms: bool = False
 
     # ---- lifecycle and settings ---------------------------------------------------------------
 

@@ -219,3 +219,25 @@ def test_cli_doctor_says_which_kind_migrate_rekeys_and_a_keyless_write_is_one_li
     [line] = refused.stderr.strip().splitlines()[-1:]
     assert line.startswith("Error: this store's pseudonyms are keyed with identity key") and "Traceback" not in refused.stderr
     check_migrated(db_path, 50, "default")
+
+
+def test_an_older_postgres_store_opens_and_works_as_before(postgres_server: object,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    # Rekeying is SQLite's alone for now: an older PostgreSQL store is left keyed inside, and says so.
+    import uuid
+
+    from postgres_server import PostgresServer
+
+    assert isinstance(postgres_server, PostgresServer)
+    schema = f"o_{uuid.uuid4().hex[:8]}"
+    with postgres_server.connect() as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    target = postgres_server.dsn + f"?options=-csearch_path%3D{schema},public"
+    MemoryStore(target, embedder=None).close()
+    with postgres_server.connect() as conn:
+        conn.execute(f"DELETE FROM {schema}.settings WHERE key = 'pseudonyms.keyed'")
+    with MemoryStore(target, embedder=None) as store:
+        assert store.pseudonym_keying == "inside"
+        store.add("called about the invoice", session=PHONE)
+        assert [e.session for e in store.list(session=PHONE)] == [PHONE]
+    assert "cannot rekey on postgresql yet" in caplog.text

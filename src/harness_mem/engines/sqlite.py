@@ -121,6 +121,7 @@ class SQLiteStorage(Storage):
     """Entries and their derived rows in one SQLite file (``":memory:"`` for a throwaway one)."""
 
     engine = "sqlite"
+    rekeys_pseudonyms = True
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False,
                  cache_kib: int = CACHE_SIZE_KIB) -> None:
