@@ -8,13 +8,15 @@ watermarks) and the sealed identities, whose associated data binds the namespace
 value, in the last transaction, with the mark that the file is done. A pseudonym is never keyed
 twice: a row is either before the recorded point or not yet touched.
 
-Foreign keys are off for the run (an episode names its entry by id, and the two are rewritten in
+A table that refuses updates by trigger (harness_loop's append-only run events) has the trigger
+dropped and made again around each step, in its transaction. Foreign keys are off for the run (an episode names its entry by id, and the two are rewritten in
 different steps); nothing is deleted meanwhile, and each reference is rewritten the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from ..db import Connection, write_transaction
 from ..errors import StorageError
@@ -28,6 +30,11 @@ REKEY_COLUMNS: dict[str, tuple[str, ...]] = {
     "episodes": ("id", "namespace", "entry_id", "tags"),
     "skills": ("namespace", "metadata"),
     "skill_revisions": ("episode_id",),
+    # harness_loop's run tables live in the same file and key their rows with the same pseudonyms;
+    # the file is rekeyed as a whole, whichever package opens it (a table or column not there is skipped).
+    "runs": ("id", "namespace", "lease_owner"),
+    "jobs": ("run_id", "job_id", "deps", "lease_owner"),
+    "run_events": ("run_id", "job_id"),
 }
 # Tables without a rowid, keyed by their identity columns: rewritten in the last transaction.
 _KEYED_TABLES: dict[str, tuple[str, ...]] = {
@@ -54,7 +61,12 @@ def rekey_tables(conn: Connection, rekey: Rekey, reseal: Reseal, *, finish: Call
     conn.execute("PRAGMA foreign_keys = OFF")
     try:
         for table in tables:
-            columns = REKEY_COLUMNS[table]
+            present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            columns = tuple(c for c in REKEY_COLUMNS[table] if c in present)
+            # An append-only table refuses updates by trigger: off for the step, back in the same transaction.
+            guards = [str(sql) for (sql,) in conn.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? AND sql LIKE '%UPDATE ON%'",
+                (table,))]
             while True:
                 with write_transaction(conn):
                     after = _resumed_at(conn, table, tables)
@@ -63,7 +75,8 @@ def rekey_tables(conn: Connection, rekey: Rekey, reseal: Reseal, *, finish: Call
                         break
                     rows = conn.execute(f"SELECT rowid, {', '.join(columns)} FROM {table} WHERE rowid > ?"
                                         f" ORDER BY rowid LIMIT {_STEP}", (after,)).fetchall()
-                    changed += _rewrite(conn, table, columns, rows, rekey)
+                    with _unguarded(conn, guards):
+                        changed += _rewrite(conn, table, columns, rows, rekey)
                     last = rows[-1][0] if rows else after
                     at = f"{table} {last}" if len(rows) == _STEP else _next(table, tables)
                     conn.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key)"
@@ -106,6 +119,18 @@ def _resumed_at(conn: Connection, table: str, tables: Sequence[str]) -> int | No
         raise StorageError(f"the file records a rekeying stopped at {row[0]!r}, which this harness-mem does not know")
     reached, this = order.index(at), order.index(table)
     return None if reached > this else int(after) if reached == this else 0
+
+
+@contextmanager
+def _unguarded(conn: Connection, guards: Sequence[str]) -> Iterator[None]:
+    """The block with the triggers whose SQL is ``guards`` dropped, and made again after it."""
+    names = [conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND sql = ?", (sql,)).fetchone()[0]
+             for sql in guards]
+    for name in names:
+        conn.execute(f"DROP TRIGGER {name}")
+    yield
+    for sql in guards:
+        conn.execute(sql)
 
 
 def _rewrite(conn: Connection, table: str, columns: Sequence[str], rows: Sequence[Sequence[object]],
