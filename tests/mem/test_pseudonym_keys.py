@@ -5,6 +5,7 @@ process without the key refused before it writes anything."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -29,11 +30,21 @@ def phone_guesses() -> Iterator[str]:
             yield f"+44 20 794{d} {n:04d}"
 
 
-def guessed(secret: str, stored: set[str]) -> list[str]:
+def email_guesses() -> Iterator[str]:
+    """10,000 addresses around the true one, the true one among them."""
+    for name in ("ada", "ada.lovelace", "alovelace", "lovelace", "a.lovelace"):
+        for domain in ("example.com", "example.org"):
+            yield f"{name}@{domain}"
+            yield from (f"{name}{n}@{domain}" for n in range(999))
+
+
+def guessed(secret: str, stored: set[str], *, emails: bool = False) -> list[str]:
     """The guesses whose pseudonym, made with the project's own redactor and the secret in the store,
-    is one the store holds."""
+    is one the store holds (as a whole value, or inside one)."""
     redactor = Redactor.default(secret=secret)
-    return [g for g in phone_guesses() if redactor.pseudonymise(g).text in stored]
+    inside = {p for value in stored for p in re.findall(r"<[A-Z_]+:[0-9a-f]{12}>", value)}
+    guesses = [*phone_guesses(), *(email_guesses() if emails else ())]
+    return [g for g in guesses if redactor.pseudonymise(g).text in stored | inside]
 
 
 def file_secret(path: Path) -> str:
@@ -85,6 +96,28 @@ def test_a_copy_of_the_file_without_the_key_tests_no_guess(db_path: Path, tmp_pa
             opened.scope.key(PHONE)
         assert "\n" not in str(refused.value)
         assert [e.session for e in opened.list()] == [s for s in stored if s.startswith("<PHONE:")]
+
+
+def test_a_copied_langgraph_store_without_the_key_gives_no_label_back(db_path: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness_mem.integrations.langgraph import HarnessMemStore
+
+    with MemoryStore(db_path, embedder=None) as memory:
+        HarnessMemStore(memory).put(("users", PHONE), EMAIL, {"theme": "dark"})
+    copy = tmp_path / "copy.db"
+    shutil.copy(db_path, copy)
+    keyless(monkeypatch, tmp_path)
+    stored = stored_values(copy)
+    assert any(PHONE[:3] not in v and "<PHONE:" in v for v in stored)
+    assert guessed(file_secret(copy), stored, emails=True) == []  # 110,000 guesses, label and key among them
+    with MemoryStore(copy, embedder=None, identity_key=False) as keyless_store:
+        with pytest.raises(IdentityKeyError):
+            keyless_store.scope.key(PHONE)  # what recovered the label before, in 959 tries
+        store = HarnessMemStore(keyless_store)
+        [item] = store.search(("users",))  # reads work: the label and key as their pseudonyms
+        assert item.namespace[1].startswith("<PHONE:") and item.value == {"theme": "dark"}
+        with pytest.raises(IdentityKeyError):
+            store.search(("users", PHONE))
 
 
 def test_the_same_guesses_find_the_number_in_an_older_store(db_path: Path) -> None:
