@@ -15,8 +15,10 @@ digits), else a key file made on first use in the user's config directory:
 ``$HARNESS_MEM_CONFIG`` (default ``$XDG_CONFIG_HOME/harness-mem``, else ``~/.config/harness-mem``),
 ``keys/<key id>.key``, mode 0600 in a 0700 directory. The file records which key it was sealed with
 (``identities.key_id`` in its settings; each sealed row its key's id). A store opened where that
-key is missing reads and writes as before, with the pseudonyms in place of the names: **losing the
-key loses the names, never the memories**, and no new key is made over an old one. A team sharing a
+key is missing reads as before, with the pseudonyms in place of the names: **losing the key loses
+the names, never the memories**, and no new key is made over an old one. The pseudonyms themselves
+are keyed with this key too (:mod:`harness_mem.pseudonyms`), so without it nothing holding personal
+data can be written to an identity field or looked up by one. A team sharing a
 PostgreSQL store shares the key through the variable.
 
 Metadata values are kept the same way (:func:`~harness_mem.rows.stored_metadata`): a framework reads

@@ -186,12 +186,14 @@ def rekey(storage: Storage, key: IdentityKey, progress: Callable[[int, int], Non
         raise IdentityKeyError(f"this store's identities are sealed with identity key {recorded}, not the one given"
                                f" ({key.id}) — rekey it with that key")
     with storage.transaction():
+        if keying(storage).outside:  # another process finished it meanwhile
+            return 0
         storage.set_setting(KEYED_SETTING, REKEYING)
         if recorded is None:
             storage.set_setting(KEY_ID_SETTING, key.id)
     rekey_text, reseal = rekeyer(key)
-    return storage.rekey_pseudonyms(rekey_text, reseal, finish=lambda: storage.set_setting(KEYED_SETTING, OUTSIDE),
-                                    progress=progress)
+    return storage.rekey_pseudonyms(rekey_text, reseal, finished=lambda: keying(storage).outside,
+                                    finish=lambda: storage.set_setting(KEYED_SETTING, OUTSIDE), progress=progress)
 
 
 def settle(storage: Storage, given: bytes | str | None, config_dir: Path, *, created: bool) -> None:

@@ -255,10 +255,12 @@ class Storage(ABC):
 
     def rekey_pseudonyms(self, rekey: Callable[[str], str],
                          reseal: Callable[[str, SealedIdentity], tuple[str, SealedIdentity]], *,
-                         finish: Callable[[], None], progress: Callable[[int, int], None] | None = None) -> int:
+                         finished: Callable[[], bool], finish: Callable[[], None],
+                         progress: Callable[[int, int], None] | None = None) -> int:
         """Rewrite every pseudonym the store holds with ``rekey``, and every sealed identity with
-        ``reseal``, resuming an interrupted run; ``finish`` runs in the last transaction (see
-        :mod:`harness_mem.pseudonyms`). How many rows changed."""
+        ``reseal``, resuming an interrupted run and stopping once ``finished()`` (another process
+        may finish it); ``finish`` runs in the last transaction (see :mod:`harness_mem.pseudonyms`).
+        How many rows changed."""
         raise StorageError(f"rekeying an older {self.engine} store's pseudonyms is not supported yet"
                            " — its pseudonyms stay keyed inside it")
 

@@ -228,6 +228,23 @@ def test_a_rekeying_interrupted_midway_is_finished_by_the_next_run(db_path: Path
     check_migrated(db_path, 1200, "default")
 
 
+def test_two_processes_rekeying_at_once_key_each_pseudonym_once(db_path: Path) -> None:
+    with old_store(db_path) as store:
+        fill_old(store, 1200)
+    with MemoryStore(db_path, embedder=None, rekey=False) as first, \
+            MemoryStore(db_path, embedder=None, rekey=False) as second:
+        overtaken = []
+
+        def overtake(done: int, total: int) -> None:  # between two of its steps, the other one finishes it all
+            if not overtaken:
+                overtaken.append(second.rekey_pseudonyms())
+
+        first.rekey_pseudonyms(progress=overtake)
+        assert overtaken and overtaken[0] > 0
+        assert first.rekey_pseudonyms() == 0  # nothing left to do, and nothing keyed twice
+    check_migrated(db_path, 1200, "default")
+
+
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in {**os.environ, **(env or {})}.items() if k != "HARNESS_MEM_IDENTITY_KEY"}
     return subprocess.run([sys.executable, "-m", "harness_mem", *args], capture_output=True, text=True, timeout=120,

@@ -212,9 +212,10 @@ class SQLiteStorage(Storage):
 
     def rekey_pseudonyms(self, rekey: Callable[[str], str],
                          reseal: Callable[[str, SealedIdentity], tuple[str, SealedIdentity]], *,
-                         finish: Callable[[], None], progress: Callable[[int, int], None] | None = None) -> int:
-        changed = sqlite_rekey.rekey_tables(self.conn, rekey, reseal, finish=finish, progress=progress,
-                                            reindex=self._reindex_pseudonymised_roles)
+                         finished: Callable[[], bool], finish: Callable[[], None],
+                         progress: Callable[[int, int], None] | None = None) -> int:
+        changed = sqlite_rekey.rekey_tables(self.conn, rekey, reseal, finished=finished, finish=finish,
+                                            progress=progress, reindex=self._reindex_pseudonymised_roles)
         try:  # no page of the file keeps a pseudonym keyed the old way
             self.rewrite()
         except StorageError as exc:

@@ -49,13 +49,19 @@ Rekey = Callable[[str], str]
 Reseal = Callable[[str, SealedIdentity], tuple[str, SealedIdentity]]
 
 
-def rekey_tables(conn: Connection, rekey: Rekey, reseal: Reseal, *, finish: Callable[[], None],
-                 reindex: Callable[[], None], progress: Callable[[int, int], None] | None = None) -> int:
+def rekey_tables(conn: Connection, rekey: Rekey, reseal: Reseal, *, finished: Callable[[], bool],
+                 finish: Callable[[], None], reindex: Callable[[], None],
+                 progress: Callable[[int, int], None] | None = None) -> int:
     """Rewrite every pseudonym in the file's tables with ``rekey`` and every sealed identity with
     ``reseal`` (given its namespace and row, the new ones); ``reindex`` runs once the rows are
-    rewritten, ``finish`` in the last transaction. Resumes where an earlier run stopped. Returns
-    how many rows changed."""
+    rewritten, ``finish`` in the last transaction. Resumes where an earlier run stopped; does
+    nothing once ``finished()`` (another process may get there first). Returns how many rows changed."""
     tables = [t for t in REKEY_COLUMNS if _exists(conn, t)]
+    with write_transaction(conn):
+        if finished():
+            return 0
+        if _progress(conn) is None:  # a first run: from the first table's first row
+            _set_progress(conn, f"{tables[0]} 0")
     total = sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables)
     done = changed = 0
     conn.execute("PRAGMA foreign_keys = OFF")
@@ -78,9 +84,7 @@ def rekey_tables(conn: Connection, rekey: Rekey, reseal: Reseal, *, finish: Call
                     with _unguarded(conn, guards):
                         changed += _rewrite(conn, table, columns, rows, rekey)
                     last = rows[-1][0] if rows else after
-                    at = f"{table} {last}" if len(rows) == _STEP else _next(table, tables)
-                    conn.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key)"
-                                 " DO UPDATE SET value = excluded.value", (PROGRESS_SETTING, at))
+                    _set_progress(conn, f"{table} {last}" if len(rows) == _STEP else _next(table, tables))
                 done += len(rows)
                 if progress is not None:
                     progress(done, total)
@@ -88,6 +92,8 @@ def rekey_tables(conn: Connection, rekey: Rekey, reseal: Reseal, *, finish: Call
                     break
         reindex()
         with write_transaction(conn):
+            if _progress(conn) is None:  # another process finished it meanwhile
+                return changed
             for table, columns in _KEYED_TABLES.items():
                 if _exists(conn, table):
                     changed += _rewrite_keyed(conn, table, columns, rekey)
@@ -108,15 +114,26 @@ def _next(table: str, tables: Sequence[str]) -> str:
     return f"{following[0]} 0" if following else "keyed 0"
 
 
-def _resumed_at(conn: Connection, table: str, tables: Sequence[str]) -> int | None:
-    """The last rowid of ``table`` already rewritten (0: none), or None when the table is done."""
+def _progress(conn: Connection) -> str | None:
     row = conn.execute("SELECT value FROM settings WHERE key = ?", (PROGRESS_SETTING,)).fetchone()
-    if row is None:  # a first run: nothing rewritten yet
-        return 0
-    at, _, after = str(row[0]).partition(" ")
+    return None if row is None else str(row[0])
+
+
+def _set_progress(conn: Connection, at: str) -> None:
+    conn.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                 (PROGRESS_SETTING, at))
+
+
+def _resumed_at(conn: Connection, table: str, tables: Sequence[str]) -> int | None:
+    """The last rowid of ``table`` already rewritten (0: none), or None when the table is done (or
+    the whole rekeying, by another process)."""
+    recorded = _progress(conn)
+    if recorded is None:
+        return None
+    at, _, after = recorded.partition(" ")
     order = [*tables, "keyed"]
     if at not in order:
-        raise StorageError(f"the file records a rekeying stopped at {row[0]!r}, which this harness-mem does not know")
+        raise StorageError(f"the file records a rekeying stopped at {recorded!r}, which this harness-mem does not know")
     reached, this = order.index(at), order.index(table)
     return None if reached > this else int(after) if reached == this else 0
 
