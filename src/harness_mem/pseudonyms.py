@@ -115,10 +115,19 @@ def key_finder(storage: KeyRecords, given: bytes | str | None, config_dir: Path,
     return find
 
 
-def store_redactor(storage: KeyRecords, secret: str | None, outer: Callable[[], bytes] | None) -> Redactor:
+def store_redactor(storage: KeyRecords, secret: str | None, outer: Callable[[], bytes], *, writable: bool) -> Redactor:
     """The store's default redactor: keyed by its in-file ``secret``, and again by ``outer`` unless
-    the store is an older one (keyed inside)."""
-    return Redactor.default(secret=secret, outer=outer if keying(storage).state != "inside" else None)
+    the store is an older one (keyed inside). A writable handle on an older store still needs its
+    key to make a pseudonym (the raw value is sealed with it), so it asks for it and keys nothing
+    with it."""
+    if keying(storage).state != "inside":
+        return Redactor.default(secret=secret, outer=outer)
+
+    def checked() -> None:
+        outer()  # raises where the key is not
+        return None
+
+    return Redactor.default(secret=secret, outer=checked if writable else None)
 
 
 class SecretRecords(KeyRecords, Protocol):

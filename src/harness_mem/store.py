@@ -104,6 +104,7 @@ class MemoryStore:
         #: The ``identity_key`` this handle was opened with (another handle on the same store takes it).
         self.identity_key = identity_key
         self._given_namespace = namespace
+        self._own_redactor = redactor == "default"  # the store's own, rebuilt when the store is rekeyed
         try:
             created = self.storage.migrate()
             self.storage.use_embedder(self._choose_embedder(embedder, created=created))
@@ -134,7 +135,8 @@ class MemoryStore:
         if writable and (rekey or created):
             pseudonyms.settle(self.storage, given, settings.config_dir(), created=created)
         outer = pseudonyms.key_finder(self.storage, given, settings.config_dir(), create=writable)
-        return pseudonyms.store_redactor(self.storage, self.storage.redaction_secret(create=writable), outer)
+        return pseudonyms.store_redactor(self.storage, self.storage.redaction_secret(create=writable), outer,
+                                         writable=writable)
 
     @property
     def pseudonym_keying(self) -> str:
@@ -158,12 +160,13 @@ class MemoryStore:
         if key is None:
             raise pseudonyms.missing_key(self.storage, settings.config_dir())
         with self.lock:
+            was_inside = self.pseudonym_keying != "outside"
             changed = pseudonyms.rekey(self.storage, key, progress)
-            if self.scope.redactor is not None and not self.scope.redactor.keyed_outside:
+            if was_inside and self._own_redactor:
                 # This handle's redactor, namespace and sealer were keyed inside: now as the store is.
                 redactor = pseudonyms.store_redactor(
                     self.storage, self.storage.redaction_secret(create=True),
-                    pseudonyms.key_finder(self.storage, given, settings.config_dir(), create=True))
+                    pseudonyms.key_finder(self.storage, given, settings.config_dir(), create=True), writable=True)
                 self.scope = self._scope(self._given_namespace, redactor, self.identity_key)
                 self._recall.scope = self.scope
         return changed
@@ -219,6 +222,7 @@ class MemoryStore:
     @redactor.setter
     def redactor(self, redactor: Redactor | None) -> None:
         # The pseudonyms sealed so far stay readable; a redactor with another key makes new ones.
+        self._own_redactor = False
         self.scope = Scope(self.scope.namespace, redactor, self.scope.sealer if redactor is not None else None)
         self._recall.scope = self.scope
 

@@ -174,6 +174,22 @@ def test_a_writer_without_the_key_is_refused_before_writing_and_loses_nothing(db
         assert [e.session for e in store.list(session=PHONE)] == [PHONE]
 
 
+def test_an_older_store_opened_without_its_key_is_left_as_it_is_and_refuses_names(
+        db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    with old_store(db_path) as store:
+        store.add("first call", session=PHONE)
+    keyless(monkeypatch, tmp_path)
+    with MemoryStore(db_path, embedder=None) as store:
+        assert store.pseudonym_keying == "inside"  # not rekeyed: its key is not here
+        with pytest.raises(IdentityKeyError):  # and no name is written that its key could not seal
+            store.add("second call", session=EMAIL)
+        store.add("nothing personal", session="plain")
+        assert store.stats()["entries"] == 2
+    assert "run `harness-mem migrate` where its identity key is" in caplog.text
+    with MemoryStore(db_path, embedder=None, read_only=True) as reader:  # a reader keys as the file does
+        assert [e.content for e in reader.list(session=PHONE)] == ["first call"]
+
+
 def fill_old(store: MemoryStore, n: int) -> None:
     store.add_many([{"text": f"note about zz{i}zz", "id": f"n{i}-{EMAIL}", "session": f"user{i % 7}@example.com",
                      "role": EMAIL if i % 2 else "user", "tags": [PHONE, "plain"], "metadata": {"who": EMAIL}}

@@ -170,7 +170,9 @@ class Redactor:
     ``secret`` keys the HASH pseudonyms; pass the per-database secret so pseudonyms are stable
     across processes. Without one, a random key is made and pseudonyms are stable only within
     this Redactor. ``outer`` (bytes, or a function giving them on first use) keys them again with
-    a key kept outside the store (:func:`outer_digest`); the store's redactor has one.
+    a key kept outside the store (:func:`outer_digest`); the store's redactor has one. A function
+    may give None (keyed by ``secret`` alone, an older store's way) or raise (no pseudonym can be
+    made here).
     """
 
     def __init__(
@@ -179,7 +181,7 @@ class Redactor:
         *,
         secret: bytes | str | None = None,
         detectors: Iterable[Detector] | None = None,
-        outer: bytes | Callable[[], bytes] | None = None,
+        outer: bytes | Callable[[], bytes | None] | None = None,
     ) -> None:
         self.policy = policy if policy is not None else Policy.default()
         if secret is None:
@@ -198,19 +200,14 @@ class Redactor:
         self._pseudonyms_policy: Policy | None = None
 
     @classmethod
-    def default(cls, secret: bytes | str | None = None, *, outer: bytes | Callable[[], bytes] | None = None) -> Redactor:
+    def default(cls, secret: bytes | str | None = None, *, outer: bytes | Callable[[], bytes | None] | None = None) -> Redactor:
         """The transcript redactor: labels, masks cards, keeps money, never blocks."""
         return cls(Policy.default(), secret=secret, outer=outer)
 
     @classmethod
-    def hygiene(cls, secret: bytes | str | None = None, *, outer: bytes | Callable[[], bytes] | None = None) -> Redactor:
+    def hygiene(cls, secret: bytes | str | None = None, *, outer: bytes | Callable[[], bytes | None] | None = None) -> Redactor:
         """The long-term-memory redactor: money and secrets block the write."""
         return cls(Policy.hygiene(), secret=secret, outer=outer)
-
-    @property
-    def keyed_outside(self) -> bool:
-        """True when this redactor's pseudonyms are keyed again outside the store (``outer``)."""
-        return self._outer is not None
 
     def _outer_key(self) -> bytes | None:
         if callable(self._outer):
@@ -283,8 +280,8 @@ class Redactor:
         digest = hmac.new(self._key, message, hashlib.sha256).hexdigest()[:_HASH_HEX_CHARS]
         if self._outer is not None:
             outer = self._outer_key()
-            assert outer is not None
-            digest = outer_digest(outer, kind, digest)
+            if outer is not None:
+                digest = outer_digest(outer, kind, digest)
         return f"<{kind}:{digest}>"
 
     def scrub(self, text: str) -> Redaction:
