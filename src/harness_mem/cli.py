@@ -305,7 +305,10 @@ def migrate(ctx: click.Context, list_: bool, set_name: str | None, as_json: bool
             raise click.UsageError("--set goes with --list: harness-mem applies only its own set")
         with open_store(ctx, create=True, rekey=False) as store:
             click.echo(f"Schema is at {store.stats()['schema_version']:04d}")
-            if store.pseudonym_keying != "outside" and store.redactor is not None:
+            if store.pseudonym_keying != "outside" and not store.storage.rekeys_pseudonyms:
+                click.echo(f"Pseudonyms stay keyed inside the store: rekeying an older {store.storage.engine}"
+                           " store is not supported yet", err=True)
+            elif store.pseudonym_keying != "outside":
                 with click.progressbar(length=1, label="Rekeying pseudonyms", file=sys.stderr) as bar:
                     def advance(done: int, total: int) -> None:
                         bar.length = max(total, 1)

@@ -111,7 +111,7 @@ class MemoryStore:
             # Nothing unredacted reaches the file unless the caller says so (redactor=None), and
             # then every entry written records that it was not redacted. Read-only, a file without
             # a secret gets a throwaway one: nothing it could pseudonymise is ever stored.
-            chosen = self._default_redactor(identity_key, created=created, rekey=rekey) if redactor == "default" else redactor
+            chosen = self._default_redactor(created=created, rekey=rekey) if redactor == "default" else redactor
             #: Whose entries this handle reads and writes: the namespace as stored (an identity
             #: field, so its pseudonym) and the redactor of every write.
             self.scope = self._scope(namespace, chosen, identity_key)
@@ -126,17 +126,21 @@ class MemoryStore:
             self.storage.close()
             raise
 
-    def _default_redactor(self, identity_key: bytes | str | Literal[False] | None, *, created: bool,
-                          rekey: bool) -> Redactor:
+    def _default_redactor(self, *, created: bool, rekey: bool) -> Redactor:
         """The store's own redactor: keyed by the file's secret, and again by its identity key."""
         settings = Settings.from_env()
-        given = identity_key if identity_key is not None and identity_key is not False else settings.identity_key
+        given = self._key_given(settings)
         writable = not self.read_only
         if writable and (rekey or created):
             pseudonyms.settle(self.storage, given, settings.config_dir(), created=created)
         outer = pseudonyms.key_finder(self.storage, given, settings.config_dir(), create=writable)
         return pseudonyms.store_redactor(self.storage, self.storage.redaction_secret(create=writable), outer,
                                          writable=writable)
+
+    def _key_given(self, settings: Settings) -> bytes | str | None:
+        """The identity key given for this handle (False, keeping no raw values, still keys pseudonyms)."""
+        given = self.identity_key
+        return given if given is not None and given is not False else settings.identity_key
 
     @property
     def pseudonym_keying(self) -> str:
@@ -154,8 +158,7 @@ class MemoryStore:
         if self.read_only:
             raise InvalidInputError("this store is open read-only — rekeying its pseudonyms writes to it")
         settings = Settings.from_env()
-        given = (self.identity_key if self.identity_key is not None and self.identity_key is not False
-                 else settings.identity_key)
+        given = self._key_given(settings)
         key = choose_key(self.storage, given, settings.config_dir(), create=True)
         if key is None:
             raise pseudonyms.missing_key(self.storage, settings.config_dir())
@@ -167,7 +170,9 @@ class MemoryStore:
                 redactor = pseudonyms.store_redactor(
                     self.storage, self.storage.redaction_secret(create=True),
                     pseudonyms.key_finder(self.storage, given, settings.config_dir(), create=True), writable=True)
-                self.scope = self._scope(self._given_namespace, redactor, self.identity_key)
+                # A namespace given in its stored form is rekeyed as the rows holding it were.
+                namespace = pseudonyms.rekeyer(key)[0](self._given_namespace)
+                self.scope = self._scope(namespace, redactor, self.identity_key)
                 self._recall.scope = self.scope
         return changed
 
