@@ -41,11 +41,28 @@ if TYPE_CHECKING:
     from .storage import Storage
 
 __all__ = [
-    "KEYED_SETTING", "Keying", "SecretRecords", "database_redactor", "key_finder", "keying", "missing_key", "rekey",
+    "IDENTITY_COLUMNS", "KEYED_SETTING", "Keying", "SecretRecords", "database_redactor", "key_finder", "keying", "missing_key", "rekey",
     "rekeyer", "settle", "store_redactor",
 ]
 
 logger = logging.getLogger(__name__)
+
+#: Every table that may hold a pseudonym, and its columns that may (JSON ones too): harness_mem's,
+#: and harness_loop's run tables, which live in the same database and key their rows with the same
+#: pseudonyms (the database is rekeyed as a whole, whichever package opens it; a table or column
+#: that is not there is skipped).
+IDENTITY_COLUMNS: dict[str, tuple[str, ...]] = {
+    "entries": ("id", "namespace", "role", "session", "superseded_by", "tags", "metadata"),
+    "episodes": ("id", "namespace", "entry_id", "tags"),
+    "skills": ("namespace", "metadata"),
+    "skill_revisions": ("episode_id",),
+    "consolidations": ("namespace", "session", "episode_id", "last_turn_id"),
+    "derivations": ("namespace", "session"),
+    "namespace_roles": ("namespace",),
+    "runs": ("id", "namespace", "lease_owner"),
+    "jobs": ("run_id", "job_id", "deps", "lease_owner"),
+    "run_events": ("run_id", "job_id"),
+}
 
 #: The setting saying how a store's pseudonyms are keyed (see the module's docstring).
 KEYED_SETTING = "pseudonyms.keyed"
@@ -214,6 +231,10 @@ def settle(storage: Storage, given: bytes | str | None, config_dir: Path, *, cre
     if created or (state == "inside" and storage.redaction_secret(create=False) is None):
         with storage.transaction():  # nothing was ever keyed inside it
             storage.set_setting(KEYED_SETTING, OUTSIDE)
+        return
+    if storage.confined_to is not None:  # only the store's owner may rekey it
+        logger.warning("%s: %s", storage.location, Keying(state).describe().replace(
+            "where its identity key is", "as the store's owner, where its identity key is"))
         return
     key = choose_key(storage, given, config_dir, create=True) if storage.rekeys_pseudonyms else None
     if key is None:

@@ -287,23 +287,45 @@ def test_cli_doctor_says_which_kind_migrate_rekeys_and_a_keyless_write_is_one_li
     check_migrated(db_path, 50, "default")
 
 
-def test_an_older_postgres_store_opens_and_works_as_before(postgres_server: object,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
-    # Rekeying is SQLite's alone for now: an older PostgreSQL store is left keyed inside, and says so.
+def test_an_older_postgres_store_is_rekeyed_by_its_owner_and_its_confined_role_follows(
+        postgres_server: object, caplog: pytest.LogCaptureFixture) -> None:
     import uuid
 
+    import psycopg
     from postgres_server import PostgresServer
 
     assert isinstance(postgres_server, PostgresServer)
-    schema = f"o_{uuid.uuid4().hex[:8]}"
+    tag = uuid.uuid4().hex[:8]
+    schema, alice = f"o_{tag}", f"alice_{tag}"
     with postgres_server.connect() as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
-    target = postgres_server.dsn + f"?options=-csearch_path%3D{schema},public"
-    MemoryStore(target, embedder=None).close()
+    postgres_server.create_role(alice)
+    options = f"?options=-csearch_path%3D{schema},public"
+    owner, as_alice = postgres_server.dsn + options, postgres_server.dsn_for(user=alice) + options
+    namespace = f"team {EMAIL}"
+    MemoryStore(owner, embedder=None, namespace=namespace).close()
     with postgres_server.connect() as conn:
         conn.execute(f"DELETE FROM {schema}.settings WHERE key = 'pseudonyms.keyed'")
-    with MemoryStore(target, embedder=None) as store:
+    with MemoryStore(owner, embedder=None, namespace=namespace, rekey=False) as store:  # written the older way
         assert store.pseudonym_keying == "inside"
-        store.add("called about the invoice", session=PHONE)
-        assert [e.session for e in store.list(session=PHONE)] == [PHONE]
-    assert "cannot rekey on postgresql yet" in caplog.text
+        fill_old(store, 300)
+        store.grant(alice)
+    with MemoryStore(as_alice, embedder=None, namespace=namespace) as store:  # a confined role leaves it be
+        assert store.pseudonym_keying == "inside" and store.stats()["entries"] == 300
+    assert "as the store's owner" in caplog.text
+
+    def stored_sessions() -> set[str]:
+        with psycopg.connect(owner) as conn:
+            return {str(s) for (s,) in conn.execute("SELECT DISTINCT session FROM entries")}
+
+    before = stored_sessions()
+    with MemoryStore(owner, embedder=None, namespace=namespace) as store:  # the owner's open rekeys it
+        assert store.pseudonym_keying == "outside"
+    assert not before & stored_sessions()
+    for target in (owner, as_alice):  # the confined role's namespace was rekeyed with its rows
+        with MemoryStore(target, embedder=None, namespace=namespace) as store:
+            assert len(list(store.list(session="user3@example.com", limit=300))) == len(
+                [i for i in range(300) if i % 7 == 3])
+            entry = store.get(f"n3-{EMAIL}")
+            assert (entry.role, entry.tags, entry.namespace) == (EMAIL, (PHONE, "plain"), namespace)
+            assert store.recall("zz3zz", k=1)[0].entry.id == f"n3-{EMAIL}"

@@ -21,26 +21,14 @@ from contextlib import contextmanager
 from ..db import Connection, write_transaction
 from ..errors import StorageError
 from ..identities import SealedIdentity
+from ..pseudonyms import IDENTITY_COLUMNS
 
 __all__ = ["PROGRESS_SETTING", "REKEY_COLUMNS", "rekey_tables"]
 
-#: harness_mem's tables with a rowid, and their columns that may hold a pseudonym (JSON ones too).
-REKEY_COLUMNS: dict[str, tuple[str, ...]] = {
-    "entries": ("id", "namespace", "role", "session", "superseded_by", "tags", "metadata"),
-    "episodes": ("id", "namespace", "entry_id", "tags"),
-    "skills": ("namespace", "metadata"),
-    "skill_revisions": ("episode_id",),
-    # harness_loop's run tables live in the same file and key their rows with the same pseudonyms;
-    # the file is rekeyed as a whole, whichever package opens it (a table or column not there is skipped).
-    "runs": ("id", "namespace", "lease_owner"),
-    "jobs": ("run_id", "job_id", "deps", "lease_owner"),
-    "run_events": ("run_id", "job_id"),
-}
 # Tables without a rowid, keyed by their identity columns: rewritten in the last transaction.
-_KEYED_TABLES: dict[str, tuple[str, ...]] = {
-    "consolidations": ("namespace", "session", "episode_id", "last_turn_id"),
-    "derivations": ("namespace", "session"),
-}
+_KEYED_TABLES = ("consolidations", "derivations")
+#: The tables with a rowid, rewritten a step at a time.
+REKEY_COLUMNS = {t: c for t, c in IDENTITY_COLUMNS.items() if t not in _KEYED_TABLES}
 _STEP = 500
 #: How far a run got: "<table> <last rowid rewritten>".
 PROGRESS_SETTING = "pseudonyms.rekeyed_to"
@@ -94,9 +82,9 @@ def rekey_tables(conn: Connection, rekey: Rekey, reseal: Reseal, *, finished: Ca
         with write_transaction(conn):
             if _progress(conn) is None:  # another process finished it meanwhile
                 return changed
-            for table, columns in _KEYED_TABLES.items():
+            for table in _KEYED_TABLES:
                 if _exists(conn, table):
-                    changed += _rewrite_keyed(conn, table, columns, rekey)
+                    changed += _rewrite_keyed(conn, table, IDENTITY_COLUMNS[table], rekey)
             changed += _reseal(conn, reseal)
             conn.execute("DELETE FROM settings WHERE key = ?", (PROGRESS_SETTING,))
             finish()
