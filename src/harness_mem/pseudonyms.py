@@ -18,9 +18,11 @@ made by this version (or rekeyed), ``rekeying`` while an older one is being move
 for an older one, keyed by its in-file secret alone. An older store is rekeyed when opened for
 writing where its identity key is (or can be made): every pseudonym in its tables re-keyed in
 place from its in-file digest (no raw value is needed), and every sealed identity sealed again
-under its new namespace and value. Steps commit as they go, and a crash midway resumes on the next
-open. Opened without the key, an older store is left as it is (it works as before, and says once
-how to rekey it); a store caught midway refuses writes until it is finished.
+under its new namespace and value. On SQLite steps commit as they go, and a crash midway resumes on
+the next open; on PostgreSQL one transaction does it, by the store's owner (a confined role leaves
+it). Opened without the key, an older store is left as it is (it reads as before, says once how to
+rekey it, and writes no name its key could not seal); a store caught midway refuses writes until it
+is finished.
 """
 
 from __future__ import annotations

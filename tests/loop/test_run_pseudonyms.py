@@ -3,7 +3,6 @@ file's with the identity key, an older file's rekeyed in place with its entries.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -30,12 +29,23 @@ def create(runs: RunStore) -> None:
     runs.create(RunRecord(id=RUN, goal="ship it"), jobs, [NewEvent("run.created", job_id="after")])
 
 
-def stored_run_ids(path: Path) -> set[str]:
-    conn = connect(path).conn
+def sql(target: str, statement: str) -> list[tuple[object, ...]]:
+    """One statement on the store's database, around the store (SQLite's or PostgreSQL's driver)."""
+    if target.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(target, autocommit=True) as pg:
+            cursor = pg.execute(statement)
+            return list(cursor.fetchall()) if cursor.description else []
+    conn = connect(target).conn
     try:
-        return {str(r) for (r,) in conn.execute("SELECT id FROM runs")}
+        return list(conn.execute(statement).fetchall())
     finally:
         conn.close()
+
+
+def stored_run_ids(target: str) -> set[str]:
+    return {str(r) for (r,) in sql(target, "SELECT id FROM runs")}
 
 
 def test_a_new_files_run_ids_are_keyed_outside_and_a_keyless_run_store_is_refused(
@@ -57,15 +67,14 @@ def test_a_new_files_run_ids_are_keyed_outside_and_a_keyless_run_store_is_refuse
         runs.load(RUN)
 
 
-def test_an_older_files_runs_are_rekeyed_with_its_entries(db_path: Path) -> None:
-    MemoryStore(db_path, embedder=None).close()
-    with sqlite3.connect(db_path) as conn:
-        conn.execute("DELETE FROM settings WHERE key = 'pseudonyms.keyed'")
-    with MemoryStore(db_path, embedder=None, rekey=False) as memory, RunStore.on(memory) as runs:
+def test_an_older_files_runs_are_rekeyed_with_its_entries(engine_target: str) -> None:
+    MemoryStore(engine_target, embedder=None).close()
+    sql(engine_target, "DELETE FROM settings WHERE key = 'pseudonyms.keyed'")
+    with MemoryStore(engine_target, embedder=None, rekey=False) as memory, RunStore.on(memory) as runs:
         create(runs)
         memory.add("a note", session=RUN)
-    before = stored_run_ids(db_path)
-    with MemoryStore(db_path, embedder=None) as memory:  # rekeys the whole file, run tables too
+    before = stored_run_ids(engine_target)
+    with MemoryStore(engine_target, embedder=None) as memory:  # rekeys the whole database, run tables too
         assert memory.pseudonym_keying == "outside"
         assert [e.session for e in memory.list(session=RUN)] == [RUN]
         with RunStore.on(memory) as runs:
@@ -74,8 +83,6 @@ def test_an_older_files_runs_are_rekeyed_with_its_entries(db_path: Path) -> None
             assert loaded.job("after").deps == (stored(runs, JOB),)
             assert [e.job_id for e in runs.events(RUN)] == ["after"]
             runs.save(loaded.run, events=[NewEvent("run.note")])  # the log still refuses edits, and takes new events
-    assert not before & stored_run_ids(db_path)
-    conn = connect(db_path).conn
+    assert not before & stored_run_ids(engine_target)
     with pytest.raises(Exception, match="append-only"):
-        conn.execute("UPDATE run_events SET kind = 'x'")
-    conn.close()
+        sql(engine_target, "UPDATE run_events SET kind = 'x'")
