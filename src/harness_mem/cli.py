@@ -315,7 +315,7 @@ def migrate(ctx: click.Context, list_: bool, set_name: str | None, as_json: bool
                         bar.update(done - bar.pos)
 
                     changed = store.rekey_pseudonyms(progress=advance)
-                click.echo(f"Pseudonyms keyed outside the file ({counted(changed, 'row')} rewritten)")
+                click.echo(f"Pseudonyms keyed outside the store ({counted(changed, 'row')} rewritten)")
         return
     found = _migration_overview(ctx.obj["db"])
     present = sorted({status.set_name for status in found})

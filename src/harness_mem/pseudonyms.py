@@ -88,11 +88,11 @@ class Keying:
     def describe(self) -> str:
         """One line for ``doctor``."""
         if self.state == OUTSIDE:
-            return "pseudonyms keyed outside the file (with the identity key): a copy cannot test guesses"
+            return "pseudonyms keyed outside the store (with the identity key): a copy cannot test guesses"
         if self.state == REKEYING:
             return ("pseudonyms being rekeyed (a run was interrupted): open it for writing where its identity key"
                     " is, or run `harness-mem migrate`, to finish")
-        return ("pseudonyms keyed by a secret inside the file (an older store): a copy can test guesses"
+        return ("pseudonyms keyed by a secret inside the store (an older one): a copy can test guesses"
                 " — run `harness-mem migrate` where its identity key is to key them outside it")
 
 

@@ -186,7 +186,7 @@ def test_doctor_and_migrate_list(engine_target: str) -> None:
     assert doctor.exit_code == 0
     assert [line.split()[0] for line in doctor.stdout.splitlines()] == ["ok"] * 7
     assert "model:" in doctor.stdout
-    assert "pseudonyms: pseudonyms keyed outside the file" in doctor.stdout
+    assert "pseudonyms: pseudonyms keyed outside the store" in doctor.stdout
     listing = run(db_path, "migrate", "--list")
     assert "0001_init" in listing.stdout and "applied" in listing.stdout
 

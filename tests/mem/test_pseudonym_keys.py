@@ -273,12 +273,12 @@ def test_cli_doctor_says_which_kind_migrate_rekeys_and_a_keyless_write_is_one_li
         fill_old(store, 50)
     db = ("--db", str(db_path), "--embedder", "none")
     doctor = cli(*db, "doctor")
-    assert doctor.returncode == 0 and "pseudonyms: pseudonyms keyed by a secret inside the file" in doctor.stdout
+    assert doctor.returncode == 0 and "pseudonyms: pseudonyms keyed by a secret inside the store" in doctor.stdout
     migrated = cli(*db, "migrate")
     assert migrated.returncode == 0, migrated.stderr
-    assert "Rekeying pseudonyms" in migrated.stderr and "Pseudonyms keyed outside the file" in migrated.stdout
+    assert "Rekeying pseudonyms" in migrated.stderr and "Pseudonyms keyed outside the store" in migrated.stdout
     doctor = cli(*db, "doctor")
-    assert "pseudonyms: pseudonyms keyed outside the file" in doctor.stdout
+    assert "pseudonyms: pseudonyms keyed outside the store" in doctor.stdout
     refused = cli(*db, "add", "a call", "--session", EMAIL,
                   env={"HARNESS_MEM_CONFIG": str(tmp_path / "no-keys-here")})
     assert refused.returncode == 1
