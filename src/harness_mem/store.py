@@ -157,6 +157,8 @@ class MemoryStore:
         """
         if self.read_only:
             raise InvalidInputError("this store is open read-only — rekeying its pseudonyms writes to it")
+        if self.storage.confined_to is not None:
+            raise InvalidInputError("a confined database role cannot rekey the store — connect as its owner")
         settings = Settings.from_env()
         given = self._key_given(settings)
         key = choose_key(self.storage, given, settings.config_dir(), create=True)

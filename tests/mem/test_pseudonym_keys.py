@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_mem.errors import IdentityKeyError
+from harness_mem.errors import IdentityKeyError, InvalidInputError
 from harness_mem.redaction import Redactor
 from harness_mem.store import MemoryStore
 
@@ -312,6 +312,8 @@ def test_an_older_postgres_store_is_rekeyed_by_its_owner_and_its_confined_role_f
         store.grant(alice)
     with MemoryStore(as_alice, embedder=None, namespace=namespace) as store:  # a confined role leaves it be
         assert store.pseudonym_keying == "inside" and store.stats()["entries"] == 300
+        with pytest.raises(InvalidInputError, match="connect as its owner"):
+            store.rekey_pseudonyms()
     assert "as the store's owner" in caplog.text
 
     def stored_sessions() -> set[str]:
