@@ -589,8 +589,12 @@ class PostgresStorage(Storage):
                          reseal: Callable[[str, SealedIdentity], tuple[str, SealedIdentity]], *,
                          finished: Callable[[], bool], finish: Callable[[], None],
                          progress: Callable[[int, int], None] | None = None) -> int:
-        return postgres_rekey.rekey_tables(self.conn, self.transaction, rekey, reseal, finished=finished,
-                                           finish=finish, retokenize=self._retokenize, progress=progress)
+        changed = postgres_rekey.rekey_tables(self.conn, self.transaction, rekey, reseal, finished=finished,
+                                              finish=finish, retokenize=self._retokenize, progress=progress)
+        if changed:  # no dead tuple keeps a pseudonym keyed the old way
+            for table in postgres_rekey.tables_of(self.conn):
+                self._run(f"VACUUM FULL {table}")
+        return changed
 
     def _retokenize(self) -> None:
         """Every live entry's keyword tokens made again (inside a transaction): a role is in them."""

@@ -7,7 +7,8 @@ in the indexed text), and every sealed identity sealed again under its new names
 PostgreSQL checks a foreign key at each statement, and an episode names its entry by id: the
 tables' foreign keys are dropped for the transaction and made again (checked) before it commits;
 the append-only run log's triggers are off meanwhile. Only the store's owner may do that, so a
-confined role never rekeys.
+confined role never rekeys. After the commit the storage writes those tables anew (``VACUUM FULL``),
+so no dead row version keeps a pseudonym keyed the old way.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from ..identities import SealedIdentity
 from ..pseudonyms import IDENTITY_COLUMNS
 
-__all__ = ["rekey_tables"]
+__all__ = ["rekey_tables", "tables_of"]
 
 Rekey = Callable[[str], str]
 Reseal = Callable[[str, SealedIdentity], tuple[str, SealedIdentity]]
@@ -36,7 +37,7 @@ def rekey_tables(conn: Any, transaction: Callable[[], AbstractContextManager[Non
     with transaction():
         if finished():
             return 0
-        tables = [t for t in IDENTITY_COLUMNS if _exists(conn, t)]
+        tables = [t for t in tables_of(conn) if t != "identities"]
         total = sum(_one(conn, f"SELECT count(*) FROM {t}") for t in tables)
         keys = conn.execute(
             "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint"
@@ -77,6 +78,11 @@ def rekey_tables(conn: Any, transaction: Callable[[], AbstractContextManager[Non
             conn.execute(f'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition}')
         finish()
     return changed
+
+
+def tables_of(conn: Any) -> list[str]:
+    """The tables a rekeying rewrites that this database has (the sealed identities' too)."""
+    return [t for t in (*IDENTITY_COLUMNS, "identities") if _exists(conn, t)]
 
 
 def _one(conn: Any, sql: str, params: Sequence[Any] = ()) -> int:
