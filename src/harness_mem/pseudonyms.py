@@ -141,9 +141,16 @@ def store_redactor(storage: KeyRecords, secret: str | None, outer: Callable[[], 
     with it."""
     if keying(storage).state != "inside":
         return Redactor.default(secret=secret, outer=outer)
+    key_seen: list[bool] = []
 
     def checked() -> None:
-        outer()  # raises where the key is not
+        # Asked for each new pseudonym: another process may have rekeyed the store since this
+        # handle opened it, and a pseudonym keyed inside would then be found by nobody.
+        if keying(storage).state != "inside":
+            raise IdentityKeyError("this store's pseudonyms were rekeyed since this handle opened it — open it again")
+        if not key_seen:
+            outer()  # raises where the key is not
+            key_seen.append(True)
         return None
 
     return Redactor.default(secret=secret, outer=checked if writable else None)

@@ -261,6 +261,20 @@ def test_two_processes_rekeying_at_once_key_each_pseudonym_once(db_path: Path) -
     check_migrated(db_path, 1200, "default")
 
 
+def test_a_handle_opened_before_another_rekeyed_the_store_refuses_names(db_path: Path) -> None:
+    with old_store(db_path) as store:
+        fill_old(store, 10)
+    with MemoryStore(db_path, embedder=None, rekey=False) as stale:
+        with MemoryStore(db_path, embedder=None) as rekeying:  # another handle rekeys it
+            assert rekeying.pseudonym_keying == "outside"
+        for act in (lambda: stale.add("x", session="carol@example.com"),
+                    lambda: list(stale.list(session="user5@example.com"))):
+            with pytest.raises(IdentityKeyError, match="rekeyed since this handle opened it"):
+                act()
+        stale.add("nothing personal", session="plain")
+    check_migrated(db_path, 10, "default")
+
+
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in {**os.environ, **(env or {})}.items() if k != "HARNESS_MEM_IDENTITY_KEY"}
     return subprocess.run([sys.executable, "-m", "harness_mem", *args], capture_output=True, text=True, timeout=120,

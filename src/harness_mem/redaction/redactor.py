@@ -211,8 +211,12 @@ class Redactor:
 
     def _outer_key(self) -> bytes | None:
         if callable(self._outer):
-            # Raises when the store's key is not here (IdentityKeyError), and again next time.
-            self._outer = self._outer()
+            # Raises when the store's key is not here (IdentityKeyError), and again next time; None
+            # (no outer key: an older store's redactor, checking it still is one) is asked again too.
+            found = self._outer()
+            if found is None:
+                return None
+            self._outer = found
         return self._outer
 
     def __getstate__(self) -> dict[str, Any]:
