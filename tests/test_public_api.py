@@ -68,6 +68,8 @@ STORAGE_MODULES = {
     "harness_mem/engines/sqlite.py",
     "harness_mem/engines/sqlite_files.py",
     "harness_mem/engines/sqlite_rewrite.py",
+    "harness_mem/engines/sqlite_rekey.py",
+    "harness_mem/engines/postgres_rekey.py",
     "harness_mem/engines/sqlite_keywords.py",
     "harness_mem/engines/sqlite_where.py",
     "harness_mem/engines/postgres.py",

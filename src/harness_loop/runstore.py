@@ -359,7 +359,7 @@ class RunStore:
     rules about values (redaction, records, leases) the same on both engines.
 
     :param redactor: what every written text passes: ``"default"`` is the database's own redactor
-        (keyed by its secret, like the memory store's); None stores text as given, and each run
+        (its pseudonyms keyed as the memory store's are, with the identity key); None stores text as given, and each run
         written so records ``redacted = 0``.
     """
 
@@ -373,7 +373,7 @@ class RunStore:
     ) -> None:
         self._tables: RunTables = conn if isinstance(conn, RunTables) else SQLiteRunTables(conn)
         self._redactor: Redactor | None = (
-            Redactor.default(secret=self._tables.redaction_secret()) if redactor == "default" else redactor
+            self._tables.redactor() if redactor == "default" else redactor
         )
         self._namespace = self._key(namespace)
         #: Whether :meth:`close` closes the connection (it was opened for this store alone).

@@ -34,7 +34,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness_mem.redaction import Redactor
 
 __all__ = ["EVENT_COLUMNS", "JOB_COLUMNS", "RUN_COLUMNS", "RunTables"]
 
@@ -145,8 +148,9 @@ class RunTables(ABC):
         """Apply the pending migrations of the run tables (and of what they come after)."""
 
     @abstractmethod
-    def redaction_secret(self) -> str | None:
-        """The database's key for keyed pseudonyms, the one its memory store uses."""
+    def redactor(self) -> Redactor:
+        """The database's own redactor, its pseudonyms keyed as its memory store's are (see
+        :func:`harness_mem.pseudonyms.database_redactor`)."""
 
     @abstractmethod
     def close(self) -> None: ...

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from harness_mem.engines import open_storage, shown_location
 from harness_mem.errors import ExtensionError, MigrationError, SchemaTooNewError, StorageError
+from harness_mem.pseudonyms import database_redactor
+from harness_mem.redaction import Redactor
 
 from .runtables import RunTables
 
@@ -100,7 +102,7 @@ class PostgresRunTables(RunTables):
     run_lock = " FOR NO KEY UPDATE"
     answers_later = True
 
-    def __init__(self, dsn: str, *, secret: str | None = None) -> None:
+    def __init__(self, dsn: str, *, redactor: Redactor | None = None) -> None:
         driver = _psycopg()
         #: Where the tables are, without the password.
         self.location = shown_location(dsn)
@@ -109,7 +111,8 @@ class PostgresRunTables(RunTables):
         except driver.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise StorageError(f"cannot connect to {self.location}: {reason.replace(dsn, self.location)}") from None
-        self._secret = secret
+        self._redactor = redactor
+        self._dsn = dsn
         self._errors = driver.errors
         self._batched = False
 
@@ -119,10 +122,10 @@ class PostgresRunTables(RunTables):
         storage = open_storage(dsn)
         try:
             storage.migrate()
-            secret = storage.redaction_secret(create=True)
+            redactor = database_redactor(storage, writable=True)
         finally:
             storage.close()
-        tables = cls(dsn, secret=secret)
+        tables = cls(dsn, redactor=redactor)
         try:
             tables.migrate()
         except BaseException:
@@ -193,8 +196,14 @@ class PostgresRunTables(RunTables):
     def lock_log(self, run_id: str) -> None:
         self.execute(f"SELECT pg_advisory_xact_lock({_LOG_LOCK_CLASS}, hashtext(?))", (run_id,))
 
-    def redaction_secret(self) -> str | None:
-        return self._secret
+    def redactor(self) -> Redactor:
+        if self._redactor is None:
+            storage = open_storage(self._dsn)
+            try:
+                self._redactor = database_redactor(storage, writable=not storage.read_only)
+            finally:
+                storage.close()
+        return self._redactor
 
     def close(self) -> None:
         self.conn.close()

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from importlib import resources
 from typing import Any
 
-from harness_mem.db import Connection, connect, driver, redaction_secret, write_transaction
+from harness_mem.db import Connection, connect, driver, is_read_only, redaction_secret, write_transaction
 from harness_mem.migrations import HARNESS_MEM, Migration, MigrationSet
+from harness_mem.pseudonyms import database_redactor
+from harness_mem.redaction import Redactor
 
 from .runtables import RunTables
 
@@ -28,6 +30,33 @@ def migrate(conn: Connection) -> list[Migration]:
     """Apply harness_mem's pending migrations, then harness_loop's; returns the ones this call ran."""
     done = HARNESS_MEM.migrate(conn)
     return done + MIGRATIONS.migrate(conn)
+
+
+class FileSettings:
+    """The settings of the file the run tables are kept in, as the memory store keeps them."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def setting(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_setting(self, key: str, value: str) -> None:
+        self.conn.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key)"
+                          " DO UPDATE SET value = excluded.value", (key, value))
+
+    def transaction(self) -> AbstractContextManager[None]:
+        return _transaction(self.conn)
+
+    def redaction_secret(self, *, create: bool) -> str | None:
+        return redaction_secret(self.conn, create=create)
+
+
+@contextmanager
+def _transaction(conn: Connection) -> Iterator[None]:
+    with write_transaction(conn):
+        yield
 
 
 class SQLiteRunTables(RunTables):
@@ -76,8 +105,8 @@ class SQLiteRunTables(RunTables):
     def migrate(self) -> None:
         MIGRATIONS.migrate(self.conn)
 
-    def redaction_secret(self) -> str | None:
-        return redaction_secret(self.conn)
+    def redactor(self) -> Redactor:
+        return database_redactor(FileSettings(self.conn), writable=not is_read_only(self.conn))
 
     def close(self) -> None:
         if self.owns_connection:

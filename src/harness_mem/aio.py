@@ -184,6 +184,9 @@ class AsyncMemoryStore:
     async def reindex(self, **options: Any) -> dict[str, int]:
         return await self._call("reindex", **options)  # type: ignore[no-any-return]
 
+    async def rekey_pseudonyms(self, progress: Callable[[int, int], None] | None = None) -> int:
+        return await self._call("rekey_pseudonyms", progress)  # type: ignore[no-any-return]
+
     async def diagnose(self) -> dict[str, Any]:
         return await self._call("diagnose")  # type: ignore[no-any-return]
 
@@ -212,6 +215,10 @@ class AsyncMemoryStore:
     @property
     def keyword_only(self) -> bool:
         return self.store.keyword_only
+
+    @property
+    def pseudonym_keying(self) -> str:
+        return self.store.pseudonym_keying
 
     @property
     def db(self) -> Database:

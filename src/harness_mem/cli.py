@@ -87,9 +87,10 @@ def cli(ctx: click.Context, db_path: Path | None, namespace: str, embedder: str,
 
 
 @contextmanager
-def open_store(ctx: click.Context, *, create: bool = False) -> Iterator[MemoryStore]:
+def open_store(ctx: click.Context, *, create: bool = False, rekey: bool = True) -> Iterator[MemoryStore]:
     """The store at ``--db``. Only commands that write (``create=True``) may bring a new file into
-    being: a read on a path that does not exist is a mistyped path, so it creates nothing."""
+    being: a read on a path that does not exist is a mistyped path, so it creates nothing. An older
+    store is rekeyed on open unless ``rekey`` is False (``migrate`` does it with a progress bar)."""
     path = ctx.obj["db"]
     if not create and not is_url(path) and str(path) != ":memory:" and not Path(path).exists():
         raise click.ClickException(
@@ -98,7 +99,8 @@ def open_store(ctx: click.Context, *, create: bool = False) -> Iterator[MemorySt
     # A read answers once and exits: a small page cache keeps a cold recall's memory down (writes,
     # an import above all, and long-running processes such as `mcp` keep the default).
     store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
-                        redactor=ctx.obj["redactor"], cache_kib=CACHE_SIZE_KIB if create else ONE_SHOT_CACHE_KIB)
+                        redactor=ctx.obj["redactor"], cache_kib=CACHE_SIZE_KIB if create else ONE_SHOT_CACHE_KIB,
+                        rekey=rekey)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", MissingVectorsWarning)
@@ -268,7 +270,7 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     Example:
         harness-mem doctor
     """
-    with open_store(ctx) as store:
+    with open_store(ctx, rekey=False) as store:  # it says which kind the file is, and changes nothing
         report = store.diagnose()
     if as_json:
         echo_json(report)
@@ -286,7 +288,8 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
 @json_option
 @click.pass_context
 def migrate(ctx: click.Context, list_: bool, set_name: str | None, as_json: bool) -> None:
-    """Apply pending schema migrations (opening the store does this too).
+    """Apply pending schema migrations (opening the store does this too), and key an older store's
+    pseudonyms outside the file, with its identity key (a progress bar shows how far it is).
 
     --list shows harness_mem's migrations, applied, skipped (retired ones a file does not need) or
     pending, then what the file records for other sets, such as harness_loop's runs tables (opening
@@ -300,8 +303,19 @@ def migrate(ctx: click.Context, list_: bool, set_name: str | None, as_json: bool
     if not list_:
         if set_name is not None:
             raise click.UsageError("--set goes with --list: harness-mem applies only its own set")
-        with open_store(ctx, create=True) as store:
+        with open_store(ctx, create=True, rekey=False) as store:
             click.echo(f"Schema is at {store.stats()['schema_version']:04d}")
+            if store.pseudonym_keying != "outside" and not store.storage.rekeys_pseudonyms:
+                click.echo(f"Pseudonyms stay keyed inside the store: rekeying an older {store.storage.engine}"
+                           " store is not supported yet", err=True)
+            elif store.pseudonym_keying != "outside":
+                with click.progressbar(length=1, label="Rekeying pseudonyms", file=sys.stderr) as bar:
+                    def advance(done: int, total: int) -> None:
+                        bar.length = max(total, 1)
+                        bar.update(done - bar.pos)
+
+                    changed = store.rekey_pseudonyms(progress=advance)
+                click.echo(f"Pseudonyms keyed outside the store ({counted(changed, 'row')} rewritten)")
         return
     found = _migration_overview(ctx.obj["db"])
     present = sorted({status.set_name for status in found})

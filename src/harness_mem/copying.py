@@ -4,7 +4,8 @@ Every entry of every namespace that is not forgotten goes across as it is stored
 session, role, tags, metadata, redaction counts and correction marks (so histories survive), with
 the vector it already has and the identity of the model that made it. Nothing is embedded again and
 nothing is redacted again: the rows were redacted when first written, and the destination takes the
-source's pseudonym key, so a lookup by a raw session id or entry id finds the same rows on both.
+source's pseudonym key (and is keyed outside it as the source is, with the same identity key: see
+:mod:`harness_mem.pseudonyms`), so a lookup by a raw session id or entry id finds the same rows on both.
 Forgotten entries stay behind: what was forgotten does not spread.
 
 A copy is resumable: it goes in the source's write order, and an id the destination already holds
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from . import pseudonyms
 from .engines import open_storage, shown_location
 from .errors import StorageError
 from .identities import KEY_ID_SETTING, SealedIdentity
@@ -118,6 +120,9 @@ def _unit(vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 
 def _share_key(src: Storage, dst: Storage) -> None:
     """Give the destination the source's pseudonym key, unless it already keys entries of its own."""
+    keyed = pseudonyms.keying(src)
+    if keyed.state == "rekeying":
+        raise StorageError(f"{src.location}: {keyed.describe()}")
     key = src.redaction_secret(create=False)
     if key is None or dst.redaction_secret(create=False) == key:
         return
@@ -127,6 +132,8 @@ def _share_key(src: Storage, dst: Storage) -> None:
         )
     with dst.transaction():
         dst.set_setting("redaction.secret", key)
+        # Keyed as the source's are: outside it (with the same identity key), or by that secret alone.
+        dst.set_setting(pseudonyms.KEYED_SETTING, keyed.state)
 
 
 def _share_identities(src: Storage, dst: Storage) -> None:

@@ -9,6 +9,7 @@ Callers can catch at any level of the tree::
     │   └── MigrationError        a migration failed and was rolled back
     ├── InvalidInputError         the caller passed something we refuse (bad kind, bad time, ...)
     │   ├── DuplicateIdError      an id that already exists in the namespace
+    │   ├── IdentityKeyError      the store's identity key is not here: no pseudonym can be made
     │   └── InvalidSkillError     a SKILL.md that is malformed or breaks the agentskills.io rules
     ├── NotFoundError             no entry (or run, or skill) with that id
     ├── EmbedderError             no embedder available, or a different one than the file was built with
@@ -28,6 +29,7 @@ __all__ = [
     "EmbedderError",
     "ExtensionError",
     "HarnessMemError",
+    "IdentityKeyError",
     "InvalidInputError",
     "InvalidSkillError",
     "MigrationError",
@@ -70,6 +72,11 @@ class InvalidInputError(HarnessMemError, ValueError):
 
 class DuplicateIdError(InvalidInputError):
     """An entry with this id already exists in the namespace."""
+
+
+class IdentityKeyError(InvalidInputError):
+    """The store's pseudonyms are keyed with an identity key this process does not have: a value
+    holding personal data can be neither written nor looked up (reads show the pseudonyms)."""
 
 
 class InvalidSkillError(InvalidInputError):

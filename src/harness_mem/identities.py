@@ -15,8 +15,10 @@ digits), else a key file made on first use in the user's config directory:
 ``$HARNESS_MEM_CONFIG`` (default ``$XDG_CONFIG_HOME/harness-mem``, else ``~/.config/harness-mem``),
 ``keys/<key id>.key``, mode 0600 in a 0700 directory. The file records which key it was sealed with
 (``identities.key_id`` in its settings; each sealed row its key's id). A store opened where that
-key is missing reads and writes as before, with the pseudonyms in place of the names: **losing the
-key loses the names, never the memories**, and no new key is made over an old one. A team sharing a
+key is missing reads as before, with the pseudonyms in place of the names: **losing the key loses
+the names, never the memories**, and no new key is made over an old one. The pseudonyms themselves
+are keyed with this key too (:mod:`harness_mem.pseudonyms`), so without it nothing holding personal
+data can be written to an identity field or looked up by one. A team sharing a
 PostgreSQL store shares the key through the variable.
 
 Metadata values are kept the same way (:func:`~harness_mem.rows.stored_metadata`): a framework reads
@@ -32,6 +34,7 @@ per namespace: the first written is the one read back.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import os
 import re
@@ -48,8 +51,8 @@ if TYPE_CHECKING:
     from .redaction import Redaction
 
 __all__ = [
-    "KEY_ID_SETTING", "Identities", "IdentityKey", "IdentityRecords", "SealedIdentity", "Sealer", "key_file",
-    "metadata_pseudonyms",
+    "KEY_ID_SETTING", "Identities", "IdentityKey", "IdentityRecords", "KeyRecords", "SealedIdentity", "Sealer", "choose_key",
+    "key_file", "metadata_pseudonyms",
 ]
 
 logger = logging.getLogger(__name__)
@@ -74,14 +77,18 @@ class SealedIdentity(NamedTuple):
     sealed: bytes
 
 
-class IdentityRecords(Protocol):
-    """What this module needs of a store's storage (:class:`~harness_mem.storage.Storage` has it)."""
+class KeyRecords(Protocol):
+    """Where a store records which key is its own: its settings."""
 
     def setting(self, key: str) -> str | None: ...
 
     def set_setting(self, key: str, value: str) -> None: ...
 
     def transaction(self) -> AbstractContextManager[None]: ...
+
+
+class IdentityRecords(KeyRecords, Protocol):
+    """What this module needs of a store's storage (:class:`~harness_mem.storage.Storage` has it)."""
 
     def sealed_identities(self, namespace: str, stored: Sequence[str]) -> list[SealedIdentity]: ...
 
@@ -105,6 +112,12 @@ class IdentityKey:
             except ValueError:
                 raise InvalidInputError("an identity key given as text must be 64 hex digits") from None
         return cls(bytes(given))
+
+    @property
+    def pseudonym_key(self) -> bytes:
+        """The key a store's pseudonyms are keyed with outside it (:mod:`harness_mem.pseudonyms`):
+        derived from this one under a label of its own, so it seals nothing and this seals no pseudonym."""
+        return hmac.new(self.secret, b"harness-mem pseudonym key v1", hashlib.sha256).digest()
 
     def _cipher(self) -> Any:
         if self._aead is None:
@@ -169,7 +182,7 @@ def _make_key(config_dir: Path) -> IdentityKey:
     return key
 
 
-def choose_key(storage: IdentityRecords, given: bytes | str | None, config_dir: Path, *, create: bool) -> IdentityKey | None:
+def choose_key(storage: KeyRecords, given: bytes | str | None, config_dir: Path, *, create: bool) -> IdentityKey | None:
     """The key this handle seals and reveals with: the one given, else the store's key file (made
     on first use when ``create``); None when the store's key is not on this machine."""
     if given is not None:

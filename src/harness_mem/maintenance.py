@@ -58,6 +58,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import pseudonyms
 from .errors import InvalidInputError, StorageError
 from .models import FileSizes, SessionSize, StoreStats, now_ms
 from .recall import raise_if_missing_vectors
@@ -192,7 +193,16 @@ def diagnose(storage: Storage) -> dict[str, Any]:
     check("schema", storage.describe_schema)
     check("model", lambda: describe_model(storage))
     check("integrity", integrity)
+    check("pseudonyms", lambda: describe_keying(storage))
     return {"path": storage.location, "checks": checks}
+
+
+def describe_keying(storage: Storage) -> str:
+    """How the store's pseudonyms are keyed (raises when a rekeying was left unfinished)."""
+    keying = pseudonyms.keying(storage)
+    if keying.state == "rekeying":
+        raise StorageError(keying.describe())
+    return keying.describe()
 
 
 def describe_model(storage: Storage) -> str:

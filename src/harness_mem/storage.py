@@ -25,7 +25,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from .errors import DuplicateIdError, InvalidInputError
+from .errors import DuplicateIdError, InvalidInputError, StorageError
 from .filters import Selection
 from .identities import SealedIdentity, Sealer, metadata_pseudonyms
 from .keyword import entry_index_text
@@ -227,6 +227,8 @@ class Storage(ABC):
     derived_keywords: Any
     #: The namespace (as stored) the database confines this connection to, if it does.
     confined_to: str | None = None
+    #: True when this engine can rekey an older store's pseudonyms (:meth:`rekey_pseudonyms`).
+    rekeys_pseudonyms: bool = False
 
     # ---- lifecycle and settings ---------------------------------------------------------------
 
@@ -250,6 +252,17 @@ class Storage(ABC):
     @abstractmethod
     def redaction_secret(self, *, create: bool) -> str | None:
         """The store's key for keyed pseudonyms, made on first use unless ``create`` is False."""
+
+    def rekey_pseudonyms(self, rekey: Callable[[str], str],
+                         reseal: Callable[[str, SealedIdentity], tuple[str, SealedIdentity]], *,
+                         finished: Callable[[], bool], finish: Callable[[], None],
+                         progress: Callable[[int, int], None] | None = None) -> int:
+        """Rewrite every pseudonym the store holds with ``rekey``, and every sealed identity with
+        ``reseal``, resuming an interrupted run and stopping once ``finished()`` (another process
+        may finish it); ``finish`` runs in the last transaction (see :mod:`harness_mem.pseudonyms`).
+        How many rows changed."""
+        raise StorageError(f"rekeying an older {self.engine} store's pseudonyms is not supported yet"
+                           " — its pseudonyms stay keyed inside it")
 
     @property
     @abstractmethod

@@ -22,12 +22,12 @@ import numpy as np
 import numpy.typing as npt
 from sqlite_utils import Database
 
-from . import corrections, maintenance, sessions
+from . import corrections, maintenance, pseudonyms, sessions
 from .db import CACHE_SIZE_KIB, default_path
 from .engines import is_url, open_storage
 from .errors import BlockedError, HarnessMemError, InvalidInputError, NotFoundError, StorageError
 from .filters import Selection, make_filters
-from .identities import Identities, SealedIdentity
+from .identities import Identities, SealedIdentity, choose_key
 from .models import Entry, Hit, Remembered, SessionHit, SessionSummary, from_ms, now_ms
 from .protocols import Embedder
 from .providers.embeddings import RECORDED_NAMES, default_embedder, named_embedder
@@ -62,7 +62,11 @@ class MemoryStore:
         tags, the namespace) the redactor pseudonymises, so reads give them back as written (see
         :mod:`harness_mem.identities`): 32 bytes or 64 hex digits; None takes
         ``$HARNESS_MEM_IDENTITY_KEY``, else the store's key file in the config directory (made on
-        first use); False keeps no raw values, and reads show the pseudonyms.
+        first use); False keeps no raw values, and reads show the pseudonyms. Pseudonyms are keyed
+        with it too (:mod:`harness_mem.pseudonyms`): where the store's key is not, a value holding
+        personal data can be neither written nor looked up.
+    :param rekey: rekey an older store's pseudonyms on a writable open, where its key is (see
+        :meth:`rekey_pseudonyms`); False leaves that to an explicit call.
     """
 
     def __init__(
@@ -75,6 +79,7 @@ class MemoryStore:
         read_only: bool = False,
         cache_kib: int = CACHE_SIZE_KIB,
         identity_key: bytes | str | Literal[False] | None = None,
+        rekey: bool = True,
     ) -> None:
         if not namespace or not isinstance(namespace, str):
             raise InvalidInputError("namespace must be a non-empty string")
@@ -98,14 +103,15 @@ class MemoryStore:
         self.identities: Identities | None = None
         #: The ``identity_key`` this handle was opened with (another handle on the same store takes it).
         self.identity_key = identity_key
+        self._given_namespace = namespace
+        self._own_redactor = redactor == "default"  # the store's own, rebuilt when the store is rekeyed
         try:
             created = self.storage.migrate()
             self.storage.use_embedder(self._choose_embedder(embedder, created=created))
             # Nothing unredacted reaches the file unless the caller says so (redactor=None), and
             # then every entry written records that it was not redacted. Read-only, a file without
-            # a key gets a throwaway one: nothing it could pseudonymise is ever stored.
-            chosen = (Redactor.default(secret=self.storage.redaction_secret(create=not self.read_only))
-                      if redactor == "default" else redactor)
+            # a secret gets a throwaway one: nothing it could pseudonymise is ever stored.
+            chosen = self._default_redactor(created=created, rekey=rekey) if redactor == "default" else redactor
             #: Whose entries this handle reads and writes: the namespace as stored (an identity
             #: field, so its pseudonym) and the redactor of every write.
             self.scope = self._scope(namespace, chosen, identity_key)
@@ -119,6 +125,58 @@ class MemoryStore:
         except BaseException:
             self.storage.close()
             raise
+
+    def _default_redactor(self, *, created: bool, rekey: bool) -> Redactor:
+        """The store's own redactor: keyed by the file's secret, and again by its identity key."""
+        settings = Settings.from_env()
+        given = self._key_given(settings)
+        writable = not self.read_only
+        if writable and (rekey or created):
+            pseudonyms.settle(self.storage, given, settings.config_dir(), created=created)
+        outer = pseudonyms.key_finder(self.storage, given, settings.config_dir(), create=writable)
+        return pseudonyms.store_redactor(self.storage, self.storage.redaction_secret(create=writable), outer,
+                                         writable=writable)
+
+    def _key_given(self, settings: Settings) -> bytes | str | None:
+        """The identity key given for this handle (False, keeping no raw values, still keys pseudonyms)."""
+        given = self.identity_key
+        return given if given is not None and given is not False else settings.identity_key
+
+    @property
+    def pseudonym_keying(self) -> str:
+        """How this store's pseudonyms are keyed: ``"outside"`` (with the identity key, kept outside
+        the store), ``"inside"`` (an older store, by a secret in it) or ``"rekeying"`` (being moved
+        over); see :mod:`harness_mem.pseudonyms`."""
+        return pseudonyms.keying(self.storage).state
+
+    def rekey_pseudonyms(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Key an older store's pseudonyms outside it, with this handle's identity key (see
+        :mod:`harness_mem.pseudonyms`), resuming an interrupted run; how many rows changed.
+
+        :param progress: told ``(done, total)`` rows after each step.
+        """
+        if self.read_only:
+            raise InvalidInputError("this store is open read-only — rekeying its pseudonyms writes to it")
+        if self.storage.confined_to is not None:
+            raise InvalidInputError("a confined database role cannot rekey the store — connect as its owner")
+        settings = Settings.from_env()
+        given = self._key_given(settings)
+        key = choose_key(self.storage, given, settings.config_dir(), create=True)
+        if key is None:
+            raise pseudonyms.missing_key(self.storage, settings.config_dir())
+        with self.lock:
+            was_inside = self.pseudonym_keying != "outside"
+            changed = pseudonyms.rekey(self.storage, key, progress)
+            if was_inside and self._own_redactor:
+                # This handle's redactor, namespace and sealer were keyed inside: now as the store is.
+                redactor = pseudonyms.store_redactor(
+                    self.storage, self.storage.redaction_secret(create=True),
+                    pseudonyms.key_finder(self.storage, given, settings.config_dir(), create=True), writable=True)
+                # A namespace given in its stored form is rekeyed as the rows holding it were.
+                namespace = pseudonyms.rekeyer(key)[0](self._given_namespace)
+                self.scope = self._scope(namespace, redactor, self.identity_key)
+                self._recall.scope = self.scope
+        return changed
 
     def _scope(self, namespace: str, redactor: Redactor | None, key: bytes | str | Literal[False] | None) -> Scope:
         """The scope of this handle, with what seals its identities when it redacts and may keep them."""
@@ -171,6 +229,7 @@ class MemoryStore:
     @redactor.setter
     def redactor(self, redactor: Redactor | None) -> None:
         # The pseudonyms sealed so far stay readable; a redactor with another key makes new ones.
+        self._own_redactor = False
         self.scope = Scope(self.scope.namespace, redactor, self.scope.sealer if redactor is not None else None)
         self._recall.scope = self.scope
 

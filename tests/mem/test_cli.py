@@ -184,8 +184,9 @@ def test_doctor_and_migrate_list(engine_target: str) -> None:
     assert run(db_path, "init").exit_code == 0
     doctor = run(db_path, "doctor")
     assert doctor.exit_code == 0
-    assert [line.split()[0] for line in doctor.stdout.splitlines()] == ["ok"] * 6
+    assert [line.split()[0] for line in doctor.stdout.splitlines()] == ["ok"] * 7
     assert "model:" in doctor.stdout
+    assert "pseudonyms: pseudonyms keyed outside the store" in doctor.stdout
     listing = run(db_path, "migrate", "--list")
     assert "0001_init" in listing.stdout and "applied" in listing.stdout
 

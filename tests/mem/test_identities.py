@@ -14,7 +14,7 @@ from engine_rows import stored_text, written
 from pii import assert_absent
 
 from harness_mem.copying import copy_store
-from harness_mem.errors import InvalidInputError
+from harness_mem.errors import IdentityKeyError, InvalidInputError
 from harness_mem.identities import KEY_ID_SETTING, IdentityKey, key_file
 from harness_mem.jsonl import import_jsonl
 from harness_mem.store import MemoryStore
@@ -73,12 +73,17 @@ def test_losing_the_key_loses_the_names_never_the_memories(db_path: Path, tmp_pa
         [entry] = store.list()
         assert entry.content == "met about the launch" and entry.session is not None
         assert entry.session.startswith("<EMAIL:") and EMAIL not in entry.id
-        assert store.get(entry_id).id == entry.id  # the raw id still finds it: lookups go by pseudonym
-        store.add("written without the key", session=f"user-{EMAIL}")
+        assert store.get(entry.id).id == entry.id  # the stored id finds it
+        # The raw id cannot: its pseudonym is keyed with the missing key (harness_mem.pseudonyms).
+        with pytest.raises(IdentityKeyError, match="which is not here"):
+            store.get(entry_id)
+        with pytest.raises(IdentityKeyError, match="HARNESS_MEM_IDENTITY_KEY"):
+            store.add("written without the key", session=f"user-{EMAIL}")
+        store.add("written without the key", session="user-plain")
         assert not (tmp_path / "elsewhere").exists()  # no new key over the store's own
     monkeypatch.setenv("HARNESS_MEM_CONFIG", str(tmp_path / "config"))
     with MemoryStore(db_path, embedder=None) as store:  # the key back: the names are back
-        assert {e.session for e in store.list()} == {f"user-{EMAIL}"}
+        assert {e.session for e in store.list()} == {f"user-{EMAIL}", "user-plain"}
 
 
 METADATA = {"owner": EMAIL, "note": f"call {PHONE} after six", "phone": 14155550123, "n": 3, "ok": True,
@@ -107,7 +112,9 @@ def test_a_metadata_value_without_its_key_reads_as_its_pseudonym(db_path: Path, 
     with MemoryStore(db_path, embedder=None) as keyless:
         metadata = keyless.get(entry_id).metadata
         assert metadata["owner"].startswith("<EMAIL:") and metadata["n"] == 1
-        assert [e.id for e in keyless.list(metadata={"owner": EMAIL})] == [entry_id]  # still found by its raw value
+        assert [e.id for e in keyless.list(metadata={"owner": metadata["owner"]})] == [entry_id]  # by its stored value
+        with pytest.raises(IdentityKeyError):  # not by its raw value: its pseudonym cannot be made here
+            list(keyless.list(metadata={"owner": EMAIL}))
 
 
 def test_a_credential_in_metadata_is_scrubbed_as_the_policy_says_never_sealed(db_path: Path) -> None:
@@ -215,15 +222,20 @@ def test_a_copy_takes_the_sealed_names_along(db_path: Path, tmp_path: Path) -> N
     assert_absent(RAW, stored_text(tmp_path / "copy.db"))
 
 
-def test_a_config_directory_that_cannot_be_written_keeps_the_memories(db_path: Path, tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_config_directory_that_cannot_be_written_refuses_names_and_keeps_the_memories(
+        db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocked = tmp_path / "not-a-dir"
     blocked.write_text("a file where the config directory would be")
     monkeypatch.setenv("HARNESS_MEM_CONFIG", str(blocked))
     with MemoryStore(db_path, embedder=None) as store:
-        entry = store.add("still stored", session=f"user-{EMAIL}")
-        assert entry.content == "still stored" and EMAIL not in str(entry.session)
-        assert store.get(entry.id).content == "still stored"
+        store.add("still stored", session="plain")
+        # No key can be made, so no pseudonym either (harness_mem.pseudonyms): refused before writing.
+        with pytest.raises(IdentityKeyError, match="none can be made"):
+            store.add("not stored", session=f"user-{EMAIL}")
+        assert [e.content for e in store.list()] == ["still stored"]
+    with MemoryStore(db_path, embedder=None, identity_key="ab" * 32) as store:  # a key given: written
+        entry = store.add("stored with the key", session=f"user-{EMAIL}")
+        assert entry.session == f"user-{EMAIL}"
     assert_absent(RAW, stored_text(db_path))
 
 

@@ -44,6 +44,7 @@ from ..storage import (
     settle_conflicts,
 )
 from ..vectors import other_model
+from . import postgres_rekey
 
 __all__ = ["PostgresStorage", "safe_location", "tsquery_of", "vector_literal"]
 
@@ -424,6 +425,7 @@ class PostgresStorage(Storage):
     """Entries and their derived rows in a PostgreSQL database (with the pgvector extension)."""
 
     engine = "postgresql"
+    rekeys_pseudonyms = True
 
     def __init__(self, dsn: str, *, read_only: bool = False) -> None:
         try:
@@ -582,6 +584,32 @@ class PostgresStorage(Storage):
     def _add_to(self, key: str, amount: int) -> None:
         self._run("INSERT INTO settings (key, value) VALUES (%s, %s) ON CONFLICT (key)"
                   " DO UPDATE SET value = (settings.value::bigint + %s)::text", (key, str(amount), amount))
+
+    def rekey_pseudonyms(self, rekey: Callable[[str], str],
+                         reseal: Callable[[str, SealedIdentity], tuple[str, SealedIdentity]], *,
+                         finished: Callable[[], bool], finish: Callable[[], None],
+                         progress: Callable[[int, int], None] | None = None) -> int:
+        changed = postgres_rekey.rekey_tables(self.conn, self.transaction, rekey, reseal, finished=finished,
+                                              finish=finish, retokenize=self._retokenize, progress=progress)
+        if changed:  # no dead tuple keeps a pseudonym keyed the old way
+            for table in postgres_rekey.tables_of(self.conn):
+                self._run(f"VACUUM FULL {table}")
+        return changed
+
+    def _retokenize(self) -> None:
+        """Every live entry's keyword tokens made again (inside a transaction): a role is in them."""
+        after = 0
+        while True:
+            found = [int(pk) for (pk,) in self.query(
+                "SELECT pk FROM entries WHERE pk > %s AND forgotten_at IS NULL ORDER BY pk LIMIT %s",
+                (after, KEYWORD_BATCH))]
+            if not found:
+                return
+            written = {pk: tsvector_literal(text) for pk, text in self.index_texts(found).items()}
+            with self.conn.cursor() as cursor:
+                cursor.executemany("UPDATE entries SET tokens = %s::tsvector, token_count = %s WHERE pk = %s",
+                                   [(literal, count, pk) for pk, (literal, count) in written.items()])
+            after = found[-1]
 
     def redaction_secret(self, *, create: bool) -> str | None:
         found = self.setting("redaction.secret")

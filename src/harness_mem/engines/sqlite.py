@@ -9,6 +9,7 @@ several processes can share a file.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -69,7 +70,7 @@ from ..vectors import (
     still_without_vectors,
     stored_passages,
 )
-from . import sqlite_files, sqlite_rewrite
+from . import sqlite_files, sqlite_rekey, sqlite_rewrite
 from .sqlite_keywords import (
     KEYWORD_TABLES,
     FTS5Keywords,
@@ -80,6 +81,8 @@ from .sqlite_keywords import (
     unsettled,
 )
 from .sqlite_where import where
+
+logger = logging.getLogger(__name__)
 
 # What a new row leaves to SQLite (its pk) and to later writes (a correction, a forget). An insert
 # that names fewer columns costs less, even when the others are NULL (100k rows, the same values:
@@ -118,6 +121,7 @@ class SQLiteStorage(Storage):
     """Entries and their derived rows in one SQLite file (``":memory:"`` for a throwaway one)."""
 
     engine = "sqlite"
+    rekeys_pseudonyms = True
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False,
                  cache_kib: int = CACHE_SIZE_KIB) -> None:
@@ -205,6 +209,25 @@ class SQLiteStorage(Storage):
             gone = [(namespace, stored) for namespace, stored in kept if (namespace, stored) not in used]
             self.conn.executemany("DELETE FROM identities WHERE namespace = ? AND stored = ?", gone)
         return len(gone)
+
+    def rekey_pseudonyms(self, rekey: Callable[[str], str],
+                         reseal: Callable[[str, SealedIdentity], tuple[str, SealedIdentity]], *,
+                         finished: Callable[[], bool], finish: Callable[[], None],
+                         progress: Callable[[int, int], None] | None = None) -> int:
+        changed = sqlite_rekey.rekey_tables(self.conn, rekey, reseal, finished=finished, finish=finish,
+                                            progress=progress, reindex=self._reindex_pseudonymised_roles)
+        try:  # no page of the file keeps a pseudonym keyed the old way
+            self.rewrite()
+        except StorageError as exc:
+            logger.warning("%s — run `harness-mem gc --vacuum` when there is room, so no old pseudonym stays in"
+                           " the file's free pages", exc)
+        return changed
+
+    def _reindex_pseudonymised_roles(self) -> None:
+        # A role is in the keyword index's text: one holding a pseudonym is indexed again.
+        if self.conn.execute("SELECT 1 FROM entries WHERE instr(coalesce(role, ''), '<') LIMIT 1").fetchone():
+            self.rebuild_keyword_index()
+            self.merge_keyword_index()
 
     def every_sealed_identity(self) -> Iterator[tuple[str, SealedIdentity]]:
         for row in self.conn.execute("SELECT namespace, stored, key_id, sealed FROM identities").fetchall():

@@ -14,6 +14,12 @@ guessing is useless. No secret given means a random one per Redactor (stable wit
 (API keys, passwords, tokens) are never hashed: a low-entropy password could still be guessed by
 someone holding the key, so HASH falls back to a label for them, and MASK hides them completely.
 
+**Keyed outside the store.** A store's ``secret`` lives in its file, so on its own it keys nothing
+a copy cannot reverse. A store's redactor also has an ``outer`` key, kept where the identity key is
+(see :mod:`harness_mem.pseudonyms`): the digest is then HMAC(outer, kind + the in-file digest), and
+the in-file secret is only a salt. The outer key is asked for on the first pseudonym, and a redactor
+whose store's key is not here refuses (:class:`~harness_mem.errors.IdentityKeyError`).
+
 **Identifiers.** ``pseudonymise(value)`` is the rule for fields that are looked up by equality (ids,
 sessions, roles, namespaces): every sensitive span becomes its keyed pseudonym whatever the policy
 says, so two sessions never merge under one label, a lookup by the raw value finds the row by
@@ -42,7 +48,7 @@ from .detectors import Detector, Rule, WindowCache, default_detectors, might_hol
 from .policy import Action, Policy
 from .prescreen import identifier_is_clean
 
-__all__ = ["Redaction", "Redactor", "ScrubbedValue", "Span", "cut_point", "mask"]
+__all__ = ["Redaction", "Redactor", "ScrubbedValue", "Span", "cut_point", "mask", "outer_digest"]
 
 # A masked secret shows no length either.
 _SECRET_MASK = "********"
@@ -137,13 +143,36 @@ class _Step(NamedTuple):
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
+def outer_digest(key: bytes, kind: str, digest: str) -> str:
+    """A pseudonym's digest keyed outside the store: HMAC(key, kind + the in-file-keyed digest).
+
+    Computed from the in-file digest alone, so a store's pseudonyms can be keyed again (see
+    :mod:`harness_mem.pseudonyms`) without the raw values behind them.
+    """
+    return hmac.new(key, f"{kind}\x00{digest}".encode(), hashlib.sha256).hexdigest()[:_HASH_HEX_CHARS]
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """The outer key of a redactor whose store's key was not found: asking for it raises again."""
+
+    error: type[InvalidInputError]
+    message: str
+
+    def __call__(self) -> bytes:
+        raise self.error(self.message)
+
+
 class Redactor:
     """Finds sensitive values with its detectors and rewrites them as its policy says.
 
     Use :meth:`default` for transcripts (never blocks) and :meth:`hygiene` for long-term memory.
     ``secret`` keys the HASH pseudonyms; pass the per-database secret so pseudonyms are stable
     across processes. Without one, a random key is made and pseudonyms are stable only within
-    this Redactor.
+    this Redactor. ``outer`` (bytes, or a function giving them on first use) keys them again with
+    a key kept outside the store (:func:`outer_digest`); the store's redactor has one. A function
+    may give None (keyed by ``secret`` alone, an older store's way) or raise (no pseudonym can be
+    made here).
     """
 
     def __init__(
@@ -152,6 +181,7 @@ class Redactor:
         *,
         secret: bytes | str | None = None,
         detectors: Iterable[Detector] | None = None,
+        outer: bytes | Callable[[], bytes | None] | None = None,
     ) -> None:
         self.policy = policy if policy is not None else Policy.default()
         if secret is None:
@@ -159,6 +189,7 @@ class Redactor:
         self._key = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
         if not self._key:
             raise InvalidInputError("the redaction secret is empty — pass None to generate one")
+        self._outer = outer
         self._detectors: list[Detector] = list(default_detectors() if detectors is None else detectors)
         # The prescreen knows only the built-in detectors' needs: custom ones switch it off.
         self._prescreen: Callable[[str], bool] | None = might_hold_pii if detectors is None else None
@@ -169,14 +200,35 @@ class Redactor:
         self._pseudonyms_policy: Policy | None = None
 
     @classmethod
-    def default(cls, secret: bytes | str | None = None) -> Redactor:
+    def default(cls, secret: bytes | str | None = None, *, outer: bytes | Callable[[], bytes | None] | None = None) -> Redactor:
         """The transcript redactor: labels, masks cards, keeps money, never blocks."""
-        return cls(Policy.default(), secret=secret)
+        return cls(Policy.default(), secret=secret, outer=outer)
 
     @classmethod
-    def hygiene(cls, secret: bytes | str | None = None) -> Redactor:
+    def hygiene(cls, secret: bytes | str | None = None, *, outer: bytes | Callable[[], bytes | None] | None = None) -> Redactor:
         """The long-term-memory redactor: money and secrets block the write."""
-        return cls(Policy.hygiene(), secret=secret)
+        return cls(Policy.hygiene(), secret=secret, outer=outer)
+
+    def _outer_key(self) -> bytes | None:
+        if callable(self._outer):
+            # Raises when the store's key is not here (IdentityKeyError), and again next time; None
+            # (no outer key: an older store's redactor, checking it still is one) is asked again too.
+            found = self._outer()
+            if found is None:
+                return None
+            self._outer = found
+        return self._outer
+
+    def __getstate__(self) -> dict[str, Any]:
+        # An import's worker processes get the outer key, not the function that finds it; a key
+        # that cannot be found travels as the refusal it gives.
+        state = dict(vars(self))
+        if callable(self._outer):
+            try:
+                state["_outer"] = self._outer_key()
+            except InvalidInputError as exc:
+                state["_outer"] = _Refusal(type(exc), str(exc))
+        return state
 
     def __repr__(self) -> str:
         return f"Redactor(policy={self.policy.name!r}, kinds={list(self.kinds)!r})"
@@ -229,8 +281,12 @@ class Redactor:
     def pseudonym(self, kind: str, value: str, normalize: Callable[[str], str] = unchanged) -> str:
         """The HASH replacement for ``value``: ``<KIND:`` + 48 bits of a keyed HMAC + ``>``."""
         message = f"{kind}\x00{normalize(value)}".encode()
-        digest = hmac.new(self._key, message, hashlib.sha256).hexdigest()
-        return f"<{kind}:{digest[:_HASH_HEX_CHARS]}>"
+        digest = hmac.new(self._key, message, hashlib.sha256).hexdigest()[:_HASH_HEX_CHARS]
+        if self._outer is not None:
+            outer = self._outer_key()
+            if outer is not None:
+                digest = outer_digest(outer, kind, digest)
+        return f"<{kind}:{digest}>"
 
     def scrub(self, text: str) -> Redaction:
         """Detect, resolve overlaps, and rewrite ``text`` as the policy says."""
