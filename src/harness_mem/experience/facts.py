@@ -33,8 +33,6 @@ __all__ = ["FACT_SCORE", "chatter", "correction", "fact_about", "fact_kind", "re
 #: A statement of no recognised kind becomes a fact from this score up (an event with content).
 FACT_SCORE = 2.6
 
-_I = r"(?:I|I'm|I am|I've|I have|I'd|I'll|I was|[Mm]y|[Ww]e|[Ww]e're|[Ww]e've|[Ww]e'll|[Oo]ur|me|us)"
-_FIRST_PERSON = re.compile(rf"(?<![\w'])(?:{_I})(?![\w'])")
 _YOU = re.compile(r"\b(?:you|your|yours|you're|you've|you'll|you'd|yourself|yourselves|ya|u)\b", re.IGNORECASE)
 # "You" that asks the listener to do something durable is the speaker's preference, not about them.
 _YOU_AS_PREFERENCE = re.compile(r"\b(?:rather|prefer(?: that)?|want|like) you\b|^please\b", re.IGNORECASE)
@@ -145,13 +143,12 @@ _CONVENTION = re.compile(
     re.IGNORECASE,
 )
 # A statement about the project's setup: "The staging database is on port 5433.", "The CI runs on
-# GitHub Actions.", "The auth service is owned by the platform team."
-# A statement about the project's setup: "The staging database is on port 5433.", "The CI runs on
 # GitHub Actions.", "Tests live under tests/unit.", "The auth service is owned by the platform team."
 # Its subject is a thing, not a pronoun, and it names something technical or says who owns what.
 _SETUP = re.compile(
     r"^(?!(?:it|this|that|these|those|there|here|he|she|they|what|which|who|everyone|everything|nothing|life|"
-    r"time|i|my|me|you|your|his|her|their)\b)(?:(?:the|our|all|every|each|max|min|default) )?[\w./-]+(?: [\w./-]+){0,4}? (?:is|are|runs?|uses?|lives?|"
+    r"time|i|my|me|you|your|his|her|their)\b)(?:(?:the|our|all|every|each|max|min|default) )?"
+    r"[\w./-]+(?: [\w./-]+){0,4}? (?:is|are|runs?|uses?|lives?|"
     r"talks?|goes|go|sits?|listens?|points?|needs?|depends?|deploys?|ships?|builds?|reads?|writes?|calls?|"
     r"must|should|has to|have to|needs to|need to)\b",
     re.IGNORECASE,
@@ -169,6 +166,12 @@ _SPEAKER_SUBJECT = re.compile(
     r"[\w',-]+ ){0,5}?(?:I|I'm|I've|I'd|I'll|my|me and|we|we're|we've|we'll|we'd|our|us)\b",
     re.IGNORECASE,
 )
+
+
+# Kinds a word or two can state ("I'm vegan.", "I'm left-handed."); the others need something they
+# are about: "I always forget." is no habit.
+_SHORT_KINDS = frozenset({"identity", "home", "work", "diet", "allergy", "health", "family", "pet", "date"})
+_HOW_OFTEN = frozenset("always never usually often sometimes rarely really just also still".split())
 
 
 def chatter(s: str, listener: str | None) -> bool:
@@ -210,12 +213,6 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
             if pattern.search(s) and (kind in _SHORT_KINDS or len(_said_of(s)) >= 2):
                 return kind
     return "event" if worth(s) >= FACT_SCORE else None
-
-
-# Kinds a word or two can state ("I'm vegan.", "I'm left-handed."); the others need something they
-# are about: "I always forget." is no habit.
-_SHORT_KINDS = frozenset({"identity", "home", "work", "diet", "allergy", "health", "family", "pet", "date"})
-_HOW_OFTEN = frozenset("always never usually often sometimes rarely really just also still".split())
 
 
 def _said_of(s: str) -> list[str]:
