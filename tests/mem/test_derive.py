@@ -7,7 +7,8 @@ from datetime import date
 import numpy as np
 import pytest
 
-from harness_mem.experience.derive import FACT_SCORE, SpokenTurn, derive, fact_id
+from harness_mem.experience.derive import SpokenTurn, derive, fact_id
+from harness_mem.experience.facts import FACT_SCORE
 from harness_mem.experience.segments import TURNS_PER_SEGMENT, cut_points, segment
 from harness_mem.experience.statements import rewrite, statements
 from harness_mem.experience.timephrases import resolve_dates

@@ -26,13 +26,12 @@ from datetime import date
 import numpy as np
 import numpy.typing as npt
 
-from .facts import FACT_SCORE, chatter, correction, fact_about, fact_kind, revises
+from .facts import chatter, correction, fact_about, fact_kind, revises
 from .segments import segment
 from .statements import Statement, content_words, display_name, statements
 from .timephrases import format_day
 
-__all__ = ["FACT_SCORE", "Derivation", "DerivedFact", "DerivedSegment", "SpokenTurn", "derive", "fact_about", "fact_id",
-           "segment_id"]
+__all__ = ["Derivation", "DerivedFact", "DerivedSegment", "SpokenTurn", "condensed", "derive", "fact_id", "segment_id"]
 
 #: A turn gives at most this many facts, in the order said: its statements of a recognised kind
 #: (:func:`.facts.fact_kind`), else its best event.
