@@ -62,6 +62,7 @@ def test_a_new_year_is_crossed_both_ways() -> None:
         ("Researching adoption agencies now", "Caroline is researching adoption agencies now."),  # no subject: hers
         ("Gonna try pottery next", "Caroline is going to try pottery next."),
         ("Painting is relaxing for me", "Painting is relaxing for Caroline."),   # a gerund subject stays
+        ("Creating a family for those kids is so lovely", "Creating a family for those kids is so lovely."),
         ("Something else came up", "Something else came up."),
     ],
 )

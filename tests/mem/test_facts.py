@@ -58,6 +58,8 @@ def test_a_durable_statement_is_a_fact_however_short(said: str, kind: str) -> No
         "I'll be back in five minutes.",
         "Run the auth tests again.",
         "It works on my machine.",                # not the speaker's subject
+        "Check out my painting for the art show!",    # a request of the moment
+        "Creating a family for those kids is so lovely.",   # a gerund subject: said of no one
         "Bob lives in Oslo.",                     # the listener, named: said about them, not by them
     ],
 )

@@ -63,6 +63,13 @@ _NEVER = re.compile(
     r"grateful|appreciate|thank)\b",
     re.IGNORECASE,
 )
+# What one says to the other in a chat, as a request of the moment: "Check out my painting!"
+_REQUEST = re.compile(
+    r"^(?:check (?:out|it out)|look at|take a look|come (?:over|see|by|join)|tell me|send me|enjoy|have (?:fun|a (?:great|good|nice))|"
+    r"stay (?:safe|strong|tuned)|hang in|say hi|give it a|try it|don't forget|remember to|let me know|hit me up|"
+    r"drop me|see you|keep (?:it up|up|going|me posted)|hope)\b",
+    re.IGNORECASE,
+)
 _LETS_FOR_NOW = re.compile(
     r"^let(?:'s| us) (?:see|try|look|check|go ahead|do (?:it|this|that)|talk|get (?:started|going|back)|start|wait|"
     r"figure|think|find|hope|move on|continue|proceed|debug|investigate|run|test|dig|focus|review|recap|chat|catch up|"
@@ -186,7 +193,7 @@ def chatter(s: str, listener: str | None) -> bool:
         return True
     if listener and re.match(rf"^{re.escape(listener)}\b", s, re.IGNORECASE):
         return True
-    return bool(_NEVER.match(s) or _LETS_FOR_NOW.search(s))
+    return bool(_NEVER.match(s) or _LETS_FOR_NOW.search(s) or _REQUEST.match(s))
 
 
 def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:

@@ -126,10 +126,11 @@ _SUBJECTLESS = [
     (re.compile(r"^Wanna\b"), "wants to"),
     (re.compile(r"^(?:Been)\b"), "has been"),
     (re.compile(r"^(?:Just|Also|Still|Finally|Recently)\b(?= [a-z]+(?:ed|ing)\b)"), None),
-    # "Researching agencies" is the speaker doing it; "Painting is fun", "Something else" are not.
+    # "Researching agencies" is the speaker doing it; "Painting is fun", "Creating a family for those
+    # kids is so lovely" (a gerund as the subject, its verb further on) and "Something else" are not.
     (re.compile(r"^(?=(?!(?:Some|No|Any|Every)thing\b|Morning\b|Evening\b|Spring\b|Wedding\b|Building\b)"
-                r"[A-Z][a-z]+ing\b(?!'s)(?! (?:is|was|are|were|has|had|can|could|makes?|helps?|gives?|keeps?|"
-                r"feels?|sounds?|seems?|looks?|brings?|really|always|never)\b))"), "is"),
+                r"[A-Z][a-z]+ing\b(?!'s)(?![^.!?,;]*? (?:is|isn't|was|wasn't|are|were|has been|can be|makes?|helps?|"
+                r"gives?|keeps?|feels?|sounds?|seems?|looks?|brings?|means?)\b)(?! (?:really|always|never)\b))"), "is"),
 ]
 
 
