@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from .statements import content_words, normalised, worth
+from .statements import content_words, normalised, subjectless, worth
 
 __all__ = ["FACT_SCORE", "chatter", "correction", "fact_about", "fact_kind", "restates", "revises"]
 
@@ -215,7 +215,7 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
         return "home" if re.search(r"\b(?:lives|moved|based|grew up)\b", named.group(0)) else "work"
     if _SETUP.match(s) and not re.match(r"I\b", s) and (_TECHNICAL.search(s) or _SETUP_OWNED.search(s)):
         return "setup"
-    if _SPEAKER_SUBJECT.match(s) or _subjectless(s):
+    if _SPEAKER_SUBJECT.match(s) or subjectless(s):
         for kind, pattern in _PERSONAL_COMPILED:
             if pattern.search(s) and (kind in _SHORT_KINDS or len(_said_of(s)) >= 2):
                 return kind
@@ -224,11 +224,6 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
 
 def _said_of(s: str) -> list[str]:
     return [w for w in content_words(s) if w not in _HOW_OFTEN]
-
-
-def _subjectless(s: str) -> bool:
-    """Chat that drops its subject ("Gonna try pottery", "Training for a marathon"): the speaker's."""
-    return re.match(r"^(?:gonna|going to|wanna|been|just|finally|still|currently|[A-Z][a-z]+ing)\b", s) is not None
 
 
 _REVISES = re.compile(

@@ -18,7 +18,7 @@ from datetime import date
 
 from .timephrases import resolve_dates
 
-__all__ = ["Statement", "display_name", "normalised", "statements", "worth"]
+__all__ = ["Statement", "display_name", "normalised", "statements", "subjectless", "worth"]
 
 # Durable subjects: what a reader keeps from a conversation (LoCoMo's annotators kept events,
 # plans, preferences, relations and attributes, and so do the memory papers).
@@ -162,6 +162,12 @@ def normalised(sentence: str) -> str:
             break
     s = _FILLERS.sub("", s)
     return s[:1].upper() + s[1:]
+
+
+def subjectless(sentence: str) -> bool:
+    """True when a sentence drops its subject, which is then the speaker ("Gonna try pottery",
+    "Researching agencies now"; not "Painting is fun")."""
+    return any(pattern.match(sentence) for pattern, _ in _SUBJECTLESS)
 
 
 def _subject_added(sentence: str) -> str:
