@@ -101,7 +101,8 @@ def read(path: Path, lines: Iterable[tuple[int, bytes | str]]) -> Iterator[Item]
 
 def _turns(path: Path, number: int, record: dict[str, Any], role: str, content: object,
            calls: dict[str, tuple[str, Any]], when: str) -> Iterator[Item]:
-    session = record.get("sessionId") if isinstance(record.get("sessionId"), str) else path.stem
+    given = record.get("sessionId")
+    session = given if isinstance(given, str) and given else path.stem
     uuid = record.get("uuid")
     base = f"{NAME}:{uuid}" if isinstance(uuid, str) and uuid else f"{NAME}:{path.stem}:{number}"
     tags = [f"role:{role}", f"session:{session}"]
@@ -129,7 +130,8 @@ def _turns(path: Path, number: int, record: dict[str, Any], role: str, content: 
         if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
             calls[block["id"]] = (str(block.get("name") or "tool"), block.get("input"))
         elif block.get("type") == "tool_result":
-            call = calls.pop(block.get("tool_use_id"), None) if isinstance(block.get("tool_use_id"), str) else None
+            use_id = block.get("tool_use_id")
+            call = calls.pop(use_id, None) if isinstance(use_id, str) else None
             if call is None:
                 yield Skipped(RESULT_WITHOUT_CALL)
                 continue
@@ -137,7 +139,7 @@ def _turns(path: Path, number: int, record: dict[str, Any], role: str, content: 
             result = block.get("content")
             body = "\n".join(texts_of(result, "text")) if isinstance(result, list) else result
             more = {"tool": name, **({"error": True} if block.get("is_error") else {})}
-            yield turn(f"{base}:{block['tool_use_id']}", "tool", strip_injected(tool_text(name, tool_input, body)), **more)
+            yield turn(f"{base}:{use_id}", "tool", strip_injected(tool_text(name, tool_input, body)), **more)
         elif block.get("type") in ("thinking", "redacted_thinking"):
             yield Skipped("thinking block")
     said = texts_of(content, "text")

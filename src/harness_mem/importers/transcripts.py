@@ -106,7 +106,7 @@ def find_transcripts(paths: Sequence[Path], format: str) -> tuple[list[Path], Co
     passed: Counter[str] = Counter()
     for path in paths:
         if path.is_dir():
-            for candidate in sorted(path.rglob("*.jsonl")):
+            for candidate in sorted(path.rglob("*.jsonl"), key=str):  # a session before its sub-agents
                 why = _not_one(candidate, kind)
                 if why is None:
                     found.append(candidate)
