@@ -283,3 +283,16 @@ def test_a_forgotten_turn_is_not_brought_back(tmp_path: Path, claude: Path) -> N
         again = import_transcripts(store, files, "claude-code")
         assert (again.turns, again.already_stored) == (0, first.turns)
         assert store.count() == first.turns - 1
+
+
+def test_an_id_the_redactor_changes_is_still_found_on_the_next_run(tmp_path: Path, claude: Path) -> None:
+    path = claude / SESSION_FILE
+    append(path, claude_record("ada@example.com", "user", "a uuid no tool would write, holding an address"))
+    files, _ = find_transcripts([path], "claude-code")
+    with MemoryStore(tmp_path / "m.db", embedder=None) as store:
+        first = import_transcripts(store, files, "claude-code")
+        with store.stored_forms():
+            assert [e.id for e in store.list() if "address" in e.content] != ["claude-code:ada@example.com"]
+        assert store.get("claude-code:ada@example.com").content.startswith("a uuid no tool")
+        again = import_transcripts(store, files, "claude-code")
+        assert (again.turns, again.already_stored) == (0, first.turns)

@@ -20,6 +20,7 @@ session copied into a resumed one is stored once, and a second import finds ever
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -99,6 +100,12 @@ def read(path: Path, lines: Iterable[tuple[int, bytes | str]]) -> Iterator[Item]
         yield Skipped(CALL_WITHOUT_RESULT)
 
 
+@functools.lru_cache(maxsize=256)
+def _project(cwd: object) -> str | None:
+    """:func:`~harness_mem.integrations.claude_code.project_tag`, once per directory (not per record)."""
+    return project_tag(cwd)
+
+
 def _turns(path: Path, number: int, record: dict[str, Any], role: str, content: object,
            calls: dict[str, tuple[str, Any]], when: str) -> Iterator[Item]:
     given = record.get("sessionId")
@@ -108,7 +115,7 @@ def _turns(path: Path, number: int, record: dict[str, Any], role: str, content: 
     tags = [f"role:{role}", f"session:{session}"]
     metadata: dict[str, Any] = {"host": HOST, "event": "import"}
     cwd = record.get("cwd")
-    project = project_tag(cwd)
+    project = _project(cwd)
     if project:
         tags.append(project)
         metadata["cwd"] = cwd

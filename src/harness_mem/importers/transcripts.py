@@ -213,11 +213,19 @@ def _advance(read: _Counted, report: TranscriptReport, progress: Callable[[int],
 
 def _write(store: MemoryStore, kind: TranscriptFormat, batch: list[ImportedTurn], report: TranscriptReport) -> set[str]:
     """Write the turns of ``batch`` not stored yet; returns the sessions that got turns."""
-    by_key: dict[str, ImportedTurn] = {}
+    by_id: dict[str, ImportedTurn] = {}
     for turn in batch:
-        by_key.setdefault(store.scope.key(turn.id) or turn.id, turn)
-    stored = store.storage.still_there(store.namespace, list(by_key), include_superseded=True)
-    new = [turn for key, turn in by_key.items() if key not in stored]
+        by_id.setdefault(turn.id, turn)  # a repeated id (a record written twice) is stored once
+    stored = store.storage.still_there(store.namespace, list(by_id), include_superseded=True)
+    # Ids are looked up as given first: they hold nothing a redactor changes, as a rule, and making
+    # each one's stored form costs a scan of it (half of a second run's time). Those not found are
+    # looked up again in the form the redactor gives them.
+    unfound = {store.scope.key(id) or id: id for id in by_id if id not in stored}
+    changed = {key: id for key, id in unfound.items() if key != id}
+    if changed:
+        stored |= {changed[key] for key in store.storage.still_there(store.namespace, list(changed),
+                                                                     include_superseded=True)}
+    new = [turn for id, turn in by_id.items() if id not in stored]
     redactor = store.redactor
     items = []
     for turn in new:
