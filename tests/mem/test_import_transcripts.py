@@ -275,14 +275,20 @@ def test_the_python_api_counts_progress_in_the_bytes_it_read(tmp_path: Path, cla
         assert store.count() == report.turns
 
 
-def test_a_forgotten_turn_is_not_brought_back(tmp_path: Path, claude: Path) -> None:
-    files, _ = find_transcripts([claude / SESSION_FILE], "claude-code")
-    with MemoryStore(tmp_path / "m.db", embedder=None) as store:
-        first = import_transcripts(store, files, "claude-code")
-        assert store.forget("claude-code:a-01") == 1
-        again = import_transcripts(store, files, "claude-code")
+def test_on_each_engine_a_second_run_writes_nothing_and_a_forgotten_turn_stays_forgotten(
+        engine_store: MemoryStore, claude: Path, codex: Path) -> None:
+    store = engine_store
+    for format_, root in (("claude-code", claude), ("codex", codex)):
+        files, _ = find_transcripts([root], format_)
+        first = import_transcripts(store, files, format_)
+        assert first.turns == sum((CLAUDE_TURNS if format_ == "claude-code" else CODEX_TURNS).values())
+        again = import_transcripts(store, files, format_)
         assert (again.turns, again.already_stored) == (0, first.turns)
-        assert store.count() == first.turns - 1
+    total = store.count()
+    assert store.forget("claude-code:a-01") == 1
+    files, _ = find_transcripts([claude / SESSION_FILE], "claude-code")
+    assert import_transcripts(store, files, "claude-code").turns == 0
+    assert store.count() == total - 1
 
 
 def test_an_id_the_redactor_changes_is_still_found_on_the_next_run(tmp_path: Path, claude: Path) -> None:
@@ -296,3 +302,13 @@ def test_an_id_the_redactor_changes_is_still_found_on_the_next_run(tmp_path: Pat
         assert store.get("claude-code:ada@example.com").content.startswith("a uuid no tool")
         again = import_transcripts(store, files, "claude-code")
         assert (again.turns, again.already_stored) == (0, first.turns)
+
+
+def test_a_large_import_shows_progress_unless_quiet(tmp_path: Path, claude: Path) -> None:
+    path = claude / SESSION_FILE
+    append(path, *(claude_record(f"p-{i}", "assistant", [{"type": "text", "text": f"step {i} " + "ok " * 100}])
+                   for i in range(1000)))  # past 256 KiB
+    loud = run(tmp_path / "a.db", "--format", "claude-code", str(path))
+    quiet = run(tmp_path / "b.db", "--format", "claude-code", str(path), "-q")
+    assert "Importing" in loud.stderr.decode() and "Importing" not in quiet.stderr.decode()
+    assert quiet.stderr.decode().startswith("Imported 1,005 turns from 1 file")
