@@ -312,3 +312,16 @@ def test_a_large_import_shows_progress_unless_quiet(tmp_path: Path, claude: Path
     quiet = run(tmp_path / "b.db", "--format", "claude-code", str(path), "-q")
     assert "Importing" in loud.stderr.decode() and "Importing" not in quiet.stderr.decode()
     assert quiet.stderr.decode().startswith("Imported 1,005 turns from 1 file")
+
+
+def test_a_session_the_hooks_captured_is_imported_only_up_to_their_first_turn(tmp_path: Path, claude: Path) -> None:
+    files, _ = find_transcripts([claude], "claude-code")
+    with MemoryStore(tmp_path / "m.db", embedder=None) as store:
+        # What the UserPromptSubmit hook stored when it was installed in the middle of the session.
+        store.add("Use the frozen clock fixture.", role="user", session="5f0c-session-a", source="claude-code",
+                  metadata={"host": "claude-code", "event": "UserPromptSubmit"}, created_at="2025-06-01T10:00:15Z")
+        report = import_transcripts(store, files, "claude-code")
+        assert report.skipped["captured by the hooks"] == 4  # from 5 s before the hooks' first turn
+        assert [e.id for e in store.list(metadata={"event": "import"})] == [
+            "claude-code:a-01", "claude-code:a-05", "claude-code:a-06:toolu_01"]
+        assert import_transcripts(store, files, "claude-code").turns == 0

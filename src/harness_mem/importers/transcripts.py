@@ -4,7 +4,9 @@ A backfill reads months of history, and is run again as that history grows, so i
 re-run: every turn has a stable id (:mod:`.turns`), each batch asks the store which of its ids are
 stored already, and only the others are cut, redacted and written — a second run over unchanged
 files reads them and writes nothing, and lines appended since are imported on the next run. A
-turn forgotten since keeps its tombstone, so an import never brings it back.
+turn forgotten since keeps its tombstone, so an import never brings it back. A session the hooks
+were capturing is imported only up to the hooks' first turn in it: from there on it is stored
+already, in the hooks' own words (a reply whole, a tool's structured result), under other ids.
 
 A file named on its own that is not a transcript of the format asked for is refused before anything
 is stored (the first records show it: :data:`SNIFF_LINES`); inside a folder such files are counted
@@ -22,13 +24,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HarnessMemError, InvalidInputError
 from ..experience.transcript import truncate_turn
-from ..integrations.claude_code import HOST, TEXT_MAX_CHARS, TOOL_MAX_CHARS
+from ..integrations.claude_code import CAPTURE_EVENTS, HOST, TEXT_MAX_CHARS, TOOL_MAX_CHARS
 from ..jsonl import one_line, read_lines
+from ..models import parse_time
 from . import claude_code, codex
 from .turns import ImportedTurn, Item, Skipped, load_record
 
@@ -42,7 +46,10 @@ __all__ = ["BATCH_SIZE", "FORMATS", "SNIFF_LINES", "TranscriptFormat", "Transcri
 SNIFF_LINES = 20
 #: Turns looked up and written together: one query for which are stored, one transaction.
 BATCH_SIZE = 500
-ALREADY_STORED = "already stored"
+CAPTURED = "captured by the hooks"
+#: A turn this close before a session's first hook-captured turn is taken as captured too: the
+#: host writes its record and runs the hook at about the same time, in either order.
+HOOK_MARGIN = timedelta(seconds=5)
 
 
 @dataclass(frozen=True)
@@ -55,11 +62,13 @@ class TranscriptFormat:
     default_root: Callable[[], Path]
     recognises: Callable[[list[dict[str, Any]]], bool]
     read: Callable[[Path, Iterable[tuple[int, bytes | str]]], Iterator[Item]]
+    #: The ``metadata.event`` of the turns this tool's hooks store (none: it has no hooks).
+    hook_events: tuple[str, ...] = ()
 
 
 FORMATS: dict[str, TranscriptFormat] = {
     claude_code.NAME: TranscriptFormat(claude_code.NAME, claude_code.TITLE, HOST, claude_code.default_root,
-                                       claude_code.recognises, claude_code.read),
+                                       claude_code.recognises, claude_code.read, CAPTURE_EVENTS),
     codex.NAME: TranscriptFormat(codex.NAME, codex.TITLE, codex.NAME, codex.default_root,
                                  codex.recognises, codex.read),
 }
@@ -159,6 +168,7 @@ def import_transcripts(
     report = TranscriptReport(kind.name)
     sessions: set[str] = set()
     added: set[str] = set()
+    hooked: dict[str, datetime | None] = {}  # session -> when the hooks began capturing it
     with store.storage.bulk():
         for path in files:
             try:
@@ -175,8 +185,11 @@ def import_transcripts(
                         if isinstance(item, Skipped):
                             report.skipped[item.reason] += 1
                             continue
-                        batch.append(item)
                         sessions.add(item.session)
+                        if kind.hook_events and _captured(store, kind, item, hooked):
+                            report.skipped[CAPTURED] += 1
+                            continue
+                        batch.append(item)
                         if len(batch) >= batch_size:
                             added |= _write(store, kind, batch, report)
                             batch = []
@@ -188,6 +201,29 @@ def import_transcripts(
                 _advance(read, report, progress)
     report.sessions, report.new_sessions = len(sessions), len(added)
     return report
+
+
+def _captured(store: MemoryStore, kind: TranscriptFormat, turn: ImportedTurn,
+              hooked: dict[str, datetime | None]) -> bool:
+    """True when the tool's hooks were capturing ``turn``'s session by its time: they stored it
+    already, in their own words (a reply whole, a tool's structured result), under another id."""
+    if turn.session not in hooked:
+        first = next(store.list(limit=1, session=turn.session, kind="turn",
+                                metadata={"event": {"$in": list(kind.hook_events)}}), None)
+        hooked[turn.session] = None if first is None else first.created_at - HOOK_MARGIN
+        if len(hooked) > HOOKED_SESSIONS:
+            del hooked[next(iter(hooked))]
+    since = hooked[turn.session]
+    if since is None:
+        return False
+    try:
+        return parse_time(turn.created_at) >= since
+    except (InvalidInputError, ValueError, OverflowError):  # the store says why when it is written
+        return False
+
+
+#: Sessions whose hook start :func:`_captured` remembers (one file's session, its sub-agents' …).
+HOOKED_SESSIONS = 1024
 
 
 class _Counted:
