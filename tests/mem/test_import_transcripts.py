@@ -221,13 +221,14 @@ def test_bad_lines_in_a_transcript_are_counted_never_raised(tmp_path: Path, clau
         out.write(b"{not json\n[1, 2]\n\xff\xfe\n" + b'{"type": "user", "message": 3}\n')
     append(path, claude_record("a-11", "user", "a bad time", timestamp="yesterday-ish"),
            claude_record("a-12", "user", [{"type": "tool_result", "tool_use_id": "toolu_gone", "content": "x"}]),
-           claude_record("a-13", "assistant", [{"type": "tool_use", "id": "toolu_03", "name": "Bash", "input": {}}]))
+           claude_record("a-13", "assistant", [{"type": "tool_use", "id": "toolu_03", "name": "Bash", "input": {}}]),
+           claude_record("a-14", "user", [{"type": "image", "source": {"type": "base64", "data": "iVBOR"}}]))
     report = report_of(cli_process("--db", str(db), "--embedder", "none", "import", "--format", "claude-code",
                                    str(path), "--json", raise_errors=True))
     assert report["turns"] == 5
     skipped = report["skipped"]
     for reason in ("not JSON", "not a JSON object", "not UTF-8", "no message", "tool result without its call",
-                   "tool call without its result"):
+                   "tool call without its result", "image block"):
         assert skipped.get(reason) == 1, (reason, skipped)
     assert any("yesterday-ish" in reason for reason in skipped)  # the store's own reason for the time
 

@@ -88,6 +88,9 @@ def read(path: Path, lines: Iterable[tuple[int, bytes | str]]) -> Iterator[Item]
         if record.get("isMeta") or record.get("isCompactSummary"):
             yield Skipped(INJECTED)
             continue
+        if record.get("isApiErrorMessage"):  # the host's note that a request failed, not a reply
+            yield Skipped("API error message")
+            continue
         message = record.get("message")
         if not isinstance(message, dict):
             yield Skipped("no message")
@@ -149,6 +152,8 @@ def _turns(path: Path, number: int, record: dict[str, Any], role: str, content: 
             yield turn(f"{base}:{use_id}", "tool", strip_injected(tool_text(name, tool_input, body)), **more)
         elif block.get("type") in ("thinking", "redacted_thinking"):
             yield Skipped("thinking block")
+        elif block.get("type") in ("image", "document"):  # pasted in: memory keeps text
+            yield Skipped(f"{block['type']} block")
     said = texts_of(content, "text")
     if not said:
         if not blocks:
