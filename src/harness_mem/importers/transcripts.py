@@ -39,7 +39,7 @@ from .turns import ImportedTurn, Item, Skipped, load_record
 if TYPE_CHECKING:
     from ..store import MemoryStore
 
-__all__ = ["BATCH_SIZE", "FORMATS", "SNIFF_LINES", "TranscriptFormat", "TranscriptReport", "find_transcripts",
+__all__ = ["BATCH_SIZE", "CAPTURED", "FORMATS", "HOOK_MARGIN", "SNIFF_LINES", "TranscriptFormat", "TranscriptReport", "find_transcripts",
            "import_transcripts"]
 
 #: A file is a transcript when its first records (at most this many lines) say so.
@@ -50,6 +50,8 @@ CAPTURED = "captured by the hooks"
 #: A turn this close before a session's first hook-captured turn is taken as captured too: the
 #: host writes its record and runs the hook at about the same time, in either order.
 HOOK_MARGIN = timedelta(seconds=5)
+#: Sessions whose hook start an import keeps in mind at once (a file's session, its sub-agents' …).
+HOOKED_SESSIONS = 1024
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,7 @@ class TranscriptReport:
     def to_dict(self) -> dict[str, Any]:
         return {"format": self.format, "files": self.files, "sessions": self.sessions,
                 "new_sessions": self.new_sessions, "turns": self.turns, "already_stored": self.already_stored,
+                "bytes": self.bytes,
                 "skipped": dict(self.skipped.most_common()), "files_skipped": dict(self.files_skipped.most_common())}
 
 
@@ -220,10 +223,6 @@ def _captured(store: MemoryStore, kind: TranscriptFormat, turn: ImportedTurn,
         return parse_time(turn.created_at) >= since
     except (InvalidInputError, ValueError, OverflowError):  # the store says why when it is written
         return False
-
-
-#: Sessions whose hook start :func:`_captured` remembers (one file's session, its sub-agents' …).
-HOOKED_SESSIONS = 1024
 
 
 class _Counted:
