@@ -445,6 +445,16 @@ def import_(ctx: click.Context, sources: tuple[str, ...], format_: str, replace:
                                if sources else "Missing argument 'SOURCE'.")
     param = next(p for p in ctx.command.params if p.name == "sources")
     source = click.File("rb").convert(sources[0], param, ctx)
+    if sources[0] != "-" and Path(sources[0]).is_file():
+        from .importers import format_of
+
+        # A transcript's records are no entries: every line would be rejected (or, for a record
+        # with a "content" of its own, stored as a note).
+        transcript = format_of(Path(sources[0]))
+        if transcript is not None:
+            raise click.ClickException(shown(
+                f"{sources[0]} is a {transcript.title}, not harness-mem's JSON Lines — import it with"
+                f" --format {transcript.name}; nothing was imported"))
     from .jsonl import import_jsonl, read_lines
 
     size = _file_size(source)

@@ -326,3 +326,28 @@ def test_a_session_the_hooks_captured_is_imported_only_up_to_their_first_turn(tm
         assert [e.id for e in store.list(metadata={"event": "import"})] == [
             "claude-code:a-01", "claude-code:a-05", "claude-code:a-06:toolu_01"]
         assert import_transcripts(store, files, "claude-code").turns == 0
+
+
+@pytest.mark.parametrize(("format_", "name"), [("claude-code", SESSION_FILE),
+                                               ("codex", "2025/06/01/rollout-2025-06-01T09-00-00-7d2e.jsonl")])
+def test_a_transcript_imported_as_json_lines_is_refused_with_the_flag_to_use(tmp_path: Path, format_: str,
+                                                                              name: str) -> None:
+    db = tmp_path / "m.db"
+    path = HERE / format_ / name
+    result = run(db, str(path))
+    title = "Claude Code transcript" if format_ == "claude-code" else "Codex CLI session file"
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        f"Error: {path} is a {title}, not harness-mem's JSON Lines — import it with --format {format_};"
+        " nothing was imported"]
+    assert not db.exists()
+
+
+def test_json_lines_with_ids_and_times_are_still_json_lines(tmp_path: Path) -> None:
+    lines = tmp_path / "turns.jsonl"
+    lines.write_text('{"id": "t1", "timestamp": "2025-06-01T10:00:00Z", "text": "a note"}\n'
+                     '{"id": "t2", "timestamp": "2025-06-01T10:00:01Z", "text": "another"}\n')
+    result = run(tmp_path / "m.db", str(lines))
+    assert result.returncode == 0 and result.stderr.decode().startswith("Imported 2 entries")
+    refused = run(tmp_path / "m.db", "--format", "codex", str(lines))
+    assert refused.returncode == 1 and "is not a Codex CLI session file" in refused.stderr.decode()

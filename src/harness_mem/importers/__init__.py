@@ -14,6 +14,13 @@ path (so it is redacted like every write):
 
 from __future__ import annotations
 
-from .transcripts import FORMATS, TranscriptFormat, TranscriptReport, find_transcripts, import_transcripts
+from .transcripts import (
+    FORMATS,
+    TranscriptFormat,
+    TranscriptReport,
+    find_transcripts,
+    format_of,
+    import_transcripts,
+)
 
-__all__ = ["FORMATS", "TranscriptFormat", "TranscriptReport", "find_transcripts", "import_transcripts"]
+__all__ = ["FORMATS", "TranscriptFormat", "TranscriptReport", "find_transcripts", "format_of", "import_transcripts"]

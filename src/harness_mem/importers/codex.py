@@ -57,8 +57,17 @@ def default_root(home: Path | None = None, environ: dict[str, str] | None = None
 
 
 def recognises(records: list[dict[str, Any]]) -> bool:
-    """True when a file's first record is a Codex session header (either generation's)."""
-    return bool(records) and _header(records[0]) is not None
+    """True when a file's first record is a Codex session header (either generation's); an older
+    header, a bare id and time, counts only with an item of that generation after it."""
+    if not records or _header(records[0]) is None:
+        return False
+    return records[0].get("type") == "session_meta" or any(
+        "record_type" in r or r.get("type") in _ITEMS for r in records[1:])
+
+
+# An older header holds an id and a time and none of an entry's own fields (a harness-mem import
+# line may have an id and a timestamp too).
+_ENTRY_FIELDS = frozenset({"text", "content", "role", "kind", "session", "tags"})
 
 
 def _header(record: dict[str, Any]) -> dict[str, Any] | None:
@@ -66,7 +75,8 @@ def _header(record: dict[str, Any]) -> dict[str, Any] | None:
     payload = record.get("payload")
     if record.get("type") == "session_meta" and isinstance(payload, dict) and isinstance(payload.get("id"), str):
         return payload
-    if "type" not in record and isinstance(record.get("id"), str) and isinstance(record.get("timestamp"), str):
+    if "type" not in record and isinstance(record.get("id"), str) and isinstance(record.get("timestamp"), str) \
+            and not _ENTRY_FIELDS & record.keys():
         return record  # the older files' first line
     return None
 

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HarnessMemError, InvalidInputError
-from ..experience.transcript import truncate_turn
 from ..integrations.claude_code import CAPTURE_EVENTS, HOST, TEXT_MAX_CHARS, TOOL_MAX_CHARS
 from ..jsonl import one_line, read_lines
 from ..models import parse_time
@@ -39,8 +38,8 @@ from .turns import ImportedTurn, Item, Skipped, load_record
 if TYPE_CHECKING:
     from ..store import MemoryStore
 
-__all__ = ["BATCH_SIZE", "CAPTURED", "FORMATS", "HOOK_MARGIN", "SNIFF_LINES", "TranscriptFormat", "TranscriptReport", "find_transcripts",
-           "import_transcripts"]
+__all__ = ["BATCH_SIZE", "CAPTURED", "FORMATS", "HOOK_MARGIN", "SNIFF_LINES", "TranscriptFormat",
+           "TranscriptReport", "find_transcripts", "format_of", "import_transcripts"]
 
 #: A file is a transcript when its first records (at most this many lines) say so.
 SNIFF_LINES = 20
@@ -135,6 +134,11 @@ def find_transcripts(paths: Sequence[Path], format: str) -> tuple[list[Path], Co
         where = ", ".join(map(str, paths))
         raise InvalidInputError(f"no {kind.title} in {where} — nothing was imported")
     return list(dict.fromkeys(found)), passed
+
+
+def format_of(path: Path) -> TranscriptFormat | None:
+    """The transcript format the file at ``path`` is in, by its first records; None for any other file."""
+    return next((kind for kind in FORMATS.values() if _not_one(path, kind) is None), None)
 
 
 def _not_one(path: Path, kind: TranscriptFormat) -> str | None:
@@ -248,6 +252,8 @@ def _advance(read: _Counted, report: TranscriptReport, progress: Callable[[int],
 
 def _write(store: MemoryStore, kind: TranscriptFormat, batch: list[ImportedTurn], report: TranscriptReport) -> set[str]:
     """Write the turns of ``batch`` not stored yet; returns the sessions that got turns."""
+    from ..experience.transcript import truncate_turn  # the experience package: only when writing
+
     by_id: dict[str, ImportedTurn] = {}
     for turn in batch:
         by_id.setdefault(turn.id, turn)  # a repeated id (a record written twice) is stored once
