@@ -103,9 +103,13 @@ def read(path: Path, lines: Iterable[tuple[int, bytes | str]]) -> Iterator[Item]
         yield Skipped(CALL_WITHOUT_RESULT)
 
 
-@functools.lru_cache(maxsize=256)
 def _project(cwd: object) -> str | None:
     """:func:`~harness_mem.integrations.claude_code.project_tag`, once per directory (not per record)."""
+    return _project_of(cwd) if isinstance(cwd, str) else None
+
+
+@functools.lru_cache(maxsize=256)
+def _project_of(cwd: str) -> str | None:
     return project_tag(cwd)
 
 
