@@ -351,3 +351,31 @@ def test_json_lines_with_ids_and_times_are_still_json_lines(tmp_path: Path) -> N
     assert result.returncode == 0 and result.stderr.decode().startswith("Imported 2 entries")
     refused = run(tmp_path / "m.db", "--format", "codex", str(lines))
     assert refused.returncode == 1 and "is not a Codex CLI session file" in refused.stderr.decode()
+
+
+ODD_VALUES = [None, 1, "x", [], {}, [1], {"a": 1}, True, [{"type": "text"}], [{"type": "tool_result", "tool_use_id": [1]}],
+              [{"type": "tool_use", "id": "i", "name": ["n"], "input": {}}],
+              [{"type": "tool_result", "tool_use_id": "i", "content": [1, {"type": "text", "text": 3}]}]]
+
+
+def test_records_of_any_odd_shape_give_turns_or_reasons_never_an_error() -> None:
+    import random
+
+    from harness_mem.importers import claude_code, codex
+    from harness_mem.importers.turns import ImportedTurn, Skipped
+
+    rng = random.Random(36)
+    header = json.dumps({"type": "session_meta", "payload": {"id": "s", "timestamp": "2025-01-01T00:00:00Z"}})
+    for _ in range(3000):
+        record = {k: rng.choice(ODD_VALUES) for k in ("uuid", "sessionId", "timestamp", "cwd", "isSidechain",
+                                                       "isMeta", "gitBranch", "agentId") if rng.random() < 0.6}
+        record["type"] = rng.choice(["user", "assistant", "system", 3])
+        record["message"] = {"role": "user", "content": rng.choice(ODD_VALUES)}
+        record.setdefault("timestamp", "2025-01-01T00:00:00Z")
+        items = list(claude_code.read(Path("x.jsonl"), [(1, json.dumps(record))]))
+        payload = {k: rng.choice(ODD_VALUES) for k in ("role", "content", "call_id", "name", "arguments", "output")}
+        payload["type"] = rng.choice(["message", "function_call", "function_call_output", "local_shell_call", 3])
+        items += codex.read(Path("r.jsonl"), [(1, header), (2, json.dumps({"type": "response_item", "payload": payload}))])
+        for item in items:
+            assert isinstance(item, Skipped) or (isinstance(item, ImportedTurn) and isinstance(item.text, str)
+                                                 and isinstance(item.session, str))
