@@ -402,7 +402,12 @@ def _read_stdin_text(fix: str) -> str:
 
 
 @cli.command("import")
-@click.argument("source", type=click.File("rb"))
+@click.argument("sources", metavar="[SOURCE]...", nargs=-1)
+@click.option("--format", "format_", type=click.Choice(["jsonl", "claude-code", "codex"]), default="jsonl",
+              show_default=True,
+              help="jsonl: harness-mem's own lines (one FILE or -); claude-code: Claude Code's transcripts"
+                   " (files or folders, default ~/.claude/projects); codex: Codex CLI's session files"
+                   " (default ~/.codex/sessions).")
 @click.option("--replace", is_flag=True, help="Replace entries whose id is already stored (default: skip them).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--workers", type=count_type(0, MAX_IMPORT_WORKERS), default=None,
@@ -410,18 +415,46 @@ def _read_stdin_text(fix: str) -> str:
                    " on a machine with two cores or more, else 0).")
 @json_option
 @click.pass_context
-def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool, workers: int | None, as_json: bool) -> None:
-    """Import entries from a JSON Lines FILE (or - for stdin).
+def import_(ctx: click.Context, sources: tuple[str, ...], format_: str, replace: bool, quiet: bool,
+            workers: int | None, as_json: bool) -> None:
+    """Import entries from a JSON Lines FILE (or - for stdin), or a coding agent's transcripts.
 
     One object a line: {"id"?, "text"|"content", "kind"?, "role"?, "session"?, "tags"?,
     "timestamp"?, "metadata"?}. Good lines are kept; every bad line is reported with its number,
     and the exit status is 1 if any line was rejected. Re-importing is harmless: known ids are skipped.
 
+    With --format claude-code or codex, each SOURCE is a transcript or a folder of them (none: the
+    tool's own folder). Sessions, roles, times, tool calls and the project are kept; what the host
+    injected is left out; turns stored by an earlier run are skipped, so running it again imports
+    only what is new. A file that is not such a transcript is refused and nothing is stored.
+
     \b
     Example:
         harness-mem import turns.jsonl
         cat turns.jsonl | harness-mem import - --json
+        harness-mem import --format claude-code
+        harness-mem import --format codex ~/.codex/sessions/2025/06
     """
+    if format_ != "jsonl":
+        if replace or workers is not None:
+            raise click.UsageError(f"--{'replace' if replace else 'workers'} works with --format jsonl only")
+        _import_transcripts(ctx, [Path(s).expanduser() for s in sources], format_, quiet, as_json)
+        return
+    if len(sources) != 1:
+        raise click.UsageError("--format jsonl takes one SOURCE: a FILE, or - for stdin"
+                               if sources else "Missing argument 'SOURCE'.")
+    param = next(p for p in ctx.command.params if p.name == "sources")
+    source = click.File("rb").convert(sources[0], param, ctx)
+    if sources[0] != "-" and Path(sources[0]).is_file():
+        from .importers import format_of
+
+        # A transcript's records are no entries: every line would be rejected (or, for a record
+        # with a "content" of its own, stored as a note).
+        transcript = format_of(Path(sources[0]))
+        if transcript is not None:
+            raise click.ClickException(shown(
+                f"{sources[0]} is a {transcript.title}, not harness-mem's JSON Lines — import it with"
+                f" --format {transcript.name}; nothing was imported"))
     from .jsonl import import_jsonl, read_lines
 
     size = _file_size(source)
@@ -448,6 +481,41 @@ def import_(ctx: click.Context, source: Any, replace: bool, quiet: bool, workers
     )
     if report.errors:
         ctx.exit(1)
+
+
+def _import_transcripts(ctx: click.Context, paths: list[Path], format_: str, quiet: bool, as_json: bool) -> None:
+    """``import --format claude-code|codex``: find the transcripts, import what is new, say what was skipped."""
+    from .importers import find_transcripts, import_transcripts
+
+    files, passed = find_transcripts(paths, format_)  # refuses a file that is not one before the store opens
+    size = sum(_size_of(f) for f in files)
+    with open_store(ctx, create=True) as store:
+        if not quiet and size >= PROGRESS_MIN_BYTES:
+            bar: ProgressBar[int]
+            with click.progressbar(length=size, label="Importing", file=sys.stderr) as bar:
+                report = import_transcripts(store, files, format_, progress=bar.update)
+        else:
+            report = import_transcripts(store, files, format_)
+    report.files_skipped.update(passed)
+    if as_json:
+        echo_json({**report.to_dict(), "skipped": {shown(k): v for k, v in report.skipped.most_common()},
+                   "files_skipped": {shown(k): v for k, v in report.files_skipped.most_common()}})
+        return
+    click.echo(
+        f"Imported {counted(report.turns, 'turn')} from {counted(report.files, 'file')}"
+        f" ({counted(report.sessions, 'session')}, {report.new_sessions} with new turns;"
+        f" {counted(report.already_stored, 'turn')} already stored)", err=True)
+    for noun, reasons in (("record", report.skipped), ("file", report.files_skipped)):
+        if reasons:
+            click.echo(f"Skipped {counted(sum(reasons.values()), noun)}: "
+                       + ", ".join(f"{n} {shown(reason)}" for reason, n in reasons.most_common()), err=True)
+
+
+def _size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _file_size(stream: Any) -> int | None:
