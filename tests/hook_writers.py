@@ -69,8 +69,9 @@ def stop_writers(directory: Path) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def serving(directory: Path, timeout: float = 30.0) -> dict[str, int]:
-    """The writers of ``directory`` that listen (socket name → pid), once at least one does."""
+def serving(directory: Path, timeout: float = 90.0) -> dict[str, int]:
+    """The writers of ``directory`` that listen (socket name → pid), once at least one does (a writer
+    imports the store in a fresh process: at a load of 10 on two cores that can take half a minute)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = listening(directory)
