@@ -21,9 +21,10 @@ on four conversations and tested on the fifth):
   about, MiniLM's cosines differ by a tenth or two at random; the raw cosine let that noise
   overturn the keyword lane's best match when the match says the detail in passing (LongMemEval: a
   user's fact mid-message, cosine 0.01 against a topical turn's 0.13, both under the quartile).
-  Above the floor nothing changes. On all three dev corpora it gains or holds every measure, and on
-  either half of their questions (bench/tune_fusion.py --against-keyword; LongMemEval user turns
-  R@5 / MRR .866 / .750 → .872 / .759).
+  Above the floor nothing changes. On every dev corpus it gains or holds (within .002) every
+  measure, on either half of the questions (LongMemEval user turns R@5 / MRR .866 / .750 → .872 /
+  .759, both roles .660 / .638 → .681 / .642); no setting of the other constants did
+  (bench/tune_fusion.py --against-keyword).
 - **Speaker prior** (+0.2): questions name people ("what did Caroline research?"), and on LoCoMo the
   named speaker said 96% of the evidence. The names are also removed from the text that is
   embedded for the query: a name dominates a MiniLM query vector and drags it towards everything
