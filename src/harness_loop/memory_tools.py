@@ -14,7 +14,7 @@ What the loop adds is the rendering:
 
 - **Compact, readable results** for the tools a model calls most: plain text, one numbered block
   per hit, best first (id, kind, date, tags, content cut to :data:`MAX_SHOWN_CHARS`, the turns
-  around a conversation hit), ids in brackets the model can pass to ``update_memory`` and
+  around a conversation hit, the turns a fact or summary was drawn from), ids in brackets the model can pass to ``update_memory`` and
   ``forget`` (brackets are tolerated). ``get_memory``, ``recent_activity`` and ``find_skills``
   answer with their result model as JSON.
 - **Errors are results, never crashes**: a bad argument (checked by the spec: types, lengths,
@@ -47,7 +47,6 @@ from harness_mem import Entry, GuardedMemory, Hit, MemoryStore
 from harness_mem.errors import HarnessMemError, WriteRefusedError
 from harness_mem.models import counted, format_time
 from harness_mem.tools import (
-    DEFAULT_RECALL_KINDS,
     MAX_CONTENT_CHARS,
     MAX_K,
     OPERATIONS,
@@ -67,7 +66,6 @@ from .tools import Tool
 
 __all__ = [
     "CURATED_KINDS",
-    "DEFAULT_RECALL_KINDS",
     "MAX_CONTENT_CHARS",
     "MAX_K",
     "MAX_SHOWN_CHARS",
@@ -159,6 +157,9 @@ def format_hits(query: str, hits: Sequence[Hit]) -> str:
                 lines += ["   just before it:", *_turn_lines(before)]
             if after:
                 lines += ["   just after it:", *_turn_lines(after)]
+        if hit.sources:
+            lines += ["   drawn from:", *(f"     [{t.id}] {_speaker(t)}{_cut(t.content, MAX_AROUND_CHARS)}"
+                                         for t in hit.sources)]
     return "\n".join(lines)
 
 

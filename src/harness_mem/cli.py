@@ -622,6 +622,8 @@ def purge(ctx: click.Context) -> None:
 @click.option("--all-versions", is_flag=True, help="Include entries that a correction replaced.")
 @click.option("--as-of", help="What was true then (ISO-8601 or an age like 30d): before later corrections.")
 @click.option("--derived", is_flag=True, help="Only what consolidation derived (segments and facts).")
+@click.option("--all-lanes", is_flag=True,
+              help="As an agent's recall: what consolidation derived ranked with the rest, each with its source turns.")
 @click.option("--offset", type=count_type(0), default=0, help="Skip this many best hits first (the next page).")
 @click.option("--exact", is_flag=True,
               help="Rank keywords by BM25 over every word on every match (slower on a large file).")
@@ -632,13 +634,15 @@ def purge(ctx: click.Context) -> None:
 def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str | None, role: str | None,
            session: str | None, session_prefix: str | None, tags: tuple[str, ...], since: str | None,
            until: str | None, explain: bool, strict: bool, context: int, min_score: float | None,
-           all_versions: bool, as_of: str | None, derived: bool, offset: int, exact: bool, rerank: bool, as_json: bool,
+           all_versions: bool, as_of: str | None, derived: bool, all_lanes: bool, offset: int, exact: bool, rerank: bool,
+           as_json: bool,
            exclude_sessions: tuple[str, ...], exclude_kinds: tuple[str, ...], exclude_tags: tuple[str, ...],
            where: dict[str, Any] | None) -> None:
     """Find the entries most relevant to QUERY, best first.
 
     What consolidation derived (topic segments, facts) is left out unless --kind names its kind
-    (fact, summary) or --derived asks for it alone.
+    (fact, summary) or --derived asks for it alone; --all-lanes ranks it with the rest, each derived
+    hit with the turns it came from, as the MCP server's and the agent tools' recall do.
 
     \b
     Example:
@@ -648,14 +652,16 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
         harness-mem recall "what did the doctor say about my knee" --rerank
         harness-mem recall "incident" --where '{"severity": {"$gte": 3}}'
     """
+    if derived and all_lanes:
+        raise click.UsageError("--derived searches only what consolidation derived, --all-lanes everything: choose one")
     with open_store(ctx) as store:
         hits = store.recall(query, k=k, mode=mode, kind=kind, role=role, session=session,  # type: ignore[arg-type]
                             session_prefix=session_prefix, tags=tags, since=since, until=until,
                             explain=explain, strict=strict, context=context, min_score=min_score,
                             include_superseded=all_versions, exact=exact, as_of=as_of,
-                            derived=True if derived else None, exclude_sessions=exclude_sessions,
-                            exclude_kinds=exclude_kinds, exclude_tags=exclude_tags, metadata=where, offset=offset,
-                            rerank=rerank)
+                            derived=True if derived else "both" if all_lanes else None,
+                            exclude_sessions=exclude_sessions, exclude_kinds=exclude_kinds, exclude_tags=exclude_tags,
+                            metadata=where, offset=offset, rerank=rerank, sources=all_lanes)
     if as_json:
         for hit in hits:
             echo_json(hit.model_dump(mode="json"))  # the one hit shape: `harness-mem schema hit`, MCP's recall
@@ -673,6 +679,8 @@ def _print_hit(rank: int, hit: Hit) -> None:
     click.echo(f"    {hit.snippet}")
     for turn in hit.context or ():
         click.echo(f"      · {turn.role or turn.kind}: {turn.content}")
+    for turn in hit.sources or ():
+        click.echo(f"      ← {turn.role or turn.kind}: {turn.content}")
     if hit.components:
         detail = ", ".join(
             f"{name} {'#' + str(c['rank']) if c['rank'] else '-'} ({c['score']:.4g})"

@@ -335,15 +335,17 @@ class Identities:
         return out
 
     def hits(self, hits: Sequence[Hit]) -> list[Hit]:
-        """``hits`` with their entries' (and their context's) identity fields as given."""
+        """``hits`` with their entries' (and their context's and sources') identity fields as given."""
         out = []
         for hit in hits:
-            if hit.context is None:
-                [entry] = self.entries([hit.entry])
-                out.append(hit.model_copy(update={"entry": entry}))
-                continue
-            entry, *context = self.entries([hit.entry, *hit.context])
-            out.append(hit.model_copy(update={"entry": entry, "context": tuple(context)}))
+            context, sources = hit.context or (), hit.sources or ()
+            entry, *rest = self.entries([hit.entry, *context, *sources])
+            update: dict[str, Any] = {"entry": entry}
+            if hit.context is not None:
+                update["context"] = tuple(rest[:len(context)])
+            if hit.sources is not None:
+                update["sources"] = tuple(rest[len(context):])
+            out.append(hit.model_copy(update=update))
         return out
 
     def summaries(self, summaries: Sequence[SessionSummary]) -> list[SessionSummary]:

@@ -302,6 +302,8 @@ class Hit(Record):
     components: dict[str, dict[str, float | int | None]] | None = None
     #: With ``recall(context=N)``: the turns around a turn hit in its session, in order (not hits).
     context: tuple[Entry, ...] | None = None
+    #: With ``recall(sources=True)``: the turns a derived hit (a fact, a summary) came from.
+    sources: tuple[Entry, ...] | None = None
     #: The entry's content was clipped for a list (a tool's answer): ``get_memory`` has all of it.
     truncated: bool = False
 
@@ -310,7 +312,7 @@ class Hit(Record):
         # Returned as a HitRecord, so that the schema of what a hit serialises to is HitRecord's.
         fields = dict(self.entry.__dict__)
         fields.update(score=self.score, snippet=self.snippet, components=self.components, context=self.context,
-                      truncated=self.truncated)
+                      sources=self.sources, truncated=self.truncated)
         return HitRecord.trusted(fields)
 
     @classmethod
@@ -320,7 +322,7 @@ class Hit(Record):
 
     def to_dict(self) -> dict[str, Any]:
         """The flat JSON shape (:class:`HitRecord`): the entry's fields with ``score``, ``snippet``,
-        ``components``, ``context`` and ``truncated`` beside them."""
+        ``components``, ``context``, ``sources`` and ``truncated`` beside them."""
         return self.model_dump(mode="json")
 
 
@@ -334,6 +336,8 @@ class HitRecord(Entry):
         None, description="with explain: each retriever's rank and raw score")
     context: tuple[Entry, ...] | None = Field(
         None, description="with context=N: the turns around this one in its session, in order")
+    sources: tuple[Entry, ...] | None = Field(
+        None, description="for what consolidation derived (a fact, a summary): the turns it came from")
     truncated: bool = Field(False, description="content was clipped here: get_memory shows all of it")
 
 

@@ -1,8 +1,11 @@
-"""Sessions as units: the turns around a hit, sessions ranked by a query, listed, and read whole.
+"""Sessions as units: the turns around a hit, the turns a derived hit came from, sessions ranked
+by a query, listed, and read whole.
 
 A transcript's answer is often a few turns long, and "which conversation was that?" is a question
 of its own. Recall ranks turns; these functions give what surrounds them, from the storage's
-session reads (an index on namespace, session and time answers each).
+session reads (an index on namespace, session and time answers each). What consolidation derived
+(a fact, a summary) cites its turns, and an agent reading it wants them beside it: what was said is
+the evidence, the derived entry the digest of it.
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import InvalidInputError
-from .models import Entry, Hit, SessionHit, SessionSummary, from_ms
+from .models import Entry, Hit, SessionHit, SessionSummary, from_ms, now_ms
 from .rows import entry_from_row
-from .storage import Scope, SessionSpan, Storage
+from .storage import DERIVED_SOURCE, Scope, SessionSpan, Storage
 
 MAX_CONTEXT = 20
+#: The turns a derived hit is shown with, at most: a fact cites one or two, a summary its segment.
+MAX_SOURCES = 3
 MAX_PAGE = 1000
 #: Turns recall_sessions ranks before grouping them, per session asked for.
 TURNS_PER_SESSION = 8
@@ -32,6 +37,47 @@ def with_context(storage: Storage, scope: Scope, hits: list[Hit], n: int) -> lis
         return hits
     return [hit.model_copy(update={"context": tuple(around(storage, scope, hit.entry, n))})
             if hit.entry.session else hit for hit in hits]
+
+
+def with_sources(storage: Storage, scope: Scope, hits: list[Hit]) -> list[Hit]:
+    """Each derived hit with up to :data:`MAX_SOURCES` of the turns it cites (``metadata.source_turns``)
+    as ``sources``, in order: those that are hits below it first (best first), then the others it
+    cites; a turn already listed above it is not repeated.
+
+    A turn shown that way is not listed again as a hit below it: a turn is a hit of its own where it
+    is what matches, and otherwise reaches the reader through what was derived from it.
+    """
+    rank = {hit.entry.id: position for position, hit in enumerate(hits)}
+    shown: set[str] = set()  # every entry listed so far, as a hit or as a source
+    now = now_ms()
+    out = []
+    for hit in hits:
+        if hit.entry.id in shown:
+            continue
+        shown.add(hit.entry.id)
+        cited = [turn_id for turn_id in _cited(hit.entry) if turn_id not in shown]
+        if not cited:
+            out.append(hit)
+            continue
+        sources: list[Entry] = []
+        for turn_id in sorted(cited, key=lambda cited_id: rank.get(cited_id, len(hits))):  # stable: cited order after
+            row = storage.get(scope.namespace, turn_id, now)
+            if row is not None:
+                sources.append(entry_from_row(row))
+            if len(sources) == MAX_SOURCES:
+                break
+        shown.update(source.id for source in sources)
+        sources.sort(key=lambda e: (e.created_at, e.id))
+        out.append(hit.model_copy(update={"sources": tuple(sources)}))
+    return out
+
+
+def _cited(entry: Entry) -> list[str]:
+    """The turn ids a derived entry cites (none for any other entry)."""
+    cited = entry.metadata.get("source_turns") if entry.source == DERIVED_SOURCE else None
+    if not isinstance(cited, list):
+        return []
+    return list(dict.fromkeys(turn_id for turn_id in cited if isinstance(turn_id, str)))
 
 
 def around(storage: Storage, scope: Scope, entry: Entry, n: int) -> list[Entry]:

@@ -563,7 +563,7 @@ class MemoryStore:
         context: int = 0,
         include_superseded: bool = False,
         exact: bool = False,
-        derived: bool | None = None,
+        derived: bool | Literal["both"] | None = None,
         as_of: str | datetime | None = None,
         exclude_sessions: Sequence[str] | str = (),
         exclude_kinds: Sequence[str] | str = (),
@@ -572,6 +572,7 @@ class MemoryStore:
         offset: int = 0,
         refresh_ttl: bool = False,
         rerank: bool = False,
+        sources: bool = False,
     ) -> list[Hit]:
         """The ``k`` entries most relevant to ``query``, best first (``[]`` is not an error);
         ``offset`` skips that many best ones first (the next page of ``k``).
@@ -595,7 +596,11 @@ class MemoryStore:
         What consolidation derived from transcripts (topic segments, facts: source
         ``"consolidation"``) has its own lane, so it never crowds out the turns it came from: a
         recall without ``kind`` leaves it out, one naming a kind (``"fact"``, ``"summary"``) takes it
-        in; ``derived=True`` searches only it, ``derived=False`` never.
+        in; ``derived=True`` searches only it, ``derived=False`` never, ``derived="both"`` ranks it
+        together with everything else. ``sources=True`` gives each derived hit the turns it came
+        from (``hit.sources``, :func:`~harness_mem.sessions.with_sources`), and a turn shown that
+        way is not listed again below it. An agent's recall is both (:mod:`harness_mem.tools`): every
+        lane, derived entries with their sources, turns where they are what matches.
 
         ``exclude_sessions``, ``exclude_kinds`` and ``exclude_tags`` leave those out (an agent's
         recall that must not return its own session's turns, say). ``metadata`` keeps entries whose
@@ -621,6 +626,10 @@ class MemoryStore:
             fetch = k + offset
             if fetch > MAX_RECALL_K:
                 raise InvalidInputError(f"k + offset must be at most {MAX_RECALL_K:,}, not {k} + {offset}")
+        if derived not in (True, False, None, "both"):
+            raise InvalidInputError(f'derived must be true, false, "both" or left out, not {derived!r:.40}')
+        if sources and isinstance(fetch, int) and not isinstance(fetch, bool):
+            fetch = min(2 * fetch, MAX_RECALL_K)  # the turns a derived hit shows leave the list
         key = self.scope.key
         role, session, session_prefix = key(role), key(session), key(session_prefix)
         tags, any_tags = self.scope.tags(tags), self.scope.tags(any_tags)
@@ -630,10 +639,12 @@ class MemoryStore:
             query, fetch, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
             any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,
             strict=strict, include_superseded=include_superseded, exact=exact,
-            derived=self._lane(kind) if derived is None else derived, as_of=as_of,
+            derived=self._lane(kind) if derived is None else None if derived == "both" else derived, as_of=as_of,
             exclude_kinds=exclude_kinds, rerank=rerank, **left_out,
         )
-        hits = hits[offset:]
+        if sources:
+            hits = sessions.with_sources(self.storage, self.scope, hits)
+        hits = hits[offset:k + offset]
         if min_score is not None:
             hits = [hit for hit in hits if hit.score >= min_score]
         if refresh_ttl:

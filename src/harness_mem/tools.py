@@ -37,7 +37,6 @@ from .recall import Mode
 from .store import MemoryStore
 
 __all__ = [
-    "DEFAULT_RECALL_KINDS",
     "HIT_CHARS",
     "MAX_CONTENT_CHARS",
     "MAX_HISTORY",
@@ -105,9 +104,6 @@ DEFAULT_HISTORY = 10
 MAX_HISTORY_OFFSET = 1_000_000
 #: Fetched per hit wanted when the caller drops some (the running run's own turns).
 OVERFETCH = 3
-#: What ``recall`` searches unless told a kind, role or session: curated memory and episodes. Raw
-#: conversation turns are many and noisy (tool echoes); ``kind="turn"`` or recall_sessions finds them.
-DEFAULT_RECALL_KINDS: tuple[str, ...] = ("note", "fact", "summary", "episode")
 
 RecallKind = Literal["note", "fact", "summary", "turn", "episode"]
 WriteKind = Literal["note", "fact", "summary"]
@@ -227,7 +223,7 @@ class RecallArgs(Arguments):
     mode: Literal["hybrid", "keyword", "semantic"] | None = Field(None, description=(
         "hybrid: by meaning and keywords (the default); keyword: by words only; semantic: by meaning only"))
     kind: RecallKind | None = Field(None, description=(
-        "only memories of this kind; turn is a line of a past conversation"))
+        "only memories of this kind (turn: a line of a past conversation); leave it out to search them all"))
     role: Role = Field(None, description="only conversation turns by this speaker (user, assistant…)")
     tags: Tags = Field(None, description="only memories carrying all these tags")
     session: Session = Field(None, description="only this conversation")
@@ -391,14 +387,14 @@ def memory_item(entry: Entry, limit: int = HIT_CHARS) -> MemoryItem:
 
 
 def listed_hit(hit: Hit, limit: int | None = HIT_CHARS) -> Hit:
-    """``hit`` as a list shows it: content clipped to ``limit`` (``truncated``), and its context turns too."""
+    """``hit`` as a list shows it: content clipped to ``limit`` (``truncated``), and its context and source turns too."""
     if limit is None:
         return hit.model_copy(update={"score": round(hit.score, 6)})
     content, truncated = clip(hit.entry.content, limit)
-    context = None if hit.context is None else tuple(
-        e.model_copy(update={"content": clip(e.content, limit)[0]}) for e in hit.context)
+    context, sources = (None if turns is None else tuple(e.model_copy(update={"content": clip(e.content, limit)[0]})
+                                                         for e in turns) for turns in (hit.context, hit.sources))
     return hit.model_copy(update={"entry": hit.entry.model_copy(update={"content": content}), "truncated": truncated,
-                                  "score": round(hit.score, 6), "context": context})
+                                  "score": round(hit.score, 6), "context": context, "sources": sources})
 
 
 def _remembered(done: Remembered) -> RememberResult:
@@ -452,16 +448,16 @@ def remember(store: MemoryStore, args: RememberArgs, caller: Caller) -> Remember
 
 
 def recall(store: MemoryStore, args: RecallArgs, caller: Caller) -> RecallResult:
+    """Every lane unless a kind is named: what was said and written ranked together with what
+    consolidation derived from it, each derived hit with the turns it came from (so a store of
+    turns alone answers, and a consolidated one gives the digest and its evidence in one list)."""
     mode, note = _mode(caller, args.mode)
-    kind: str | tuple[str, ...] | None = args.kind
-    if kind is None and args.role is None and args.session is None:
-        kind = tuple(k for k in DEFAULT_RECALL_KINDS if k not in args.exclude_kind)
     fetch = args.k * OVERFETCH if caller.exclude is not None else args.k
-    hits = store.recall(args.query, fetch, mode, kind=kind, role=args.role, tags=args.tags or (),
+    hits = store.recall(args.query, fetch, mode, kind=args.kind, role=args.role, tags=args.tags or (),
                         session=args.session, since=args.since, until=args.until,
                         exclude_sessions=args.exclude_session, exclude_kinds=args.exclude_kind,
                         exclude_tags=args.exclude_tag, context=args.context,
-                        include_superseded=args.include_superseded,
+                        include_superseded=args.include_superseded, derived="both", sources=True,
                         rerank=args.rerank and note is None)  # while the model loads, keywords answer alone
     kept = [listed_hit(h, caller.hit_chars) for h in hits if caller.visible(h.entry)][: args.k]
     return RecallResult(mode=_mode_named(store, mode), note=note, hits=kept)
@@ -641,9 +637,12 @@ OPERATIONS: tuple[Operation, ...] = (
             "Search the memories by meaning and by keywords. Any text is a valid query (there is no search"
             " syntax). Returns up to k memories, best first, each with its id, content (clipped to"
             f" {HIT_CHARS:,} characters, `truncated` says so: get_memory has the rest), kind, tags, session,"
-            " time and a score from 0 to 1 (how likely it holds what was asked, on one scale for every query). Unless kind, role"
-            " or session is given it searches notes, facts, summaries and episodes; kind turn searches the"
-            " lines of past conversations. exclude_session, exclude_kind and exclude_tag leave those out."
+            " time and a score from 0 to 1 (how likely it holds what was asked, on one scale for every query; a"
+            " memory that says it in other words than the query can score low and still rank first). It"
+            " searches everything unless kind names one: notes, facts, summaries, episodes and the lines of past"
+            " conversations (turns), ranked together; a fact or summary drawn from a conversation comes with the"
+            " turns it was drawn from (`sources`), which are then not listed again. exclude_session, exclude_kind"
+            " and exclude_tag leave those out."
             " `mode` says how it matched: hybrid (meaning and keywords) or keyword (words only: while the"
             " embedding model is still loading, or when the store keeps no vectors); `note` explains"
             " anything that made the answer incomplete. Memories corrected by update_memory are left out"

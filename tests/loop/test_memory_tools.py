@@ -59,11 +59,15 @@ async def test_remember_in_one_run_recall_in_the_next(store: MemoryStore, tmp_pa
     second = await run_once(store, tmp_path, "deploy billing", ToolCall.of("recall", query="where does billing deploy"))
     (found,) = tool_messages(second)
     lines = found.content.splitlines()
-    # The fact first; the first run's episode (its task was about billing too) after it.
-    assert lines[0] == "2 memories for 'where does billing deploy', best first:"
-    assert lines[3].startswith("2. [session:") and " episode " in lines[3]
-    assert lines[1].startswith(f"1. [{entry_id}] fact · ") and lines[1].endswith(" · tags: billing, deploy")
-    assert lines[2] == f"   {FACT}"
+    # The fact, and the first run's episode and turns (its task was about billing too): a recall
+    # without a kind searches every lane. Never the running run's own turns.
+    assert lines[0] == "4 memories for 'where does billing deploy', best first:"
+    at = next(i for i, line in enumerate(lines) if line.startswith(("1. ", "2. ", "3. ", "4. ")) and entry_id in line)
+    assert lines[at].endswith(" · tags: billing, deploy") and f"[{entry_id}] fact · " in lines[at]
+    assert lines[at + 1] == f"   {FACT}"
+    assert sum(" episode " in line and "[session:" in line for line in lines) == 1
+    assert "   note where billing deploys" in lines  # the first run's task, a turn
+    assert second.session not in found.content
     assert isinstance(second, Done)
 
 
@@ -220,7 +224,7 @@ async def test_results_are_compact(store: MemoryStore, tmp_path: Path) -> None:
     notes, turns, sessions = tool_messages(
         await run_once(
             store, tmp_path, "look",
-            ToolCall.of("recall", query="ledger"),
+            ToolCall.of("recall", query="ledger", kind="note"),
             ToolCall.of("recall", query="delta", kind="turn", k=1, context=1),
             ToolCall.of("recall_sessions", query="delta", k=1),
         )

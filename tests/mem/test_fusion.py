@@ -2,13 +2,16 @@ from __future__ import annotations
 
 import pytest
 
+from harness_mem import fusion
 from harness_mem.fusion import (
+    COSINE_FLOOR,
     COSINE_SPREAD,
     KEYWORD_SPREAD,
     Candidate,
     fuse,
     gathers,
     informativeness,
+    noise_floor,
     query_words,
     strip_names,
     weights,
@@ -85,6 +88,39 @@ def test_an_informative_keyword_signal_still_counts() -> None:
     keyword_weight, cosine_weight = weights(candidates)
     assert 0.3 < keyword_weight < 0.45 and abs(keyword_weight + cosine_weight - 1) < 1e-9
     assert [pk for pk, _ in fuse(candidates, 4)][0] == 1
+
+
+def test_a_cosine_counts_by_how_far_it_rises_above_the_query_s_noise_floor() -> None:
+    # The keyword lane's best match says the detail in passing (a cosine near nothing); a turn about
+    # the topic in general shares fewer of the words and has a higher cosine, still among the
+    # lowest quarter of the candidates': that difference is noise, and the keyword lane decides.
+    filler = [Candidate(pk, keyword=0.0, cosine=0.2 + pk / 100, named=False, session=None) for pk in range(10, 40)]
+    candidates = [
+        Candidate(1, keyword=19.0, cosine=0.01, named=False, session=None),
+        Candidate(2, keyword=17.5, cosine=0.13, named=False, session=None),
+        *filler,
+    ]
+    assert 0 < COSINE_FLOOR < 1
+    floor = noise_floor([c.cosine for c in candidates])
+    assert floor is not None and 0.13 < floor < 0.5
+    assert [pk for pk, _ in fuse(candidates, 2)] == [1, 2]
+    saved = fusion.COSINE_FLOOR
+    try:
+        fusion.COSINE_FLOOR = 0.0  # raw cosines: the 0.12 between them outweighs the keyword's lead
+        assert noise_floor([c.cosine for c in candidates]) is None
+        assert [pk for pk, _ in fuse(candidates, 2)] == [2, 1]
+    finally:
+        fusion.COSINE_FLOOR = saved
+
+
+def test_above_the_floor_the_cosine_still_reorders() -> None:
+    filler = [Candidate(pk, keyword=0.0, cosine=0.1, named=False, session=None) for pk in range(10, 20)]
+    candidates = [
+        Candidate(1, keyword=12.0, cosine=0.15, named=False, session=None),
+        Candidate(2, keyword=11.0, cosine=0.60, named=False, session=None),  # about what was asked
+        *filler,
+    ]
+    assert [pk for pk, _ in fuse(candidates, 2)] == [2, 1]
 
 
 ADA = [

@@ -357,3 +357,39 @@ def test_with_an_embedder_a_query_is_hybrid_and_index_false_stays_out(db_path: P
         hits = store.search(("docs",), query="harbour wall")
         assert "b" not in [i.key for i in hits] and hits[0].key == "a" and hits[0].score is not None
         assert [i.key for i in store.search(("docs",))] == ["a", "b", "c"]
+
+
+# Paraphrases: each question shares no content word with the item that answers it.
+PARAPHRASES = {
+    "a": ("The user is allergic to peanuts", "what foods should I avoid giving them"),
+    "b": ("We deploy the billing service on Tuesdays", "when do releases of the invoicing system happen"),
+    "e": ("The team standup is at 9:30 every weekday", "what time is the morning meeting"),
+    "f": ("The user's daughter plays the cello", "which instrument is their kid learning"),
+}
+OTHERS = ["The office wifi password rotates every month", "Ada's favourite programming language is OCaml"]
+
+
+def test_scores_are_the_cosines_an_embedding_inmemorystore_gives(engine_target: str, embedder: Any) -> None:
+    """With the same model, a query scores each item as LangGraph's own store does (cosine), so a
+    threshold a LangGraph user picks keeps a correct paraphrase; harness-mem's calibrated score would
+    drop it (0.02-0.05, on the scale where 0.5 reads like an answer)."""
+    reference = InMemoryStore(index={"dims": embedder.dim, "embed": lambda texts: embedder.embed(list(texts)).tolist(),
+                                     "fields": ["text"]})
+    with MemoryStore(engine_target, embedder=embedder) as memory:
+        store = HarnessMemStore(memory, index_fields=["text"])
+        items = {key: text for key, (text, _) in PARAPHRASES.items()} | {f"o{i}": t for i, t in enumerate(OTHERS)}
+        for target in (reference, store):
+            for key, text in items.items():
+                target.put(("facts",), key, {"text": text})
+        calibrated = []
+        for key, (_, question) in PARAPHRASES.items():
+            theirs = {item.key: item.score for item in reference.search(("facts",), query=question, limit=10)}
+            ours = store.search(("facts",), query=question, limit=10)
+            assert ours[0].key == key == max(theirs, key=lambda k: theirs[k] or 0.0)
+            for item in ours:  # int8 vectors in the index: within a hundredth of the float cosine
+                assert item.score == pytest.approx(theirs[item.key], abs=0.01), (question, item.key)
+            assert ours[0].score is not None and ours[0].score > 0.2  # a LangGraph user's threshold keeps it
+            calibrated.append(memory.recall(question, k=1, tags=["langgraph"])[0].score)
+            assert calibrated[-1] < ours[0].score
+    # On harness-mem's own scale they read as unlikely answers, and a cosine threshold drops some.
+    assert max(calibrated) < 0.5 and min(calibrated) < 0.1

@@ -25,8 +25,10 @@ import numpy.typing as npt
 import pytest
 from fake_embedder import _LAUNCHER, HashedEmbedder, cli_process
 
+from harness_mem.experience.consolidate import consolidate
 from harness_mem.experience.skills import Skill
 from harness_mem.experience.store import ExperienceStore
+from harness_mem.jsonl import import_jsonl
 from harness_mem.mcp_server import HIT_CHARS, MAX_CONTENT_CHARS, MemoryTools, build_server
 from harness_mem.store import MemoryStore
 
@@ -208,8 +210,9 @@ async def test_sessions_recent_activity_and_skills(tmp_path: Path) -> None:
             "how do I rotate the TLS certificate", "run certbot renew, then reload nginx"]
         assert best["first"]["content"].startswith("how do I") and best["last"]["content"] == "thanks, that worked"
 
-        # Turns are searched when asked for: a recall naming no kind, role or session searches curated memory.
-        assert (await call(client, "recall", query="certbot renew nginx"))["hits"] == []
+        # A recall naming no kind searches every lane, the turns of past conversations too.
+        assert (await call(client, "recall", query="certbot renew nginx"))["hits"][0]["content"] == (
+            "run certbot renew, then reload nginx")
         hit = (await call(client, "recall", query="certbot renew nginx", kind="turn", k=1, context=1))["hits"][0]
         assert [m["content"] for m in hit["context"]] == ["how do I rotate the TLS certificate", "thanks, that worked"]
 
@@ -223,6 +226,42 @@ async def test_sessions_recent_activity_and_skills(tmp_path: Path) -> None:
         assert (await call(client, "find_skills", query="bake sourdough bread"))["skills"] == []
         listed = await call(client, "find_skills", include_instructions=False)
         assert listed["skills"][0]["skill_md"] is None and listed["skills"][0]["score"] is None
+
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample_conversation.jsonl"
+
+
+async def test_recall_without_a_kind_searches_every_lane(engine_target: str) -> None:
+    """A store of turns alone answers; once consolidated, what was derived ranks with the turns,
+    each derived hit with the turns it came from, and no turn is listed twice."""
+    with MemoryStore(engine_target, embedder=HashedEmbedder()) as store:
+        import_jsonl(store, SAMPLE.read_bytes().splitlines())
+    async with served(engine_target) as client:
+        found = await call(client, "recall", query="password hashing", k=3)
+        assert found["hits"][0]["content"] == "Password hashing: are we still on bcrypt?"
+        assert found["hits"][0]["kind"] == "turn" and found["hits"][0]["score"] > 0.5
+        assert all(hit["sources"] is None for hit in found["hits"])
+
+    with MemoryStore(engine_target, embedder=HashedEmbedder()) as store:
+        consolidate(store)
+        derived = {e.id for e in store.list() if e.source == "consolidation"}
+        assert derived
+    async with served(engine_target) as client:
+        hits = (await call(client, "recall", query="password hashing argon2id", k=10))["hits"]
+        kinds = {hit["kind"] for hit in hits}
+        assert "turn" in kinds and kinds & {"fact", "summary"}  # both lanes, in one ranking
+        drawn = [hit for hit in hits if hit["id"] in derived]
+        assert drawn and all(hit["sources"] for hit in drawn)
+        for hit in drawn:
+            assert {source["id"] for source in hit["sources"]} <= set(hit["metadata"]["source_turns"])
+            assert all(source["kind"] == "turn" for source in hit["sources"])
+        listed = [hit["id"] for hit in hits] + [s["id"] for hit in drawn for s in hit["sources"]]
+        assert len(listed) == len(set(listed))  # a turn shown as a source is not a hit of its own too
+        assert any("argon2id" in text for text in
+                   [hit["content"] for hit in hits] + [s["content"] for hit in drawn for s in hit["sources"]])
+        # A kind named searches that kind alone, derived or not.
+        facts = (await call(client, "recall", query="password hashing", kind="turn"))["hits"]
+        assert facts and {hit["kind"] for hit in facts} == {"turn"}
 
 
 class BlockedEmbedder(HashedEmbedder):

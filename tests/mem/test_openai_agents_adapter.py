@@ -200,6 +200,12 @@ async def test_recall_leaves_out_the_current_session(store: MemoryStore) -> None
     assert [hit["content"] for hit in others["hits"]] == ["the deploy window is Thursday night"]
     activity = await call(memory_tools(store, current_session="tuesday"), "recent_activity", {})
     assert {m["session"] for m in activity["memories"]} == {"monday"}
+    # Without a kind, every lane: the earlier session's turn, beside a note, never the current one's.
+    await call(memory_tools(store), "remember", {"content": "deploy window changes need a ticket"})
+    every = await call(memory_tools(store, current_session="tuesday"), "recall",
+                       {"query": "deploy window", "mode": "keyword"})
+    assert sorted(hit["content"] for hit in every["hits"]) == [
+        "deploy window changes need a ticket", "the deploy window is Thursday night"]
 
 
 async def test_the_current_session_is_left_out_when_it_names_a_person(store: MemoryStore) -> None:

@@ -46,7 +46,7 @@ FIELDS = {
               "written_without_redaction", "namespaces", "schema_version", "file_bytes", "bytes_per_entry",
               "largest_sessions", "sizes"},
 }
-FIELDS["hit"] = FIELDS["entry"] | {"score", "snippet", "components", "context", "truncated"}
+FIELDS["hit"] = FIELDS["entry"] | {"score", "snippet", "components", "context", "sources", "truncated"}
 
 
 def test_every_public_schema_is_valid_json_schema_and_names_its_fields() -> None:

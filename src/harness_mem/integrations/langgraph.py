@@ -37,8 +37,15 @@ How an item is kept: one entry (kind ``note``, source ``langgraph``) per (namesp
 What differs from LangGraph's own stores, on purpose or for now:
 
 - A ``query`` is a harness-mem recall (hybrid with an embedder, keyword without), so only matching
-  items come back, ranked, each with its score; ``InMemoryStore`` without embeddings ignores the
-  query and lists every item unscored.
+  items come back, ranked; ``InMemoryStore`` without embeddings ignores the query and lists every
+  item unscored.
+- **A score is on LangGraph's scale.** With an embedder it is the query's cosine similarity to the
+  item (best of its passages), the number an embedding ``InMemoryStore`` gives with the same model,
+  so a threshold picked for it keeps the same items; the order is still hybrid's, so a score may
+  rise down the list. harness-mem's own calibrated score (:mod:`harness_mem.scores`: 0.5 reads like
+  an answer) puts a correct paraphrase that shares no word with the query near 0.05, below any
+  threshold a LangGraph user would pick for cosines of 0.2-0.3. A keyword-only store has no
+  cosine, and scores with the calibrated one.
 - ``index=False`` (or fields that give no text) keeps the item out of every query search, by meaning
   and by keyword alike; ``get`` and a search without a query still find it (an embedding
   ``InMemoryStore`` adds such items unscored after the scored ones).
@@ -83,7 +90,7 @@ from langgraph.store.base import (
 )
 
 from ..errors import InvalidInputError, NotFoundError
-from ..models import Entry
+from ..models import Entry, Hit
 from ..sessions import MAX_PAGE
 from ..store import MemoryStore
 
@@ -216,9 +223,10 @@ class HarnessMemStore(BaseStore):
         filters: dict[str, Any] = {"tags": [prefix], "metadata": _metadata_filter(op.filter)}
         refresh = self._refresh(op.refresh_ttl)
         if op.query:
+            # explain: each hit's cosine, the score a LangGraph user compares (see the module docstring)
             hits = self.store.recall(op.query, op.limit, offset=op.offset, exclude_tags=[UNINDEXED],
-                                     refresh_ttl=refresh, **filters)
-            return [_search_item(hit.entry, hit.score) for hit in hits]
+                                     refresh_ttl=refresh, explain=True, **filters)
+            return [_search_item(hit.entry, _similarity(hit)) for hit in hits]
         entries = self.store.list(limit=op.limit, offset=op.offset, refresh_ttl=refresh, **filters)
         return [_search_item(entry, None) for entry in entries]
 
@@ -291,6 +299,13 @@ class HarnessMemStore(BaseStore):
 
 def _times(entry: Entry) -> tuple[datetime, datetime]:
     return entry.created_at, entry.updated_at or entry.created_at
+
+
+def _similarity(hit: Hit) -> float:
+    """The hit's cosine similarity to the query (what an embedding ``InMemoryStore`` scores), or
+    its calibrated score where recall compared no vectors (a keyword-only store)."""
+    cosine = (hit.components or {}).get("semantic", {}).get("score")
+    return hit.score if cosine is None else float(cosine)
 
 
 def _search_item(entry: Entry, score: float | None) -> SearchItem:
