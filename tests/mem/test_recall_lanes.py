@@ -56,7 +56,8 @@ def test_every_lane_ranks_derived_entries_with_the_turns_and_shows_their_sources
 
 def test_sources_prefer_the_turns_that_match(consolidated: MemoryStore) -> None:
     summary = next(e for e in consolidated.list(kind="summary") if "argon2id" in e.content)
-    hits = consolidated.recall("argon2id", k=20, derived="both", sources=True)
+    # Asked of the summaries alone, no turn is listed above it: its sources are the turns that match.
+    hits = consolidated.recall("argon2id", k=20, kind="summary", sources=True)
     shown = next(hit for hit in hits if hit.entry.id == summary.id)
     assert shown.sources is not None and any("argon2id" in turn.content for turn in shown.sources)
 
