@@ -89,6 +89,7 @@ __all__ = [
 ]
 
 CONSOLIDATED_TAG = "consolidated"
+PROJECT_TAG_PREFIX = "project:"
 CONSOLIDATION_SOURCE = DERIVED_SOURCE
 Progress = Callable[[int, int, str], None]
 
@@ -477,6 +478,11 @@ class _Job:
                 segments, facts, decided = written
                 changes = {}
         facts = list({item["id"]: item for item in facts}.values())  # said twice in one session: once
+        # What was derived belongs to the project its turns were said in (a coding agent's hooks tag
+        # each turn with its repository): recall for that project finds it, another project's does not.
+        projects = sorted({tag for t in turns for tag in t.tags if tag.startswith(PROJECT_TAG_PREFIX)})
+        for item in (*segments, *facts):
+            item["tags"] = [*item["tags"], *(p for p in projects if p not in item["tags"])]
         if self.dry_run:
             result.action = "derived" if result.action == "unchanged" else result.action
             result.segments = [str(item["id"]) for item in segments]
