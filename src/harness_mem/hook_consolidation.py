@@ -4,25 +4,64 @@ A hook must answer in tens of milliseconds, and consolidating a long session tak
 SessionStart (for a large backlog of the project's earlier sessions), PreCompact and SessionEnd
 start ``python -m harness_mem.hook_consolidation DB --namespace N SESSION…``: a detached process
 that consolidates those sessions with the rules (no model is loaded, as on every hook path) and
-exits. Two of them at once are safe: consolidation is incremental and each session's watermark
-moves in the transaction that writes its entries (:mod:`harness_mem.experience.consolidate`).
+exits. One runs per store at a time (a lock file beside the hook writer's socket): a hook that
+finds it running starts no other, and one started meanwhile leaves at once. Two at once would still
+be safe, only wasteful: consolidation is incremental and each session's watermark moves in the
+transaction that writes its entries (:mod:`harness_mem.experience.consolidate`).
 
 The top of this module imports only the standard library: the hooks import it to start one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-__all__ = ["main", "run", "start"]
+from . import hook_writer
+
+__all__ = ["lock_path", "main", "run", "running", "start"]
+
+
+def lock_path(db: str, namespace: str) -> str:
+    """The file a background consolidation of ``db`` and ``namespace`` holds locked while it runs."""
+    key = hashlib.sha256(f"{os.path.realpath(db)}\0{namespace}".encode()).hexdigest()[:32]
+    return os.path.join(hook_writer.runtime_dir(), f"consolidating-{key}.lock")
+
+
+@contextlib.contextmanager
+def _locked(db: str, namespace: str) -> Iterator[bool]:
+    """Hold the store's consolidation lock meanwhile; yields False when another process holds it."""
+    path = lock_path(db, namespace)
+    if not hook_writer.make_private_dir(os.path.dirname(path)):
+        yield True  # nowhere private to coordinate: run anyway (it is safe, see above)
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # the lock goes with it
+
+
+def running(db: str, namespace: str) -> bool:
+    """True while a background consolidation of ``db`` and ``namespace`` runs."""
+    with _locked(db, namespace) as free:
+        return not free
 
 
 def start(db: str, namespace: str, sessions: Sequence[str]) -> bool:
     """Start consolidating ``sessions`` of the file ``db`` in the background, detached from this
-    process; False when it could not be started."""
-    if not sessions:
+    process; False when it could not be started or one is running already."""
+    if not sessions or running(db, namespace):
         return False
     try:
         subprocess.Popen(  # noqa: S603  # our own interpreter and module, no shell
@@ -41,8 +80,11 @@ def run(db: str, namespace: str, sessions: Sequence[str]) -> int:
     from .experience.consolidate import consolidate
     from .store import MemoryStore
 
-    with MemoryStore(db, namespace=namespace, embedder=None, redactor="default") as store:
-        return sum(bool(consolidate(store, session=session).sessions) for session in sessions)
+    with _locked(db, namespace) as free:
+        if not free:
+            return 0  # another one runs: it or the next hook takes these sessions
+        with MemoryStore(db, namespace=namespace, embedder=None, redactor="default") as store:
+            return sum(bool(consolidate(store, session=session).sessions) for session in sessions)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -80,9 +80,12 @@ CONTEXT_ENTRY_CHARS = 300
 #: Entries read (newest first) to fill the session-start budget.
 CONTEXT_SCAN = 200
 #: Earlier sessions of the project with at most this many turns not yet consolidated are
-#: consolidated by SessionStart itself (rules only, about 1 ms a turn once loaded), so the context
-#: has them at once; a larger backlog is consolidated in the background, for the next session.
-INLINE_TURNS = 300
+#: consolidated by SessionStart itself (rules only: 1.5 ms a turn once loaded, 0.1 s for 60, on
+#: two busy cores), so the context has them at once; a larger backlog is consolidated in the
+#: background, for the next session (PreCompact and SessionEnd have usually done it already).
+INLINE_TURNS = 60
+#: Sessions with a backlog looked at, the latest begun first (each costs a count of its turns).
+BACKLOG_SESSIONS = 50
 #: Seconds Claude Code gives each hook before it stops waiting (its default is 60).
 HOOK_TIMEOUT = 10
 
@@ -438,7 +441,7 @@ def catch_up(store: MemoryStore, payload: dict[str, Any]) -> list[str]:
         return []
     rows = ConsolidationLedger(store).sessions_past_watermark(session=None, since_ms=None, cutoff_ms=None)
     backlog = {}
-    for row in rows:
+    for row in rows[-BACKLOG_SESSIONS:]:  # the latest begun: a store of old chats costs no more
         if row[0] != payload["session_id"]:
             turns = store.count(kind="turn", session=row[0], tags=[project.tag])
             if turns:
@@ -463,12 +466,14 @@ def consolidate_sessions(store: MemoryStore, sessions: Iterable[str]) -> None:
 
 def after_session(store: MemoryStore, payload: dict[str, Any]) -> None:
     """PreCompact and SessionEnd: the session's turns so far are consolidated, in the background
-    for a file store (the host is waiting), in this process for a server's."""
+    for a file store (the host is waiting), in this process for a server's (no lock file can
+    coordinate processes on other machines)."""
     session = payload["session_id"]
     if store.read_only or not store.count(kind="turn", session=session):
         return
-    in_file = isinstance(store.path, Path) and str(store.path) != ":memory:"
-    if in_file and hook_consolidation.start(str(store.path), store.namespace, [session]):
+    if isinstance(store.path, Path) and str(store.path) != ":memory:":
+        # Not started when one runs already: the next SessionStart's catch-up takes this session.
+        hook_consolidation.start(str(store.path), store.namespace, [session])
         return
     consolidate_sessions(store, [session])
 
