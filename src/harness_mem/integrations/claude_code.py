@@ -287,9 +287,10 @@ def session_context(store: MemoryStore, payload: dict[str, Any], *, budget: int 
 
     No query exists yet at session start, so the knowledge is the project's current facts and notes
     (decisions, conventions, facts: corrected ones are left out) from its earlier sessions, newest
-    first, each with the date it was said, within ``budget`` tokens (characters / 4); then where the
-    latest earlier session left off, when its summary says more than those facts. Nothing else: no
-    raw prompts ("Commit.", "Thanks, that's all for today.") and nothing from other projects.
+    first, each with the date it was said, within ``budget`` tokens (characters / 4). Nothing else:
+    no raw prompts ("Commit.", "Thanks, that's all for today.") and nothing from other projects. Nor
+    the sessions' summaries: the rules' last segment of a session is its last requests ("Push and
+    open a PR."), which reads as an open thread and is none.
     """
     project = find_project(payload.get("cwd"))
     if project is None:
@@ -297,8 +298,7 @@ def session_context(store: MemoryStore, payload: dict[str, Any], *, budget: int 
     session = payload["session_id"]
     knowledge = _dedupe(store.list(limit=CONTEXT_SCAN, newest_first=True, kind=list(KNOWLEDGE_KINDS),
                                    tags=[project.tag], exclude_sessions=[session]))
-    thread = _open_thread(store, project.tag, session, knowledge)
-    if not knowledge and not thread:
+    if not knowledge:
         return None
     head = (f"harness-mem's memory of the project {project.name} ({project.key}): decisions, conventions and"
             " facts from earlier sessions, newest first, each with the day it was said. Background to check"
@@ -312,15 +312,9 @@ def session_context(store: MemoryStore, payload: dict[str, Any], *, budget: int 
         lines.append(line)
         ids.append(entry.id)
         used += _tokens(line)
+    if not ids:
+        return None
     left = len(knowledge) - len(ids)
-    if thread:
-        title = f"Where the last session ({thread[0].created_at:%Y-%m-%d}) left off:"
-        shown = [_line(e, dated=False) for e in thread]
-        if used + _tokens(title, *shown) <= budget:
-            lines += [title, *shown]
-            ids += [e.id for e in thread]
-        elif not ids:
-            return None
     if left:
         lines.append(f"({left} older ones left out; a prompt that touches one brings it back.)")
     lines.append(CLOSE_MARK)
@@ -356,19 +350,6 @@ def prompt_context(store: MemoryStore, payload: dict[str, Any], *, seen: Iterabl
     return Context("\n".join(lines), tuple(ids))
 
 
-def _open_thread(store: MemoryStore, tag: str, session: str, known: list[Entry]) -> list[Entry]:
-    """The last summary of the project's latest earlier session, when it says something the facts
-    do not (its sentences are not all among them)."""
-    latest = next(store.list(limit=1, newest_first=True, kind="summary", tags=[tag], exclude_sessions=[session]),
-                  None)
-    if latest is None:
-        return []
-    said = " ".join(" ".join(e.content.split()).lower() for e in known)
-    body = latest.content.split(": ", 1)[-1]  # after "The user and the assistant on <date>: "
-    sentences = [s.strip(" .").lower() for s in re.split(r"(?<=[.!?])\s+", body) if s.strip(" .")]
-    return [] if all(s in said for s in sentences) else [latest]
-
-
 def _dedupe(entries: Iterable[Entry]) -> list[Entry]:
     """``entries`` without a second entry of the same words."""
     seen: set[str] = set()
@@ -381,11 +362,11 @@ def _dedupe(entries: Iterable[Entry]) -> list[Entry]:
     return out
 
 
-def _line(entry: Entry, *, dated: bool = True) -> str:
+def _line(entry: Entry) -> str:
     text = " ".join(entry.content.split())
     if len(text) > CONTEXT_ENTRY_CHARS:
         text = text[: CONTEXT_ENTRY_CHARS - 1] + "…"
-    return f"- {entry.created_at:%Y-%m-%d}: {text}" if dated else f"- {text}"
+    return f"- {entry.created_at:%Y-%m-%d}: {text}"
 
 
 def _tokens(*texts: str) -> int:
@@ -472,8 +453,7 @@ def after_session(store: MemoryStore, payload: dict[str, Any]) -> None:
     if store.read_only or not store.count(kind="turn", session=session):
         return
     if isinstance(store.path, Path) and str(store.path) != ":memory:":
-        # Not started when one runs already: the next SessionStart's catch-up takes this session.
-        hook_consolidation.start(str(store.path), store.namespace, [session])
+        hook_consolidation.start(str(store.path), store.namespace, [session], wait=True)
         return
     consolidate_sessions(store, [session])
 
