@@ -23,7 +23,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 
-from . import hook_writer
+from . import runtime
 
 __all__ = ["lock_path", "main", "run", "running", "start"]
 
@@ -31,7 +31,7 @@ __all__ = ["lock_path", "main", "run", "running", "start"]
 def lock_path(db: str, namespace: str) -> str:
     """The file a background consolidation of ``db`` and ``namespace`` holds locked while it runs."""
     key = hashlib.sha256(f"{os.path.realpath(db)}\0{namespace}".encode()).hexdigest()[:32]
-    return os.path.join(hook_writer.runtime_dir(), f"consolidating-{key}.lock")
+    return os.path.join(runtime.runtime_dir(), f"consolidating-{key}.lock")
 
 
 @contextlib.contextmanager
@@ -39,7 +39,7 @@ def _locked(db: str, namespace: str, *, wait: bool = False) -> Iterator[bool]:
     """Hold the store's consolidation lock meanwhile (waiting for it with ``wait``); yields False
     when another process holds it."""
     path = lock_path(db, namespace)
-    if not hook_writer.make_private_dir(os.path.dirname(path)):
+    if not runtime.make_private_dir(os.path.dirname(path)):
         yield True  # nowhere private to coordinate: run anyway (it is safe, see above)
         return
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)

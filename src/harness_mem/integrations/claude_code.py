@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import hook_consolidation, hook_writer
+from .. import hook_consolidation, runtime
 from ..errors import InvalidInputError
 from .projects import find_project
 
@@ -397,7 +397,7 @@ def given(session: str) -> list[str]:
 def remember_given(session: str, ids: Iterable[str]) -> None:
     """Add ``ids`` to what ``session``'s context holds (best effort: a lost file repeats a memory)."""
     path = _given_path(session)
-    if path is None or not hook_writer.make_private_dir(str(path.parent)):
+    if path is None or not runtime.make_private_dir(str(path.parent)):
         return
     with contextlib.suppress(OSError), path.open("a", encoding="utf-8") as out:
         out.write("".join(f"{i}\n" for i in ids))
@@ -405,7 +405,7 @@ def remember_given(session: str, ids: Iterable[str]) -> None:
 
 def _given_path(session: str) -> Path | None:
     key = hashlib.sha256(session.encode()).hexdigest()[:32]
-    return Path(hook_writer.runtime_dir()) / f"given-{key}.txt"
+    return Path(runtime.runtime_dir()) / f"given-{key}.txt"
 
 
 # ---- consolidation -------------------------------------------------------------------------------
