@@ -171,3 +171,12 @@ def test_a_project_is_its_repository(tmp_path: Path) -> None:
     subprocess.run(["git", "-C", str(plain), "worktree", "add", "-q", str(tmp_path / "wt"), "-b", "wt"], check=True)
     assert find_project(str(tmp_path / "wt")) == find_project(str(plain))
     assert find_project("") is None and find_project(None) is None
+
+
+def test_what_a_session_was_given_starts_anew_with_its_context(runtime_dir: Path) -> None:
+    claude_code.remember_given("s", ["a", "b"])
+    claude_code.remember_given("s", ["c"])
+    assert claude_code.given("s") == ["a", "b", "c"] and claude_code.given("t") == []
+    claude_code.remember_given("s", ["d"], fresh=True)  # SessionStart after /compact: the context is new
+    assert claude_code.given("s") == ["d"]
+    assert (runtime_dir.stat().st_mode & 0o077) == 0  # ids only, in a directory no one else may enter

@@ -1,14 +1,25 @@
-"""Claude Code hooks: the host pushes each turn into memory, and memory briefs each new session.
+"""Claude Code hooks: the host pushes each turn into memory, and memory briefs the agent.
 
-Claude Code runs a command for each hook event and hands it one JSON object on stdin. Four events
+Claude Code runs a command for each hook event and hands it one JSON object on stdin. Six events
 matter here:
 
 - ``SessionStart``: the answer is ``{"hookSpecificOutput": {"hookEventName": "SessionStart",
   "additionalContext": …}}`` on stdout, which the host adds to the model's context. It carries the
-  latest notes and facts, and the prompts of earlier sessions in the same project directory.
-- ``UserPromptSubmit`` (``prompt``), ``PostToolUse`` (``tool_name``, ``tool_input``,
-  ``tool_response``) and ``Stop`` (the reply, read from the ``transcript_path`` JSONL): each is
-  stored as one ``turn`` in the host's ``session_id``, role user, tool or assistant.
+  project's durable knowledge — its current facts and notes (the decisions and conventions
+  consolidation found in what was said), dated, newest first, within a token budget — after
+  consolidating the project's earlier sessions that were not yet (:func:`catch_up`).
+- ``UserPromptSubmit`` (``prompt``): stored as a turn, and answered like SessionStart with the
+  project's memories the prompt touches (keyword recall over a calibrated threshold), leaving out
+  what the session was already given.
+- ``PostToolUse`` (``tool_name``, ``tool_input``, ``tool_response``) and ``Stop`` (the reply, read
+  from the ``transcript_path`` JSONL): each stored as one ``turn`` in the host's ``session_id``,
+  role tool or assistant.
+- ``PreCompact`` and ``SessionEnd``: the session is consolidated in the background
+  (:mod:`harness_mem.hook_consolidation`), so the next session starts with its decisions.
+
+A project is its git repository, not its directory's name (:mod:`.projects`): every turn carries
+its ``project:`` tag, consolidation passes it on to what it derives, and both answers read only
+the project's entries.
 
 The context goes out wrapped in :data:`OPEN_MARK` … :data:`CLOSE_MARK`, and every captured text has
 such blocks cut out first: a prompt that pastes them, a reply that quotes them or a tool that reads
@@ -394,12 +405,14 @@ def given(session: str) -> list[str]:
         return []
 
 
-def remember_given(session: str, ids: Iterable[str]) -> None:
-    """Add ``ids`` to what ``session``'s context holds (best effort: a lost file repeats a memory)."""
+def remember_given(session: str, ids: Iterable[str], *, fresh: bool = False) -> None:
+    """Add ``ids`` to what ``session``'s context holds, or with ``fresh`` make them all it holds (a
+    SessionStart after a compaction or a clear: what was given before is gone from the context).
+    Best effort: a lost file repeats a memory."""
     path = _given_path(session)
     if path is None or not runtime.make_private_dir(str(path.parent)):
         return
-    with contextlib.suppress(OSError), path.open("a", encoding="utf-8") as out:
+    with contextlib.suppress(OSError), path.open("w" if fresh else "a", encoding="utf-8") as out:
         out.write("".join(f"{i}\n" for i in ids))
 
 
@@ -476,15 +489,16 @@ def respond(store: MemoryStore, payload: dict[str, Any], event: str) -> str | No
     if event == CONTEXT_EVENT:
         catch_up(store, payload)
         context = session_context(store, payload)
+        # A SessionStart after /compact or /clear starts the context anew: so does what it was given.
+        remember_given(session, () if context is None else context.ids, fresh=True)
     else:
         capture(store, payload, event)
         if event != PROMPT_EVENT:
             return None
         context = prompt_context(store, payload, seen=given(session))
-    if context is None:
-        return None
-    remember_given(session, context.ids)
-    return json.dumps(context_output(context.text, event), ensure_ascii=False)
+        if context is not None:
+            remember_given(session, context.ids)
+    return None if context is None else json.dumps(context_output(context.text, event), ensure_ascii=False)
 
 
 # ---- settings -------------------------------------------------------------------------------------
