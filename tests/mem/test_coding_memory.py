@@ -151,6 +151,24 @@ def test_session_start_consolidates_a_small_backlog_itself(tmp_path: Path, db: P
     assert "Never push to main" in start and "Commit" not in start
 
 
+def test_a_large_backlog_is_consolidated_in_the_background_not_in_the_hook(tmp_path: Path, db: Path) -> None:
+    """A long session that ended without SessionEnd: SessionStart answers without consolidating it
+    (more than INLINE_TURNS turns) and starts that in the background; the next session has it."""
+    repo = git_repo(tmp_path / "shop", "git@github.com:acme/shop.git")
+    project = find_project(str(repo))
+    assert project is not None
+    turns = [{"content": "Never push to main.", "role": "user"}] + [
+        {"content": f"[Bash] pytest -q tests/test_{i}.py\n{i} passed", "role": "tool"}
+        for i in range(claude_code.INLINE_TURNS + 5)]
+    with MemoryStore(db, embedder=None) as store:  # as the capture hooks write them
+        store.add_many([{**t, "kind": "turn", "session": "long", "tags": [project.tag, "session:long"]} for t in turns])
+    first = context(hook(tmp_path, db, "SessionStart", repo, "next", source="startup"), "SessionStart")
+    assert "Never push to main" not in first  # not consolidated in the hook
+    assert wait_for(lambda: "Never push to main." in facts_of(db, repo))
+    later = context(hook(tmp_path, db, "SessionStart", repo, "later", source="startup"), "SessionStart")
+    assert "Never push to main" in later
+
+
 def test_a_project_is_its_repository(tmp_path: Path) -> None:
     for url in ("https://github.com/Acme/shop.git", "git@github.com:Acme/shop.git", "ssh://git@GitHub.com/Acme/shop/",
                 "https://user:token@github.com:443/Acme/shop"):
