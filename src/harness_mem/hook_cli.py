@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 
 from .cliutils import StoreLocation
 from .errors import InvalidInputError
@@ -64,10 +65,13 @@ def install(ctx: click.Context, host: str, scope: str, db_path: Path | str | Non
     root = ctx.find_root().params
     chosen = db_path if db_path is not None else root.get("db_path")
     shared = scope in claude_code.SHARED_SCOPES
-    if shared and chosen is not None:
+    given = db_path is not None or ctx.find_root().get_parameter_source("db_path") is ParameterSource.COMMANDLINE
+    if shared and given:
         raise click.UsageError("--db names a store on this machine, and .claude/settings.json is shared with"
                                " the team: use --local (.claude/settings.local.json), or --user, or leave --db"
                                " out and set $HARNESS_MEM_DB")
+    if shared:
+        chosen = None  # $HARNESS_MEM_DB stays where it is: each machine's hooks read their own
     db = None if chosen is None else chosen if isinstance(chosen, str) else str(Path(chosen).expanduser().resolve())
     namespace = root.get("namespace")
     path = claude_code.settings_path(scope)

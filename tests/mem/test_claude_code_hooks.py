@@ -205,9 +205,17 @@ def test_the_shared_settings_name_no_path_of_this_machine(tmp_path: Path) -> Non
     assert commands == {event: [f"harness-mem hook {event}"] for event in claude_code.EVENTS}
     assert str(tmp_path) not in json.dumps(written) and str(BIN) not in json.dumps(written)
 
-    refused = run(tmp_path, "hooks", "install", "claude-code", "--db", "memory.db")
-    assert refused.returncode == 2 and "--local" in refused.stderr
+    for db in (["--db", "memory.db"], ["--db=memory.db"]):
+        refused = run(tmp_path, "hooks", "install", "claude-code", *db)
+        assert refused.returncode == 2 and "--local" in refused.stderr
+    top = run(tmp_path, "--db", "memory.db", "hooks", "install", "claude-code")
+    assert top.returncode == 2 and "--local" in top.stderr
     assert json.loads((tmp_path / ".claude" / "settings.json").read_text(encoding="utf-8")) == written
+    # $HARNESS_MEM_DB is each machine's own: not refused, and not written either.
+    environ = env(tmp_path) | {"HARNESS_MEM_DB": str(tmp_path / "mine.db")}
+    done = subprocess.run([str(BIN / "harness-mem"), "hooks", "install", "claude-code"], capture_output=True, text=True,
+                          env=environ, cwd=tmp_path, timeout=60, check=False)
+    assert done.returncode == 0 and "already installed" in done.stdout, done.stderr
 
 
 def test_install_user_scope_writes_the_home_settings(tmp_path: Path) -> None:
