@@ -83,11 +83,26 @@ def install(ctx: click.Context, host: str, scope: str, db_path: Path | str | Non
                    f" {len(claude_code.EVENTS)} hooks ({', '.join(claude_code.EVENTS)})")
     else:
         click.echo(f"{path}: the hooks are already installed")
+    if scope == "local" and not _ignored_by_git(path):
+        click.echo(f"note: git does not ignore {path.name}, which names paths of this machine — add"
+                   " .claude/settings.local.json to .gitignore", err=True)
     if shared and not _on_path("harness-mem"):
         click.echo("note: these hooks run `harness-mem` from PATH, where this shell has none — put it there"
                    " (pipx install harness-mem) or use --local", err=True)
     if db is not None and "://" not in db and not Path(db).exists():
         click.echo(f"note: no database at {db} yet — create it with `harness-mem --db {db} init`", err=True)
+
+
+def _ignored_by_git(path: Path) -> bool:
+    """True unless ``path`` is in a git work tree that would not ignore it (no git: nothing to commit)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "-C", str(path.parent), "check-ignore", "-q", str(path)],  # noqa: S603, S607
+                              capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    return done.returncode != 1  # 0: ignored; 128: not a repository; 1: would be committed
 
 
 def _on_path(program: str) -> bool:

@@ -218,6 +218,15 @@ def test_the_shared_settings_name_no_path_of_this_machine(tmp_path: Path) -> Non
     assert done.returncode == 0 and "already installed" in done.stdout, done.stderr
 
 
+def test_install_local_says_when_git_would_commit_the_local_settings(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    done = run(tmp_path, "hooks", "install", "claude-code", "--local", "--db", "memory.db")
+    assert done.returncode == 0 and "add .claude/settings.local.json to .gitignore" in done.stderr
+    (tmp_path / ".gitignore").write_text(".claude/settings.local.json\n", encoding="utf-8")
+    again = run(tmp_path, "hooks", "install", "claude-code", "--local", "--db", "other.db")
+    assert again.returncode == 0 and ".gitignore" not in again.stderr
+
+
 def test_install_user_scope_writes_the_home_settings(tmp_path: Path) -> None:
     done = run(tmp_path, "hooks", "install", "claude-code", "--user")
     assert done.returncode == 0, done.stderr
