@@ -198,3 +198,22 @@ def test_what_a_session_was_given_starts_anew_with_its_context(runtime_dir: Path
     claude_code.remember_given("s", ["d"], fresh=True)  # SessionStart after /compact: the context is new
     assert claude_code.given("s") == ["d"]
     assert (runtime_dir.stat().st_mode & 0o077) == 0  # ids only, in a directory no one else may enter
+
+
+def test_consolidation_corrects_a_decision_only_within_its_project(tmp_path: Path) -> None:
+    from harness_mem.experience.consolidate import consolidate
+
+    said = [("a-1", "project:github.com/acme/shop", "We'll use Postgres for billing."),
+            ("b-1", "project:/home/me/clientB/shop", "We'll use MySQL for billing."),
+            ("a-2", "project:github.com/acme/shop", "We'll use SQLite for billing.")]
+    with MemoryStore(tmp_path / "m.db", embedder=None) as store:
+        for session, project, text in said:
+            store.add(text, kind="turn", role="user", session=session, tags=[project])
+            consolidate(store, session=session)
+        current = {e.content: e.tags for e in store.list(kind="fact")}
+        replaced = [e.content for e in store.list(kind="fact", include_superseded=True) if e.superseded_by]
+    assert replaced == ["The user and others will use Postgres for billing."]  # by A's own later decision
+    assert {text: [t for t in tags if t.startswith("project:")] for text, tags in current.items()} == {
+        "The user and others will use MySQL for billing.": ["project:/home/me/clientB/shop"],
+        "The user and others will use SQLite for billing.": ["project:github.com/acme/shop"],
+    }
