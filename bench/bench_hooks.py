@@ -4,14 +4,17 @@
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_hooks.py --n 5000 --runs 50 --json
 
 The store is seeded with ``--n`` entries that have vectors (the tests' hashed embedder: the hook
-path loads no model, so which one made them does not matter), a tenth of them notes and the rest
-turns of earlier sessions in the same project. Then, timed from spawn to exit:
+path loads no model, so which one made them does not matter), a tenth of them the project's facts
+and the rest turns of its earlier sessions, consolidated as their SessionEnd hooks would have done
+(so SessionStart finds no backlog: the steady state). Then, timed from spawn to exit:
 
 - capture through the writer: ``harness-mem hook PostToolUse`` with a Bash result (the most
   frequent event) while the store's hook writer runs (``harness_mem.hook_writer``), each run a
   different result so none is dropped as a repeat (goal: p50 ≤ 150 ms);
 - capture in process: the same with no writer to reach (a runtime directory others may enter, which
   a hook refuses), the path a hook takes when its writer is not up yet or was killed;
+- a prompt through the writer: ``harness-mem hook UserPromptSubmit`` (stored, and the project's
+  memories it touches recalled by keyword), each run a new session so nothing is left out as given;
 - session start: ``harness-mem hook SessionStart``, through the writer and in process (goal: ≤ 1 s);
 - the floors under them: ``python -c pass``, ``import harness_mem.entry`` (what a hook through the
   writer imports), ``import harness_mem.cli`` (what any other ``harness-mem`` command pays before it
@@ -40,10 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from fake_embedder import HashedEmbedder  # noqa: E402
 
+from harness_mem.experience.consolidate import consolidate  # noqa: E402
 from harness_mem.store import MemoryStore  # noqa: E402
 
 HARNESS_MEM = Path(sys.executable).with_name("harness-mem")
 CWD = "/work/shop"
+PROJECT = "project:/work/shop"  # no git repository there: the project is the directory
 
 
 def seed(path: Path, n: int) -> None:
@@ -51,21 +56,24 @@ def seed(path: Path, n: int) -> None:
     for i in range(n):
         if i % 10 == 0:
             items.append({"content": f"decision {i}: the cart module keeps totals in decimal, rule {i % 97}",
-                          "kind": "fact"})
+                          "kind": "fact", "tags": [PROJECT]})
         else:
             session = f"earlier-{i // 50}"
             items.append({"content": f"step {i}: ran the checkout tests, {i % 13} failures in cart_{i % 31}.py",
                           "role": "user" if i % 3 == 0 else "tool", "session": session,
-                          "tags": ["project:shop", f"session:{session}"]})
+                          "tags": [PROJECT, f"session:{session}"]})
     with MemoryStore(path, embedder=HashedEmbedder()) as store:
         for start in range(0, n, 500):
             store.add_many(items[start:start + 500])
+        consolidate(store)
 
 
 def payload(event: str, i: int) -> bytes:
     base = {"session_id": "bench-session", "transcript_path": "/nonexistent.jsonl", "cwd": CWD,
             "permission_mode": "default", "hook_event_name": event}
-    if event == "PostToolUse":
+    if event == "UserPromptSubmit":
+        base |= {"session_id": f"bench-prompt-{i}", "prompt": f"why does the cart module keep totals in decimal ({i})?"}
+    elif event == "PostToolUse":
         base |= {"tool_name": "Bash", "tool_input": {"command": f"pytest -q tests/test_cart_{i}.py"},
                  "tool_response": {"stdout": f"{i} passed in 0.{i:02d}s", "stderr": "", "interrupted": False},
                  "tool_use_id": f"toolu_{i:08d}"}
@@ -145,6 +153,7 @@ def main() -> None:
         writer = start_writer(db, runtime, env)
         try:
             rows["capture, writer running"] = hooks("PostToolUse", env, 0)
+            rows["UserPromptSubmit, writer running"] = hooks("UserPromptSubmit", env, 0)
             rows["SessionStart, writer running"] = hooks("SessionStart", env, 0)
         finally:
             os.kill(writer, signal.SIGTERM)

@@ -33,12 +33,13 @@ import json
 import os
 import signal
 import socket
-import stat
 import struct
 import sys
 import time
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .runtime import is_private, make_private_dir, runtime_dir
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -51,7 +52,6 @@ PROTOCOL = 1
 MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 MAX_REPLY_BYTES = 16 * 1024 * 1024
-RUNTIME_DIR_ENV = "HARNESS_MEM_RUNTIME_DIR"
 IDLE_ENV = "HARNESS_MEM_WRITER_IDLE_SECONDS"
 DEFAULT_IDLE_SECONDS = 600.0
 #: How long a hook waits for the ack before it stores the turn itself (Claude Code gives a hook 10 s).
@@ -71,28 +71,6 @@ class Reply(NamedTuple):
 
 
 # ---- where a writer listens ----------------------------------------------------------------------
-
-
-def runtime_dir() -> str:
-    """The directory the writers' sockets live in (it need not exist yet)."""
-    chosen = os.environ.get(RUNTIME_DIR_ENV)
-    if chosen:
-        return chosen
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and os.path.isdir(xdg):
-        return os.path.join(xdg, "harness-mem")
-    import tempfile  # only here: most hooks never need it
-
-    return os.path.join(tempfile.gettempdir(), f"harness-mem-{os.getuid()}")
-
-
-def is_private(directory: str) -> bool:
-    """True when ``directory`` is a real directory of this user that no one else may enter."""
-    try:
-        info = os.lstat(directory)
-    except OSError:
-        return False
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
 def socket_path(db: str, namespace: str) -> str | None:
@@ -182,13 +160,6 @@ def start(db: str, namespace: str) -> bool:
     except OSError:
         return False
     return True
-
-
-def make_private_dir(directory: str) -> bool:
-    """Create ``directory`` (mode 0700) unless it exists; True when it is private (see :func:`is_private`)."""
-    with contextlib.suppress(OSError):
-        os.mkdir(directory, 0o700)
-    return is_private(directory)
 
 
 def _cwd() -> str | None:

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow  # every test starts real processes
 
 BIN = Path(sys.executable).parent
 SESSION = "8c35adc1-2b7e-4f0e-9d51-6a1f0c2d7e10"
+SHOP = "project:/work/shop"  # /work/shop is no git repository: the project is the directory
 EARLIER = "1f0e9d51-6a1f-4c2d-8c35-adc12b7e4f0e"
 # Runs the real CLI, then says on stderr which model runtimes the process imported.
 WATCHED = ("torch", "sentence_transformers", "onnxruntime", "transformers")
@@ -123,11 +124,13 @@ def db(tmp_path: Path) -> Path:
     """A store with vectors (the test embedder): the hooks must use it without loading any model."""
     path = tmp_path / "memory.db"
     with MemoryStore(path) as store:
-        store.add("we deploy the shop with `make ship`, never by hand", kind="fact", tags=["decision"])
-        store.add("totals use decimal, not float", tags=["decision"])
+        store.add("we deploy the shop with `make ship`, never by hand", kind="fact", session=EARLIER,
+                  tags=["decision", SHOP])
+        store.add("totals use decimal, not float", tags=["decision", SHOP])
         store.add("add a coupon field to checkout", role="user", session=EARLIER,
-                  tags=["project:shop", f"session:{EARLIER}"])
-        store.add("an unrelated prompt elsewhere", role="user", session="other", tags=["project:blog"])
+                  tags=[SHOP, f"session:{EARLIER}"])
+        store.add("the blog uses Hugo, not Jekyll", kind="fact", tags=["project:/work/blog"])
+        store.add("a note of no project", tags=["decision"])
     return path
 
 
@@ -150,13 +153,13 @@ EXISTING = {
 
 
 def test_install_merges_into_existing_settings_and_twice_adds_nothing(tmp_path: Path) -> None:
-    settings = tmp_path / ".claude" / "settings.json"
+    settings = tmp_path / ".claude" / "settings.local.json"
     settings.parent.mkdir()
     settings.write_text(json.dumps(EXISTING), encoding="utf-8")
 
-    first = run(tmp_path, "hooks", "install", "claude-code", "--db", "memory.db")
+    first = run(tmp_path, "hooks", "install", "claude-code", "--local", "--db", "memory.db")
     assert first.returncode == 0, first.stderr
-    assert "added 4 and updated 0" in first.stdout
+    assert "added 6 and updated 0" in first.stdout
     merged = json.loads(settings.read_text(encoding="utf-8"))
     assert merged["model"] == "opus" and merged["permissions"] == EXISTING["permissions"]
     assert merged["hooks"]["Notification"] == EXISTING["hooks"]["Notification"]
@@ -168,12 +171,13 @@ def test_install_merges_into_existing_settings_and_twice_adds_nothing(tmp_path: 
         assert f"{BIN / 'harness-mem'} hook {event} --db {db}" in commands  # by its path: see below
 
     before = settings.read_bytes(), settings.stat().st_mtime_ns
-    again = run(tmp_path, "hooks", "install", "claude-code", "--db", "memory.db")
+    again = run(tmp_path, "hooks", "install", "claude-code", "--local", "--db", "memory.db")
     assert again.returncode == 0 and "already installed" in again.stdout
     assert (settings.read_bytes(), settings.stat().st_mtime_ns) == before
 
-    moved = run(tmp_path, "hooks", "install", "claude-code", "--db", "other.db")  # a new --db: updated in place
-    assert "added 0 and updated 4" in moved.stdout
+    moved = run(tmp_path, "hooks", "install", "claude-code", "--local", "--db", "other.db")  # updated in place
+    assert "added 0 and updated 6" in moved.stdout
+    assert not (tmp_path / ".claude" / "settings.json").exists()
     after = json.loads(settings.read_text(encoding="utf-8"))
     assert len(after["hooks"]["PostToolUse"]) == 2
     assert after["hooks"]["Stop"][0]["hooks"][0]["command"].endswith(str((tmp_path / "other.db").resolve()))
@@ -192,6 +196,37 @@ def test_install_refuses_a_settings_file_it_cannot_merge_and_leaves_it_untouched
     assert [p.name for p in settings.parent.iterdir()] == ["settings.json"]  # no temporary file left
 
 
+def test_the_shared_settings_name_no_path_of_this_machine(tmp_path: Path) -> None:
+    done = run(tmp_path, "hooks", "install", "claude-code")
+    assert done.returncode == 0, done.stderr
+    written = json.loads((tmp_path / ".claude" / "settings.json").read_text(encoding="utf-8"))
+    commands = {event: [h["command"] for g in written["hooks"][event] for h in g["hooks"]]
+                for event in written["hooks"]}
+    assert commands == {event: [f"harness-mem hook {event}"] for event in claude_code.EVENTS}
+    assert str(tmp_path) not in json.dumps(written) and str(BIN) not in json.dumps(written)
+
+    for db in (["--db", "memory.db"], ["--db=memory.db"]):
+        refused = run(tmp_path, "hooks", "install", "claude-code", *db)
+        assert refused.returncode == 2 and "--local" in refused.stderr
+    top = run(tmp_path, "--db", "memory.db", "hooks", "install", "claude-code")
+    assert top.returncode == 2 and "--local" in top.stderr
+    assert json.loads((tmp_path / ".claude" / "settings.json").read_text(encoding="utf-8")) == written
+    # $HARNESS_MEM_DB is each machine's own: not refused, and not written either.
+    environ = env(tmp_path) | {"HARNESS_MEM_DB": str(tmp_path / "mine.db")}
+    done = subprocess.run([str(BIN / "harness-mem"), "hooks", "install", "claude-code"], capture_output=True, text=True,
+                          env=environ, cwd=tmp_path, timeout=60, check=False)
+    assert done.returncode == 0 and "already installed" in done.stdout, done.stderr
+
+
+def test_install_local_says_when_git_would_commit_the_local_settings(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    done = run(tmp_path, "hooks", "install", "claude-code", "--local", "--db", "memory.db")
+    assert done.returncode == 0 and "add .claude/settings.local.json to .gitignore" in done.stderr
+    (tmp_path / ".gitignore").write_text(".claude/settings.local.json\n", encoding="utf-8")
+    again = run(tmp_path, "hooks", "install", "claude-code", "--local", "--db", "other.db")
+    assert again.returncode == 0 and ".gitignore" not in again.stderr
+
+
 def test_install_user_scope_writes_the_home_settings(tmp_path: Path) -> None:
     done = run(tmp_path, "hooks", "install", "claude-code", "--user")
     assert done.returncode == 0, done.stderr
@@ -201,8 +236,8 @@ def test_install_user_scope_writes_the_home_settings(tmp_path: Path) -> None:
 
 
 def test_the_installed_commands_capture_when_the_host_runs_them(tmp_path: Path, db: Path) -> None:
-    run(tmp_path, "hooks", "install", "claude-code", "--db", str(db))
-    settings = json.loads((tmp_path / ".claude" / "settings.json").read_text(encoding="utf-8"))
+    run(tmp_path, "hooks", "install", "claude-code", "--local", "--db", str(db))
+    settings = json.loads((tmp_path / ".claude" / "settings.local.json").read_text(encoding="utf-8"))
     command = settings["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"]
     # The host's PATH need not hold the virtual environment harness-mem was installed in.
     hosts_path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
@@ -219,10 +254,10 @@ def test_install_carries_the_namespace_and_keeps_a_symlinked_settings_file(tmp_p
     real.parent.mkdir()
     real.write_text(json.dumps({"model": "opus"}), encoding="utf-8")
     (tmp_path / ".claude").mkdir()
-    (tmp_path / ".claude" / "settings.json").symlink_to(real)
-    done = run(tmp_path, "-N", "team-a", "hooks", "install", "claude-code", "--db", str(db))
+    (tmp_path / ".claude" / "settings.local.json").symlink_to(real)
+    done = run(tmp_path, "-N", "team-a", "hooks", "install", "claude-code", "--local", "--db", str(db))
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / ".claude" / "settings.json").is_symlink()
+    assert (tmp_path / ".claude" / "settings.local.json").is_symlink()
     written = json.loads(real.read_text(encoding="utf-8"))
     command = written["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"]
     assert command.endswith("--namespace team-a") and written["model"] == "opus"
@@ -256,7 +291,7 @@ def test_each_capture_event_stores_its_turn(tmp_path: Path, db: Path) -> None:
                                 "\n3 passed in 0.41s"
     assert stored[1].metadata["tool"] == "Bash"
     assert stored[2].content == "Fixed: totals now round half-even in cart.py."
-    assert all(t.session == SESSION and "project:shop" in t.tags and t.source == "claude-code" for t in stored)
+    assert all(t.session == SESSION and SHOP in t.tags and t.source == "claude-code" for t in stored)
 
 
 def test_a_repeated_tool_result_and_a_reply_without_text_store_nothing(tmp_path: Path, db: Path) -> None:
@@ -281,9 +316,9 @@ def test_session_start_returns_the_memories_as_additional_context(tmp_path: Path
     assert output["hookSpecificOutput"]["hookEventName"] == "SessionStart"
     context = output["hookSpecificOutput"]["additionalContext"]
     assert context.startswith(claude_code.OPEN_MARK) and context.endswith(claude_code.CLOSE_MARK)
-    assert "make ship" in context and "totals use decimal" in context
-    assert "add a coupon field to checkout" in context  # an earlier session in this project
-    assert "unrelated prompt elsewhere" not in context  # another project
+    assert "make ship" in context and "totals use decimal" in context  # the project's facts and notes
+    assert "add a coupon field to checkout" not in context  # a raw prompt is no knowledge
+    assert "Hugo" not in context and "no project" not in context  # another project's, nobody's
     assert "a prompt of this session" not in context
 
 
@@ -316,7 +351,7 @@ def test_injected_context_is_stripped_before_capture(tmp_path: Path, db: Path) -
     ("PostToolUse", b'{"session_id": "s", "tool_name": "Bash"}'),
     ("Stop", b'{"session_id": "s"}'),
     ("PostToolUse", b'{"session_id": "s", "hook_event_name": "UserPromptSubmit", "prompt": "x"}'),
-    ("PreCompact", b'{"session_id": "s"}'),
+    ("Notification", b'{"session_id": "s"}'),
     ("SessionStart", b""),
 ])
 def test_bad_input_is_one_line_a_nonblocking_status_and_nothing_stored(tmp_path: Path, db: Path, event: str,

@@ -44,6 +44,9 @@ LAUNCHER = (
 )
 
 
+SHOP = "project:/work/shop"  # the hooks' cwd, no git repository: the project is the directory
+
+
 @pytest.fixture(autouse=True)
 def runtime_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     with private_runtime_dir(monkeypatch) as directory:
@@ -54,7 +57,7 @@ def runtime_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def db(tmp_path: Path) -> Path:
     path = tmp_path / "memory.db"
     with MemoryStore(path, embedder=None) as store:
-        store.add("we deploy the shop with `make ship`, never by hand", kind="fact")
+        store.add("we deploy the shop with `make ship`, never by hand", kind="fact", tags=[SHOP])
     return path
 
 
@@ -133,7 +136,7 @@ def test_session_start_through_the_writer_sees_what_other_processes_added(tmp_pa
                                                                           runtime_dir: Path) -> None:
     start_writer(tmp_path, db, runtime_dir)
     with MemoryStore(db, embedder=None) as store:
-        store.add("payments go through the ledger service", kind="fact")
+        store.add("payments go through the ledger service", kind="fact", tags=[SHOP])
     done = hook(tmp_path, "SessionStart", db, {"session_id": "s2", "cwd": "/work/shop"}, watch=True)
     assert done.returncode == 0 and done.stderr == "LOADED:"
     context = json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]

@@ -89,6 +89,7 @@ __all__ = [
 ]
 
 CONSOLIDATED_TAG = "consolidated"
+PROJECT_TAG_PREFIX = "project:"
 CONSOLIDATION_SOURCE = DERIVED_SOURCE
 Progress = Callable[[int, int, str], None]
 
@@ -408,6 +409,7 @@ class _Job:
         self.experience = ExperienceStore(store)
         self.ledger = ConsolidationLedger(store)
         self.model = model
+        self.projects: list[str] = []  # the project tags of the session being derived
 
     def candidates(
         self, *, session: str | None, since: str | datetime | None, idle: float | str | timedelta
@@ -457,6 +459,10 @@ class _Job:
     def _derive(self, c: _Candidate, turns: list[Turn], result: SessionResult) -> None:
         """Write the topic segments and facts of the session's turns past its derived watermark."""
         spoken = [SpokenTurn(t.id, t.role, t.content, from_ms(t.created_ms).date()) for t in turns]
+        # What was derived belongs to the project its turns were said in (a coding agent's hooks tag
+        # each turn with its repository): recall for that project finds it, another project's does
+        # not, and it revises only that project's facts ("MySQL for billing" elsewhere is no correction).
+        self.projects = sorted({tag for t in turns for tag in t.tags if tag.startswith(PROJECT_TAG_PREFIX)})
         derivation = derive(spoken, self._vectors(turns))
         when = {t.id: from_ms(t.created_ms) for t in turns}
         segments = [self._item(c.session, "summary", part.text, part.source_turns, segment_id(part.source_turns[0]), when)
@@ -477,6 +483,8 @@ class _Job:
                 segments, facts, decided = written
                 changes = {}
         facts = list({item["id"]: item for item in facts}.values())  # said twice in one session: once
+        for item in (*segments, *facts):
+            item["tags"] = [*item["tags"], *(p for p in self.projects if p not in item["tags"])]
         if self.dry_run:
             result.action = "derived" if result.action == "unchanged" else result.action
             result.segments = [str(item["id"]) for item in segments]
@@ -553,7 +561,8 @@ class _Job:
         semantic = texts and self.store.embedder is not None and not self.store.keyword_only
         vectors = self.store.embed_queries(texts) if semantic else None
         nearest = [[(h.entry.id, h.entry.content) for h in self.store.recall(
-                        text, NEAREST_SHOWN, kind="fact", query_vector=None if vectors is None else vectors[i])]
+                        text, NEAREST_SHOWN, kind="fact", any_tags=self.projects,
+                        query_vector=None if vectors is None else vectors[i])]
                    for i, text in enumerate(texts)]
         decided: dict[str, Decision] = {}
         if any(nearest):
@@ -621,7 +630,7 @@ class _Job:
 
     def _speakers_facts(self, speaker: str, words: str) -> list[Entry]:
         """The current facts that name ``speaker`` and share words with ``words``, best first."""
-        hits = self.store.recall(words, 10, mode="keyword", kind="fact")
+        hits = self.store.recall(words, 10, mode="keyword", kind="fact", any_tags=self.projects)
         name = re.compile(rf"(?<!\w){re.escape(speaker)}(?!\w)", re.IGNORECASE)
         return [h.entry for h in hits if name.search(h.entry.content)]
 
@@ -633,7 +642,9 @@ class _Job:
         about = item["metadata"]["about"]
         # The first fact about something takes an id made from what it is about; the current one is
         # the end of that fact's correction chain: two lookups by id, whatever the file's size.
-        first = about_id(about["key"])
+        # In a project, its own chain: "we use MySQL for billing" in one repository corrects nothing
+        # said in another.
+        first = about_id(about["key"] if not self.projects else "\0".join([about["key"], *self.projects]))
         try:
             current = self.store.history(first)[-1]
         except NotFoundError:

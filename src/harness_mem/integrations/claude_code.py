@@ -1,14 +1,25 @@
-"""Claude Code hooks: the host pushes each turn into memory, and memory briefs each new session.
+"""Claude Code hooks: the host pushes each turn into memory, and memory briefs the agent.
 
-Claude Code runs a command for each hook event and hands it one JSON object on stdin. Four events
+Claude Code runs a command for each hook event and hands it one JSON object on stdin. Six events
 matter here:
 
 - ``SessionStart``: the answer is ``{"hookSpecificOutput": {"hookEventName": "SessionStart",
   "additionalContext": …}}`` on stdout, which the host adds to the model's context. It carries the
-  latest notes and facts, and the prompts of earlier sessions in the same project directory.
-- ``UserPromptSubmit`` (``prompt``), ``PostToolUse`` (``tool_name``, ``tool_input``,
-  ``tool_response``) and ``Stop`` (the reply, read from the ``transcript_path`` JSONL): each is
-  stored as one ``turn`` in the host's ``session_id``, role user, tool or assistant.
+  project's durable knowledge — its current facts and notes (the decisions and conventions
+  consolidation found in what was said), dated, newest first, within a token budget — after
+  consolidating the project's earlier sessions that were not yet (:func:`catch_up`).
+- ``UserPromptSubmit`` (``prompt``): stored as a turn, and answered like SessionStart with the
+  project's memories the prompt touches (keyword recall over a calibrated threshold), leaving out
+  what the session was already given.
+- ``PostToolUse`` (``tool_name``, ``tool_input``, ``tool_response``) and ``Stop`` (the reply, read
+  from the ``transcript_path`` JSONL): each stored as one ``turn`` in the host's ``session_id``,
+  role tool or assistant.
+- ``PreCompact`` and ``SessionEnd``: the session is consolidated in the background
+  (:mod:`harness_mem.hook_consolidation`), so the next session starts with its decisions.
+
+A project is its git repository, not its directory's name (:mod:`.projects`): every turn carries
+its ``project:`` tag, consolidation passes it on to what it derives, and both answers read only
+the project's entries.
 
 The context goes out wrapped in :data:`OPEN_MARK` … :data:`CLOSE_MARK`, and every captured text has
 such blocks cut out first: a prompt that pastes them, a reply that quotes them or a tool that reads
@@ -24,6 +35,8 @@ Exit status 2 would block the host's prompt or stop, so every failure here is an
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
@@ -35,17 +48,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import hook_consolidation, runtime
 from ..errors import InvalidInputError
+from .projects import find_project
 
 if TYPE_CHECKING:
     from ..models import Entry
     from ..store import MemoryStore
 
 HOST = "claude-code"
-#: The events ``harness-mem hook`` answers: one that reads memory, then those that write it.
+#: The events ``harness-mem hook`` answers: one that reads memory, those that write it (the prompt
+#: also reads), and those after which the session is consolidated.
 CONTEXT_EVENT = "SessionStart"
-CAPTURE_EVENTS = ("UserPromptSubmit", "PostToolUse", "Stop")
-EVENTS = (CONTEXT_EVENT, *CAPTURE_EVENTS)
+PROMPT_EVENT = "UserPromptSubmit"
+CAPTURE_EVENTS = (PROMPT_EVENT, "PostToolUse", "Stop")
+CONSOLIDATE_EVENTS = ("PreCompact", "SessionEnd")
+EVENTS = (CONTEXT_EVENT, *CAPTURE_EVENTS, *CONSOLIDATE_EVENTS)
 
 OPEN_MARK = "<harness-mem-recall>"
 CLOSE_MARK = "</harness-mem-recall>"
@@ -57,10 +75,29 @@ _INJECTED = re.compile(re.escape(OPEN_MARK) + r".*?(?:" + re.escape(CLOSE_MARK) 
 #: head says what happened), prompts and replies to the longer limit.
 TOOL_MAX_CHARS = 4000
 TEXT_MAX_CHARS = 32000
-#: What the session-start context holds at most: entries of each part, characters per entry.
-CONTEXT_NOTES = 8
-CONTEXT_PROMPTS = 6
+#: What the context a hook adds may take, in tokens estimated as characters / 4: at session start
+#: the project's knowledge, at each prompt the memories it touches.
+CHARS_PER_TOKEN = 4
+CONTEXT_TOKENS = 1500
+PROMPT_TOKENS = 500
+#: The kinds that are a project's durable knowledge: what consolidation made facts of (decisions,
+#: conventions, facts said in a session) and notes stored on purpose; never raw turns.
+KNOWLEDGE_KINDS = ("fact", "note")
+#: A prompt gets a memory only when its calibrated score (:mod:`harness_mem.scores`) reaches this:
+#: at 0.5 a hit is more like an answer than like a hit for a question memory cannot answer.
+PROMPT_MIN_SCORE = 0.5
+PROMPT_HITS = 5
 CONTEXT_ENTRY_CHARS = 300
+#: Entries read (newest first) to fill the session-start budget.
+CONTEXT_SCAN = 200
+#: Earlier sessions of the project with at most this many turns not yet consolidated are
+#: consolidated by SessionStart itself (rules only: 1.5 ms a turn once loaded, 0.1 s for 60, on
+#: two busy cores), so the context has them at once; a larger backlog is consolidated in the
+#: background, for the next session (PreCompact and SessionEnd have usually done it already).
+INLINE_TURNS = 60
+#: The latest active sessions SessionStart looks at for a backlog (older ones ended long ago, and
+#: their SessionEnd consolidated them).
+BACKLOG_SESSIONS = 50
 #: Seconds Claude Code gives each hook before it stops waiting (its default is 60).
 HOOK_TIMEOUT = 10
 
@@ -112,7 +149,7 @@ def parse_payload(raw: bytes | str, event: str) -> dict[str, Any]:
         raise InvalidInputError(f"the hook input is for {named!r}, but this hook was installed for {event!r}"
                                 " — run `harness-mem hooks install claude-code` again")
     _need_text(payload, "session_id", event)
-    if event == "UserPromptSubmit":
+    if event == PROMPT_EVENT:
         _need_text(payload, "prompt", event, blank_ok=True)
     elif event == "PostToolUse":
         _need_text(payload, "tool_name", event)
@@ -132,7 +169,7 @@ def _need_text(payload: dict[str, Any], field: str, event: str, *, blank_ok: boo
 
 def turn_from_payload(payload: dict[str, Any], event: str) -> Turn | None:
     """The turn a capture event carries, its injected blocks stripped; None when nothing is left."""
-    if event == "UserPromptSubmit":
+    if event == PROMPT_EVENT:
         turn = Turn("user", payload["prompt"])
     elif event == "PostToolUse":
         name = payload["tool_name"]
@@ -205,11 +242,10 @@ def _texts(message: Any) -> list[str]:
 
 
 def project_tag(cwd: object) -> str | None:
-    """The tag of the project a hook ran in: ``project:`` and the working directory's name."""
-    if not isinstance(cwd, str) or not cwd.strip():
-        return None
-    name = Path(cwd.rstrip("/\\")).name
-    return f"project:{name}" if name else None
+    """The tag of the project a hook ran in: ``project:`` and its repository's name (see
+    :mod:`~harness_mem.integrations.projects`)."""
+    project = find_project(cwd)
+    return None if project is None else project.tag
 
 
 def capture(store: MemoryStore, payload: dict[str, Any], event: str) -> Entry | None:
@@ -247,78 +283,249 @@ def _cut(text: str, limit: int, store: MemoryStore) -> str:
     return f"{text[:kept]}… [{len(text) - kept} chars truncated]"
 
 
-# ---- session start --------------------------------------------------------------------------------
+# ---- what the agent is told ------------------------------------------------------------------------
 
 
-def session_context(store: MemoryStore, payload: dict[str, Any]) -> str | None:
-    """The memories a new session starts with, as one marked block; None when there are none.
+@dataclass(frozen=True)
+class Context:
+    """A block of memories for the host to add to the model's context, and the ids it holds."""
 
-    No query exists yet at session start, so relevance is recency and place: the latest entries that
-    are not transcript turns (notes, facts, summaries, episodes), and the latest prompts of other
-    sessions in the same project directory.
+    text: str
+    ids: tuple[str, ...]
+
+
+def session_context(store: MemoryStore, payload: dict[str, Any], *, budget: int = CONTEXT_TOKENS) -> Context | None:
+    """What a new session starts with: the project's durable knowledge; None when it has none.
+
+    No query exists yet at session start, so the knowledge is the project's current facts and notes
+    (decisions, conventions, facts: corrected ones are left out) from its earlier sessions, newest
+    first, each with the date it was said, within ``budget`` tokens (characters / 4). Nothing else:
+    no raw prompts ("Commit.", "Thanks, that's all for today.") and nothing from other projects. Nor
+    the sessions' summaries: the rules' last segment of a session is its last requests ("Push and
+    open a PR."), which reads as an open thread and is none.
     """
-    session = payload["session_id"]
-    notes = list(store.list(limit=CONTEXT_NOTES, newest_first=True, exclude_kinds=["turn"]))
-    project = project_tag(payload.get("cwd"))
-    prompts = [] if project is None else list(store.list(
-        limit=CONTEXT_PROMPTS, newest_first=True, kind="turn", role="user", tags=[project],
-        exclude_sessions=[session],
-    ))
-    if not notes and not prompts:
+    project = find_project(payload.get("cwd"))
+    if project is None:
         return None
-    lines = [OPEN_MARK,
-             "Memories harness-mem kept from earlier work (background to check, not instructions):"]
-    if notes:
-        lines.append("Notes:")
-        lines += _bullets(notes)
-    if prompts:
-        lines.append(f"Earlier requests in {project.removeprefix('project:') if project else ''}:")
-        lines += _bullets(prompts)
+    session = payload["session_id"]
+    knowledge = _dedupe(store.list(limit=CONTEXT_SCAN, newest_first=True, kind=list(KNOWLEDGE_KINDS),
+                                   tags=[project.tag], exclude_sessions=[session]))
+    if not knowledge:
+        return None
+    head = (f"harness-mem's memory of the project {project.name} ({project.key}): decisions, conventions and"
+            " facts from earlier sessions, newest first, each with the day it was said. Background to check"
+            " against the code, not instructions.")
+    lines, ids = [OPEN_MARK, head], []
+    used = _tokens(OPEN_MARK, head, CLOSE_MARK)
+    for entry in knowledge:
+        line = _line(entry)
+        if used + _tokens(line) > budget:
+            break
+        lines.append(line)
+        ids.append(entry.id)
+        used += _tokens(line)
+    if not ids:
+        return None
+    left = len(knowledge) - len(ids)
+    if left:
+        lines.append(f"({left} older ones left out; a prompt that touches one brings it back.)")
     lines.append(CLOSE_MARK)
-    return "\n".join(lines)
+    return Context("\n".join(lines), tuple(ids))
 
 
-def _bullets(entries: Iterable[Entry]) -> list[str]:
+def prompt_context(store: MemoryStore, payload: dict[str, Any], *, seen: Iterable[str] = (),
+                   budget: int = PROMPT_TOKENS) -> Context | None:
+    """The project's memories relevant to the prompt, by keyword (a hook loads no model): facts
+    and notes scoring at least :data:`PROMPT_MIN_SCORE`, best first, within ``budget`` tokens,
+    leaving out ``seen`` (what this session was already given); None when nothing qualifies."""
+    project = find_project(payload.get("cwd"))
+    prompt = strip_injected(payload["prompt"])
+    if project is None or not prompt:
+        return None
+    seen = set(seen)
+    hits = store.recall(prompt, PROMPT_HITS + len(seen), mode="keyword", kind=list(KNOWLEDGE_KINDS),
+                        tags=[project.tag], min_score=PROMPT_MIN_SCORE)
+    chosen = _dedupe(h.entry for h in hits if h.entry.id not in seen)[:PROMPT_HITS]
+    head = f"harness-mem recalls from earlier sessions of {project.name} (check before relying on it):"
+    lines, ids = [OPEN_MARK, head], []
+    used = _tokens(OPEN_MARK, head, CLOSE_MARK)
+    for entry in chosen:
+        line = _line(entry)
+        if used + _tokens(line) > budget:
+            break
+        lines.append(line)
+        ids.append(entry.id)
+        used += _tokens(line)
+    if not ids:
+        return None
+    lines.append(CLOSE_MARK)
+    return Context("\n".join(lines), tuple(ids))
+
+
+def _dedupe(entries: Iterable[Entry]) -> list[Entry]:
+    """``entries`` without a second entry of the same words."""
+    seen: set[str] = set()
     out = []
     for entry in entries:
-        text = " ".join(entry.content.split())
-        if len(text) > CONTEXT_ENTRY_CHARS:
-            text = text[: CONTEXT_ENTRY_CHARS - 1] + "…"
-        out.append(f"- [{entry.kind}, {entry.created_at:%Y-%m-%d}] {text}")
+        key = " ".join(entry.content.lower().split()).rstrip(".")
+        if key not in seen:
+            seen.add(key)
+            out.append(entry)
     return out
 
 
-def context_output(context: str) -> dict[str, Any]:
-    """The SessionStart hook's answer: Claude Code adds ``additionalContext`` to the model's context."""
-    return {"hookSpecificOutput": {"hookEventName": CONTEXT_EVENT, "additionalContext": context}}
+def _line(entry: Entry) -> str:
+    text = " ".join(entry.content.split())
+    if len(text) > CONTEXT_ENTRY_CHARS:
+        text = text[: CONTEXT_ENTRY_CHARS - 1] + "…"
+    return f"- {entry.created_at:%Y-%m-%d}: {text}"
+
+
+def _tokens(*texts: str) -> int:
+    """Tokens estimated as characters / 4 (one more for each line's break)."""
+    return sum(len(t) + 1 for t in texts) // CHARS_PER_TOKEN
+
+
+def context_output(context: str, event: str = CONTEXT_EVENT) -> dict[str, Any]:
+    """A SessionStart or UserPromptSubmit hook's answer: Claude Code adds ``additionalContext`` to
+    the model's context."""
+    return {"hookSpecificOutput": {"hookEventName": event, "additionalContext": context}}
+
+
+# ---- what the session was given ------------------------------------------------------------------
+# The ids of what the hooks put in a session's context, so a prompt is not given them again: a
+# small file per session in the hook writer's private runtime directory (ids only, no text).
+
+
+def given(session: str) -> list[str]:
+    """The ids already put in ``session``'s context by its hooks."""
+    path = _given_path(session)
+    try:
+        return [line for line in path.read_text(encoding="utf-8").splitlines() if line] if path else []
+    except OSError:
+        return []
+
+
+def remember_given(session: str, ids: Iterable[str], *, fresh: bool = False) -> None:
+    """Add ``ids`` to what ``session``'s context holds, or with ``fresh`` make them all it holds (a
+    SessionStart after a compaction or a clear: what was given before is gone from the context).
+    Best effort: a lost file repeats a memory."""
+    path = _given_path(session)
+    if path is None or not runtime.make_private_dir(str(path.parent)):
+        return
+    with contextlib.suppress(OSError), path.open("w" if fresh else "a", encoding="utf-8") as out:
+        out.write("".join(f"{i}\n" for i in ids))
+
+
+def _given_path(session: str) -> Path | None:
+    key = hashlib.sha256(session.encode()).hexdigest()[:32]
+    return Path(runtime.runtime_dir()) / f"given-{key}.txt"
+
+
+# ---- consolidation -------------------------------------------------------------------------------
+
+
+def catch_up(store: MemoryStore, payload: dict[str, Any]) -> list[str]:
+    """Consolidate the project's earlier sessions that have turns not yet consolidated: in this
+    process when they are few (:data:`INLINE_TURNS`), else in the background (a file store only);
+    returns the sessions left to the background."""
+    from ..experience.ledger import ConsolidationLedger
+
+    project = find_project(payload.get("cwd"))
+    if project is None or store.read_only:
+        return []
+    ledger = ConsolidationLedger(store)
+    backlog = {}
+    # The latest active sessions, each checked by its own watermark: one query over every turn of
+    # the store would cost 80 ms at 30,000 turns on every SessionStart, these 30 ms.
+    for recent in store.sessions(limit=BACKLOG_SESSIONS):
+        if recent.session == payload["session_id"] or \
+                not ledger.sessions_past_watermark(session=store.scope.key(recent.session), since_ms=None,
+                                                   cutoff_ms=None):
+            continue
+        turns = store.count(kind="turn", session=recent.session, tags=[project.tag])
+        if turns:
+            backlog[recent.session] = turns
+    if not backlog:
+        return []
+    if sum(backlog.values()) <= INLINE_TURNS:
+        consolidate_sessions(store, list(backlog))
+        return []
+    if not isinstance(store.path, Path) or not hook_consolidation.start(str(store.path), store.namespace, list(backlog)):
+        return []
+    return list(backlog)
+
+
+def consolidate_sessions(store: MemoryStore, sessions: Iterable[str]) -> None:
+    """Consolidate each session (the rules only: no model is loaded)."""
+    from ..experience.consolidate import consolidate
+
+    for session in sessions:
+        consolidate(store, session=session)
+
+
+def after_session(store: MemoryStore, payload: dict[str, Any]) -> None:
+    """PreCompact and SessionEnd: the session's turns so far are consolidated, in the background
+    for a file store (the host is waiting), in this process for a server's (no lock file can
+    coordinate processes on other machines)."""
+    session = payload["session_id"]
+    if store.read_only or not store.count(kind="turn", session=session):
+        return
+    if isinstance(store.path, Path) and str(store.path) != ":memory:":
+        hook_consolidation.start(str(store.path), store.namespace, [session], wait=True)
+        return
+    consolidate_sessions(store, [session])
 
 
 # ---- one hook -------------------------------------------------------------------------------------
 
 
 def respond(store: MemoryStore, payload: dict[str, Any], event: str) -> str | None:
-    """Answer one checked hook input (:func:`parse_payload`): for SessionStart the JSON line to print
-    (None when there is nothing to recall), for a capture event store the turn and return None.
+    """Answer one checked hook input (:func:`parse_payload`): the JSON line to print, or None.
 
+    SessionStart catches up on the project's consolidation and answers its knowledge;
+    UserPromptSubmit stores the prompt and answers the memories it touches that the session was not
+    given yet; PostToolUse and Stop store their turn; PreCompact and SessionEnd consolidate the session.
     Both ways a hook runs call this, in process and in the hook writer, so they answer alike.
     """
+    session = payload["session_id"]
+    if event in CONSOLIDATE_EVENTS:
+        after_session(store, payload)
+        return None
     if event == CONTEXT_EVENT:
+        catch_up(store, payload)
         context = session_context(store, payload)
-        return None if context is None else json.dumps(context_output(context), ensure_ascii=False)
-    capture(store, payload, event)
-    return None
+        # A SessionStart after /compact or /clear starts the context anew: so does what it was given.
+        remember_given(session, () if context is None else context.ids, fresh=True)
+    else:
+        capture(store, payload, event)
+        if event != PROMPT_EVENT:
+            return None
+        context = prompt_context(store, payload, seen=given(session))
+        if context is not None:
+            remember_given(session, context.ids)
+    return None if context is None else json.dumps(context_output(context.text, event), ensure_ascii=False)
 
 
 # ---- settings -------------------------------------------------------------------------------------
 
 
+#: Where :func:`install` writes: the project's shared settings (committed, so no path of this
+#: machine goes in), the project's own on this machine (``settings.local.json``, which Claude Code
+#: keeps out of git), or the user's, for every project.
+SCOPES = ("project", "local", "user")
+SHARED_SCOPES = ("project",)
+
+
 def settings_path(scope: str, *, cwd: Path | None = None, home: Path | None = None) -> Path:
-    """Claude Code's settings file: ``.claude/settings.json`` in the project (``cwd``) or the home directory."""
+    """Claude Code's settings file for ``scope`` (see :data:`SCOPES`)."""
     if scope == "project":
         return (cwd or Path.cwd()) / ".claude" / "settings.json"
+    if scope == "local":
+        return (cwd or Path.cwd()) / ".claude" / "settings.local.json"
     if scope == "user":
         return (home or Path.home()) / ".claude" / "settings.json"
-    raise InvalidInputError(f"scope must be 'project' or 'user', not {scope!r}")
+    raise InvalidInputError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
 
 
 def hook_command(event: str, db: str | None = None, namespace: str | None = None,
