@@ -92,7 +92,7 @@ def test_one_claude_code_file_keeps_sessions_roles_times_and_the_project(tmp_pat
     assert first["created_at"] == "2025-06-01T10:00:00.000Z"
     assert first["source"] == "claude-code"
     # The project is the repository at cwd; with none there (not on this machine), the path.
-    assert "project:/home/ada/repos/harness" in first["tags"]  and first["metadata"]["cwd"] == "/home/ada/repos/harness"
+    assert "project:/home/ada/repos/harness" in first["tags"] and first["metadata"]["cwd"] == "/home/ada/repos/harness"
     assert first["metadata"]["git_branch"] == "main"
     assert [r["created_at"] for r in rows] == sorted(r["created_at"] for r in rows)
 
