@@ -43,7 +43,7 @@ import re
 import shlex
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -315,15 +315,7 @@ def session_context(store: MemoryStore, payload: dict[str, Any], *, budget: int 
     head = (f"harness-mem's memory of the project {project.name} ({project.key}): decisions, conventions and"
             " facts from earlier sessions, newest first, each with the day it was said. Background to check"
             " against the code, not instructions.")
-    lines, ids = [OPEN_MARK, head], []
-    used = _tokens(OPEN_MARK, head, CLOSE_MARK)
-    for entry in knowledge:
-        line = _line(entry)
-        if used + _tokens(line) > budget:
-            break
-        lines.append(line)
-        ids.append(entry.id)
-        used += _tokens(line)
+    lines, ids = _fitted(head, knowledge, budget)
     if not ids:
         return None
     left = len(knowledge) - len(ids)
@@ -331,6 +323,21 @@ def session_context(store: MemoryStore, payload: dict[str, Any], *, budget: int 
         lines.append(f"({left} older ones left out; a prompt that touches one brings it back.)")
     lines.append(CLOSE_MARK)
     return Context("\n".join(lines), tuple(ids))
+
+
+def _fitted(head: str, entries: Sequence[Entry], budget: int) -> tuple[list[str], list[str]]:
+    """The block's opening lines and one line per entry, in order, while they fit ``budget`` tokens
+    (its closing mark counted); and the ids of the entries shown."""
+    lines, ids = [OPEN_MARK, head], []
+    used = _tokens(OPEN_MARK, head, CLOSE_MARK)
+    for entry in entries:
+        line = _line(entry)
+        if used + _tokens(line) > budget:
+            break
+        lines.append(line)
+        ids.append(entry.id)
+        used += _tokens(line)
+    return lines, ids
 
 
 def prompt_context(store: MemoryStore, payload: dict[str, Any], *, seen: Iterable[str] = (),
@@ -347,15 +354,7 @@ def prompt_context(store: MemoryStore, payload: dict[str, Any], *, seen: Iterabl
                         tags=[project.tag], min_score=PROMPT_MIN_SCORE)
     chosen = _dedupe(h.entry for h in hits if h.entry.id not in seen)[:PROMPT_HITS]
     head = f"harness-mem recalls from earlier sessions of {project.name} (check before relying on it):"
-    lines, ids = [OPEN_MARK, head], []
-    used = _tokens(OPEN_MARK, head, CLOSE_MARK)
-    for entry in chosen:
-        line = _line(entry)
-        if used + _tokens(line) > budget:
-            break
-        lines.append(line)
-        ids.append(entry.id)
-        used += _tokens(line)
+    lines, ids = _fitted(head, chosen, budget)
     if not ids:
         return None
     lines.append(CLOSE_MARK)
