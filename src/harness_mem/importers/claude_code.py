@@ -39,8 +39,8 @@ from .turns import (
     block_pattern,
     load_record,
     record_kind,
+    said,
     texts_of,
-    without_blocks,
 )
 
 NAME = "claude-code"
@@ -158,21 +158,14 @@ def _turns(path: Path, number: int, record: dict[str, Any], role: str, content: 
             yield Skipped("thinking block")
         elif block.get("type") in ("image", "document"):  # pasted in: memory keeps text
             yield Skipped(f"{block['type']} block")
-    said = texts_of(content, "text")
-    if not said:
+    texts = texts_of(content, "text")
+    if not texts:
         if not blocks:
             yield Skipped(NO_TEXT)
         return
-    text = "\n\n".join(said)
+    text = "\n\n".join(texts)
     if not text.strip():
         yield Skipped(NO_TEXT)
         return
-    if role == "user":
-        text = without_blocks(text, _HOST_BLOCKS)
-        if text.startswith(_INTERRUPTED):
-            text = ""
-    text = strip_injected(text)
-    if text:
-        yield turn(base, role, text)
-    else:
-        yield Skipped(INJECTED if role == "user" else NO_TEXT)
+    text = said(role, text, _HOST_BLOCKS, _INTERRUPTED)
+    yield turn(base, role, text) if text else Skipped(INJECTED if role == "user" else NO_TEXT)

@@ -35,8 +35,8 @@ from .turns import (
     load_record,
     parsed_json,
     record_kind,
+    said,
     texts_of,
-    without_blocks,
 )
 
 NAME = "codex"
@@ -155,11 +155,7 @@ def _turns(item: dict[str, Any], number: int, session: dict[str, Any], when: str
         if not text.strip():
             yield Skipped(NO_TEXT)
             return
-        if role == "user":
-            text = without_blocks(text, _HOST_BLOCKS)
-            if text.startswith(_AGENTS_FILE):
-                text = ""
-        text = strip_injected(text)
+        text = said(role, text, _HOST_BLOCKS, _AGENTS_FILE)
         yield turn(role, text) if text else Skipped(INJECTED if role == "user" else NO_TEXT)
     elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
         call_id = item.get("call_id") or item.get("id")

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..integrations.claude_code import strip_injected
+
 #: Text a host put into the conversation itself (instructions, environment, command echoes):
 #: the hooks never see it as a prompt, so an import leaves it out too.
 INJECTED = "injected context"
@@ -81,6 +83,17 @@ def block_pattern(tags: Iterable[str]) -> re.Pattern[str]:
 def without_blocks(text: str, pattern: re.Pattern[str]) -> str:
     """``text`` without the blocks ``pattern`` finds, stripped."""
     return pattern.sub("", text).strip() if "<" in text else text.strip()
+
+
+def said(role: str, text: str, host_blocks: re.Pattern[str], host_prefix: str) -> str:
+    """What a person or an assistant said in ``text``: a user message without the blocks its host
+    put in (``host_blocks``) — nothing when it opens with ``host_prefix`` — and without the memory
+    the hooks injected; "" when nothing is left."""
+    if role == "user":
+        text = without_blocks(text, host_blocks)
+        if text.startswith(host_prefix):
+            return ""
+    return strip_injected(text)
 
 
 def texts_of(blocks: object, *kinds: str) -> list[str]:
