@@ -154,3 +154,10 @@ def test_two_things_said_in_one_sentence_are_two_facts_so_a_move_keeps_the_diet(
     say(store, "2026-03-02", "Ada", "I moved to Porto last month.")
     consolidate(store)
     assert set(current(store)) == {"Ada is vegetarian.", "Ada moved to Porto in February 2026."}
+
+
+def test_a_statement_made_in_passing_before_a_question_is_a_fact() -> None:
+    found = statements("I just got a Golden Retriever, any tips for walking him?", turn_id="t", speaker="the user",
+                       listener="assistant", said_on=None)
+    assert [(s.text, fact_kind(s.said, listener="assistant")) for s in found] == [
+        ("The user just got a Golden Retriever.", "pet"), ("Any tips for walking him?", None)]

@@ -40,9 +40,13 @@ _SMALL_TALK = re.compile(
     r"amazing|congrats|congratulations|good luck|good to|glad|sounds|that's|that is|it's so|you're|you are)\b",
     re.IGNORECASE,
 )
-# Where a sentence ends, and where one that goes on ", and I …" says a second thing of the speaker's.
+# Where a sentence ends; where one that goes on ", and I …" says a second thing of the speaker's;
+# and where a statement made in passing ends a question: "I just got a Golden Retriever, any tips
+# for walking him?" states something before it asks.
 _SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)]*\s+(?=[\"'“(]*[A-Z0-9])|\n+|;\s+|"
-                           r",\s+(?:and|but|plus)\s+(?=(?:I|I'm|I've|I'll|my|we|we're|we've|our)\b)")
+                           r",\s+(?:and|but|plus)\s+(?=(?:I|I'm|I've|I'll|my|we|we're|we've|our)\b)|"
+                           r"(?:,|\s+[-–—])\s+(?=(?:any|what|how|can|could|would|do|does|should|is|are|where|when|which|who)"
+                           r"\b[^.!?]*\?\s*$)")
 _ANNOTATION = re.compile(r"\[[^\]]{0,500}\]")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*|\d+")
 _STOP = frozenset(
