@@ -59,7 +59,7 @@ from ..storage import DERIVED_SOURCE
 from ..store import MemoryStore
 from .derive import Derivation, DerivedFact, SpokenTurn, derive, fact_id, segment_id
 from .episode import NO_TOOLS, Episode
-from .facts import restates
+from .facts import frame_words, restates
 from .ledger import ConsolidationLedger
 from .model_consolidation import (
     DECISIONS_MAX_TOKENS,
@@ -620,7 +620,7 @@ class _Job:
                      "metadata": {**old.metadata, "source_turns": item["metadata"]["source_turns"]},
                      "tags": list(old.tags)}
             return self._correct(old.id, fixed), True
-        old = next((e for e in self._speakers_facts(fact.speaker, item["content"])
+        old = next((e for e in self._speakers_facts(fact.speaker, frame_words(item["content"], fact.speaker))
                     if restates(e.content, item["content"], fact.speaker)), None)
         if old is None:
             return next(iter(self.store.add_many([item], on_conflict="ignore")), None), False

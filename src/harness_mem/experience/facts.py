@@ -28,7 +28,7 @@ import re
 
 from .statements import content_words, normalised, subjectless, worth
 
-__all__ = ["FACT_SCORE", "chatter", "correction", "fact_about", "fact_kind", "restates", "revises"]
+__all__ = ["FACT_SCORE", "chatter", "correction", "fact_about", "fact_kind", "frame_words", "restates", "revises"]
 
 #: A statement of no recognised kind becomes a fact from this score up (an event with content).
 FACT_SCORE = 2.6
@@ -226,16 +226,25 @@ def _said_of(s: str) -> list[str]:
     return [w for w in content_words(s) if w not in _HOW_OFTEN]
 
 
+# Words that present a statement as a change. Not "now" or "again" alone: chat says them all the
+# time ("I'm painting a lot now"), and each revision costs a search of the speaker's facts. The
+# common changes (home, work, diet, likes …) are read by :func:`fact_about` whatever their words.
 _REVISES = re.compile(
-    r"\b(?:now|anymore|any more|no longer|instead|from now on|going forward|these days|again|actually|"
-    r"turns out|after all|change of plans?|changed|switched|not \w+ (?:but|anymore))\b",
+    r"\b(?:anymore|any more|no longer|instead|from now on|going forward|henceforth|change of plans?|"
+    r"changed (?:to|it to)|switched (?:to|over to)|not \w+ but)\b",
     re.IGNORECASE,
 )
 
 
 def revises(sentence: str) -> bool:
-    """True when a sentence presents what it says as a change ("I'm at Stripe now", "instead")."""
+    """True when a sentence presents what it says as a change ("from now on …", "… instead")."""
     return _REVISES.search(sentence) is not None
+
+
+def frame_words(text: str, speaker: str) -> str:
+    """What a fact is about, without its speaker and the words that mark a change: the words to
+    look its earlier version up by."""
+    return " ".join(_frame(text, speaker))
 
 
 # "It's the 5th, not the 4th", "My birthday is the 5th, not the 4th", "Make the retry count five, not
@@ -346,16 +355,16 @@ _CHANGE_WORDS = frozenset("now anymore instead forward henceforth again actually
                           "days longer plan plans change".split())
 
 
+def _frame(text: str, speaker: str) -> set[str]:
+    name = set(content_words(speaker))
+    return {w.removesuffix("'s") for w in content_words(text)} - name - _CHANGE_WORDS - {"others", "their"}
+
+
 def restates(old: str, new: str, speaker: str) -> bool:
     """True when ``new`` says what ``old`` said with one thing changed: the same words but for at
     most two on each side, and more of them shared than changed ("The user's deploys go out on
     Tuesdays." and "From now on deploys go out on Thursdays.")."""
-    name = set(content_words(speaker))
-
-    def frame(text: str) -> set[str]:
-        return {w.removesuffix("'s") for w in content_words(text)} - name - _CHANGE_WORDS - {"others", "their"}
-
-    before, after = frame(old), frame(new)
+    before, after = _frame(old, speaker), _frame(new, speaker)
     shared, dropped, added = before & after, before - after, after - before
     return bool(shared) and bool(dropped or added) and len(dropped) <= 2 and len(added) <= 2 \
         and len(shared) >= max(len(dropped), len(added))
