@@ -24,7 +24,9 @@ the 4th"), and :func:`revises` says whether a sentence presents itself as a chan
 
 from __future__ import annotations
 
+import functools
 import re
+from dataclasses import dataclass
 
 from .statements import content_words, normalised, subjectless, worth
 
@@ -191,9 +193,15 @@ def chatter(s: str, listener: str | None) -> bool:
         return True
     if _YOU.search(s) and not _YOU_AS_PREFERENCE.search(s):
         return True
-    if listener and re.match(rf"^{re.escape(listener)}\b", s, re.IGNORECASE):
+    if listener and _opens_with(s, listener):
         return True
     return bool(_NEVER.match(s) or _LETS_FOR_NOW.search(s) or _REQUEST.match(s))
+
+
+def _opens_with(s: str, name: str) -> bool:
+    """True when ``s`` opens with the word(s) ``name`` (a string test: no pattern per name)."""
+    head = s[:len(name)]
+    return head.lower() == name.lower() and not s[len(name):len(name) + 1].isalnum()
 
 
 def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
@@ -306,15 +314,36 @@ _ATTRIBUTES: list[tuple[str, str]] = [
                             r"(?P<value>[\w.+#-]+(?: [\w.+#-]+)?) (?:for|as) (?:the )?(?P<thing>[\w -]+?)(?: instead| now| from now on)?[.!]?$"),
 ]
 _OCCUPATION = _WHO + r" is (?:now |currently )?(?:an? |the )(?P<value>[\w -]+?)(?: now)?(?: (?:at|for|in|with) .*)?[.!]?$"
-_LIKES = re.compile(
+_LIKES = (
     r"^{who} (?:really |truly |absolutely |just |also |still |totally )?"
     r"(?P<negated>no longer |doesn't |does not |don't |stopped )?(?:really )?"
-    r"(?P<verb>likes?|loves?|enjoys?|prefers?|hates?|dislikes?|liking|loving|enjoying) (?P<thing>[\w' -]{{3,60}}?)[.!]?$"
+    r"(?P<verb>likes?|loves?|enjoys?|prefers?|hates?|dislikes?|liking|loving|enjoying) (?P<thing>[\w' -]{3,60}?)[.!]?$"
 )
 _OBJECT_ENDS = re.compile(
     r"\b(?:in|on|at|with|since|because|when|while|for|and|but|so|as|from|during|after|before|anymore|now|over|than)\b"
 )
 _HEDGES = frozenset("anymore now lot much too really either more so these days at all".split())
+
+
+@dataclass(frozen=True)
+class _Patterns:
+    attributes: list[tuple[str, re.Pattern[str]]]
+    occupation: list[tuple[str, re.Pattern[str]]]
+    likes: re.Pattern[str]
+
+
+@functools.cache
+def _compiled(words: int) -> _Patterns:
+    """The patterns above for a subject of ``words`` words, compiled once: the subject is any such
+    name (``who``), checked against the fact's speaker after a match, so a conversation with
+    thousands of speakers compiles nothing more."""
+    who = r"(?<![\w'’])(?P<who>[A-Za-z][\w'’-]*" + r"(?: [A-Za-z][\w'’-]*)" * (words - 1) + ")"
+
+    def compiled(pattern: str) -> re.Pattern[str]:
+        return re.compile(pattern.replace("{who}", who))
+
+    return _Patterns([(attribute, compiled(p)) for attribute, p in _ATTRIBUTES], [("work", compiled(_OCCUPATION))],
+                     compiled(_LIKES))
 
 
 def _key(words: str) -> str:
@@ -327,11 +356,10 @@ def fact_about(text: str, subject: str, kind: str | None = None) -> tuple[str, s
     ever added, never merged, unless it corrects by its values: see :func:`correction`). ``kind``
     is the statement's (:func:`fact_kind`): a ``work`` statement "Jon is a dance teacher now." sets
     what Jon does."""
-    who = re.escape(subject[:1].upper() + subject[1:])
     person = "-".join(subject.lower().split())
-    attributes = _ATTRIBUTES + ([("work", _OCCUPATION)] if kind == "work" else [])
-    for attribute, pattern in attributes:
-        found = re.search(pattern.replace("{who}", who), text)
+    patterns = _compiled(len(subject.split()))
+    for attribute, pattern in patterns.attributes + (patterns.occupation if kind == "work" else []):
+        found = next((m for m in pattern.finditer(text) if m.group("who").lower() == subject.lower()), None)
         if found:
             thing = found.groupdict().get("thing")
             if "{thing}" in attribute and not (thing and _key(thing)):
@@ -339,8 +367,8 @@ def fact_about(text: str, subject: str, kind: str | None = None) -> tuple[str, s
             key = attribute.format(thing=_key(thing or ""))
             value = " ".join((found.group("value") or "yes").lower().strip(" .!,").split())
             return f"{person}/{key}", "no" if key.startswith("allergy/") and value in ("not", "no longer") else value
-    liking = re.match(_LIKES.pattern.format(who=who), text)
-    if liking:
+    liking = patterns.likes.match(text)
+    if liking and liking.group("who").lower() == subject.lower():
         # What is liked is the object, up to where the sentence goes on about where, when or why.
         head = _OBJECT_ENDS.split(liking.group("thing"), maxsplit=1)[0]
         thing = "-".join(w for w in content_words(head) if w not in _HEDGES)

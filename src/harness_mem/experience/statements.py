@@ -12,6 +12,7 @@ who and when, never what.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import date
@@ -92,8 +93,14 @@ class Statement:
 
 def content_words(text: str) -> list[str]:
     """The words of ``text`` that carry meaning (lower-case, stop words out)."""
-    return [w for w in (m.group(0).lower().replace("’", "'") for m in _WORD.finditer(text))
-            if w not in _STOP and len(w) > 1]
+    return list(_content_words(text))
+
+
+# A sentence is weighed several times (is it a fact, of what kind, what is it worth): its words once.
+@functools.lru_cache(maxsize=8192)
+def _content_words(text: str) -> tuple[str, ...]:
+    return tuple(w for w in (m.group(0).lower().replace("’", "'") for m in _WORD.finditer(text))
+                 if w not in _STOP and len(w) > 1)
 
 
 def display_name(role: str) -> str:
@@ -220,6 +227,7 @@ def rewrite(sentence: str, speaker: str, listener: str | None) -> str:
     return s[:1].upper() + s[1:]
 
 
+@functools.lru_cache(maxsize=8192)
 def worth(sentence: str) -> float:
     """How much a sentence (as said) is worth keeping; 0 when it is not a statement worth a fact."""
     stripped = sentence.strip()
