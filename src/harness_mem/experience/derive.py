@@ -139,14 +139,19 @@ def condensed(text: str) -> str:
     return text[:1].upper() + text[1:] + "." if text else text
 
 
+def _of_substance(statement: Statement, kind: str | None) -> bool:
+    """A fact, or a statement worth something that is not chatter: what a summary may hold."""
+    return kind is not None or (statement.score > 0 and not chatter(statement.said, statement.listener))
+
+
 def _account(turns: Sequence[SpokenTurn], said: Sequence[tuple[Statement, str | None]]) -> str:
-    """A segment as a reader would note it: who and when, then what was said of substance, in the
+    """A segment as a reader would note it (``said``: its statements of substance, with their
+    kinds): who and when, then what was said of substance, in the
     order said, within :data:`SUMMARY_SHARE` of its turns' words — each turn's best statement first
     (a fact before the rest), then each one's second …, each cut to its first clause
     (:func:`condensed`). Questions and small talk never make it in."""
     budget = max(SUMMARY_SHARE * sum(_words(t.content) for t in turns), SUMMARY_MIN_WORDS)
-    candidates = [i for i, (statement, kind) in enumerate(said)
-                  if kind is not None or (statement.score > 0 and not chatter(statement.said, statement.listener))]
+    candidates = range(len(said))
     advisers = {t.id for t in turns if t.role in _NOT_FACT_SOURCES}
 
     def worth(i: int) -> tuple[bool, bool, float]:  # what people said of themselves before an assistant's advice
@@ -187,8 +192,8 @@ def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None 
     segments = []
     parts = segment([t.content for t in turns], vectors)
     for part in parts:
-        kept = [pair for i in part for pair in said[i]]
-        if not any(kind is not None or (s.score > 0 and not chatter(s.said, s.listener)) for s, kind in kept):
+        kept = [pair for i in part for pair in said[i] if _of_substance(*pair)]
+        if not kept:
             continue  # greetings and questions only: nothing to keep
         segments.append(DerivedSegment(_account([turns[i] for i in part], kept), tuple(turns[i].id for i in part)))
     facts = []
