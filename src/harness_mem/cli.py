@@ -38,7 +38,7 @@ from .cliutils import (
 )
 from .db import CACHE_SIZE_KIB, ONE_SHOT_CACHE_KIB, connect, default_path
 from .engines import is_url, open_storage, shown_location
-from .errors import InvalidInputError, MissingVectorsWarning
+from .errors import InvalidInputError, MissingVectorsWarning, ModelMissingWarning
 from .models import MAX_CONTENT_CHARS, Entry, Hit, counted, dumps, format_time
 from .providers.embeddings import EMBEDDERS, giving_vectors
 from .providers.hints import MEM_HINTS
@@ -98,16 +98,18 @@ def open_store(ctx: click.Context, *, create: bool = False, rekey: bool = True) 
         )
     # A read answers once and exits: a small page cache keeps a cold recall's memory down (writes,
     # an import above all, and long-running processes such as `mcp` keep the default).
-    store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
-                        redactor=ctx.obj["redactor"], cache_kib=CACHE_SIZE_KIB if create else ONE_SHOT_CACHE_KIB,
-                        rekey=rekey)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", MissingVectorsWarning)
+    said = (MissingVectorsWarning, ModelMissingWarning)  # each said once, after the command's output
+    with warnings.catch_warnings(record=True) as caught:
+        for category in said:
+            warnings.simplefilter("always", category)
+        store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
+                            redactor=ctx.obj["redactor"], cache_kib=CACHE_SIZE_KIB if create else ONE_SHOT_CACHE_KIB,
+                            rekey=rekey)
+        try:
             yield store
-    finally:
-        store.close()
-    for message in dict.fromkeys(str(w.message) for w in caught if w.category is MissingVectorsWarning):
+        finally:
+            store.close()
+    for message in dict.fromkeys(str(w.message) for w in caught if w.category in said):
         click.echo(f"warning: {shown(message)}", err=True)
 
 
