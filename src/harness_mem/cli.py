@@ -24,6 +24,7 @@ from . import cliutils, hook_cli, migrations
 from .cliutils import (
     FiniteFloat,
     ModelSettings,
+    Query,
     StoreLocation,
     command_group,
     count_type,
@@ -38,7 +39,7 @@ from .cliutils import (
 )
 from .db import CACHE_SIZE_KIB, ONE_SHOT_CACHE_KIB, connect, default_path
 from .engines import is_url, open_storage, shown_location
-from .errors import InvalidInputError, MissingVectorsWarning, ModelMissingWarning
+from .errors import InvalidInputError, MissingVectorsWarning, ModelMissingWarning, NotFoundError
 from .models import MAX_CONTENT_CHARS, Entry, Hit, counted, dumps, format_time
 from .providers.embeddings import EMBEDDERS, giving_vectors
 from .providers.hints import MEM_HINTS
@@ -611,7 +612,7 @@ def purge(ctx: click.Context) -> None:
 
 
 @cli.command()
-@click.argument("query")
+@click.argument("query", type=Query())
 @click.option("-k", "k", default=10, show_default=True, type=click.IntRange(1, 1000), help="How many hits.")
 @click.option("--mode", type=click.Choice(["hybrid", "keyword", "semantic"]),
               help="How to rank [default: hybrid when an embedder is available, else keyword].")
@@ -620,7 +621,7 @@ def purge(ctx: click.Context) -> None:
 @click.option("--strict", is_flag=True,
               help="Refuse semantic or hybrid recall while some entries have no vector (default: warn).")
 @click.option("--context", type=click.IntRange(0, 20), default=0, help="Show N turns before and after each turn hit.")
-@click.option("--min-score", type=FiniteFloat(), help="Leave out hits scoring below this (scores are 0 to 1 in every mode).")
+@click.option("--min-score", type=FiniteFloat(0, 1), help="Leave out hits scoring below this (scores are 0 to 1 in every mode).")
 @click.option("--all-versions", is_flag=True, help="Include entries that a correction replaced.")
 @click.option("--as-of", help="What was true then (ISO-8601 or an age like 30d): before later corrections.")
 @click.option("--derived", is_flag=True, help="Only what consolidation derived (segments and facts).")
@@ -705,6 +706,7 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
     with open_store(ctx) as store:
         entry = store.get(entry_id)
         chain = store.history(entry_id)
+        cited = _cited_turns(store, entry)
     if as_json:
         echo_json({**entry.to_dict(), "history": [e.id for e in chain]})
         return
@@ -719,6 +721,29 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
         click.echo(f"metadata: {dumps(entry.metadata)}")
     click.echo("")
     click.echo(entry.content)
+    if cited:  # what it was derived from, in the words said: how it learnt this
+        click.echo("")
+        click.echo("from:")
+        for turn in cited:
+            when = format_time(turn.created_at)[:16].replace("T", " ")
+            click.echo(f"  {turn.role or turn.kind} · {when}  {turn.id}")
+            click.echo(f"    {turn.content}")
+
+
+#: The most source turns ``get`` shows under a derived entry.
+SHOWN_SOURCES = 10
+
+
+def _cited_turns(store: MemoryStore, entry: Entry) -> list[Entry]:
+    """The turns a derived entry cites, those still there, at most :data:`SHOWN_SOURCES`."""
+    cited = entry.metadata.get("source_turns")
+    if not isinstance(cited, list):
+        return []
+    found = []
+    for turn_id in cited[:SHOWN_SOURCES]:
+        with contextlib.suppress(NotFoundError):
+            found.append(store.get(str(turn_id)))
+    return found
 
 
 @cli.command("list")
@@ -829,7 +854,7 @@ def sessions_show(ctx: click.Context, session: str, offset: int, limit: int, as_
 
 
 @sessions_group.command("recall")
-@click.argument("query")
+@click.argument("query", type=Query())
 @click.option("-k", "k", type=click.IntRange(1, 100), default=5, show_default=True, help="How many sessions.")
 @click.option("--context", type=click.IntRange(0, 20), default=1, show_default=True,
               help="Turns shown around each session's best hit.")
@@ -1371,6 +1396,9 @@ def consolidate(ctx: click.Context, session: str | None, since: str | None, idle
             echo_json(result.to_dict())
         else:
             click.echo(result.describe())
+            if dry_run:  # what would be written, to judge before writing it
+                for kind, text in result.written():
+                    click.echo(f"    {kind:<8} {text}")
     click.echo(f"{'Would consolidate' if dry_run else 'Consolidated'} {report.summary()}", err=True)
 
 

@@ -148,6 +148,12 @@ class SessionResult:
     facts_repeated: int = 0  # facts derived that were already stored (the same words)
     facts_updated: int = 0  # of ``facts``, those that superseded an older fact about the same thing
     model_rejected: bool = False  # the model's replies failed validation twice: the rules wrote it
+    texts: dict[str, str] = field(default_factory=dict)  # what each segment and fact says, by id
+
+    def written(self) -> list[tuple[str, str]]:
+        """(kind, text) of each segment and fact, segments first: what was (or would be) written."""
+        return ([("summary", self.texts[i]) for i in self.segments if i in self.texts]
+                + [("fact", self.texts[i]) for i in self.facts if i in self.texts])
 
     def describe(self) -> str:
         """One readable line (the CLI prints these)."""
@@ -176,6 +182,7 @@ class SessionResult:
             "facts_repeated": self.facts_repeated,
             "facts_updated": self.facts_updated,
             "segments": list(self.segments),
+            "texts": dict(self.texts),
             "note": self.note,
         }
 
@@ -489,6 +496,7 @@ class _Job:
             result.action = "derived" if result.action == "unchanged" else result.action
             result.segments = [str(item["id"]) for item in segments]
             result.facts = [str(item["id"]) for item in facts]
+            result.texts = {str(item["id"]): str(item["content"]) for item in (*segments, *facts)}
             return
         try:
             with self.store.transaction():
@@ -522,6 +530,7 @@ class _Job:
             result.action = "derived"
         result.segments = [e.id for e in kept_segments]
         result.facts = [e.id for e in kept_facts]
+        result.texts = {e.id: e.content for e in (*kept_segments, *kept_facts)}
         result.facts_repeated = len(facts) - len(kept_facts)
 
     @staticmethod
