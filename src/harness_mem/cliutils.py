@@ -322,7 +322,7 @@ def count_type(minimum: int = 1, maximum: int = MAX_COUNT) -> click.IntRange:
     return click.IntRange(minimum, maximum)
 
 
-class Query(click.ParamType):
+class Query(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
     """What to search for: an empty or blank query would silently find nothing."""
 
     name = "query"
