@@ -465,10 +465,13 @@ def import_(ctx: click.Context, sources: tuple[str, ...], format_: str, replace:
     show_bar = not quiet and size is not None and size >= PROGRESS_MIN_BYTES
     with open_store(ctx, create=True) as store:
         if show_bar:
+            # The bar follows what is stored (read, redacted, embedded and written), not what is read.
             bar: ProgressBar[int]
-            with click.progressbar(length=size, label="Importing", file=sys.stderr) as bar:
-                lines = read_lines(source, progress=bar.update)
-                report = import_jsonl(store, lines, on_conflict=on_conflict, workers=workers)
+            with click.progressbar(length=size, label="Importing", file=sys.stderr,
+                                   item_show_func=lambda added: None if added is None else f"{added:,} entries stored"
+                                   ) as bar:
+                report = import_jsonl(store, read_lines(source), on_conflict=on_conflict, workers=workers,
+                                      written=lambda done, added: bar.update(done, added))  # type: ignore[arg-type]  # click types the item as None for a bar over a length
         else:
             report = import_jsonl(store, source, on_conflict=on_conflict, workers=workers)
     if as_json:  # the report on stdout, for a script; the bad lines are in it, redacted
@@ -1411,18 +1414,33 @@ def _is_number(text: str) -> bool:
 
 
 class _ProgressLines:
-    """Progress as lines on stderr: at most one a second, and always the last."""
+    """Progress as lines on stderr, at most one a second and always the last: how many of how many,
+    the rate so far and the time left at that rate."""
 
     def __init__(self, verb: str, interval: float = 1.0) -> None:
         self.verb = verb
         self.interval = interval
         self._last = 0.0
+        self._started = time.monotonic()
 
     def __call__(self, done: int, total: int, item: str) -> None:
         now = time.monotonic()
         if done == total or now - self._last >= self.interval:
             self._last = now
-            click.echo(f"{self.verb} {done}/{total} sessions ({item})", err=True)
+            line = f"{self.verb} {done:,}/{total:,} sessions ({item})"
+            elapsed = now - self._started
+            if done and elapsed > 0 and done < total:
+                rate = done / elapsed
+                line += f"  {rate:,.1f}/s, about {_duration((total - done) / rate)} left"
+            click.echo(line, err=True)
+
+
+def _duration(seconds: float) -> str:
+    """A time left as a person says it: 40 s, 3 min, 1 h 20 min."""
+    if seconds < 60:
+        return f"{max(1, round(seconds))} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
 
 # ---- serving ------------------------------------------------------------------------------------
