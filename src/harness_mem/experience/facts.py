@@ -72,6 +72,18 @@ _REQUEST = re.compile(
     r"drop me|see you|keep (?:it up|up|going|me posted)|hope)\b",
     re.IGNORECASE,
 )
+# A task handed to the listener for now ("Write that down somewhere", "Remind me next week …", "Run
+# the tests again"): the conversation's business. An instruction that holds from now on ("Run the
+# linter before every commit", "Never push to main") is a convention, not a task.
+_TASK = re.compile(
+    r"^(?:please\s+|now\s+|ok(?:ay)?,?\s+|and\s+|also,?\s+|then\s+)?(?:write|note|remind|run|rerun|re-run|commit|"
+    r"push|open|close|fix|add|create|make|update|change|rename|delete|remove|pin|draft|send|show|give|find|explain|"
+    r"summari[sz]e|build|deploy|merge|revert|install|help|go ahead|continue|proceed|repeat|undo|retry|restart|"
+    r"start|stop|print|list|write up|look into|dig into|ping|email|call|book|schedule|set up)\b",
+    re.IGNORECASE,
+)
+_FROM_NOW_ON = re.compile(r"\b(?:always|never|every|each time|whenever|from now on|by default|going forward|"
+                          r"before (?:any|each|every)|after (?:any|each|every))\b", re.IGNORECASE)
 _LETS_FOR_NOW = re.compile(
     r"^let(?:'s| us) (?:see|try|look|check|go ahead|do (?:it|this|that)|talk|get (?:started|going|back)|start|wait|"
     r"figure|think|find|hope|move on|continue|proceed|debug|investigate|run|test|dig|focus|review|recap|chat|catch up|"
@@ -195,6 +207,8 @@ def chatter(s: str, listener: str | None) -> bool:
         return True
     if listener and _opens_with(s, listener):
         return True
+    if _TASK.match(s) and not _FROM_NOW_ON.search(s):
+        return True
     return bool(_NEVER.match(s) or _LETS_FOR_NOW.search(s) or _REQUEST.match(s))
 
 
@@ -213,6 +227,8 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
         return None
     if _DECISION.match(s):
         return "decision"
+    if _TASK.match(s):  # not chatter, so it holds from now on: "Run the linter before every commit."
+        return "convention"
     convention = _CONVENTION.search(s)
     if convention and len(content_words(s[convention.end():])) >= 2:  # "we always squash merge", not "I always forget"
         return "convention"
