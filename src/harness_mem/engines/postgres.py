@@ -873,12 +873,14 @@ class PostgresStorage(Storage):
     def derived_from(self, pks: Sequence[int]) -> list[int]:
         if not pks:
             return []
+        # The sessions' entries first (by their index), each asked once whether it cites any of them.
         return sorted(row[0] for row in self.query(
-            "SELECT DISTINCT d.pk FROM entries t"
-            " JOIN entries d ON d.namespace = t.namespace AND d.session = t.session"
-            " WHERE t.pk = ANY(%s) AND d.source = %s AND d.forgotten_at IS NULL"
-            " AND (d.metadata::jsonb -> 'source_turns') ? t.id",
-            (list(pks), DERIVED_SOURCE),
+            "WITH forgotten AS (SELECT namespace, session, id, pk FROM entries WHERE pk = ANY(%s))"
+            " SELECT d.pk FROM entries d WHERE (d.namespace, d.session) IN (SELECT namespace, session FROM forgotten)"
+            " AND d.kind <> 'turn' AND d.forgotten_at IS NULL AND NOT d.pk = ANY(%s)"
+            " AND (d.metadata::jsonb -> 'source_turns') ?| ARRAY("
+            "SELECT f.id FROM forgotten f WHERE f.namespace = d.namespace)",
+            (list(pks), list(pks)),
         ))
 
     def mark_superseded(self, pk: int, by: str, when: int) -> None:

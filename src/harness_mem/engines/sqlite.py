@@ -488,12 +488,14 @@ class SQLiteStorage(Storage):
         found: list[int] = []
         for start in range(0, len(pks), 500):
             chunk = list(pks[start:start + 500])
+            marks = ", ".join("?" * len(chunk))
+            # The sessions' entries first (by their index), then what each cites, looked up by id.
             found += [row[0] for row in self.conn.execute(
-                "SELECT DISTINCT d.pk FROM entries t"
-                " JOIN entries d ON d.namespace = t.namespace AND d.session = t.session"
-                f" WHERE t.pk IN ({', '.join('?' * len(chunk))}) AND d.source = ? AND d.forgotten_at IS NULL"
-                " AND EXISTS (SELECT 1 FROM json_each(d.metadata, '$.source_turns') AS cited WHERE cited.value = t.id)",
-                (*chunk, DERIVED_SOURCE),
+                "SELECT DISTINCT d.pk FROM entries d, json_each(d.metadata, '$.source_turns') AS cited"
+                " JOIN entries t ON t.namespace = d.namespace AND t.id = cited.value"
+                f" WHERE (d.namespace, d.session) IN (SELECT namespace, session FROM entries WHERE pk IN ({marks}))"
+                f" AND d.kind != 'turn' AND d.forgotten_at IS NULL AND t.pk IN ({marks}) AND d.pk != t.pk",
+                (*chunk, *chunk),
             )]
         return sorted(set(found))
 
