@@ -367,7 +367,8 @@ class Storage(ABC):
 
     @abstractmethod
     def forget(self, pks: Sequence[int], when: int) -> None:
-        """Tombstone entries: their derived rows go now, their content at the next purge."""
+        """Tombstone entries: their derived rows go now (the skills distilled from a forgotten
+        episode among them: they quote it), their content at the next purge."""
 
     @abstractmethod
     def has_derived(self, namespace: str) -> bool:

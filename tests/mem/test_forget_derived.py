@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from harness_mem.cli import cli
 from harness_mem.db import connect
-from harness_mem.experience import consolidate
+from harness_mem.experience import ExperienceStore, Skill, consolidate
 from harness_mem.store import MemoryStore
 
 MARKER = "qzpaymentsmod"  # no detector knows it: only forgetting can remove it
@@ -126,6 +126,38 @@ def test_an_updated_episode_still_cites_the_turns_of_its_first_version(engine_st
     store.forget("t1")
     assert list(store.list(kind="episode")) == []
     assert store.recall(MARKER, 10) == []
+
+
+def test_a_skill_distilled_from_a_forgotten_episode_goes_with_its_history(engine_store: MemoryStore) -> None:
+    store = engine_store
+    add_run(store)
+    consolidate(store)
+    experience = ExperienceStore(store)
+    # As the distiller writes it: the episode's situation under "When this applies".
+    quoting = Skill("fix-failing-tests", "Fixes a failing test suite. Use when tests fail after a change.",
+                    f"# Fix failing tests\n\n## When this applies\n\nPlease fix the failing test in module {MARKER}"
+                    "\n\n## Steps\n\n1. Run the tests.\n2. Fix the code.\n")
+    experience.save_skill(quoting, origin="distilled", episode_id="session:run1")
+    unrelated = Skill("deploy-runbook", "Deploys a website to production. Use when a release must go out.",
+                      "# Deploy\n\n1. Build.\n2. Deploy.\n3. Check the health page.\n")
+    experience.save_skill(unrelated)
+    store.forget(tags=["ticket-7"])
+    assert [record.name for record in experience.list_skills()] == ["deploy-runbook"]
+    assert experience.find_skill("fix-failing-tests") is None
+
+
+def test_a_forgotten_skill_leaves_no_copy_in_the_sqlite_file(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None) as store:
+        add_run(store)
+        consolidate(store)
+        skill = Skill("fix-failing-tests", "Fixes a failing test suite. Use when tests fail after a change.",
+                      f"# Fix failing tests\n\n## When this applies\n\nfix the test in module {MARKER}\n")
+        ExperienceStore(store).save_skill(skill, origin="distilled", episode_id="session:run1")
+        store.forget("t1")
+        store.purge()
+        store.gc()
+    for path in db_path.parent.glob(db_path.name + "*"):
+        assert MARKER.encode() not in path.read_bytes(), path.name
 
 
 def test_episodes_consolidated_before_they_cited_their_turns_are_forgotten_with_them(engine_target: str) -> None:

@@ -865,6 +865,14 @@ class PostgresStorage(Storage):
                 found = self.query("SELECT namespace, session, created_at, kind FROM entries WHERE pk = %s", (pk,))
                 if found and found[0][3] == "turn" and found[0][1]:
                     self._reindex_turn_after(found[0][0], found[0][1], found[0][2], pk)
+            # A skill distilled from a forgotten episode quotes its situation: it goes, with its history.
+            self._run(
+                "DELETE FROM skills WHERE pk IN (SELECT s.skill_pk FROM skill_sources s"
+                " JOIN episodes ep ON ep.pk = s.episode_pk"
+                " JOIN entries e ON e.namespace = ep.namespace AND e.id = ep.entry_id"
+                " WHERE e.pk = ANY(%s) AND s.role = 'distilled')",
+                (list(pks),),
+            )
 
     def has_derived(self, namespace: str) -> bool:
         return bool(self.query("SELECT 1 FROM entries WHERE namespace = %s AND source = %s LIMIT 1",

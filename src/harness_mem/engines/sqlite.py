@@ -483,6 +483,14 @@ class SQLiteStorage(Storage):
                 ).fetchone()
                 if row is not None and row[3] == "turn" and row[1]:
                     self._reindex_turn_after(row[0], row[1], row[2], pk)
+            # A skill distilled from a forgotten episode quotes its situation: it goes, with its history.
+            self.conn.execute(
+                "DELETE FROM skills WHERE pk IN (SELECT s.skill_pk FROM skill_sources s"
+                " JOIN episodes ep ON ep.pk = s.episode_pk"
+                " JOIN entries e ON e.namespace = ep.namespace AND e.id = ep.entry_id"
+                " WHERE e.pk IN (SELECT value FROM json_each(?)) AND s.role = 'distilled')",
+                (json.dumps(list(pks)),),
+            )
 
     def derived_from(self, pks: Sequence[int]) -> list[int]:
         found: list[int] = []
