@@ -99,6 +99,18 @@ def test_forgetting_a_turn_leaves_no_row_holding_its_words_on_postgresql(
     assert MARKER not in run(engine_target, "recall", MARKER)
 
 
+def test_a_turn_forgotten_before_consolidation_is_never_quoted(engine_target: str, tmp_path: Path) -> None:
+    lines = tmp_path / "run.jsonl"
+    lines.write_text("".join(json.dumps(line) + "\n" for line in RUN), encoding="utf-8")
+    run(engine_target, "import", str(lines))
+    run(engine_target, "forget", "t1")              # still in the file until the purge
+    run(engine_target, "consolidate")
+    assert MARKER not in run(engine_target, "episodes", "list")
+    with MemoryStore(engine_target, embedder=None) as store:
+        derived = list(store.list(kind=["summary", "fact", "episode"]))
+        assert not any(MARKER in entry.content for entry in derived), derived
+
+
 def add_run(store: MemoryStore) -> None:
     store.add_many([{**line, "content": line["text"], "created_at": line["timestamp"]} for line in RUN])
 
