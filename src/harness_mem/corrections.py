@@ -127,7 +127,8 @@ def forget(
     Recall, get and list never return a forgotten entry again; its keyword and vector rows are
     removed now, its content at the next :func:`purge`. Whatever cites a forgotten entry in
     ``metadata.source_turns`` (consolidation's segments, facts and episodes) is forgotten with it
-    (and counted), even when it cites other entries too: it quotes the forgotten words.
+    (and counted), even when it cites other entries too: it quotes the forgotten words. An episode
+    forgotten so is built again by the next consolidation, from the turns that remain.
     """
     filters = make_filters(kind=kind, session=scope.key(session), tags=scope.tags(tags), since=since, until=until,
                            include_superseded=True)
@@ -138,9 +139,11 @@ def forget(
         pks = storage.pks(selection, entry_id=None if id is None else scope.key(id) or id)
         if id is not None and not pks:
             raise NotFoundError(f"no entry with id {id!r} in namespace {scope.namespace!r}")
-        pks = sorted(_derived_closure(storage, pks))
-        storage.forget(pks, now_ms())
-    return len(pks)
+        reached = _derived_closure(storage, pks) - set(pks)  # forgotten for what they quote
+        storage.forget(sorted({*pks, *reached}), now_ms())
+        # Such an episode is built again from the turns that remain (one forgotten itself is not).
+        storage.rebuild_episodes(sorted(reached))
+    return len(pks) + len(reached)
 
 
 def _derived_closure(storage: Storage, pks: Sequence[int]) -> set[int]:

@@ -381,6 +381,12 @@ class Storage(ABC):
         every derived entry fills (segments, facts, episodes)."""
 
     @abstractmethod
+    def rebuild_episodes(self, pks: Sequence[int]) -> None:
+        """Among these forgotten entries, the episodes consolidation keeps for a session: set each
+        session's episode watermark back to the start, so the next consolidation builds its episode
+        again from the turns that remain (inside the forgetting transaction)."""
+
+    @abstractmethod
     def mark_superseded(self, pk: int, by: str, when: int) -> None:
         """Mark an entry as replaced by the entry ``by`` (inside a transaction)."""
 

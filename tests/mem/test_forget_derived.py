@@ -140,6 +140,34 @@ def test_an_updated_episode_still_cites_the_turns_of_its_first_version(engine_st
     assert store.recall(MARKER, 10) == []
 
 
+@pytest.mark.parametrize("purged", [False, True], ids=["tombstone", "purged"])
+def test_an_episode_forgotten_with_a_turn_is_built_again_from_the_turns_that_remain(
+    engine_store: MemoryStore, purged: bool,
+) -> None:
+    store = engine_store
+    add_run(store)
+    consolidate(store)
+    store.forget("t2")                             # the tool turn: the episode lists its tool
+    if purged:
+        store.purge()
+    (result,) = consolidate(store).sessions
+    assert result.episode_id == "session:run1" and result.action in ("created", "updated")
+    rebuilt = ExperienceStore(store).get("session:run1")
+    assert rebuilt.episode.situation == RUN[0]["text"] and rebuilt.episode.tools == []
+    (entry,) = store.list(kind="episode")
+    assert entry.metadata["source_turns"] == ["t1", "t3"]
+    assert consolidate(store).sessions == []       # built once: the next run has nothing to do
+
+
+def test_an_episode_forgotten_itself_is_not_built_again(engine_store: MemoryStore) -> None:
+    store = engine_store
+    add_run(store)
+    consolidate(store)
+    assert store.forget("session:run1") == 1       # its turns stay
+    assert consolidate(store).sessions == []
+    assert list(store.list(kind="episode")) == []
+
+
 def test_a_skill_distilled_from_a_forgotten_episode_goes_with_its_history(engine_store: MemoryStore) -> None:
     store = engine_store
     add_run(store)

@@ -891,6 +891,14 @@ class PostgresStorage(Storage):
             (list(pks), list(pks)),
         ))
 
+    def rebuild_episodes(self, pks: Sequence[int]) -> None:
+        self._run(
+            "UPDATE consolidations c SET last_pk = 0, turns = 0 WHERE EXISTS (SELECT 1 FROM episodes ep"
+            " JOIN entries e ON e.namespace = ep.namespace AND e.id = ep.entry_id"
+            " WHERE e.pk = ANY(%s) AND ep.namespace = c.namespace AND ep.id = c.episode_id)",
+            (list(pks),),
+        )
+
     def mark_superseded(self, pk: int, by: str, when: int) -> None:
         self._run("UPDATE entries SET superseded_by = %s, superseded_at = %s WHERE pk = %s", (by, when, pk))
 

@@ -507,6 +507,15 @@ class SQLiteStorage(Storage):
             )]
         return sorted(set(found))
 
+    def rebuild_episodes(self, pks: Sequence[int]) -> None:
+        self.conn.execute(
+            "UPDATE consolidations SET last_pk = 0, turns = 0 WHERE EXISTS (SELECT 1 FROM episodes ep"
+            " JOIN entries e ON e.namespace = ep.namespace AND e.id = ep.entry_id"
+            " WHERE e.pk IN (SELECT value FROM json_each(?)) AND ep.namespace = consolidations.namespace"
+            " AND ep.id = consolidations.episode_id)",
+            (json.dumps(list(pks)),),
+        )
+
     def mark_superseded(self, pk: int, by: str, when: int) -> None:
         self.conn.execute("UPDATE entries SET superseded_by = ?, superseded_at = ? WHERE pk = ?", (by, when, pk))
 

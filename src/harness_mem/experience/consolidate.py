@@ -39,6 +39,8 @@ segments and its episode is **updated in place** (same id, so links from skills 
 appended, a new assistant turn replaces the outcome, the result re-decided from the new turns).
 An episode's id is derived from its session (``session:<id>``), so a run interrupted between
 writing it and recording it finds it on the next run and rewrites it instead of adding another.
+An episode forgotten because a turn it cites was forgotten has its watermark set back to 0: the
+next run builds it again, under the same id, from the turns that remain.
 """
 
 from __future__ import annotations
@@ -333,7 +335,7 @@ def episode_id_for(session: str) -> str:
 class _Candidate:
     session: str
     max_pk: int
-    last_pk: int | None  # None: no episode yet
+    last_pk: int | None  # None: no episode yet; 0: its episode is to be built again
     episode_id: str | None
     turns: int
     facts: int
@@ -676,7 +678,7 @@ class _Job:
             result.action, result.note = "skipped", "the run recorded its own episode; kept as it is"
             return
         base = previous = None
-        if c.last_pk is not None:
+        if c.last_pk:  # 0: built again from the start (a turn it cited was forgotten, and it with it)
             try:
                 stored = self.experience.get(episode_id)
             except NotFoundError:
