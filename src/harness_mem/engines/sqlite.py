@@ -497,13 +497,15 @@ class SQLiteStorage(Storage):
         for start in range(0, len(pks), 500):
             chunk = list(pks[start:start + 500])
             marks = ", ".join("?" * len(chunk))
-            # The sessions' entries first (by their index), then what each cites, looked up by id.
+            # The sessions' entries (by their index), each citation probed in the chunk's ids (a list
+            # SQLite builds once): joining the chunk's rows instead scans each session once per row.
             found += [row[0] for row in self.conn.execute(
                 "SELECT DISTINCT d.pk FROM entries d, json_each(d.metadata, '$.source_turns') AS cited"
-                " JOIN entries t ON t.namespace = d.namespace AND t.id = cited.value"
                 f" WHERE (d.namespace, d.session) IN (SELECT namespace, session FROM entries WHERE pk IN ({marks}))"
-                f" AND d.kind != 'turn' AND d.forgotten_at IS NULL AND t.pk IN ({marks}) AND d.pk != t.pk",
-                (*chunk, *chunk),
+                " AND d.kind != 'turn' AND d.forgotten_at IS NULL"
+                f" AND (d.namespace, cited.value) IN (SELECT namespace, id FROM entries WHERE pk IN ({marks}))"
+                f" AND d.pk NOT IN ({marks})",
+                (*chunk, *chunk, *chunk),
             )]
         return sorted(set(found))
 
