@@ -141,8 +141,8 @@ def forget(
             raise NotFoundError(f"no entry with id {id!r} in namespace {scope.namespace!r}")
         reached = _derived_closure(storage, pks) - set(pks)  # forgotten for what they quote
         storage.forget(sorted({*pks, *reached}), now_ms())
-        # Such an episode is built again from the turns that remain (one forgotten itself is not).
-        storage.rebuild_episodes(sorted(reached))
+        if reached:  # such an episode is built again from the turns that remain (one forgotten itself is not)
+            storage.rebuild_episodes(sorted(reached))
     return len(pks) + len(reached)
 
 
