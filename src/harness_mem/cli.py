@@ -1375,9 +1375,10 @@ def consolidate(ctx: click.Context, session: str | None, since: str | None, idle
     one "summary" entry that reads on its own (who, when, what was said, in the third person with
     dates resolved), and the durable things people said as "fact" entries. Both cite the turns
     they came from (metadata.source_turns), are recalled with --kind fact/summary, and are forgotten
-    with those turns. A session that used tools or states a result also gets an episode. Running it
-    again adds nothing; new turns are consolidated on the next run. With --model-url and --model,
-    up to 3 facts per session are written by the model instead.
+    with those turns. A session that used tools or states a result also gets an episode, which
+    cites and is forgotten with its turns the same way. Running it again adds nothing; new turns
+    are consolidated on the next run. With --model-url and --model, up to 3 facts per session are
+    written by the model instead.
 
     \b
     Example:

@@ -17,7 +17,8 @@ their roles: speaker names, user/assistant, tool) and, per session, incrementall
   in order), outcome (the last ``assistant`` turn) and success, inferred where the turns show it
   clearly (:mod:`.outcomes`: a result tag or verdict line, a test summary or exit status in a tool
   result, the user confirming or rejecting) and recorded with the turn that showed it
-  (``metadata.outcome``); otherwise unknown — never guessed from tone.
+  (``metadata.outcome``); otherwise unknown — never guessed from tone. It cites every turn it was
+  built from in ``metadata.source_turns`` too, so forgetting any of them forgets it.
 
 With a :class:`~harness_mem.providers.textmodel.TextModel`, the model writes the segments' summaries
 and the facts and decides whether a fact adds, updates or repeats a stored one, in at most two
@@ -38,6 +39,8 @@ segments and its episode is **updated in place** (same id, so links from skills 
 appended, a new assistant turn replaces the outcome, the result re-decided from the new turns).
 An episode's id is derived from its session (``session:<id>``), so a run interrupted between
 writing it and recording it finds it on the next run and rewrites it instead of adding another.
+An episode forgotten because a turn it cites was forgotten has its watermark set back to 0: the
+next run builds it again, under the same id, from the turns that remain.
 """
 
 from __future__ import annotations
@@ -321,6 +324,12 @@ def build_episode(turns: Sequence[Turn], base: Episode | None = None, outcome: O
     )
 
 
+def cited_turns(metadata: dict[str, Any]) -> tuple[str, ...]:
+    """The turn ids a derived entry's ``metadata.source_turns`` cites (none when it holds no list)."""
+    cited = metadata.get("source_turns")
+    return tuple(t for t in cited if isinstance(t, str)) if isinstance(cited, list) else ()
+
+
 def episode_id_for(session: str) -> str:
     """The id of the episode consolidated from ``session`` (stable, so a retried run finds it)."""
     return f"session:{session}"
@@ -333,7 +342,7 @@ def episode_id_for(session: str) -> str:
 class _Candidate:
     session: str
     max_pk: int
-    last_pk: int | None  # None: no episode yet
+    last_pk: int | None  # None: no episode yet; 0: its episode is to be built again
     episode_id: str | None
     turns: int
     facts: int
@@ -348,6 +357,7 @@ class _Mark:
     episode_id: str
     new: list[Turn]
     outcome: Outcome | None = None  # the run's result, the turn that showed it and why
+    cited: tuple[str, ...] = ()  # the turns the stored episode was already built from
 
     @property
     def session(self) -> str:
@@ -372,7 +382,11 @@ class _Mark:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        made = {"consolidated_from": {"session": self.session, "turns": self.turns, "last_turn": self.last_turn_id}}
+        made: dict[str, Any] = {
+            "consolidated_from": {"session": self.session, "turns": self.turns, "last_turn": self.last_turn_id},
+            # The provenance every derived entry keeps: forgetting any of these turns forgets the episode.
+            "source_turns": list(dict.fromkeys([*self.cited, *(t.id for t in self.new)])),
+        }
         return made if self.outcome is None else {**made, "outcome": self.outcome.to_dict()}
 
 
@@ -673,7 +687,7 @@ class _Job:
             result.action, result.note = "skipped", "the run recorded its own episode; kept as it is"
             return
         base = previous = None
-        if c.last_pk is not None:
+        if c.last_pk:  # 0: built again from the start (a turn it cited was forgotten, and it with it)
             try:
                 stored = self.experience.get(episode_id)
             except NotFoundError:
@@ -683,8 +697,10 @@ class _Job:
                 result.action, result.note = "skipped", "its episode was deleted; not recreated"
                 return
             base = stored.episode
-            recorded = self.store.get(stored.entry_id).metadata.get("outcome") if stored.entry_id else None
-            previous = Outcome.from_dict(recorded) or Outcome(base.success, None, "recorded before outcomes were inferred")
+            recorded = self.store.get(stored.entry_id).metadata if stored.entry_id else {}
+            previous = (Outcome.from_dict(recorded.get("outcome"))
+                        or Outcome(base.success, None, "recorded before outcomes were inferred"))
+            mark = replace(mark, cited=cited_turns(recorded))
         outcome = infer_outcome(new, before=previous)
         mark = replace(mark, outcome=outcome)
         episode = build_episode(new, base, outcome)
