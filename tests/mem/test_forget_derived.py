@@ -121,7 +121,8 @@ def test_an_episode_built_from_several_turns_goes_when_one_of_them_is_forgotten(
     consolidate(store)
     (episode,) = store.list(kind="episode")
     assert episode.metadata["source_turns"] == ["t1", "t2", "t3"]
-    assert store.forget("t2") == 3                 # the tool turn, the segment quoting it, the episode
+    assert list(store.list(kind="summary")) == []  # a task handed over and a result: nothing a summary keeps
+    assert store.forget("t2") == 2                 # the tool turn and the episode quoting it
     assert list(store.list(kind="episode")) == []
     assert {e.id for e in store.list(kind="turn")} == {"t1", "t3"}   # the other turns stay
 
@@ -208,7 +209,7 @@ def test_episodes_consolidated_before_they_cited_their_turns_are_forgotten_with_
     with MemoryStore(engine_target, embedder=None) as store:  # opening it migrates it
         (episode,) = store.list(kind="episode")
         assert episode.metadata["source_turns"] == ["t1", "t2", "t3"]
-        assert store.forget("t1") == 3             # the turn, its segment, the episode
+        assert store.forget("t1") == 2             # the turn and the episode
         assert store.recall(MARKER, 10) == []
 
 
