@@ -488,7 +488,8 @@ class _Job:
         when = {t.id: from_ms(t.created_ms) for t in turns}
         segments = [self._item(c.session, "summary", part.text, part.source_turns, segment_id(part.source_turns[0]), when)
                     for part in derivation.segments]
-        facts = [self._item(c.session, "fact", fact.text, fact.source_turns, fact_id(fact.text), when, fact.about)
+        facts = [self._item(c.session, "fact", fact.text, fact.source_turns, fact_id(fact.text), when, fact.about,
+                            fact_kind=fact.kind, open_thread=fact.open_thread)
                  for fact in derivation.facts]
         # How the rules' facts relate to stored ones, by id: a correction of a value, a revision.
         changes = {item["id"]: fact for item, fact in zip(facts, derivation.facts, strict=True)
@@ -549,8 +550,11 @@ class _Job:
 
     @staticmethod
     def _item(session: str, kind: str, text: str, sources: Sequence[str], id_: str, when: dict[str, datetime],
-              about: tuple[str, str] | None = None) -> dict[str, Any]:
-        """A derived entry to write: it cites its turns, and holds from the time of the first."""
+              about: tuple[str, str] | None = None, *, fact_kind: str | None = None,
+              open_thread: bool = False) -> dict[str, Any]:
+        """A derived entry to write: it cites its turns, and holds from the time of the first. A
+        fact says what kind it is (``metadata.fact_kind``) and whether it leaves something for later
+        (``metadata.open_thread``): what a coding agent's next session is told first."""
         item: dict[str, Any] = {
             "id": id_, "content": text, "kind": kind, "session": session, "tags": [CONSOLIDATED_TAG],
             "source": CONSOLIDATION_SOURCE, "metadata": {"source_turns": list(sources)},
@@ -559,6 +563,10 @@ class _Job:
         if about is not None:
             item["tags"].append(about_tag(about[0]))
             item["metadata"]["about"] = {"key": about[0], "value": about[1]}
+        if fact_kind is not None:
+            item["metadata"]["fact_kind"] = fact_kind
+        if open_thread:
+            item["metadata"]["open_thread"] = True
         return item
 
     def _model_writes(

@@ -26,7 +26,7 @@ from datetime import date
 import numpy as np
 import numpy.typing as npt
 
-from .facts import chatter, correction, fact_about, fact_kind, revises
+from .facts import chatter, correction, fact_about, fact_kind, open_thread, revises
 from .segments import segment
 from .statements import Statement, content_words, display_name, sentences, statements
 from .timephrases import format_day
@@ -83,6 +83,9 @@ class DerivedFact:
     corrects: tuple[str, str] | None = None
     # It presents itself as a change ("… now", "instead"): it replaces the speaker's fact it restates.
     revises: bool = False
+    kind: str | None = None  # what kind of fact (:func:`.facts.fact_kind`): "decision", "home", "plan" …
+    # It leaves something for later (:func:`.facts.open_thread`): a reminder, a to-do, a next step.
+    open_thread: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,7 +228,8 @@ def _kind(role: str, statement: Statement, people: Sequence[str], *, answers: bo
         return None
     kind = fact_kind(statement.said, listener=_listener(role, people))
     if role != "assistant":
-        return kind
+        # What someone left for later is kept until it is done, whatever else it is.
+        return "plan" if kind in (None, "event") and open_thread(statement.said) else kind
     return kind if kind in _PROJECT_KINDS and (answers or _FOR_THE_TEAM.match(statement.said)) else None
 
 
@@ -238,7 +242,7 @@ def _facts(found: Sequence[tuple[Statement, str | None]], sources: tuple[str, ..
     events = sorted(((s, kind) for s, kind in found if kind == "event"), key=lambda pair: -pair[0].score)
     chosen = typed[:FACTS_PER_TURN] or (events[:1] if personal else [])
     facts = [DerivedFact(s.text, sources, s.score, fact_about(s.text, s.speaker, kind), s.speaker, None,
-                         revises(s.said)) for s, kind in chosen]
+                         revises(s.said), kind, open_thread(s.said)) for s, kind in chosen]
     for s, _ in found if personal else ():
         fixed = correction(s.said)
         if fixed is not None:

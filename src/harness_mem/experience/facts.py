@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from .statements import content_words, normalised, subjectless, worth
 
-__all__ = ["FACT_SCORE", "chatter", "correction", "fact_about", "fact_kind", "frame_words", "restates", "revises"]
+__all__ = ["FACT_SCORE", "chatter", "correction", "fact_about", "fact_kind", "frame_words", "open_thread", "restates",
+           "revises"]
 
 #: A statement of no recognised kind becomes a fact from this score up (an event with content).
 FACT_SCORE = 2.6
@@ -76,7 +77,7 @@ _REQUEST = re.compile(
 # the tests again"): the conversation's business. An instruction that holds from now on ("Run the
 # linter before every commit", "Never push to main") is a convention, not a task.
 _TASK = re.compile(
-    r"^(?:please\s+|now\s+|ok(?:ay)?,?\s+|and\s+|also,?\s+|then\s+)?(?:write|note|remind|run|rerun|re-run|commit|"
+    r"^(?:please\s+|now\s+|ok(?:ay)?,?\s+|and\s+|also,?\s+|then\s+)?(?:write|note|run|rerun|re-run|commit|"
     r"push|open|close|fix|add|create|make|update|change|rename|delete|remove|pin|draft|send|show|give|find|explain|"
     r"summari[sz]e|build|deploy|merge|revert|install|help|go ahead|continue|proceed|repeat|undo|retry|restart|"
     r"start|stop|print|list|write up|look into|dig into|ping|email|call|book|schedule|set up)\b",
@@ -210,6 +211,27 @@ def chatter(s: str, listener: str | None) -> bool:
     if _TASK.match(s) and not _FROM_NOW_ON.search(s):
         return True
     return bool(_NEVER.match(s) or _LETS_FOR_NOW.search(s) or _REQUEST.match(s))
+
+
+# Something left for later: a reminder, a to-do, a next step, what still has to happen, what someone
+# will do at a later time ("Remind me next week to …", "We still need to write the migration", "I'll
+# look at the flaky test tomorrow").
+_LATER = (r"(?:later|tomorrow|tonight|soon|next (?:week|month|sprint|time|step|release)|this (?:week|afternoon|evening)|"
+          r"on (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|after (?:the|this|that) \w+|"
+          r"before (?:the|we|I) \w+|by (?:monday|tuesday|wednesday|thursday|friday|the end of))")
+_OPEN_THREAD = re.compile(
+    r"^(?:remind (?:me|us)|todo\b|to do:|next steps?:|follow[- ]up:)|^" + _LATER + r",? (?:I|we)(?:'ll| will| need| have| must)\b|"
+    r"\b(?:still (?:need|have|has|needs) to|"
+    r"(?:need|needs|have|has) to \w+ .*\b" + _LATER + r"|(?:will|'ll|going to|plan(?:s|ning)? to) \w+ .*\b"
+    + _LATER + r")",
+    re.IGNORECASE,
+)
+
+
+def open_thread(sentence: str) -> bool:
+    """True when ``sentence`` (as said) leaves something for later: a reminder, a to-do, a next
+    step, what still has to be done, what someone will do at a later time."""
+    return bool(_OPEN_THREAD.search(sentence.strip()) or _OPEN_THREAD.search(normalised(sentence)))
 
 
 def _opens_with(s: str, name: str) -> bool:
