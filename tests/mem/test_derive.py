@@ -180,7 +180,7 @@ def test_an_assistant_states_the_projects_facts_when_asked_or_speaking_for_the_t
     }  # the log of its own work is no fact, nor is a task given for now
 
 
-@pytest.mark.parametrize("said", ["Write that down somewhere, people keep asking.", "Remind me next week to delete it.",
+@pytest.mark.parametrize("said", ["Write that down somewhere, people keep asking.", "Pin the clock in that test.",
                                   "Run the auth tests again.", "Push and open a PR."])
 def test_a_task_for_now_is_neither_a_fact_nor_in_a_summary(said: str) -> None:
     turns = [SpokenTurn("u1", "user", "I work at Google.", MONDAY), SpokenTurn("u2", "user", said, MONDAY)]
