@@ -243,7 +243,7 @@ def test_a_session_starts_with_the_projects_rules_then_its_open_threads_then_the
     rules, threads, others = (lines.index(title) for title in claude_code.CONTEXT_GROUPS)
     assert rules < threads < others
     block = {title: lines[start + 1:end] for title, start, end in
-             zip(claude_code.CONTEXT_GROUPS, (rules, threads, others), (threads, others, len(lines) - 1))}
+             zip(claude_code.CONTEXT_GROUPS, (rules, threads, others), (threads, others, len(lines) - 1), strict=True)}
     assert [line.split(": ", 1)[1] for line in block["Decisions, conventions and setup:"]] == [
         "The user and others will use Postgres for billing.",
         "Deploys go out on Tuesdays after 2 pm via the deploy-bot."]  # newest first

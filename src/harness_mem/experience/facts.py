@@ -206,7 +206,7 @@ def chatter(s: str, listener: str | None) -> bool:
         return True
     if _YOU.search(s) and not _YOU_AS_PREFERENCE.search(s):
         return True
-    if listener and _opens_with(s, listener):
+    if listener and (_opens_with(s, listener) or _closes_with_name(s, listener)):
         return True
     if _TASK.match(s) and not _FROM_NOW_ON.search(s):
         return True
@@ -228,10 +228,29 @@ _OPEN_THREAD = re.compile(
 )
 
 
+# "I'll review it tomorrow": what "it" is was said before; alone, the thread names nothing.
+_UNNAMED_OBJECT = re.compile(r"\b(?:will|'ll|to) \w+ (?:it|that|this|them|those|these)\b", re.IGNORECASE)
+
+
 def open_thread(sentence: str) -> bool:
     """True when ``sentence`` (as said) leaves something for later: a reminder, a to-do, a next
-    step, what still has to be done, what someone will do at a later time."""
-    return bool(_OPEN_THREAD.search(sentence.strip()) or _OPEN_THREAD.search(normalised(sentence)))
+    step, what still has to be done, what someone will do at a later time — and names it."""
+    said = normalised(sentence)
+    if _UNNAMED_OBJECT.search(said):
+        return False
+    return bool(_OPEN_THREAD.search(sentence.strip()) or _OPEN_THREAD.search(said))
+
+
+_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'll|I'd|my|we|we're|we've|our)\b")
+_VOCATIVE_END = re.compile(r",\s+([A-Z][a-z]{2,})\s*[.!…]*\s*$")
+
+
+def _closes_with_name(s: str, name: str) -> bool:
+    """True when ``s`` ends by calling the listener by name, or by a short form of it ("That charity
+    race sounds great, Mel."): words said to them, not a note about anyone."""
+    found = _VOCATIVE_END.search(s)
+    return (found is not None and name.lower().startswith(found.group(1).lower())
+            and not _FIRST_PERSON.search(s))  # "I moved to Porto, Mel." is news all the same
 
 
 def _opens_with(s: str, name: str) -> bool:
