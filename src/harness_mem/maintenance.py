@@ -100,6 +100,18 @@ def reindex(storage: Storage, *, progress: Callable[[int], None] | None = None, 
     return report
 
 
+def embed_missing(storage: Storage, batch_size: int = 64) -> int:
+    """Embed one batch of the entries still without a vector (written by a process without the
+    model); how many were read (0: none is left, or this store makes no vectors). Unlike
+    :func:`reindex` it rebuilds nothing and drops nothing: a file whose vectors are another model's
+    waits for ``reindex``."""
+    if storage.embedder is None or storage.keyword_only or storage.model_differs():
+        return 0
+    storage.vectors_bound()
+    read, _ = storage.embed_missing(batch_size)
+    return read
+
+
 def count_missing_vectors(storage: Storage) -> int:
     """Entries (in every namespace) that ``reindex`` would embed; 0 without an embedder."""
     if storage.embedder is None:

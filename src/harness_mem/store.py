@@ -700,6 +700,12 @@ class MemoryStore:
         self._recall.vectors_complete = self.embedder is not None
         return report
 
+    def embed_missing(self, batch_size: int = 64) -> int:
+        """Embed one batch of the entries written without a vector (by a process without the model,
+        such as a hook's writer); returns how many were read, 0 when none is left. A transaction per
+        batch: a writer beside it waits for one batch at most."""
+        return maintenance.embed_missing(self.storage, batch_size)
+
     def count_missing_vectors(self) -> int:
         """Entries (in every namespace) that ``reindex`` would embed; 0 without an embedder."""
         return maintenance.count_missing_vectors(self.storage)
