@@ -100,9 +100,12 @@ def segment_id(first_turn_id: str) -> str:
     return f"segment:{first_turn_id}"
 
 
-def fact_id(text: str) -> str:
-    """The id of a fact: the same words make the same id, so a fact said twice is stored once."""
-    digest = hashlib.sha256(" ".join(content_words(text)).encode()).hexdigest()[:20]
+def fact_id(text: str, within: Sequence[str] = ()) -> str:
+    """The id of a fact: the same words make the same id, so a fact said twice is stored once —
+    once per project (``within``: its project tags), so a fact said in two projects is each one's."""
+    words = " ".join(content_words(text))
+    scope = "\0".join(sorted(within))
+    digest = hashlib.sha256((f"{words}\0{scope}" if scope else words).encode()).hexdigest()[:20]
     return f"fact:{digest}"
 
 
