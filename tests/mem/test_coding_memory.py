@@ -257,11 +257,11 @@ def test_the_same_decision_in_two_projects_is_each_ones(tmp_path: Path) -> None:
     with MemoryStore(tmp_path / "memory.db", embedder=None) as store:
         for n, project in enumerate(projects):
             assert project is not None
-            store.add_many([{"content": "We'll use Postgres for billing.", "role": "user", "session": f"s-{n}",
+            store.add_many([{"content": "Never push directly to main.", "role": "user", "session": f"s-{n}",
                              "tags": [project.tag]}])
         consolidate(store)
         for project in projects:
             assert project is not None
             (fact,) = store.list(kind="fact", tags=[project.tag])
-            assert "Postgres for billing" in fact.content
+            assert "Never push directly to main" in fact.content
         assert len(list(store.list(kind="fact"))) == 2
