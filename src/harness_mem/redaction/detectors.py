@@ -49,6 +49,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .checksums import IBAN_LENGTHS, card_ok, cn_id_ok, iban_ok, ssn_ok
+from .provider_keys import (
+    DISCORD_TOKEN,
+    PROVIDER_KEYS,
+    PROVIDER_NEEDLES,
+    TELEGRAM_BOT_TOKEN,
+    TERRAFORM_TOKEN,
+    locate_discord_token,
+    locate_telegram_bot_token,
+    locate_terraform_token,
+)
 
 __all__ = ["Detector", "Locate", "Rule", "WindowCache", "default_detectors", "might_hold_pii", "unchanged"]
 
@@ -759,40 +769,12 @@ def _normalize_ip(value: str) -> str:
 
 
 # -- secrets
-# One regex per provider prefix: a pattern that starts with a literal string is found by ``re``'s
-# fast substring search. The "not inside a longer token" lookbehind comes right *after* the prefix:
-# before it, it would switch that search off; without it, "sk-sk-sk-…" would be rescanned from
-# every "sk-" (quadratic).
-_TOKEN_CHARS = r"[A-Za-z0-9_\-]"
-
-
-def _token(prefix: str, rest: str) -> re.Pattern[str]:
-    return _compile(rf"{prefix}(?<!{_TOKEN_CHARS}{prefix}){rest}(?!{_TOKEN_CHARS})")
-
-
-_API_KEYS = (
-    _token("sk-", r"(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}"),  # OpenAI, Anthropic
-    _token("sk_", r"(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe secret key
-    _token("rk_", r"(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe restricted key
-    _token("AKIA", r"[A-Z0-9]{16}"),  # AWS access key id
-    _token("ASIA", r"[A-Z0-9]{16}"),  # AWS temporary access key id
-    _token("gh[pousr]_", r"[A-Za-z0-9]{36,}"),  # GitHub tokens
-    _token("github_pat_", r"[A-Za-z0-9_]{22,}"),  # GitHub fine-grained tokens
-    _token("glpat-", r"[A-Za-z0-9_\-]{20,}"),  # GitLab personal access token
-    _token("xox[abposr]-", r"[A-Za-z0-9\-]{10,}"),  # Slack
-    _token("AIza", r"[0-9A-Za-z_\-]{35}"),  # Google API key
-    _token("GOCSPX-", r"[A-Za-z0-9_\-]{24,}"),  # Google OAuth client secret
-    _token("hf_", r"[A-Za-z0-9]{30,}"),  # Hugging Face
-    _token("npm_", r"[A-Za-z0-9]{36,}"),  # npm
-)
-# A Slack incoming webhook (or workflow trigger) URL: the path after the host is the credential.
+# Provider tokens (their formats are in :mod:`.provider_keys`), and a Slack incoming webhook (or
+# workflow trigger) URL, whose path after the host is the credential.
 _SLACK_WEBHOOK = _compile(
     r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<value>[A-Za-z0-9_\-]{6,}+(?:/[A-Za-z0-9_\-]{6,}+){1,3})"
 )
-_API_KEY_PREFIXES = (
-    "sk-", "sk_", "rk_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox",
-    "AIza", "GOCSPX-", "hf_", "npm_", "hooks.slack.com",
-)  # fmt: skip
+_API_KEY_PREFIXES = (*PROVIDER_NEEDLES, "hooks.slack.com")
 
 # Most prefixes hold "_" or "-": those are looked for only in text that has one.
 _PREFIXES_UNDERSCORE = tuple(p for p in _API_KEY_PREFIXES if "_" in p)
@@ -833,6 +815,12 @@ def _aws_gate(text: str) -> bool:
     return "AKIA" in text or "ASIA" in text or (
         _contains_any(text, ("aws", "AWS", "Aws")) and _contains_any(text, ("ecret", "ECRET"))
     )
+
+
+def _discord_gate(text: str) -> bool:
+    # Two dots and a digit (the prescreen's own test) at least; the pattern itself enters at every
+    # "M", "N" and "O".
+    return text.count(".") >= 2 and _has_digit(text)
 
 
 # header.payload.signature, each base64url; header and payload are JSON objects, so both start "eyJ".
@@ -1194,7 +1182,12 @@ def default_detectors() -> tuple[Detector, ...]:
         Detector("JWT", (Rule(_JWT),), priority=1, secret=True, gate=_has_any("eyJ")),
         Detector(
             "API_KEY",
-            (*(Rule(pattern) for pattern in _API_KEYS), Rule(_SLACK_WEBHOOK)),
+            (
+                *(Rule(pattern) for _, pattern in PROVIDER_KEYS),
+                Rule(_SLACK_WEBHOOK),
+                Rule(TELEGRAM_BOT_TOKEN, locate_telegram_bot_token),
+                Rule(TERRAFORM_TOKEN, locate_terraform_token),
+            ),
             priority=2,
             secret=True,
             gate=_api_key_gate,
@@ -1203,6 +1196,9 @@ def default_detectors() -> tuple[Detector, ...]:
         # gate on that context: the AWS secret key (its scan enters at every letter), cookies, and
         # the bare SSN and phone numbers that only a word before them makes one.
         Detector("API_KEY", (Rule(_AWS_SECRET, _locate_aws_secret),), priority=2, secret=True, gate=_aws_gate),
+        Detector(
+            "API_KEY", (Rule(DISCORD_TOKEN, locate_discord_token),), priority=2, secret=True, gate=_discord_gate
+        ),
         Detector(
             "SECRET",
             (
