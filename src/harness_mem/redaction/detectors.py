@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .checksums import IBAN_LENGTHS, card_ok, cn_id_ok, iban_ok, ssn_ok
+from .national_ids import NATIONAL_ID_WORDS, NATIONAL_IDS
 from .provider_keys import (
     DISCORD_TOKEN,
     PROVIDER_KEYS,
@@ -686,6 +687,10 @@ _CN_ID = _compile(
 )
 
 
+def _national_id_word_gate(text: str) -> bool:
+    return _contains_any(_lower(text), NATIONAL_ID_WORDS)
+
+
 def _cn_id_written_ok(value: str) -> bool:
     return cn_id_ok(value.replace(" ", "").replace("-", ""))
 
@@ -1240,6 +1245,20 @@ def default_detectors() -> tuple[Detector, ...]:
             priority=6,
             normalize=_alnum_upper,
             gate=_has_long_number,
+        ),
+        Detector(
+            "NATIONAL_ID",
+            tuple(Rule(number.pattern, number, overlapping=True) for number in NATIONAL_IDS if number.words is None),
+            priority=6,
+            normalize=_alnum_upper,
+            gate=_has_digit,
+        ),
+        Detector(
+            "NATIONAL_ID",
+            tuple(Rule(number.pattern, number, overlapping=True) for number in NATIONAL_IDS if number.words is not None),
+            priority=6,
+            normalize=_alnum_upper,
+            gate=_national_id_word_gate,
         ),
         Detector(
             "CREDIT_CARD",
