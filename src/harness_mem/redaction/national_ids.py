@@ -93,11 +93,12 @@ NATIONAL_ID_WORDS = (
 )  # fmt: skip
 
 NATIONAL_IDS: tuple[NationalId, ...] = (
-    # Shapes of their own: taken wherever they are written.
+    # Shapes of their own: taken wherever they are written. (A National Insurance number may start
+    # with any letter but D, F, I, U and V, and QQ, the prefix of the examples HMRC publishes, too.)
     NationalId(
         "UK National Insurance number",
         re.compile(
-            r"[A-CEGHJ-PR-TW-Z](?<![0-9A-Za-z][A-Z])[A-CEGHJ-NP-TW-Z](?<!BG|GB|NK|KN|TN|NT|ZZ)"
+            r"[A-CEGHJ-TW-Z](?<![0-9A-Za-z][A-Z])[A-CEGHJ-NP-TW-Z](?<!BG|GB|NK|KN|TN|NT|ZZ)"
             r"(?:[0-9]{6}|(?P<sep>[ \-])[0-9]{2}(?P=sep)[0-9]{2}(?P=sep)[0-9]{2}(?P=sep)?)[A-D]" + _END,
             re.ASCII,
         ),
