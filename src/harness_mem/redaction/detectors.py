@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .checksums import IBAN_LENGTHS, card_ok, cn_id_ok, iban_ok, ssn_ok
+from .code_values import is_code
 from .national_ids import NATIONAL_ID_WORDS, NATIONAL_IDS
 from .provider_keys import (
     DISCORD_TOKEN,
@@ -434,7 +435,13 @@ def _country_code_ok(cc: str) -> bool:
 
 
 def _trunk_ok(value: str, sep: str) -> bool:
-    if not 10 <= len(_digits(value)) <= 12:
+    size = len(_digits(value))
+    if size == 9:
+        # A short subscriber number behind a short area code: Berlin "030 123456", Cologne "0221
+        # 12345". Only as two groups, the second of five digits or more.
+        area, _, subscriber = value.partition(sep)
+        return sep != "." and sep not in subscriber and len(area) <= 5 and len(subscriber) >= 5
+    if not 10 <= size <= 12:
         return False
     # A slash splits an area code from the rest ("030/12345678"), never more; dotted numbers come
     # in three groups or more ("06.12.34.56.78"), unlike a decimal or a version.
@@ -655,7 +662,9 @@ def _locate_bare_ssn(match: re.Match[str]) -> tuple[int, int] | None:
 # -- passport numbers: six to nine letters and digits right after "passport" ("passport number
 # X1234567", "Passport No.: 123456789", "护照号码 E12345678"). Passports have no check digit outside
 # their machine-readable line and no shape of their own, so the word is what tells one.
-_PASSPORT_VALUE = r"(?:[ \t]+(?i:is))?[ \t]*+[.:：#=]{0,2}+[ \t]*+(?P<value>[A-Za-z0-9]{6,9})(?![0-9A-Za-z])"
+_PASSPORT_VALUE = (
+    r"(?:[ \t]*+[.:：#]?+[ \t]+(?i:is))?[ \t]*+[.:：#=]{0,2}+[ \t]*+(?P<value>[A-Za-z0-9]{6,9})(?![0-9A-Za-z])"
+)
 _PASSPORT = _compile(
     r"[Pp](?<![A-Za-z][Pp])(?i:assport)(?![A-Za-z])(?:[ \t]*+(?i:number|num|no|nr|id)(?![A-Za-z]))?"
     + _PASSPORT_VALUE
@@ -708,6 +717,8 @@ _VERSION_BEFORE = re.compile(
 
 
 def _locate_ipv4(match: re.Match[str]) -> tuple[int, int] | None:
+    if match.group().startswith("127.") or match.group() == "0.0.0.0":
+        return None  # loopback and "every interface": a note about a local server, nobody's address
     for octet in match.group().split("."):
         if int(octet) > 255 or (len(octet) > 1 and octet[0] == "0"):
             return None
@@ -753,6 +764,11 @@ def _locate_ipv6(match: re.Match[str]) -> tuple[int, int] | None:
         if not (value.endswith(":") and _ipv6_ok(value[:-1])):
             return None
         value = value[:-1]
+    address = ipaddress.IPv6Address(value)
+    if address.is_loopback or address.is_unspecified or (
+        address.ipv4_mapped is not None and (address.ipv4_mapped.is_loopback or address.ipv4_mapped.is_unspecified)
+    ):
+        return None  # "0:0:0:0:0:0:0:1", "::ffff:127.0.0.1": this machine, as in IPv4
     if "::" in value:
         # "::1" and "a[1::2]" (a Python slice) parse as addresses; a real one has more to it.
         groups = [g for g in _GROUP_SPLIT.split(value) if g]
@@ -900,7 +916,9 @@ def _locate_assignment(match: re.Match[str]) -> tuple[int, int] | None:
     written = written.rstrip("\"'")
     short = False
     if not written.lower().endswith(_KEYWORDS):
-        if not ((text[start] == "=" or quoted) and _short_keyword_ok(written)):
+        # "pass: 3" in a test report is a count; "pw: x9!k" is a password.
+        named = text[start] == "=" or quoted or written.lower().endswith("pw")
+        if not (named and _short_keyword_ok(written)):
             return None
         short = True
     value = _ASSIGNMENT_VALUE.match(text, match.end())
@@ -913,6 +931,8 @@ def _locate_assignment(match: re.Match[str]) -> tuple[int, int] | None:
                 return None  # "pass=3": a count, not a PIN
             if found.startswith("{{") and _TEMPLATE.match(text, value.start(group)):
                 return None  # "password: {{ vault_password }}" (the bare value stopped at its space)
+            if group == "bare" and is_code(found, written):
+                return None  # "password = os.environ[…]", "token: str": where it comes from, not what it is
             return value.span(group)
     return None
 
