@@ -382,6 +382,41 @@ def _locate_email(match: re.Match[str]) -> tuple[int, int] | None:
     return start, match.end()
 
 
+# Addresses written so that scrapers miss them: "john(at)example(dot)com", "john [at] example [dot]
+# com", or URL-encoded "jane%40example.com". Matched from the "(at)" or "%40", the local part found
+# walking back as for a plain address.
+def _spelled(word: str) -> str:
+    """``word`` in brackets of any kind, with spaces around: " [at] ", "(dot)", "{ at }"."""
+    return rf"[ \t]*[(\[{{<][ \t]*(?i:{word})[ \t]*[)\]}}>][ \t]*"
+
+
+_OBFUSCATED_DOT = rf"(?:\.|{_spelled('dot')})"
+# The match starts at the bracket (or "%"); spaces before it are skipped walking back.
+_EMAIL_OBFUSCATED = _compile(
+    rf"(?:[(\[{{<][ \t]*(?i:at)[ \t]*[)\]}}>][ \t]*|%40)"
+    rf"{_EMAIL_LABEL}(?:{_OBFUSCATED_DOT}{_EMAIL_LABEL}){{0,8}}{_OBFUSCATED_DOT}[A-Za-z]{{2,24}}(?![A-Za-z0-9\-])"
+)
+_EMAIL_OBFUSCATED_GATE = re.compile(r"(?i:at)[ \t]*[)\]}>]|%40")
+
+
+def _locate_obfuscated_email(match: re.Match[str]) -> tuple[int, int] | None:
+    text, at = match.string, match.start()
+    while at > 0 and text[at - 1] in " \t" and text[at] != "%":
+        at -= 1
+    start = at
+    while start > 0 and text[start - 1] in _LOCAL_CHARS:
+        start -= 1
+        if at - start > _MAX_LOCAL:
+            return None
+    while start < at and text[start] == ".":
+        start += 1
+    return None if start == at else (start, match.end())
+
+
+def _obfuscated_email_gate(text: str) -> bool:
+    return _EMAIL_OBFUSCATED_GATE.search(text) is not None
+
+
 # -- phones
 # The grouped formats that start with a digit are one regex with a named branch each, run inside
 # the long number windows; no two branches can match at the same place, so none hides another.
@@ -947,8 +982,10 @@ _SAID_VALUE = (
     r"|(?P<bare>[^\s\"'<>\u3000-\u303f\u3400-\u9fff\uff00-\uffef]{1,128}))"
 )
 # Two patterns, each starting with a character class or literals that ``re`` can skip ahead to.
+# "Password for the admin account is …": what it is for, up to 40 characters, may come between.
 _SAID_SECRET = _compile(
-    r"[Pp](?<![A-Za-z][Pp])(?i:ass(?:word|wd|phrase|code)|wd|w)(?i:'s|[ \t]+(?:is|was))(?![A-Za-z])" + _SAID_VALUE
+    r"[Pp](?<![A-Za-z][Pp])(?i:ass(?:word|wd|phrase|code)|wd|w)"
+    r"(?i:'s|(?:[ \t]+(?:for|of|to|on)[ \t]+[^\n.:=?!]{1,40}?)?[ \t]+(?:is|was))(?![A-Za-z])" + _SAID_VALUE
 )
 _SAID_SECRET_CJK = _compile(r"(?:密码|口令|密碼)是" + _SAID_VALUE)
 _SENTENCE_END = ".,;:)]}"
@@ -976,6 +1013,109 @@ def _locate_said_secret(match: re.Match[str]) -> tuple[int, int] | None:
         if _ALGORITHM.fullmatch(value):
             return None
     return start, end
+
+
+# A user and a password given together: "login admin / S3cr3t!", "creds are admin:Hunter2024!",
+# "login: ops:x9!kq", a .netrc line "machine h login bob password Xy7!". The user has a letter (so
+# "login 10:30:00" is a time); after "/" or ":" the value is taken only when it cannot be a word or a
+# path (as a password said without a colon), after "password" whatever it is.
+_LOGIN_PAIR = _compile(
+    r"(?<![A-Za-z])(?i:log[ \-]?in|creds?|credentials)(?![A-Za-z])"
+    r"(?:[ \t]+(?i:is|are|was|were))?[ \t]*+[:=]?[ \t]*+(?P<user>[A-Za-z0-9._@+\-]{1,64}+)"
+    r"(?:[ \t]*/[ \t]*|:|(?P<word>[ \t]+(?i:password|passwd|pass)[ \t]+))(?P<value>[^\s\"'<>]{1,128})"
+)
+_LOGIN_GATE_WORDS = ("login", "log in", "log-in", "cred", "curl", "--user", "mysql", "mariadb", "--password")
+
+
+def _password_like(value: str) -> bool:
+    """A value said without a colon that cannot be a word: a digit or a symbol in it, six digits at
+    least when it is all digits, four characters at least."""
+    if len(value) < 4 or all(ch.isalpha() or ch in _WORD_PUNCTUATION for ch in value):
+        return False
+    return not (value.isdigit() and len(value) < 6)
+
+
+def _trimmed_value(match: re.Match[str], group: str) -> tuple[int, int]:
+    text, (start, end) = match.string, match.span(group)
+    while end > start and text[end - 1] in _SENTENCE_END:  # "… admin:Hunter2024!." ends a sentence
+        end -= 1
+    return start, end
+
+
+def _locate_login_pair(match: re.Match[str]) -> tuple[int, int] | None:
+    user = match.group("user")
+    if not any(ch.isalpha() for ch in user):
+        return None
+    start, end = _trimmed_value(match, "value")
+    value = match.string[start:end]
+    if not value or _not_a_credential(value):
+        return None
+    if match.start("word") < 0 and ("/" in value or not _password_like(value)):
+        return None  # "login page / settings", "login route /api/v1/login"
+    return start, end
+
+
+# Passwords on a command line: "curl -u admin:S3cret", "curl --user 'deploy:Ab12'", "mysql -u root
+# -pS3cretPw9", "docker login --password Xy7!kq". "-u" is taken only on a line that runs curl or wget
+# ("git push -u origin", "docker run -u 1000:1000" are not logins), "-p" only on one that runs mysql.
+_COMMAND_PASSWORD = _compile(
+    r"-(?<![^\s]-)(?:(?:-user(?:[ \t]+|=)|u[ \t]*)[\"']?(?P<user>[^\s:\"'/]{1,64}+):(?P<value>[^\s\"'@]{1,128}+)"
+    r"|p(?P<mysql>[^\s\"'\-][^\s\"']{0,127}+)|-password[ \t]+(?P<flag>[^\s\"'\-][^\s\"']{0,127}+))"
+)
+
+
+def _line_of(text: str, at: int) -> str:
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at)
+    return text[start : end if end >= 0 else len(text)].lower()
+
+
+def _locate_command_password(match: re.Match[str]) -> tuple[int, int] | None:
+    text, at = match.string, match.start()
+    if match.start("mysql") >= 0:
+        line = _line_of(text, at)
+        if "mysql" not in line and "mariadb" not in line:
+            return None
+        span = match.span("mysql")
+    elif match.start("flag") >= 0:
+        span = match.span("flag")
+        if not _password_like(text[span[0] : span[1]]):
+            return None
+    else:
+        if text.startswith("-u", at) and not _contains_any(_line_of(text, at), ("curl", "wget")):
+            return None
+        span = match.span("value")
+        if text[span[0] : span[1]].isdigit():
+            return None
+    return None if _not_a_credential(text[span[0] : span[1]]) else span
+
+
+def _command_gate(text: str) -> bool:
+    return _contains_any(_lower(text), _LOGIN_GATE_WORDS)
+
+
+# Credentials in markup: an element named for one ("<password>Xk9#</password>", "<ns:apiKey>…"), or
+# a .NET / Java config pair ('<add key="DbPassword" value="…"/>', '<param name="token" value="…">').
+_XML_ELEMENT = _compile(
+    r"<(?P<tag>[A-Za-z_][A-Za-z0-9_.:\-]{0,63}+)>[ \t]*(?P<value>[^<>\s][^<>\n]{0,255}?)[ \t]*</(?P=tag)>"
+)
+_CONFIG_PAIR = _compile(
+    r"(?<![A-Za-z])(?:key|name)=(?P<q>[\"'])(?P<name>[^\"'\n<>]{1,64}+)(?P=q)[ \t]+"
+    r"value=(?P<q2>[\"'])(?P<value>[^\"'\n]{1,512}+)(?P=q2)"
+)
+
+
+def _names_credential(name: str) -> bool:
+    lower = name.lower().rsplit(":", 1)[-1]
+    return lower.endswith(_KEYWORDS) or _short_keyword_ok(name)
+
+
+def _locate_markup(match: re.Match[str]) -> tuple[int, int] | None:
+    name = match.group("tag") if "tag" in match.re.groupindex else match.group("name")
+    value = match.group("value")
+    if not _names_credential(name) or _not_a_credential(value) or _TEMPLATE.fullmatch(value):
+        return None
+    return match.span("value")
 
 
 # A value that looks generated, assigned to any name with a credential word in it: "SECRET_KEY_BASE=…",
@@ -1197,6 +1337,9 @@ def might_hold_pii(text: str) -> bool:
         or _contains_any(_lower(text), _SAID_PASSWORD)
         or ("是" in text and _contains_any(text, _SAID_PASSWORD_CJK))
         or _fullwidth_digit_gate(text)  # a card typed in full-width digits
+        or _command_gate(text)  # "login admin / Secret!", "curl -u admin:Secret"
+        or ("</" in text and _contains_any(_lower(text), _SECRET_WORDS))  # "<token>abc</token>"
+        or _obfuscated_email_gate(text)  # "john(at)example(dot)com"
     )
 
 
@@ -1233,10 +1376,19 @@ def default_detectors() -> tuple[Detector, ...]:
                 Rule(_URL_CREDENTIALS),
                 Rule(_SAID_SECRET, _locate_said_secret),
                 Rule(_SAID_SECRET_CJK, _locate_said_secret),
+                Rule(_XML_ELEMENT, _locate_markup),
+                Rule(_CONFIG_PAIR, _locate_markup),
             ),
             priority=3,
             secret=True,
             gate=_secret_gate,
+        ),
+        Detector(
+            "SECRET",
+            (Rule(_LOGIN_PAIR, _locate_login_pair), Rule(_COMMAND_PASSWORD, _locate_command_password)),
+            priority=3,
+            secret=True,
+            gate=_command_gate,
         ),
         Detector(
             "SECRET",
@@ -1251,6 +1403,13 @@ def default_detectors() -> tuple[Detector, ...]:
             priority=4,
             normalize=_email_key,
             gate=_has_any("@", "＠"),
+        ),
+        Detector(
+            "EMAIL",
+            (Rule(_EMAIL_OBFUSCATED, _locate_obfuscated_email),),
+            priority=4,
+            normalize=_email_key,
+            gate=_obfuscated_email_gate,
         ),
         Detector(
             "IBAN",
