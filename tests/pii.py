@@ -246,7 +246,8 @@ def _cn_id(sep: str) -> Callable[[Draw], Pii]:
 
 def _ipv4(draw: Draw) -> Pii:
     # Octets of two and three digits: a short address like "1.2.3.4" could occur in a file by chance.
-    octets = [draw(st.integers(11, 223)), *(draw(st.integers(10, 255)) for _ in range(3))]
+    # 127.x.x.x (loopback) is kept as it is, as nobody's address.
+    octets = [draw(st.integers(11, 223).filter(lambda o: o != 127)), *(draw(st.integers(10, 255)) for _ in range(3))]
     return Pii(".".join(map(str, octets)), "IP_ADDRESS")
 
 

@@ -33,6 +33,7 @@ from harness_mem.redaction import (
     luhn_ok,
     mask,
 )
+from harness_mem.redaction.code_values import is_code
 
 SECRET = b"test-secret"
 
@@ -363,6 +364,15 @@ def test_shell_positional_parameters_are_not_money(hyg: Redactor) -> None:
     assert hyg.scrub("awk '{print $1}' access.log").text == "awk '{print $1}' access.log"
     assert hyg.scrub('echo "$2"').text == 'echo "$2"'
     assert hyg.scrub("it costs $5, sadly").text == "it costs <MONEY>, sadly"
+
+
+@pytest.mark.parametrize("text", [
+    "server on 127.0.0.1:8080", "listen on 0.0.0.0:8000", "curl http://127.0.0.1:11434/api", "ping 127.1.2.3",
+    "bind [::1]:8080", "0:0:0:0:0:0:0:1 is loopback", "listening on [::]:443", "::ffff:127.0.0.1 mapped",
+    "0000:0000:0000:0000:0000:0000:0000:0001",
+])
+def test_local_addresses_are_kept(red: Redactor, text: str) -> None:
+    assert red.scrub(text).text == text
 
 
 def test_ipv4_version_rule(red: Redactor) -> None:
@@ -1188,7 +1198,12 @@ def ssns(draw: st.DrawFn) -> str:
 
 @st.composite
 def ipv4s(draw: st.DrawFn) -> str:
-    return ".".join(str(draw(st.integers(0, 255))) for _ in range(4))
+    # Loopback (127.x.x.x) and "every interface" (0.0.0.0) are kept: see test_local_addresses_are_kept.
+    first = draw(st.integers(0, 255).filter(lambda octet: octet != 127))
+    rest = [draw(st.integers(0, 255)) for _ in range(3)]
+    if first == 0 and rest == [0, 0, 0]:
+        rest[2] = 1
+    return ".".join(map(str, [first, *rest]))
 
 
 @st.composite
@@ -1313,10 +1328,13 @@ NOT_CREDENTIALS = {
     before=st.one_of(ascii_filler, han_filler),
 )
 def test_property_assigned_credentials_never_leak(password: str, key: str, sep: str, before: str) -> None:
-    # The documented exception: a value that says there is no credential ("null", "none", a mask).
+    # The documented exceptions: a value that says there is no credential ("null", "none", a mask),
+    # and one that reads as code ("ab.cd", "}x", "abc(1)": an attribute, the end of an expression, a
+    # call) when it is not quoted.
     assume(password.lower() not in NOT_CREDENTIALS and password.strip("*") != "")
-    redactor = Redactor.hygiene(secret=SECRET)
     quote = '"' if sep == '": "' else ""
+    assume(quote or not is_code(password, key))
+    redactor = Redactor.hygiene(secret=SECRET)
     text = f"{before} {quote}{key}{sep}{password}{quote} ok"
     out = redactor.scrub(text)
     # Exactly the value is replaced ("pass" may well occur in "password", so no substring test).

@@ -14,9 +14,13 @@ import re
 __all__ = ["is_code"]
 
 _IDENT = r"[A-Za-z_$][A-Za-z0-9_$]*"
-# A name or attribute path, then a call or a subscript: "os.environ[", "getpass.getpass()",
-# "secrets.token_hex(32)", "input('Password:".
-_CALL_OR_LOOKUP = re.compile(rf"{_IDENT}(?:\.{_IDENT})*[(\[].*", re.ASCII | re.DOTALL)
+# A name or attribute path, then a call or a subscript, as far as the value was read (it stops at a
+# quote, a comma or a space): "os.environ[", "getpass.getpass()", "secrets.token_hex(32)", "input(",
+# "jwt.encode(payload", "response.json()[". The name has three characters at least, and a call's
+# parenthesis is closed or followed by a name: "A(00" and "Ab(12)" are passwords.
+_CALL_OR_LOOKUP = re.compile(
+    rf"(?=[^(\[]{{3}}){_IDENT}(?:\.{_IDENT})*(?:\((?:[A-Za-z_$)\[{{].*|.*\).*)?|\[.*)", re.ASCII | re.DOTALL
+)
 # An attribute path: "settings.OPENAI_API_KEY", "process.env.API_KEY;", "self._token".
 _ATTRIBUTE = re.compile(rf"{_IDENT}(?:\.{_IDENT})+[;,)]*", re.ASCII)
 # A type annotation: "str", "str)", "Optional[str]", "SecretStr,", "string;".
@@ -26,15 +30,21 @@ _TYPE = re.compile(
     re.ASCII | re.DOTALL,
 )
 # Words that start an expression, not a value: "await getToken()", "new Token(", "yield …".
-_KEYWORDS = frozenset({"await", "new", "yield", "typeof", "lambda", "function", "async", "require", "import"})
-# Shell command substitution: "$(cat key)", "`cat key`", "$((…))".
-_SUBSTITUTION = ("$(", "`")
+_KEYWORDS = frozenset({
+    "await", "new", "yield", "typeof", "lambda", "function", "async", "require", "import", "try", "raise", "return",
+    "throw", "not", "if", "else", "and", "or", "in", "is", "for", "while", "def", "class", "const", "let", "var",
+})  # fmt: skip
+# Shell substitutions ("$(cat key)", "`cat key`", "${API_KEY:?missing}"), and the end of an
+# expression around the name ("f'{password=}'"): nothing is assigned.
+_SUBSTITUTION = ("$(", "`", "${", ")", "]", "}")
 
 
 def is_code(value: str, name: str) -> bool:
     """Whether ``value``, assigned to ``name``, is code rather than a literal value."""
     if value.startswith(_SUBSTITUTION) or value in _KEYWORDS:
         return True
+    if name.rfind("${") > name.rfind("}"):
+        return True  # "${API_KEY:?missing}", "${TOKEN:-}": a default inside a parameter expansion
     if _TYPE.fullmatch(value) or _CALL_OR_LOOKUP.fullmatch(value) or _ATTRIBUTE.fullmatch(value):
         return True
     # "self.password = password", "token: token,": the variable of the same name.

@@ -698,7 +698,7 @@ def _locate_bare_ssn(match: re.Match[str]) -> tuple[int, int] | None:
 # X1234567", "Passport No.: 123456789", "护照号码 E12345678"). Passports have no check digit outside
 # their machine-readable line and no shape of their own, so the word is what tells one.
 _PASSPORT_VALUE = (
-    r"(?:[ \t]*+[.:：#]?+[ \t]+(?i:is))?[ \t]*+[.:：#=]{0,2}+[ \t]*+(?P<value>[A-Za-z0-9]{6,9})(?![0-9A-Za-z])"
+    r"(?:[.:：#]?+[ \t]+(?i:is))?[ \t]*+[.:：#=]{0,2}+[ \t]*+(?P<value>[A-Za-z0-9]{6,9})(?![0-9A-Za-z])"
 )
 _PASSPORT = _compile(
     r"[Pp](?<![A-Za-z][Pp])(?i:assport)(?![A-Za-z])(?:[ \t]*+(?i:number|num|no|nr|id)(?![A-Za-z]))?"
@@ -1021,7 +1021,7 @@ def _locate_said_secret(match: re.Match[str]) -> tuple[int, int] | None:
 # path (as a password said without a colon), after "password" whatever it is.
 _LOGIN_PAIR = _compile(
     r"(?<![A-Za-z])(?i:log[ \-]?in|creds?|credentials)(?![A-Za-z])"
-    r"(?:[ \t]+(?i:is|are|was|were))?[ \t]*+[:=]?[ \t]*+(?P<user>[A-Za-z0-9._@+\-]{1,64}+)"
+    r"(?:[ \t]+(?i:is|are|was|were|as))?[ \t]*+[:=]?[ \t]*+(?P<user>[A-Za-z0-9._@+\-]{1,64}+)"
     r"(?:[ \t]*/[ \t]*|:|(?P<word>[ \t]+(?i:password|passwd|pass)[ \t]+))(?P<value>[^\s\"'<>]{1,128})"
 )
 _LOGIN_GATE_WORDS = ("login", "log in", "log-in", "cred", "curl", "--user", "mysql", "mariadb", "--password")
