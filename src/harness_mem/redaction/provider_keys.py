@@ -53,7 +53,7 @@ PROVIDER_KEYS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("whsec_", _token("whsec_", r"[A-Za-z0-9+/]{32,}={0,2}")),  # Stripe webhook signing secret
     ("AKIA", _token("AKIA", r"[A-Z0-9]{16}", after=_ALNUM)),  # AWS access key id
     ("ASIA", _token("ASIA", r"[A-Z0-9]{16}", after=_ALNUM)),  # AWS temporary access key id
-    ("gh", _token("gh", r"[pousr]_[A-Za-z0-9]{36,}")),  # GitHub tokens
+    *((f"gh{kind}_", _token(f"gh{kind}_", r"[A-Za-z0-9]{36,}")) for kind in "pousr"),  # GitHub tokens
     ("github_pat_", _token("github_pat_", r"[A-Za-z0-9_]{22,}")),  # GitHub fine-grained tokens
     ("glpat-", _token("glpat-", r"[A-Za-z0-9_\-]{20,}")),  # GitLab personal access token
     ("glptt-", _token("glptt-", rf"{_HEX}{{40}}")),  # GitLab pipeline trigger token
