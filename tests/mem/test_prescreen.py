@@ -94,7 +94,7 @@ EXAMPLES = [
     "MTIzNDU2Nzg5MDEyMzQ1Njc4.Ab3dEf.Ab3dEf6hIj9lMn2pQr5tUv8xYz1", "Ab3dEf6hIj9lMn.atlasv1." + "Ab3dEf6hIj" * 7,
     "AB123456C", "QQ-12-34-56-C", "12345678Z", "X6200753E", "RSSMRA85T10A562S", "GODE561231HDFRRN00", "ABCPE1234F",
     "tfn-93036426", "bsn_111222333", "850709-1925325", "INSEE-255081416802538",
-    "login admin / S3cr3t!", "creds are admin:Hunter2024!", "mysql -pS3cretPw9", "-pS3cretPw9_mysql",
+    "login admin / S3cr3t!", "creds are admin:Hunter2024!", "mysql -pS3cretPw9",
     "curl -u admin:S3cret", "<password>Xk9#mPq2</password>", "jane%40example.com", "john(at)example(dot)com",
     "call 030 123456", "Password for the admin account is Zx9!mQ2v",
 ]

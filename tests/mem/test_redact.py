@@ -1065,6 +1065,26 @@ HOSTILE = {
     "lower-case iban groups": "gb82 " * 20_000,
     "ssn words": "SSN 123456789 " * 7_000,
     "empty url users": "://:" * 25_000,
+    # the detectors of issue #41: provider formats, national numbers, phrasings, markup, commands
+    "SK repeated": "SK" * 50_000,
+    "capitals": "M" * 100_000,
+    "base64 and dots": "MTIz." * 20_000,
+    "telegram ids": "12345678:AA" * 9_000,
+    "atlasv1 repeated": "Ab3dEf6hIj9lMn.atlasv1." * 4_000,
+    "login pairs": "login a/" * 12_000,
+    "creds colons": "creds a:" * 12_000,
+    "bracketed at": "a(at)b(dot)" * 9_000,
+    "spelled dots": "a(at)b" + "(dot)b" * 16_000,
+    "%40 repeated": "a%40b." * 16_000,
+    "xml open tags": "<password>" * 10_000,
+    "xml elements": "<token>a</token>" * 6_000,
+    "config pairs": 'key="password" value="' * 4_000,
+    "curl -u on one line": "curl -u a:" * 10_000,
+    "password for": "password for x " * 7_000,
+    "codice fiscale-ish": "RSSMRA85T10" * 9_000,
+    "DNI-ish": "12345678Z" * 11_000,
+    "NI-ish": "AB123456" * 12_000,
+    "dated digits": "123456-" * 14_000,
 }
 
 
@@ -1084,6 +1104,8 @@ ADVERSARIAL_RUNS = [
     "a=b; ", "Cookie: ", "Set-Cookie: ", "key=8f3kQz9LmW2xT7vBq1Zp ", "aB3", "Ab1/", "AKIAIOSFODNN7EXAMPLE ",
     "gb82 ", "ab12", "SSN ", "call ", "4155550123 ", "://:", "://a:", "hooks.slack.com/services/", "pass=", "pw=",
     "password=", "hf_", "GOCSPX-", "sk-", "eyJ", "-----BEGIN PRIVATE KEY-----", "a:", "a.", "$1", "¥", "元",
+    "SK", "M", "MTIz.", "1234567890:AA", ".atlasv1.", "login a/", "creds a:", "(at)b(dot)", "%40b.", "<password>",
+    'key="token" value="', "curl -u a:", " -p", "password for x ", "RSSMRA85T10", "12345678Z", "AB123456",
 ]
 
 

@@ -1056,25 +1056,28 @@ def _locate_login_pair(match: re.Match[str]) -> tuple[int, int] | None:
 
 
 # Passwords on a command line: "curl -u admin:S3cret", "curl --user 'deploy:Ab12'", "mysql -u root
-# -pS3cretPw9", "docker login --password Xy7!kq". "-u" is taken only on a line that runs curl or wget
-# ("git push -u origin", "docker run -u 1000:1000" are not logins), "-p" only on one that runs mysql.
+# -pS3cretPw9", "docker login --password Xy7!kq". "-u" is taken only after curl or wget on its line
+# ("git push -u origin", "docker run -u 1000:1000" are not logins), "-p" only after mysql.
 _COMMAND_PASSWORD = _compile(
     r"-(?<![^\s]-)(?:(?:-user(?:[ \t]+|=)|u[ \t]*)[\"']?(?P<user>[^\s:\"'/]{1,64}+):(?P<value>[^\s\"'@]{1,128}+)"
     r"|p(?P<mysql>[^\s\"'\-][^\s\"']{0,127}+)|-password[ \t]+(?P<flag>[^\s\"'\-][^\s\"']{0,127}+))"
 )
 
 
-def _line_of(text: str, at: int) -> str:
-    start = text.rfind("\n", 0, at) + 1
-    end = text.find("\n", at)
-    return text[start : end if end >= 0 else len(text)].lower()
+_COMMAND_REACH = 256
+
+
+def _command_before(text: str, at: int, names: tuple[str, ...]) -> bool:
+    """Whether one of ``names`` (lower case) is in the 256 characters of ``at``'s line before it.
+    (Bounded: a line of a million "curl -u a:" is not read again for each.)"""
+    before = text[max(0, at - _COMMAND_REACH) : at]
+    return _contains_any(before[before.rfind("\n") + 1 :].lower(), names)
 
 
 def _locate_command_password(match: re.Match[str]) -> tuple[int, int] | None:
     text, at = match.string, match.start()
     if match.start("mysql") >= 0:
-        line = _line_of(text, at)
-        if "mysql" not in line and "mariadb" not in line:
+        if not _command_before(text, at, ("mysql", "mariadb")):
             return None
         span = match.span("mysql")
     elif match.start("flag") >= 0:
@@ -1082,7 +1085,7 @@ def _locate_command_password(match: re.Match[str]) -> tuple[int, int] | None:
         if not _password_like(text[span[0] : span[1]]):
             return None
     else:
-        if text.startswith("-u", at) and not _contains_any(_line_of(text, at), ("curl", "wget")):
+        if text.startswith("-u", at) and not _command_before(text, at, ("curl", "wget")):
             return None
         span = match.span("value")
         if text[span[0] : span[1]].isdigit():

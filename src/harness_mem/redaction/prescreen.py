@@ -15,8 +15,8 @@ A value is cleared only when every character is an ASCII letter, a digit, "_" or
   a space or tab, "'", "/", "<" or CJK), cookies (":"), EMAIL ("@", or the brackets and "%" of an
   obfuscated one), full-width cards, PASSPORT in CJK, PHONE with "+" or "(", IPv4 ("."), IPv6 (":"),
   MONEY after a currency sign and the CJK currency words;
-* the one SECRET rule that can match without them, a MySQL password "-pS3cret" (on a line naming
-  mysql), starts with "-": a value that does is never cleared;
+* a MySQL password "-pS3cret" needs "mysql" before it on its line and a space (or the start) right
+  before its "-", so cannot match either; a value starting with "-" is still never cleared;
 * PASSPORT: needs the word ("assport"), looked for;
 * every rule that runs inside the long-number windows (CN_ID, CREDIT_CARD, SSN, PHONE digits and
   bare PHONE and SSN): a window is nine digits joined by at most three separators at a time, which
