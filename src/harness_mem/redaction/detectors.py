@@ -1020,7 +1020,7 @@ def _locate_said_secret(match: re.Match[str]) -> tuple[int, int] | None:
 # "login 10:30:00" is a time); after "/" or ":" the value is taken only when it cannot be a word or a
 # path (as a password said without a colon), after "password" whatever it is.
 _LOGIN_PAIR = _compile(
-    r"(?<![A-Za-z])(?i:log[ \-]?in|creds?|credentials)(?![A-Za-z])"
+    r"[LlCc](?<![A-Za-z][LlCc])(?i:og[ \-]?in|reds?|redentials)(?![A-Za-z])"
     r"(?:[ \t]+(?i:is|are|was|were|as))?[ \t]*+[:=]?[ \t]*+(?P<user>[A-Za-z0-9._@+\-]{1,64}+)"
     r"(?:[ \t]*/[ \t]*|:|(?P<word>[ \t]+(?i:password|passwd|pass)[ \t]+))(?P<value>[^\s\"'<>]{1,128})"
 )
@@ -1103,7 +1103,7 @@ _XML_ELEMENT = _compile(
     r"<(?P<tag>[A-Za-z_][A-Za-z0-9_.:\-]{0,63}+)>[ \t]*(?P<value>[^<>\s][^<>\n]{0,255}?)[ \t]*</(?P=tag)>"
 )
 _CONFIG_PAIR = _compile(
-    r"(?<![A-Za-z])(?:key|name)=(?P<q>[\"'])(?P<name>[^\"'\n<>]{1,64}+)(?P=q)[ \t]+"
+    r"[kn](?<![A-Za-z][kn])(?:ey|ame)=(?P<q>[\"'])(?P<name>[^\"'\n<>]{1,64}+)(?P=q)[ \t]+"
     r"value=(?P<q2>[\"'])(?P<value>[^\"'\n]{1,512}+)(?P=q2)"
 )
 
@@ -1430,14 +1430,16 @@ def default_detectors() -> tuple[Detector, ...]:
         ),
         Detector(
             "NATIONAL_ID",
-            tuple(Rule(number.pattern, number, overlapping=True) for number in NATIONAL_IDS if number.words is None),
+            tuple(Rule(number.pattern, number, _LONG_NUMBER if number.long_number else None, overlapping=True)
+                  for number in NATIONAL_IDS if number.words is None),
             priority=6,
             normalize=_alnum_upper,
             gate=_has_digit,
         ),
         Detector(
             "NATIONAL_ID",
-            tuple(Rule(number.pattern, number, overlapping=True) for number in NATIONAL_IDS if number.words is not None),
+            tuple(Rule(number.pattern, number, _LONG_NUMBER if number.long_number else None, overlapping=True)
+                  for number in NATIONAL_IDS if number.words is not None),
             priority=6,
             normalize=_alnum_upper,
             gate=_national_id_word_gate,

@@ -59,6 +59,9 @@ class NationalId:
     pattern: re.Pattern[str]
     check: Callable[[str], bool]
     words: re.Pattern[str] | None = None
+    #: Every value has nine digits or more, one separator (space, dot or dash) at most between two:
+    #: the detectors then run the pattern only inside their long-number windows.
+    long_number: bool = False
 
     def __call__(self, match: re.Match[str]) -> tuple[int, int] | None:
         """The locate function of the number's rule."""
@@ -107,7 +110,7 @@ NATIONAL_IDS: tuple[NationalId, ...] = (
     NationalId("French social security number (NIR)", _digits_first(
         r"(?<=[1278])(?P<sep> ?)[0-9]{2}(?P=sep)[0-9]{2}(?P=sep)(?:[0-9]{2}|2[AB])(?P=sep)[0-9]{3}(?P=sep)[0-9]{3}"
         r"(?P=sep)[0-9]{2}"
-    ), fr_insee_ok),
+    ), fr_insee_ok, long_number=True),
     NationalId("Spanish DNI", _digits_first(r"[0-9]{7}-?[A-Z]"), es_dni_ok),
     NationalId("Spanish NIE", _letters_first("[XYZ]", r"-?[0-9]{7}-?[A-Z]"), es_dni_ok),
     NationalId("Italian codice fiscale", _letters_first(
@@ -117,28 +120,28 @@ NATIONAL_IDS: tuple[NationalId, ...] = (
         "[A-Z]", r"[AEIOUX][A-Z]{2}[0-9]{6}[HMX][A-Z]{2}[B-DF-HJ-NP-TV-Z]{3}[A-Z0-9][0-9]"
     ), mx_curp_ok),
     NationalId("Indian PAN", _letters_first("[A-Z]", r"[A-Z]{2}[PCHFATBLJG][A-Z][0-9]{4}[A-Z]"), _shape_is_enough),
-    NationalId("Brazilian CPF", _digits_first(r"[0-9]{2}\.[0-9]{3}\.[0-9]{3}-[0-9]{2}"), br_cpf_ok),
-    NationalId("South Korean RRN", _digits_first(r"[0-9]{5}-[1-8][0-9]{6}"), kr_rrn_ok),
+    NationalId("Brazilian CPF", _digits_first(r"[0-9]{2}\.[0-9]{3}\.[0-9]{3}-[0-9]{2}"), br_cpf_ok, long_number=True),
+    NationalId("South Korean RRN", _digits_first(r"[0-9]{5}-[1-8][0-9]{6}"), kr_rrn_ok, long_number=True),
     # Digits only, with a weak check or none: taken after their name.
     NationalId("South Korean RRN (since 2020)", _digits_first(r"[0-9]{5}-?[1-8][0-9]{6}"), _kr_rrn_unchecked,
-               _said(r"rrn|resident registration(?: number| no\.?)?|주민등록번호|주민번호")),
-    NationalId("Brazilian CPF", _digits_first(r"[0-9]{10}"), br_cpf_ok, _said("cpf")),
+               _said(r"rrn|resident registration(?: number| no\.?)?|주민등록번호|주민번호"), long_number=True),
+    NationalId("Brazilian CPF", _digits_first(r"[0-9]{10}"), br_cpf_ok, _said("cpf"), long_number=True),
     NationalId("Canadian SIN", _digits_first(r"[0-9]{2}(?P<sep>[ \-]?)[0-9]{3}(?P=sep)[0-9]{3}"), ca_sin_ok,
-               _said(r"sin|social insurance(?: number| no\.?)?|nas|num[ée]ro d'assurance sociale")),
+               _said(r"sin|social insurance(?: number| no\.?)?|nas|num[ée]ro d'assurance sociale"), long_number=True),
     NationalId("German tax id", _digits_first(r"[0-9](?P<sep> ?)[0-9]{3}(?P=sep)[0-9]{3}(?P=sep)[0-9]{3}"),
                de_tax_id_ok,
                _said(r"steuer-?id|steuer-?identifikationsnummer|steuerliche identifikationsnummer|"
-                     r"identifikationsnummer|idnr|tax[ \-]?id|tin")),
+                     r"identifikationsnummer|idnr|tax[ \-]?id|tin"), long_number=True),
     NationalId("Indian Aadhaar", _digits_first(r"[0-9]{3}(?P<sep>[ \-]?)[0-9]{4}(?P=sep)[0-9]{4}"), aadhaar_ok,
-               _said(r"aadhaa?r(?: number| no\.?| card)?|uid(?:ai)?|आधार")),
+               _said(r"aadhaa?r(?: number| no\.?| card)?|uid(?:ai)?|आधार"), long_number=True),
     NationalId("Dutch BSN", _digits_first(r"[0-9]{3}(?P<sep>[ .\-]?)[0-9]{2}(?P=sep)[0-9]{3}"), nl_bsn_ok,
-               _said(r"bsn|burgerservicenummer|sofi-?nummer")),
+               _said(r"bsn|burgerservicenummer|sofi-?nummer"), long_number=True),
     NationalId("Swedish personnummer", _digits_first(r"[0-9]{5}(?:[0-9]{2})?[\-+]?[0-9]{4}"), se_personnummer_ok,
                _said(r"personnummer|personnr|pnr|samordningsnummer")),
     NationalId("Australian TFN", _digits_first(r"[0-9]{2}(?P<sep>[ \-]?)[0-9]{3}(?P=sep)[0-9]{2,3}"), au_tfn_ok,
                _said(r"tfn|tax file number|tax file no\.?")),
     NationalId("Danish CPR number", _digits_first(r"[0-9]{5}-?[0-9]{4}"), dk_cpr_ok,
-               _said(r"cpr(?:-?(?:nummer|nr\.?|number))?|personnummer")),
-    NationalId("Polish PESEL", _digits_first(r"[0-9]{10}"), pl_pesel_ok, _said("pesel")),
+               _said(r"cpr(?:-?(?:nummer|nr\.?|number))?|personnummer"), long_number=True),
+    NationalId("Polish PESEL", _digits_first(r"[0-9]{10}"), pl_pesel_ok, _said("pesel"), long_number=True),
 )
 
