@@ -393,10 +393,11 @@ def _spelled(word: str) -> str:
 _OBFUSCATED_DOT = rf"(?:\.|{_spelled('dot')})"
 # The match starts at the bracket (or "%"); spaces before it are skipped walking back.
 _EMAIL_OBFUSCATED = _compile(
-    rf"(?:[(\[{{<][ \t]*(?i:at)[ \t]*[)\]}}>][ \t]*|%40)"
+    rf"(?:[(\[{{<][ \t]*(?i:at)[ \t]?[)\]}}>][ \t]*|%40)"
     rf"{_EMAIL_LABEL}(?:{_OBFUSCATED_DOT}{_EMAIL_LABEL}){{0,8}}{_OBFUSCATED_DOT}[A-Za-z]{{2,24}}(?![A-Za-z0-9\-])"
 )
-_EMAIL_OBFUSCATED_GATE = re.compile(r"(?i:at)[ \t]*[)\]}>]|%40")
+# What the gate looks for (in lower case): "at" and its closing bracket, at most one space between.
+_EMAIL_OBFUSCATED_NEEDLES = ("at)", "at]", "at}", "at>", "at )", "at ]", "at }", "at >", "%40")
 
 
 def _locate_obfuscated_email(match: re.Match[str]) -> tuple[int, int] | None:
@@ -414,7 +415,7 @@ def _locate_obfuscated_email(match: re.Match[str]) -> tuple[int, int] | None:
 
 
 def _obfuscated_email_gate(text: str) -> bool:
-    return _EMAIL_OBFUSCATED_GATE.search(text) is not None
+    return _contains_any(_lower(text), _EMAIL_OBFUSCATED_NEEDLES)
 
 
 # -- phones
@@ -729,6 +730,11 @@ _CN_ID = _compile(
     r"[1-8](?<![0-9A-Za-z][1-8])[0-9]{5}(?P<sep>[ \-]?)(?:18|19|20)[0-9]{2}(?:0[1-9]|1[0-2])"
     r"(?:0[1-9]|[12][0-9]|3[01])(?P=sep)[0-9]{3}[0-9Xx]" + _NUMBER_END
 )
+
+
+# What every short national number taken on its shape holds: a capital then two digits (a National
+# Insurance number, a NIE, a codice fiscale, a CURP, a PAN), or seven digits and a capital (a DNI).
+_has_short_national_id = _has_match(_compile(r"[A-Z](?:[ \-]?[0-9]){2}|[0-9]{7}-?[A-Z]"))
 
 
 def _national_id_word_gate(text: str) -> bool:
@@ -1102,10 +1108,9 @@ def _command_gate(text: str) -> bool:
 _XML_ELEMENT = _compile(
     r"<(?P<tag>[A-Za-z_][A-Za-z0-9_.:\-]{0,63}+)>[ \t]*(?P<value>[^<>\s][^<>\n]{0,255}?)[ \t]*</(?P=tag)>"
 )
-_CONFIG_PAIR = _compile(
-    r"[kn](?<![A-Za-z][kn])(?:ey|ame)=(?P<q>[\"'])(?P<name>[^\"'\n<>]{1,64}+)(?P=q)[ \t]+"
-    r"value=(?P<q2>[\"'])(?P<value>[^\"'\n]{1,512}+)(?P=q2)"
-)
+# The pair is matched from its rarer "value=", the name found looking back.
+_CONFIG_PAIR = _compile(r"value=(?P<q>[\"'])(?P<value>[^\"'\n]{1,512}+)(?P=q)")
+_CONFIG_NAME = re.compile(r"(?<![A-Za-z])(?:key|name)=(?P<q>[\"'])(?P<name>[^\"'\n<>]{1,64})(?P=q)[ \t]+\Z")
 
 
 def _names_credential(name: str) -> bool:
@@ -1114,7 +1119,13 @@ def _names_credential(name: str) -> bool:
 
 
 def _locate_markup(match: re.Match[str]) -> tuple[int, int] | None:
-    name = match.group("tag") if "tag" in match.re.groupindex else match.group("name")
+    if "tag" in match.re.groupindex:
+        name = match.group("tag")
+    else:
+        named = _CONFIG_NAME.search(match.string, max(0, match.start() - 80), match.start())
+        if named is None:
+            return None
+        name = named.group("name")
     value = match.group("value")
     if not _names_credential(name) or _not_a_credential(value) or _TEMPLATE.fullmatch(value):
         return None
@@ -1430,11 +1441,19 @@ def default_detectors() -> tuple[Detector, ...]:
         ),
         Detector(
             "NATIONAL_ID",
-            tuple(Rule(number.pattern, number, _LONG_NUMBER if number.long_number else None, overlapping=True)
-                  for number in NATIONAL_IDS if number.words is None),
+            tuple(Rule(number.pattern, number, _LONG_NUMBER, overlapping=True)
+                  for number in NATIONAL_IDS if number.words is None and number.long_number),
             priority=6,
             normalize=_alnum_upper,
-            gate=_has_digit,
+            gate=_has_long_number,
+        ),
+        Detector(
+            "NATIONAL_ID",
+            tuple(Rule(number.pattern, number, overlapping=True)
+                  for number in NATIONAL_IDS if number.words is None and not number.long_number),
+            priority=6,
+            normalize=_alnum_upper,
+            gate=_has_short_national_id,
         ),
         Detector(
             "NATIONAL_ID",

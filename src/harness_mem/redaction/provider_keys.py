@@ -123,9 +123,9 @@ def locate_telegram_bot_token(match: re.Match[str]) -> tuple[int, int] | None:
 
 # A Discord bot token: the bot's user id in base64, a timestamp, an HMAC, joined by dots. The first
 # part is what tells it: it decodes to the 17-20 digits of a snowflake id (so a dotted identifier
-# of that shape is not one).
+# of that shape is not one), and base64 of ASCII digits starts "MD", "MT", "Mj", "Mz", "ND" … "Oz".
 DISCORD_TOKEN = re.compile(
-    r"[MNO](?<![A-Za-z0-9_\-.][MNO])[A-Za-z0-9_\-]{23,27}+\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,38}+"
+    r"[MNO](?<![A-Za-z0-9_\-.][MNO])[DTjz][A-Za-z0-9_\-]{22,26}+\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,38}+"
     r"(?![A-Za-z0-9_\-.])",
     re.ASCII,
 )
