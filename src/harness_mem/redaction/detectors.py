@@ -415,7 +415,8 @@ def _locate_obfuscated_email(match: re.Match[str]) -> tuple[int, int] | None:
 
 
 def _obfuscated_email_gate(text: str) -> bool:
-    return _contains_any(_lower(text), _EMAIL_OBFUSCATED_NEEDLES)
+    closed = ")" in text or "]" in text or "}" in text or ">" in text or "%40" in text
+    return closed and _contains_any(_lower(text), _EMAIL_OBFUSCATED_NEEDLES)
 
 
 # -- phones
@@ -737,8 +738,12 @@ _CN_ID = _compile(
 _has_short_national_id = _has_match(_compile(r"[A-Z](?:[ \-]?[0-9]){2}|[0-9]{7}-?[A-Z]"))
 
 
+# Every number taken after its name has eight digits at least, one separator at most between two.
+_EIGHT_DIGITS = _compile(r"[0-9](?:[ .\-]?[0-9]){7}")
+
+
 def _national_id_word_gate(text: str) -> bool:
-    return _contains_any(_lower(text), NATIONAL_ID_WORDS)
+    return _EIGHT_DIGITS.search(text) is not None and _contains_any(_lower(text), NATIONAL_ID_WORDS)
 
 
 def _cn_id_written_ok(value: str) -> bool:
@@ -841,13 +846,15 @@ _API_KEY_PREFIXES = (*PROVIDER_NEEDLES, "hooks.slack.com")
 # Most prefixes hold "_" or "-": those are looked for only in text that has one.
 _PREFIXES_UNDERSCORE = tuple(p for p in _API_KEY_PREFIXES if "_" in p)
 _PREFIXES_DASH = tuple(p for p in _API_KEY_PREFIXES if "-" in p and "_" not in p)
-_PREFIXES_PLAIN = tuple(p for p in _API_KEY_PREFIXES if "-" not in p and "_" not in p)
+_PREFIXES_DOT = tuple(p for p in _API_KEY_PREFIXES if "." in p and "-" not in p and "_" not in p)
+_PREFIXES_PLAIN = tuple(p for p in _API_KEY_PREFIXES if not any(ch in p for ch in "-_."))
 
 
 def _api_key_gate(text: str) -> bool:
     return (
         ("_" in text and _contains_any(text, _PREFIXES_UNDERSCORE))
         or ("-" in text and _contains_any(text, _PREFIXES_DASH))
+        or ("." in text and _contains_any(text, _PREFIXES_DOT))
         or _contains_any(text, _PREFIXES_PLAIN)
     )
 
@@ -1328,7 +1335,7 @@ def _ip_gate(text: str) -> bool:
 # holds none of it, and these C-level substring checks are far cheaper than a dozen gate calls (or
 # one regex alternation, which re tries at every position).
 _PRESCREEN_NEEDLES = ("-----BEGIN", *(p for p in _API_KEY_PREFIXES if "-" in p or "_" in p))
-_PRESCREEN_PLAIN = ("@", "＠", "::", "eyJ", *(p for p in _API_KEY_PREFIXES if "-" not in p and "_" not in p))
+_PRESCREEN_PLAIN = ("@", "＠", "::", "eyJ", *_PREFIXES_PLAIN)
 # Where a credential word names a value: before ":" or "=". Said in a sentence, only a password is
 # taken ("my password is …", "PASSWORD\tWAS …", "pw's …", "密碼是…"), and only with "pass", "pw" or "是".
 _CREDENTIAL_CONTEXT = (":", "=", "：")
@@ -1343,6 +1350,7 @@ def might_hold_pii(text: str) -> bool:
         # _PRESCREEN_NEEDLES all hold "-" or "_"; the plain ones ("@", "AKIA", "hooks.slack.com" …) do not.
         or (("-" in text or "_" in text) and _contains_any(text, _PRESCREEN_NEEDLES))
         or _contains_any(text, _PRESCREEN_PLAIN)
+        or ("." in text and _contains_any(text, _PREFIXES_DOT))
         or text.count(":") >= 7  # an IPv6 address spelled with letters a-f only
         # A credential word matters only before ":" or "=", or as a password said in words (a bearer
         # token, an AWS secret key and a passport number have a digit, a URL password an "@": all

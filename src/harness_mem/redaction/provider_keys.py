@@ -59,7 +59,7 @@ PROVIDER_KEYS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("glptt-", _token("glptt-", rf"{_HEX}{{40}}")),  # GitLab pipeline trigger token
     ("gldt-", _token("gldt-", r"[A-Za-z0-9_\-]{20,}")),  # GitLab deploy token
     ("glrt-", _token("glrt-", r"[A-Za-z0-9_\-]{20,}")),  # GitLab runner token
-    ("xox", _token("xox", r"[abposr]-[A-Za-z0-9\-]{10,}")),  # Slack bot, user, … tokens
+    *((f"xox{kind}-", _token(f"xox{kind}-", r"[A-Za-z0-9\-]{10,}")) for kind in "abposr"),  # Slack tokens
     ("xapp-", _token("xapp-", r"[0-9]-[A-Za-z0-9\-]{10,}")),  # Slack app-level token
     ("AIza", _token("AIza", r"[0-9A-Za-z_\-]{35}")),  # Google API key
     ("GOCSPX-", _token("GOCSPX-", r"[A-Za-z0-9_\-]{24,}")),  # Google OAuth client secret
@@ -74,10 +74,10 @@ PROVIDER_KEYS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("key-", _token("key-", rf"{_HEX}{{32}}")),  # Mailgun
     ("xkeysib-", _token("xkeysib-", rf"{_HEX}{{64}}-[A-Za-z0-9]{{16}}")),  # Brevo (Sendinblue)
     ("_v1_", _token("do", rf"[opr]_v1_{_HEX}{{64}}")),  # DigitalOcean
-    ("shp", _token("shp", r"(?:at|ss|ca|pa)_[0-9a-fA-F]{32}")),  # Shopify
+    *((f"shp{kind}_", _token(f"shp{kind}_", r"[0-9a-fA-F]{32}")) for kind in ("at", "ss", "ca", "pa")),  # Shopify
     ("ATATT", _token("ATATT", r"[A-Za-z0-9_\-=]{60,}")),  # Atlassian API token
-    ("sq0", _token("sq0", r"(?:atp|csp)-[A-Za-z0-9_\-]{22,43}")),  # Square
-    ("hv", _token("hv", r"[sbr]\.[A-Za-z0-9_\-]{24,}")),  # HashiCorp Vault
+    *((f"sq0{kind}-", _token(f"sq0{kind}-", r"[A-Za-z0-9_\-]{22,43}")) for kind in ("atp", "csp")),  # Square
+    *((f"hv{kind}.", _token(f"hv{kind}.", r"[A-Za-z0-9_\-]{24,}")) for kind in "sbr"),  # HashiCorp Vault
     ("dp.", _token("dp.", r"(?:pt|st|ct|sa|scim|audit)\.[A-Za-z0-9]{40,}")),  # Doppler
     ("lin_", _token("lin_", r"(?:api|oauth)_[A-Za-z0-9]{40,}")),  # Linear
     ("secret_", _token("secret_", r"[A-Za-z0-9]{43}")),  # Notion (integration token)
@@ -99,7 +99,7 @@ PROVIDER_KEYS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("tskey-", _token("tskey-", r"(?:auth|api|client|scim|webhook)-[A-Za-z0-9]{6,}-[A-Za-z0-9]{20,}")),  # Tailscale
     ("CFPAT-", _token("CFPAT-", r"[A-Za-z0-9_\-]{43}")),  # Contentful
     ("dt0c01.", _token("dt0c01.", r"[A-Z0-9]{24}\.[A-Z0-9]{64}")),  # Dynatrace
-    ("sntry", _token("sntry", r"[su]_[A-Za-z0-9+/=_]{50,}")),  # Sentry
+    *((f"sntry{kind}_", _token(f"sntry{kind}_", r"[A-Za-z0-9+/=_]{50,}")) for kind in "su"),  # Sentry
     ("ops_eyJ", _token("ops_eyJ", r"[A-Za-z0-9+/_\-]{100,}={0,2}")),  # 1Password service account
 )
 
