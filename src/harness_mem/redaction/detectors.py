@@ -850,12 +850,37 @@ _PREFIXES_DOT = tuple(p for p in _API_KEY_PREFIXES if "." in p and "-" not in p 
 _PREFIXES_PLAIN = tuple(p for p in _API_KEY_PREFIXES if not any(ch in p for ch in "-_."))
 
 
-def _api_key_gate(text: str) -> bool:
-    return (
-        ("_" in text and _contains_any(text, _PREFIXES_UNDERSCORE))
-        or ("-" in text and _contains_any(text, _PREFIXES_DASH))
-        or ("." in text and _contains_any(text, _PREFIXES_DOT))
-        or _contains_any(text, _PREFIXES_PLAIN)
+class _has_any_with:  # noqa: N801 -- used like a function; a class so that it pickles
+    """A gate that passes when ``text`` holds ``mark`` (when given) and one of ``needles``."""
+
+    __slots__ = ("mark", "needles")
+
+    def __init__(self, mark: str, needles: tuple[str, ...]) -> None:
+        self.mark = mark
+        self.needles = needles
+
+    def __call__(self, text: str) -> bool:
+        return (not self.mark or self.mark in text) and _contains_any(text, self.needles)
+
+
+def _provider_key_detectors() -> tuple[Detector, ...]:
+    """The provider formats as four detectors, by the separator their needles hold ("_", "-", "."
+    or none), each gated on its own needles: "key-value" runs the dash formats, not all sixty."""
+    rules: dict[str, list[Rule]] = {}
+    extra = {
+        "hooks.slack.com": Rule(_SLACK_WEBHOOK),
+        ":AA": Rule(TELEGRAM_BOT_TOKEN, locate_telegram_bot_token),
+        ".atlasv1.": Rule(TERRAFORM_TOKEN, locate_terraform_token),
+    }
+    for needle, pattern in PROVIDER_KEYS:
+        rules.setdefault(needle, []).append(Rule(pattern))
+    for needle, rule in extra.items():
+        rules.setdefault(needle, []).append(rule)
+    groups = (("_", _PREFIXES_UNDERSCORE), ("-", _PREFIXES_DASH), (".", _PREFIXES_DOT), ("", _PREFIXES_PLAIN))
+    return tuple(
+        Detector("API_KEY", tuple(rule for needle in needles for rule in rules[needle]), priority=2, secret=True,
+                 gate=_has_any_with(mark, needles))
+        for mark, needles in groups
     )
 
 
@@ -1370,18 +1395,7 @@ def default_detectors() -> tuple[Detector, ...]:
     return (
         Detector("PRIVATE_KEY", (Rule(_PRIVATE_KEY),), priority=0, secret=True, gate=_has_any("-----BEGIN")),
         Detector("JWT", (Rule(_JWT),), priority=1, secret=True, gate=_has_any("eyJ")),
-        Detector(
-            "API_KEY",
-            (
-                *(Rule(pattern) for _, pattern in PROVIDER_KEYS),
-                Rule(_SLACK_WEBHOOK),
-                Rule(TELEGRAM_BOT_TOKEN, locate_telegram_bot_token),
-                Rule(TERRAFORM_TOKEN, locate_terraform_token),
-            ),
-            priority=2,
-            secret=True,
-            gate=_api_key_gate,
-        ),
+        *_provider_key_detectors(),
         # A rule that needs a rarer context than its family's gate is a detector of its own, with a
         # gate on that context: the AWS secret key (its scan enters at every letter), cookies, and
         # the bare SSN and phone numbers that only a word before them makes one.
