@@ -83,6 +83,10 @@ def _shape_is_enough(value: str) -> bool:
     return True
 
 
+def _nir_cpf_or_rrn_ok(value: str) -> bool:
+    return fr_insee_ok(value) or br_cpf_ok(value) or kr_rrn_ok(value)
+
+
 def _kr_rrn_unchecked(value: str) -> bool:
     return kr_rrn_ok(value, checked=False)
 
@@ -107,10 +111,13 @@ NATIONAL_IDS: tuple[NationalId, ...] = (
         ),
         _shape_is_enough,
     ),
-    NationalId("French social security number (NIR)", _digits_first(
-        r"(?<=[1278])(?P<sep> ?)[0-9]{2}(?P=sep)[0-9]{2}(?P=sep)(?:[0-9]{2}|2[AB])(?P=sep)[0-9]{3}(?P=sep)[0-9]{3}"
-        r"(?P=sep)[0-9]{2}"
-    ), fr_insee_ok, long_number=True),
+    # Three long shapes in one pattern (one scan of the digits instead of three): a French NIR
+    # "1 85 05 78 006 084 36", a Brazilian CPF "529.982.247-25", a Korean RRN "850709-1234567". Each
+    # check refuses the others' lengths, so "any of the three" checks each match by its own rules.
+    NationalId("French NIR, Brazilian CPF or Korean RRN", _digits_first(
+        r"(?:(?<=[1278])(?P<sep> ?)[0-9]{2}(?P=sep)[0-9]{2}(?P=sep)(?:[0-9]{2}|2[AB])(?P=sep)[0-9]{3}(?P=sep)"
+        r"[0-9]{3}(?P=sep)[0-9]{2}|[0-9]{2}\.[0-9]{3}\.[0-9]{3}-[0-9]{2}|[0-9]{5}-[1-8][0-9]{6})"
+    ), _nir_cpf_or_rrn_ok, long_number=True),
     NationalId("Spanish DNI", _digits_first(r"[0-9]{7}-?[A-Z]"), es_dni_ok),
     NationalId("Spanish NIE", _letters_first("[XYZ]", r"-?[0-9]{7}-?[A-Z]"), es_dni_ok),
     NationalId("Italian codice fiscale", _letters_first(
@@ -120,8 +127,6 @@ NATIONAL_IDS: tuple[NationalId, ...] = (
         "[A-Z]", r"[AEIOUX][A-Z]{2}[0-9]{6}[HMX][A-Z]{2}[B-DF-HJ-NP-TV-Z]{3}[A-Z0-9][0-9]"
     ), mx_curp_ok),
     NationalId("Indian PAN", _letters_first("[A-Z]", r"[A-Z]{2}[PCHFATBLJG][A-Z][0-9]{4}[A-Z]"), _shape_is_enough),
-    NationalId("Brazilian CPF", _digits_first(r"[0-9]{2}\.[0-9]{3}\.[0-9]{3}-[0-9]{2}"), br_cpf_ok, long_number=True),
-    NationalId("South Korean RRN", _digits_first(r"[0-9]{5}-[1-8][0-9]{6}"), kr_rrn_ok, long_number=True),
     # Digits only, with a weak check or none: taken after their name.
     NationalId("South Korean RRN (since 2020)", _digits_first(r"[0-9]{5}-?[1-8][0-9]{6}"), _kr_rrn_unchecked,
                _said(r"rrn|resident registration(?: number| no\.?)?|주민등록번호|주민번호"), long_number=True),
