@@ -297,6 +297,14 @@ def _assigned(template: str) -> Callable[[Draw], Pii]:
     return build
 
 
+HEXDIGITS = "0123456789abcdef"
+
+
+def _es_dni(draw: Draw) -> Pii:
+    number = digits(draw, 8)
+    return Pii(number + "TRWAGMYFPDXBNJZSQVHLCKE"[int(number) % 23], "NATIONAL_ID")
+
+
 def _url_credentials(template: str) -> Callable[[Draw], Pii]:
     def build(draw: Draw) -> Pii:
         user, host = chars(draw, string.ascii_lowercase, 5), chars(draw, string.ascii_lowercase, 6)
@@ -392,6 +400,21 @@ FORMS: dict[str, st.SearchStrategy[Pii]] = {
     "secret-x-auth-key": form(_assigned("X-Auth-Key: {}")),
     "secret-session-key": form(_assigned("session_key_v2={}")),
     "secret-chinese": form(_assigned("密码={}")),
+    # issue #41: provider formats with no words around them, national numbers, plain phrasings
+    "key-sendgrid": form(_key(lambda draw: f"SG.{chars(draw, ALNUM, 22)}.{chars(draw, ALNUM, 43)}")),
+    "key-twilio": form(_key(lambda draw: f"SK{chars(draw, HEXDIGITS, 32)}")),
+    "key-mailgun": form(_key(lambda draw: f"key-{chars(draw, HEXDIGITS, 32)}")),
+    "key-digitalocean": form(_key(lambda draw: f"dop_v1_{chars(draw, HEXDIGITS, 64)}")),
+    "key-vault": form(_key(lambda draw: f"hvs.{chars(draw, ALNUM, 90)}")),
+    "key-telegram": form(_key(lambda draw: f"{digits(draw, 10)}:AA{chars(draw, ALNUM, 33)}")),
+    "key-age": form(_key(lambda draw: f"AGE-SECRET-KEY-1{chars(draw, 'QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L', 58)}")),
+    "national-uk-ni": form(lambda draw: Pii(chars(draw, "ABCEGHJKLMNPRSTWXYZ", 2) + digits(draw, 6)
+                                            + draw(st.sampled_from("ABCD")), "NATIONAL_ID")),
+    "national-es-dni": form(_es_dni),
+    "secret-login-pair": form(_assigned("login admin / {}!")),
+    "secret-curl-user": form(_assigned("curl -u deploy:{} https://ci.example.com")),
+    "secret-xml": form(_assigned("<password>{}</password>")),
+    "email-obfuscated": form(lambda draw: Pii(f"{chars(draw, string.ascii_lowercase, 6)}(at)example(dot)com", "EMAIL")),
 }
 PII = st.one_of(*FORMS.values())
 # One value of every form, for the slower paths: a handful of examples still sends each form through.
