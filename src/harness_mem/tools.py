@@ -32,7 +32,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from .cliutils import shown
 from .errors import InvalidInputError, NotFoundError
-from .models import Entry, Hit, Remembered, format_time
+from .models import Entry, Hit, Remembered, format_time, has_visible_text
 from .recall import Mode
 from .store import MemoryStore
 
@@ -149,8 +149,8 @@ class Caller:
 
 
 def _not_blank(value: str) -> str:
-    if not value.strip():
-        raise ValueError("is empty: send the text itself")
+    if not has_visible_text(value):
+        raise ValueError("is empty (or only spaces and control characters): send the text itself")
     return value.strip()
 
 

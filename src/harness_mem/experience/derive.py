@@ -41,6 +41,8 @@ FACTS_PER_TURN = 3
 SUMMARY_SHARE = 0.35
 #: … but a few short turns still get a sentence's worth.
 SUMMARY_MIN_WORDS = 12
+#: … and a long segment no more than a reader takes in at once.
+SUMMARY_MAX_WORDS = 400
 #: A first clause with this many content words says enough on its own (see :func:`condensed`).
 CLAUSE_WORDS = 3
 # An assistant's replies are advice and steps, not facts about anyone: they are kept in the segments …
@@ -161,7 +163,7 @@ def _account(turns: Sequence[SpokenTurn], said: Sequence[tuple[Statement, str | 
     kinds): who and when, then what was said, in the order said, within :data:`SUMMARY_SHARE` of
     its turns' words — each turn's best statement first (a fact before the rest, people before an
     assistant), then each one's second …, each cut to its first clause (:func:`condensed`)."""
-    budget = max(SUMMARY_SHARE * sum(_words(t.content) for t in turns), SUMMARY_MIN_WORDS)
+    budget = min(max(SUMMARY_SHARE * sum(_words(t.content) for t in turns), SUMMARY_MIN_WORDS), SUMMARY_MAX_WORDS)
     candidates = range(len(said))
     advisers = {t.id for t in turns if t.role in _NOT_FACT_SOURCES}
 
