@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -45,6 +45,10 @@ from ..storage import (
 )
 from ..vectors import other_model
 from . import postgres_rekey
+from .postgres_connection import Connection
+
+if TYPE_CHECKING:
+    import psycopg
 
 __all__ = ["PostgresStorage", "safe_location", "tsquery_of", "vector_literal"]
 
@@ -429,28 +433,26 @@ class PostgresStorage(Storage):
 
     def __init__(self, dsn: str, *, read_only: bool = False) -> None:
         try:
-            import psycopg
+            import psycopg  # noqa: F401
         except ImportError:
             raise ExtensionError("the PostgreSQL engine needs psycopg — pip install 'harness-mem[postgres]'") from None
         self.dsn = dsn
         self.path = safe_location(dsn)
-        try:
-            self.conn = psycopg.connect(dsn, autocommit=True)
-        except psycopg.Error as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StorageError(f"cannot connect to {self.path}: {reason.replace(dsn, self.path)}") from None
-        self._errors = psycopg.Error
         self.read_only = read_only
-        if read_only:
-            self.conn.execute("SET default_transaction_read_only = on")
-        # Filtered HNSW searches continue until enough rows pass the filter (pgvector 0.8).
-        self.conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        self.conn = Connection(dsn, self.path, self._prepare)
         self.embedder: Embedder | None = None
         self.keywords = PostgresKeywords(self)
         self.derived_keywords = PostgresKeywords(self, derived=True)
         self._in_transaction = False
         self._bound: bool = False
         self._passage_table: bool | None = None
+
+    def _prepare(self, conn: psycopg.Connection[Any]) -> None:
+        """Each new connection's session settings (the first, and any made after a lost one)."""
+        if self.read_only:
+            conn.execute("SET default_transaction_read_only = on")
+        # Filtered HNSW searches continue until enough rows pass the filter (pgvector 0.8).
+        conn.execute("SET hnsw.iterative_scan = relaxed_order")
 
     def __repr__(self) -> str:
         return f"<PostgresStorage {self.path!r}>"
@@ -677,7 +679,8 @@ class PostgresStorage(Storage):
             self._run("SET lock_timeout = 0")
 
     def is_busy(self, exc: BaseException) -> bool:
-        return type(exc).__name__ in ("LockNotAvailable", "QueryCanceled")
+        cause = exc.__cause__ if isinstance(exc, StorageError) else exc  # the driver's own error
+        return type(cause).__name__ in ("LockNotAvailable", "QueryCanceled")
 
     # ---- vectors ---------------------------------------------------------------------------------------
 
@@ -1319,6 +1322,6 @@ class PostgresStorage(Storage):
         try:
             self._run("CHECKPOINT")
             return True
-        except self._errors:  # needs pg_checkpoint (or superuser): the server's own checkpoints do it later
+        except StorageError:  # needs pg_checkpoint (or superuser): the server's own checkpoints do it later
             return False
 

@@ -1,0 +1,177 @@
+"""The PostgreSQL engine's one connection to its server, made again when the server dropped it.
+
+A store lives as long as its process (an MCP server, an agent); the server may restart under it.
+Before each statement that starts a call (none is in progress), a connection the server has
+closed is noticed without a round trip (its socket reads end-of-file, or the server's goodbye) and
+replaced by a fresh one, prepared as the first was. A read that still meets a lost connection (the
+server went away between the check and the statement) is sent once more on a fresh one; a write
+never is: it may have committed, so the caller is told and the next call reconnects.
+
+Every error of the driver reaches the caller as one line, a :class:`~harness_mem.errors.StorageError`
+whose ``__cause__`` is psycopg's own (what :meth:`PostgresStorage.is_busy` reads).
+"""
+
+from __future__ import annotations
+
+import select
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any
+
+from ..errors import StorageError
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["Connection", "first_line"]
+
+# Statements that change nothing, so sending one again on a fresh connection is harmless.
+_REPEATABLE = ("SELECT", "SHOW", "SET ", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+# A SELECT that takes a lock or writes through a function is not a plain read.
+_NOT_PLAIN = ("pg_advisory", "nextval", "setval", "gin_clean_pending_list", "FOR UPDATE")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of ``exc``'s message, or its type's name."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__
+
+
+def _repeatable(sql: object) -> bool:
+    text = sql if isinstance(sql, str) else ""
+    head = text.lstrip().upper()
+    return head.startswith(_REPEATABLE) and not any(word.upper() in head for word in _NOT_PLAIN)
+
+
+class Connection:
+    """psycopg's connection (autocommit) behind the few calls the engine makes: ``execute``,
+    ``cursor``, ``transaction``, ``info``, ``close``. ``prepare`` sets up each new connection."""
+
+    def __init__(self, dsn: str, location: str, prepare: Callable[[psycopg.Connection[Any]], None]) -> None:
+        import psycopg
+
+        self._psycopg = psycopg
+        self._dsn = dsn
+        self.location = location
+        self._prepare = prepare
+        self._closed = False
+        self._depth = 0  # transactions open through this object: never reconnected under one
+        self._raw = self._connect(first=True)
+
+    # ---- the connection itself ------------------------------------------------------------------------
+
+    def _connect(self, *, first: bool = False) -> psycopg.Connection[Any]:
+        import psycopg
+
+        try:
+            raw: psycopg.Connection[Any] = psycopg.connect(self._dsn, autocommit=True)
+        except psycopg.Error as exc:
+            reason = first_line(exc).replace(self._dsn, self.location)
+            doing = "connect to" if first else "reconnect to"
+            raise StorageError(f"cannot {doing} {self.location}: {reason}") from None
+        try:
+            self._prepare(raw)
+        except psycopg.Error as exc:
+            raw.close()
+            raise StorageError(f"{self.location}: {first_line(exc)}") from exc
+        return raw
+
+    def _idle(self) -> bool:
+        return self._raw.info.transaction_status == self._psycopg.pq.TransactionStatus.IDLE
+
+    def _between_calls(self) -> bool:
+        """Whether no transaction is open (a lost connection's status is unknown)."""
+        status = self._raw.info.transaction_status
+        return self._depth == 0 and status in (self._psycopg.pq.TransactionStatus.IDLE,
+                                               self._psycopg.pq.TransactionStatus.UNKNOWN)
+
+    def _dropped(self) -> bool:
+        """Whether the server closed this idle connection: nothing is due on it, so a readable
+        socket means a goodbye (a terminated session) or end-of-file."""
+        raw = self._raw
+        if raw.closed or raw.broken:
+            return True
+        try:
+            readable, _, _ = select.select([raw.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        if not readable:
+            return False
+        pgconn = raw.pgconn
+        try:
+            pgconn.consume_input()
+            pgconn.consume_input()  # the goodbye first, end-of-file next
+        except self._psycopg.OperationalError:
+            return True
+        return bool(pgconn.status != self._psycopg.pq.ConnStatus.OK)
+
+    def _live(self) -> psycopg.Connection[Any]:
+        """The connection, made again first if the server dropped it while no call was in progress."""
+        if self._closed:
+            raise StorageError(f"{self.location}: this store is closed")
+        if self._between_calls() and self._dropped():
+            self._reopen()
+        return self._raw
+
+    def _reopen(self) -> None:
+        with suppress(self._psycopg.Error):
+            self._raw.close()
+        self._raw = self._connect()
+
+    def _failure(self, exc: BaseException) -> StorageError:
+        if self._raw.broken or self._raw.closed:
+            return StorageError(
+                f"lost the connection to {self.location} ({first_line(exc)}) — this call's transaction was not"
+                " committed, or its outcome is unknown if it was committing; the next call reconnects")
+        return StorageError(f"{self.location}: {first_line(exc)}")
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except self._psycopg.Error as exc:
+            raise self._failure(exc) from exc
+
+    # ---- what the engine calls ---------------------------------------------------------------------------
+
+    def execute(self, sql: Any, params: Sequence[Any] | None = ()) -> psycopg.Cursor[Any]:
+        raw = self._live()
+        idle = self._depth == 0 and self._idle()
+        try:
+            return raw.execute(sql, params)
+        except self._psycopg.Error as exc:
+            if idle and raw.broken and _repeatable(sql):
+                self._reopen()
+                with self._translated():
+                    return self._raw.execute(sql, params)
+            raise self._failure(exc) from exc
+
+    @contextmanager
+    def cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+        raw = self._live()
+        with self._translated(), raw.cursor() as cursor:
+            yield cursor
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        raw = self._live()
+        self._depth += 1
+        try:
+            with self._translated(), raw.transaction():
+                yield
+        finally:
+            self._depth -= 1
+
+    @property
+    def info(self) -> psycopg.ConnectionInfo:
+        return self._raw.info
+
+    @property
+    def broken(self) -> bool:
+        return bool(self._raw.broken)
+
+    def close(self) -> None:
+        self._closed = True
+        self._raw.close()
