@@ -61,6 +61,7 @@ IDENTITY_COLUMNS: dict[str, tuple[str, ...]] = {
     "consolidations": ("namespace", "session", "episode_id", "last_turn_id"),
     "derivations": ("namespace", "session"),
     "namespace_roles": ("namespace",),
+    "namespace_state": ("namespace",),
     "runs": ("id", "namespace", "lease_owner"),
     "jobs": ("run_id", "job_id", "deps", "lease_owner"),
     "run_events": ("run_id", "job_id"),

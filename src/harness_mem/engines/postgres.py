@@ -306,8 +306,9 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
 
 
 def keyword_counters(derived: bool) -> tuple[str, str]:
-    """The settings that count a keyword lane's rows and tokens (BM25's statistics): what was said
-    and written, or what consolidation derived, each counted apart (see ``Storage.keywords``)."""
+    """The keys (in ``namespace_state``, one row a namespace) that count a keyword lane's rows and
+    tokens (BM25's statistics): what was said and written, or what consolidation derived, each
+    counted apart (see ``Storage.keywords``)."""
     return ("keywords.derived.rows", "keywords.derived.tokens") if derived else ("keywords.rows", "keywords.tokens")
 
 
@@ -329,11 +330,9 @@ class PostgresKeywords:
         return self.storage.query(sql, params)[0][0]
 
     def stats(self) -> tuple[int, float]:
-        if self.storage.confined_to is not None:  # what this role sees: its namespace alone
-            rows, tokens = self.storage.query(
-                f"SELECT count(*), coalesce(sum(token_count), 0) FROM entries WHERE tokens IS NOT NULL AND {self.lane}")[0]
-            return int(rows), (int(tokens) / int(rows) if rows else 0.0)
-        counts = dict(self.storage.query("SELECT key, value FROM settings WHERE key = ANY(%s)", (list(self.counters),)))
+        # Every namespace's counts for the owner; a confined role's own alone (row-level security).
+        counts = dict(self.storage.query("SELECT key, sum(value) FROM namespace_state WHERE key = ANY(%s) GROUP BY key",
+                                         (list(self.counters),)))
         rows, tokens = (int(counts.get(key) or 0) for key in self.counters)
         return rows, (tokens / rows if rows else 0.0)
 
@@ -527,9 +526,9 @@ class PostgresStorage(Storage):
 
         if not self.vectors_bound(writing=True) and self.embedder is not None:
             raise StorageError("the vectors' table could not be made")
-        # Every table of the store (each confines rows to the role's namespace), the experience
-        # tables included.
-        tables = ["entries", "settings", "episodes", "skills", "skill_revisions", "skill_sources", "consolidations",
+        # Every table holding a namespace's rows (each confines them to the role's namespace), the
+        # experience tables and each namespace's counts included.
+        tables = ["entries", "namespace_state", "episodes", "skills", "skill_revisions", "skill_sources", "consolidations",
                   "derivations", "identities",
                   *(["entry_vectors"] if self._has_vector_table() else []),
                   *(["entry_passages"] if self._has_passage_table() else [])]
@@ -539,7 +538,9 @@ class PostgresStorage(Storage):
             who = sql.Identifier(role)
             self.conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
                 sql.Identifier(str(self.query("SELECT current_schema()")[0][0])), who))
-            self.conn.execute(sql.SQL("GRANT SELECT ON _migrations TO {}").format(who))
+            # Store-wide records it reads (settings: the keys it needs, a policy says) and never writes.
+            self.conn.execute(sql.SQL("GRANT SELECT ON _migrations, settings TO {}").format(who))
+            self.conn.execute(sql.SQL("REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON _migrations, settings FROM {}").format(who))
             for table in tables:
                 self.conn.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(
                     sql.Identifier(table), who))
@@ -583,9 +584,10 @@ class PostgresStorage(Storage):
         self._run("INSERT INTO settings (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                   (key, value))
 
-    def _add_to(self, key: str, amount: int) -> None:
-        self._run("INSERT INTO settings (key, value) VALUES (%s, %s) ON CONFLICT (key)"
-                  " DO UPDATE SET value = (settings.value::bigint + %s)::text", (key, str(amount), amount))
+    def _add_to(self, namespace: str, key: str, amount: int) -> None:
+        """Add ``amount`` to a count of ``namespace`` (its keyword statistics, its data version)."""
+        self._run("INSERT INTO namespace_state (namespace, key, value) VALUES (%s, %s, %s) ON CONFLICT (namespace, key)"
+                  " DO UPDATE SET value = namespace_state.value + excluded.value", (namespace, key, amount))
 
     def rekey_pseudonyms(self, rekey: Callable[[str], str],
                          reseal: Callable[[str, SealedIdentity], tuple[str, SealedIdentity]], *,
@@ -615,6 +617,11 @@ class PostgresStorage(Storage):
 
     def redaction_secret(self, *, create: bool) -> str | None:
         found = self.setting("redaction.secret")
+        if found is None and self.confined_to is not None:
+            # Not shown to a confined role where it is the pseudonyms' only key (an older store).
+            raise StorageError(f"{self.path} keys its pseudonyms inside the store (an older one), and a confined role"
+                               " may not read that key — the store's owner must first run `harness-mem migrate`"
+                               " where its identity key is")
         if found is None and create:
             import secrets
 
@@ -652,7 +659,10 @@ class PostgresStorage(Storage):
             with self.conn.transaction():
                 self._run("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
                 yield
-                self._add_to("data.version", 1)
+                if self.confined_to is None:  # the store-wide version, the owner's to write
+                    self._run("UPDATE settings SET value = (value::bigint + 1)::text WHERE key = 'data.version'")
+                else:
+                    self._add_to(self.confined_to, "data.version", 1)
         finally:
             self._in_transaction = False
 
@@ -668,7 +678,10 @@ class PostgresStorage(Storage):
             self._run("COMMIT")
 
     def data_version(self) -> tuple[int, int]:
-        return 0, int(self.setting("data.version") or 0)
+        # The owner's writes, and every namespace's this role can see: each only grows.
+        found = self.query("SELECT coalesce((SELECT value::bigint FROM settings WHERE key = 'data.version'), 0)"
+                           " + coalesce((SELECT sum(value) FROM namespace_state WHERE key = 'data.version'), 0)")
+        return 0, int(found[0][0])
 
     @contextmanager
     def without_waiting(self) -> Iterator[None]:
@@ -801,12 +814,13 @@ class PostgresStorage(Storage):
                         pks.append(int(found[0]))
                     if not cursor.nextset():
                         break
-            for derived in (False, True):
-                counts = [count for row, (_, count) in zip(batch, tokens, strict=True) if _is_derived(row.source) == derived]
-                if counts:
-                    rows_key, tokens_key = keyword_counters(derived)
-                    self._add_to(rows_key, len(counts))
-                    self._add_to(tokens_key, sum(counts))
+            counted: dict[tuple[str, bool], list[int]] = {}
+            for row, (_, count) in zip(batch, tokens, strict=True):
+                counted.setdefault((row.namespace, _is_derived(row.source)), []).append(count)
+            for (namespace, derived), counts in sorted(counted.items()):
+                rows_key, tokens_key = keyword_counters(derived)
+                self._add_to(namespace, rows_key, len(counts))
+                self._add_to(namespace, tokens_key, sum(counts))
             if bound:
                 late = [row for row in batch if id(row) not in vectors]
                 if late:
@@ -849,12 +863,13 @@ class PostgresStorage(Storage):
             self._reindex_turn_after(found[0][0], found[0][1], found[0][2], pk)
 
     def _drop_derived(self, pk: int) -> None:
-        gone = self.query("SELECT token_count, source FROM entries WHERE pk = %s AND tokens IS NOT NULL", (pk,))
+        gone = self.query("SELECT token_count, source, namespace FROM entries WHERE pk = %s AND tokens IS NOT NULL", (pk,))
         if gone:
             self._run("UPDATE entries SET tokens = NULL, token_count = NULL WHERE pk = %s", (pk,))
-            rows_key, tokens_key = keyword_counters(_is_derived(gone[0][1]))
-            self._add_to(rows_key, -1)
-            self._add_to(tokens_key, -int(gone[0][0] or 0))
+            count, source, namespace = gone[0]
+            rows_key, tokens_key = keyword_counters(_is_derived(source))
+            self._add_to(namespace, rows_key, -1)
+            self._add_to(namespace, tokens_key, -int(count or 0))
         if self._has_vector_table():
             self._run("DELETE FROM entry_vectors WHERE pk = %s", (pk,))
             if self._has_passage_table():
@@ -945,17 +960,17 @@ class PostgresStorage(Storage):
 
     def _write_tokens(self, pk: int, text: str) -> None:
         literal, count = tsvector_literal(text)
-        old = self.query("SELECT token_count, tokens IS NOT NULL, source FROM entries WHERE pk = %s", (pk,))
+        old = self.query("SELECT token_count, tokens IS NOT NULL, source, namespace FROM entries WHERE pk = %s", (pk,))
         self._run("UPDATE entries SET tokens = %s::tsvector, token_count = %s WHERE pk = %s", (literal, count, pk))
         if not old:
             return
-        before, indexed, source = old[0]
+        before, indexed, source, namespace = old[0]
         rows_key, tokens_key = keyword_counters(_is_derived(source))
         if indexed:
-            self._add_to(tokens_key, count - int(before or 0))
+            self._add_to(namespace, tokens_key, count - int(before or 0))
         else:
-            self._add_to(rows_key, 1)
-            self._add_to(tokens_key, count)
+            self._add_to(namespace, rows_key, 1)
+            self._add_to(namespace, tokens_key, count)
 
     def index_texts(self, pks: Sequence[int]) -> dict[int, str]:
         # LATERAL: the turn before each entry is one walk back along its session's index. (A
@@ -1182,11 +1197,15 @@ class PostgresStorage(Storage):
             if len(found) < KEYWORD_BATCH:
                 break
         with self.transaction():  # the write lock: no writer is half-way, so the counts are exact
+            # Each namespace's (a confined role's: its own, row-level security says).
+            self._run("DELETE FROM namespace_state WHERE key LIKE 'keywords.%%'")
             for lane in (self.keywords, self.derived_keywords):
-                counts = self.query("SELECT count(*), coalesce(sum(token_count), 0) FROM entries"
-                                    f" WHERE tokens IS NOT NULL AND {lane.lane}")[0]
-                for key, value in zip(lane.counters, counts, strict=True):
-                    self.set_setting(key, str(int(value)))
+                rows_key, tokens_key = lane.counters
+                self._run("INSERT INTO namespace_state (namespace, key, value)"
+                          " SELECT namespace, %s, count(*) FROM entries"
+                          f" WHERE tokens IS NOT NULL AND {lane.lane} GROUP BY namespace"
+                          " UNION ALL SELECT namespace, %s, coalesce(sum(token_count), 0) FROM entries"
+                          f" WHERE tokens IS NOT NULL AND {lane.lane} GROUP BY namespace", (rows_key, tokens_key))
             total = int(self.query("SELECT count(*) FROM entries")[0][0])
         return total, indexed
 

@@ -136,7 +136,7 @@ class Connection:
 
     # ---- what the engine calls ---------------------------------------------------------------------------
 
-    def execute(self, sql: Any, params: Sequence[Any] | None = ()) -> psycopg.Cursor[Any]:
+    def execute(self, sql: Any, params: Sequence[Any] | None = None) -> psycopg.Cursor[Any]:
         raw = self._live()
         idle = self._depth == 0 and self._idle()
         try:

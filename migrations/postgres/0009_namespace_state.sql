@@ -1,0 +1,59 @@
+-- Store-wide settings are the owner's; what each namespace changes as it writes is its own.
+--
+-- A role confined by `db grant` could write `settings` (no row-level security there): rewriting
+-- the store's keys or deleting the keyword counters changed what every other namespace found and
+-- forgot. Now:
+--   * namespace_state holds, for each namespace, its keyword counters (BM25's statistics, each
+--     lane apart) and its data version, under row-level security like the entries: a confined role
+--     reads and writes its namespace's rows alone;
+--   * settings is written by the owner alone (a policy, and the confined roles' rights taken back),
+--     and a confined role reads only the keys it needs. The in-file secret is one of them only in
+--     a store whose pseudonyms are keyed outside it, where it is a salt that tests no guess
+--     (see harness_mem.pseudonyms); in an older store it is the pseudonyms' key, and is not shown.
+CREATE TABLE namespace_state (
+    namespace TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value BIGINT NOT NULL,
+    PRIMARY KEY (namespace, key)
+);
+
+ALTER TABLE namespace_state ENABLE ROW LEVEL SECURITY;
+CREATE POLICY namespace_state_of_the_role ON namespace_state
+    USING (confined_namespace() IS NULL OR namespace = confined_namespace())
+    WITH CHECK (confined_namespace() IS NULL OR namespace = confined_namespace());
+
+INSERT INTO namespace_state (namespace, key, value)
+SELECT namespace, counter.key, CASE WHEN counter.key LIKE '%.rows' THEN count(*) ELSE coalesce(sum(token_count), 0) END
+FROM entries CROSS JOIN (VALUES ('keywords.rows', false), ('keywords.tokens', false),
+                                ('keywords.derived.rows', true), ('keywords.derived.tokens', true)) AS counter (key, derived)
+WHERE tokens IS NOT NULL AND (source = 'consolidation') = counter.derived
+GROUP BY namespace, counter.key;
+
+DELETE FROM settings WHERE key LIKE 'keywords.%';
+
+-- Whether a confined role may read the setting ``key``. SECURITY DEFINER: it reads settings as
+-- their owner, whom no policy filters (a policy may not read its own table as the caller).
+CREATE FUNCTION setting_shown_to_confined(setting TEXT) RETURNS BOOLEAN
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path FROM CURRENT
+    AS $$ SELECT setting IN ('data.version', 'store.keyword_only', 'pseudonyms.keyed', 'identities.key_id',
+                             'gc.expired_at', 'gc.purge_pending')
+              OR setting LIKE 'embedder.%'
+              OR (setting = 'redaction.secret'
+                  AND EXISTS (SELECT 1 FROM settings WHERE key = 'pseudonyms.keyed' AND value = 'outside')) $$;
+
+ALTER TABLE settings ENABLE ROW LEVEL SECURITY;
+CREATE POLICY settings_read ON settings FOR SELECT
+    USING (confined_namespace() IS NULL OR setting_shown_to_confined(key));
+CREATE POLICY settings_written_by_the_owner ON settings FOR ALL
+    USING (confined_namespace() IS NULL) WITH CHECK (confined_namespace() IS NULL);
+
+-- Roles granted before: settings read-only, their namespace's state theirs.
+DO $$
+DECLARE
+    granted TEXT;
+BEGIN
+    FOR granted IN SELECT role FROM namespace_roles WHERE role IN (SELECT rolname FROM pg_roles) LOOP
+        EXECUTE format('REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON settings FROM %I', granted);
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON namespace_state TO %I', granted);
+    END LOOP;
+END $$;
