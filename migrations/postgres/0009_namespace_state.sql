@@ -1,11 +1,13 @@
--- Store-wide settings are the owner's; what each namespace changes as it writes is its own.
+-- Store-wide settings are the owner's; what each namespace's writes change is its own.
 --
 -- A role confined by `db grant` could write `settings` (no row-level security there): rewriting
 -- the store's keys or deleting the keyword counters changed what every other namespace found and
 -- forgot. Now:
 --   * namespace_state holds, for each namespace, its keyword counters (BM25's statistics, each
---     lane apart) and its data version, under row-level security like the entries: a confined role
---     reads and writes its namespace's rows alone;
+--     lane apart) and its data version, under row-level security like the entries. No role writes
+--     it directly but the owner: a trigger keeps the counters as the entries' keyword rows change,
+--     and bump_data_version() counts a write, both as the owner (SECURITY DEFINER), for the
+--     namespace of the rows the caller could write;
 --   * settings is written by the owner alone (a policy, and the confined roles' rights taken back),
 --     and a confined role reads only the keys it needs. The in-file secret is one of them only in
 --     a store whose pseudonyms are keyed outside it, where it is a salt that tests no guess
@@ -31,6 +33,44 @@ GROUP BY namespace, counter.key;
 
 DELETE FROM settings WHERE key LIKE 'keywords.%';
 
+-- A keyword lane's counters follow its entries' rows: removed with the old row, added with the new.
+CREATE FUNCTION count_keywords() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT
+    AS $$
+DECLARE
+    lane TEXT;
+BEGIN
+    IF TG_OP <> 'INSERT' AND OLD.tokens IS NOT NULL THEN
+        lane := CASE WHEN OLD.source = 'consolidation' THEN 'keywords.derived' ELSE 'keywords' END;
+        INSERT INTO namespace_state (namespace, key, value)
+        VALUES (OLD.namespace, lane || '.rows', -1), (OLD.namespace, lane || '.tokens', -coalesce(OLD.token_count, 0))
+        ON CONFLICT (namespace, key) DO UPDATE SET value = namespace_state.value + excluded.value;
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.tokens IS NOT NULL THEN
+        lane := CASE WHEN NEW.source = 'consolidation' THEN 'keywords.derived' ELSE 'keywords' END;
+        INSERT INTO namespace_state (namespace, key, value)
+        VALUES (NEW.namespace, lane || '.rows', 1), (NEW.namespace, lane || '.tokens', coalesce(NEW.token_count, 0))
+        ON CONFLICT (namespace, key) DO UPDATE SET value = namespace_state.value + excluded.value;
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER entries_keyword_counts AFTER INSERT OR DELETE OR UPDATE OF tokens, token_count, source, namespace
+    ON entries FOR EACH ROW EXECUTE FUNCTION count_keywords();
+
+-- One write transaction more: the owner's in settings, a confined role's in its namespace's row.
+CREATE FUNCTION bump_data_version() RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT
+    AS $$
+BEGIN
+    IF confined_namespace() IS NULL THEN
+        UPDATE settings SET value = (value::bigint + 1)::text WHERE key = 'data.version';
+    ELSE
+        INSERT INTO namespace_state (namespace, key, value) VALUES (confined_namespace(), 'data.version', 1)
+        ON CONFLICT (namespace, key) DO UPDATE SET value = namespace_state.value + 1;
+    END IF;
+END $$;
+
 -- Whether a confined role may read the setting ``key``. SECURITY DEFINER: it reads settings as
 -- their owner, whom no policy filters (a policy may not read its own table as the caller).
 CREATE FUNCTION setting_shown_to_confined(setting TEXT) RETURNS BOOLEAN
@@ -47,13 +87,13 @@ CREATE POLICY settings_read ON settings FOR SELECT
 CREATE POLICY settings_written_by_the_owner ON settings FOR ALL
     USING (confined_namespace() IS NULL) WITH CHECK (confined_namespace() IS NULL);
 
--- Roles granted before: settings read-only, their namespace's state theirs.
+-- Roles granted before: settings read-only, their namespace's state readable.
 DO $$
 DECLARE
     granted TEXT;
 BEGIN
     FOR granted IN SELECT role FROM namespace_roles WHERE role IN (SELECT rolname FROM pg_roles) LOOP
         EXECUTE format('REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON settings FROM %I', granted);
-        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON namespace_state TO %I', granted);
+        EXECUTE format('GRANT SELECT ON namespace_state TO %I', granted);
     END LOOP;
 END $$;

@@ -306,14 +306,10 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
 
 
 def keyword_counters(derived: bool) -> tuple[str, str]:
-    """The keys (in ``namespace_state``, one row a namespace) that count a keyword lane's rows and
-    tokens (BM25's statistics): what was said and written, or what consolidation derived, each
-    counted apart (see ``Storage.keywords``)."""
+    """The keys (in ``namespace_state``, one row a namespace, kept by a trigger as the entries'
+    keyword rows change) that count a keyword lane's rows and tokens (BM25's statistics): what was
+    said and written, or what consolidation derived, each counted apart (see ``Storage.keywords``)."""
     return ("keywords.derived.rows", "keywords.derived.tokens") if derived else ("keywords.rows", "keywords.tokens")
-
-
-def _is_derived(source: str | None) -> bool:
-    return source == DERIVED_SOURCE
 
 
 class PostgresKeywords:
@@ -527,8 +523,8 @@ class PostgresStorage(Storage):
         if not self.vectors_bound(writing=True) and self.embedder is not None:
             raise StorageError("the vectors' table could not be made")
         # Every table holding a namespace's rows (each confines them to the role's namespace), the
-        # experience tables and each namespace's counts included.
-        tables = ["entries", "namespace_state", "episodes", "skills", "skill_revisions", "skill_sources", "consolidations",
+        # experience tables included.
+        tables = ["entries", "episodes", "skills", "skill_revisions", "skill_sources", "consolidations",
                   "derivations", "identities",
                   *(["entry_vectors"] if self._has_vector_table() else []),
                   *(["entry_passages"] if self._has_passage_table() else [])]
@@ -538,9 +534,11 @@ class PostgresStorage(Storage):
             who = sql.Identifier(role)
             self.conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
                 sql.Identifier(str(self.query("SELECT current_schema()")[0][0])), who))
-            # Store-wide records it reads (settings: the keys it needs, a policy says) and never writes.
-            self.conn.execute(sql.SQL("GRANT SELECT ON _migrations, settings TO {}").format(who))
-            self.conn.execute(sql.SQL("REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON _migrations, settings FROM {}").format(who))
+            # What it reads and never writes: store-wide records (settings: the keys it needs, a policy
+            # says) and its namespace's counts (kept by the database as its entries change).
+            read_only = sql.SQL("_migrations, settings, namespace_state")
+            self.conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(read_only, who))
+            self.conn.execute(sql.SQL("REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {} FROM {}").format(read_only, who))
             for table in tables:
                 self.conn.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(
                     sql.Identifier(table), who))
@@ -583,11 +581,6 @@ class PostgresStorage(Storage):
     def set_setting(self, key: str, value: str) -> None:
         self._run("INSERT INTO settings (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                   (key, value))
-
-    def _add_to(self, namespace: str, key: str, amount: int) -> None:
-        """Add ``amount`` to a count of ``namespace`` (its keyword statistics, its data version)."""
-        self._run("INSERT INTO namespace_state (namespace, key, value) VALUES (%s, %s, %s) ON CONFLICT (namespace, key)"
-                  " DO UPDATE SET value = namespace_state.value + excluded.value", (namespace, key, amount))
 
     def rekey_pseudonyms(self, rekey: Callable[[str], str],
                          reseal: Callable[[str, SealedIdentity], tuple[str, SealedIdentity]], *,
@@ -659,10 +652,8 @@ class PostgresStorage(Storage):
             with self.conn.transaction():
                 self._run("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
                 yield
-                if self.confined_to is None:  # the store-wide version, the owner's to write
-                    self._run("UPDATE settings SET value = (value::bigint + 1)::text WHERE key = 'data.version'")
-                else:
-                    self._add_to(self.confined_to, "data.version", 1)
+                # Counted by the database as the owner: a confined role's in its namespace's row.
+                self._run("SELECT bump_data_version()")
         finally:
             self._in_transaction = False
 
@@ -814,13 +805,6 @@ class PostgresStorage(Storage):
                         pks.append(int(found[0]))
                     if not cursor.nextset():
                         break
-            counted: dict[tuple[str, bool], list[int]] = {}
-            for row, (_, count) in zip(batch, tokens, strict=True):
-                counted.setdefault((row.namespace, _is_derived(row.source)), []).append(count)
-            for (namespace, derived), counts in sorted(counted.items()):
-                rows_key, tokens_key = keyword_counters(derived)
-                self._add_to(namespace, rows_key, len(counts))
-                self._add_to(namespace, tokens_key, sum(counts))
             if bound:
                 late = [row for row in batch if id(row) not in vectors]
                 if late:
@@ -863,13 +847,8 @@ class PostgresStorage(Storage):
             self._reindex_turn_after(found[0][0], found[0][1], found[0][2], pk)
 
     def _drop_derived(self, pk: int) -> None:
-        gone = self.query("SELECT token_count, source, namespace FROM entries WHERE pk = %s AND tokens IS NOT NULL", (pk,))
-        if gone:
-            self._run("UPDATE entries SET tokens = NULL, token_count = NULL WHERE pk = %s", (pk,))
-            count, source, namespace = gone[0]
-            rows_key, tokens_key = keyword_counters(_is_derived(source))
-            self._add_to(namespace, rows_key, -1)
-            self._add_to(namespace, tokens_key, -int(count or 0))
+        # The keyword counters follow (a trigger, migration 0009).
+        self._run("UPDATE entries SET tokens = NULL, token_count = NULL WHERE pk = %s AND tokens IS NOT NULL", (pk,))
         if self._has_vector_table():
             self._run("DELETE FROM entry_vectors WHERE pk = %s", (pk,))
             if self._has_passage_table():
@@ -960,17 +939,7 @@ class PostgresStorage(Storage):
 
     def _write_tokens(self, pk: int, text: str) -> None:
         literal, count = tsvector_literal(text)
-        old = self.query("SELECT token_count, tokens IS NOT NULL, source, namespace FROM entries WHERE pk = %s", (pk,))
         self._run("UPDATE entries SET tokens = %s::tsvector, token_count = %s WHERE pk = %s", (literal, count, pk))
-        if not old:
-            return
-        before, indexed, source, namespace = old[0]
-        rows_key, tokens_key = keyword_counters(_is_derived(source))
-        if indexed:
-            self._add_to(namespace, tokens_key, count - int(before or 0))
-        else:
-            self._add_to(namespace, rows_key, 1)
-            self._add_to(namespace, tokens_key, count)
 
     def index_texts(self, pks: Sequence[int]) -> dict[int, str]:
         # LATERAL: the turn before each entry is one walk back along its session's index. (A
@@ -1197,17 +1166,20 @@ class PostgresStorage(Storage):
             if len(found) < KEYWORD_BATCH:
                 break
         with self.transaction():  # the write lock: no writer is half-way, so the counts are exact
-            # Each namespace's (a confined role's: its own, row-level security says).
-            self._run("DELETE FROM namespace_state WHERE key LIKE 'keywords.%%'")
-            for lane in (self.keywords, self.derived_keywords):
-                rows_key, tokens_key = lane.counters
-                self._run("INSERT INTO namespace_state (namespace, key, value)"
-                          " SELECT namespace, %s, count(*) FROM entries"
-                          f" WHERE tokens IS NOT NULL AND {lane.lane} GROUP BY namespace"
-                          " UNION ALL SELECT namespace, %s, coalesce(sum(token_count), 0) FROM entries"
-                          f" WHERE tokens IS NOT NULL AND {lane.lane} GROUP BY namespace", (rows_key, tokens_key))
+            if self.confined_to is None:  # the owner's to write; a confined role's follow its rows
+                self._recount_keywords()
             total = int(self.query("SELECT count(*) FROM entries")[0][0])
         return total, indexed
+
+    def _recount_keywords(self) -> None:
+        self._run("DELETE FROM namespace_state WHERE key LIKE 'keywords.%%'")
+        for lane in (self.keywords, self.derived_keywords):
+            rows_key, tokens_key = lane.counters
+            self._run("INSERT INTO namespace_state (namespace, key, value)"
+                      " SELECT namespace, %s, count(*) FROM entries"
+                      f" WHERE tokens IS NOT NULL AND {lane.lane} GROUP BY namespace"
+                      " UNION ALL SELECT namespace, %s, coalesce(sum(token_count), 0) FROM entries"
+                      f" WHERE tokens IS NOT NULL AND {lane.lane} GROUP BY namespace", (rows_key, tokens_key))
 
     def drop_vectors(self) -> int:
         with self.transaction():
