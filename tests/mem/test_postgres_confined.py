@@ -110,3 +110,35 @@ def test_an_older_store_keeps_its_in_file_key_from_a_confined_role(postgres_serv
     with pytest.raises(StorageError, match="may not read that key") as refused:
         MemoryStore(confined, namespace="team-a", embedder=None)
     assert "\n" not in str(refused.value)
+
+
+def test_a_role_granted_before_the_upgrade_loses_its_writes_to_settings(postgres_server: PostgresServer) -> None:
+    from pathlib import Path
+
+    from harness_mem.engines.postgres import PostgresStorage
+
+    owner, confined, role = _schema(postgres_server)
+    # The store as the release before this one made it, with a role granted the way it granted.
+    older = PostgresStorage(owner)
+    shipped = sorted((Path(__file__).resolve().parents[2] / "migrations" / "postgres").glob("[0-9][0-9][0-9][0-9]_*.sql"))
+    for path in shipped:
+        if int(path.name[:4]) < 9:
+            older.conn.execute(path.read_text(encoding="utf-8"))
+            older.conn.execute("CREATE TABLE IF NOT EXISTS _migrations (number INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                               " applied_at TEXT NOT NULL DEFAULT '')")
+            older.conn.execute("INSERT INTO _migrations (number, name) VALUES (%s, %s)", (int(path.name[:4]), path.stem))
+    older.conn.execute("INSERT INTO namespace_roles (role, namespace) VALUES (%s, 'team-a')", (role,))
+    older.conn.execute(f"GRANT USAGE ON SCHEMA {owner.split('%3D')[1].split(',')[0]} TO {role}")
+    older.conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON entries, settings, identities TO {role}")
+    older.conn.execute(f"GRANT SELECT ON _migrations TO {role}")
+    older.close()
+    with MemoryStore(owner, namespace="team-b", embedder=None) as team_b:  # the owner's open upgrades it
+        team_b.add("carol asked for the invoice copy", session=CAROL, id="call")
+    with psycopg.connect(confined, autocommit=True) as conn:
+        conn.execute(f"SET search_path = {owner.split('%3D')[1].split(',')[0]}, public")
+        assert "permission denied for table settings" in _refused(
+            conn, "UPDATE settings SET value = 'planted' WHERE key = 'redaction.secret'")
+        assert conn.execute("SELECT count(*) FROM namespace_state").fetchone() == (0,)  # team-b's are not its own
+    with MemoryStore(confined, namespace="team-a", embedder=None) as store:
+        store.add("its own namespace is still its to write", id="own")
+        assert [h.entry.id for h in store.recall("namespace", mode="keyword")] == ["own"]
