@@ -19,7 +19,7 @@ import pytest
 from postgres_server import PostgresServer
 
 from harness_mem import MemoryStore
-from harness_mem.errors import StorageError
+from harness_mem.errors import IdentityKeyError, StorageError
 
 pytestmark = pytest.mark.slow
 
@@ -107,9 +107,14 @@ def test_an_older_store_keeps_its_in_file_key_from_a_confined_role(postgres_serv
     with psycopg.connect(confined, autocommit=True) as conn:
         conn.execute(f"SET search_path = {schema}, public")
         assert conn.execute("SELECT value FROM settings WHERE key = 'redaction.secret'").fetchall() == []
-    with pytest.raises(StorageError, match="may not read that key") as refused:
-        MemoryStore(confined, namespace="team-a", embedder=None)
-    assert "\n" not in str(refused.value)
+    with MemoryStore(confined, namespace="team-a", embedder=None) as store:  # it reads, and makes no pseudonym
+        assert [e.id for e in store.list()] == ["n1"]
+        for attempt in (lambda: store.add("called back", session=CAROL), lambda: list(store.list(session=CAROL))):
+            with pytest.raises(IdentityKeyError, match="may not read") as refused:
+                attempt()
+            assert "\n" not in str(refused.value)
+        store.add("nothing personal in this one", id="n2")
+        assert store.count() == 2
 
 
 def test_a_role_granted_before_the_upgrade_loses_its_writes_to_settings(postgres_server: PostgresServer) -> None:
