@@ -1,11 +1,11 @@
 """The PostgreSQL engine's one connection to its server, made again when the server dropped it.
 
 A store lives as long as its process (an MCP server, an agent); the server may restart under it.
-Before each statement that starts a call (none is in progress), a connection the server has
-closed is noticed without a round trip (its socket reads end-of-file, or the server's goodbye) and
-replaced by a fresh one, prepared as the first was. A read that still meets a lost connection (the
-server went away between the check and the statement) is sent once more on a fresh one; a write
-never is: it may have committed, so the caller is told and the next call reconnects.
+Before each statement sent outside a transaction, a connection the server has closed is noticed
+without a round trip (its socket holds the server's goodbye, or end-of-file) and replaced by a
+fresh one, prepared as the first was. Nothing is ever sent twice: a statement or transaction whose
+connection is lost midway (a write may have committed) fails, in one line, and the next call
+reconnects.
 
 Every error of the driver reaches the caller as one line, a :class:`~harness_mem.errors.StorageError`
 whose ``__cause__`` is psycopg's own (what :meth:`PostgresStorage.is_busy` reads).
@@ -23,12 +23,7 @@ from ..errors import StorageError
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["Connection", "first_line"]
-
-# Statements that change nothing, so sending one again on a fresh connection is harmless.
-_REPEATABLE = ("SELECT", "SHOW", "SET ", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-# A SELECT that takes a lock or writes through a function is not a plain read.
-_NOT_PLAIN = ("pg_advisory", "nextval", "setval", "gin_clean_pending_list", "FOR UPDATE")
+__all__ = ["Connection"]
 
 
 def first_line(exc: BaseException) -> str:
@@ -37,12 +32,6 @@ def first_line(exc: BaseException) -> str:
         if line.strip():
             return line.strip()
     return type(exc).__name__
-
-
-def _repeatable(sql: object) -> bool:
-    text = sql if isinstance(sql, str) else ""
-    head = text.lstrip().upper()
-    return head.startswith(_REPEATABLE) and not any(word.upper() in head for word in _NOT_PLAIN)
 
 
 class Connection:
@@ -77,9 +66,6 @@ class Connection:
             raw.close()
             raise StorageError(f"{self.location}: {first_line(exc)}") from exc
         return raw
-
-    def _idle(self) -> bool:
-        return self._raw.info.transaction_status == self._psycopg.pq.TransactionStatus.IDLE
 
     def _between_calls(self) -> bool:
         """Whether no transaction is open (a lost connection's status is unknown)."""
@@ -138,15 +124,8 @@ class Connection:
 
     def execute(self, sql: Any, params: Sequence[Any] | None = None) -> psycopg.Cursor[Any]:
         raw = self._live()
-        idle = self._depth == 0 and self._idle()
-        try:
+        with self._translated():
             return raw.execute(sql, params)
-        except self._psycopg.Error as exc:
-            if idle and raw.broken and _repeatable(sql):
-                self._reopen()
-                with self._translated():
-                    return self._raw.execute(sql, params)
-            raise self._failure(exc) from exc
 
     @contextmanager
     def cursor(self) -> Iterator[psycopg.Cursor[Any]]:
@@ -167,10 +146,6 @@ class Connection:
     @property
     def info(self) -> psycopg.ConnectionInfo:
         return self._raw.info
-
-    @property
-    def broken(self) -> bool:
-        return bool(self._raw.broken)
 
     def close(self) -> None:
         self._closed = True
