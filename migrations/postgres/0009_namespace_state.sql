@@ -5,7 +5,7 @@
 -- forgot. Now:
 --   * namespace_state holds, for each namespace, its keyword counters (BM25's statistics, each
 --     lane apart) and its data version, under row-level security like the entries. No role writes
---     it directly but the owner: a trigger keeps the counters as the entries' keyword rows change,
+--     it directly but the owner: triggers keep the counters as the entries' keyword rows change,
 --     and bump_data_version() counts a write, both as the owner (SECURITY DEFINER), for the
 --     namespace of the rows the caller could write;
 --   * settings is written by the owner alone (a policy, and the confined roles' rights taken back),
@@ -33,20 +33,37 @@ GROUP BY namespace, counter.key;
 
 DELETE FROM settings WHERE key LIKE 'keywords.%';
 
--- A keyword lane's counters follow its entries' rows: removed with the old row, added with the new.
-CREATE FUNCTION count_keywords() RETURNS trigger
+-- A keyword lane's counters follow its entries' rows. A write adds its rows in one statement, so
+-- the rows it adds are counted once a statement; a row changed or deleted (forgotten, reindexed)
+-- is counted alone: its old keyword row taken off, its new one added.
+CREATE FUNCTION count_added_keywords() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT
+    AS $$
+BEGIN
+    INSERT INTO namespace_state (namespace, key, value)
+    SELECT namespace, lane || part.suffix, CASE part.suffix WHEN '.rows' THEN count(*) ELSE coalesce(sum(token_count), 0) END
+    FROM (SELECT namespace, token_count,
+                 CASE WHEN source = 'consolidation' THEN 'keywords.derived' ELSE 'keywords' END AS lane
+          FROM added WHERE tokens IS NOT NULL) AS indexed
+    CROSS JOIN (VALUES ('.rows'), ('.tokens')) AS part (suffix)
+    GROUP BY namespace, lane, part.suffix
+    ON CONFLICT (namespace, key) DO UPDATE SET value = namespace_state.value + excluded.value;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION count_changed_keywords() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT
     AS $$
 DECLARE
     lane TEXT;
 BEGIN
-    IF TG_OP <> 'INSERT' AND OLD.tokens IS NOT NULL THEN
+    IF OLD.tokens IS NOT NULL THEN
         lane := CASE WHEN OLD.source = 'consolidation' THEN 'keywords.derived' ELSE 'keywords' END;
         INSERT INTO namespace_state (namespace, key, value)
         VALUES (OLD.namespace, lane || '.rows', -1), (OLD.namespace, lane || '.tokens', -coalesce(OLD.token_count, 0))
         ON CONFLICT (namespace, key) DO UPDATE SET value = namespace_state.value + excluded.value;
     END IF;
-    IF TG_OP <> 'DELETE' AND NEW.tokens IS NOT NULL THEN
+    IF TG_OP = 'UPDATE' AND NEW.tokens IS NOT NULL THEN
         lane := CASE WHEN NEW.source = 'consolidation' THEN 'keywords.derived' ELSE 'keywords' END;
         INSERT INTO namespace_state (namespace, key, value)
         VALUES (NEW.namespace, lane || '.rows', 1), (NEW.namespace, lane || '.tokens', coalesce(NEW.token_count, 0))
@@ -55,8 +72,10 @@ BEGIN
     RETURN NULL;
 END $$;
 
-CREATE TRIGGER entries_keyword_counts AFTER INSERT OR DELETE OR UPDATE OF tokens, token_count, source, namespace
-    ON entries FOR EACH ROW EXECUTE FUNCTION count_keywords();
+CREATE TRIGGER entries_added_keyword_counts AFTER INSERT ON entries
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION count_added_keywords();
+CREATE TRIGGER entries_changed_keyword_counts AFTER DELETE OR UPDATE OF tokens, token_count, source, namespace
+    ON entries FOR EACH ROW EXECUTE FUNCTION count_changed_keywords();
 
 -- One write transaction more: the owner's in settings, a confined role's in its namespace's row.
 CREATE FUNCTION bump_data_version() RETURNS void

@@ -75,7 +75,8 @@ _TRANSCRIPT = f"e.source IS DISTINCT FROM '{DERIVED_SOURCE}' AND e.kind <> 'epis
 _IN_SESSION = f"e.namespace = %s AND e.session = %s AND {_TRANSCRIPT}"
 _LIVE = "namespace = %s AND (expires_at IS NULL OR expires_at > %s)"
 _COLUMNS_E = ", ".join(f"e.{c.strip()}" for c in COLUMNS.split(","))
-_INSERTED = COLUMN_NAMES[1:]  # every column but pk, which the database numbers
+# What a write gives each new row: every column but pk (the database numbers it), and its tokens.
+_WRITTEN = (*COLUMN_NAMES[1:], "tokens", "token_count")
 
 
 def safe_location(dsn: str) -> str:
@@ -789,21 +790,15 @@ class PostgresStorage(Storage):
             if not batch:
                 return []
             texts = self._index_texts(batch)
-            placeholders = ", ".join(["%s"] * (len(_INSERTED) + 2))
-            pks: list[int] = []
             tokens = [tsvector_literal(text) for text in texts]
-            with self.conn.cursor() as cursor:
-                params = [[*row[1:], literal, count] for row, (literal, count) in zip(batch, tokens, strict=True)]
-                cursor.executemany(
-                    f"INSERT INTO entries ({', '.join(_INSERTED)}, tokens, token_count)"
-                    f" VALUES ({placeholders}) RETURNING pk", params, returning=True,
-                )
-                while True:
-                    found = cursor.fetchone()
-                    if found is not None:
-                        pks.append(int(found[0]))
-                    if not cursor.nextset():
-                        break
+            # One statement for the whole batch (the rows as JSON, typed by the table's own row
+            # type): the trigger counting the keyword rows then runs once, not once a row.
+            written = json.dumps([dict(zip(_WRITTEN, [*row[1:], literal, count], strict=True))
+                                  for row, (literal, count) in zip(batch, tokens, strict=True)])
+            numbered = {(namespace, entry_id): int(pk) for pk, namespace, entry_id in self.query(
+                f"INSERT INTO entries ({', '.join(_WRITTEN)}) SELECT {', '.join(_WRITTEN)}"
+                " FROM json_populate_recordset(NULL::entries, %s::json) RETURNING pk, namespace, id", (written,))}
+            pks = [numbered[(row.namespace, row.id)] for row in batch]
             if bound:
                 late = [row for row in batch if id(row) not in vectors]
                 if late:
