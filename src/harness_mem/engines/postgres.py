@@ -307,7 +307,7 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
 
 
 def keyword_counters(derived: bool) -> tuple[str, str]:
-    """The keys (in ``namespace_state``, one row a namespace, kept by a trigger as the entries'
+    """The keys (in ``namespace_state``, one row a namespace, kept by triggers as the entries'
     keyword rows change) that count a keyword lane's rows and tokens (BM25's statistics): what was
     said and written, or what consolidation derived, each counted apart (see ``Storage.keywords``)."""
     return ("keywords.derived.rows", "keywords.derived.tokens") if derived else ("keywords.rows", "keywords.tokens")
@@ -428,10 +428,10 @@ class PostgresStorage(Storage):
     rekeys_pseudonyms = True
 
     def __init__(self, dsn: str, *, read_only: bool = False) -> None:
-        try:
-            import psycopg  # noqa: F401
-        except ImportError:
-            raise ExtensionError("the PostgreSQL engine needs psycopg — pip install 'harness-mem[postgres]'") from None
+        from importlib.util import find_spec
+
+        if find_spec("psycopg") is None:
+            raise ExtensionError("the PostgreSQL engine needs psycopg — pip install 'harness-mem[postgres]'")
         self.dsn = dsn
         self.path = safe_location(dsn)
         self.read_only = read_only
@@ -841,7 +841,7 @@ class PostgresStorage(Storage):
             self._reindex_turn_after(found[0][0], found[0][1], found[0][2], pk)
 
     def _drop_derived(self, pk: int) -> None:
-        # The keyword counters follow (a trigger, migration 0009).
+        # The keyword counters follow (triggers, migration 0009).
         self._run("UPDATE entries SET tokens = NULL, token_count = NULL WHERE pk = %s AND tokens IS NOT NULL", (pk,))
         if self._has_vector_table():
             self._run("DELETE FROM entry_vectors WHERE pk = %s", (pk,))
