@@ -77,6 +77,8 @@ def test_a_write_whose_connection_is_cut_is_reported_and_not_sent_again(server: 
             admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
             store.add("a write whose connection the server cut", id="cut")
         assert "lost the connection" in _one_line(cut.value)
+        with store.storage.snapshot():  # the next read's one view is taken on the fresh connection
+            assert store.storage.query("SHOW transaction_isolation") == [("repeatable read",)]  # type: ignore[attr-defined]
         assert store.count() == 0  # not committed, and not sent again on another connection
         store.add("the next write works", id="next")
         assert [e.id for e in store.list()] == ["next"]

@@ -659,7 +659,7 @@ class PostgresStorage(Storage):
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
-        if self.conn.info.transaction_status != 0:  # inside a transaction already: one view
+        if self.conn.in_transaction:  # inside one already: one view
             yield
             return
         self._run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")

@@ -36,7 +36,7 @@ def first_line(exc: BaseException) -> str:
 
 class Connection:
     """psycopg's connection (autocommit) behind the few calls the engine makes: ``execute``,
-    ``cursor``, ``transaction``, ``info``, ``close``. ``prepare`` sets up each new connection."""
+    ``cursor``, ``transaction``, ``in_transaction``, ``close``. ``prepare`` sets up each new connection."""
 
     def __init__(self, dsn: str, location: str, prepare: Callable[[psycopg.Connection[Any]], None]) -> None:
         import psycopg
@@ -144,8 +144,12 @@ class Connection:
             self._depth -= 1
 
     @property
-    def info(self) -> psycopg.ConnectionInfo:
-        return self._raw.info
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open on the connection (not on one lost: the next statement
+        goes to a fresh connection)."""
+        status = self._raw.info.transaction_status
+        return status in (self._psycopg.pq.TransactionStatus.ACTIVE, self._psycopg.pq.TransactionStatus.INTRANS,
+                          self._psycopg.pq.TransactionStatus.INERROR)
 
     def close(self) -> None:
         self._closed = True
