@@ -77,9 +77,7 @@ def in_transaction(store: MemoryStore) -> bool:
     """True while the store's connection is inside a transaction (holding the write lock)."""
     if not is_postgres(store):
         return bool(store.db.conn.in_transaction)
-    from psycopg.pq import TransactionStatus
-
-    return store.storage.conn.info.transaction_status != TransactionStatus.IDLE  # type: ignore[attr-defined, no-any-return]
+    return bool(store.storage.conn.in_transaction)  # type: ignore[attr-defined]
 
 
 def stored_values(dsn: str) -> bytes:
