@@ -339,6 +339,8 @@ def expire_if_due(storage: Storage) -> int | None:
     something has expired. It never waits for another writer: a busy store (an import, say) is left
     for the next open, as is a store this process may not write.
     """
+    if storage.confined_to is not None:  # the store-wide record of it is the owner's to write
+        return None
     now = now_ms()
     if now - _last_expiry(storage) < EXPIRY_EVERY_MS or not storage.has_expired(now):
         return None

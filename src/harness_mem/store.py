@@ -143,8 +143,10 @@ class MemoryStore:
         if writable and (rekey or created):
             pseudonyms.settle(self.storage, given, settings.config_dir(), created=created)
         outer = pseudonyms.key_finder(self.storage, given, settings.config_dir(), create=writable)
-        return pseudonyms.store_redactor(self.storage, self.storage.redaction_secret(create=writable), outer,
-                                         writable=writable)
+        secret = self.storage.redaction_secret(create=writable)
+        if secret is None and self.storage.confined_to is not None:
+            return pseudonyms.withheld_redactor(str(self.path))
+        return pseudonyms.store_redactor(self.storage, secret, outer, writable=writable)
 
     def _key_given(self, settings: Settings) -> bytes | str | None:
         """The identity key given for this handle (False, keeping no raw values, still keys pseudonyms)."""
