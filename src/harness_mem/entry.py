@@ -5,8 +5,11 @@ the full CLI (click, pydantic, the store) takes half a second to import. So exac
 ``harness-mem hooks install`` writes — ``harness-mem [--db X] [--namespace N] hook EVENT [--db X]
 [--namespace N]`` on an existing database file — are answered here with the standard library only:
 the raw hook input goes to the store's :mod:`~harness_mem.hook_writer`, which stores the turn and
-acks. When no writer answers, one is started for the next hooks and this hook runs the full CLI
-in process, the old way, with the input it already read: nothing is lost, only slower.
+acks. When no writer takes the request, one is started for the next hooks and this hook runs the
+full CLI in process, the old way, with the input it already read: nothing is lost, only slower. When
+the writer took it but does not ack in time (held up by a write lock), the request is handed off to
+its spool and the hook returns at once (:mod:`~harness_mem.hook_spool`): the host is never held
+past the ack timeout, and the turn is stored once, by the writer.
 
 Every other command line, and every hook this path cannot serve as the CLI would (a server URL, a
 missing file, a payload over the limit, any other flag), goes to :func:`harness_mem.cli.main` unchanged.
@@ -106,7 +109,12 @@ def answer_hook(call: HookCall) -> int:
     store = store_of(call)
     if store is not None and len(raw) <= hook_writer.MAX_PAYLOAD_BYTES:
         reply = hook_writer.ask(*store, call.event, raw)
+        if reply is not None and reply.handed_off:
+            hook_writer.start(*store)  # should the writer have died, the next one drains the spool
+            return 0
         if reply is not None:
+            for notice in reply.notices:
+                sys.stderr.write(f"note: {notice}\n")
             if reply.error is not None:
                 sys.stderr.write(f"Error: {reply.error}\n")
                 return 1

@@ -5,9 +5,13 @@ second. So the hook (:mod:`harness_mem.entry`) only reads the host's JSON and ha
 writer that keeps the :class:`~harness_mem.store.MemoryStore` open: the writer checks and answers it
 with the same code as the in-process path (:func:`~harness_mem.integrations.claude_code.parse_payload`
 and :func:`~harness_mem.integrations.claude_code.respond`, so redaction, cutting, repeats and tags
-are the same), commits, and only then acks. An acked turn is in the database; a turn that was not
-acked is stored by the hook itself, in process (a turn the writer committed just before dying is
-then the session's last turn again, which ``capture`` drops as a repeat).
+are the same), commits, and only then acks. An acked turn is in the database. A hook that reached
+no writer stores its turn itself, in process. A hook whose writer took its request but sent no ack
+within :data:`ACK_TIMEOUT` (held up by another process's write lock, or killed) must neither keep
+the host waiting nor write the turn beside the writer: it hands the request off to the writer's
+spool (:mod:`harness_mem.hook_spool`) and returns; the writer drains it when it is free, and the
+hook's event id (``event_id`` in the header) makes the turn's id, so a request stored from both the
+socket and the spool is stored once.
 
 One writer serves one (database file, namespace), with the default redactor and no embedder. It
 listens on a Unix socket in a directory only its user can enter (``$HARNESS_MEM_RUNTIME_DIR``, else
@@ -17,8 +21,8 @@ exits after :data:`DEFAULT_IDLE_SECONDS` without a request (``$HARNESS_MEM_WRITE
 removing its socket. Nothing but the store's own (redacted) write puts a turn's text on disk.
 
 The wire format: the hook sends one JSON header line (:data:`PROTOCOL`, event, database, namespace,
-working directory), then the host's bytes as they came, then closes its sending side; the writer
-answers one JSON line: ``{"status": "ok", "output": …}``, ``{"status": "error", "message": …}``
+working directory, event id), then the host's bytes as they came, then closes its sending side; the writer
+answers one JSON line: ``{"status": "ok", "output": …, "notices": […]}``, ``{"status": "error", "message": …}``
 (the one-line error the in-process path prints), or ``{"status": "retry"}`` (not this writer's
 store: the hook answers in process).
 
@@ -39,6 +43,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from . import hook_spool
 from .runtime import is_private, make_private_dir, runtime_dir
 
 if TYPE_CHECKING:
@@ -58,16 +63,22 @@ DEFAULT_IDLE_SECONDS = 600.0
 ACK_TIMEOUT = 5.0
 #: How long the writer gives one hook to send its request (a hook that stalls must not hold up the rest).
 REQUEST_TIMEOUT = 5.0
+#: How soon the writer tries again a handed-off request it could not store (the lock still held).
+SPOOL_RETRY_SECONDS = 5.0
 # sun_path holds 108 bytes on Linux and 104 on macOS, the terminating NUL included.
 MAX_SOCKET_PATH_BYTES = 103
 RAISE_ERRORS_ENV = "HARNESS_MEM_RAISE_ERRORS"
 
 
 class Reply(NamedTuple):
-    """The writer's answer to one hook: what to print on stdout, or the one-line error."""
+    """The writer's answer to one hook: what to print on stdout, or the one-line error, and the
+    notices for stderr (what the hook skipped, though it succeeded)."""
 
     output: str | None = None
     error: str | None = None
+    notices: tuple[str, ...] = ()
+    #: No ack came in time: the request is in the writer's spool, and the writer will store it.
+    handed_off: bool = False
 
 
 # ---- where a writer listens ----------------------------------------------------------------------
@@ -105,38 +116,60 @@ def is_own_user(connection: socket.socket) -> bool:
 # ---- the hook's side -----------------------------------------------------------------------------
 
 
-def ask(db: str, namespace: str, event: str, raw: bytes, *, timeout: float = ACK_TIMEOUT) -> Reply | None:
-    """The running writer's answer to one hook; None when no writer answered (none running, a stale
-    socket, a timeout, a writer that died before its ack, or one for another store)."""
+def ask(db: str, namespace: str, event: str, raw: bytes, *, timeout: float = ACK_TIMEOUT,
+        event_id: str | None = None) -> Reply | None:
+    """The running writer's answer to one hook; None when no writer took the request (none running, a
+    stale socket, one for another store): the hook stores its turn itself. A writer that took it but
+    sent no ack within ``timeout`` may still store it, so the request is handed off to its spool
+    (``handed_off``) rather than given back; None only when that cannot be written either."""
     if not hasattr(socket, "AF_UNIX"):
         return None
     path = socket_path(db, namespace)
     if path is None or not is_private(os.path.dirname(path)):
         return None
-    header = {"protocol": PROTOCOL, "event": event, "db": db, "namespace": namespace, "cwd": _cwd()}
+    header = {"protocol": PROTOCOL, "event": event, "db": db, "namespace": namespace, "cwd": _cwd(),
+              "event_id": event_id or new_event_id()}
+    request = json.dumps(header).encode() + b"\n" + raw
+    sent = False
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.settimeout(timeout)
             connection.connect(path)
             if not is_own_user(connection):
                 return None
-            connection.sendall(json.dumps(header).encode() + b"\n")
-            connection.sendall(raw)
+            connection.sendall(request)
             connection.shutdown(socket.SHUT_WR)
+            sent = True
             answer = _read_all(connection, MAX_REPLY_BYTES)
     except OSError:  # socket.timeout included
-        return None
+        answer = b""
     try:
-        reply = json.loads(answer)
-    except ValueError:  # nothing (the writer died before its ack) or cut short
+        message = json.loads(answer)
+    except ValueError:  # nothing (the writer died before its ack, or is still busy) or cut short
+        message = None
+    if isinstance(message, dict) and message.get("status") == "retry":
+        return None  # not this writer's store: it stored nothing
+    reply = _reply(message)
+    if reply is None and sent:
+        return Reply(handed_off=True) if hook_spool.hand_off(path, request) else None
+    return reply
+
+
+def new_event_id() -> str:
+    """The identity of one hook run: the same request stored twice (socket and spool) is one turn."""
+    return os.urandom(16).hex()
+
+
+def _reply(message: Any) -> Reply | None:
+    """The writer's reply line as a :class:`Reply`; None when it is not one."""
+    if not isinstance(message, dict):
         return None
-    if not isinstance(reply, dict):
-        return None
-    if reply.get("status") == "ok":
-        output = reply.get("output")
-        return Reply(output=output if isinstance(output, str) else None)
-    if reply.get("status") == "error":
-        return Reply(error=str(reply.get("message")))
+    if message.get("status") == "ok":
+        output, notices = message.get("output"), message.get("notices")
+        return Reply(output=output if isinstance(output, str) else None,
+                     notices=tuple(str(n) for n in notices) if isinstance(notices, list) else ())
+    if message.get("status") == "error":
+        return Reply(error=str(message.get("message")))
     return None
 
 
@@ -210,7 +243,7 @@ def serve(db: str, namespace: str, *, idle: float) -> int:
             os.ftruncate(lock, 0)
             os.write(lock, f"{os.getpid()}\n".encode())
             try:
-                _loop(listener, store, db, namespace, identity, idle)
+                _loop(listener, store, db, namespace, identity, idle, path)
             finally:
                 _remove_socket(path, listener)
             if not _is_file(db, identity):
@@ -266,7 +299,7 @@ def _remove_socket(path: str, listener: socket.socket) -> None:
 
 
 def _loop(listener: socket.socket, store: MemoryStore, db: str, namespace: str, identity: tuple[int, int],
-          idle: float) -> None:
+          idle: float, socket_file: str) -> None:
     def stop(signum: int, frame: FrameType | None) -> None:
         raise _Stop
 
@@ -274,12 +307,21 @@ def _loop(listener: socket.socket, store: MemoryStore, db: str, namespace: str, 
     signal.signal(signal.SIGHUP, stop)
     deadline = time.monotonic() + idle
     try:
-        while (remaining := deadline - time.monotonic()) > 0:
-            listener.settimeout(remaining)
+        while True:
+            left = _drain(store, db, identity, socket_file)
+            if left is None:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 and not left:
+                break
+            # A request still in the spool (the write lock is still held elsewhere) is tried again
+            # soon; this writer does not leave before it is stored.
+            wait = SPOOL_RETRY_SECONDS if left else remaining
+            listener.settimeout(min(wait, remaining) if remaining > 0 else wait)
             try:
                 connection, _ = listener.accept()
             except TimeoutError:
-                break
+                continue
             with connection:
                 if not _handle(connection, store, db, namespace, identity):
                     break
@@ -304,13 +346,54 @@ def _handle(connection: socket.socket, store: MemoryStore, db: str, namespace: s
     if not _is_file(db, identity):  # deleted or replaced: writing on would go to a file no one reads
         _send(connection, {"status": "retry"})
         return False
-    event = str(header.get("event"))
-    cwd = header.get("cwd")
+    _enter(header.get("cwd"))
+    _send(connection, _answer(store, str(header.get("event")), raw, _event_id(header)))
+    return True
+
+
+def _drain(store: MemoryStore, db: str, identity: tuple[int, int], socket_file: str) -> int | None:
+    """Store the requests hooks handed off to the spool, oldest first; how many are left (a write
+    still locked out: tried again later), or None when the database file was replaced."""
+    waiting = hook_spool.pending(socket_file)
+    for done, path in enumerate(waiting):
+        if not _is_file(db, identity):
+            return None
+        data = hook_spool.read(path, MAX_HEADER_BYTES + MAX_PAYLOAD_BYTES)
+        try:
+            header, raw = _split_request(data or b"")
+        except ValueError:
+            hook_spool.settle(path)  # cut short when written: the hook wrote no other copy
+            continue
+        _enter(header.get("cwd"))
+        if not _replay(store, str(header.get("event")), raw, _event_id(header)):
+            return len(waiting) - done
+        hook_spool.settle(path)
+    return 0
+
+
+def _replay(store: MemoryStore, event: str, raw: bytes, event_id: str | None) -> bool:
+    """Store a handed-off request as its hook would have; False when it should be tried again."""
+    from .errors import BlockedError, InvalidInputError
+    from .integrations import claude_code
+
+    try:
+        claude_code.replay(store, claude_code.parse_payload(raw, event), event, event_id)
+    except (InvalidInputError, BlockedError):
+        return True  # it never will be stored: its hook said nothing either, it had already returned
+    except Exception:  # noqa: BLE001  # the lock still held, the disk full: the next drain tries again
+        return False
+    return True
+
+
+def _enter(cwd: object) -> None:
     if isinstance(cwd, str):  # a relative transcript_path means what it meant to the hook
         with contextlib.suppress(OSError):
             os.chdir(cwd)
-    _send(connection, _answer(store, event, raw))
-    return True
+
+
+def _event_id(header: dict[str, Any]) -> str | None:
+    found = header.get("event_id")
+    return found if isinstance(found, str) and 0 < len(found) <= 128 else None
 
 
 def _read_request(connection: socket.socket) -> tuple[dict[str, Any], bytes]:
@@ -320,24 +403,32 @@ def _read_request(connection: socket.socket) -> tuple[dict[str, Any], bytes]:
         if not chunk or len(data) > MAX_HEADER_BYTES:
             raise ValueError("no header")
         data += chunk
-    line, _, rest = data.partition(b"\n")
-    header = json.loads(line)
-    if not isinstance(header, dict):
-        raise ValueError("the header is not an object")
+    header, rest = _split_request(data)
     return header, rest + _read_all(connection, MAX_PAYLOAD_BYTES - len(rest))
 
 
-def _answer(store: MemoryStore, event: str, raw: bytes) -> dict[str, Any]:
+def _split_request(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """A request's header (a JSON object on the first line) and the host's bytes after it."""
+    line, newline, rest = data.partition(b"\n")
+    if not newline:
+        raise ValueError("no header")
+    header = json.loads(line)
+    if not isinstance(header, dict):
+        raise ValueError("the header is not an object")
+    return header, rest
+
+
+def _answer(store: MemoryStore, event: str, raw: bytes, event_id: str | None = None) -> dict[str, Any]:
     from .errors import InvalidInputError
     from .integrations import claude_code
 
     try:
         if len(raw) > MAX_PAYLOAD_BYTES:
             raise InvalidInputError(f"the {event} hook input is over {MAX_PAYLOAD_BYTES // 2**20} MiB")
-        output = claude_code.respond(store, claude_code.parse_payload(raw, event), event)
+        answered = claude_code.answer(store, claude_code.parse_payload(raw, event), event, event_id)
     except Exception as exc:
         return {"status": "error", "message": error_line(exc)}
-    return {"status": "ok", "output": output}
+    return {"status": "ok", "output": answered.output, "notices": list(answered.notices)}
 
 
 def error_line(exc: Exception) -> str:

@@ -28,7 +28,7 @@ from hook_writers import (
     writers,
 )
 
-from harness_mem import entry, hook_writer
+from harness_mem import entry, hook_spool, hook_writer
 from harness_mem.store import MemoryStore
 
 pytestmark = pytest.mark.slow  # every test starts real processes
@@ -190,6 +190,48 @@ def test_a_turn_the_writer_committed_but_never_acked_is_not_stored_twice(tmp_pat
     assert [t.content for t in stored(db)] == ['[Bash] {"command":"pytest -q"}\n1 failed']
 
 
+# Holds the file's write lock, as a long `gc --vacuum` does, until its stdin closes.
+HOLD_LOCK = (
+    "import sqlite3, sys\n"
+    "connection = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+    "connection.execute('BEGIN IMMEDIATE')\n"
+    "print('held', flush=True)\n"
+    "sys.stdin.read()\n"
+    "connection.execute('ROLLBACK')\n"
+)
+
+
+def test_a_writer_held_up_by_the_write_lock_never_holds_a_hook_and_stores_each_turn_once(
+        tmp_path: Path, db: Path, runtime_dir: Path) -> None:
+    start_writer(tmp_path, db, runtime_dir)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    assert holder.stdout is not None and holder.stdin is not None
+    turns = [("UserPromptSubmit", prompt("asked while gc held the lock")), ("PostToolUse", tool("3 passed")),
+             ("Stop", reply(tmp_path, "all green now")), ("PostToolUse", tool("3 passed"))]
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        for event, payload in turns:
+            done = hook(tmp_path, event, db, payload, watch=True)
+            # Back while the lock is still held, without the CLI: the hook neither waited for the lock
+            # nor wrote the turn itself (before, it gave the writer 5 s, then waited in process).
+            assert done.returncode == 0 and done.stdout == "" and done.stderr == "LOADED:", done.stderr
+        assert holder.poll() is None
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+        holder.stdout.close()
+    spool = Path(hook_spool.spool_dir(hook_writer.socket_path(str(db.resolve()), "default") or ""))
+    expected = ["asked while gc held the lock", '[Bash] {"command":"pytest -q"}\n3 passed', "all green now",
+                '[Bash] {"command":"pytest -q"}\n3 passed']  # the same result twice, apart: two turns
+    assert wait_until(lambda: len(stored(db)) >= len(expected) and not list(spool.glob("*.request")), timeout=180)
+    # Each request reached the writer twice (its socket, then the spool): each turn is stored once.
+    assert [t.content for t in stored(db)] == expected
+    after = hook(tmp_path, "UserPromptSubmit", db, prompt("and once the lock is free"), watch=True)
+    assert after.returncode == 0 and after.stderr == "LOADED:"
+    assert [t.content for t in stored(db)][-1] == "and once the lock is free"
+
+
 # ---- one writer per store ------------------------------------------------------------------------
 
 
@@ -251,7 +293,9 @@ def test_a_listener_that_never_answers_costs_a_turn_nothing(tmp_path: Path, db: 
         impostor.listen(1)  # accepts into its backlog, reads nothing, closes without a word
         done = hook(tmp_path, "UserPromptSubmit", db, prompt("past a silent listener"))
     assert done.returncode == 0, done.stderr
-    assert [t.content for t in stored(db)] == ["past a silent listener"]
+    # The listener took the request and never acked: it went to the spool, which the writer the hook
+    # started drains.
+    assert wait_until(lambda: [t.content for t in stored(db)] == ["past a silent listener"], timeout=120)
 
 
 def test_a_runtime_directory_others_may_enter_is_not_used(tmp_path: Path, db: Path) -> None:
@@ -291,6 +335,37 @@ def test_bad_input_through_the_writer_is_the_same_one_line_and_nothing_stored(tm
     assert direct.stderr.startswith("Error: ") and direct.stderr.count("\n") == 1
     with MemoryStore(db, embedder=None) as store:
         assert store.count() == 1
+
+
+# ---- what a Stop hook reads ----------------------------------------------------------------------
+
+
+def test_a_transcript_path_that_is_no_regular_file_is_refused_in_a_line_and_wedges_nothing(
+        tmp_path: Path, db: Path, runtime_dir: Path) -> None:
+    fifo = tmp_path / "transcript.fifo"
+    os.mkfifo(fifo)
+    pointer = tmp_path / "pointer.jsonl"
+    pointer.symlink_to(fifo)
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o755)  # a runtime directory others may enter: the hook answers in process
+    start_writer(tmp_path, db, runtime_dir)
+    cases = [(fifo, "a FIFO"), (pointer, "a FIFO"), (Path("/dev/zero"), "a character device"),
+             (tmp_path, "a directory")]
+    for n, (path, kind) in enumerate(cases):
+        for where in ({}, {"HARNESS_MEM_RUNTIME_DIR": str(loose)}):  # through the writer, and in process
+            payload = {"session_id": SESSION, "cwd": "/work/shop", "hook_event_name": "Stop",
+                       "transcript_path": str(path), "last_assistant_message": f"reply {n} {bool(where)}"}
+            # A FIFO read would wait for a writer for ever and /dev/zero never ends: the hook's
+            # subprocess timeout (60 s) is what would fail here.
+            done = hook(tmp_path, "Stop", db, payload, environ=where)
+            assert done.returncode == 0 and done.stdout == "", (path, done.stderr)
+            assert done.stderr.count("\n") == 1 and f"is {kind}, not a regular file" in done.stderr, (path, done.stderr)
+    # The writer was never wedged: it still answers, and every reply came from the payload instead.
+    after = hook(tmp_path, "UserPromptSubmit", db, prompt("still served"), watch=True)
+    assert after.returncode == 0 and after.stderr == "LOADED:"
+    assert [t.content for t in stored(db)] == [
+        *(f"reply {n} {where}" for n in range(len(cases)) for where in (False, True)), "still served"]
 
 
 # ---- the command lines the fast path takes ------------------------------------------------------
