@@ -7,9 +7,9 @@ the full CLI (click, pydantic, the store) takes half a second to import. So exac
 the raw hook input goes to the store's :mod:`~harness_mem.hook_writer`, which stores the turn and
 acks. When no writer takes the request, one is started for the next hooks and this hook runs the
 full CLI in process, the old way, with the input it already read: nothing is lost, only slower. When
-the writer took it but does not ack in time (held up by a write lock), the request is handed off to
-its spool and the hook returns at once (:mod:`~harness_mem.hook_spool`): the host is never held
-past the ack timeout, and the turn is stored once, by the writer.
+the writer took it but does not ack in time (held up by a write lock), the hook returns at once and
+a detached copy of it waits for the ack (:func:`~harness_mem.hook_writer.wait_detached`): the host
+is never held past the ack timeout, and the turn is stored once, by the writer.
 
 Every other command line, and every hook this path cannot serve as the CLI would (a server URL, a
 missing file, a payload over the limit, any other flag), goes to :func:`harness_mem.cli.main` unchanged.
@@ -110,8 +110,7 @@ def answer_hook(call: HookCall) -> int:
     if store is not None and len(raw) <= hook_writer.MAX_PAYLOAD_BYTES:
         reply = hook_writer.ask(*store, call.event, raw)
         if reply is not None and reply.handed_off:
-            hook_writer.start(*store)  # should the writer have died, the next one drains the spool
-            return 0
+            return 0  # the writer is held up: a detached copy of this hook waits for its ack
         if reply is not None:
             for notice in reply.notices:
                 sys.stderr.write(f"note: {notice}\n")

@@ -6,12 +6,16 @@ writer that keeps the :class:`~harness_mem.store.MemoryStore` open: the writer c
 with the same code as the in-process path (:func:`~harness_mem.integrations.claude_code.parse_payload`
 and :func:`~harness_mem.integrations.claude_code.respond`, so redaction, cutting, repeats and tags
 are the same), commits, and only then acks. An acked turn is in the database. A hook that reached
-no writer stores its turn itself, in process. A hook whose writer took its request but sent no ack
-within :data:`ACK_TIMEOUT` (held up by another process's write lock, or killed) must neither keep
-the host waiting nor write the turn beside the writer: it hands the request off to the writer's
-spool (:mod:`harness_mem.hook_spool`) and returns; the writer drains it when it is free, and the
-hook's event id (``event_id`` in the header) makes the turn's id, so a request stored from both the
-socket and the spool is stored once.
+no writer stores its turn itself, in process (a turn the writer committed just before dying is then
+the session's last turn again, which ``capture`` drops as a repeat).
+
+A writer that took the request but sends no ack within :data:`ACK_TIMEOUT` is held up (another
+process holds the write lock: a ``gc --vacuum`` of a large file) and will still store it. So the
+hook neither keeps the host waiting nor stores the turn beside it: it returns at once, leaving a
+detached copy of itself to wait for the ack (:func:`wait_detached`), which asks a new writer should
+that one die first. The turn's id comes from the hook run's event id (``event_id`` in the header),
+so a request that reaches a writer twice is stored once. The request stays in memory throughout:
+nothing but the store's own (redacted) write puts a turn's text on disk.
 
 One writer serves one (database file, namespace), with the default redactor and no embedder. It
 listens on a Unix socket in a directory only its user can enter (``$HARNESS_MEM_RUNTIME_DIR``, else
@@ -43,7 +47,6 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import hook_spool
 from .runtime import is_private, make_private_dir, runtime_dir
 
 if TYPE_CHECKING:
@@ -63,8 +66,10 @@ DEFAULT_IDLE_SECONDS = 600.0
 ACK_TIMEOUT = 5.0
 #: How long the writer gives one hook to send its request (a hook that stalls must not hold up the rest).
 REQUEST_TIMEOUT = 5.0
-#: How soon the writer tries again a handed-off request it could not store (the lock still held).
-SPOOL_RETRY_SECONDS = 5.0
+#: How long a detached hook waits for a held-up writer (its busy timeout is 30 s, a drain of many
+#: requests longer), and how often it asks a new writer when that one died first.
+DETACHED_WAIT_SECONDS = 600.0
+DETACHED_RETRY_SECONDS = 0.5
 # sun_path holds 108 bytes on Linux and 104 on macOS, the terminating NUL included.
 MAX_SOCKET_PATH_BYTES = 103
 RAISE_ERRORS_ENV = "HARNESS_MEM_RAISE_ERRORS"
@@ -77,7 +82,7 @@ class Reply(NamedTuple):
     output: str | None = None
     error: str | None = None
     notices: tuple[str, ...] = ()
-    #: No ack came in time: the request is in the writer's spool, and the writer will store it.
+    #: No ack came in time: a detached copy of the hook waits for it (the writer will store the turn).
     handed_off: bool = False
 
 
@@ -117,42 +122,75 @@ def is_own_user(connection: socket.socket) -> bool:
 
 
 def ask(db: str, namespace: str, event: str, raw: bytes, *, timeout: float = ACK_TIMEOUT,
-        event_id: str | None = None) -> Reply | None:
-    """The running writer's answer to one hook; None when no writer took the request (none running, a
-    stale socket, one for another store): the hook stores its turn itself. A writer that took it but
-    sent no ack within ``timeout`` may still store it, so the request is handed off to its spool
-    (``handed_off``) rather than given back; None only when that cannot be written either."""
+        event_id: str | None = None, detach: bool = True) -> Reply | None:
+    """The running writer's answer to one hook; None when no writer answered (none running, a stale
+    socket, a writer that died before its ack, or one for another store): the hook stores its turn
+    itself. A writer that took the request but sends no ack within ``timeout`` will still store it:
+    a detached copy of the hook waits for that ack (``handed_off``, see :func:`wait_detached`)."""
     if not hasattr(socket, "AF_UNIX"):
         return None
     path = socket_path(db, namespace)
     if path is None or not is_private(os.path.dirname(path)):
         return None
+    event_id = event_id or new_event_id()
     header = {"protocol": PROTOCOL, "event": event, "db": db, "namespace": namespace, "cwd": _cwd(),
-              "event_id": event_id or new_event_id()}
+              "event_id": event_id}
     request = json.dumps(header).encode() + b"\n" + raw
-    sent = False
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        try:
             connection.settimeout(timeout)
             connection.connect(path)
             if not is_own_user(connection):
                 return None
             connection.sendall(request)
             connection.shutdown(socket.SHUT_WR)
-            sent = True
+        except OSError:  # socket.timeout included: the writer did not take the request whole
+            return None
+        try:
             answer = _read_all(connection, MAX_REPLY_BYTES)
-    except OSError:  # socket.timeout included
-        answer = b""
+        except OSError:  # no ack in time: the writer has the request and is held up
+            if detach and wait_detached(connection, db, namespace, event, raw, event_id):
+                return Reply(handed_off=True)
+            answer = b""
     try:
         message = json.loads(answer)
-    except ValueError:  # nothing (the writer died before its ack, or is still busy) or cut short
+    except ValueError:  # nothing (the writer died before its ack) or cut short
         message = None
-    if isinstance(message, dict) and message.get("status") == "retry":
-        return None  # not this writer's store: it stored nothing
-    reply = _reply(message)
-    if reply is None and sent:
-        return Reply(handed_off=True) if hook_spool.hand_off(path, request) else None
-    return reply
+    return _reply(message)
+
+
+def wait_detached(connection: socket.socket, db: str, namespace: str, event: str, raw: bytes,
+                  event_id: str) -> bool:
+    """Leave a detached copy of this hook waiting for the ack on ``connection``, so the hook can
+    return; False where a process cannot be forked. Should the writer die without its ack, the copy
+    asks a new one with the same event id until one answers (a turn stored before the death is then
+    not stored again)."""
+    if not hasattr(os, "fork"):
+        return False
+    try:
+        if os.fork():
+            return True  # the hook: back to the host
+    except OSError:
+        return False
+    try:  # the copy: never returns into the hook's code
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # the host's pipes closed here, so it stops waiting for them
+            os.dup2(null, fd)
+        connection.settimeout(DETACHED_WAIT_SECONDS)
+        with contextlib.suppress(OSError, ValueError):
+            if _reply(json.loads(_read_all(connection, MAX_REPLY_BYTES))) is not None:
+                os._exit(0)  # acked: stored
+        connection.close()
+        give_up = time.monotonic() + DETACHED_WAIT_SECONDS
+        while time.monotonic() < give_up:
+            if ask(db, namespace, event, raw, timeout=DETACHED_WAIT_SECONDS, event_id=event_id,
+                   detach=False) is not None:
+                break
+            start(db, namespace)  # exits at once while another writer runs
+            time.sleep(DETACHED_RETRY_SECONDS)
+    finally:
+        os._exit(0)
 
 
 def new_event_id() -> str:
@@ -243,7 +281,7 @@ def serve(db: str, namespace: str, *, idle: float) -> int:
             os.ftruncate(lock, 0)
             os.write(lock, f"{os.getpid()}\n".encode())
             try:
-                _loop(listener, store, db, namespace, identity, idle, path)
+                _loop(listener, store, db, namespace, identity, idle)
             finally:
                 _remove_socket(path, listener)
             if not _is_file(db, identity):
@@ -299,7 +337,7 @@ def _remove_socket(path: str, listener: socket.socket) -> None:
 
 
 def _loop(listener: socket.socket, store: MemoryStore, db: str, namespace: str, identity: tuple[int, int],
-          idle: float, socket_file: str) -> None:
+          idle: float) -> None:
     def stop(signum: int, frame: FrameType | None) -> None:
         raise _Stop
 
@@ -307,21 +345,12 @@ def _loop(listener: socket.socket, store: MemoryStore, db: str, namespace: str, 
     signal.signal(signal.SIGHUP, stop)
     deadline = time.monotonic() + idle
     try:
-        while True:
-            left = _drain(store, db, identity, socket_file)
-            if left is None:
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 and not left:
-                break
-            # A request still in the spool (the write lock is still held elsewhere) is tried again
-            # soon; this writer does not leave before it is stored.
-            wait = SPOOL_RETRY_SECONDS if left else remaining
-            listener.settimeout(min(wait, remaining) if remaining > 0 else wait)
+        while (remaining := deadline - time.monotonic()) > 0:
+            listener.settimeout(remaining)
             try:
                 connection, _ = listener.accept()
             except TimeoutError:
-                continue
+                break
             with connection:
                 if not _handle(connection, store, db, namespace, identity):
                     break
@@ -351,40 +380,6 @@ def _handle(connection: socket.socket, store: MemoryStore, db: str, namespace: s
     return True
 
 
-def _drain(store: MemoryStore, db: str, identity: tuple[int, int], socket_file: str) -> int | None:
-    """Store the requests hooks handed off to the spool, oldest first; how many are left (a write
-    still locked out: tried again later), or None when the database file was replaced."""
-    waiting = hook_spool.pending(socket_file)
-    for done, path in enumerate(waiting):
-        if not _is_file(db, identity):
-            return None
-        data = hook_spool.read(path, MAX_HEADER_BYTES + MAX_PAYLOAD_BYTES)
-        try:
-            header, raw = _split_request(data or b"")
-        except ValueError:
-            hook_spool.settle(path)  # cut short when written: the hook wrote no other copy
-            continue
-        _enter(header.get("cwd"))
-        if not _replay(store, str(header.get("event")), raw, _event_id(header)):
-            return len(waiting) - done
-        hook_spool.settle(path)
-    return 0
-
-
-def _replay(store: MemoryStore, event: str, raw: bytes, event_id: str | None) -> bool:
-    """Store a handed-off request as its hook would have; False when it should be tried again."""
-    from .errors import BlockedError, InvalidInputError
-    from .integrations import claude_code
-
-    try:
-        claude_code.replay(store, claude_code.parse_payload(raw, event), event, event_id)
-    except (InvalidInputError, BlockedError):
-        return True  # it never will be stored: its hook said nothing either, it had already returned
-    except Exception:  # noqa: BLE001  # the lock still held, the disk full: the next drain tries again
-        return False
-    return True
-
-
 def _enter(cwd: object) -> None:
     if isinstance(cwd, str):  # a relative transcript_path means what it meant to the hook
         with contextlib.suppress(OSError):
@@ -403,19 +398,11 @@ def _read_request(connection: socket.socket) -> tuple[dict[str, Any], bytes]:
         if not chunk or len(data) > MAX_HEADER_BYTES:
             raise ValueError("no header")
         data += chunk
-    header, rest = _split_request(data)
-    return header, rest + _read_all(connection, MAX_PAYLOAD_BYTES - len(rest))
-
-
-def _split_request(data: bytes) -> tuple[dict[str, Any], bytes]:
-    """A request's header (a JSON object on the first line) and the host's bytes after it."""
-    line, newline, rest = data.partition(b"\n")
-    if not newline:
-        raise ValueError("no header")
+    line, _, rest = data.partition(b"\n")
     header = json.loads(line)
     if not isinstance(header, dict):
         raise ValueError("the header is not an object")
-    return header, rest
+    return header, rest + _read_all(connection, MAX_PAYLOAD_BYTES - len(rest))
 
 
 def _answer(store: MemoryStore, event: str, raw: bytes, event_id: str | None = None) -> dict[str, Any]:

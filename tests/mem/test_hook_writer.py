@@ -28,7 +28,7 @@ from hook_writers import (
     writers,
 )
 
-from harness_mem import entry, hook_spool, hook_writer
+from harness_mem import entry, hook_writer
 from harness_mem.store import MemoryStore
 
 pytestmark = pytest.mark.slow  # every test starts real processes
@@ -221,15 +221,32 @@ def test_a_writer_held_up_by_the_write_lock_never_holds_a_hook_and_stores_each_t
         holder.stdin.close()
         holder.wait(timeout=60)
         holder.stdout.close()
-    spool = Path(hook_spool.spool_dir(hook_writer.socket_path(str(db.resolve()), "default") or ""))
     expected = ["asked while gc held the lock", '[Bash] {"command":"pytest -q"}\n3 passed', "all green now",
                 '[Bash] {"command":"pytest -q"}\n3 passed']  # the same result twice, apart: two turns
-    assert wait_until(lambda: len(stored(db)) >= len(expected) and not list(spool.glob("*.request")), timeout=180)
-    # Each request reached the writer twice (its socket, then the spool): each turn is stored once.
+    assert wait_until(lambda: len(stored(db)) >= len(expected), timeout=180)
+    # Stored by the writer alone, once each (the hooks had left; their detached copies had the acks).
     assert [t.content for t in stored(db)] == expected
     after = hook(tmp_path, "UserPromptSubmit", db, prompt("and once the lock is free"), watch=True)
     assert after.returncode == 0 and after.stderr == "LOADED:"
     assert [t.content for t in stored(db)][-1] == "and once the lock is free"
+
+
+def test_a_held_up_writer_killed_before_its_ack_loses_no_turn_and_stores_none_twice(
+        tmp_path: Path, db: Path, runtime_dir: Path) -> None:
+    first = start_writer(tmp_path, db, runtime_dir)
+    with subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE) as holder:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == b"held\n"
+        done = hook(tmp_path, "PostToolUse", db, tool("2 failed"), watch=True)
+        assert done.returncode == 0 and done.stderr == "LOADED:", done.stderr
+        os.kill(first, signal.SIGKILL)  # before it could store the turn: the lock is still held
+        assert wait_until(lambda: not is_running(first))
+        holder.stdin.close()
+    # The hook's detached copy saw the writer go without an ack and asked a new one.
+    assert wait_until(lambda: len(stored(db)) >= 1, timeout=180)
+    assert [t.content for t in stored(db)] == ['[Bash] {"command":"pytest -q"}\n2 failed']
+    assert wait_until(lambda: bool(listening(runtime_dir))) and first not in listening(runtime_dir).values()
 
 
 # ---- one writer per store ------------------------------------------------------------------------
@@ -293,8 +310,8 @@ def test_a_listener_that_never_answers_costs_a_turn_nothing(tmp_path: Path, db: 
         impostor.listen(1)  # accepts into its backlog, reads nothing, closes without a word
         done = hook(tmp_path, "UserPromptSubmit", db, prompt("past a silent listener"))
     assert done.returncode == 0, done.stderr
-    # The listener took the request and never acked: it went to the spool, which the writer the hook
-    # started drains.
+    # The listener took the request and never acked: the hook's detached copy, seeing it close,
+    # asked a writer it started.
     assert wait_until(lambda: [t.content for t in stored(db)] == ["past a silent listener"], timeout=120)
 
 

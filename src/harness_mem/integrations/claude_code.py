@@ -586,18 +586,6 @@ def answer(store: MemoryStore, payload: dict[str, Any], event: str, event_id: st
     return Answer(output, tuple(dict.fromkeys(notices)))
 
 
-def replay(store: MemoryStore, payload: dict[str, Any], event: str, event_id: str | None) -> None:
-    """What a hook handed off to its writer's spool stores, now that the writer is free: its turn, or
-    its session's consolidation. Its answer would reach no one (the hook has returned), so nothing
-    is recalled for it and nothing marked as given; a SessionStart's catching up waits for the next."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", HookNotice)  # its hook said it already
-        if event in CAPTURE_EVENTS:
-            capture(store, payload, event, event_id)
-        elif event in CONSOLIDATE_EVENTS:
-            after_session(store, payload)
-
-
 # ---- settings -------------------------------------------------------------------------------------
 
 
