@@ -249,6 +249,25 @@ def test_a_held_up_writer_killed_before_its_ack_loses_no_turn_and_stores_none_tw
     assert wait_until(lambda: bool(listening(runtime_dir))) and first not in listening(runtime_dir).values()
 
 
+def test_a_hook_answering_in_process_returns_within_budget_while_the_lock_is_held(tmp_path: Path, db: Path) -> None:
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o755)  # a runtime directory others may enter: no writer, the hook answers in process
+    with subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE) as holder:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == b"held\n"
+        done = hook(tmp_path, "PostToolUse", db, tool("4 passed"), environ={"HARNESS_MEM_RUNTIME_DIR": str(loose)})
+        # Back while the lock is held (before, it waited the busy timeout, 30 s, then failed: status 1
+        # and the turn lost, or killed by the host at 10 s).
+        assert done.returncode == 0 and done.stdout == "", done.stderr
+        assert done.stderr.count("\n") == 1 and "being stored in the background" in done.stderr
+        assert holder.poll() is None
+        holder.stdin.close()
+    assert wait_until(lambda: len(stored(db)) >= 1, timeout=120)
+    assert [t.content for t in stored(db)] == ['[Bash] {"command":"pytest -q"}\n4 passed']
+
+
 # ---- one writer per store ------------------------------------------------------------------------
 
 
