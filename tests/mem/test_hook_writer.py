@@ -352,8 +352,14 @@ def test_the_writer_exits_after_its_idle_timeout_and_removes_its_socket(tmp_path
                                                                         runtime_dir: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(hook_writer.IDLE_ENV, "1")
-    pid = start_writer(tmp_path, db, runtime_dir)
-    assert wait_until(lambda: not is_running(pid), timeout=20)
+    done = hook(tmp_path, "SessionStart", db, {"session_id": "opening", "cwd": "/work/shop"})
+    assert done.returncode == 0, done.stderr
+    # The writer writes its pid into its lock file once it listens; it may be gone again before a
+    # busy machine lets this test look for its socket, so the lock file is what is waited for.
+    assert wait_until(lambda: [p.read_text().strip() for p in runtime_dir.glob("*.lock")] not in ([], [""]), timeout=90)
+    (lock,) = runtime_dir.glob("*.lock")
+    pid = int(lock.read_text())
+    assert wait_until(lambda: not is_running(pid), timeout=60)
     assert list(runtime_dir.glob("*.sock")) == []
 
 
