@@ -14,8 +14,7 @@ process holds the write lock: a ``gc --vacuum`` of a large file) and will still 
 hook neither keeps the host waiting nor stores the turn beside it: it returns at once, leaving a
 detached copy of itself to wait for the ack (:func:`wait_detached`), which asks a new writer should
 that one die first. The turn's id comes from the hook run's event id (``event_id`` in the header),
-so a request that reaches a writer twice is stored once. The request stays in memory throughout:
-nothing but the store's own (redacted) write puts a turn's text on disk.
+so a request that reaches a writer twice is stored once. The request stays in memory throughout.
 
 One writer serves one (database file, namespace), with the default redactor and no embedder. It
 listens on a Unix socket in a directory only its user can enter (``$HARNESS_MEM_RUNTIME_DIR``, else
@@ -66,9 +65,10 @@ DEFAULT_IDLE_SECONDS = 600.0
 ACK_TIMEOUT = 5.0
 #: How long the writer gives one hook to send its request (a hook that stalls must not hold up the rest).
 REQUEST_TIMEOUT = 5.0
-#: How long a detached hook waits for a held-up writer (its busy timeout is 30 s, a drain of many
-#: requests longer), and how often it asks a new writer when that one died first.
+#: How long a detached hook waits for a held-up writer (its busy timeout is 30 s, and the hooks
+#: queued behind it each may wait as long), and how often it asks a new one when that one died.
 DETACHED_WAIT_SECONDS = 600.0
+DETACHED_ATTEMPTS = 20
 DETACHED_RETRY_SECONDS = 0.5
 # sun_path holds 108 bytes on Linux and 104 on macOS, the terminating NUL included.
 MAX_SOCKET_PATH_BYTES = 103
@@ -182,8 +182,7 @@ def wait_detached(connection: socket.socket, db: str, namespace: str, event: str
             if _reply(json.loads(_read_all(connection, MAX_REPLY_BYTES))) is not None:
                 os._exit(0)  # acked: stored
         connection.close()
-        give_up = time.monotonic() + DETACHED_WAIT_SECONDS
-        while time.monotonic() < give_up:
+        for _ in range(DETACHED_ATTEMPTS):
             if ask(db, namespace, event, raw, timeout=DETACHED_WAIT_SECONDS, event_id=event_id,
                    detach=False) is not None:
                 break
@@ -194,7 +193,7 @@ def wait_detached(connection: socket.socket, db: str, namespace: str, event: str
 
 
 def new_event_id() -> str:
-    """The identity of one hook run: the same request stored twice (socket and spool) is one turn."""
+    """The identity of one hook run: its request, however often it reaches a writer, is one turn."""
     return os.urandom(16).hex()
 
 

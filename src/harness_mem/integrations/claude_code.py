@@ -253,10 +253,10 @@ def transcript_tail(transcript: Path, limit: int = TRANSCRIPT_TAIL_BYTES) -> str
     except OSError:
         return None  # missing or unreadable: the payload's last_assistant_message, if any, serves
     try:
-        size = os.fstat(fd)
-        if not _is_regular(transcript, size.st_mode):
+        opened = os.fstat(fd)
+        if not _is_regular(transcript, opened.st_mode):
             return None
-        start = max(size.st_size - limit, 0)
+        start = max(opened.st_size - limit, 0)
         os.lseek(fd, start, os.SEEK_SET)
         chunks: list[bytes] = []
         left = limit
