@@ -27,10 +27,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from mcp.types import INVALID_REQUEST
 
 from .errors import InvalidInputError
-from .mcp_server import MAX_FRAME_BYTES, Refusal, check_frame
+from .mcp_server import Refusal, check_frame
 from .store import MemoryStore
 
 __all__ = ["TOKEN_ENV", "allowed_hosts", "build_app", "is_loopback", "parse_address", "read_token", "serve_http"]
@@ -135,10 +136,11 @@ class JsonRpcFrames:
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
-        body, whole = await _read_body(receive, MAX_FRAME_BYTES)
+        # Held whole to be checked, so no larger than the SDK itself takes.
+        body, whole = await _read_body(receive, DEFAULT_MAX_REQUEST_BODY_SIZE)
         if not whole:
-            await _refuse(send, Refusal(None, INVALID_REQUEST,
-                                        f"Invalid Request: a message is {MAX_FRAME_BYTES >> 20} MiB at most"), 413)
+            await _refuse(send, Refusal(None, INVALID_REQUEST, "Invalid Request: a message is"
+                                        f" {DEFAULT_MAX_REQUEST_BODY_SIZE >> 20} MiB at most"), 413)
             return
         checked = check_frame(body.decode("utf-8", errors="replace")) if body.strip() else None
         if isinstance(checked, Refusal):

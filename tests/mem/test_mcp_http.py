@@ -34,7 +34,7 @@ def anyio_backend() -> str:
 
 
 def free_port(address: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
+    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
         s.bind((address, 0))
         return int(s.getsockname()[1])
 
@@ -44,14 +44,15 @@ def serving(tmp_path: Path, address: str, token: str | None = TOKEN) -> Iterator
     """``harness-mem mcp --http ADDRESS:PORT`` (with a token file when ``token``), in its own process."""
     db, token_file = tmp_path / "memory.db", tmp_path / "token"
     port = free_port(address)
+    written = f"[{address}]" if ":" in address else address
     options = []
     if token is not None:
         token_file.write_text(token + "\n")
         options = ["--token-file", str(token_file)]
-    proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, "mcp", "--db", str(db), "--http", f"{address}:{port}",
+    proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, "mcp", "--db", str(db), "--http", f"{written}:{port}",
                              *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={k: v for k, v in os.environ.items() if k != "HARNESS_MEM_MCP_TOKEN"})
-    url = f"http://{address}:{port}/mcp"
+    url = f"http://{written}:{port}/mcp"
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -181,6 +182,17 @@ async def test_a_loopback_address_the_sdk_does_not_know_still_has_host_and_origi
         assert [e.content for e in store.list()] == ["the canary build runs at noon"]
 
 
+def test_ipv6_loopback_written_out_in_full_is_checked_too(tmp_path: Path) -> None:
+    with serving(tmp_path, "0:0:0:0:0:0:0:1", token=None) as (url, _):
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        page = httpx.post(url, json=HELLO, headers={**POSTING, "Host": "evil.example",
+                                                    "Origin": "http://evil.example"}, timeout=30)
+        assert page.status_code == 421, (page.status_code, page.text)
+        for host in (f"[::1]:{port}", f"[0:0:0:0:0:0:0:1]:{port}"):
+            answer = httpx.post(url, json=HELLO, headers={**POSTING, "Host": host}, timeout=30)
+            assert answer.status_code == 200, (host, answer.status_code, answer.text)
+
+
 def test_the_names_allowed_are_the_bound_address_written_every_way() -> None:
     assert set(allowed_hosts("0:0:0:0:0:0:0:1")) >= {"[::1]", "[::1]:*", "[0:0:0:0:0:0:0:1]:*", "localhost:*"}
     assert set(allowed_hosts("127.1.2.3")) == {"127.1.2.3", "127.1.2.3:*", "localhost", "localhost:*"}
@@ -215,6 +227,9 @@ def test_every_malformed_request_gets_a_json_rpc_error_over_http(server: tuple[s
         error = answer.json()
         assert error["jsonrpc"] == "2.0" and error["id"] == request_id, (body, error)
         assert error["error"]["code"] in (-32600, -32700) and "\n" not in error["error"]["message"], (body, error)
+    too_large = httpx.post(url, content=b'{"jsonrpc": "2.0", "id": 9, "method": "x", "params": {"p": "'
+                           + b"a" * (5 << 20) + b'"}}', headers=headers, timeout=60)
+    assert too_large.status_code == 413 and too_large.json()["error"]["code"] == -32600
     # A notification is still one (202), and a well-formed request still answered.
     note = httpx.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers, timeout=30)
     assert note.status_code in (202, 400), note.status_code  # 400 only for want of a session
