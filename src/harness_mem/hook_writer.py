@@ -162,9 +162,9 @@ def ask(db: str, namespace: str, event: str, raw: bytes, *, timeout: float = ACK
 def wait_detached(connection: socket.socket, db: str, namespace: str, event: str, raw: bytes,
                   event_id: str) -> bool:
     """Leave a detached copy of this hook waiting for the ack on ``connection``, so the hook can
-    return; False where a process cannot be forked. Should the writer die without its ack, the copy
-    asks a new one with the same event id until one answers (a turn stored before the death is then
-    not stored again)."""
+    return; False where a process cannot be forked. Should the writer die or fail without storing it
+    (its 30 s busy timeout can run out first), the copy asks again, a new writer if need be, with
+    the same event id (a turn stored meanwhile is then not stored again)."""
     if not hasattr(os, "fork"):
         return False
     try:
@@ -179,17 +179,23 @@ def wait_detached(connection: socket.socket, db: str, namespace: str, event: str
             os.dup2(null, fd)
         connection.settimeout(DETACHED_WAIT_SECONDS)
         with contextlib.suppress(OSError, ValueError):
-            if _reply(json.loads(_read_all(connection, MAX_REPLY_BYTES))) is not None:
-                os._exit(0)  # acked: stored
+            if _stored(_reply(json.loads(_read_all(connection, MAX_REPLY_BYTES)))):
+                os._exit(0)
         connection.close()
         for _ in range(DETACHED_ATTEMPTS):
-            if ask(db, namespace, event, raw, timeout=DETACHED_WAIT_SECONDS, event_id=event_id,
-                   detach=False) is not None:
+            if _stored(ask(db, namespace, event, raw, timeout=DETACHED_WAIT_SECONDS, event_id=event_id,
+                           detach=False)):
                 break
             start(db, namespace)  # exits at once while another writer runs
             time.sleep(DETACHED_RETRY_SECONDS)
     finally:
         os._exit(0)
+
+
+def _stored(reply: Reply | None) -> bool:
+    """True for an ack. An error may be the writer's busy timeout running out while the lock is still
+    held, so a detached hook asks again (the event id keeps a turn already stored from another copy)."""
+    return reply is not None and reply.error is None
 
 
 def new_event_id() -> str:

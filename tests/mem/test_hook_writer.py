@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,26 @@ def test_a_writer_held_up_by_the_write_lock_never_holds_a_hook_and_stores_each_t
     after = hook(tmp_path, "UserPromptSubmit", db, prompt("and once the lock is free"), watch=True)
     assert after.returncode == 0 and after.stderr == "LOADED:"
     assert [t.content for t in stored(db)][-1] == "and once the lock is free"
+
+
+def test_a_lock_held_past_the_writers_busy_timeout_still_stores_the_turn_once(tmp_path: Path, db: Path,
+                                                                            runtime_dir: Path) -> None:
+    start_writer(tmp_path, db, runtime_dir)
+    with subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE) as holder:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == b"held\n"
+        done = hook(tmp_path, "PostToolUse", db, tool("5 passed"), watch=True)
+        assert done.returncode == 0 and done.stderr == "LOADED:", done.stderr
+        # Past the writer's busy timeout (30 s): its write fails with "database is locked", which the
+        # hook's detached copy must not take for an ack.
+        held_until = time.monotonic() + 40
+        while time.monotonic() < held_until:
+            time.sleep(1)
+        holder.stdin.close()
+    assert wait_until(lambda: len(stored(db)) >= 1, timeout=180)
+    assert wait_until(lambda: False, timeout=3) is False  # time for a second copy to show, were there one
+    assert [t.content for t in stored(db)] == ['[Bash] {"command":"pytest -q"}\n5 passed']
 
 
 def test_a_held_up_writer_killed_before_its_ack_loses_no_turn_and_stores_none_twice(
