@@ -105,6 +105,8 @@ async def test_remember_recall_correct_and_forget(engine_target: str) -> None:
         assert found["mode"] == "hybrid" and found["note"] is None
         assert found["hits"][0]["id"] == first["id"] and found["hits"][0]["tags"] == ["infra"]
 
+        same = await call(client, "update_memory", id=first["id"], content="The staging database runs on port 5433 ")
+        assert same == {**first, "deduped": True}  # the same text is no new version
         fixed = await call(client, "update_memory", id=first["id"], content="The staging database moved to port 6543")
         assert fixed["supersedes"] == first["id"] and fixed["id"] != first["id"]
         contents = [hit["content"] for hit in (await call(client, "recall", query="staging database port"))["hits"]]
