@@ -16,7 +16,9 @@ detached copy of itself to wait for the ack (:func:`wait_detached`), which asks 
 that one die first. The turn's id comes from the hook run's event id (``event_id`` in the header),
 so a request that reaches a writer twice is stored once. The request stays in memory throughout.
 
-One writer serves one (database file, namespace), with the default redactor and no embedder. It
+One writer serves one (database file, namespace), with the default redactor and no embedder in a
+hook's path: a thread beside it (:class:`~harness_mem.background_embedding.BackgroundEmbedder`)
+gives each stored turn its vector a moment later, so it is found by meaning with no ``reindex``. It
 listens on a Unix socket in a directory only its user can enter (``$HARNESS_MEM_RUNTIME_DIR``, else
 ``$XDG_RUNTIME_DIR/harness-mem``, else ``harness-mem-UID`` in the temporary directory), named by a
 hash of the file's resolved path and the namespace; it answers only its own user's processes and
@@ -49,6 +51,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .runtime import is_private, make_private_dir, runtime_dir
 
 if TYPE_CHECKING:
+    from .background_embedding import BackgroundEmbedder
     from .store import MemoryStore
 
 #: Bumped when the wire format changes: it is part of the socket's name, so an old writer still
@@ -269,6 +272,8 @@ def serve(db: str, namespace: str, *, idle: float) -> int:
     is told to stop; the exit status (0 also when another writer already serves this store)."""
     import fcntl
 
+    from .background_embedding import BackgroundEmbedder
+
     db = os.path.realpath(db)
     path = socket_path(db, namespace)
     if path is None or not make_private_dir(os.path.dirname(path)) or not os.path.isfile(db):
@@ -285,10 +290,12 @@ def serve(db: str, namespace: str, *, idle: float) -> int:
             listener = _listen(path)
             os.ftruncate(lock, 0)
             os.write(lock, f"{os.getpid()}\n".encode())
+            embedder = BackgroundEmbedder(db, namespace)  # the turns get vectors beside it, not in a hook's time
             try:
-                _loop(listener, store, db, namespace, identity, idle)
+                _loop(listener, store, db, namespace, identity, idle, embedder)
             finally:
                 _remove_socket(path, listener)
+                embedder.stop()
             if not _is_file(db, identity):
                 # Deleted or replaced while open: closing would checkpoint and remove the -wal file
                 # by its name, which may now be the new database's. Leave without touching it.
@@ -342,7 +349,7 @@ def _remove_socket(path: str, listener: socket.socket) -> None:
 
 
 def _loop(listener: socket.socket, store: MemoryStore, db: str, namespace: str, identity: tuple[int, int],
-          idle: float) -> None:
+          idle: float, embedder: BackgroundEmbedder) -> None:
     def stop(signum: int, frame: FrameType | None) -> None:
         raise _Stop
 
@@ -359,6 +366,7 @@ def _loop(listener: socket.socket, store: MemoryStore, db: str, namespace: str, 
             with connection:
                 if not _handle(connection, store, db, namespace, identity):
                     break
+            embedder.notify()
             deadline = time.monotonic() + idle
     except _Stop:
         pass

@@ -451,3 +451,26 @@ def test_the_forms_hooks_install_writes_take_the_fast_path(argv: list[str], expe
 ])
 def test_every_other_command_line_goes_to_the_cli(argv: list[str]) -> None:
     assert entry.hook_call(argv) is None
+
+
+@pytest.mark.real_model
+def test_a_turn_stored_through_the_writer_is_found_by_meaning_without_a_reindex(tmp_path: Path,
+                                                                                  runtime_dir: Path) -> None:
+    db = tmp_path / "vectors.db"
+    with MemoryStore(db) as store:  # a file with the model's vectors
+        store.add("the staging database listens on port 5433")
+    start_writer(tmp_path, db, runtime_dir)
+    done = hook(tmp_path, "UserPromptSubmit", db, prompt("We settled on argon2id to hash the passwords."))
+    assert done.returncode == 0, done.stderr
+
+    def found() -> bool:
+        with MemoryStore(db) as store:
+            if store.count_missing_vectors():
+                return False
+            hits = store.recall("how are credentials stored", k=1, mode="semantic")
+            return bool(hits) and "argon2id" in hits[0].entry.content
+
+    deadline = time.monotonic() + 300  # the writer loads the model first: seconds on a busy machine
+    while not found() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert found()
