@@ -936,6 +936,7 @@ class SQLiteStorage(Storage):
             ("fts5", lambda: f"{counted(self.db['entries_fts'].count, 'row')} indexed"
                              f" (and {counted(self.db['derived_fts'].count, 'derived row')})"),
             ("sqlite-vec", lambda: str(self.conn.execute("SELECT vec_version()").fetchone()[0])),
+            ("rewrite", lambda: sqlite_rewrite.describe(self.conn)),
         ]
 
     def describe_schema(self) -> str:
@@ -985,8 +986,19 @@ class SQLiteStorage(Storage):
         sqlite_rewrite.rewrite(self.conn, self.location)
 
     def compact(self, *, rewrite: bool, vacuum: bool) -> dict[str, Any]:
-        return sqlite_files.compact(self.conn, rewrite=self.rewrite if rewrite else None, vacuum=vacuum,
-                                    location=self.location)
+        recovered: list[str] = []
+
+        def rewrite_tables() -> None:
+            recovered.extend(sqlite_rewrite.rewrite(self.conn, self.location))
+
+        # A rewrite cut short is finished or undone by the next gc, whether or not a purge is owed;
+        # before a VACUUM too, which would keep a leftover copy's rows.
+        unfinished = bool(sqlite_rewrite.leftovers(self.conn))
+        if unfinished and vacuum:
+            rewrite_tables()
+        done = sqlite_files.compact(self.conn, rewrite=rewrite_tables if rewrite or unfinished and not vacuum else None,
+                                    vacuum=vacuum, location=self.location)
+        return {**done, "rewrite_recovered": recovered}
 
     def truncate_log(self) -> bool:
         return truncate_wal(self.conn)
