@@ -36,8 +36,8 @@ def file_bytes(path: Path | str) -> int:
 
 
 # The sizes of maintenance's steps (see :mod:`harness_mem.steps`): the first step's, the least and the most.
-#: Pages of the keyword index one merge step writes.
-MERGE_PAGES = (256, 32, 8192)
+#: Pages of the keyword index one chunk of a merge step writes (the first chunk's, the least, the most).
+MERGE_PAGES = (64, 16, 4096)
 #: Free pages one ``PRAGMA incremental_vacuum`` call hands back. A step calls it until it has held
 #: the lock about STEP_TARGET_S: a page at the end of the file that is in use must be moved first,
 #: which costs many times a free one, so a step sized in pages from the last one's time overshot
