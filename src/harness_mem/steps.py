@@ -7,10 +7,11 @@ the lock about :data:`STEP_TARGET_S`, with :data:`STEP_PAUSE_S` between them: a 
 at once would win every time, and the writer wait for all the steps.
 
 A step is bounded by the time it holds the lock, measured while it holds it (:func:`in_steps`): it
-does its work in small chunks and commits once the chunks have taken its time. Steps sized from
-the time of earlier ones held the lock four to five times too long on a busy machine (1-2 s
-promised, 4-6 s measured on a 2 GB file beside a CPU load of 6-15): each chunk took longer than
-the last had, so the size chosen for it overshot. Now a busy machine makes the steps do less.
+does its work in small chunks and commits once they have taken its time, so a busy machine makes a
+step do less rather than hold the lock longer (steps sized from earlier steps' times held a writer
+4-6 s on a 2 GB file beside a CPU load of 6-15: each step took longer than the last had). A chunk's
+cost must grow with its size alone: one that does fixed work first (a scan) takes that long however
+small it is.
 """
 
 from __future__ import annotations

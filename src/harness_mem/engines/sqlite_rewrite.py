@@ -8,7 +8,7 @@ the tables that hold an entry's text (:data:`TABLES`), each in steps a writer ca
 1. **Start**: an empty copy of the table (``<table>__rewrite``, with the same columns, constraints
    and indexes, the indexes named ``<index>__rewrite``) and triggers on the table that repeat every
    insert, update and delete on the copy, so the copy stays in step with writers in any process.
-2. **Copy**: the rows in key order, a batch per transaction (``INSERT OR IGNORE``: a row a trigger
+2. **Copy**: the rows in key order, in steps that end when they have held the lock their time (``INSERT OR IGNORE``: a row a trigger
    already put there is newer).
 3. **Switch**, one short transaction: the triggers go, the table is renamed ``<table>__retired``
    and the copy takes its name; its indexes take their names too (the one edit of
@@ -16,7 +16,7 @@ the tables that hold an entry's text (:data:`TABLES`), each in steps a writer ca
    the schema version is raised so every connection reads the schema again). Views, triggers and
    foreign keys that name the table are left as written (``legacy_alter_table``, foreign keys off
    for the switch), so they name the copy now.
-4. **Retire**: the old table's rows are deleted a batch per transaction, then the table is dropped.
+4. **Retire**: the old table's rows are deleted in such steps, then the table is dropped.
    With ``secure_delete`` every page it frees is zeroed, so no copy of a purged row is left in them.
 
 **Where it stopped, from the names alone.** A copy and its triggers are made in one transaction and
