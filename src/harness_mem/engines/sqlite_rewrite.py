@@ -8,8 +8,8 @@ the tables that hold an entry's text (:data:`TABLES`), each in steps a writer ca
 1. **Start**: an empty copy of the table (``<table>__rewrite``, with the same columns, constraints
    and indexes, the indexes named ``<index>__rewrite``) and triggers on the table that repeat every
    insert, update and delete on the copy, so the copy stays in step with writers in any process.
-2. **Copy**: the rows in key order, in steps that end when they have held the lock their time (``INSERT OR IGNORE``: a row a trigger
-   already put there is newer).
+2. **Copy**: the rows in key order, in steps that end when they have held the lock their time
+   (``INSERT OR IGNORE``: a row a trigger already put there is newer).
 3. **Switch**, one short transaction: the triggers go, the table is renamed ``<table>__retired``
    and the copy takes its name; its indexes take their names too (the one edit of
    ``sqlite_schema`` SQLite has no statement for: an index's name is not part of its content, and
