@@ -220,10 +220,6 @@ def mount_point(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(mount)], check=True)
 
 
-DISK_FULL = ("Error: no space left to rewrite {db} (a rewrite needs free space as large as the file) — nothing"
-             " stored was lost, and the next `harness-mem gc` finishes the purge; free some space")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("free", [0.3, 0.6, 1.0, 1.2])
 def test_rewrites_that_fill_the_disk_leave_what_the_next_gc_finishes(tmp_path: Path, mount_point: Path, free: float) -> None:
@@ -241,7 +237,9 @@ def test_rewrites_that_fill_the_disk_leave_what_the_next_gc_finishes(tmp_path: P
     shutil.copy(built, db)
     for command in (["purge"], ["gc"]):
         result = cli_process("--db", str(db), "--embedder", "none", *command)
-        assert result.returncode == 0 or result.stderr.decode().splitlines() == [DISK_FULL.format(db=db)], result.stderr
+        lines = result.stderr.decode().splitlines()
+        assert result.returncode == 0 or (len(lines) == 1 and lines[0].startswith("Error: no space left to")
+                                          and lines[0].endswith("free some space")), result.stderr
         if command == ["purge"]:
             with MemoryStore(db, embedder=None) as store, contextlib.suppress(StorageError):
                 forget_later_text(store)  # unless the disk is too full to write it
