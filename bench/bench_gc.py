@@ -21,15 +21,20 @@ runs on a large file (``--mb``, built in a temporary directory). The writer adds
 20 ms and times each ``add``; gc runs once on a store where entries were deleted (dead keyword-index
 tokens, free pages: gc purges nothing, ``quiet``) and once where entries were forgotten (gc purges
 them and rewrites the tables holding their text, ``purge``). It prints the longest wait, and fails
-when a write failed, was lost, or (with ``--max-wait S``) waited longer than S seconds in either case:
+when a write failed, was lost, or (with ``--max-wait S``) waited longer than S seconds in either case.
+``--hog N`` runs N busy processes beside them (load about N + 2): maintenance steps are bounded by the
+time they hold the lock, so a busy machine must shorten the steps, not lengthen the wait.
+``--built PATH`` keeps the large file there and reuses it (building takes minutes):
 
     python bench/bench_gc.py --beside-writer --mb 500 --max-wait 1
+    python bench/bench_gc.py --beside-writer --mb 500 --hog 10 --max-wait 1 --built /tmp/gc500.db
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -153,25 +158,40 @@ def gc_beside_writer(path: Path, *, forget: bool, share: int = 20) -> dict[str, 
             "vacuum": report["vacuum"], "mb_before": round(report["bytes_before"] / 1e6, 1)}
 
 
-def beside_writer(megabytes: int, max_wait: float | None, as_json: bool) -> None:
+# A busy process: the CPU load a shared machine puts beside gc.
+HOG = "while True: pass"
+
+
+def beside_writer(megabytes: int, max_wait: float | None, as_json: bool, *, hogs: int = 0,
+                  kept: Path | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        built = Path(tmp) / "built.db"
-        n = build_large(built, megabytes)
+        built = kept or Path(tmp) / "built.db"
+        if not built.exists():
+            build_large(built, megabytes)
+        with MemoryStore(built, embedder=None) as store:
+            n = store.count()
         results = {}
-        for case, forget in (("quiet", False), ("purge", True)):
-            path = Path(tmp) / f"{case}.db"
-            for leftover in Path(tmp).glob(path.name + "*"):
-                leftover.unlink()
-            shutil.copy(built, path)
-            results[case] = gc_beside_writer(path, forget=forget)
+        busy = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(hogs)]
+        try:
+            for case, forget in (("quiet", False), ("purge", True)):
+                path = Path(tmp) / f"{case}.db"
+                for leftover in Path(tmp).glob(path.name + "*"):
+                    leftover.unlink()
+                shutil.copy(built, path)
+                results[case] = gc_beside_writer(path, forget=forget)
+                results[case]["load"] = round(os.getloadavg()[0], 1)
+        finally:
+            for hog in busy:
+                hog.kill()
+                hog.wait()
     if as_json:
-        print(json.dumps({"entries": n, **results}))
+        print(json.dumps({"entries": n, "hogs": hogs, **results}))
     else:
-        print(f"{n:,} entries, {megabytes} MB")
+        print(f"{n:,} entries, {built.stat().st_size / 1e6:.0f} MB, {hogs} busy processes beside")
         for case, r in results.items():
             print(f"{case:<6} gc {r['gc_s']:.1f} s ({r['purged']} purged, vacuum {r['vacuum']});"
                   f" longest write wait {r['longest_wait_s']:.2f} s over {r['writes']} writes;"
-                  f" failed {len(r['failures'])}, lost {r['lost']}")  # type: ignore[arg-type]
+                  f" failed {len(r['failures'])}, lost {r['lost']}; load {r['load']}")  # type: ignore[arg-type]
     bad = [case for case, r in results.items() if r["failures"] or r["lost"]]
     for case, r in results.items():
         if max_wait is not None and float(r["longest_wait_s"]) > max_wait:  # type: ignore[arg-type]
@@ -185,6 +205,8 @@ def main() -> None:
     parser.add_argument("--beside-writer", action="store_true", help="measure a writer's waits beside gc instead")
     parser.add_argument("--mb", type=int, default=500, help="the large file's size (with --beside-writer)")
     parser.add_argument("--max-wait", type=float, help="fail when a writer waited longer (seconds)")
+    parser.add_argument("--hog", type=int, default=0, help="busy processes beside gc and the writer (with --beside-writer)")
+    parser.add_argument("--built", type=Path, help="keep the large file here and reuse it (with --beside-writer)")
     parser.add_argument("--n", type=int, default=100_000, help="turn entries to import")
     parser.add_argument("--deletes", type=int, default=2000, help="entries deleted one by one")
     parser.add_argument("--expire", type=float, default=0.1, help="share of entries purged as expired")
@@ -192,7 +214,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     if args.beside_writer:
-        beside_writer(args.mb, args.max_wait, args.json)
+        beside_writer(args.mb, args.max_wait, args.json, hogs=args.hog, kept=args.built)
         return
 
     rows = make_rows(args.n)

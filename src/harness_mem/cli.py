@@ -1003,8 +1003,9 @@ def gc(ctx: click.Context, vacuum: bool, as_json: bool) -> None:
     made before harness-mem did this on its own keeps them until --vacuum). Run events:
     `harness-loop runs gc`.
 
-    Writers in other processes keep writing: every step is a short transaction, except the
-    rewrite, which holds them for about 6 s per GB of file.
+    Writers in other processes keep writing: every step is a short transaction, except --vacuum's,
+    which holds them for about 6 s per GB of file. A rewrite cut short (a crash, a full disk) is
+    finished or undone here, and said so; only one gc or purge rewrites a file at a time.
 
     \b
     Example:

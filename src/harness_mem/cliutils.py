@@ -488,7 +488,8 @@ def gc_report_lines(report: dict[str, Any]) -> list[str]:
         done.append(f"{report['free_pages_after']} free pages kept (this file does not vacuum itself;"
                     " --vacuum rewrites it once)")
     sizes = report["tables"]
-    lines = ["; ".join(done), f"file: {_size(report['bytes_before'])} -> {_size(report['bytes_after'])}"]
+    lines = ["; ".join(done), *report.get("rewrite_recovered", []),
+             f"file: {_size(report['bytes_before'])} -> {_size(report['bytes_after'])}"]
     lines.append(f"{'table':<32} {'rows':>10} {'bytes':>10}")
     for table, row in sizes["by_table"].items():
         rows = "-" if row["rows"] is None else str(row["rows"])

@@ -64,7 +64,7 @@ from .models import FileSizes, SessionSize, StoreStats, now_ms
 from .providers.embeddings import default_embedder_available
 from .providers.reference import INSTALL_HINT
 from .recall import raise_if_missing_vectors
-from .steps import STEP_PAUSE_S, next_step
+from .steps import STEP_PAUSE_S, in_steps
 from .storage import Storage
 
 
@@ -247,9 +247,9 @@ EXPIRY_EVERY_MS = 86_400_000
 #: purge whose rewrite failed (a full disk, a crash) leaves the promise behind, and the next ``gc``
 #: or ``purge`` keeps it; only the rewrite that fulfils it takes it away.
 PURGE_PENDING_KEY = "gc.purge_pending"
-#: Entries deleted per write transaction (the first batch's, the least and the most), scaled to hold
-#: the lock about one step's time: a bulky entry frees many pages, each zeroed and logged.
-PURGE_BATCH = (500, 10, 500)
+#: Entries deleted per batch (the first's, the least and the most), scaled so a batch takes about
+#: ``CHUNK_TARGET_S``: a bulky entry frees many pages, each zeroed and logged.
+PURGE_BATCH = (50, 5, 500)
 
 
 def purge_expired(storage: Storage) -> int:
@@ -262,26 +262,26 @@ def purge_expired(storage: Storage) -> int:
 
 def _purge(storage: Storage, *, forgotten: bool, namespace: str | None = None) -> tuple[int, int]:
     """Delete expired entries (and, with ``forgotten``, forgotten ones) of ``namespace`` or every
-    namespace with their derived rows, a batch (``PURGE_BATCH``) a transaction, each recording what
-    it deleted as a pending purge; returns (expired, forgotten) counts."""
+    namespace with their derived rows, in steps of a transaction each (:func:`~harness_mem.steps.in_steps`),
+    each batch (``PURGE_BATCH``) recording what it deleted as a pending purge; returns (expired,
+    forgotten) counts."""
     now = now_ms()
-    total_expired = total_forgotten = 0
-    size = PURGE_BATCH[0]
-    while True:
-        began = time.monotonic()
-        with storage.transaction():
-            expired, tombstones = storage.purge(now, namespace=namespace, forgotten=forgotten, limit=size)
-            if expired or tombstones:
-                pending_expired, pending_forgotten = pending_purge(storage)
-                _set_pending(storage, pending_expired + expired, pending_forgotten + tombstones)
-            if namespace is None:
-                storage.set_setting(EXPIRY_KEY, str(now))
-        total_expired += expired
-        total_forgotten += tombstones
-        if expired + tombstones < size:
-            return total_expired, total_forgotten
-        size = next_step(size, time.monotonic() - began, PURGE_BATCH)
-        time.sleep(STEP_PAUSE_S)  # a waiting writer's turn: taken again at once, the lock goes to us
+    totals = [0, 0]
+
+    def batch(size: int) -> bool:
+        expired, tombstones = storage.purge(now, namespace=namespace, forgotten=forgotten, limit=size)
+        if expired or tombstones:
+            pending_expired, pending_forgotten = pending_purge(storage)
+            _set_pending(storage, pending_expired + expired, pending_forgotten + tombstones)
+        if namespace is None:
+            storage.set_setting(EXPIRY_KEY, str(now))
+        totals[0] += expired
+        totals[1] += tombstones
+        return expired + tombstones == size
+
+    # Between steps, a waiting writer's turn: taken again at once, the lock goes to us.
+    in_steps(storage.transaction, batch, PURGE_BATCH, lambda: time.sleep(STEP_PAUSE_S))
+    return totals[0], totals[1]
 
 
 def pending_purge(storage: Storage) -> tuple[int, int]:

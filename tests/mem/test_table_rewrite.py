@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from moved_rows import store_forgotten_rows
 
+from harness_mem import steps
 from harness_mem.engines import sqlite_rewrite
 from harness_mem.store import MemoryStore
 
@@ -20,6 +21,7 @@ STEP = 20
 @pytest.fixture(autouse=True)
 def small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sqlite_rewrite, "ROWS", (STEP, STEP, STEP))
+    monkeypatch.setattr(steps, "STEP_TARGET_S", 0.0)  # a step is one chunk: its number says where the rewrite is
 
 
 def file_bytes(db: Path) -> bytes:
@@ -94,9 +96,12 @@ def test_writers_get_in_between_the_steps_and_every_write_lands_in_the_new_table
 
 KILLED_AT_A_STEP = """
 import os, sys
+from harness_mem import steps
+from harness_mem import steps
 from harness_mem.engines import sqlite_rewrite
 from harness_mem.store import MemoryStore
 sqlite_rewrite.ROWS = (20, 20, 20)
+steps.STEP_TARGET_S = 0.0
 steps = iter(range(int(sys.argv[2])))
 def kill_at_the_last_step():
     if next(steps, None) is None:

@@ -41,7 +41,7 @@ from ..models import counted, to_ms
 from ..passages import Passage, embed_entries
 from ..protocols import Embedder
 from ..rows import COLUMN_NAMES, COLUMNS, PLACEHOLDERS, Row
-from ..steps import STEP_PAUSE_S, next_step
+from ..steps import STEP_PAUSE_S, in_steps, next_step
 from ..storage import (
     DERIVED_SOURCE,
     OnConflict,
@@ -524,13 +524,21 @@ class SQLiteStorage(Storage):
     def purge(self, now: int, *, namespace: str | None = None, forgotten: bool = True,
               limit: int | None = None) -> tuple[int, int]:
         with self.transaction():
-            scope = "namespace = ? AND " if namespace is not None else ""
-            rows = self.conn.execute(
-                f"SELECT pk, forgotten_at IS NOT NULL FROM entries WHERE {scope}((expires_at IS NOT NULL"
-                " AND expires_at <= ?)" + (" OR forgotten_at IS NOT NULL)" if forgotten else ")")
-                + ("" if limit is None else " ORDER BY pk LIMIT ?"),
-                ([namespace] if namespace is not None else []) + [now] + ([] if limit is None else [limit]),
-            ).fetchall()
+            # Each kind found through its own partial index: one query with OR scanned the table,
+            # reading every row's text to reach its flags, from the start again for every batch.
+            scope = " AND namespace = ?" if namespace is not None else ""
+            where = [namespace] if namespace is not None else []
+            rows: list[tuple[int, bool]] = []
+            if forgotten:
+                rows += [(pk, True) for (pk,) in self.conn.execute(
+                    f"SELECT pk FROM entries INDEXED BY entries_forgotten WHERE forgotten_at IS NOT NULL{scope} LIMIT ?",
+                    (*where, -1 if limit is None else limit))]
+            if limit is None or len(rows) < limit:
+                rows += [(pk, bool(was_forgotten)) for pk, was_forgotten in self.conn.execute(
+                    "SELECT pk, forgotten_at IS NOT NULL FROM entries INDEXED BY entries_by_expiry"
+                    " WHERE expires_at IS NOT NULL AND expires_at <= ?"
+                    f" AND (forgotten_at IS NULL OR NOT ?){scope} LIMIT ?",
+                    (now, forgotten, *where, -1 if limit is None else limit - len(rows)))]
             for pk, _ in rows:
                 self._delete_pk(pk)
         tombstones = sum(1 for _, was_forgotten in rows if was_forgotten)
@@ -957,6 +965,7 @@ class SQLiteStorage(Storage):
             ("fts5", lambda: f"{counted(self.db['entries_fts'].count, 'row')} indexed"
                              f" (and {counted(self.db['derived_fts'].count, 'derived row')})"),
             ("sqlite-vec", lambda: str(self.conn.execute("SELECT vec_version()").fetchone()[0])),
+            ("rewrite", lambda: sqlite_rewrite.describe(self.conn)),
         ]
 
     def describe_schema(self) -> str:
@@ -976,38 +985,53 @@ class SQLiteStorage(Storage):
         # 'optimize' merges the whole index in one transaction (8 s of write lock on a 2 GB file).
         # A negative 'merge' starts the same merge (every segment on one level, so the output is
         # the oldest and tombstoned rows are dropped even from a lone segment) and writes about
-        # that many pages of it; positive ones continue it, a step per transaction, the lock let
-        # go in between. Only the first step is negative: each negative one starts over with the
-        # segments writers added meanwhile. A step that writes far fewer pages than it may has
-        # finished the merge: what it found beside it is writers' new small segments, which their
+        # that many pages of it; positive ones continue it, a chunk at a time in steps bounded by
+        # the time they hold the lock (harness_mem.steps.in_steps), the lock let go in between.
+        # Only the first chunk is negative: each negative one starts over with the segments
+        # writers added meanwhile. A chunk that writes far fewer pages than it may has finished
+        # the merge: what it found beside it is writers' new small segments, which their
         # own automerge looks after (merging them here too would never end beside a steady writer).
-        # The step budget is a guard. Each lane's index is merged in turn.
+        # The chunk budget is a guard. Each lane's index is merged in turn.
         for table in KEYWORD_TABLES:
             self._merge_keyword_table(table)
 
     def _merge_keyword_table(self, table: str) -> None:
         bounds = sqlite_files.MERGE_PAGES
         pages = int(self.conn.execute(f"SELECT count(*) FROM {table}_data").fetchone()[0])
-        size, sign = bounds[0], -1
-        for _ in range(16 + 4 * pages // bounds[1]):
-            began = time.monotonic()
-            with self.transaction():
-                before = self.conn.total_changes
-                self.conn.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('merge', ?)", (sign * size,))
-                if self.conn.total_changes - before < max(2, size // 4):
-                    return
-            size, sign = next_step(size, time.monotonic() - began, bounds), 1
+        sign, left = -1, 16 + 4 * pages // bounds[1]
+
+        def merge(size: int) -> bool:
+            nonlocal sign, left
+            before = self.conn.total_changes
+            self.conn.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('merge', ?)", (sign * size,))
+            sign, left = 1, left - 1
+            return self.conn.total_changes - before >= max(2, size // 4) and left > 0
+
+        def pause() -> None:
             # Copy the step's pages out of the log without the lock: else a writer's commit finds
             # the log past its auto-checkpoint size and copies them itself, waiting as long.
             self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             time.sleep(STEP_PAUSE_S)  # a waiting writer's turn
 
+        in_steps(self.transaction, merge, bounds, pause)
+
     def rewrite(self) -> None:
         sqlite_rewrite.rewrite(self.conn, self.location)
 
     def compact(self, *, rewrite: bool, vacuum: bool) -> dict[str, Any]:
-        return sqlite_files.compact(self.conn, rewrite=self.rewrite if rewrite else None, vacuum=vacuum,
-                                    location=self.location)
+        recovered: list[str] = []
+
+        def rewrite_tables() -> None:
+            recovered.extend(sqlite_rewrite.rewrite(self.conn, self.location))
+
+        # A rewrite cut short is finished or undone by the next gc, whether or not a purge is owed;
+        # before a VACUUM too, which would keep a leftover copy's rows.
+        unfinished = bool(sqlite_rewrite.leftovers(self.conn))
+        if unfinished and vacuum:
+            rewrite_tables()
+        done = sqlite_files.compact(self.conn, rewrite=rewrite_tables if rewrite or unfinished and not vacuum else None,
+                                    vacuum=vacuum, location=self.location)
+        return {**done, "rewrite_recovered": recovered}
 
     def truncate_log(self) -> bool:
         return truncate_wal(self.conn)

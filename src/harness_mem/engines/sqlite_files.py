@@ -17,7 +17,7 @@ from typing import Any
 from ..db import Connection, driver, truncate_wal, write_transaction
 from ..errors import DiskFullError, StorageError
 from ..pages import count_pages
-from ..steps import STEP_PAUSE_S, STEP_TARGET_S
+from ..steps import STEP_PAUSE_S, in_steps
 
 Snapshot = Callable[[], AbstractContextManager[None]]
 _AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}
@@ -36,14 +36,14 @@ def file_bytes(path: Path | str) -> int:
 
 
 # The sizes of maintenance's steps (see :mod:`harness_mem.steps`): the first step's, the least and the most.
-#: Pages of the keyword index one merge step writes.
-MERGE_PAGES = (256, 32, 8192)
-#: Free pages one ``PRAGMA incremental_vacuum`` call hands back. A step calls it until it has held
-#: the lock about STEP_TARGET_S: a page at the end of the file that is in use must be moved first,
-#: which costs many times a free one, so a step sized in pages from the last one's time overshot
-#: when it met used pages (2,048 pages held the lock 1.6 s beside a writer on a 2 GB file; 8,192 held
-#: it 2.7 s); timed call by call, a step overshoots by one call at most.
-VACUUM_CHUNK = 64
+#: Pages of the keyword index one chunk of a merge step writes (the first chunk's, the least, the most).
+MERGE_PAGES = (64, 16, 4096)
+#: Free pages one ``PRAGMA incremental_vacuum`` call hands back (the first call's, the least, the
+#: most). A step calls it until it has held the lock its time: a page at the end of the file that is
+#: in use must be moved first, which costs many times a free one, so a step sized in pages from the
+#: last one's time overshot when it met used pages (2,048 pages held the lock 1.6 s beside a writer
+#: on a 2 GB file; 8,192 held it 2.7 s); timed call by call, a step overshoots by one call at most.
+VACUUM_PAGES = (16, 1, 1024)
 #: Entries one step of a keyword-index rebuild re-indexes.
 KEYWORD_ROWS = (1000, 100, 20000)
 
@@ -96,21 +96,29 @@ def compact(conn: Connection, *, rewrite: Callable[[], None] | None, vacuum: boo
         vacuumed = "tables"
     left = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
     if vacuumed != "full" and mode == "incremental" and left:
-        while left:
-            with write_transaction(conn):
-                began = time.monotonic()
-                while time.monotonic() - began < STEP_TARGET_S:
-                    # It frees a page per row it returns: read them all.
-                    conn.execute(f"PRAGMA incremental_vacuum({VACUUM_CHUNK})").fetchall()
-                    if not int(conn.execute("PRAGMA freelist_count").fetchone()[0]):
-                        break
+        def free_now() -> int:
+            return int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+
+        at_last_pause, stalled = left, False
+
+        def hand_back(pages: int) -> bool:
+            if stalled:
+                return False
+            conn.execute(f"PRAGMA incremental_vacuum({pages})").fetchall()  # a page per row: read them all
+            return free_now() > 0
+
+        def pause() -> None:
+            nonlocal at_last_pause, stalled
             # A checkpoint without the lock between steps keeps the log from growing with the file.
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            left, before = int(conn.execute("PRAGMA freelist_count").fetchone()[0]), left
-            if left >= before:  # writers freed pages as fast: what is left goes at the next gc
-                break
-            if left:
+            # Writers freeing pages as fast as they go back: what is left goes at the next gc.
+            now = free_now()
+            stalled, at_last_pause = now >= at_last_pause, now
+            if not stalled:
                 time.sleep(STEP_PAUSE_S)
+
+        in_steps(lambda: write_transaction(conn), hand_back, VACUUM_PAGES, pause)
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         vacuumed = vacuumed if vacuumed == "tables" else "incremental"
     truncated = truncate_wal(conn)
     return {

@@ -8,34 +8,50 @@ the tables that hold an entry's text (:data:`TABLES`), each in steps a writer ca
 1. **Start**: an empty copy of the table (``<table>__rewrite``, with the same columns, constraints
    and indexes, the indexes named ``<index>__rewrite``) and triggers on the table that repeat every
    insert, update and delete on the copy, so the copy stays in step with writers in any process.
-2. **Copy**: the rows in key order, a batch per transaction (``INSERT OR IGNORE``: a row a trigger
-   already put there is newer).
+2. **Copy**: the rows in key order, in steps that end when they have held the lock their time
+   (``INSERT OR IGNORE``: a row a trigger already put there is newer).
 3. **Switch**, one short transaction: the triggers go, the table is renamed ``<table>__retired``
    and the copy takes its name; its indexes take their names too (the one edit of
    ``sqlite_schema`` SQLite has no statement for: an index's name is not part of its content, and
    the schema version is raised so every connection reads the schema again). Views, triggers and
    foreign keys that name the table are left as written (``legacy_alter_table``, foreign keys off
    for the switch), so they name the copy now.
-4. **Retire**: the old table's rows are deleted a batch per transaction, then the table is dropped.
+4. **Retire**: the old table's rows are deleted in such steps, then the table is dropped.
    With ``secure_delete`` every page it frees is zeroed, so no copy of a purged row is left in them.
 
-A rewrite cut short (a crash, a full disk) leaves tables whose names say where it stopped; the next
-one finishes a retirement and starts a copy again from the beginning (the rows copied before are
-kept). A copy that fails is taken down at once, so its triggers do not slow writers until then.
+**Where it stopped, from the names alone.** A copy and its triggers are made in one transaction and
+go in one (the switch, or a take-down that has emptied the copy first), so a copy with its three
+triggers is in step with the table: every row it holds is the table's row. A rewrite cut short at
+any point (a crash, a full disk, a kill) leaves tables whose names say where it stopped, and the
+next one (:func:`rewrite_tables`, which every ``gc`` runs when it finds them) says what it did:
+it finishes a retirement; it finishes a copy in step (the rows copied before are kept); and it
+undoes a copy without its triggers (an older version's take-down cut short, or one edited by
+hand), which is out of step and may hold text forgotten since: it is emptied and dropped, and the
+table copied afresh. A copy that fails is taken down at once, so its triggers do not slow writers;
+if that fails too, the copy stays in step for the next rewrite to finish.
+
+**One rewrite at a time.** Two rewrites of one file would share its copies, so each holds a lock
+on the file (:func:`one_at_a_time`, a ``flock`` the system lets go when the process ends, however
+it ends); another gets the one-line "a rewrite is already running" error and changes nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
+from .. import runtime
 from ..db import Connection, write_transaction
 from ..errors import StorageError
-from ..steps import STEP_PAUSE_S, next_step
+from ..steps import STEP_PAUSE_S, in_steps
 from . import sqlite_files
 
-__all__ = ["TABLES", "leftovers", "rewrite", "rewrite_tables"]
+__all__ = ["TABLES", "describe", "leftovers", "one_at_a_time", "rewrite", "rewrite_tables", "running"]
 
 #: The tables whose rows hold an entry's text: the entries, the episodes made from them and the
 #: identities (an entry's session or tag as its pseudonym, the key of its sealed row). Not the
@@ -45,41 +61,54 @@ __all__ = ["TABLES", "leftovers", "rewrite", "rewrite_tables"]
 #: ``gc --vacuum``; the merge drops forgotten tokens from its blocks, zeroed as they are deleted.
 TABLES = ("entries", "episodes", "identities")
 COPY, RETIRED = "__rewrite", "__retired"
-#: Rows one step copies or deletes: the first step's, the least and the most.
-ROWS = (1000, 100, 50_000)
+#: Rows one chunk of a step copies or deletes: the first chunk's, the least and the most (a step
+#: takes chunks until it has held the lock its time, see :func:`harness_mem.steps.in_steps`).
+ROWS = (100, 10, 5_000)
 _TRIGGERS = ("insert", "update", "delete")
 _INDEX_NAME = re.compile(r"^(CREATE (?:UNIQUE )?INDEX )(\"?)([\w]+)\2", re.IGNORECASE)
 _TABLE_NAME = re.compile(r"^(CREATE TABLE )(['\"]?)([\w]+)\2", re.IGNORECASE)
 
 
-def rewrite(conn: Connection, location: str = "the database") -> None:
+def rewrite(conn: Connection, location: str = "the database") -> list[str]:
     """A purge's rewrite: :data:`TABLES` written afresh (a full disk is the one-line error that
-    says the purge is still owed)."""
+    says the purge is still owed); what was found of an earlier rewrite cut short, and done with it."""
     if conn.in_transaction:
         raise StorageError("the file cannot be rewritten inside a transaction — purge outside the `with` block")
     with sqlite_files.space_for(location):
-        rewrite_tables(conn, TABLES)
+        return rewrite_tables(conn, TABLES)
 
 
 def rewrite_tables(conn: Connection, tables: Sequence[str] = TABLES, *,
-                   pause: Callable[[], None] | None = None) -> None:
-    """Write every page of ``tables`` afresh, a step per write transaction, the lock let go between
-    steps (``pause``, by default a passive checkpoint and ``STEP_PAUSE_S`` of sleep)."""
+                   pause: Callable[[], None] | None = None) -> list[str]:
+    """Write every page of ``tables`` afresh, in steps of a write transaction each, the lock let go
+    between them (``pause``, by default a passive checkpoint and ``STEP_PAUSE_S`` of sleep); returns
+    a line for each leftover of an earlier rewrite, saying whether it was finished or undone."""
     between = pause or (lambda: _pause(conn))
-    for table in tables:
-        if _exists(conn, table + RETIRED):  # an earlier rewrite stopped after its switch
+    done: list[str] = []
+    with one_at_a_time(conn):
+        for table in tables:
+            if _exists(conn, table + RETIRED):  # an earlier rewrite stopped after its switch
+                _retire(conn, table + RETIRED, between)
+                done.append(f"finished a rewrite cut short after its switch: the old rows of {table} deleted")
+            if not _exists(conn, table):
+                continue
+            if _exists(conn, table + COPY):
+                if _in_step(conn, table):
+                    done.append(f"finished a rewrite cut short: the copy of {table} was in step, and is completed")
+                else:
+                    _retire(conn, table + COPY, between)
+                    done.append(f"undid a rewrite cut short: the copy of {table} had lost its triggers (out of step,"
+                                " it could hold forgotten text), so it was deleted and made afresh")
+            _start(conn, table)
+            try:
+                _copy(conn, table, between)
+            except BaseException:
+                _take_down(conn, table, between)
+                raise
+            _switch(conn, table)
+            between()
             _retire(conn, table + RETIRED, between)
-        if not _exists(conn, table):
-            continue
-        _start(conn, table)
-        try:
-            _copy(conn, table, between)
-        except BaseException:
-            _take_down(conn, table, between)
-            raise
-        _switch(conn, table)
-        between()
-        _retire(conn, table + RETIRED, between)
+    return done
 
 
 def leftovers(conn: Connection) -> list[str]:
@@ -89,11 +118,69 @@ def leftovers(conn: Connection) -> list[str]:
         ("%" + COPY.replace("_", "!_"), "%" + RETIRED.replace("_", "!_")))]
 
 
+def describe(conn: Connection) -> str:
+    """What ``doctor`` says of rewrites: none left, one running, or (raised) one left unfinished."""
+    left = leftovers(conn)
+    if not left:
+        return "none unfinished"
+    if running(conn):
+        return f"one running now (another gc or purge: {', '.join(left)})"
+    raise StorageError(f"a rewrite was cut short and left {', '.join(left)}"
+                       " — the next `harness-mem gc` finishes or undoes it")
+
+
+def _lock_path(conn: Connection) -> str | None:
+    """The file a rewrite of this connection's database holds locked; None for a private one (in memory)."""
+    files = [file for _, name, file in conn.execute("PRAGMA database_list") if name == "main"]
+    if not files or not files[0]:
+        return None
+    key = hashlib.sha256(os.path.realpath(files[0]).encode()).hexdigest()[:32]
+    return os.path.join(runtime.runtime_dir(), f"rewriting-{key}.lock")
+
+
+@contextlib.contextmanager
+def one_at_a_time(conn: Connection) -> Iterator[None]:
+    """Hold the lock on rewriting this connection's database meanwhile; the one-line error when
+    another rewrite holds it (in this process or another)."""
+    path = _lock_path(conn)
+    if path is None or not runtime.make_private_dir(os.path.dirname(path)):
+        yield  # nothing shared, or nowhere private to coordinate
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StorageError(
+                "a rewrite of this file is already running (another gc or purge) — nothing was lost;"
+                " run `harness-mem gc` again when it has finished") from None
+        yield
+    finally:
+        os.close(fd)  # the lock goes with it
+
+
+def running(conn: Connection) -> bool:
+    """True while a rewrite of this connection's database runs (in any process)."""
+    try:
+        with one_at_a_time(conn):
+            return False
+    except StorageError:
+        return True
+
+
 def _pause(conn: Connection) -> None:
     # The step's pages leave the log without the lock (as in the keyword index's merge), then a
     # waiting writer gets its turn.
     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
     time.sleep(STEP_PAUSE_S)
+
+
+def _in_step(conn: Connection, table: str) -> bool:
+    """True when ``table``'s copy has its three triggers (made with it in one transaction)."""
+    names = [f"{table}{COPY}_{trigger}" for trigger in _TRIGGERS]
+    found = conn.execute(f"SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = ?"
+                         f" AND name IN ({', '.join('?' * len(names))})", (table, *names)).fetchone()[0]
+    return int(found) == len(names)
 
 
 def _exists(conn: Connection, table: str) -> bool:
@@ -111,7 +198,7 @@ def _key(conn: Connection, table: str) -> list[str]:
 
 def _start(conn: Connection, table: str) -> None:
     copy = table + COPY
-    if _exists(conn, copy):  # a copy begun before: its triggers are there too
+    if _exists(conn, copy):  # a copy begun before and in step (see rewrite_tables)
         return
     key = _key(conn, table)
     same = " AND ".join(f"{column} = NEW.{column}" for column in key)
@@ -141,22 +228,20 @@ def _copy(conn: Connection, table: str, between: Callable[[], None]) -> None:
     columns = ", ".join(key)
     marks = ", ".join("?" * len(key))
     after: tuple[object, ...] | None = None
-    size = ROWS[0]
-    while True:
-        began = time.monotonic()
-        with write_transaction(conn):
-            since = "" if after is None else f"WHERE ({columns}) > ({marks})"
-            last = conn.execute(f'SELECT {columns} FROM "{table}" {since} ORDER BY {columns} LIMIT 1 OFFSET ?',
-                                (*(after or ()), size - 1)).fetchone()
-            upto = "" if last is None else f"({columns}) <= ({marks})"
-            where = " AND ".join(part for part in (since.removeprefix("WHERE "), upto) if part)
-            conn.execute(f'INSERT OR IGNORE INTO "{table}{COPY}" SELECT * FROM "{table}"'
-                         + (f" WHERE {where}" if where else ""), (*(after or ()), *(last or ())))
-        if last is None:  # that step took the rest
-            return
-        after = tuple(last)
-        size = next_step(size, time.monotonic() - began, ROWS)
-        between()
+
+    def chunk(size: int) -> bool:
+        nonlocal after
+        since = "" if after is None else f"WHERE ({columns}) > ({marks})"
+        last = conn.execute(f'SELECT {columns} FROM "{table}" {since} ORDER BY {columns} LIMIT 1 OFFSET ?',
+                            (*(after or ()), size - 1)).fetchone()
+        upto = "" if last is None else f"({columns}) <= ({marks})"
+        where = " AND ".join(part for part in (since.removeprefix("WHERE "), upto) if part)
+        conn.execute(f'INSERT OR IGNORE INTO "{table}{COPY}" SELECT * FROM "{table}"'
+                     + (f" WHERE {where}" if where else ""), (*(after or ()), *(last or ())))
+        after = None if last is None else tuple(last)
+        return last is not None  # else that chunk took the rest
+
+    in_steps(lambda: write_transaction(conn), chunk, ROWS, between)
 
 
 def _switch(conn: Connection, table: str) -> None:
@@ -199,28 +284,30 @@ def _named(index_sql: str, name: str) -> str:
 
 def _retire(conn: Connection, table: str, between: Callable[[], None]) -> None:
     """Delete ``table``'s rows a batch at a time (each page they empty is zeroed and freed), then drop it."""
-    key = ", ".join(_key(conn, table))
-    size = ROWS[0]
-    while True:
-        began = time.monotonic()
-        with write_transaction(conn):
-            deleted = conn.execute(f'DELETE FROM "{table}" WHERE ({key}) IN'
-                                   f' (SELECT {key} FROM "{table}" ORDER BY {key} LIMIT ?)', (size,)).rowcount
-        if deleted < size:
-            break
-        size = next_step(size, time.monotonic() - began, ROWS)
-        between()
+    _empty(conn, table, between)
     with write_transaction(conn):
         conn.execute(f'DROP TABLE "{table}"')
 
 
+def _empty(conn: Connection, table: str, between: Callable[[], None]) -> None:
+    key = ", ".join(_key(conn, table))
+
+    def chunk(size: int) -> bool:
+        return bool(conn.execute(f'DELETE FROM "{table}" WHERE ({key}) IN'
+                                 f' (SELECT {key} FROM "{table}" ORDER BY {key} LIMIT ?)', (size,)).rowcount == size)
+
+    in_steps(lambda: write_transaction(conn), chunk, ROWS, between)
+
+
 def _take_down(conn: Connection, table: str, between: Callable[[], None]) -> None:
-    """Undo a copy that failed: its triggers first (writers stop feeding it), then its rows."""
+    """Undo a copy that failed: its rows deleted with its triggers still there (so at every point
+    it is in step), then the triggers and the copy dropped together."""
     copy = table + COPY
     try:
+        _empty(conn, copy, between)
         with write_transaction(conn):
             for trigger in _TRIGGERS:
-                conn.execute(f'DROP TRIGGER IF EXISTS "{copy}_{trigger}"')
-        _retire(conn, copy, between)
-    except Exception:  # the copy's own failure is the one reported; the next rewrite starts again
+                conn.execute(f'DROP TRIGGER "{copy}_{trigger}"')
+            conn.execute(f'DROP TABLE "{copy}"')
+    except Exception:  # the copy's own failure is the one reported; the copy, still in step, is the next rewrite's
         pass
