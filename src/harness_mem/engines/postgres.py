@@ -44,7 +44,7 @@ from ..storage import (
     settle_conflicts,
 )
 from ..vectors import other_model
-from . import postgres_rekey
+from . import postgres_rekey, postgres_rewrite
 
 __all__ = ["PostgresStorage", "safe_location", "tsquery_of", "vector_literal"]
 
@@ -72,6 +72,9 @@ _IN_SESSION = f"e.namespace = %s AND e.session = %s AND {_TRANSCRIPT}"
 _LIVE = "namespace = %s AND (expires_at IS NULL OR expires_at > %s)"
 _COLUMNS_E = ", ".join(f"e.{c.strip()}" for c in COLUMNS.split(","))
 _INSERTED = COLUMN_NAMES[1:]  # every column but pk, which the database numbers
+#: What gc cannot take out: the server's write-ahead log is its own (and its archives' and replicas').
+LOG_REMAINS = ("purged text stays in the server's WAL segments until checkpoints recycle them"
+               " (past wal_keep_size and replication slots), and in WAL archives, replicas and backups")
 
 
 def safe_location(dsn: str) -> str:
@@ -1302,18 +1305,21 @@ class PostgresStorage(Storage):
         self._run("SELECT gin_clean_pending_list('entries_tokens'::regclass)")
 
     def rewrite(self) -> None:
-        # VACUUM FULL writes each table anew: no dead tuple of a purged row survives in it.
-        for table in ("entries", "settings", *(["entry_vectors"] if self._has_vector_table() else []),
+        # Each table holding entries' text or vectors goes into new files, in steps beside writers
+        # (postgres_rewrite); settings, a handful of rows, is rewritten whole in a moment.
+        for table in ("entries", *(["entry_vectors"] if self._has_vector_table() else []),
                       *(["entry_passages"] if self._has_passage_table() else [])):
-            self._run(f"VACUUM FULL {table}")
+            postgres_rewrite.rewrite_table(self.conn, self.transaction, table)
+        self._run("VACUUM FULL settings")
 
     def compact(self, *, rewrite: bool, vacuum: bool) -> dict[str, Any]:
         if rewrite or vacuum:
             self.rewrite()
         else:
             self._run("VACUUM entries")
-        return {"auto_vacuum": "autovacuum", "vacuum": "full" if rewrite or vacuum else "plain",
-                "free_pages_before": 0, "free_pages_after": 0, "wal_truncated": self.truncate_log()}
+        return {"auto_vacuum": "autovacuum", "vacuum": "tables" if rewrite or vacuum else "plain",
+                "free_pages_before": 0, "free_pages_after": 0, "wal_truncated": self.truncate_log(),
+                "log_remains": LOG_REMAINS}
 
     def truncate_log(self) -> bool:
         try:
