@@ -1,0 +1,176 @@
+"""What forget + purge + gc leave on PostgreSQL, read in the server's own files.
+
+The test server is ours (tests/postgres_server.py): its data directory can be read byte for byte.
+A forgotten entry's words must be gone from every file of the database after gc (the tables, their
+TOAST and indexes, and the catalogue, pg_statistic included: ANALYZE, as autovacuum runs it, never
+samples stored text); the write-ahead log (pg_wal) is the server's and keeps them until it recycles
+its segments, which gc says. And gc rewrites the tables in steps: a writer on another connection
+commits between them, and what it wrote is in the rewritten table.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+
+import pytest
+from engine_targets import fresh_schema
+from fake_embedder import HashedEmbedder
+from postgres_server import PostgresServer
+
+from harness_mem.errors import HarnessMemError, NotFoundError
+from harness_mem.store import MemoryStore
+
+# The advisory lock a rewrite holds for its length (harness_mem.engines.postgres_rewrite).
+REWRITE_LOCK = 7_310_421_994
+
+
+def planted(n: int) -> list[str]:
+    """``n`` words found nowhere else on the server."""
+    run = uuid.uuid4().hex[:8]
+    return [f"qzplant{run}x{i:03d}" for i in range(n)]
+
+
+def files_holding(root: Path, words: list[str]) -> dict[str, int]:
+    """Files under ``root`` that hold any of ``words``, with how many of them each holds."""
+    found = {}
+    encoded = [w.encode() for w in words]
+    for path in root.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            held = sum(1 for w in encoded if w in data)
+            if held:
+                found[str(path.relative_to(root))] = held
+    return found
+
+
+def schema_of(dsn: str) -> str:
+    return dsn.split("search_path%3D", 1)[1].split(",", 1)[0]
+
+
+def test_forgotten_text_leaves_every_file_of_the_database_and_its_statistics(postgres_server: PostgresServer) -> None:
+    dsn = fresh_schema(postgres_server)
+    markers = planted(40)
+    with MemoryStore(dsn, embedder=HashedEmbedder(), redactor=None) as store:
+        doomed = [store.add(f"{word} the deploy key is {word}", role="user", session=f"{word}@example.com",
+                            tags=[word], metadata={"note": word}) for word in markers]
+        store.add_many([{"text": f"filler note number {i} about deploys", "session": "s1", "role": "user"}
+                        for i in range(2000)])
+        with postgres_server.connect() as admin:
+            admin.execute(f"SET search_path = {schema_of(dsn)}")
+            admin.execute("ANALYZE")  # as autovacuum would, while the markers are live
+            assert not any(w in str(admin.execute("SELECT * FROM pg_stats WHERE schemaname = %s",
+                                                  (schema_of(dsn),)).fetchall()) for w in markers)
+            for entry in doomed:
+                assert store.forget(entry.id) == 1
+            report = store.gc()
+            assert report["forgotten_purged"] == 40 and "WAL" in report["log_remains"]
+            admin.execute("ANALYZE")
+            admin.execute("CHECKPOINT")
+        assert store.count() == 2000 and store.recall("filler deploys", k=3)
+    data = postgres_server.data_dir
+    left = files_holding(data, markers)
+    assert not {path: n for path, n in left.items() if not path.startswith("pg_wal/")}
+    # The log is the server's: it keeps them until checkpoints recycle its segments (gc says so).
+    assert set(left) <= {p for p in left if p.startswith("pg_wal/")}
+
+
+def test_stored_text_is_never_sampled_into_planner_statistics(postgres_server: PostgresServer) -> None:
+    dsn = fresh_schema(postgres_server)
+    word = planted(1)[0]
+    with MemoryStore(dsn, embedder=None, redactor=None) as store:
+        # The same values in every row: what ANALYZE would keep as most common, were it let.
+        store.add_many([{"text": f"{word} said again", "role": word, "session": word, "tags": [word],
+                         "metadata": {"who": word}} for _ in range(300)])
+        with postgres_server.connect() as admin:
+            admin.execute(f"SET search_path = {schema_of(dsn)}")
+            admin.execute("ANALYZE")
+            kept = admin.execute("SELECT s.* FROM pg_statistic s JOIN pg_class c ON c.oid = s.starelid"
+                                 " WHERE c.relnamespace = %s::regnamespace", (schema_of(dsn),)).fetchall()
+    assert kept and word not in str(kept)  # the structural columns' statistics are kept, no text
+
+
+@contextmanager
+def mid_rewrite(store: MemoryStore, then: Callable[[], None]) -> Iterator[list[int]]:
+    """Runs ``then`` once, between two of the rewrite's steps (the copy made, partly filled);
+    yields the copy's row count seen then."""
+    storage = store.storage
+    original = storage.transaction
+    seen: list[int] = []
+
+    def stepping() -> AbstractContextManager[None]:
+        if not seen:
+            copying = storage.query("SELECT to_regclass('entries__rewrite') IS NOT NULL")[0][0]
+            copied = storage.query("SELECT count(*) FROM entries__rewrite")[0][0] if copying else 0
+            if copied > 0:
+                seen.append(int(copied))
+                then()
+        return original()
+
+    storage.transaction = stepping  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        storage.transaction = original  # type: ignore[method-assign]
+
+
+def test_a_writer_commits_between_the_rewrites_steps_and_keeps_what_it_wrote(
+        postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness_mem.engines import postgres_rewrite
+
+    monkeypatch.setattr(postgres_rewrite, "REWRITE_BATCH", (200, 200, 200))  # many steps on a small table
+    dsn = fresh_schema(postgres_server)
+    with MemoryStore(dsn, embedder=HashedEmbedder(), redactor=None) as store, \
+            MemoryStore(dsn, embedder=HashedEmbedder(), redactor=None) as writer:
+        kept = store.add_many([{"text": f"filler note number {i} about deploys", "session": "s1", "role": "user"}
+                               for i in range(1500)])
+        doomed = store.add("a forgotten plan for zyxwarble", role="user", session="s1")
+        store.forget(doomed.id)
+        written: list[str] = []
+        corrected: list[str] = []
+
+        def write_beside() -> None:  # another connection, while gc is between two steps
+            written.extend(e.id for e in writer.add_many([{"text": f"written beside the rewrite {i} wombatfest"}
+                                                          for i in range(20)]))
+            corrected.append(writer.supersede(kept[0].id, "a corrected note about quokkaharbour").id)
+            assert writer.delete(kept[-1].id)
+
+        with mid_rewrite(store, write_beside) as seen:
+            report = store.gc()
+        assert seen and 0 < seen[0] < 1500  # the writer committed while the copy was half made
+        assert report["forgotten_purged"] == 1
+        assert len(written) == 20 and all("wombatfest" in store.get(i).content for i in written)
+        assert "quokkaharbour" in store.get(corrected[0]).content
+        assert store.recall("quokkaharbour", k=1)[0].entry.id == corrected[0]
+        for gone in (kept[-1].id, doomed.id):
+            with pytest.raises(NotFoundError):
+                store.get(gone)
+        assert store.count() == 1500 - 1 + 20  # one deleted, one corrected (its old version hidden)
+        assert all("zyxwarble" not in hit.entry.content for hit in store.recall("zyxwarble", k=3))
+        with postgres_server.connect() as admin:
+            admin.execute(f"SET search_path = {schema_of(dsn)}")
+            assert admin.execute("SELECT to_regclass('entries__rewrite')").fetchone() == (None,)
+            missing = admin.execute("SELECT count(*) FROM entries e LEFT JOIN entry_vectors v ON v.pk = e.pk"
+                                    " WHERE v.pk IS NULL AND e.forgotten_at IS NULL").fetchone()
+            assert missing == (0,)
+        # Written after the swap: the table's identity, indexes and keys carry on as before.
+        after = writer.add("a note after the rewrite about numbatgrove")
+        assert store.recall("numbatgrove", k=1)[0].entry.id == after.id
+
+
+def test_a_second_rewrite_is_refused_while_one_runs_and_nothing_is_lost(postgres_server: PostgresServer) -> None:
+    dsn = fresh_schema(postgres_server)
+    with MemoryStore(dsn, embedder=None, redactor=None) as store:
+        store.add_many([{"text": f"note {i} about kayaks"} for i in range(50)])
+        gone = store.add("a note to forget about velvetmoth")
+        store.forget(gone.id)
+        with postgres_server.connect() as other:
+            other.execute("SELECT pg_advisory_lock(%s)", (REWRITE_LOCK,))  # another gc's rewrite
+            with pytest.raises(HarnessMemError, match="already running"):
+                store.gc()
+            other.execute("SELECT pg_advisory_unlock(%s)", (REWRITE_LOCK,))
+        assert store.count() == 50
+        report = store.gc()  # finishes what the refused one left owed
+        assert report["forgotten_purged"] == 1 and store.count() == 50
