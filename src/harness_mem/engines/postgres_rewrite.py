@@ -26,7 +26,7 @@ from ..steps import STEP_PAUSE_S, next_step
 __all__ = ["REWRITE_BATCH", "rewrite_table"]
 
 #: Rows copied per write transaction (the first batch's, the least and the most), scaled by time.
-REWRITE_BATCH = (2000, 100, 50_000)
+REWRITE_BATCH = (500, 50, 50_000)
 # Held for the length of a rewrite: two cannot share one copy.
 _REWRITE_LOCK = 7_310_421_994
 # How long the swap waits for the table's ACCESS EXCLUSIVE lock (behind a reader) before it lets
@@ -73,6 +73,8 @@ def rewrite_table(conn: Connection, transaction: Transaction, table: str) -> int
         _make_copy(conn, table, copy, key)
         try:
             copied = _copy_rows(conn, transaction, table, copy, key)
+            for statement in _indexes(conn, table, copy, keys=False):
+                conn.execute(statement)
             unchecked = _swap(conn, transaction, table, copy)
         except BaseException:
             _drop_copy(conn, table, copy)
@@ -100,8 +102,9 @@ def _drop_copy(conn: Connection, table: str, copy: str) -> None:
 
 
 def _make_copy(conn: Connection, table: str, copy: str, key: list[str]) -> None:
-    """The empty copy with the table's columns, checks, identity, indexes, statistics targets and
-    grants (its row-level policies come with the swap: they may name the table), and the trigger that copies every change made from now on."""
+    """The empty copy with the table's columns, checks, identity, key indexes, statistics targets
+    and grants (its row-level policies come with the swap: they may name the table), and the
+    trigger that copies every change made from now on."""
     t, c = _quote(table), _quote(copy)
     conn.execute(f"CREATE TABLE {c} (LIKE {t} INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING CONSTRAINTS"
                  " INCLUDING STORAGE INCLUDING COMPRESSION INCLUDING GENERATED)")
@@ -109,17 +112,8 @@ def _make_copy(conn: Connection, table: str, copy: str, key: list[str]) -> None:
     for column, target in _all(conn, "SELECT attname, attstattarget FROM pg_attribute WHERE attrelid = %s::regclass"
                                      " AND attnum > 0 AND NOT attisdropped AND attstattarget IS NOT NULL", (table,)):
         conn.execute(f"ALTER TABLE {c} ALTER COLUMN {_quote(column)} SET STATISTICS {int(target)}")
-    for name, definition in _all(conn, "SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index i"
-                                       " JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = %s::regclass",
-                                 (table,)):
-        unique = "UNIQUE " if definition.startswith("CREATE UNIQUE") else ""
-        conn.execute(f"CREATE {unique}INDEX {_quote(name + '__rewrite')} ON {c}"
-                     f" {definition[definition.index(' USING '):]}")
-    for name, number, target in _all(conn, "SELECT c.relname, a.attnum, a.attstattarget FROM pg_index i"
-                                           " JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_attribute a"
-                                           " ON a.attrelid = i.indexrelid WHERE i.indrelid = %s::regclass"
-                                           " AND a.attstattarget IS NOT NULL", (table,)):
-        conn.execute(f"ALTER INDEX {_quote(name + '__rewrite')} ALTER COLUMN {int(number)} SET STATISTICS {int(target)}")
+    for statement in _indexes(conn, table, copy, keys=True):
+        conn.execute(statement)
     for statement in _grants(conn, table, on=copy):
         conn.execute(statement)
     # The trigger runs as the rewrite's owner: a confined role writing the table may not write the copy.
@@ -132,6 +126,26 @@ def _make_copy(conn: Connection, table: str, copy: str, key: list[str]) -> None:
         f" RETURN NULL; END $$")
     conn.execute(f"CREATE TRIGGER {_quote(copy + '_sync')} AFTER INSERT OR UPDATE OR DELETE ON {t}"
                  f" FOR EACH ROW EXECUTE FUNCTION {_quote(copy + '_sync')}()")
+
+
+def _indexes(conn: Connection, table: str, copy: str, *, keys: bool) -> list[str]:
+    """CREATE INDEX statements giving ``copy`` the indexes of ``table`` that back its primary key
+    and unique constraints (``keys``: the copy's batches and trigger need them from the start), or
+    the others, built CONCURRENTLY once the rows are in: in bulk, and beside the trigger's writes."""
+    made = []
+    for name, definition in _all(conn, "SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index i"
+                                       " JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = %s::regclass"
+                                       " AND EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)"
+                                       " = %s", (table, keys)):
+        unique = "UNIQUE " if definition.startswith("CREATE UNIQUE") else ""
+        made.append(f"CREATE {unique}INDEX {'' if keys else 'CONCURRENTLY '}{_quote(name + '__rewrite')} ON {_quote(copy)}"
+                    f" {definition[definition.index(' USING '):]}")
+        # An expression's statistics target (text left out of the planner's statistics) goes with it.
+        made.extend(f"ALTER INDEX {_quote(name + '__rewrite')} ALTER COLUMN {int(number)} SET STATISTICS {int(target)}"
+                    for number, target in _all(conn, "SELECT attnum, attstattarget FROM pg_attribute"
+                                                     " WHERE attrelid = %s::regclass AND attstattarget IS NOT NULL",
+                                               (name,)))
+    return made
 
 
 def _policies(conn: Connection, table: str, *, on: str) -> list[str]:
