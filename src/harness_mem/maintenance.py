@@ -48,7 +48,10 @@ with the next rewrite (``gc`` after a purge, or ``gc --vacuum``). The orchestrat
 belong to harness_loop, which prunes them itself (``harness-loop runs gc``).
 
 What is said above is SQLite's case; the steps are the storage's own (:class:`~harness_mem.storage.Storage`),
-so another engine gives its own space back its own way.
+so another engine gives its own space back its own way. PostgreSQL's pruning leaves a deleted row's
+bytes in its page too, so its rewrite also writes the tables into new files beside writers
+(:mod:`harness_mem.engines.postgres_rewrite`); what it cannot reach is the server's write-ahead log,
+which it recycles on its own schedule (``gc`` reports it).
 """
 
 from __future__ import annotations

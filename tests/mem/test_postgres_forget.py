@@ -174,3 +174,10 @@ def test_a_second_rewrite_is_refused_while_one_runs_and_nothing_is_lost(postgres
         assert store.count() == 50
         report = store.gc()  # finishes what the refused one left owed
         assert report["forgotten_purged"] == 1 and store.count() == 50
+
+
+def test_doctor_says_what_the_servers_log_keeps(postgres_server: PostgresServer) -> None:
+    with MemoryStore(fresh_schema(postgres_server), embedder=None) as store:
+        checks = {check["name"]: check for check in store.diagnose()["checks"]}
+    log = checks["write-ahead log"]
+    assert log["ok"] and "archive_mode off" in log["detail"] and "WAL segments" in log["detail"]

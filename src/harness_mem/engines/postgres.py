@@ -1292,7 +1292,15 @@ class PostgresStorage(Storage):
             ("pgvector", lambda: str(self.query("SELECT extversion FROM pg_extension WHERE extname = 'vector'")[0][0])),
             ("full text", lambda: f"{counted(self.keywords.stats()[0], 'row')} indexed"
                                   f" (and {counted(self.derived_keywords.stats()[0], 'derived row')})"),
+            ("write-ahead log", self._describe_log),
         ]
+
+    def _describe_log(self) -> str:
+        """Where purged text may still be: the server's log, kept as its settings say."""
+        archive, keep = (str(self.query(f"SHOW {name}")[0][0]) for name in ("archive_mode", "wal_keep_size"))
+        slots = int(self.query("SELECT count(*) FROM pg_replication_slots")[0][0])
+        return (f"archive_mode {archive}, wal_keep_size {keep}, {counted(slots, 'replication slot')}:"
+                f" {LOG_REMAINS}")
 
     def describe_schema(self) -> str:
         missing = [t for t in ("entries", "settings", "_migrations")
