@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from engine_targets import fresh_schema
@@ -181,3 +182,22 @@ def test_doctor_says_what_the_servers_log_keeps(postgres_server: PostgresServer)
         checks = {check["name"]: check for check in store.diagnose()["checks"]}
     log = checks["write-ahead log"]
     assert log["ok"] and "archive_mode off" in log["detail"] and "WAL segments" in log["detail"]
+
+
+def test_the_purge_starts_with_a_small_step_and_grows_by_its_time(postgres_server: PostgresServer) -> None:
+    with MemoryStore(fresh_schema(postgres_server), embedder=None) as store:
+        ids = [e.id for e in store.add_many([{"text": f"turn {i} about otters", "session": "s1", "role": "user"}
+                                             for i in range(100)])]
+        for entry_id in ids:
+            store.forget(entry_id)
+        storage, limits = store.storage, []
+        purge = storage.purge
+
+        def recorded(now: int, **scope: Any) -> tuple[int, int]:
+            limits.append(scope["limit"])
+            return purge(now, **scope)
+
+        storage.purge = recorded  # type: ignore[method-assign]
+        assert store.gc()["forgotten_purged"] == 100
+    # A writer waits for one step: a few entries' deletes (18-48 ms each on a busy PostgreSQL), not 500.
+    assert limits[0] <= 10 and len(limits) >= 3
