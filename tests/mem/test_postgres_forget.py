@@ -10,6 +10,10 @@ commits between them, and what it wrote is in the rewritten table.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -24,8 +28,8 @@ from postgres_server import PostgresServer
 from harness_mem.errors import HarnessMemError, NotFoundError
 from harness_mem.store import MemoryStore
 
-# The advisory lock a rewrite holds for its length (harness_mem.engines.postgres_rewrite).
-REWRITE_LOCK = 7_310_421_994
+# The advisory lock a rewrite holds for its length, with its schema's hash (engines.postgres_rewrite).
+REWRITE_LOCK = 731_042_199
 
 
 def planted(n: int) -> list[str]:
@@ -168,10 +172,11 @@ def test_a_second_rewrite_is_refused_while_one_runs_and_nothing_is_lost(postgres
         gone = store.add("a note to forget about velvetmoth")
         store.forget(gone.id)
         with postgres_server.connect() as other:
-            other.execute("SELECT pg_advisory_lock(%s)", (REWRITE_LOCK,))  # another gc's rewrite
+            lock = (REWRITE_LOCK, schema_of(dsn))
+            other.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", lock)  # another gc's rewrite
             with pytest.raises(HarnessMemError, match="already running"):
                 store.gc()
-            other.execute("SELECT pg_advisory_unlock(%s)", (REWRITE_LOCK,))
+            other.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", lock)
         assert store.count() == 50
         report = store.gc()  # finishes what the refused one left owed
         assert report["forgotten_purged"] == 1 and store.count() == 50
@@ -201,3 +206,47 @@ def test_the_purge_starts_with_a_small_step_and_grows_by_its_time(postgres_serve
         assert store.gc()["forgotten_purged"] == 100
     # A writer waits for one step: a few entries' deletes (18-48 ms each on a busy PostgreSQL), not 500.
     assert limits[0] <= 10 and len(limits) >= 3
+
+
+# A gc in its own process whose rewrite copies 50 rows a step, to be killed mid-copy.
+SLOW_GC = """
+import sys
+from harness_mem.engines import postgres_rewrite
+from harness_mem.store import MemoryStore
+postgres_rewrite.REWRITE_BATCH = (50, 50, 50)
+with MemoryStore(sys.argv[1], embedder=None) as store:
+    store.gc()
+"""
+
+
+def test_a_rewrite_killed_mid_copy_is_undone_by_the_next_gc(postgres_server: PostgresServer) -> None:
+    dsn = fresh_schema(postgres_server)
+    with MemoryStore(dsn, embedder=None, redactor=None) as store:
+        store.add_many([{"text": f"note {i} about herons", "session": "s1", "role": "user"} for i in range(1000)])
+        gone = store.add("a plan for gribblefrost to forget", session="s1", role="user")
+        store.forget(gone.id)
+        gc = subprocess.Popen([sys.executable, "-c", SLOW_GC, dsn], env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        try:
+            with postgres_server.connect() as admin:
+                admin.execute(f"SET search_path = {schema_of(dsn)}")
+                copied = 0
+                deadline = time.monotonic() + 300
+                while copied == 0 and gc.poll() is None and time.monotonic() < deadline:
+                    if admin.execute("SELECT to_regclass('entries__rewrite')").fetchone() != (None,):
+                        copied = admin.execute("SELECT count(*) FROM entries__rewrite").fetchone()[0]  # type: ignore[index]
+            assert copied, "the gc ended before its copy was seen"
+        finally:
+            gc.kill()
+            gc.wait()
+        # Left behind: the copy and its trigger. Writers still write; the next gc drops both and finishes.
+        later = store.add("written after the crash about egrets")
+        report = store.gc()
+        assert report["forgotten_purged"] == 1
+        assert store.count() == 1001 and store.get(later.id).content.endswith("egrets")
+        with postgres_server.connect() as admin:
+            admin.execute(f"SET search_path = {schema_of(dsn)}")
+            assert admin.execute("SELECT to_regclass('entries__rewrite')").fetchone() == (None,)
+            assert admin.execute("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'entries'::regclass"
+                                 " AND NOT tgisinternal").fetchone() == (0,)
+            admin.execute("CHECKPOINT")
+    assert not {p for p in files_holding(postgres_server.data_dir, ["gribblefrost"]) if not p.startswith("pg_wal/")}

@@ -20,15 +20,15 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from ..errors import StorageError
+from ..errors import HarnessMemError, StorageError
 from ..steps import STEP_PAUSE_S, next_step
 
 __all__ = ["REWRITE_BATCH", "rewrite_table"]
 
 #: Rows copied per write transaction (the first batch's, the least and the most), scaled by time.
 REWRITE_BATCH = (500, 50, 50_000)
-# Held for the length of a rewrite: two cannot share one copy.
-_REWRITE_LOCK = 7_310_421_994
+# Held for the length of a rewrite, with the schema's hash: two cannot share one copy.
+_REWRITE_LOCK = 731_042_199
 # How long the swap waits for the table's ACCESS EXCLUSIVE lock (behind a reader) before it lets
 # writers through and tries again: a writer queued behind the swap waits no longer than this.
 _SWAP_WAIT = "200ms"
@@ -52,12 +52,12 @@ def _quote(name: str) -> str:
 
 @contextmanager
 def _only_rewrite(conn: Connection) -> Iterator[None]:
-    if not _one(conn, "SELECT pg_try_advisory_lock(%s)", (_REWRITE_LOCK,)):
+    if not _one(conn, "SELECT pg_try_advisory_lock(%s, hashtext(current_schema()))", (_REWRITE_LOCK,)):
         raise StorageError("a rewrite of this store is already running (another gc or purge) — try again when it ends")
     try:
         yield
     finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (_REWRITE_LOCK,))
+        conn.execute("SELECT pg_advisory_unlock(%s, hashtext(current_schema()))", (_REWRITE_LOCK,))
 
 
 def rewrite_table(conn: Connection, transaction: Transaction, table: str) -> int:
@@ -70,14 +70,18 @@ def rewrite_table(conn: Connection, transaction: Transaction, table: str) -> int
         copy = f"{table}__rewrite"
         _drop_copy(conn, table, copy)  # what a failed rewrite left
         key = _key_columns(conn, table)
-        _make_copy(conn, table, copy, key)
         try:
+            _make_copy(conn, table, copy, key)
             copied = _copy_rows(conn, transaction, table, copy, key)
             for statement in _indexes(conn, table, copy, keys=False):
                 conn.execute(statement)
             unchecked = _swap(conn, transaction, table, copy)
-        except BaseException:
-            _drop_copy(conn, table, copy)
+        except BaseException as exc:
+            _drop_copy(conn, table, copy)  # the table is as it was: only the copy goes
+            if isinstance(exc, Exception) and not isinstance(exc, HarnessMemError):
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise StorageError(f"{table} could not be rewritten ({reason}) — nothing was lost;"
+                                   " the next gc or purge tries again") from None
             raise
         for referrer, name in unchecked:  # a scan that holds no writer (SHARE UPDATE EXCLUSIVE)
             conn.execute(f"ALTER TABLE {referrer} VALIDATE CONSTRAINT {_quote(name)}")
@@ -96,7 +100,9 @@ def _key_columns(conn: Connection, table: str) -> list[str]:
 
 
 def _drop_copy(conn: Connection, table: str, copy: str) -> None:
-    conn.execute(f"DROP TRIGGER IF EXISTS {_quote(copy + '_sync')} ON {_quote(table)}")
+    # Only a trigger that is there: dropping one locks the table, even when there is none to drop.
+    if _one(conn, "SELECT count(*) FROM pg_trigger WHERE tgrelid = %s::regclass AND tgname = %s", (table, copy + "_sync")):
+        conn.execute(f"DROP TRIGGER {_quote(copy + '_sync')} ON {_quote(table)}")
     conn.execute(f"DROP TABLE IF EXISTS {_quote(copy)}")
     conn.execute(f"DROP FUNCTION IF EXISTS {_quote(copy + '_sync')}()")
 
