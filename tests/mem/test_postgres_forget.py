@@ -250,3 +250,34 @@ def test_a_rewrite_killed_mid_copy_is_undone_by_the_next_gc(postgres_server: Pos
                                  " AND NOT tgisinternal").fetchone() == (0,)
             admin.execute("CHECKPOINT")
     assert not {p for p in files_holding(postgres_server.data_dir, ["gribblefrost"]) if not p.startswith("pg_wal/")}
+
+
+def test_a_confined_role_writes_during_the_rewrite_and_stays_confined_after(
+        postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness_mem.engines import postgres_rewrite
+
+    monkeypatch.setattr(postgres_rewrite, "REWRITE_BATCH", (100, 100, 100))
+    owner = fresh_schema(postgres_server)
+    alice = f"alice_{uuid.uuid4().hex[:8]}"
+    postgres_server.create_role(alice)
+    as_alice = owner.replace(postgres_server.dsn, postgres_server.dsn_for(user=alice))
+    with MemoryStore(owner, namespace="team-b", embedder=HashedEmbedder()) as other_team:
+        other_team.add("team b keeps its own deploy notes")
+    with MemoryStore(owner, namespace="team-a", embedder=HashedEmbedder()) as admin:
+        admin.add_many([{"text": f"team a note {i} about deploys"} for i in range(600)])
+        admin.grant(alice)
+        gone = admin.add("team a forgets the plan for snorkelwink")
+        admin.forget(gone.id)
+        with MemoryStore(as_alice, namespace="team-a", embedder=HashedEmbedder()) as confined:
+            written: list[str] = []
+            with mid_rewrite(admin, lambda: written.append(confined.add("written by alice mid-rewrite").id)) as seen:
+                assert admin.gc()["forgotten_purged"] == 1
+            assert seen and written
+            confined.add("written by alice after the rewrite")
+            raw = confined.storage.conn  # type: ignore[attr-defined]
+            assert raw.execute("SELECT DISTINCT namespace FROM entries").fetchall() == [("team-a",)]
+            assert raw.execute("SELECT count(*) FROM entry_vectors").fetchone() == (602,)  # its own alone
+            assert raw.execute("UPDATE entries SET content = 'x' WHERE namespace = 'team-b'").rowcount == 0
+            assert confined.get(written[0]).content == "written by alice mid-rewrite"
+    with MemoryStore(owner, namespace="team-b", embedder=None) as other_team:
+        assert other_team.count() == 1

@@ -206,7 +206,7 @@ def _copy_rows(conn: Connection, transaction: Transaction, table: str, copy: str
 
 def _swap(conn: Connection, transaction: Transaction, table: str, copy: str) -> list[tuple[str, str]]:
     """In one short transaction: the copy takes the table's name, identity counter, constraints'
-    and indexes' names, policies, and what other tables point at it with; the old table goes.
+    and indexes' names, triggers, policies, and what other tables point at it with; the old table goes.
     Returns the foreign keys made again unchecked, (table, name) each."""
     for _ in range(_SWAP_TRIES):
         try:
@@ -241,6 +241,9 @@ def _swap_locked(conn: Connection, table: str, copy: str) -> list[tuple[str, str
     indexes = [str(name) for (name,) in _all(
         conn, "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = %s::regclass"
               " AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)", (table,))]
+    triggers = [str(made) for (made,) in _all(
+        conn, "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal"
+              " AND tgname <> %s", (table, copy + "_sync"))]
     identities = _all(conn, "SELECT attname, pg_get_serial_sequence(%s, attname),"
                             " (SELECT relname FROM pg_class WHERE oid = pg_get_serial_sequence(%s, attname)::regclass)"
                             " FROM pg_attribute WHERE attrelid = %s::regclass AND attidentity <> ''", (table, table, table))
@@ -273,6 +276,6 @@ def _swap_locked(conn: Connection, table: str, copy: str) -> list[tuple[str, str
         conn.execute(f"ALTER TABLE {t} ADD CONSTRAINT {_quote(name)} {definition} NOT VALID")
     for referrer, name, definition in pointing:
         conn.execute(f"ALTER TABLE {referrer} ADD CONSTRAINT {_quote(name)} {definition} NOT VALID")
-    for statement in [*own_policies, *(s for made in policies.values() for s in made)]:
+    for statement in [*triggers, *own_policies, *(s for made in policies.values() for s in made)]:
         conn.execute(statement)
     return [(table, name) for name, _ in own_keys] + [(referrer, name) for referrer, name, _ in pointing]
