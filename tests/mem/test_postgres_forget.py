@@ -254,6 +254,8 @@ def test_a_rewrite_killed_mid_copy_is_undone_by_the_next_gc(postgres_server: Pos
 
 def test_a_confined_role_writes_during_the_rewrite_and_stays_confined_after(
         postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    import psycopg
+
     from harness_mem.engines import postgres_rewrite
 
     monkeypatch.setattr(postgres_rewrite, "REWRITE_BATCH", (100, 100, 100))
@@ -270,11 +272,17 @@ def test_a_confined_role_writes_during_the_rewrite_and_stays_confined_after(
         admin.forget(gone.id)
         with MemoryStore(as_alice, namespace="team-a", embedder=HashedEmbedder()) as confined:
             written: list[str] = []
-            with mid_rewrite(admin, lambda: written.append(confined.add("written by alice mid-rewrite").id)) as seen:
+            raw = confined.storage.conn  # type: ignore[attr-defined]
+
+            def write_and_peek() -> None:
+                written.append(confined.add("written by alice mid-rewrite").id)
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):  # the copy holds every namespace
+                    raw.execute("SELECT count(*) FROM entries__rewrite")
+
+            with mid_rewrite(admin, write_and_peek) as seen:
                 assert admin.gc()["forgotten_purged"] == 1
             assert seen and written
             confined.add("written by alice after the rewrite")
-            raw = confined.storage.conn  # type: ignore[attr-defined]
             assert raw.execute("SELECT DISTINCT namespace FROM entries").fetchall() == [("team-a",)]
             assert raw.execute("SELECT count(*) FROM entry_vectors").fetchone() == (602,)  # its own alone
             assert raw.execute("UPDATE entries SET content = 'x' WHERE namespace = 'team-b'").rowcount == 0

@@ -108,9 +108,9 @@ def _drop_copy(conn: Connection, table: str, copy: str) -> None:
 
 
 def _make_copy(conn: Connection, table: str, copy: str, key: list[str]) -> None:
-    """The empty copy with the table's columns, checks, identity, key indexes, statistics targets
-    and grants (its row-level policies come with the swap: they may name the table), and the
-    trigger that copies every change made from now on."""
+    """The empty copy with the table's columns, checks, identity, key indexes and statistics
+    targets (its grants and row-level policies come with the swap), and the trigger that copies
+    every change made from now on."""
     t, c = _quote(table), _quote(copy)
     conn.execute(f"CREATE TABLE {c} (LIKE {t} INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING CONSTRAINTS"
                  " INCLUDING STORAGE INCLUDING COMPRESSION INCLUDING GENERATED)")
@@ -120,9 +120,8 @@ def _make_copy(conn: Connection, table: str, copy: str, key: list[str]) -> None:
         conn.execute(f"ALTER TABLE {c} ALTER COLUMN {_quote(column)} SET STATISTICS {int(target)}")
     for statement in _indexes(conn, table, copy, keys=True):
         conn.execute(statement)
-    for statement in _grants(conn, table, on=copy):
-        conn.execute(statement)
-    # The trigger runs as the rewrite's owner: a confined role writing the table may not write the copy.
+    # No grant on the copy until it is the table (with its policies): a confined role would read every
+    # namespace there. The trigger runs as the rewrite's owner, so its writes reach the copy all the same.
     match = " AND ".join(f"{_quote(k)} = OLD.{_quote(k)}" for k in key)
     conn.execute(
         f"CREATE FUNCTION {_quote(copy + '_sync')}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER"
@@ -206,7 +205,7 @@ def _copy_rows(conn: Connection, transaction: Transaction, table: str, copy: str
 
 def _swap(conn: Connection, transaction: Transaction, table: str, copy: str) -> list[tuple[str, str]]:
     """In one short transaction: the copy takes the table's name, identity counter, constraints'
-    and indexes' names, triggers, policies, and what other tables point at it with; the old table goes.
+    and indexes' names, grants, triggers, policies, and what other tables point at it with; the old table goes.
     Returns the foreign keys made again unchecked, (table, name) each."""
     for _ in range(_SWAP_TRIES):
         try:
@@ -241,6 +240,7 @@ def _swap_locked(conn: Connection, table: str, copy: str) -> list[tuple[str, str
     indexes = [str(name) for (name,) in _all(
         conn, "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = %s::regclass"
               " AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)", (table,))]
+    grants = _grants(conn, table, on=table)
     triggers = [str(made) for (made,) in _all(
         conn, "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal"
               " AND tgname <> %s", (table, copy + "_sync"))]
@@ -276,6 +276,6 @@ def _swap_locked(conn: Connection, table: str, copy: str) -> list[tuple[str, str
         conn.execute(f"ALTER TABLE {t} ADD CONSTRAINT {_quote(name)} {definition} NOT VALID")
     for referrer, name, definition in pointing:
         conn.execute(f"ALTER TABLE {referrer} ADD CONSTRAINT {_quote(name)} {definition} NOT VALID")
-    for statement in [*triggers, *own_policies, *(s for made in policies.values() for s in made)]:
+    for statement in [*grants, *triggers, *own_policies, *(s for made in policies.values() for s in made)]:
         conn.execute(statement)
     return [(table, name) for name, _ in own_keys] + [(referrer, name) for referrer, name, _ in pointing]
