@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import HarnessMemError, StorageError
@@ -221,61 +222,83 @@ def _swap(conn: Connection, transaction: Transaction, table: str, copy: str) -> 
                        " readers held it throughout — try again when it is quieter")
 
 
-def _swap_locked(conn: Connection, table: str, copy: str) -> list[tuple[str, str]]:
-    t, c = _quote(table), _quote(copy)
+@dataclass
+class _Attached:
+    """What belongs to a table besides its rows and must be given to its copy at the swap: SQL to
+    run again (policies, grants and triggers, others' foreign keys and policies naming it), and
+    names to move over (its own indexes, constraints and identity sequences)."""
+
+    security: tuple[bool, bool]  # row-level security (enabled, forced)
+    pointing: list[tuple[str, str, str]]  # (table, foreign key, definition) of other tables
+    own_keys: list[tuple[str, str]]  # (foreign key, definition) of its own
+    dependents: dict[str, list[str]]  # another table whose policies name it: their CREATE POLICY
+    statements: list[str]  # its grants, triggers and policies, made again after the rename
+    constraints: list[tuple[str, str, str]]  # (name, p or u, index) of its keys
+    indexes: list[str]  # the names of its other indexes
+    identities: list[tuple[str, str, str]]  # (column, sequence, the sequence's bare name)
+
+
+def _attached(conn: Connection, table: str, copy: str) -> _Attached:
     security = _all(conn, "SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = %s::regclass", (table,))[0]
-    own_policies = _policies(conn, table, on=table)
-    # Foreign keys and policies of other tables that name this one: dropped, and made again below.
-    pointing = _all(conn, "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint"
-                          " WHERE confrelid = %s::regclass AND conrelid <> confrelid", (table,))
-    own_keys = _all(conn, "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
-                          " WHERE conrelid = %s::regclass AND contype = 'f'", (table,))
     dependents = [str(name) for (name,) in _all(
         conn, "SELECT DISTINCT p.polrelid::regclass::text FROM pg_depend d JOIN pg_policy p ON p.oid = d.objid"
               " WHERE d.classid = 'pg_policy'::regclass AND d.refobjid = %s::regclass"
               " AND p.polrelid <> d.refobjid", (table,))]
-    policies = {name: _policies(conn, name, on=name) for name in dependents}
-    constraints = _all(conn, "SELECT conname, contype, (SELECT relname FROM pg_class WHERE oid = conindid)"
-                             " FROM pg_constraint WHERE conrelid = %s::regclass AND contype IN ('p', 'u')", (table,))
-    indexes = [str(name) for (name,) in _all(
-        conn, "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = %s::regclass"
-              " AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)", (table,))]
-    grants = _grants(conn, table, on=table)
     triggers = [str(made) for (made,) in _all(
         conn, "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal"
               " AND tgname <> %s", (table, copy + "_sync"))]
-    identities = _all(conn, "SELECT attname, pg_get_serial_sequence(%s, attname),"
-                            " (SELECT relname FROM pg_class WHERE oid = pg_get_serial_sequence(%s, attname)::regclass)"
-                            " FROM pg_attribute WHERE attrelid = %s::regclass AND attidentity <> ''", (table, table, table))
-    for referrer, name, _ in pointing:
+    return _Attached(
+        security=(bool(security[0]), bool(security[1])),
+        pointing=_all(conn, "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint"
+                            " WHERE confrelid = %s::regclass AND conrelid <> confrelid", (table,)),
+        own_keys=_all(conn, "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
+                            " WHERE conrelid = %s::regclass AND contype = 'f'", (table,)),
+        dependents={name: _policies(conn, name, on=name) for name in dependents},
+        statements=[*_grants(conn, table, on=table), *triggers, *_policies(conn, table, on=table)],
+        constraints=_all(conn, "SELECT conname, contype, (SELECT relname FROM pg_class WHERE oid = conindid)"
+                               " FROM pg_constraint WHERE conrelid = %s::regclass AND contype IN ('p', 'u')", (table,)),
+        indexes=[str(name) for (name,) in _all(
+            conn, "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                  " WHERE i.indrelid = %s::regclass"
+                  " AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)", (table,))],
+        identities=_all(conn, "SELECT attname, pg_get_serial_sequence(%s, attname), (SELECT relname FROM pg_class"
+                              " WHERE oid = pg_get_serial_sequence(%s, attname)::regclass) FROM pg_attribute"
+                              " WHERE attrelid = %s::regclass AND attidentity <> ''", (table, table, table)),
+    )
+
+
+def _swap_locked(conn: Connection, table: str, copy: str) -> list[tuple[str, str]]:
+    t, c = _quote(table), _quote(copy)
+    held = _attached(conn, table, copy)
+    for referrer, name, _ in held.pointing:
         conn.execute(f"ALTER TABLE {referrer} DROP CONSTRAINT {_quote(name)}")
-    for name in dependents:
+    for name in held.dependents:
         for (policy,) in _all(conn, "SELECT polname FROM pg_policy WHERE polrelid = %s::regclass", (name,)):
             conn.execute(f"DROP POLICY {_quote(policy)} ON {name}")
-    for column, sequence, _ in identities:
+    for column, sequence, _ in held.identities:
         last, called = conn.execute(f"SELECT last_value, is_called FROM {sequence}").fetchone()
         conn.execute("SELECT setval(pg_get_serial_sequence(%s, %s), %s, %s)", (copy, column, last, called))
     conn.execute(f"DROP TRIGGER {_quote(copy + '_sync')} ON {t}")
     conn.execute(f"DROP TABLE {t}")
     conn.execute(f"DROP FUNCTION {_quote(copy + '_sync')}()")
     conn.execute(f"ALTER TABLE {c} RENAME TO {t}")
-    for name in indexes:
+    for name in held.indexes:
         conn.execute(f"ALTER INDEX {_quote(name + '__rewrite')} RENAME TO {_quote(name)}")
-    for name, kind, index in constraints:
+    for name, kind, index in held.constraints:
         conn.execute(f"ALTER TABLE {t} ADD CONSTRAINT {_quote(name)} {'PRIMARY KEY' if kind == 'p' else 'UNIQUE'}"
                      f" USING INDEX {_quote(index + '__rewrite')}")
-    for column, _, sequence_name in identities:
+    for column, _, sequence_name in held.identities:
         made = _one(conn, "SELECT pg_get_serial_sequence(%s, %s)", (table, column))
         conn.execute(f"ALTER SEQUENCE {made} RENAME TO {_quote(sequence_name)}")
-    if security[0]:
+    if held.security[0]:
         conn.execute(f"ALTER TABLE {t} ENABLE ROW LEVEL SECURITY")
-    if security[1]:
+    if held.security[1]:
         conn.execute(f"ALTER TABLE {t} FORCE ROW LEVEL SECURITY")
     # Checked already (every row came from the table they held on): NOT VALID skips a scan under the lock.
-    for name, definition in own_keys:
+    for name, definition in held.own_keys:
         conn.execute(f"ALTER TABLE {t} ADD CONSTRAINT {_quote(name)} {definition} NOT VALID")
-    for referrer, name, definition in pointing:
+    for referrer, name, definition in held.pointing:
         conn.execute(f"ALTER TABLE {referrer} ADD CONSTRAINT {_quote(name)} {definition} NOT VALID")
-    for statement in [*grants, *triggers, *own_policies, *(s for made in policies.values() for s in made)]:
+    for statement in [*held.statements, *(s for made in held.dependents.values() for s in made)]:
         conn.execute(statement)
-    return [(table, name) for name, _ in own_keys] + [(referrer, name) for referrer, name, _ in pointing]
+    return [(table, name) for name, _ in held.own_keys] + [(referrer, name) for referrer, name, _ in held.pointing]
