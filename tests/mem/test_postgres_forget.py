@@ -26,6 +26,8 @@ from fake_embedder import HashedEmbedder
 from postgres_server import PostgresServer
 
 from harness_mem.errors import HarnessMemError, NotFoundError
+from harness_mem.experience import Episode
+from harness_mem.experience.store import ExperienceStore
 from harness_mem.store import MemoryStore
 
 # The advisory lock a rewrite holds for its length, with its schema's hash (engines.postgres_rewrite).
@@ -57,26 +59,29 @@ def schema_of(dsn: str) -> str:
 
 def test_forgotten_text_leaves_every_file_of_the_database_and_its_statistics(postgres_server: PostgresServer) -> None:
     dsn = fresh_schema(postgres_server)
-    markers = planted(40)
+    markers, episode_markers = planted(40), planted(5)
     with MemoryStore(dsn, embedder=HashedEmbedder(), redactor=None) as store:
         doomed = [store.add(f"{word} the deploy key is {word}", role="user", session=f"{word}@example.com",
                             tags=[word], metadata={"note": word}) for word in markers]
         store.add_many([{"text": f"filler note number {i} about deploys", "session": "s1", "role": "user"}
                         for i in range(2000)])
+        experience = ExperienceStore(store)  # an episode's words are in its row of `episodes` too
+        doomed_episodes = [experience.record(Episode(situation=f"fixing {word}", outcome=f"{word} fixed", tools=["shell"]))
+                           for word in episode_markers]
         with postgres_server.connect() as admin:
             admin.execute(f"SET search_path = {schema_of(dsn)}")
             admin.execute("ANALYZE")  # as autovacuum would, while the markers are live
             assert not any(w in str(admin.execute("SELECT * FROM pg_stats WHERE schemaname = %s",
                                                   (schema_of(dsn),)).fetchall()) for w in markers)
-            for entry in doomed:
-                assert store.forget(entry.id) == 1
+            for entry_id in [entry.id for entry in doomed] + doomed_episodes:
+                assert store.forget(entry_id) == 1
             report = store.gc()
-            assert report["forgotten_purged"] == 40 and "WAL" in report["log_remains"]
+            assert report["forgotten_purged"] == 45 and "WAL" in report["log_remains"]
             admin.execute("ANALYZE")
             admin.execute("CHECKPOINT")
         assert store.count() == 2000 and store.recall("filler deploys", k=3)
     data = postgres_server.data_dir
-    left = files_holding(data, markers)
+    left = files_holding(data, markers + episode_markers)
     assert not {path: n for path, n in left.items() if not path.startswith("pg_wal/")}
     # The log is the server's: it keeps them until checkpoints recycle its segments (gc says so).
     assert set(left) <= {p for p in left if p.startswith("pg_wal/")}

@@ -1313,9 +1313,10 @@ class PostgresStorage(Storage):
         self._run("SELECT gin_clean_pending_list('entries_tokens'::regclass)")
 
     def rewrite(self) -> None:
-        # Each table holding entries' text or vectors goes into new files, in steps beside writers
-        # (postgres_rewrite); settings, a handful of rows, is rewritten whole in a moment.
-        for table in ("entries", *(["entry_vectors"] if self._has_vector_table() else []),
+        # Each table holding entries' text, their vectors, episodes or sealed names goes into new
+        # files, in steps beside writers (postgres_rewrite); settings, a handful of rows, is
+        # rewritten whole in a moment.
+        for table in ("entries", "episodes", "identities", *(["entry_vectors"] if self._has_vector_table() else []),
                       *(["entry_passages"] if self._has_passage_table() else [])):
             postgres_rewrite.rewrite_table(self.conn, self.transaction, table)
         self._run("VACUUM FULL settings")
