@@ -294,3 +294,24 @@ def test_a_confined_role_writes_during_the_rewrite_and_stays_confined_after(
             assert confined.get(written[0]).content == "written by alice mid-rewrite"
     with MemoryStore(owner, namespace="team-b", embedder=None) as other_team:
         assert other_team.count() == 1
+
+
+def test_a_store_analyzed_before_the_upgrade_has_its_text_samples_cleared(postgres_server: PostgresServer) -> None:
+    dsn = fresh_schema(postgres_server)
+    word = planted(1)[0]
+    with MemoryStore(dsn, embedder=None, redactor=None) as store:
+        store.add_many([{"text": f"{word} said again", "session": word} for _ in range(200)])
+    with postgres_server.connect() as admin:
+        admin.execute(f"SET search_path = {schema_of(dsn)}")
+        # As a store migrated before 0009 was: statistics on every column, taken by ANALYZE.
+        admin.execute("ALTER TABLE entries ALTER COLUMN content SET STATISTICS -1,"
+                      " ALTER COLUMN session SET STATISTICS -1")
+        admin.execute("DELETE FROM _migrations WHERE number = 9")
+        admin.execute("ANALYZE entries")
+        sampled = "SELECT most_common_vals::text FROM pg_stats WHERE schemaname = %s AND tablename = 'entries'"
+        assert word in str(admin.execute(sampled, (schema_of(dsn),)).fetchall())
+        with MemoryStore(dsn, embedder=None):  # the upgrade
+            pass
+        assert word not in str(admin.execute(sampled, (schema_of(dsn),)).fetchall())
+        admin.execute("ANALYZE entries")
+        assert word not in str(admin.execute(sampled, (schema_of(dsn),)).fetchall())
