@@ -11,7 +11,7 @@ DEMO_DB := demo/demo.db
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test install bench lint clean
+.PHONY: demo test install bench lint clean docs
 
 install: $(VENV)/.installed
 
@@ -34,6 +34,10 @@ demo: install
 test: install
 	$(BIN)/pytest -q
 
+# The docs site, into site/; a broken link or reference is an error.
+docs: install
+	$(BIN)/mkdocs build --strict
+
 bench: install
 	$(BIN)/pip install --quiet --group bench
 	$(BIN)/python bench/bench_store.py
@@ -43,4 +47,4 @@ lint: install
 	$(BIN)/mypy --strict src
 
 clean:
-	rm -rf $(VENV) demo dist build .pytest_cache
+	rm -rf $(VENV) demo dist build site .pytest_cache

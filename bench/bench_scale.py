@@ -599,7 +599,7 @@ def measure_vectors(db: Path, embedder: Any, questions: Sequence[PlantedQuestion
     bits, is timed apart by :func:`measure_first_result`)."""
     result: dict[str, Any] = {}
     with open_built(db, embedder=embedder) as store:
-        index = store._vector_index()
+        index = store.storage.vector_index()
         ns = store.namespace
         store.recall(questions[0].question, k=k, mode="semantic", query_vector=vectors[0])  # loads the bits
         every = range(len(questions))
@@ -690,7 +690,7 @@ def probe_first_result(db: Path, first: str, queries: int = 40) -> dict[str, Any
     wall, cpu, store = _timed(lambda: MemoryStore(db, embedder=identity))
     out["open_ms"], out["open_cpu_ms"] = round(wall, 1), round(cpu, 1)
     if first == "bits":
-        index = store._vector_index()
+        index = store.storage.vector_index()
         wall, cpu, _ = _timed(lambda: index._namespace_bits(store.namespace))
     else:
         wall, cpu, _ = _timed(lambda: store.recall(texts[0], k=10, mode=first, query_vector=vectors[0]))

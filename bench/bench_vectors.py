@@ -191,7 +191,7 @@ def main() -> None:
             insert_seconds = timed(lambda: store.add_many(rows, batch_size=5000)) / 1000
             store.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             bytes_on_disk = sum(p.stat().st_size for p in Path(tmp).iterdir() if p.is_file())
-            index = store._vector_index()
+            index = store.storage.vector_index()
             assert index is not None
             first_ms = timed(lambda: index.search(query_vectors[0], args.k, store.namespace))  # loads the bits
             pk_of = dict(store.db.execute("SELECT id, pk FROM entries").fetchall())

@@ -24,6 +24,7 @@ from . import cliutils, hook_cli, migrations
 from .cliutils import (
     FiniteFloat,
     ModelSettings,
+    Query,
     StoreLocation,
     command_group,
     count_type,
@@ -38,7 +39,7 @@ from .cliutils import (
 )
 from .db import CACHE_SIZE_KIB, ONE_SHOT_CACHE_KIB, connect, default_path
 from .engines import is_url, open_storage, shown_location
-from .errors import InvalidInputError, MissingVectorsWarning
+from .errors import InvalidInputError, MissingVectorsWarning, ModelMissingWarning, NotFoundError
 from .models import MAX_CONTENT_CHARS, Entry, Hit, counted, dumps, format_time
 from .providers.embeddings import EMBEDDERS, giving_vectors
 from .providers.hints import MEM_HINTS
@@ -98,16 +99,18 @@ def open_store(ctx: click.Context, *, create: bool = False, rekey: bool = True) 
         )
     # A read answers once and exits: a small page cache keeps a cold recall's memory down (writes,
     # an import above all, and long-running processes such as `mcp` keep the default).
-    store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
-                        redactor=ctx.obj["redactor"], cache_kib=CACHE_SIZE_KIB if create else ONE_SHOT_CACHE_KIB,
-                        rekey=rekey)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", MissingVectorsWarning)
+    said = (MissingVectorsWarning, ModelMissingWarning)  # each said once, after the command's output
+    with warnings.catch_warnings(record=True) as caught:
+        for category in said:
+            warnings.simplefilter("always", category)
+        store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
+                            redactor=ctx.obj["redactor"], cache_kib=CACHE_SIZE_KIB if create else ONE_SHOT_CACHE_KIB,
+                            rekey=rekey)
+        try:
             yield store
-    finally:
-        store.close()
-    for message in dict.fromkeys(str(w.message) for w in caught if w.category is MissingVectorsWarning):
+        finally:
+            store.close()
+    for message in dict.fromkeys(str(w.message) for w in caught if w.category in said):
         click.echo(f"warning: {shown(message)}", err=True)
 
 
@@ -462,10 +465,13 @@ def import_(ctx: click.Context, sources: tuple[str, ...], format_: str, replace:
     show_bar = not quiet and size is not None and size >= PROGRESS_MIN_BYTES
     with open_store(ctx, create=True) as store:
         if show_bar:
+            # The bar follows what is stored (read, redacted, embedded and written), not what is read.
             bar: ProgressBar[int]
-            with click.progressbar(length=size, label="Importing", file=sys.stderr) as bar:
-                lines = read_lines(source, progress=bar.update)
-                report = import_jsonl(store, lines, on_conflict=on_conflict, workers=workers)
+            with click.progressbar(length=size, label="Importing", file=sys.stderr,
+                                   item_show_func=lambda added: None if added is None else f"{added:,} entries stored"
+                                   ) as bar:
+                report = import_jsonl(store, read_lines(source), on_conflict=on_conflict, workers=workers,
+                                      written=lambda done, added: bar.update(done, added))  # type: ignore[arg-type]  # click types the item as None for a bar over a length
         else:
             report = import_jsonl(store, source, on_conflict=on_conflict, workers=workers)
     if as_json:  # the report on stdout, for a script; the bad lines are in it, redacted
@@ -609,7 +615,7 @@ def purge(ctx: click.Context) -> None:
 
 
 @cli.command()
-@click.argument("query")
+@click.argument("query", type=Query())
 @click.option("-k", "k", default=10, show_default=True, type=click.IntRange(1, 1000), help="How many hits.")
 @click.option("--mode", type=click.Choice(["hybrid", "keyword", "semantic"]),
               help="How to rank [default: hybrid when an embedder is available, else keyword].")
@@ -618,7 +624,7 @@ def purge(ctx: click.Context) -> None:
 @click.option("--strict", is_flag=True,
               help="Refuse semantic or hybrid recall while some entries have no vector (default: warn).")
 @click.option("--context", type=click.IntRange(0, 20), default=0, help="Show N turns before and after each turn hit.")
-@click.option("--min-score", type=FiniteFloat(), help="Leave out hits scoring below this (scores are 0 to 1 in every mode).")
+@click.option("--min-score", type=FiniteFloat(0, 1), help="Leave out hits scoring below this (scores are 0 to 1 in every mode).")
 @click.option("--all-versions", is_flag=True, help="Include entries that a correction replaced.")
 @click.option("--as-of", help="What was true then (ISO-8601 or an age like 30d): before later corrections.")
 @click.option("--derived", is_flag=True, help="Only what consolidation derived (segments and facts).")
@@ -703,6 +709,7 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
     with open_store(ctx) as store:
         entry = store.get(entry_id)
         chain = store.history(entry_id)
+        cited = _cited_turns(store, entry)
     if as_json:
         echo_json({**entry.to_dict(), "history": [e.id for e in chain]})
         return
@@ -717,6 +724,29 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
         click.echo(f"metadata: {dumps(entry.metadata)}")
     click.echo("")
     click.echo(entry.content)
+    if cited:  # what it was derived from, in the words said: how it learnt this
+        click.echo("")
+        click.echo("from:")
+        for turn in cited:
+            when = format_time(turn.created_at)[:16].replace("T", " ")
+            click.echo(f"  {turn.role or turn.kind} · {when}  {turn.id}")
+            click.echo(f"    {turn.content}")
+
+
+#: The most source turns ``get`` shows under a derived entry.
+SHOWN_SOURCES = 10
+
+
+def _cited_turns(store: MemoryStore, entry: Entry) -> list[Entry]:
+    """The turns a derived entry cites, those still there, at most :data:`SHOWN_SOURCES`."""
+    cited = entry.metadata.get("source_turns")
+    if not isinstance(cited, list):
+        return []
+    found = []
+    for turn_id in cited[:SHOWN_SOURCES]:
+        with contextlib.suppress(NotFoundError):
+            found.append(store.get(str(turn_id)))
+    return found
 
 
 @cli.command("list")
@@ -827,7 +857,7 @@ def sessions_show(ctx: click.Context, session: str, offset: int, limit: int, as_
 
 
 @sessions_group.command("recall")
-@click.argument("query")
+@click.argument("query", type=Query())
 @click.option("-k", "k", type=click.IntRange(1, 100), default=5, show_default=True, help="How many sessions.")
 @click.option("--context", type=click.IntRange(0, 20), default=1, show_default=True,
               help="Turns shown around each session's best hit.")
@@ -1345,9 +1375,10 @@ def consolidate(ctx: click.Context, session: str | None, since: str | None, idle
     one "summary" entry that reads on its own (who, when, what was said, in the third person with
     dates resolved), and the durable things people said as "fact" entries. Both cite the turns
     they came from (metadata.source_turns), are recalled with --kind fact/summary, and are forgotten
-    with those turns. A session that used tools or states a result also gets an episode. Running it
-    again adds nothing; new turns are consolidated on the next run. With --model-url and --model,
-    up to 3 facts per session are written by the model instead.
+    with those turns. A session that used tools or states a result also gets an episode, which
+    cites and is forgotten with its turns the same way. Running it again adds nothing; new turns
+    are consolidated on the next run. With --model-url and --model, up to 3 facts per session are
+    written by the model instead.
 
     \b
     Example:
@@ -1369,6 +1400,9 @@ def consolidate(ctx: click.Context, session: str | None, since: str | None, idle
             echo_json(result.to_dict())
         else:
             click.echo(result.describe())
+            if dry_run:  # what would be written, to judge before writing it
+                for kind, text in result.written():
+                    click.echo(f"    {kind:<8} {text}")
     click.echo(f"{'Would consolidate' if dry_run else 'Consolidated'} {report.summary()}", err=True)
 
 
@@ -1381,18 +1415,33 @@ def _is_number(text: str) -> bool:
 
 
 class _ProgressLines:
-    """Progress as lines on stderr: at most one a second, and always the last."""
+    """Progress as lines on stderr, at most one a second and always the last: how many of how many,
+    the rate so far and the time left at that rate."""
 
     def __init__(self, verb: str, interval: float = 1.0) -> None:
         self.verb = verb
         self.interval = interval
         self._last = 0.0
+        self._started = time.monotonic()
 
     def __call__(self, done: int, total: int, item: str) -> None:
         now = time.monotonic()
         if done == total or now - self._last >= self.interval:
             self._last = now
-            click.echo(f"{self.verb} {done}/{total} sessions ({item})", err=True)
+            line = f"{self.verb} {done:,}/{total:,} sessions ({item})"
+            elapsed = now - self._started
+            if done and elapsed > 0 and done < total:
+                rate = done / elapsed
+                line += f"  {rate:,.1f}/s, about {_duration((total - done) / rate)} left"
+            click.echo(line, err=True)
+
+
+def _duration(seconds: float) -> str:
+    """A time left as a person says it: 40 s, 3 min, 1 h 20 min."""
+    if seconds < 60:
+        return f"{max(1, round(seconds))} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
 
 # ---- serving ------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ __all__ = [
     "FiniteFloat",
     "MappedErrorsGroup",
     "ModelSettings",
+    "Query",
     "StoreLocation",
     "command_group",
     "count_type",
@@ -212,6 +213,11 @@ class MappedErrorsGroup(click.Group):
             _redact_click_error(exc)
             raise
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.parent is None:
+            args = hoist_shared_options(self, ctx, args)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -228,6 +234,65 @@ class MappedErrorsGroup(click.Group):
             if mapped is None:
                 raise
             raise mapped from None
+
+
+def hoist_shared_options(top: click.Group, ctx: click.Context, args: list[str]) -> list[str]:
+    """``args`` with a group's own options, given after a subcommand, moved before it.
+
+    ``harness-mem recall --db x.db "q"`` is what people type: ``--db`` (or ``-N``, ``--embedder``…)
+    belongs to the group, and click would refuse it after the subcommand. An option the command
+    itself (or a command below it) declares keeps its place, and nothing after ``--`` moves.
+    """
+    args = list(args)
+    levels: list[tuple[click.Group, int]] = []  # each group on the way, and where its subcommand sits
+    group: click.Group = top
+    position = 0
+    command: click.Command | None = None
+    while command is None or isinstance(command, click.Group):
+        if command is not None:
+            group = command
+        takes_value = {name for p in group.params if isinstance(p, click.Option) and not p.is_flag
+                       for name in (*p.opts, *p.secondary_opts)}
+        while position < len(args) and args[position].startswith("-") and args[position] != "--":
+            position += 2 if args[position] in takes_value else 1
+        if position >= len(args) or args[position] == "--":
+            return args
+        command = group.get_command(ctx, args[position])
+        if command is None:
+            return args  # click says what is wrong with it
+        levels.append((group, position))
+        position += 1
+    declared_below = _option_names(command)
+    end = args.index("--") if "--" in args[position:] else len(args)
+    for group, at in reversed(levels):
+        options = {name: p for p in group.params if isinstance(p, click.Option)
+                   for name in (*p.opts, *p.secondary_opts) if name not in declared_below}
+        index = position
+        while index < end:
+            name = args[index].split("=", 1)[0]
+            option = options.get(name)
+            if option is None:
+                index += 1
+                continue
+            width = 1 if option.is_flag or "=" in args[index] else 2
+            if index + width > end:  # a value-taking option with no value: click will say so where it is
+                break
+            moved = args[index:index + width]
+            del args[index:index + width]
+            args[at:at] = moved  # what lies after the moved tokens keeps its index; the command's name shifts
+            position += width
+            index += width
+        declared_below |= set(options)
+    return args
+
+
+def _option_names(command: click.Command) -> set[str]:
+    """Every option name ``command`` and the commands below it declare."""
+    names = {name for p in command.params if isinstance(p, click.Option) for name in (*p.opts, *p.secondary_opts)}
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            names |= _option_names(sub)
+    return names
 
 
 def command_group(*, prog_name: str, raise_errors_env: str) -> Callable[[Callable[..., Any]], click.Group]:
@@ -255,6 +320,17 @@ def count_type(minimum: int = 1, maximum: int = MAX_COUNT) -> click.IntRange:
     """The type of a count, limit or offset flag: bounded on both sides, so that no value overflows
     a 64-bit column or a C int and the error names the range."""
     return click.IntRange(minimum, maximum)
+
+
+class Query(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
+    """What to search for: an empty or blank query would silently find nothing."""
+
+    name = "query"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not str(value).strip():
+            self.fail("the query is empty — say what to look for", param, ctx)
+        return value
 
 
 class FiniteFloat(click.FloatRange):

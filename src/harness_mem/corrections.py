@@ -125,8 +125,10 @@ def forget(
     """Tombstone the entry ``id``, or every entry matching the filters (all versions); returns how many.
 
     Recall, get and list never return a forgotten entry again; its keyword and vector rows are
-    removed now, its content at the next :func:`purge`. The segments and facts consolidation
-    derived from a forgotten entry are forgotten with it (and counted).
+    removed now, its content at the next :func:`purge`. Whatever cites a forgotten entry in
+    ``metadata.source_turns`` (consolidation's segments, facts and episodes) is forgotten with it
+    (and counted), even when it cites other entries too: it quotes the forgotten words. An episode
+    forgotten so is built again by the next consolidation, from the turns that remain.
     """
     filters = make_filters(kind=kind, session=scope.key(session), tags=scope.tags(tags), since=since, until=until,
                            include_superseded=True)
@@ -137,10 +139,22 @@ def forget(
         pks = storage.pks(selection, entry_id=None if id is None else scope.key(id) or id)
         if id is not None and not pks:
             raise NotFoundError(f"no entry with id {id!r} in namespace {scope.namespace!r}")
-        # What consolidation derived from a forgotten turn holds its words: it goes with it.
-        pks = sorted({*pks, *storage.derived_from(pks)})
-        storage.forget(pks, now_ms())
-    return len(pks)
+        reached = _derived_closure(storage, pks) - set(pks)  # forgotten for what they quote
+        storage.forget(sorted({*pks, *reached}), now_ms())
+        if reached:  # such an episode is built again from the turns that remain (one forgotten itself is not)
+            storage.rebuild_episodes(sorted(reached))
+    return len(pks) + len(reached)
+
+
+def _derived_closure(storage: Storage, pks: Sequence[int]) -> set[int]:
+    """These entries with everything derived from them, and from what was derived from them: each holds
+    their words (a segment, a fact or an episode quotes its turns), so it goes with them."""
+    seen = set(pks)
+    frontier = list(pks)
+    while frontier:
+        frontier = [pk for pk in storage.derived_from(frontier) if pk not in seen]
+        seen.update(frontier)
+    return seen
 
 
 def purge(storage: Storage, scope: Scope) -> int:

@@ -34,6 +34,7 @@ __all__ = [
     "InvalidSkillError",
     "MigrationError",
     "MissingVectorsWarning",
+    "ModelMissingWarning",
     "ModelError",
     "NotFoundError",
     "SchemaTooNewError",
@@ -93,6 +94,11 @@ class EmbedderError(HarnessMemError):
 
 class MissingVectorsWarning(UserWarning):
     """Recall answered although some entries have no vector yet (``reindex`` embeds them)."""
+
+
+class ModelMissingWarning(UserWarning):
+    """The file has vectors but this process has no model to make more: it recalls by keyword, and
+    what it writes waits for ``reindex`` in a process that has the model."""
 
 
 class BlockedError(HarnessMemError):

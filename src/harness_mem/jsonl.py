@@ -18,6 +18,7 @@ them to a worker process and writes what it sends back, in order, a transaction 
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import multiprocessing
@@ -171,9 +172,14 @@ def import_jsonl(
     batch_size: int = BULK_BATCH_SIZE,
     progress: Callable[[int], None] | None = None,
     workers: int | None = None,
+    written: Callable[[int, int], None] | None = None,
 ) -> ImportReport:
     """Import JSON Lines into ``store``, a transaction per ``batch_size`` lines; ``progress(n)`` is
-    called as lines are read. ``lines`` may be a file, read with :func:`read_lines`.
+    called as lines are read, ``written(size, added)`` as each batch is committed, with the size of
+    its lines in the input (newlines included) and the entries added so far: a progress bar over
+    the input's size that follows ``written`` reaches its end when the last entry is stored, not when
+    the last line is read (embedding, the slow part, comes after reading).
+    ``lines`` may be a file, read with :func:`read_lines`.
 
     Parsing, checking and redacting cost about as much as writing, so a large import does them in
     ``workers`` other processes while this one writes. ``None`` chooses: one worker when the input
@@ -187,7 +193,8 @@ def import_jsonl(
     report = ImportReport()
     if hasattr(lines, "read"):
         lines = read_lines(lines)  # type: ignore[arg-type]
-    chunks = _chunks(lines, batch_size, report, progress)
+    sizes: collections.deque[int] = collections.deque()  # each chunk's input size, until it is written
+    chunks = _sized(_chunks(lines, batch_size, report, progress), sizes)
     if workers is None:
         chunks, large = _peek(chunks, PARALLEL_MIN_LINES)
         workers = 1 if large and (os.cpu_count() or 1) > 1 else 0
@@ -198,10 +205,13 @@ def import_jsonl(
     try:
         with store.storage.bulk():
             for rows, errors, sealed in prepared:
-                written = store.add_prepared(rows, on_conflict=on_conflict, identities=sealed)
-                report.added += written
-                report.skipped += len(rows) - written
+                added = store.add_prepared(rows, on_conflict=on_conflict, identities=sealed)
+                report.added += added
+                report.skipped += len(rows) - added
                 report.errors.extend(LineError(number, reason) for number, reason in errors)
+                size = sizes.popleft()  # chunks are prepared and written in the order they were read
+                if written is not None:
+                    written(size, report.added)
     finally:
         # Shut the workers down here, on this thread, when a write fails: left to the garbage
         # collector, the generator's cleanup may run on the pool's own thread, which cannot join itself.
@@ -269,6 +279,13 @@ def _chunks(
         report.lines += len(chunk)
         if progress is not None:
             progress(len(chunk))
+        yield first, chunk
+
+
+def _sized(chunks: Iterator[_Chunk], sizes: collections.deque[int]) -> Iterator[_Chunk]:
+    """``chunks``, each one's input size appended to ``sizes`` as it is read."""
+    for first, chunk in chunks:
+        sizes.append(sum(len(line) + 1 for line in chunk))
         yield first, chunk
 
 

@@ -64,6 +64,8 @@ from typing import Any
 from . import pseudonyms
 from .errors import InvalidInputError, StorageError
 from .models import FileSizes, SessionSize, StoreStats, now_ms
+from .providers.embeddings import default_embedder_available
+from .providers.reference import INSTALL_HINT
 from .recall import raise_if_missing_vectors
 from .steps import STEP_PAUSE_S, next_step
 from .storage import Storage
@@ -214,6 +216,9 @@ def describe_model(storage: Storage) -> str:
         return "none: a keyword-only store (no model is loaded; `reindex` with --embedder adds vectors)"
     if storage.embedder is None:
         recorded = storage.recorded_model()
+        if recorded and not default_embedder_available():
+            return (f"not installed here, so recall is by keyword (the file's vectors are {recorded['name']}'s)"
+                    f" — {INSTALL_HINT}")
         return "none: keyword recall only" + (f" (vectors by {recorded['name']} stored)" if recorded else "")
     described = storage.check_model()
     raise_if_missing_vectors(storage)

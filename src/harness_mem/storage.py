@@ -38,8 +38,8 @@ from .rows import Row, identity, identity_tags, stored_metadata
 OnConflict = Literal["error", "ignore", "replace"]
 
 #: The source of the entries consolidation derives from transcripts (segments, facts): they cite
-#: their turns in ``metadata.source_turns``, are forgotten with them, and are not part of a session's
-#: transcript.
+#: their turns in ``metadata.source_turns`` (as its episodes do), are forgotten with them, and are
+#: not part of a session's transcript.
 DERIVED_SOURCE = "consolidation"
 ON_CONFLICT: tuple[OnConflict, ...] = ("error", "ignore", "replace")
 #: Embeddings computed before a write, keyed by ``id(row)`` of the rows they belong to.
@@ -367,7 +367,8 @@ class Storage(ABC):
 
     @abstractmethod
     def forget(self, pks: Sequence[int], when: int) -> None:
-        """Tombstone entries: their derived rows go now, their content at the next purge."""
+        """Tombstone entries: their derived rows go now (the skills distilled from a forgotten
+        episode among them: they quote it), their content at the next purge."""
 
     @abstractmethod
     def has_derived(self, namespace: str) -> bool:
@@ -375,8 +376,15 @@ class Storage(ABC):
 
     @abstractmethod
     def derived_from(self, pks: Sequence[int]) -> list[int]:
-        """The live entries derived from any of these (:data:`DERIVED_SOURCE` entries of the same
-        session citing one of them in ``metadata.source_turns``), for forgetting to reach them."""
+        """The live entries derived from any of these, for forgetting to reach them: the entries of
+        the same session citing one of them in ``metadata.source_turns``, the one provenance field
+        every derived entry fills (segments, facts, episodes)."""
+
+    @abstractmethod
+    def rebuild_episodes(self, pks: Sequence[int]) -> None:
+        """Among these forgotten entries, the episodes consolidation keeps for a session: set each
+        session's episode watermark back to the start, so the next consolidation builds its episode
+        again from the turns that remain (inside the forgetting transaction)."""
 
     @abstractmethod
     def mark_superseded(self, pk: int, by: str, when: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
@@ -25,12 +26,20 @@ from sqlite_utils import Database
 from . import corrections, maintenance, pseudonyms, sessions
 from .db import CACHE_SIZE_KIB, default_path
 from .engines import is_url, open_storage
-from .errors import BlockedError, HarnessMemError, InvalidInputError, NotFoundError, StorageError
+from .errors import (
+    BlockedError,
+    HarnessMemError,
+    InvalidInputError,
+    ModelMissingWarning,
+    NotFoundError,
+    StorageError,
+)
 from .filters import Selection, make_filters
 from .identities import Identities, SealedIdentity, choose_key
 from .models import Entry, Hit, Remembered, SessionHit, SessionSummary, from_ms, now_ms
 from .protocols import Embedder
-from .providers.embeddings import RECORDED_NAMES, default_embedder, named_embedder
+from .providers.embeddings import RECORDED_NAMES, default_embedder, default_embedder_available, named_embedder
+from .providers.reference import INSTALL_HINT
 from .recall import MAX_RECALL_K, Mode, Recall
 from .redaction import Redactor
 from .rows import MAX_BATCH_CHARS, Row, entry_from_row, identity, prepare_row
@@ -265,6 +274,13 @@ class MemoryStore:
             else:
                 recorded = self.storage.recorded_model()
                 known = recorded is not None and recorded.get("name") in RECORDED_NAMES
+                if known and recorded and not default_embedder_available():
+                    # Reading, keyword recall and writing need no model: a plain install opens the file.
+                    warnings.warn(ModelMissingWarning(
+                        f"this file's entries have vectors ({recorded['name']}), but the model is not installed"
+                        f" here: recall is by keyword, and what is written waits for `harness-mem reindex`"
+                        f" where the model is — {INSTALL_HINT}"), stacklevel=3)
+                    return None
                 return named_embedder(recorded["name"]) if known and recorded else default_embedder()
         if isinstance(embedder, str):
             if embedder != "none":

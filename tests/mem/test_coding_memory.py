@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from hook_writers import private_runtime_dir
 
+from harness_mem.experience import consolidate
 from harness_mem.integrations import claude_code
 from harness_mem.integrations.projects import find_project, normalise_remote
 from harness_mem.store import MemoryStore
@@ -217,3 +218,35 @@ def test_consolidation_corrects_a_decision_only_within_its_project(tmp_path: Pat
         "The user and others will use MySQL for billing.": ["project:/home/me/clientB/shop"],
         "The user and others will use SQLite for billing.": ["project:github.com/acme/shop"],
     }
+
+
+def test_a_session_starts_with_the_projects_rules_then_its_open_threads_then_the_rest(tmp_path: Path) -> None:
+    repo = git_repo(tmp_path / "shop", "git@github.com:acme/shop.git")
+    project = find_project(str(repo))
+    assert project is not None
+    said = [
+        ("user", "I moved the billing docs to the wiki last week."),               # an event: other facts
+        ("user", "Remind me next week to delete the old retry wrapper."),          # an open thread
+        ("user", "How do deploys work here again?"),
+        ("assistant", "Deploys go out on Tuesdays after 2 pm via the deploy-bot."),  # setup, answering
+        ("user", "We'll use Postgres for billing."),                                # a decision
+        ("user", "Push and open a PR."),                                            # a task for now: nothing
+    ]
+    with MemoryStore(tmp_path / "memory.db", embedder=None) as store:
+        now = time.time()
+        store.add_many([{"content": text, "role": role, "session": "s-1", "tags": [project.tag],
+                         "created_at": now - 60 + n} for n, (role, text) in enumerate(said)])
+        consolidate(store)
+        context = claude_code.session_context(store, {"cwd": str(repo), "session_id": "s-2"})
+    assert context is not None
+    lines = context.text.splitlines()
+    rules, threads, others = (lines.index(title) for title in claude_code.CONTEXT_GROUPS)
+    assert rules < threads < others
+    block = {title: lines[start + 1:end] for title, start, end in
+             zip(claude_code.CONTEXT_GROUPS, (rules, threads, others), (threads, others, len(lines) - 1), strict=True)}
+    assert [line.split(": ", 1)[1] for line in block["Decisions, conventions and setup:"]] == [
+        "The user and others will use Postgres for billing.",
+        "Deploys go out on Tuesdays after 2 pm via the deploy-bot."]  # newest first
+    assert any("retry wrapper" in line for line in block["Open threads, left for later:"])
+    assert any("billing docs to the wiki" in line for line in block["Other facts:"])
+    assert "Push and open a PR" not in context.text

@@ -166,6 +166,35 @@ def test_an_assistant_states_no_facts_and_what_the_user_said_comes_first_in_the_
     )
 
 
+def test_an_assistant_states_the_projects_facts_when_asked_or_speaking_for_the_team() -> None:
+    turns = [SpokenTurn("q", "user", "How do deploys work here again? I always forget.", MONDAY),
+             SpokenTurn("a1", "assistant", "Deploys go out on Tuesdays and Thursdays after 2 pm via the deploy-bot.",
+                        MONDAY),
+             SpokenTurn("u", "user", "Good. Write that down somewhere, people keep asking.", MONDAY),
+             SpokenTurn("a2", "assistant", "We switched the session store to Postgres last week.", MONDAY),
+             SpokenTurn("a3", "assistant", "The site is deployed and answers 200.", MONDAY)]
+    facts = {f.text: f.source_turns for f in derive(turns).facts}
+    assert facts == {
+        "Deploys go out on Tuesdays and Thursdays after 2 pm via the deploy-bot.": ("q", "a1"),  # answers a question
+        "The team switched the session store to Postgres the week before 8 May 2023.": ("a2",),  # "we": the team
+    }  # the log of its own work is no fact, nor is a task given for now
+
+
+@pytest.mark.parametrize("said", ["Write that down somewhere, people keep asking.", "Pin the clock in that test.",
+                                  "Run the auth tests again.", "Push and open a PR."])
+def test_a_task_for_now_is_neither_a_fact_nor_in_a_summary(said: str) -> None:
+    turns = [SpokenTurn("u1", "user", "I work at Google.", MONDAY), SpokenTurn("u2", "user", said, MONDAY)]
+    derivation = derive(turns)
+    assert [f.text for f in derivation.facts] == ["The user works at Google."]
+    assert derivation.segments[0].text.endswith(": The user works at Google.")
+
+
+@pytest.mark.parametrize("said", ["Run the linter before every commit.", "Always open a PR for changes to billing.",
+                                  "Add type hints to every new function."])
+def test_an_instruction_that_holds_from_now_on_is_a_convention(said: str) -> None:
+    assert [f.source_turns for f in derive([SpokenTurn("u", "user", said, MONDAY)]).facts] == [("u",)]
+
+
 def test_a_fact_said_again_in_the_same_words_gets_the_same_id() -> None:
     assert fact_id("Caroline loves hiking.") == fact_id("caroline LOVES hiking!")
     assert fact_id("Caroline loves hiking.") != fact_id("Caroline hates hiking.")

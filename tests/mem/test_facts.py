@@ -161,3 +161,31 @@ def test_a_statement_made_in_passing_before_a_question_is_a_fact() -> None:
                        listener="assistant", said_on=None)
     assert [(s.text, fact_kind(s.said, listener="assistant")) for s in found] == [
         ("The user just got a Golden Retriever.", "pet"), ("Any tips for walking him?", None)]
+
+
+@pytest.mark.parametrize(("said", "is_chatter"), [
+    ("That charity race sounds great, Mel.", True),      # said to Melanie, by a short form of her name
+    ("Man, sorry to hear that, Melanie.", True),
+    ("I moved to Porto, Mel.", False),                   # news about the speaker all the same
+    ("I went with my friend, Anna.", False),             # someone else's name
+])
+def test_words_that_end_by_calling_the_listener_by_name_are_said_to_them(said: str, is_chatter: bool) -> None:
+    from harness_mem.experience.facts import chatter
+
+    assert chatter(said, "Melanie") is is_chatter
+
+
+@pytest.mark.parametrize(("said", "left_for_later"), [
+    ("Remind me next week to delete the old retry wrapper.", True),
+    ("Next week I need to migrate the billing tables.", True),
+    ("We still need to write the migration for the cookie names.", True),
+    ("I will look at the flaky test tomorrow.", True),
+    ("TODO: remove the feature flag after the launch.", True),
+    ("I'll review it tomorrow morning.", False),         # what "it" is was said before
+    ("We switched to argon2id last month.", False),
+    ("I will always use pytest.", False),
+])
+def test_an_open_thread_leaves_something_named_for_later(said: str, left_for_later: bool) -> None:
+    from harness_mem.experience.facts import open_thread
+
+    assert open_thread(said) is left_for_later

@@ -383,3 +383,19 @@ def test_an_import_copies_its_log_into_the_file_and_puts_the_checkpoint_threshol
                      on_conflict="error", batch_size=5, workers=0)
     assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == usual
     assert store.count() == 3000
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_progress_follows_what_is_stored_not_what_is_read(store: MemoryStore, workers: int) -> None:
+    text = "".join(json.dumps({"id": f"e{n}", "text": f"entry number {n} ✓"}, ensure_ascii=False) + "\n"
+                   for n in range(250)).encode()
+    seen: list[tuple[int, int, int]] = []  # (input bytes, entries added, entries in the store), per call
+
+    def written(size: int, added: int) -> None:
+        seen.append((size, added, store.stats()["entries"]))
+
+    report = jsonl.import_jsonl(store, io.BytesIO(text), batch_size=100, workers=workers, written=written)
+    assert report.added == 250
+    assert [added for _, added, _ in seen] == [100, 200, 250]
+    assert all(stored == added for _, added, stored in seen)  # said once it is stored, not when read
+    assert sum(size for size, _, _ in seen) == len(text)  # a bar over the input's size ends at its end

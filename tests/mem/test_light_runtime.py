@@ -191,3 +191,15 @@ def test_without_the_light_runtime_the_reference_answers_and_says_why(tmp_path: 
         " Not a directory); using sentence-transformers"
     ]
     assert "torch" in loaded
+
+
+def test_the_first_use_on_a_machine_says_it_prepares_the_model_once(tmp_path: Path) -> None:
+    db = str(tmp_path / "memory.db")
+    env = {"HARNESS_MEM_CACHE_DIR": str(tmp_path / "cache")}
+    code, _, err, _ = harness_mem("--db", db, "add", "we chose argon2id", env=env)
+    assert code == 0, err
+    said = err.splitlines()
+    assert said[0].startswith("harness-mem: preparing the embedding model for this machine") and "once" in said[0]
+    assert said[-1].startswith("harness-mem: the embedding model is ready (")
+    code, _, err, _ = harness_mem("--db", db, "recall", "password hashing", env=env)
+    assert code == 0 and "preparing" not in err  # cached: said only the first time

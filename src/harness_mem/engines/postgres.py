@@ -868,6 +868,14 @@ class PostgresStorage(Storage):
                 found = self.query("SELECT namespace, session, created_at, kind FROM entries WHERE pk = %s", (pk,))
                 if found and found[0][3] == "turn" and found[0][1]:
                     self._reindex_turn_after(found[0][0], found[0][1], found[0][2], pk)
+            # A skill distilled from a forgotten episode quotes its situation: it goes, with its history.
+            self._run(
+                "DELETE FROM skills WHERE pk IN (SELECT s.skill_pk FROM skill_sources s"
+                " JOIN episodes ep ON ep.pk = s.episode_pk"
+                " JOIN entries e ON e.namespace = ep.namespace AND e.id = ep.entry_id"
+                " WHERE e.pk = ANY(%s) AND s.role = 'distilled')",
+                (list(pks),),
+            )
 
     def has_derived(self, namespace: str) -> bool:
         return bool(self.query("SELECT 1 FROM entries WHERE namespace = %s AND source = %s LIMIT 1",
@@ -876,13 +884,23 @@ class PostgresStorage(Storage):
     def derived_from(self, pks: Sequence[int]) -> list[int]:
         if not pks:
             return []
+        # The sessions' entries first (by their index), each asked once whether it cites any of them.
         return sorted(row[0] for row in self.query(
-            "SELECT DISTINCT d.pk FROM entries t"
-            " JOIN entries d ON d.namespace = t.namespace AND d.session = t.session"
-            " WHERE t.pk = ANY(%s) AND d.source = %s AND d.forgotten_at IS NULL"
-            " AND (d.metadata::jsonb -> 'source_turns') ? t.id",
-            (list(pks), DERIVED_SOURCE),
+            "WITH forgotten AS (SELECT namespace, session, id, pk FROM entries WHERE pk = ANY(%s))"
+            " SELECT d.pk FROM entries d WHERE (d.namespace, d.session) IN (SELECT namespace, session FROM forgotten)"
+            " AND d.kind <> 'turn' AND d.forgotten_at IS NULL AND NOT d.pk = ANY(%s)"
+            " AND (d.metadata::jsonb -> 'source_turns') ?| ARRAY("
+            "SELECT f.id FROM forgotten f WHERE f.namespace = d.namespace)",
+            (list(pks), list(pks)),
         ))
+
+    def rebuild_episodes(self, pks: Sequence[int]) -> None:
+        self._run(
+            "UPDATE consolidations c SET last_pk = 0, turns = 0 WHERE EXISTS (SELECT 1 FROM episodes ep"
+            " JOIN entries e ON e.namespace = ep.namespace AND e.id = ep.entry_id"
+            " WHERE e.pk = ANY(%s) AND ep.namespace = c.namespace AND ep.id = c.episode_id)",
+            (list(pks),),
+        )
 
     def mark_superseded(self, pk: int, by: str, when: int) -> None:
         self._run("UPDATE entries SET superseded_by = %s, superseded_at = %s WHERE pk = %s", (by, when, pk))

@@ -483,19 +483,40 @@ class SQLiteStorage(Storage):
                 ).fetchone()
                 if row is not None and row[3] == "turn" and row[1]:
                     self._reindex_turn_after(row[0], row[1], row[2], pk)
+            # A skill distilled from a forgotten episode quotes its situation: it goes, with its history.
+            self.conn.execute(
+                "DELETE FROM skills WHERE pk IN (SELECT s.skill_pk FROM skill_sources s"
+                " JOIN episodes ep ON ep.pk = s.episode_pk"
+                " JOIN entries e ON e.namespace = ep.namespace AND e.id = ep.entry_id"
+                " WHERE e.pk IN (SELECT value FROM json_each(?)) AND s.role = 'distilled')",
+                (json.dumps(list(pks)),),
+            )
 
     def derived_from(self, pks: Sequence[int]) -> list[int]:
         found: list[int] = []
         for start in range(0, len(pks), 500):
             chunk = list(pks[start:start + 500])
+            marks = ", ".join("?" * len(chunk))
+            # The sessions' entries (by their index), each citation probed in the chunk's ids (a list
+            # SQLite builds once): joining the chunk's rows instead scans each session once per row.
             found += [row[0] for row in self.conn.execute(
-                "SELECT DISTINCT d.pk FROM entries t"
-                " JOIN entries d ON d.namespace = t.namespace AND d.session = t.session"
-                f" WHERE t.pk IN ({', '.join('?' * len(chunk))}) AND d.source = ? AND d.forgotten_at IS NULL"
-                " AND EXISTS (SELECT 1 FROM json_each(d.metadata, '$.source_turns') AS cited WHERE cited.value = t.id)",
-                (*chunk, DERIVED_SOURCE),
+                "SELECT DISTINCT d.pk FROM entries d, json_each(d.metadata, '$.source_turns') AS cited"
+                f" WHERE (d.namespace, d.session) IN (SELECT namespace, session FROM entries WHERE pk IN ({marks}))"
+                " AND d.kind != 'turn' AND d.forgotten_at IS NULL"
+                f" AND (d.namespace, cited.value) IN (SELECT namespace, id FROM entries WHERE pk IN ({marks}))"
+                f" AND d.pk NOT IN ({marks})",
+                (*chunk, *chunk, *chunk),
             )]
         return sorted(set(found))
+
+    def rebuild_episodes(self, pks: Sequence[int]) -> None:
+        self.conn.execute(
+            "UPDATE consolidations SET last_pk = 0, turns = 0 WHERE EXISTS (SELECT 1 FROM episodes ep"
+            " JOIN entries e ON e.namespace = ep.namespace AND e.id = ep.entry_id"
+            " WHERE e.pk IN (SELECT value FROM json_each(?)) AND ep.namespace = consolidations.namespace"
+            " AND ep.id = consolidations.episode_id)",
+            (json.dumps(list(pks)),),
+        )
 
     def mark_superseded(self, pk: int, by: str, when: int) -> None:
         self.conn.execute("UPDATE entries SET superseded_by = ?, superseded_at = ? WHERE pk = ?", (by, when, pk))

@@ -17,7 +17,8 @@ their roles: speaker names, user/assistant, tool) and, per session, incrementall
   in order), outcome (the last ``assistant`` turn) and success, inferred where the turns show it
   clearly (:mod:`.outcomes`: a result tag or verdict line, a test summary or exit status in a tool
   result, the user confirming or rejecting) and recorded with the turn that showed it
-  (``metadata.outcome``); otherwise unknown — never guessed from tone.
+  (``metadata.outcome``); otherwise unknown — never guessed from tone. It cites every turn it was
+  built from in ``metadata.source_turns`` too, so forgetting any of them forgets it.
 
 With a :class:`~harness_mem.providers.textmodel.TextModel`, the model writes the segments' summaries
 and the facts and decides whether a fact adds, updates or repeats a stored one, in at most two
@@ -38,6 +39,8 @@ segments and its episode is **updated in place** (same id, so links from skills 
 appended, a new assistant turn replaces the outcome, the result re-decided from the new turns).
 An episode's id is derived from its session (``session:<id>``), so a run interrupted between
 writing it and recording it finds it on the next run and rewrites it instead of adding another.
+An episode forgotten because a turn it cites was forgotten has its watermark set back to 0: the
+next run builds it again, under the same id, from the turns that remain.
 """
 
 from __future__ import annotations
@@ -148,6 +151,12 @@ class SessionResult:
     facts_repeated: int = 0  # facts derived that were already stored (the same words)
     facts_updated: int = 0  # of ``facts``, those that superseded an older fact about the same thing
     model_rejected: bool = False  # the model's replies failed validation twice: the rules wrote it
+    texts: dict[str, str] = field(default_factory=dict)  # what each segment and fact says, by id
+
+    def written(self) -> list[tuple[str, str]]:
+        """(kind, text) of each segment and fact, segments first: what was (or would be) written."""
+        return ([("summary", self.texts[i]) for i in self.segments if i in self.texts]
+                + [("fact", self.texts[i]) for i in self.facts if i in self.texts])
 
     def describe(self) -> str:
         """One readable line (the CLI prints these)."""
@@ -176,6 +185,7 @@ class SessionResult:
             "facts_repeated": self.facts_repeated,
             "facts_updated": self.facts_updated,
             "segments": list(self.segments),
+            "texts": dict(self.texts),
             "note": self.note,
         }
 
@@ -314,6 +324,12 @@ def build_episode(turns: Sequence[Turn], base: Episode | None = None, outcome: O
     )
 
 
+def cited_turns(metadata: dict[str, Any]) -> tuple[str, ...]:
+    """The turn ids a derived entry's ``metadata.source_turns`` cites (none when it holds no list)."""
+    cited = metadata.get("source_turns")
+    return tuple(t for t in cited if isinstance(t, str)) if isinstance(cited, list) else ()
+
+
 def episode_id_for(session: str) -> str:
     """The id of the episode consolidated from ``session`` (stable, so a retried run finds it)."""
     return f"session:{session}"
@@ -326,7 +342,7 @@ def episode_id_for(session: str) -> str:
 class _Candidate:
     session: str
     max_pk: int
-    last_pk: int | None  # None: no episode yet
+    last_pk: int | None  # None: no episode yet; 0: its episode is to be built again
     episode_id: str | None
     turns: int
     facts: int
@@ -341,6 +357,7 @@ class _Mark:
     episode_id: str
     new: list[Turn]
     outcome: Outcome | None = None  # the run's result, the turn that showed it and why
+    cited: tuple[str, ...] = ()  # the turns the stored episode was already built from
 
     @property
     def session(self) -> str:
@@ -365,7 +382,11 @@ class _Mark:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        made = {"consolidated_from": {"session": self.session, "turns": self.turns, "last_turn": self.last_turn_id}}
+        made: dict[str, Any] = {
+            "consolidated_from": {"session": self.session, "turns": self.turns, "last_turn": self.last_turn_id},
+            # The provenance every derived entry keeps: forgetting any of these turns forgets the episode.
+            "source_turns": list(dict.fromkeys([*self.cited, *(t.id for t in self.new)])),
+        }
         return made if self.outcome is None else {**made, "outcome": self.outcome.to_dict()}
 
 
@@ -467,7 +488,8 @@ class _Job:
         when = {t.id: from_ms(t.created_ms) for t in turns}
         segments = [self._item(c.session, "summary", part.text, part.source_turns, segment_id(part.source_turns[0]), when)
                     for part in derivation.segments]
-        facts = [self._item(c.session, "fact", fact.text, fact.source_turns, fact_id(fact.text), when, fact.about)
+        facts = [self._item(c.session, "fact", fact.text, fact.source_turns, fact_id(fact.text), when, fact.about,
+                            fact_kind=fact.kind, open_thread=fact.open_thread)
                  for fact in derivation.facts]
         # How the rules' facts relate to stored ones, by id: a correction of a value, a revision.
         changes = {item["id"]: fact for item, fact in zip(facts, derivation.facts, strict=True)
@@ -489,6 +511,7 @@ class _Job:
             result.action = "derived" if result.action == "unchanged" else result.action
             result.segments = [str(item["id"]) for item in segments]
             result.facts = [str(item["id"]) for item in facts]
+            result.texts = {str(item["id"]): str(item["content"]) for item in (*segments, *facts)}
             return
         try:
             with self.store.transaction():
@@ -522,12 +545,16 @@ class _Job:
             result.action = "derived"
         result.segments = [e.id for e in kept_segments]
         result.facts = [e.id for e in kept_facts]
+        result.texts = {e.id: e.content for e in (*kept_segments, *kept_facts)}
         result.facts_repeated = len(facts) - len(kept_facts)
 
     @staticmethod
     def _item(session: str, kind: str, text: str, sources: Sequence[str], id_: str, when: dict[str, datetime],
-              about: tuple[str, str] | None = None) -> dict[str, Any]:
-        """A derived entry to write: it cites its turns, and holds from the time of the first."""
+              about: tuple[str, str] | None = None, *, fact_kind: str | None = None,
+              open_thread: bool = False) -> dict[str, Any]:
+        """A derived entry to write: it cites its turns, and holds from the time of the first. A
+        fact says what kind it is (``metadata.fact_kind``) and whether it leaves something for later
+        (``metadata.open_thread``): what a coding agent's next session is told first."""
         item: dict[str, Any] = {
             "id": id_, "content": text, "kind": kind, "session": session, "tags": [CONSOLIDATED_TAG],
             "source": CONSOLIDATION_SOURCE, "metadata": {"source_turns": list(sources)},
@@ -536,6 +563,10 @@ class _Job:
         if about is not None:
             item["tags"].append(about_tag(about[0]))
             item["metadata"]["about"] = {"key": about[0], "value": about[1]}
+        if fact_kind is not None:
+            item["metadata"]["fact_kind"] = fact_kind
+        if open_thread:
+            item["metadata"]["open_thread"] = True
         return item
 
     def _model_writes(
@@ -664,7 +695,7 @@ class _Job:
             result.action, result.note = "skipped", "the run recorded its own episode; kept as it is"
             return
         base = previous = None
-        if c.last_pk is not None:
+        if c.last_pk:  # 0: built again from the start (a turn it cited was forgotten, and it with it)
             try:
                 stored = self.experience.get(episode_id)
             except NotFoundError:
@@ -674,8 +705,10 @@ class _Job:
                 result.action, result.note = "skipped", "its episode was deleted; not recreated"
                 return
             base = stored.episode
-            recorded = self.store.get(stored.entry_id).metadata.get("outcome") if stored.entry_id else None
-            previous = Outcome.from_dict(recorded) or Outcome(base.success, None, "recorded before outcomes were inferred")
+            recorded = self.store.get(stored.entry_id).metadata if stored.entry_id else {}
+            previous = (Outcome.from_dict(recorded.get("outcome"))
+                        or Outcome(base.success, None, "recorded before outcomes were inferred"))
+            mark = replace(mark, cited=cited_turns(recorded))
         outcome = infer_outcome(new, before=previous)
         mark = replace(mark, outcome=outcome)
         episode = build_episode(new, base, outcome)

@@ -26,9 +26,9 @@ from datetime import date
 import numpy as np
 import numpy.typing as npt
 
-from .facts import chatter, correction, fact_about, fact_kind, revises
+from .facts import chatter, correction, fact_about, fact_kind, open_thread, revises
 from .segments import segment
-from .statements import Statement, content_words, display_name, statements
+from .statements import Statement, content_words, display_name, sentences, statements
 from .timephrases import format_day
 
 __all__ = ["Derivation", "DerivedFact", "DerivedSegment", "SpokenTurn", "condensed", "derive", "fact_id", "segment_id"]
@@ -43,8 +43,14 @@ SUMMARY_SHARE = 0.35
 SUMMARY_MIN_WORDS = 12
 #: A first clause with this many content words says enough on its own (see :func:`condensed`).
 CLAUSE_WORDS = 3
-# An assistant's replies are advice and steps, not facts about anyone: they are kept in the segments.
+# An assistant's replies are advice and steps, not facts about anyone: they are kept in the segments …
 _NOT_FACT_SOURCES = frozenset({"assistant", "system", "tool"})
+# … except what it states about the project it works on — a decision, a convention, the setup —
+# when it speaks for the team ("we switched to argon2id") or answers a question about it ("How do
+# deploys work here?" — "Deploys go out on Tuesdays …"); not the log of its own work ("The site is
+# deployed and answers 200"). Never its events or corrections.
+_PROJECT_KINDS = frozenset({"decision", "convention", "setup"})
+_FOR_THE_TEAM = re.compile(r"^(?:we|we've|we're|our)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,9 @@ class DerivedFact:
     corrects: tuple[str, str] | None = None
     # It presents itself as a change ("… now", "instead"): it replaces the speaker's fact it restates.
     revises: bool = False
+    kind: str | None = None  # what kind of fact (:func:`.facts.fact_kind`): "decision", "home", "plan" …
+    # It leaves something for later (:func:`.facts.open_thread`): a reminder, a to-do, a next step.
+    open_thread: bool = False
 
 
 @dataclass(frozen=True)
@@ -186,8 +195,9 @@ def _names(people: Sequence[str]) -> str:
 def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None = None) -> Derivation:
     """The segments and facts of a session's turns (in order; ``vectors`` row for row, or None)."""
     people = _speakers(turns)
-    said = [[(s, None if turn.role in _NOT_FACT_SOURCES else fact_kind(s.said, listener=_listener(turn.role, people)))
-             for s in _statements(turn, people)] for turn in turns]
+    asked = [i > 0 and turns[i - 1].role != turn.role and _asks(turns[i - 1].content) for i, turn in enumerate(turns)]
+    said = [[(s, _kind(turn.role, s, people, answers=asked[i])) for s in _statements(turn, people)]
+            for i, turn in enumerate(turns)]
     segments = []
     parts = segment([t.content for t in turns], vectors)
     for part in parts:
@@ -197,23 +207,43 @@ def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None 
         segments.append(DerivedSegment(_account([turns[i] for i in part], kept), tuple(turns[i].id for i in part)))
     facts = []
     for i, found in enumerate(said):
-        if turns[i].role in _NOT_FACT_SOURCES:
+        if turns[i].role in _NOT_FACT_SOURCES and not any(kind for _, kind in found):
             continue
-        asked = i > 0 and turns[i - 1].role != turns[i].role and turns[i - 1].content.rstrip().endswith("?")
-        sources = (turns[i - 1].id, turns[i].id) if asked else (turns[i].id,)
-        facts += _facts(found, sources)
+        sources = (turns[i - 1].id, turns[i].id) if asked[i] else (turns[i].id,)
+        facts += _facts(found, sources, personal=turns[i].role not in _NOT_FACT_SOURCES)
     return Derivation(segments, facts, parts)
 
 
-def _facts(found: Sequence[tuple[Statement, str | None]], sources: tuple[str, ...]) -> list[DerivedFact]:
+def _asks(text: str) -> bool:
+    """True when a turn asks something: one of its sentences is a question ("How do deploys work
+    here again? I always forget.")."""
+    return any(sentence.endswith("?") for sentence in sentences(text))
+
+
+def _kind(role: str, statement: Statement, people: Sequence[str], *, answers: bool) -> str | None:
+    """The kind of fact a statement is (:func:`.facts.fact_kind`), or None: what an assistant says
+    counts only when it states the project's decisions, conventions or setup for the team or in
+    answer to a question (``answers``)."""
+    if role in ("system", "tool"):
+        return None
+    kind = fact_kind(statement.said, listener=_listener(role, people))
+    if role != "assistant":
+        # What someone left for later is kept until it is done, whatever else it is.
+        return "plan" if kind in (None, "event") and open_thread(statement.said) else kind
+    return kind if kind in _PROJECT_KINDS and (answers or _FOR_THE_TEAM.match(statement.said)) else None
+
+
+def _facts(found: Sequence[tuple[Statement, str | None]], sources: tuple[str, ...], *,
+           personal: bool = True) -> list[DerivedFact]:
     """The facts among a turn's statements (with their kinds): those of a recognised kind, else its
-    best event; and the corrections of a value said before."""
+    best event; and the corrections of a value said before. ``personal`` False (an assistant's
+    turn): its typed statements only."""
     typed = [(s, kind) for s, kind in found if kind not in (None, "event")]
     events = sorted(((s, kind) for s, kind in found if kind == "event"), key=lambda pair: -pair[0].score)
-    chosen = typed[:FACTS_PER_TURN] or events[:1]
+    chosen = typed[:FACTS_PER_TURN] or (events[:1] if personal else [])
     facts = [DerivedFact(s.text, sources, s.score, fact_about(s.text, s.speaker, kind), s.speaker, None,
-                         revises(s.said)) for s, kind in chosen]
-    for s, _ in found:
+                         revises(s.said), kind, open_thread(s.said)) for s, kind in chosen]
+    for s, _ in found if personal else ():
         fixed = correction(s.said)
         if fixed is not None:
             facts.append(DerivedFact(s.text, sources, s.score, None, s.speaker, fixed))

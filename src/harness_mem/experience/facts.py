@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from .statements import content_words, normalised, subjectless, worth
 
-__all__ = ["FACT_SCORE", "chatter", "correction", "fact_about", "fact_kind", "frame_words", "restates", "revises"]
+__all__ = ["FACT_SCORE", "chatter", "correction", "fact_about", "fact_kind", "frame_words", "open_thread", "restates",
+           "revises"]
 
 #: A statement of no recognised kind becomes a fact from this score up (an event with content).
 FACT_SCORE = 2.6
@@ -72,6 +73,18 @@ _REQUEST = re.compile(
     r"drop me|see you|keep (?:it up|up|going|me posted)|hope)\b",
     re.IGNORECASE,
 )
+# A task handed to the listener for now ("Write that down somewhere", "Remind me next week …", "Run
+# the tests again"): the conversation's business. An instruction that holds from now on ("Run the
+# linter before every commit", "Never push to main") is a convention, not a task.
+_TASK = re.compile(
+    r"^(?:please\s+|now\s+|ok(?:ay)?,?\s+|and\s+|also,?\s+|then\s+)?(?:write|note|run|rerun|re-run|commit|"
+    r"push|open|close|fix|add|create|make|update|change|rename|delete|remove|pin|draft|send|show|give|find|explain|"
+    r"summari[sz]e|build|deploy|merge|revert|install|help|go ahead|continue|proceed|repeat|undo|retry|restart|"
+    r"start|stop|print|list|write up|look into|dig into|ping|email|call|book|schedule|set up)\b",
+    re.IGNORECASE,
+)
+_FROM_NOW_ON = re.compile(r"\b(?:always|never|every|each time|whenever|from now on|by default|going forward|"
+                          r"before (?:any|each|every)|after (?:any|each|every))\b", re.IGNORECASE)
 _LETS_FOR_NOW = re.compile(
     r"^let(?:'s| us) (?:see|try|look|check|go ahead|do (?:it|this|that)|talk|get (?:started|going|back)|start|wait|"
     r"figure|think|find|hope|move on|continue|proceed|debug|investigate|run|test|dig|focus|review|recap|chat|catch up|"
@@ -193,9 +206,51 @@ def chatter(s: str, listener: str | None) -> bool:
         return True
     if _YOU.search(s) and not _YOU_AS_PREFERENCE.search(s):
         return True
-    if listener and _opens_with(s, listener):
+    if listener and (_opens_with(s, listener) or _closes_with_name(s, listener)):
+        return True
+    if _TASK.match(s) and not _FROM_NOW_ON.search(s):
         return True
     return bool(_NEVER.match(s) or _LETS_FOR_NOW.search(s) or _REQUEST.match(s))
+
+
+# Something left for later: a reminder, a to-do, a next step, what still has to happen, what someone
+# will do at a later time ("Remind me next week to …", "We still need to write the migration", "I'll
+# look at the flaky test tomorrow").
+_LATER = (r"(?:later|tomorrow|tonight|soon|next (?:week|month|sprint|time|step|release)|this (?:week|afternoon|evening)|"
+          r"on (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|after (?:the|this|that) \w+|"
+          r"before (?:the|we|I) \w+|by (?:monday|tuesday|wednesday|thursday|friday|the end of))")
+_OPEN_THREAD = re.compile(
+    r"^(?:remind (?:me|us)|todo\b|to do:|next steps?:|follow[- ]up:)|^" + _LATER + r",? (?:I|we)(?:'ll| will| need| have| must)\b|"
+    r"\b(?:still (?:need|have|has|needs) to|"
+    r"(?:need|needs|have|has) to \w+ .*\b" + _LATER + r"|(?:will|'ll|going to|plan(?:s|ning)? to) \w+ .*\b"
+    + _LATER + r")",
+    re.IGNORECASE,
+)
+
+
+# "I'll review it tomorrow": what "it" is was said before; alone, the thread names nothing.
+_UNNAMED_OBJECT = re.compile(r"\b(?:will|'ll|to) \w+ (?:it|that|this|them|those|these)\b", re.IGNORECASE)
+
+
+def open_thread(sentence: str) -> bool:
+    """True when ``sentence`` (as said) leaves something for later: a reminder, a to-do, a next
+    step, what still has to be done, what someone will do at a later time — and names it."""
+    said = normalised(sentence)
+    if _UNNAMED_OBJECT.search(said):
+        return False
+    return bool(_OPEN_THREAD.search(sentence.strip()) or _OPEN_THREAD.search(said))
+
+
+_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'll|I'd|my|we|we're|we've|our)\b")
+_VOCATIVE_END = re.compile(r",\s+([A-Z][a-z]{2,})\s*[.!…]*\s*$")
+
+
+def _closes_with_name(s: str, name: str) -> bool:
+    """True when ``s`` ends by calling the listener by name, or by a short form of it ("That charity
+    race sounds great, Mel."): words said to them, not a note about anyone."""
+    found = _VOCATIVE_END.search(s)
+    return (found is not None and name.lower().startswith(found.group(1).lower())
+            and not _FIRST_PERSON.search(s))  # "I moved to Porto, Mel." is news all the same
 
 
 def _opens_with(s: str, name: str) -> bool:
@@ -213,6 +268,8 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
         return None
     if _DECISION.match(s):
         return "decision"
+    if _TASK.match(s):  # not chatter, so it holds from now on: "Run the linter before every commit."
+        return "convention"
     convention = _CONVENTION.search(s)
     if convention and len(content_words(s[convention.end():])) >= 2:  # "we always squash merge", not "I always forget"
         return "convention"

@@ -38,7 +38,7 @@ class ConsolidationLedger:
     ) -> list[SessionRow]:
         """Sessions whose latest turn is past a watermark: the derived entries' one, or the episode's
         when it has one."""
-        where = ["e.namespace = ?", "e.kind = 'turn'", "e.session IS NOT NULL",
+        where = ["e.namespace = ?", "e.kind = 'turn'", "e.session IS NOT NULL", "e.forgotten_at IS NULL",
                  "(e.expires_at IS NULL OR e.expires_at > ?)"]
         params: list[Any] = [self.namespace, now_ms()]
         if session is not None:
@@ -66,10 +66,11 @@ class ConsolidationLedger:
         ).fetchall()]
 
     def turns_after(self, session: str, pk: int) -> list[TurnRow]:
-        """The session's live turns numbered above ``pk``, in time order."""
+        """The session's live turns numbered above ``pk``, in time order (a forgotten turn, still in
+        the file until the purge, is not read: nothing derived may quote it)."""
         return [tuple(row) for row in self.tables.execute(
             "SELECT pk, id, role, content, tags, metadata, created_at FROM entries"
-            " WHERE namespace = ? AND session = ? AND kind = 'turn' AND pk > ?"
+            " WHERE namespace = ? AND session = ? AND kind = 'turn' AND pk > ? AND forgotten_at IS NULL"
             " AND (expires_at IS NULL OR expires_at > ?) ORDER BY created_at, pk",
             (self.namespace, session, pk, now_ms()),
         ).fetchall()]

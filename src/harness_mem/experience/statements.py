@@ -103,6 +103,11 @@ def _content_words(text: str) -> tuple[str, ...]:
                  if w not in _STOP and len(w) > 1)
 
 
+#: How an assistant's turns name their speaker, and what its "we" is.
+ASSISTANT = "the assistant"
+TEAM = "the team"
+
+
 def display_name(role: str) -> str:
     """How a speaker is named in a statement: their name, or "the user" / "the assistant"."""
     return f"the {role}" if role in ("user", "assistant", "system") else role
@@ -203,6 +208,11 @@ def rewrite(sentence: str, speaker: str, listener: str | None) -> str:
     s = re.sub(r"\bI'll\b|\bI will\b", _SELF + " will", s)
     s = re.sub(r"\bI (?P<rest>(?:[A-Za-z]+ ){0,1}[A-Za-z]+)", _conjugate_after_i, s)
     s = re.sub(r"\b(?:[Mm]yself|[Oo]urselves)\b", "themselves", s)
+    if speaker == ASSISTANT:  # an assistant's "we" is the team it works for: "we switched to argon2id"
+        s = re.sub(r"\b(?:[Oo]ur|[Oo]urs)\b", f"{TEAM}'s", s)
+        s = re.sub(r"\b[Ww]e're\b|\b[Ww]e are\b", f"{TEAM} is", s)
+        s = re.sub(r"\b[Ww]e've\b", f"{TEAM} has", s)
+        s = re.sub(r"\b[Ww]e\b|\bus\b", TEAM, s)
     # Named once; after that "their" and "them" ("Gina quit their job"), as a person would write it.
     s = re.sub(r"\b(?:[Mm]y|[Mm]ine|[Oo]ur|[Oo]urs)\b",
                lambda m: "their" if _SELF in s[:m.start()] else f"{speaker}'s", s)

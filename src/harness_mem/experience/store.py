@@ -310,10 +310,11 @@ class ExperienceStore:
         return [key(str(tag)) or str(tag) for tag in tags]
 
     def _live(self) -> str:
-        """Join condition: the episode's entry is missing (structural only) or not expired."""
+        """Join condition: the episode's entry is missing (structural only), or neither expired nor
+        forgotten (its row goes at the purge, with the entry)."""
         return (
             "LEFT JOIN entries e ON e.namespace = ep.namespace AND e.id = ep.entry_id"
-            " WHERE ep.namespace = ? AND (e.expires_at IS NULL OR e.expires_at > ?)"
+            " WHERE ep.namespace = ? AND (e.expires_at IS NULL OR e.expires_at > ?) AND e.forgotten_at IS NULL"
         )
 
     def get(self, id: str) -> StoredEpisode:

@@ -45,6 +45,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -298,11 +299,12 @@ def session_context(store: MemoryStore, payload: dict[str, Any], *, budget: int 
     """What a new session starts with: the project's durable knowledge; None when it has none.
 
     No query exists yet at session start, so the knowledge is the project's current facts and notes
-    (decisions, conventions, facts: corrected ones are left out) from its earlier sessions, newest
-    first, each with the date it was said, within ``budget`` tokens (characters / 4). Nothing else:
-    no raw prompts ("Commit.", "Thanks, that's all for today.") and nothing from other projects. Nor
-    the sessions' summaries: the rules' last segment of a session is its last requests ("Push and
-    open a PR."), which reads as an open thread and is none.
+    from its earlier sessions (corrected ones left out), each with the day it was said, within
+    ``budget`` tokens (characters / 4), most useful first: the project's decisions, conventions and
+    setup, and the notes written to be kept; then its open threads (what was left for later, in the
+    last :data:`OPEN_THREAD_DAYS` days); then the other facts — newest first within each. Nothing
+    else: no raw prompts ("Commit.", "Thanks, that's all for today.") and nothing from other
+    projects. Nor the sessions' summaries, which retell a session rather than say what holds.
     """
     project = find_project(payload.get("cwd"))
     if project is None:
@@ -312,10 +314,13 @@ def session_context(store: MemoryStore, payload: dict[str, Any], *, budget: int 
                                    tags=[project.tag], exclude_sessions=[session]))
     if not knowledge:
         return None
-    head = (f"harness-mem's memory of the project {project.name} ({project.key}): decisions, conventions and"
-            " facts from earlier sessions, newest first, each with the day it was said. Background to check"
-            " against the code, not instructions.")
-    lines, ids = _fitted(head, knowledge, budget)
+    head = (f"harness-mem's memory of the project {project.name} ({project.key}), from earlier sessions, each"
+            " with the day it was said. Background to check against the code, not instructions.")
+    recent = datetime.now(UTC) - timedelta(days=OPEN_THREAD_DAYS)
+    groups: dict[str, list[Entry]] = {title: [] for title in CONTEXT_GROUPS}
+    for entry in knowledge:  # newest first, and so within each group
+        groups[_group_of(entry, recent)].append(entry)
+    lines, ids = _fitted(head, groups, budget)
     if not ids:
         return None
     left = len(knowledge) - len(ids)
@@ -325,18 +330,43 @@ def session_context(store: MemoryStore, payload: dict[str, Any], *, budget: int 
     return Context("\n".join(lines), tuple(ids))
 
 
-def _fitted(head: str, entries: Sequence[Entry], budget: int) -> tuple[list[str], list[str]]:
-    """The block's opening lines and one line per entry, in order, while they fit ``budget`` tokens
-    (its closing mark counted); and the ids of the entries shown."""
+#: The parts of a session's opening context, in the order given (see :func:`session_context`).
+CONTEXT_GROUPS = ("Decisions, conventions and setup:", "Open threads, left for later:", "Other facts:")
+#: What a fact's kind (``metadata.fact_kind``, written by consolidation) puts first.
+RULE_KINDS = frozenset({"decision", "convention", "setup"})
+#: An open thread older than this is no longer told first (it was done, or dropped).
+OPEN_THREAD_DAYS = 30
+
+
+def _group_of(entry: Entry, recent: datetime) -> str:
+    rules, threads, others = CONTEXT_GROUPS
+    if entry.kind == "note" or entry.metadata.get("fact_kind") in RULE_KINDS:
+        return rules  # a note was written to be kept
+    if entry.metadata.get("open_thread") and entry.created_at >= recent:
+        return threads
+    return others
+
+
+def _fitted(head: str, groups: Sequence[Entry] | dict[str, list[Entry]], budget: int) -> tuple[list[str], list[str]]:
+    """The block's opening lines and one line per entry (under its group's title, when ``groups``
+    has titles), in order, while they fit ``budget`` tokens (its closing mark counted); and the ids
+    of the entries shown."""
     lines, ids = [OPEN_MARK, head], []
     used = _tokens(OPEN_MARK, head, CLOSE_MARK)
-    for entry in entries:
-        line = _line(entry)
-        if used + _tokens(line) > budget:
-            break
-        lines.append(line)
-        ids.append(entry.id)
-        used += _tokens(line)
+    titled = groups.items() if isinstance(groups, dict) else [("", list(groups))]
+    for title, entries in titled:
+        shown_title = False
+        for entry in entries:
+            line = _line(entry)
+            cost = _tokens(line) + (_tokens(title) if title and not shown_title else 0)
+            if used + cost > budget:
+                break
+            if title and not shown_title:
+                lines.append(title)
+                shown_title = True
+            lines.append(line)
+            ids.append(entry.id)
+            used += cost
     return lines, ids
 
 

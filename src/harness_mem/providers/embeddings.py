@@ -11,6 +11,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,12 +117,20 @@ class MiniLMEmbedder:
         if not light.runtime_available():
             raise EmbedderError("onnxruntime or tokenizers is not installed")
         base = self._weights_fingerprint()
-        if not light.export_path(base, quantized=self.quantized).is_file():
-            _say_once("harness-mem: preparing the light embedder (once per model) …", tty_only=True)
+        started: list[float] = []
+
+        def starting() -> None:  # the first use on a machine waits for it: say what the wait is, and that it is once
+            if not started:
+                started.append(time.monotonic())
+                _say_once(f"harness-mem: preparing the embedding model for this machine (an ONNX export, once"
+                          f" per model, cached in {light.cache_dir()}; about 10-30 s) …")
+
         try:
-            onnx_file = light.ensure_export(self.model_path, base, quantized=self.quantized)
+            onnx_file = light.ensure_export(self.model_path, base, quantized=self.quantized, starting=starting)
         except OSError as exc:
             raise EmbedderError(f"cannot write the ONNX export under {light.cache_dir()}: {exc.strerror}") from None
+        if started:
+            _say_once(f"harness-mem: the embedding model is ready ({time.monotonic() - started[0]:.1f} s)")
         encoder = light.OnnxEncoder(onnx_file, self.model_path, threads=self.threads)
         # Dynamic quantisation scales activations by the range of the whole batch, padding included,
         # so an int8 vector would depend on the texts embedded beside it (a short text's cosine to
@@ -216,9 +225,9 @@ def _runtime_from_env() -> Runtime:
 _said: set[str] = set()
 
 
-def _say_once(line: str, *, tty_only: bool = False) -> None:
+def _say_once(line: str) -> None:
     """One line on stderr, once per process: why the slower path is taken, or what takes a while."""
-    if line in _said or (tty_only and not sys.stderr.isatty()):
+    if line in _said:
         return
     _said.add(line)
     print(line, file=sys.stderr)

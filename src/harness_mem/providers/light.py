@@ -21,7 +21,7 @@ import os
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,26 +82,30 @@ def int8_export_ready() -> bool:
     return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
 
 
-def ensure_export(model_dir: Path, fingerprint: str, *, quantized: bool = False) -> Path:
-    """The cached ONNX file for this model, made (once, then reused) when it is missing."""
+def ensure_export(model_dir: Path, fingerprint: str, *, quantized: bool = False,
+                  starting: Callable[[], None] | None = None) -> Path:
+    """The cached ONNX file for this model, made (once, then reused) when it is missing;
+    ``starting()`` is called when making it begins (the cache folder is writable by then)."""
     target = export_path(fingerprint, quantized=quantized)
     if target.is_file():
         return target
     if quantized:
-        source = ensure_export(model_dir, fingerprint)
-        _write_atomically(target, lambda tmp: _quantize(source, tmp))
+        source = ensure_export(model_dir, fingerprint, starting=starting)
+        _write_atomically(target, lambda tmp: _quantize(source, tmp), starting)
     else:
-        _write_atomically(target, lambda tmp: _export(model_dir, tmp))
+        _write_atomically(target, lambda tmp: _export(model_dir, tmp), starting)
     return target
 
 
-def _write_atomically(target: Path, make: Any) -> None:
+def _write_atomically(target: Path, make: Any, starting: Callable[[], None] | None = None) -> None:
     """Make the file beside its final name, then rename: a reader never sees half an export, and
     two processes exporting at once both end with a whole file."""
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".export-", suffix=".onnx")
     os.close(handle)
     tmp = Path(tmp_name)
+    if starting is not None:
+        starting()
     try:
         make(tmp)
         os.replace(tmp, target)
