@@ -241,8 +241,8 @@ PURGE_PENDING_KEY = "gc.purge_pending"
 #: Entries deleted per write transaction (the first batch's, the least and the most), scaled to hold
 #: the lock about one step's time: a bulky entry frees many pages, each zeroed and logged. The first
 #: is small, as a step's cost is unknown until one is timed: on PostgreSQL an entry's delete (its
-#: vector, counters, the next turn re-indexed) took 18-48 ms, and a first batch of 500 forgotten
-#: entries held a writer 4.9 s there (bench/bench_pg_gc.py at load 20); the batches double from it.
+#: vector, counters, the next turn re-indexed) took 18-48 ms, and a first batch of up to 500 (all
+#: 100 forgotten) held a writer 4.9 s there (bench/bench_pg_gc.py at load 20); batches double from it.
 PURGE_BATCH = (10, 5, 500)
 
 
