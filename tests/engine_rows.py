@@ -33,11 +33,13 @@ def sql(store: MemoryStore, query: str, params: tuple[Any, ...] = ()) -> list[tu
 
 def keyword_rows(store: MemoryStore) -> int:
     """Entries with a row in the keyword index. On PostgreSQL the rows must also agree with the
-    counters BM25 reads its statistics from (``keywords.rows`` and ``keywords.tokens``)."""
+    counters BM25 reads its statistics from (``keywords.rows`` and ``keywords.tokens``, each
+    namespace's in ``namespace_state``)."""
     if not is_postgres(store):
         return int(store.db.execute("SELECT count(*) FROM entries_fts").fetchone()[0])
     rows, tokens = sql(store, "SELECT count(*), coalesce(sum(token_count), 0) FROM entries WHERE tokens IS NOT NULL")[0]
-    counted = dict(sql(store, "SELECT key, value FROM settings WHERE key IN ('keywords.rows', 'keywords.tokens')"))
+    counted = dict(sql(store, "SELECT key, sum(value) FROM namespace_state WHERE key IN ('keywords.rows', 'keywords.tokens')"
+                              " GROUP BY key"))
     assert (int(counted.get("keywords.rows", 0)), int(counted.get("keywords.tokens", 0))) == (rows, tokens), (
         f"the keyword counters {counted} drifted from the index rows ({rows} rows, {tokens} tokens)")
     return int(rows)
@@ -75,9 +77,7 @@ def in_transaction(store: MemoryStore) -> bool:
     """True while the store's connection is inside a transaction (holding the write lock)."""
     if not is_postgres(store):
         return bool(store.db.conn.in_transaction)
-    from psycopg.pq import TransactionStatus
-
-    return store.storage.conn.info.transaction_status != TransactionStatus.IDLE  # type: ignore[attr-defined, no-any-return]
+    return bool(store.storage.conn.in_transaction)  # type: ignore[attr-defined]
 
 
 def stored_values(dsn: str) -> bytes:
@@ -143,7 +143,7 @@ def lose_keyword_rows(target: str | Path) -> None:
 
         with psycopg.connect(str(target), autocommit=True) as conn:
             conn.execute("UPDATE entries SET tokens = NULL, token_count = NULL")
-            conn.execute("UPDATE settings SET value = '0' WHERE key IN ('keywords.rows', 'keywords.tokens')")
+            conn.execute("UPDATE namespace_state SET value = 0 WHERE key IN ('keywords.rows', 'keywords.tokens')")
         return
     from harness_mem.db import connect
 

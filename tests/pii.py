@@ -246,7 +246,8 @@ def _cn_id(sep: str) -> Callable[[Draw], Pii]:
 
 def _ipv4(draw: Draw) -> Pii:
     # Octets of two and three digits: a short address like "1.2.3.4" could occur in a file by chance.
-    octets = [draw(st.integers(11, 223)), *(draw(st.integers(10, 255)) for _ in range(3))]
+    # 127.x.x.x (loopback) is kept as it is, as nobody's address.
+    octets = [draw(st.integers(11, 223).filter(lambda o: o != 127)), *(draw(st.integers(10, 255)) for _ in range(3))]
     return Pii(".".join(map(str, octets)), "IP_ADDRESS")
 
 
@@ -294,6 +295,14 @@ def _assigned(template: str) -> Callable[[Draw], Pii]:
         secret = token(draw)
         return Pii(template.format(secret), "SECRET", secret)
     return build
+
+
+HEXDIGITS = "0123456789abcdef"
+
+
+def _es_dni(draw: Draw) -> Pii:
+    number = digits(draw, 8)
+    return Pii(number + "TRWAGMYFPDXBNJZSQVHLCKE"[int(number) % 23], "NATIONAL_ID")
 
 
 def _url_credentials(template: str) -> Callable[[Draw], Pii]:
@@ -391,6 +400,21 @@ FORMS: dict[str, st.SearchStrategy[Pii]] = {
     "secret-x-auth-key": form(_assigned("X-Auth-Key: {}")),
     "secret-session-key": form(_assigned("session_key_v2={}")),
     "secret-chinese": form(_assigned("密码={}")),
+    # issue #41: provider formats with no words around them, national numbers, plain phrasings
+    "key-sendgrid": form(_key(lambda draw: f"SG.{chars(draw, ALNUM, 22)}.{chars(draw, ALNUM, 43)}")),
+    "key-twilio": form(_key(lambda draw: f"SK{chars(draw, HEXDIGITS, 32)}")),
+    "key-mailgun": form(_key(lambda draw: f"key-{chars(draw, HEXDIGITS, 32)}")),
+    "key-digitalocean": form(_key(lambda draw: f"dop_v1_{chars(draw, HEXDIGITS, 64)}")),
+    "key-vault": form(_key(lambda draw: f"hvs.{chars(draw, ALNUM, 90)}")),
+    "key-telegram": form(_key(lambda draw: f"{digits(draw, 10)}:AA{chars(draw, ALNUM, 33)}")),
+    "key-age": form(_key(lambda draw: f"AGE-SECRET-KEY-1{chars(draw, 'QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L', 58)}")),
+    "national-uk-ni": form(lambda draw: Pii(chars(draw, "ABCEGHJKLMNPRSTWXYZ", 2) + digits(draw, 6)
+                                            + draw(st.sampled_from("ABCD")), "NATIONAL_ID")),
+    "national-es-dni": form(_es_dni),
+    "secret-login-pair": form(_assigned("login admin / {}!")),
+    "secret-curl-user": form(_assigned("curl -u deploy:{} https://ci.example.com")),
+    "secret-xml": form(_assigned("<password>{}</password>")),
+    "email-obfuscated": form(lambda draw: Pii(f"{chars(draw, string.ascii_lowercase, 6)}(at)example(dot)com", "EMAIL")),
 }
 PII = st.one_of(*FORMS.values())
 # One value of every form, for the slower paths: a handful of examples still sends each form through.

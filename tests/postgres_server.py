@@ -178,6 +178,25 @@ class PostgresServer:
             self.root = self.port = None
             shutil.rmtree(root)
 
+    def halt(self) -> None:
+        """Stops the server (fast shutdown: open sessions are cut) and keeps its directory and port
+        for :meth:`resume`: what an operator's restart or a crash of the server looks like to a client."""
+        pid = self.postmaster_pid
+        self._run([self._bin("pg_ctl"), "stop", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", "30"], timeout=40)
+        if not _wait_exited(pid, 30.0):
+            raise PostgresServerError(f"the server (pid {pid}) did not exit after pg_ctl stop")
+
+    def resume(self) -> None:
+        """Starts a server stopped by :meth:`halt` again, on the same data directory and port."""
+        if self.port is None:
+            raise PostgresServerError("the server is not started")
+        self._run([self._bin("pg_ctl"), "start", "-D", str(self.data_dir), "-l", str(self.log_file),
+                   "-o", f"-p {self.port}", "-w", "-t", str(int(self.start_timeout))], timeout=self.start_timeout + 10)
+
+    def restart(self) -> None:
+        self.halt()
+        self.resume()
+
     def __enter__(self) -> PostgresServer:
         self.start()
         return self

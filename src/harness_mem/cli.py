@@ -1457,9 +1457,12 @@ def _duration(seconds: float) -> str:
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With --http: the bearer token every request must carry (or $HARNESS_MEM_MCP_TOKEN);"
                    " required off loopback.")
+@click.option("--project/--no-project", default=True, show_default=True,
+              help="Over stdio: tag what the tools write with the git repository the server runs in, so the"
+                   " coding agent's hooks give it to that project's next sessions.")
 @click.pass_context
 def mcp(ctx: click.Context, db_path: Path | None, namespace: str | None, address: str | None,
-        token_file: Path | None) -> None:
+        token_file: Path | None, project: bool) -> None:
     """Serve the store to an MCP host over stdio, or over HTTP with --http.
 
     For Claude Desktop, Claude Code, Cursor and other MCP hosts, which start this command
@@ -1490,10 +1493,12 @@ def mcp(ctx: click.Context, db_path: Path | None, namespace: str | None, address
         with open_store(ctx, create=True) as store:
             serve_http(store, host, port, token)
         return
+    from .integrations.projects import find_repository
     from .mcp_server import serve  # the MCP SDK loads only for this command
 
+    repository = find_repository(os.getcwd()) if project else None
     with open_store(ctx, create=True) as store:
-        serve(store)
+        serve(store, tags=[repository.tag] if repository is not None else [])
 
 
 cli.add_command(hook_cli.hooks)

@@ -51,7 +51,8 @@ def remember(
     """Store ``content`` unless the namespace holds it already (same kind, same text once redacted).
 
     An exact duplicate writes nothing and returns the existing id with ``deduped=True``; there is
-    no fuzzy merging. With ``supersedes``, the new entry replaces that one (see :func:`supersede`).
+    no fuzzy merging. With ``supersedes``, the new entry replaces that one (see :func:`supersede`),
+    unless it restates it: then nothing is written and that entry's id comes back, ``deduped=True``.
     ``id`` and ``created_at`` (when it became true) default to a new id and now.
     """
     item = {"content": normalise(content), "kind": kind, "tags": list(tags) if not isinstance(tags, str) else tags,
@@ -71,10 +72,22 @@ def remember(
                 return Remembered(id=found, deduped=True, redactions=redactions)
         else:
             old_pk = _current_pk(storage, scope, supersedes)
+            old = storage.rows([old_pk])[old_pk]
+            if _restates(row, old, metadata_given=metadata is not None,
+                         expiry_given=expires_at is not None or ttl_days is not None):
+                return Remembered(id=old.id, deduped=True, redactions=redactions)
         write_sealed(storage, scope.sealer, [row], "error", vectors)
         if supersedes is not None:
             storage.mark_superseded(old_pk, row.id, now_ms())
     return Remembered(id=row.id, deduped=False, redactions=redactions, supersedes=supersedes)
+
+
+def _restates(new: Row, old: Row, *, metadata_given: bool, expiry_given: bool) -> bool:
+    """True when a correction would change nothing: a version with the same text (once redacted),
+    kind, role, session and tags, and no new metadata or expiry, is no version at all."""
+    same = (new.content_hash, new.kind, new.role, new.session, new.tags) == \
+        (old.content_hash, old.kind, old.role, old.session, old.tags)
+    return same and (not metadata_given or new.metadata == old.metadata) and not expiry_given
 
 
 def _duplicate(storage: Storage, row: Row) -> str | None:

@@ -147,11 +147,13 @@ def hook(ctx: click.Context, event: str, db_path: Path | str | None, namespace: 
         raise click.ClickException(f"no database at {location} — create one with `harness-mem --db {location} init`")
     store = _open(location, options)
     try:
-        output = claude_code.respond(store, payload, event)
+        answered = claude_code.answer(store, payload, event)
     finally:
         store.close()
-    if output is not None:
-        click.echo(output)
+    for notice in answered.notices:
+        click.echo(f"note: {notice}", err=True)
+    if answered.output is not None:
+        click.echo(answered.output)
 
 
 def _exists(location: Path | str) -> bool:

@@ -5,9 +5,16 @@ second. So the hook (:mod:`harness_mem.entry`) only reads the host's JSON and ha
 writer that keeps the :class:`~harness_mem.store.MemoryStore` open: the writer checks and answers it
 with the same code as the in-process path (:func:`~harness_mem.integrations.claude_code.parse_payload`
 and :func:`~harness_mem.integrations.claude_code.respond`, so redaction, cutting, repeats and tags
-are the same), commits, and only then acks. An acked turn is in the database; a turn that was not
-acked is stored by the hook itself, in process (a turn the writer committed just before dying is
-then the session's last turn again, which ``capture`` drops as a repeat).
+are the same), commits, and only then acks. An acked turn is in the database. A hook that reached
+no writer stores its turn itself, in process (a turn the writer committed just before dying is then
+the session's last turn again, which ``capture`` drops as a repeat).
+
+A writer that took the request but sends no ack within :data:`ACK_TIMEOUT` is held up (another
+process holds the write lock: a ``gc --vacuum`` of a large file) and will still store it. So the
+hook neither keeps the host waiting nor stores the turn beside it: it returns at once, leaving a
+detached copy of itself to wait for the ack (:func:`wait_detached`), which asks a new writer should
+that one die first. The turn's id comes from the hook run's event id (``event_id`` in the header),
+so a request that reaches a writer twice is stored once. The request stays in memory throughout.
 
 One writer serves one (database file, namespace), with the default redactor and no embedder. It
 listens on a Unix socket in a directory only its user can enter (``$HARNESS_MEM_RUNTIME_DIR``, else
@@ -17,8 +24,8 @@ exits after :data:`DEFAULT_IDLE_SECONDS` without a request (``$HARNESS_MEM_WRITE
 removing its socket. Nothing but the store's own (redacted) write puts a turn's text on disk.
 
 The wire format: the hook sends one JSON header line (:data:`PROTOCOL`, event, database, namespace,
-working directory), then the host's bytes as they came, then closes its sending side; the writer
-answers one JSON line: ``{"status": "ok", "output": …}``, ``{"status": "error", "message": …}``
+working directory, event id), then the host's bytes as they came, then closes its sending side; the writer
+answers one JSON line: ``{"status": "ok", "output": …, "notices": […]}``, ``{"status": "error", "message": …}``
 (the one-line error the in-process path prints), or ``{"status": "retry"}`` (not this writer's
 store: the hook answers in process).
 
@@ -58,16 +65,25 @@ DEFAULT_IDLE_SECONDS = 600.0
 ACK_TIMEOUT = 5.0
 #: How long the writer gives one hook to send its request (a hook that stalls must not hold up the rest).
 REQUEST_TIMEOUT = 5.0
+#: How long a detached hook waits for a held-up writer (its busy timeout is 30 s, and the hooks
+#: queued behind it each may wait as long), and how often it asks a new one when that one died.
+DETACHED_WAIT_SECONDS = 600.0
+DETACHED_ATTEMPTS = 20
+DETACHED_RETRY_SECONDS = 0.5
 # sun_path holds 108 bytes on Linux and 104 on macOS, the terminating NUL included.
 MAX_SOCKET_PATH_BYTES = 103
 RAISE_ERRORS_ENV = "HARNESS_MEM_RAISE_ERRORS"
 
 
 class Reply(NamedTuple):
-    """The writer's answer to one hook: what to print on stdout, or the one-line error."""
+    """The writer's answer to one hook: what to print on stdout, or the one-line error, and the
+    notices for stderr (what the hook skipped, though it succeeded)."""
 
     output: str | None = None
     error: str | None = None
+    notices: tuple[str, ...] = ()
+    #: No ack came in time: a detached copy of the hook waits for it (the writer will store the turn).
+    handed_off: bool = False
 
 
 # ---- where a writer listens ----------------------------------------------------------------------
@@ -105,38 +121,98 @@ def is_own_user(connection: socket.socket) -> bool:
 # ---- the hook's side -----------------------------------------------------------------------------
 
 
-def ask(db: str, namespace: str, event: str, raw: bytes, *, timeout: float = ACK_TIMEOUT) -> Reply | None:
+def ask(db: str, namespace: str, event: str, raw: bytes, *, timeout: float = ACK_TIMEOUT,
+        event_id: str | None = None, detach: bool = True) -> Reply | None:
     """The running writer's answer to one hook; None when no writer answered (none running, a stale
-    socket, a timeout, a writer that died before its ack, or one for another store)."""
+    socket, a writer that died before its ack, or one for another store): the hook stores its turn
+    itself. A writer that took the request but sends no ack within ``timeout`` will still store it:
+    a detached copy of the hook waits for that ack (``handed_off``, see :func:`wait_detached`)."""
     if not hasattr(socket, "AF_UNIX"):
         return None
     path = socket_path(db, namespace)
     if path is None or not is_private(os.path.dirname(path)):
         return None
-    header = {"protocol": PROTOCOL, "event": event, "db": db, "namespace": namespace, "cwd": _cwd()}
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+    event_id = event_id or new_event_id()
+    header = {"protocol": PROTOCOL, "event": event, "db": db, "namespace": namespace, "cwd": _cwd(),
+              "event_id": event_id}
+    request = json.dumps(header).encode() + b"\n" + raw
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        try:
             connection.settimeout(timeout)
             connection.connect(path)
             if not is_own_user(connection):
                 return None
-            connection.sendall(json.dumps(header).encode() + b"\n")
-            connection.sendall(raw)
+            connection.sendall(request)
             connection.shutdown(socket.SHUT_WR)
+        except OSError:  # socket.timeout included: the writer did not take the request whole
+            return None
+        try:
             answer = _read_all(connection, MAX_REPLY_BYTES)
-    except OSError:  # socket.timeout included
-        return None
+        except OSError:  # no ack in time: the writer has the request and is held up
+            if detach and wait_detached(connection, db, namespace, event, raw, event_id):
+                return Reply(handed_off=True)
+            answer = b""
     try:
-        reply = json.loads(answer)
+        message = json.loads(answer)
     except ValueError:  # nothing (the writer died before its ack) or cut short
+        message = None
+    return _reply(message)
+
+
+def wait_detached(connection: socket.socket, db: str, namespace: str, event: str, raw: bytes,
+                  event_id: str) -> bool:
+    """Leave a detached copy of this hook waiting for the ack on ``connection``, so the hook can
+    return; False where a process cannot be forked. Should the writer die or fail without storing it
+    (its 30 s busy timeout can run out first), the copy asks again, a new writer if need be, with
+    the same event id (a turn stored meanwhile is then not stored again)."""
+    if not hasattr(os, "fork"):
+        return False
+    try:
+        if os.fork():
+            return True  # the hook: back to the host
+    except OSError:
+        return False
+    try:  # the copy: never returns into the hook's code
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # the host's pipes closed here, so it stops waiting for them
+            os.dup2(null, fd)
+        connection.settimeout(DETACHED_WAIT_SECONDS)
+        with contextlib.suppress(OSError, ValueError):
+            if _stored(_reply(json.loads(_read_all(connection, MAX_REPLY_BYTES)))):
+                os._exit(0)
+        connection.close()
+        for _ in range(DETACHED_ATTEMPTS):
+            if _stored(ask(db, namespace, event, raw, timeout=DETACHED_WAIT_SECONDS, event_id=event_id,
+                           detach=False)):
+                break
+            start(db, namespace)  # exits at once while another writer runs
+            time.sleep(DETACHED_RETRY_SECONDS)
+    finally:
+        os._exit(0)
+
+
+def _stored(reply: Reply | None) -> bool:
+    """True for an ack. An error may be the writer's busy timeout running out while the lock is still
+    held, so a detached hook asks again (the event id keeps a turn already stored from another copy)."""
+    return reply is not None and reply.error is None
+
+
+def new_event_id() -> str:
+    """The identity of one hook run: its request, however often it reaches a writer, is one turn."""
+    return os.urandom(16).hex()
+
+
+def _reply(message: Any) -> Reply | None:
+    """The writer's reply line as a :class:`Reply`; None when it is not one."""
+    if not isinstance(message, dict):
         return None
-    if not isinstance(reply, dict):
-        return None
-    if reply.get("status") == "ok":
-        output = reply.get("output")
-        return Reply(output=output if isinstance(output, str) else None)
-    if reply.get("status") == "error":
-        return Reply(error=str(reply.get("message")))
+    if message.get("status") == "ok":
+        output, notices = message.get("output"), message.get("notices")
+        return Reply(output=output if isinstance(output, str) else None,
+                     notices=tuple(str(n) for n in notices) if isinstance(notices, list) else ())
+    if message.get("status") == "error":
+        return Reply(error=str(message.get("message")))
     return None
 
 
@@ -304,13 +380,20 @@ def _handle(connection: socket.socket, store: MemoryStore, db: str, namespace: s
     if not _is_file(db, identity):  # deleted or replaced: writing on would go to a file no one reads
         _send(connection, {"status": "retry"})
         return False
-    event = str(header.get("event"))
-    cwd = header.get("cwd")
+    _enter(header.get("cwd"))
+    _send(connection, _answer(store, str(header.get("event")), raw, _event_id(header)))
+    return True
+
+
+def _enter(cwd: object) -> None:
     if isinstance(cwd, str):  # a relative transcript_path means what it meant to the hook
         with contextlib.suppress(OSError):
             os.chdir(cwd)
-    _send(connection, _answer(store, event, raw))
-    return True
+
+
+def _event_id(header: dict[str, Any]) -> str | None:
+    found = header.get("event_id")
+    return found if isinstance(found, str) and 0 < len(found) <= 128 else None
 
 
 def _read_request(connection: socket.socket) -> tuple[dict[str, Any], bytes]:
@@ -327,17 +410,17 @@ def _read_request(connection: socket.socket) -> tuple[dict[str, Any], bytes]:
     return header, rest + _read_all(connection, MAX_PAYLOAD_BYTES - len(rest))
 
 
-def _answer(store: MemoryStore, event: str, raw: bytes) -> dict[str, Any]:
+def _answer(store: MemoryStore, event: str, raw: bytes, event_id: str | None = None) -> dict[str, Any]:
     from .errors import InvalidInputError
     from .integrations import claude_code
 
     try:
         if len(raw) > MAX_PAYLOAD_BYTES:
             raise InvalidInputError(f"the {event} hook input is over {MAX_PAYLOAD_BYTES // 2**20} MiB")
-        output = claude_code.respond(store, claude_code.parse_payload(raw, event), event)
+        answered = claude_code.answer(store, claude_code.parse_payload(raw, event), event, event_id)
     except Exception as exc:
         return {"status": "error", "message": error_line(exc)}
-    return {"status": "ok", "output": output}
+    return {"status": "ok", "output": answered.output, "notices": list(answered.notices)}
 
 
 def error_line(exc: Exception) -> str:

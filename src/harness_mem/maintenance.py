@@ -103,6 +103,18 @@ def reindex(storage: Storage, *, progress: Callable[[int], None] | None = None, 
     return report
 
 
+def embed_missing(storage: Storage, batch_size: int = 64) -> int:
+    """Embed one batch of the entries still without a vector (written by a process without the
+    model); how many were read (0: none is left, or this store makes no vectors). Unlike
+    :func:`reindex` it rebuilds nothing and drops nothing: a file whose vectors are another model's
+    waits for ``reindex``."""
+    if storage.embedder is None or storage.keyword_only or storage.model_differs():
+        return 0
+    storage.vectors_bound()
+    read, _ = storage.embed_missing(batch_size)
+    return read
+
+
 def count_missing_vectors(storage: Storage) -> int:
     """Entries (in every namespace) that ``reindex`` would embed; 0 without an embedder."""
     if storage.embedder is None:
@@ -333,6 +345,8 @@ def expire_if_due(storage: Storage) -> int | None:
     something has expired. It never waits for another writer: a busy store (an import, say) is left
     for the next open, as is a store this process may not write.
     """
+    if storage.confined_to is not None:  # the store-wide record of it is the owner's to write
+        return None
     now = now_ms()
     if now - _last_expiry(storage) < EXPIRY_EVERY_MS or not storage.has_expired(now):
         return None

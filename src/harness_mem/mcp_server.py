@@ -54,7 +54,7 @@ import re
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Annotated, Any, BinaryIO, NamedTuple
 
@@ -177,11 +177,11 @@ class MemoryTools:
     raises a :class:`~harness_mem.errors.HarnessMemError` for what the caller got wrong.
     """
 
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: MemoryStore, *, tags: Sequence[str] = ()) -> None:
         self.store = store
         self.model = ModelWarmup(store.embedder)
         self._lock = store.lock  # one call at a time on the store, whoever else holds it
-        self.caller = Caller(source="mcp", recall_mode=self._recall_mode)
+        self.caller = Caller(source="mcp", recall_mode=self._recall_mode, tags=tuple(tags))
 
     def call(self, name: str, arguments: Mapping[str, Any]) -> BaseModel:
         """Run the operation ``name`` with the model's ``arguments`` (checked first)."""
@@ -569,6 +569,7 @@ def _version() -> str:
         return "0"
 
 
-def serve(store: MemoryStore) -> None:
-    """Serve ``store`` over stdio until the host closes the connection."""
-    build_server(MemoryTools(store)).run("stdio")
+def serve(store: MemoryStore, *, tags: Sequence[str] = ()) -> None:
+    """Serve ``store`` over stdio until the host closes the connection; what the tools write
+    carries ``tags`` too."""
+    build_server(MemoryTools(store, tags=tags)).run("stdio")

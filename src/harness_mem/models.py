@@ -47,6 +47,7 @@ __all__ = [
     "MAX_CONTENT_CHARS",
     "MAX_NESTING",
     "MAX_TTL_DAYS",
+    "VISIBLE_CHARACTER",
     "MigrationStatus",
     "Entry",
     "FilePart",
@@ -68,6 +69,7 @@ __all__ = [
     "dumps",
     "counted",
     "format_time",
+    "has_visible_text",
     "from_ms",
     "new_id",
     "now_ms",
@@ -446,6 +448,19 @@ def _moment(field: str) -> BeforeValidator:
 
 # Python's str.isspace() counts U+001C–U+001F as space too; Rust's \s does not.
 _NOT_ALL_SPACE = r"[^\s\x1c-\x1f]"
+# A character that shows: not a space, not a control character (C0, DEL, C1) and not an invisible
+# format character (soft hyphen, zero-width space and joiners, direction marks, word joiner, BOM).
+# Four-digit escapes, which the Rust and Python engines and JSON Schema all read alike.
+VISIBLE_CHARACTER = (
+    r"[^\s\u0000-\u001f\u007f-\u009f\u00ad\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff]"
+)
+_VISIBLE = re.compile(VISIBLE_CHARACTER)
+
+
+def has_visible_text(value: str) -> bool:
+    """Whether ``value`` holds a character that shows: a memory of only spaces, NULs or other
+    control characters says nothing and is refused."""
+    return _VISIBLE.search(value) is not None
 
 
 def _optional_kind(value: Any) -> Any:
@@ -487,7 +502,7 @@ class ImportLine(Record):
     content: Annotated[
         StrictStr,
         Field(validation_alias=AliasChoices("content", "text"), max_length=MAX_CONTENT_CHARS,
-              pattern=_NOT_ALL_SPACE, description="the entry's text"),
+              pattern=VISIBLE_CHARACTER, description="the entry's text"),
     ]
     role: StrictStr | None = Field(None, description="who said it (user, assistant, tool …); makes the kind a turn")
     session: StrictStr | None = Field(None, description="the conversation or run it belongs to")
@@ -529,7 +544,7 @@ class ImportLine(Record):
                 return (f"content is {len(value):,} characters; the limit is {MAX_CONTENT_CHARS:,}"
                         " — split it into several entries")
             if kind == "string_pattern_mismatch":
-                return "an entry's content cannot be empty"
+                return "an entry's content cannot be empty (or only spaces and control characters)"
             return "an entry needs its text as a string in 'content' (or 'text')"
         if field == "kind" and kind == "literal_error":
             return unknown_kind(value)

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IDENTITY_COLUMNS", "KEYED_SETTING", "Keying", "SecretRecords", "database_redactor", "key_finder", "keying", "missing_key", "rekey",
-    "rekeyer", "settle", "store_redactor",
+    "rekeyer", "settle", "store_redactor", "withheld_redactor",
 ]
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ IDENTITY_COLUMNS: dict[str, tuple[str, ...]] = {
     "consolidations": ("namespace", "session", "episode_id", "last_turn_id"),
     "derivations": ("namespace", "session"),
     "namespace_roles": ("namespace",),
+    "namespace_state": ("namespace",),
     "runs": ("id", "namespace", "lease_owner"),
     "jobs": ("run_id", "job_id", "deps", "lease_owner"),
     "run_events": ("run_id", "job_id"),
@@ -156,6 +157,19 @@ def store_redactor(storage: KeyRecords, secret: str | None, outer: Callable[[], 
     return Redactor.default(secret=secret, outer=checked if writable else None)
 
 
+def withheld_redactor(location: str) -> Redactor:
+    """The redactor of a confined role on an older store, whose in-file secret (its pseudonyms' only
+    key) the database does not show it: it reads, and refuses every pseudonym, which it could only
+    make wrong (a name written or looked up so would never be found, nor forgotten)."""
+
+    def refuse() -> bytes:
+        raise IdentityKeyError(f"{location} keys its pseudonyms with a secret inside it (an older store), which a"
+                               " confined role may not read: values holding personal data can be neither written nor"
+                               " looked up — the store's owner must run `harness-mem migrate` where its identity key is")
+
+    return Redactor.default(outer=refuse)
+
+
 class SecretRecords(KeyRecords, Protocol):
     """A store's settings with its in-file secret (a :class:`~harness_mem.storage.Storage`, or the
     settings of the file harness_loop's run tables are kept in)."""
@@ -237,13 +251,13 @@ def settle(storage: Storage, given: bytes | str | None, config_dir: Path, *, cre
     state = keying(storage).state
     if state == OUTSIDE:
         return
+    if storage.confined_to is not None and not created:  # only the store's owner may rekey it
+        logger.warning("%s: %s", storage.location, Keying(state).describe().replace(
+            "where its identity key is", "as the store's owner, where its identity key is"))
+        return
     if created or (state == "inside" and storage.redaction_secret(create=False) is None):
         with storage.transaction():  # nothing was ever keyed inside it
             storage.set_setting(KEYED_SETTING, OUTSIDE)
-        return
-    if storage.confined_to is not None:  # only the store's owner may rekey it
-        logger.warning("%s: %s", storage.location, Keying(state).describe().replace(
-            "where its identity key is", "as the store's owner, where its identity key is"))
         return
     key = choose_key(storage, given, config_dir, create=True) if storage.rekeys_pseudonyms else None
     if key is None:

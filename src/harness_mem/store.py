@@ -143,8 +143,10 @@ class MemoryStore:
         if writable and (rekey or created):
             pseudonyms.settle(self.storage, given, settings.config_dir(), created=created)
         outer = pseudonyms.key_finder(self.storage, given, settings.config_dir(), create=writable)
-        return pseudonyms.store_redactor(self.storage, self.storage.redaction_secret(create=writable), outer,
-                                         writable=writable)
+        secret = self.storage.redaction_secret(create=writable)
+        if secret is None and self.storage.confined_to is not None:
+            return pseudonyms.withheld_redactor(str(self.path))
+        return pseudonyms.store_redactor(self.storage, secret, outer, writable=writable)
 
     def _key_given(self, settings: Settings) -> bytes | str | None:
         """The identity key given for this handle (False, keeping no raw values, still keys pseudonyms)."""
@@ -699,6 +701,12 @@ class MemoryStore:
         report = maintenance.reindex(self.storage, progress=progress, batch_size=batch_size, keyword_only=keyword_only)
         self._recall.vectors_complete = self.embedder is not None
         return report
+
+    def embed_missing(self, batch_size: int = 64) -> int:
+        """Embed one batch of the entries written without a vector (by a process without the model,
+        such as a hook's writer); returns how many were read, 0 when none is left. A transaction per
+        batch: a writer beside it waits for one batch at most."""
+        return maintenance.embed_missing(self.storage, batch_size)
 
     def count_missing_vectors(self) -> int:
         """Entries (in every namespace) that ``reindex`` would embed; 0 without an embedder."""

@@ -32,7 +32,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from .cliutils import shown
 from .errors import InvalidInputError, NotFoundError
-from .models import Entry, Hit, Remembered, format_time
+from .models import Entry, Hit, Remembered, format_time, has_visible_text
 from .recall import Mode
 from .store import MemoryStore
 
@@ -129,6 +129,8 @@ class Caller:
     :param before_write: called before each write (the MCP server waits for its model there).
     :param hit_chars: the content a hit in a list shows (``truncated`` past it); None: all of it,
         for a renderer that cuts the text itself.
+    :param tags: tags every memory written carries besides its own (the MCP server: the project it
+        runs in, so a coding agent's next session is told what it noted).
     """
 
     source: str = "tool"
@@ -137,6 +139,7 @@ class Caller:
     recall_mode: Callable[[Mode | None], tuple[Mode | None, str | None]] | None = None
     before_write: Callable[[], None] | None = None
     hit_chars: int | None = HIT_CHARS
+    tags: tuple[str, ...] = ()
 
     def visible(self, entry: Entry) -> bool:
         return self.exclude is None or not self.exclude(entry)
@@ -146,8 +149,8 @@ class Caller:
 
 
 def _not_blank(value: str) -> str:
-    if not value.strip():
-        raise ValueError("is empty: send the text itself")
+    if not has_visible_text(value):
+        raise ValueError("is empty (or only spaces and control characters): send the text itself")
     return value.strip()
 
 
@@ -442,7 +445,8 @@ def _vetted(caller: Caller, content: str, *, dedup: bool) -> str:
 
 def remember(store: MemoryStore, args: RememberArgs, caller: Caller) -> RememberResult:
     content = _vetted(caller, args.content, dedup=True)
-    fields: dict[str, Any] = {"kind": args.kind, "tags": args.tags or (), "session": args.session, "role": args.role,
+    tags = tuple(dict.fromkeys([*(args.tags or ()), *caller.tags]))
+    fields: dict[str, Any] = {"kind": args.kind, "tags": tags, "session": args.session, "role": args.role,
                               "source": caller.source, "metadata": args.metadata}
     return _remembered(store.remember(content, expires_at=args.expires_at, ttl_days=args.ttl_days, **fields))
 

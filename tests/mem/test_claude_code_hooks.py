@@ -387,3 +387,13 @@ def test_strip_injected_and_last_reply(tmp_path: Path) -> None:
     write_transcript(payload, TRANSCRIPT)
     assert claude_code.last_reply(Path(payload["transcript_path"])) == "Fixed: totals now round half-even in cart.py."
     assert claude_code.last_reply(tmp_path / "missing.jsonl") is None
+
+
+def test_only_the_tail_of_a_transcript_is_read(tmp_path: Path) -> None:
+    transcript = tmp_path / "long.jsonl"
+    old = json.dumps({"type": "assistant", "message": {"content": "an old reply " + "x" * 1000}})
+    records = [old] * 50 + [json.dumps(r) for r in TRANSCRIPT]
+    transcript.write_text("\n".join(records) + "\n", encoding="utf-8")
+    tail = claude_code.transcript_tail(transcript, limit=len(records[-1]) + len(records[-2]) + 10)
+    assert tail is not None and tail.splitlines() == records[-2:]  # the line cut in two is left out
+    assert claude_code.last_reply(transcript) == "Fixed: totals now round half-even in cart.py."

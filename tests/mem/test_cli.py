@@ -113,7 +113,7 @@ def test_get_list_delete_stats_export(engine_target: str) -> None:
     [
         (["get", "nope"], 1, "Error: no entry with id 'nope' in namespace 'default' — `harness-mem list` shows the ids"),
         (["delete", "nope"], 1, "Error: no entry with id 'nope' in namespace 'default' — `harness-mem list` shows ids"),
-        (["add", "   "], 1, "Error: an entry's content cannot be empty"),
+        (["add", "   "], 1, "Error: an entry's content cannot be empty (or only spaces and control characters)"),
         (["add", "x", "--kind", "memo"], 1, "Error: unknown kind 'memo' — use one of: note, turn, episode, fact, summary"),
         (["recall", "x", "--since", "someday"], 1,
          "Error: cannot read a time from 'someday' — use ISO-8601 (2024-05-01T12:00:00Z) or an age (7d, 24h)"),

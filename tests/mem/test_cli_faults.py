@@ -114,6 +114,11 @@ def test_a_query_file_is_refused_past_its_total_limit(stored: Path, tmp_path: Pa
     ([SECRET_ID], 2, "Error: No such command '<API_KEY>'."),
     (["--embedder", SECRET_ID, "list"], 2,
      "Error: Invalid value for '--embedder': '<API_KEY>' is not one of 'auto', 'none', 'minilm', 'minilm-int8'."),
+    # glued to a name by "_" or "-", as keys are in ids and variable names (issue #41, item 12)
+    (["get", f"prod_{SECRET_ID}"], 1,
+     "Error: no entry with id 'prod_<API_KEY>' in namespace 'default' — `harness-mem list` shows the ids"),
+    (["recall", "x", "--mode", f"--{SECRET_ID}"], 2,
+     "Error: Invalid value for '--mode': '--<API_KEY>' is not one of 'hybrid', 'keyword', 'semantic'."),
 ])
 def test_errors_that_quote_their_input_are_redacted(stored: Path, args: list[str], code: int, message: str) -> None:
     result = harness_mem("--db", str(stored), *args)

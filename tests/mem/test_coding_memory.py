@@ -250,3 +250,18 @@ def test_a_session_starts_with_the_projects_rules_then_its_open_threads_then_the
     assert any("retry wrapper" in line for line in block["Open threads, left for later:"])
     assert any("billing docs to the wiki" in line for line in block["Other facts:"])
     assert "Push and open a PR" not in context.text
+
+
+def test_the_same_decision_in_two_projects_is_each_ones(tmp_path: Path) -> None:
+    projects = [find_project(str(git_repo(tmp_path / name, f"git@github.com:acme/{name}.git"))) for name in ("a", "b")]
+    with MemoryStore(tmp_path / "memory.db", embedder=None) as store:
+        for n, project in enumerate(projects):
+            assert project is not None
+            store.add_many([{"content": "Never push directly to main.", "role": "user", "session": f"s-{n}",
+                             "tags": [project.tag]}])
+        consolidate(store)
+        for project in projects:
+            assert project is not None
+            (fact,) = store.list(kind="fact", tags=[project.tag])
+            assert "Never push directly to main" in fact.content
+        assert len(list(store.list(kind="fact"))) == 2

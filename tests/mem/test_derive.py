@@ -198,3 +198,19 @@ def test_an_instruction_that_holds_from_now_on_is_a_convention(said: str) -> Non
 def test_a_fact_said_again_in_the_same_words_gets_the_same_id() -> None:
     assert fact_id("Caroline loves hiking.") == fact_id("caroline LOVES hiking!")
     assert fact_id("Caroline loves hiking.") != fact_id("Caroline hates hiking.")
+
+
+@pytest.mark.parametrize(
+    ("content", "ordinary"),
+    [
+        ("I love " + "a" * 999_000, 0),                                   # one run-on sentence: no fact
+        ("I love hiking with my dog. " + "x" * 998_000 + ". I moved to Porto last month.", 2),
+        (" ".join(f"I moved to city number {i} last month." for i in range(25_000)), 25_000),
+    ],
+)
+def test_a_huge_turn_gives_facts_of_a_sentence_and_a_bounded_summary(content: str, ordinary: int) -> None:
+    derivation = derive([SpokenTurn("t", "user", content, MONDAY)])
+    assert bool(derivation.facts) == bool(ordinary), "sentences of ordinary length are still read"
+    assert all(len(f.text) <= 1000 for f in derivation.facts)
+    assert all(len(s.text.split()) <= 420 for s in derivation.segments)
+    assert all(len(s.text) <= 8000 for s in derivation.segments)

@@ -4,9 +4,18 @@ Cards with mixed, doubled or slash separators, or typed in full-width digits; an
 a full-width "＠" or a quoted local part; a password said in a sentence; a passport number after
 "passport". Each positive is redacted (its raw value gone) by both policies; each near miss is left
 exactly as it was, like the false-positive table in test_redact.py.
+
+Then the realistic table of issue #41 (bench/data/redaction_cases.jsonl, written by
+bench/make_redaction_cases.py; ``bench_redact.py --cases`` reports on it): provider tokens with no
+words around them, national numbers with valid checksums, passwords said plainly and in config
+formats, obfuscated addresses; and the harmless lines (code assigning to a credential's name, local
+servers, look-alike numbers) that must come out unchanged.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 from engine_rows import stored_text
@@ -16,6 +25,10 @@ from harness_mem.redaction import Redactor, luhn_ok
 from harness_mem.store import MemoryStore
 
 SECRET = "detector-gaps-test-key"
+CASES = [json.loads(line) for line in
+         (Path(__file__).parents[2] / "bench" / "data" / "redaction_cases.jsonl").read_text("utf-8").splitlines()]
+REALISTIC = [case for case in CASES if not case.get("harmless")]
+HARMLESS = [case["text"] for case in CASES if case.get("harmless")]
 
 
 @pytest.fixture
@@ -180,3 +193,36 @@ def test_the_new_forms_never_reach_a_store(engine_target: str) -> None:
         for i, (text, _raw, _kind) in enumerate(GAPS):
             store.add(text, session=f"s{i}", tags=[f"t{i}"])
     assert_absent([raw for _text, raw, _kind in GAPS], stored_text(engine_target))
+
+
+def test_the_realistic_tables_are_large() -> None:
+    assert len(REALISTIC) >= 300 and len(HARMLESS) >= 120
+
+
+@pytest.mark.parametrize("case", REALISTIC, ids=[f"{c['kind']}:{c['text'][:40]}" for c in REALISTIC])
+def test_realistic_secrets_and_pii_are_redacted(red: Redactor, hyg: Redactor, case: dict[str, object]) -> None:
+    text, kind, secrets = str(case["text"]), str(case["kind"]), [str(s) for s in case["secrets"]]  # type: ignore[attr-defined]
+    assert all(raw in text for raw in secrets)  # the table itself is right
+    for redactor in (red, hyg):
+        out = redactor.scrub(text)
+        assert not [raw for raw in secrets if raw in out.text], out.text
+        assert kind in out.counts, out.counts
+
+
+@pytest.mark.parametrize("text", HARMLESS)
+def test_harmless_lines_stay_untouched(red: Redactor, hyg: Redactor, text: str) -> None:
+    for redactor in (red, hyg):
+        out = redactor.scrub(text)
+        assert out.text == text, out.text
+        assert out.spans == () and not out.blocked
+
+
+def test_harmless_lines_in_one_transcript(red: Redactor) -> None:
+    transcript = "\n".join(HARMLESS)
+    assert red.scrub(transcript).text == transcript
+
+
+def test_realistic_secrets_never_reach_a_store(engine_target: str) -> None:
+    with MemoryStore(engine_target, embedder=None) as store:
+        store.add_many({"content": case["text"], "session": f"s{i}"} for i, case in enumerate(REALISTIC))
+    assert_absent([str(raw) for case in REALISTIC for raw in case["secrets"]], stored_text(engine_target))  # type: ignore[attr-defined]

@@ -329,9 +329,10 @@ def test_the_database_confines_a_role_to_its_namespace(postgres_server: object) 
         assert raw.execute("SELECT DISTINCT namespace FROM entries").fetchall() == [("team-a",)]
         assert raw.execute("SELECT count(*) FROM entry_vectors").fetchone() == (2,)  # its own two
         assert raw.execute("UPDATE entries SET content = 'x' WHERE namespace = 'team-b'").rowcount == 0
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        with pytest.raises(StorageError, match="row-level security") as refused:
             raw.execute("INSERT INTO entries (id, namespace, kind, content, created_at, content_hash)"
                         " VALUES ('evil', 'team-b', 'note', 'planted', 0, 'h')")
+        assert isinstance(refused.value.__cause__, psycopg.errors.InsufficientPrivilege)
         # The grant covers the experience tables: the role records and reads its own episodes.
         from harness_mem.experience import Episode
         from harness_mem.experience.store import ExperienceStore

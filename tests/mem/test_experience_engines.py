@@ -23,7 +23,7 @@ from engine_rows import sql
 from engine_targets import fresh_schema
 from postgres_server import PostgresServer
 
-from harness_mem.errors import NotFoundError
+from harness_mem.errors import NotFoundError, StorageError
 from harness_mem.experience.episode import Episode
 from harness_mem.experience.ledger import ConsolidationLedger
 from harness_mem.experience.skills import Skill
@@ -245,8 +245,9 @@ def test_a_confined_role_sees_its_namespaces_experience_alone(postgres_server: P
         for table in ("skill_revisions", "skill_sources"):
             assert raw.execute(f"SELECT count(*) FROM {table}").fetchone() == (1,), table
         assert raw.execute("UPDATE skills SET description = 'x' WHERE namespace = 'team-b'").rowcount == 0
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        with pytest.raises(StorageError, match="row-level security") as refused:
             raw.execute("INSERT INTO consolidations (namespace, session, episode_id, last_pk, last_turn_id, turns,"
                         " created_at, updated_at) VALUES ('team-b', 's-2', 'ep', 1, 't', 1, 0, 0)")
+        assert isinstance(refused.value.__cause__, psycopg.errors.InsufficientPrivilege)
     with MemoryStore(owner, namespace="team-b", embedder=None) as admin:
         assert ExperienceStore(admin).get_skill("deploy-site").version == 1

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -190,6 +191,104 @@ def test_a_turn_the_writer_committed_but_never_acked_is_not_stored_twice(tmp_pat
     assert [t.content for t in stored(db)] == ['[Bash] {"command":"pytest -q"}\n1 failed']
 
 
+# Holds the file's write lock, as a long `gc --vacuum` does, until its stdin closes.
+HOLD_LOCK = (
+    "import sqlite3, sys\n"
+    "connection = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+    "connection.execute('BEGIN IMMEDIATE')\n"
+    "print('held', flush=True)\n"
+    "sys.stdin.read()\n"
+    "connection.execute('ROLLBACK')\n"
+)
+
+
+def test_a_writer_held_up_by_the_write_lock_never_holds_a_hook_and_stores_each_turn_once(
+        tmp_path: Path, db: Path, runtime_dir: Path) -> None:
+    start_writer(tmp_path, db, runtime_dir)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
+    assert holder.stdout is not None and holder.stdin is not None
+    turns = [("UserPromptSubmit", prompt("asked while gc held the lock")), ("PostToolUse", tool("3 passed")),
+             ("Stop", reply(tmp_path, "all green now")), ("PostToolUse", tool("3 passed"))]
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        for event, payload in turns:
+            done = hook(tmp_path, event, db, payload, watch=True)
+            # Back while the lock is still held, without the CLI: the hook neither waited for the lock
+            # nor wrote the turn itself (before, it gave the writer 5 s, then waited in process).
+            assert done.returncode == 0 and done.stdout == "" and done.stderr == "LOADED:", done.stderr
+        assert holder.poll() is None
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+        holder.stdout.close()
+    expected = ["asked while gc held the lock", '[Bash] {"command":"pytest -q"}\n3 passed', "all green now",
+                '[Bash] {"command":"pytest -q"}\n3 passed']  # the same result twice, apart: two turns
+    assert wait_until(lambda: len(stored(db)) >= len(expected), timeout=180)
+    # Stored by the writer alone, once each (the hooks had left; their detached copies had the acks).
+    assert [t.content for t in stored(db)] == expected
+    after = hook(tmp_path, "UserPromptSubmit", db, prompt("and once the lock is free"), watch=True)
+    assert after.returncode == 0 and after.stderr == "LOADED:"
+    assert [t.content for t in stored(db)][-1] == "and once the lock is free"
+
+
+def test_a_lock_held_past_the_writers_busy_timeout_still_stores_the_turn_once(tmp_path: Path, db: Path,
+                                                                            runtime_dir: Path) -> None:
+    start_writer(tmp_path, db, runtime_dir)
+    with subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE) as holder:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == b"held\n"
+        done = hook(tmp_path, "PostToolUse", db, tool("5 passed"), watch=True)
+        assert done.returncode == 0 and done.stderr == "LOADED:", done.stderr
+        # Past the writer's busy timeout (30 s): its write fails with "database is locked", which the
+        # hook's detached copy must not take for an ack.
+        held_until = time.monotonic() + 40
+        while time.monotonic() < held_until:
+            time.sleep(1)
+        holder.stdin.close()
+    assert wait_until(lambda: len(stored(db)) >= 1, timeout=180)
+    assert wait_until(lambda: False, timeout=3) is False  # time for a second copy to show, were there one
+    assert [t.content for t in stored(db)] == ['[Bash] {"command":"pytest -q"}\n5 passed']
+
+
+def test_a_held_up_writer_killed_before_its_ack_loses_no_turn_and_stores_none_twice(
+        tmp_path: Path, db: Path, runtime_dir: Path) -> None:
+    first = start_writer(tmp_path, db, runtime_dir)
+    with subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE) as holder:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == b"held\n"
+        done = hook(tmp_path, "PostToolUse", db, tool("2 failed"), watch=True)
+        assert done.returncode == 0 and done.stderr == "LOADED:", done.stderr
+        os.kill(first, signal.SIGKILL)  # before it could store the turn: the lock is still held
+        assert wait_until(lambda: not is_running(first))
+        holder.stdin.close()
+    # The hook's detached copy saw the writer go without an ack and asked a new one.
+    assert wait_until(lambda: len(stored(db)) >= 1, timeout=180)
+    assert [t.content for t in stored(db)] == ['[Bash] {"command":"pytest -q"}\n2 failed']
+    assert wait_until(lambda: bool(listening(runtime_dir))) and first not in listening(runtime_dir).values()
+
+
+def test_a_hook_answering_in_process_returns_within_budget_while_the_lock_is_held(tmp_path: Path, db: Path) -> None:
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o755)  # a runtime directory others may enter: no writer, the hook answers in process
+    with subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(db)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE) as holder:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == b"held\n"
+        done = hook(tmp_path, "PostToolUse", db, tool("4 passed"), environ={"HARNESS_MEM_RUNTIME_DIR": str(loose)})
+        # Back while the lock is held (before, it waited the busy timeout, 30 s, then failed: status 1
+        # and the turn lost, or killed by the host at 10 s).
+        assert done.returncode == 0 and done.stdout == "", done.stderr
+        assert done.stderr.count("\n") == 1 and "being stored in the background" in done.stderr
+        assert holder.poll() is None
+        holder.stdin.close()
+    assert wait_until(lambda: len(stored(db)) >= 1, timeout=120)
+    assert [t.content for t in stored(db)] == ['[Bash] {"command":"pytest -q"}\n4 passed']
+
+
 # ---- one writer per store ------------------------------------------------------------------------
 
 
@@ -251,7 +350,9 @@ def test_a_listener_that_never_answers_costs_a_turn_nothing(tmp_path: Path, db: 
         impostor.listen(1)  # accepts into its backlog, reads nothing, closes without a word
         done = hook(tmp_path, "UserPromptSubmit", db, prompt("past a silent listener"))
     assert done.returncode == 0, done.stderr
-    assert [t.content for t in stored(db)] == ["past a silent listener"]
+    # The listener took the request and never acked: the hook's detached copy, seeing it close,
+    # asked a writer it started.
+    assert wait_until(lambda: [t.content for t in stored(db)] == ["past a silent listener"], timeout=120)
 
 
 def test_a_runtime_directory_others_may_enter_is_not_used(tmp_path: Path, db: Path) -> None:
@@ -272,8 +373,14 @@ def test_the_writer_exits_after_its_idle_timeout_and_removes_its_socket(tmp_path
                                                                         runtime_dir: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(hook_writer.IDLE_ENV, "1")
-    pid = start_writer(tmp_path, db, runtime_dir)
-    assert wait_until(lambda: not is_running(pid), timeout=20)
+    done = hook(tmp_path, "SessionStart", db, {"session_id": "opening", "cwd": "/work/shop"})
+    assert done.returncode == 0, done.stderr
+    # The writer writes its pid into its lock file once it listens; it may be gone again before a
+    # busy machine lets this test look for its socket, so the lock file is what is waited for.
+    assert wait_until(lambda: [p.read_text().strip() for p in runtime_dir.glob("*.lock")] not in ([], [""]), timeout=90)
+    (lock,) = runtime_dir.glob("*.lock")
+    pid = int(lock.read_text())
+    assert wait_until(lambda: not is_running(pid), timeout=60)
     assert list(runtime_dir.glob("*.sock")) == []
 
 
@@ -291,6 +398,37 @@ def test_bad_input_through_the_writer_is_the_same_one_line_and_nothing_stored(tm
     assert direct.stderr.startswith("Error: ") and direct.stderr.count("\n") == 1
     with MemoryStore(db, embedder=None) as store:
         assert store.count() == 1
+
+
+# ---- what a Stop hook reads ----------------------------------------------------------------------
+
+
+def test_a_transcript_path_that_is_no_regular_file_is_refused_in_a_line_and_wedges_nothing(
+        tmp_path: Path, db: Path, runtime_dir: Path) -> None:
+    fifo = tmp_path / "transcript.fifo"
+    os.mkfifo(fifo)
+    pointer = tmp_path / "pointer.jsonl"
+    pointer.symlink_to(fifo)
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o755)  # a runtime directory others may enter: the hook answers in process
+    start_writer(tmp_path, db, runtime_dir)
+    cases = [(fifo, "a FIFO"), (pointer, "a FIFO"), (Path("/dev/zero"), "a character device"),
+             (tmp_path, "a directory")]
+    for n, (path, kind) in enumerate(cases):
+        for where in ({}, {"HARNESS_MEM_RUNTIME_DIR": str(loose)}):  # through the writer, and in process
+            payload = {"session_id": SESSION, "cwd": "/work/shop", "hook_event_name": "Stop",
+                       "transcript_path": str(path), "last_assistant_message": f"reply {n} {bool(where)}"}
+            # A FIFO read would wait for a writer for ever and /dev/zero never ends: the hook's
+            # subprocess timeout (60 s) is what would fail here.
+            done = hook(tmp_path, "Stop", db, payload, environ=where)
+            assert done.returncode == 0 and done.stdout == "", (path, done.stderr)
+            assert done.stderr.count("\n") == 1 and f"is {kind}, not a regular file" in done.stderr, (path, done.stderr)
+    # The writer was never wedged: it still answers, and every reply came from the payload instead.
+    after = hook(tmp_path, "UserPromptSubmit", db, prompt("still served"), watch=True)
+    assert after.returncode == 0 and after.stderr == "LOADED:"
+    assert [t.content for t in stored(db)] == [
+        *(f"reply {n} {where}" for n in range(len(cases)) for where in (False, True)), "still served"]
 
 
 # ---- the command lines the fast path takes ------------------------------------------------------

@@ -105,6 +105,8 @@ async def test_remember_recall_correct_and_forget(engine_target: str) -> None:
         assert found["mode"] == "hybrid" and found["note"] is None
         assert found["hits"][0]["id"] == first["id"] and found["hits"][0]["tags"] == ["infra"]
 
+        same = await call(client, "update_memory", id=first["id"], content="The staging database runs on port 5433 ")
+        assert same == {**first, "deduped": True}  # the same text is no new version
         fixed = await call(client, "update_memory", id=first["id"], content="The staging database moved to port 6543")
         assert fixed["supersedes"] == first["id"] and fixed["id"] != first["id"]
         contents = [hit["content"] for hit in (await call(client, "recall", query="staging database port"))["hits"]]
@@ -402,3 +404,27 @@ async def test_entries_without_a_vector_are_noted_for_the_model_without_a_comman
             answer = await call(client, "recall", query="deploys")
     assert len(answer["hits"]) == 2  # the one without a vector is found by its words
     assert answer["note"] == "no vector yet for 1 of 2 entries, so keyword matching alone can find them"
+
+
+@pytest.mark.anyio
+async def test_a_server_run_in_a_repository_tags_what_it_writes_with_that_project(tmp_path: Path) -> None:
+    from harness_mem.integrations import claude_code
+    from harness_mem.integrations.projects import find_project
+
+    repo = tmp_path / "shop"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "remote", "add", "origin", "git@github.com:acme/shop.git"], check=True)
+    db = tmp_path / "memory.db"
+    MemoryStore(db, embedder=None).close()
+    params = StdioServerParameters(command=sys.executable, args=["-m", "harness_mem", "mcp", "--db", str(db)],
+                                   env=dict(os.environ), cwd=str(repo))
+    async with Client(params, read_timeout_seconds=120) as client:
+        written = await call(client, "remember", content="We use pnpm, never npm, in this repository.",
+                             tags=["convention"])
+    project = find_project(str(repo))
+    assert project is not None and project.tag == "project:github.com/acme/shop"
+    with MemoryStore(db, embedder=None) as store:
+        assert store.get(written["id"]).tags == ("convention", project.tag)
+        context = claude_code.session_context(store, {"cwd": str(repo), "session_id": "next"})
+    assert context is not None and "We use pnpm, never npm" in context.text  # the next session is told

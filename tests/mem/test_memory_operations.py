@@ -223,6 +223,28 @@ def test_recall_sessions_frames_sessions_as_they_are_after_another_process_wrote
 # ---- the command line -----------------------------------------------------------------------------
 
 
+def test_a_correction_to_the_same_text_is_no_new_version(hashed_store: MemoryStore) -> None:
+    old = hashed_store.remember("ask ada@example.com about the deploy key", tags=["ops"])
+    for text in ("ask ada@example.com about the deploy key", "  ask ada@example.com about the deploy key\n"):
+        again = hashed_store.supersede(old.id, text)
+        assert again.id == old.id and again.deduped and again.supersedes is None
+    assert [e.id for e in hashed_store.history(old.id)] == [old.id] and hashed_store.count() == 1
+    assert hashed_store.get(old.id).superseded_by is None
+    # Anything else that changes is a version: the tags, or the text itself.
+    retagged = hashed_store.supersede(old.id, "ask ada@example.com about the deploy key", tags=["ops", "keys"])
+    assert retagged.id != old.id and not retagged.deduped
+    assert [e.id for e in hashed_store.history(old.id)] == [old.id, retagged.id]
+
+
+def test_cli_supersede_to_the_same_text_changes_nothing(engine_target: str) -> None:
+    old_id = json.loads(run(engine_target, "add", "the standup is at 9:30", "--json").stdout)["id"]  # type: ignore[attr-defined]
+    same = run(engine_target, "supersede", old_id, "the standup is at 9:30", "--json")
+    assert same.exit_code == 0 and json.loads(same.stdout)["id"] == old_id  # type: ignore[attr-defined]
+    assert json.loads(same.stdout)["deduped"] is True  # type: ignore[attr-defined]
+    assert "→" not in run(engine_target, "get", old_id).stdout  # type: ignore[attr-defined]  # no history
+    assert len(run(engine_target, "recent", "--json").stdout.splitlines()) == 1  # type: ignore[attr-defined]
+
+
 def run(db: Path | str, *args: str) -> object:
     return CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=False)
 

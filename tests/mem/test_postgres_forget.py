@@ -303,10 +303,10 @@ def test_a_store_analyzed_before_the_upgrade_has_its_text_samples_cleared(postgr
         store.add_many([{"text": f"{word} said again", "session": word} for _ in range(200)])
     with postgres_server.connect() as admin:
         admin.execute(f"SET search_path = {schema_of(dsn)}")
-        # As a store migrated before 0010 was: statistics on every column, taken by ANALYZE.
+        # As a store migrated before 0011 was: statistics on every column, taken by ANALYZE.
         admin.execute("ALTER TABLE entries ALTER COLUMN content SET STATISTICS -1,"
                       " ALTER COLUMN session SET STATISTICS -1")
-        admin.execute("DELETE FROM _migrations WHERE number = 10")
+        admin.execute("DELETE FROM _migrations WHERE number = 11")
         admin.execute("ANALYZE entries")
         sampled = "SELECT most_common_vals::text FROM pg_stats WHERE schemaname = %s AND tablename = 'entries'"
         assert word in str(admin.execute(sampled, (schema_of(dsn),)).fetchall())

@@ -85,6 +85,18 @@ EXAMPLES = [
     "my password\tis hunter!x", "PASSWORD IS hunter!x", "my password\twas hunter!x", "密碼是hunter!x", "pw's hunter!x",
     "ada@example.com", "10.0.0.1", "2001:db8::8a2e:370:7334", "+14155552671", "(415) 555-2671", "$100",
     "卡号４１１１１１１１１１１１１１１１", "护照号 E12345678",
+    # provider formats of issue #41 (synthetic), national numbers (valid checks), the new phrasings
+    "SK0123456789abcdef0123456789abcdef", "dapi0123456789abcdef0123456789abcdef", "key-0123456789abcdef0123456789abcdef",
+    "dop_v1_" + "0123456789abcdef" * 4, "shpat_0123456789abcdef0123456789abcdef", "x_AKIAIOSFODNN7EXAMPLE",
+    "xapp-1-A0123456789-1234567890123-0123456789abcdef", "AGE-SECRET-KEY-1" + ("QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L" * 2)[:58],
+    "lin_api_" + "Ab3dEf6hIj" * 4, "secret_" + "Ab3dEf6hIj" * 4 + "Ab3", "pul-" + "0123456789" * 4,
+    "SG.Ab3dEf6hIj9lMn2pQr5tUv.Ab3dEf6hIj9lMn2pQr5tUv8xYz1bCd4fGh7jKl0nAb3dE", "1234567890:AAAb3dEf6hIj9lMn2pQr5tUv8xYz1bCd4fG",
+    "MTIzNDU2Nzg5MDEyMzQ1Njc4.Ab3dEf.Ab3dEf6hIj9lMn2pQr5tUv8xYz1", "Ab3dEf6hIj9lMn.atlasv1." + "Ab3dEf6hIj" * 7,
+    "AB123456C", "QQ-12-34-56-C", "12345678Z", "X6200753E", "RSSMRA85T10A562S", "GODE561231HDFRRN00", "ABCPE1234F",
+    "tfn-93036426", "bsn_111222333", "850709-1925325", "INSEE-255081416802538",
+    "login admin / S3cr3t!", "creds are admin:Hunter2024!", "mysql -pS3cretPw9",
+    "curl -u admin:S3cret", "<password>Xk9#mPq2</password>", "jane%40example.com", "john(at)example(dot)com",
+    "call 030 123456", "Password for the admin account is Zx9!mQ2v",
 ]
 
 
@@ -141,6 +153,7 @@ PIECES = st.sampled_from([
     "4111", "1111", "13800138000", "078", "05", "1120", "DE89", "3704", "GB82", "WEST", "USD", "EUR", "100",
     "sk-", "sk_live_", "ghp_", "AKIA", "xoxb-", "hf_", "npm_", "glpat-", "AIza", "GOCSPX-", "github_pat_",
     "passport", "Passport", "aws", "secret", "-", "_", "--", "0", "9", "ab", "XY",
+    "SK", "dapi", "key-", "dop_v1_", "QQ", "AB", "tfn", "bsn", "-p", "mysql", "12345678Z", "ABCPE", "_v1_",
 ])
 MUTATED = st.lists(st.one_of(PIECES, IDENTIFIER_TEXT), max_size=8).map("".join)
 

@@ -324,11 +324,19 @@ def test_an_older_postgres_store_is_rekeyed_by_its_owner_and_its_confined_role_f
         assert store.pseudonym_keying == "inside"
         fill_old(store, 300)
         store.grant(alice)
-    with MemoryStore(as_alice, embedder=None, namespace=namespace) as store:  # a confined role leaves it be
-        assert store.pseudonym_keying == "inside" and store.stats()["entries"] == 300
+    # A confined role leaves it be, and cannot read its in-file secret (there the pseudonyms' only
+    # key): it cannot make its namespace's pseudonym, so it cannot open it until the owner rekeys.
+    with pytest.raises(IdentityKeyError, match="confined role may not read"):
+        MemoryStore(as_alice, embedder=None, namespace=namespace)
+    assert "as the store's owner" in caplog.text
+    bob = f"bob_{tag}"  # confined to a namespace with no personal data in its name: it opens, and reads
+    postgres_server.create_role(bob)
+    with MemoryStore(owner, embedder=None, namespace="plain", rekey=False) as store:
+        store.grant(bob)
+    with MemoryStore(postgres_server.dsn_for(user=bob) + options, embedder=None, namespace="plain") as store:
+        assert store.pseudonym_keying == "inside" and store.count() == 0
         with pytest.raises(InvalidInputError, match="connect as its owner"):
             store.rekey_pseudonyms()
-    assert "as the store's owner" in caplog.text
 
     def stored_sessions() -> set[str]:
         with psycopg.connect(owner) as conn:

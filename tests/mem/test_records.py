@@ -108,7 +108,7 @@ def test_a_bad_import_line_is_one_line_that_names_the_field(store: MemoryStore, 
 
 def test_the_first_bad_field_of_a_line_is_the_one_reported(store: MemoryStore) -> None:
     report = import_jsonl(store, ['{"text": "", "kind": "diary", "tags": 5}'], workers=0)
-    assert [str(e) for e in report.errors] == ["line 1: an entry's content cannot be empty"]
+    assert [str(e) for e in report.errors] == ["line 1: an entry's content cannot be empty (or only spaces and control characters)"]
 
 
 def test_entries_and_hits_keep_their_dataclass_manners(store: MemoryStore) -> None:

@@ -33,6 +33,7 @@ from harness_mem.redaction import (
     luhn_ok,
     mask,
 )
+from harness_mem.redaction.code_values import is_code
 
 SECRET = b"test-secret"
 
@@ -363,6 +364,15 @@ def test_shell_positional_parameters_are_not_money(hyg: Redactor) -> None:
     assert hyg.scrub("awk '{print $1}' access.log").text == "awk '{print $1}' access.log"
     assert hyg.scrub('echo "$2"').text == 'echo "$2"'
     assert hyg.scrub("it costs $5, sadly").text == "it costs <MONEY>, sadly"
+
+
+@pytest.mark.parametrize("text", [
+    "server on 127.0.0.1:8080", "listen on 0.0.0.0:8000", "curl http://127.0.0.1:11434/api", "ping 127.1.2.3",
+    "bind [::1]:8080", "0:0:0:0:0:0:0:1 is loopback", "listening on [::]:443", "::ffff:127.0.0.1 mapped",
+    "0000:0000:0000:0000:0000:0000:0000:0001",
+])
+def test_local_addresses_are_kept(red: Redactor, text: str) -> None:
+    assert red.scrub(text).text == text
 
 
 def test_ipv4_version_rule(red: Redactor) -> None:
@@ -1055,6 +1065,26 @@ HOSTILE = {
     "lower-case iban groups": "gb82 " * 20_000,
     "ssn words": "SSN 123456789 " * 7_000,
     "empty url users": "://:" * 25_000,
+    # the detectors of issue #41: provider formats, national numbers, phrasings, markup, commands
+    "SK repeated": "SK" * 50_000,
+    "capitals": "M" * 100_000,
+    "base64 and dots": "MTIz." * 20_000,
+    "telegram ids": "12345678:AA" * 9_000,
+    "atlasv1 repeated": "Ab3dEf6hIj9lMn.atlasv1." * 4_000,
+    "login pairs": "login a/" * 12_000,
+    "creds colons": "creds a:" * 12_000,
+    "bracketed at": "a(at)b(dot)" * 9_000,
+    "spelled dots": "a(at)b" + "(dot)b" * 16_000,
+    "%40 repeated": "a%40b." * 16_000,
+    "xml open tags": "<password>" * 10_000,
+    "xml elements": "<token>a</token>" * 6_000,
+    "config pairs": 'key="password" value="' * 4_000,
+    "curl -u on one line": "curl -u a:" * 10_000,
+    "password for": "password for x " * 7_000,
+    "codice fiscale-ish": "RSSMRA85T10" * 9_000,
+    "DNI-ish": "12345678Z" * 11_000,
+    "NI-ish": "AB123456" * 12_000,
+    "dated digits": "123456-" * 14_000,
 }
 
 
@@ -1074,6 +1104,8 @@ ADVERSARIAL_RUNS = [
     "a=b; ", "Cookie: ", "Set-Cookie: ", "key=8f3kQz9LmW2xT7vBq1Zp ", "aB3", "Ab1/", "AKIAIOSFODNN7EXAMPLE ",
     "gb82 ", "ab12", "SSN ", "call ", "4155550123 ", "://:", "://a:", "hooks.slack.com/services/", "pass=", "pw=",
     "password=", "hf_", "GOCSPX-", "sk-", "eyJ", "-----BEGIN PRIVATE KEY-----", "a:", "a.", "$1", "¥", "元",
+    "SK", "M", "MTIz.", "1234567890:AA", ".atlasv1.", "login a/", "creds a:", "(at)b(dot)", "%40b.", "<password>",
+    'key="token" value="', "curl -u a:", " -p", "password for x ", "RSSMRA85T10", "12345678Z", "AB123456",
 ]
 
 
@@ -1188,7 +1220,12 @@ def ssns(draw: st.DrawFn) -> str:
 
 @st.composite
 def ipv4s(draw: st.DrawFn) -> str:
-    return ".".join(str(draw(st.integers(0, 255))) for _ in range(4))
+    # Loopback (127.x.x.x) and "every interface" (0.0.0.0) are kept: see test_local_addresses_are_kept.
+    first = draw(st.integers(0, 255).filter(lambda octet: octet != 127))
+    rest = [draw(st.integers(0, 255)) for _ in range(3)]
+    if first == 0 and rest == [0, 0, 0]:
+        rest[2] = 1
+    return ".".join(map(str, [first, *rest]))
 
 
 @st.composite
@@ -1313,10 +1350,13 @@ NOT_CREDENTIALS = {
     before=st.one_of(ascii_filler, han_filler),
 )
 def test_property_assigned_credentials_never_leak(password: str, key: str, sep: str, before: str) -> None:
-    # The documented exception: a value that says there is no credential ("null", "none", a mask).
+    # The documented exceptions: a value that says there is no credential ("null", "none", a mask),
+    # and one that reads as code ("ab.cd", "}x", "abc(1)": an attribute, the end of an expression, a
+    # call) when it is not quoted.
     assume(password.lower() not in NOT_CREDENTIALS and password.strip("*") != "")
-    redactor = Redactor.hygiene(secret=SECRET)
     quote = '"' if sep == '": "' else ""
+    assume(quote or not is_code(password, key))
+    redactor = Redactor.hygiene(secret=SECRET)
     text = f"{before} {quote}{key}{sep}{password}{quote} ok"
     out = redactor.scrub(text)
     # Exactly the value is replaced ("pass" may well occur in "password", so no substring test).

@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -45,6 +45,10 @@ from ..storage import (
 )
 from ..vectors import other_model
 from . import postgres_rekey, postgres_rewrite
+from .postgres_connection import Connection
+
+if TYPE_CHECKING:
+    import psycopg
 
 __all__ = ["PostgresStorage", "safe_location", "tsquery_of", "vector_literal"]
 
@@ -71,7 +75,8 @@ _TRANSCRIPT = f"e.source IS DISTINCT FROM '{DERIVED_SOURCE}' AND e.kind <> 'epis
 _IN_SESSION = f"e.namespace = %s AND e.session = %s AND {_TRANSCRIPT}"
 _LIVE = "namespace = %s AND (expires_at IS NULL OR expires_at > %s)"
 _COLUMNS_E = ", ".join(f"e.{c.strip()}" for c in COLUMNS.split(","))
-_INSERTED = COLUMN_NAMES[1:]  # every column but pk, which the database numbers
+# What a write gives each new row: every column but pk (the database numbers it), and its tokens.
+_WRITTEN = (*COLUMN_NAMES[1:], "tokens", "token_count")
 #: What gc cannot take out: the server's write-ahead log is its own (and its archives' and replicas').
 LOG_REMAINS = ("purged text stays in the server's WAL segments until checkpoints recycle them"
                " (past wal_keep_size and replication slots), and in WAL archives, replicas and backups")
@@ -305,13 +310,10 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
 
 
 def keyword_counters(derived: bool) -> tuple[str, str]:
-    """The settings that count a keyword lane's rows and tokens (BM25's statistics): what was said
-    and written, or what consolidation derived, each counted apart (see ``Storage.keywords``)."""
+    """The keys (in ``namespace_state``, one row a namespace, kept by triggers as the entries'
+    keyword rows change) that count a keyword lane's rows and tokens (BM25's statistics): what was
+    said and written, or what consolidation derived, each counted apart (see ``Storage.keywords``)."""
     return ("keywords.derived.rows", "keywords.derived.tokens") if derived else ("keywords.rows", "keywords.tokens")
-
-
-def _is_derived(source: str | None) -> bool:
-    return source == DERIVED_SOURCE
 
 
 class PostgresKeywords:
@@ -328,11 +330,9 @@ class PostgresKeywords:
         return self.storage.query(sql, params)[0][0]
 
     def stats(self) -> tuple[int, float]:
-        if self.storage.confined_to is not None:  # what this role sees: its namespace alone
-            rows, tokens = self.storage.query(
-                f"SELECT count(*), coalesce(sum(token_count), 0) FROM entries WHERE tokens IS NOT NULL AND {self.lane}")[0]
-            return int(rows), (int(tokens) / int(rows) if rows else 0.0)
-        counts = dict(self.storage.query("SELECT key, value FROM settings WHERE key = ANY(%s)", (list(self.counters),)))
+        # Every namespace's counts for the owner; a confined role's own alone (row-level security).
+        counts = dict(self.storage.query("SELECT key, sum(value) FROM namespace_state WHERE key = ANY(%s) GROUP BY key",
+                                         (list(self.counters),)))
         rows, tokens = (int(counts.get(key) or 0) for key in self.counters)
         return rows, (tokens / rows if rows else 0.0)
 
@@ -431,29 +431,27 @@ class PostgresStorage(Storage):
     rekeys_pseudonyms = True
 
     def __init__(self, dsn: str, *, read_only: bool = False) -> None:
-        try:
-            import psycopg
-        except ImportError:
-            raise ExtensionError("the PostgreSQL engine needs psycopg — pip install 'harness-mem[postgres]'") from None
+        from importlib.util import find_spec
+
+        if find_spec("psycopg") is None:
+            raise ExtensionError("the PostgreSQL engine needs psycopg — pip install 'harness-mem[postgres]'")
         self.dsn = dsn
         self.path = safe_location(dsn)
-        try:
-            self.conn = psycopg.connect(dsn, autocommit=True)
-        except psycopg.Error as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StorageError(f"cannot connect to {self.path}: {reason.replace(dsn, self.path)}") from None
-        self._errors = psycopg.Error
         self.read_only = read_only
-        if read_only:
-            self.conn.execute("SET default_transaction_read_only = on")
-        # Filtered HNSW searches continue until enough rows pass the filter (pgvector 0.8).
-        self.conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        self.conn = Connection(dsn, self.path, self._prepare)
         self.embedder: Embedder | None = None
         self.keywords = PostgresKeywords(self)
         self.derived_keywords = PostgresKeywords(self, derived=True)
         self._in_transaction = False
         self._bound: bool = False
         self._passage_table: bool | None = None
+
+    def _prepare(self, conn: psycopg.Connection[Any]) -> None:
+        """Each new connection's session settings (the first, and any made after a lost one)."""
+        if self.read_only:
+            conn.execute("SET default_transaction_read_only = on")
+        # Filtered HNSW searches continue until enough rows pass the filter (pgvector 0.8).
+        conn.execute("SET hnsw.iterative_scan = relaxed_order")
 
     def __repr__(self) -> str:
         return f"<PostgresStorage {self.path!r}>"
@@ -528,9 +526,9 @@ class PostgresStorage(Storage):
 
         if not self.vectors_bound(writing=True) and self.embedder is not None:
             raise StorageError("the vectors' table could not be made")
-        # Every table of the store (each confines rows to the role's namespace), the experience
-        # tables included.
-        tables = ["entries", "settings", "episodes", "skills", "skill_revisions", "skill_sources", "consolidations",
+        # Every table holding a namespace's rows (each confines them to the role's namespace), the
+        # experience tables included.
+        tables = ["entries", "episodes", "skills", "skill_revisions", "skill_sources", "consolidations",
                   "derivations", "identities",
                   *(["entry_vectors"] if self._has_vector_table() else []),
                   *(["entry_passages"] if self._has_passage_table() else [])]
@@ -540,7 +538,11 @@ class PostgresStorage(Storage):
             who = sql.Identifier(role)
             self.conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
                 sql.Identifier(str(self.query("SELECT current_schema()")[0][0])), who))
-            self.conn.execute(sql.SQL("GRANT SELECT ON _migrations TO {}").format(who))
+            # What it reads and never writes: store-wide records (settings: the keys it needs, a policy
+            # says) and its namespace's counts (kept by the database as its entries change).
+            read_only = sql.SQL("_migrations, settings, namespace_state")
+            self.conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(read_only, who))
+            self.conn.execute(sql.SQL("REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {} FROM {}").format(read_only, who))
             for table in tables:
                 self.conn.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(
                     sql.Identifier(table), who))
@@ -584,10 +586,6 @@ class PostgresStorage(Storage):
         self._run("INSERT INTO settings (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                   (key, value))
 
-    def _add_to(self, key: str, amount: int) -> None:
-        self._run("INSERT INTO settings (key, value) VALUES (%s, %s) ON CONFLICT (key)"
-                  " DO UPDATE SET value = (settings.value::bigint + %s)::text", (key, str(amount), amount))
-
     def rekey_pseudonyms(self, rekey: Callable[[str], str],
                          reseal: Callable[[str, SealedIdentity], tuple[str, SealedIdentity]], *,
                          finished: Callable[[], bool], finish: Callable[[], None],
@@ -616,6 +614,10 @@ class PostgresStorage(Storage):
 
     def redaction_secret(self, *, create: bool) -> str | None:
         found = self.setting("redaction.secret")
+        if found is None and self.confined_to is not None:
+            # Not shown to a confined role where it is the pseudonyms' only key (an older store),
+            # and never made by one: the owner's open makes it.
+            return None
         if found is None and create:
             import secrets
 
@@ -653,13 +655,14 @@ class PostgresStorage(Storage):
             with self.conn.transaction():
                 self._run("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
                 yield
-                self._add_to("data.version", 1)
+                # Counted by the database as the owner: a confined role's in its namespace's row.
+                self._run("SELECT bump_data_version()")
         finally:
             self._in_transaction = False
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
-        if self.conn.info.transaction_status != 0:  # inside a transaction already: one view
+        if self.conn.in_transaction:  # inside one already: one view
             yield
             return
         self._run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -669,7 +672,10 @@ class PostgresStorage(Storage):
             self._run("COMMIT")
 
     def data_version(self) -> tuple[int, int]:
-        return 0, int(self.setting("data.version") or 0)
+        # The owner's writes, and every namespace's this role can see: each only grows.
+        found = self.query("SELECT coalesce((SELECT value::bigint FROM settings WHERE key = 'data.version'), 0)"
+                           " + coalesce((SELECT sum(value) FROM namespace_state WHERE key = 'data.version'), 0)")
+        return 0, int(found[0][0])
 
     @contextmanager
     def without_waiting(self) -> Iterator[None]:
@@ -680,7 +686,8 @@ class PostgresStorage(Storage):
             self._run("SET lock_timeout = 0")
 
     def is_busy(self, exc: BaseException) -> bool:
-        return type(exc).__name__ in ("LockNotAvailable", "QueryCanceled")
+        cause = exc.__cause__ if isinstance(exc, StorageError) else exc  # the driver's own error
+        return type(cause).__name__ in ("LockNotAvailable", "QueryCanceled")
 
     # ---- vectors ---------------------------------------------------------------------------------------
 
@@ -786,27 +793,15 @@ class PostgresStorage(Storage):
             if not batch:
                 return []
             texts = self._index_texts(batch)
-            placeholders = ", ".join(["%s"] * (len(_INSERTED) + 2))
-            pks: list[int] = []
             tokens = [tsvector_literal(text) for text in texts]
-            with self.conn.cursor() as cursor:
-                params = [[*row[1:], literal, count] for row, (literal, count) in zip(batch, tokens, strict=True)]
-                cursor.executemany(
-                    f"INSERT INTO entries ({', '.join(_INSERTED)}, tokens, token_count)"
-                    f" VALUES ({placeholders}) RETURNING pk", params, returning=True,
-                )
-                while True:
-                    found = cursor.fetchone()
-                    if found is not None:
-                        pks.append(int(found[0]))
-                    if not cursor.nextset():
-                        break
-            for derived in (False, True):
-                counts = [count for row, (_, count) in zip(batch, tokens, strict=True) if _is_derived(row.source) == derived]
-                if counts:
-                    rows_key, tokens_key = keyword_counters(derived)
-                    self._add_to(rows_key, len(counts))
-                    self._add_to(tokens_key, sum(counts))
+            # One statement for the whole batch (the rows as JSON, typed by the table's own row
+            # type): the trigger counting the keyword rows then runs once, not once a row.
+            written = json.dumps([dict(zip(_WRITTEN, [*row[1:], literal, count], strict=True))
+                                  for row, (literal, count) in zip(batch, tokens, strict=True)])
+            numbered = {(namespace, entry_id): int(pk) for pk, namespace, entry_id in self.query(
+                f"INSERT INTO entries ({', '.join(_WRITTEN)}) SELECT {', '.join(_WRITTEN)}"
+                " FROM json_populate_recordset(NULL::entries, %s::json) RETURNING pk, namespace, id", (written,))}
+            pks = [numbered[(row.namespace, row.id)] for row in batch]
             if bound:
                 late = [row for row in batch if id(row) not in vectors]
                 if late:
@@ -849,12 +844,8 @@ class PostgresStorage(Storage):
             self._reindex_turn_after(found[0][0], found[0][1], found[0][2], pk)
 
     def _drop_derived(self, pk: int) -> None:
-        gone = self.query("SELECT token_count, source FROM entries WHERE pk = %s AND tokens IS NOT NULL", (pk,))
-        if gone:
-            self._run("UPDATE entries SET tokens = NULL, token_count = NULL WHERE pk = %s", (pk,))
-            rows_key, tokens_key = keyword_counters(_is_derived(gone[0][1]))
-            self._add_to(rows_key, -1)
-            self._add_to(tokens_key, -int(gone[0][0] or 0))
+        # The keyword counters follow (triggers, migration 0010).
+        self._run("UPDATE entries SET tokens = NULL, token_count = NULL WHERE pk = %s AND tokens IS NOT NULL", (pk,))
         if self._has_vector_table():
             self._run("DELETE FROM entry_vectors WHERE pk = %s", (pk,))
             if self._has_passage_table():
@@ -963,17 +954,7 @@ class PostgresStorage(Storage):
 
     def _write_tokens(self, pk: int, text: str) -> None:
         literal, count = tsvector_literal(text)
-        old = self.query("SELECT token_count, tokens IS NOT NULL, source FROM entries WHERE pk = %s", (pk,))
         self._run("UPDATE entries SET tokens = %s::tsvector, token_count = %s WHERE pk = %s", (literal, count, pk))
-        if not old:
-            return
-        before, indexed, source = old[0]
-        rows_key, tokens_key = keyword_counters(_is_derived(source))
-        if indexed:
-            self._add_to(tokens_key, count - int(before or 0))
-        else:
-            self._add_to(rows_key, 1)
-            self._add_to(tokens_key, count)
 
     def index_texts(self, pks: Sequence[int]) -> dict[int, str]:
         # LATERAL: the turn before each entry is one walk back along its session's index. (A
@@ -1200,13 +1181,20 @@ class PostgresStorage(Storage):
             if len(found) < KEYWORD_BATCH:
                 break
         with self.transaction():  # the write lock: no writer is half-way, so the counts are exact
-            for lane in (self.keywords, self.derived_keywords):
-                counts = self.query("SELECT count(*), coalesce(sum(token_count), 0) FROM entries"
-                                    f" WHERE tokens IS NOT NULL AND {lane.lane}")[0]
-                for key, value in zip(lane.counters, counts, strict=True):
-                    self.set_setting(key, str(int(value)))
+            if self.confined_to is None:  # the owner's to write; a confined role's follow its rows
+                self._recount_keywords()
             total = int(self.query("SELECT count(*) FROM entries")[0][0])
         return total, indexed
+
+    def _recount_keywords(self) -> None:
+        self._run("DELETE FROM namespace_state WHERE key LIKE 'keywords.%%'")
+        for lane in (self.keywords, self.derived_keywords):
+            rows_key, tokens_key = lane.counters
+            self._run("INSERT INTO namespace_state (namespace, key, value)"
+                      " SELECT namespace, %s, count(*) FROM entries"
+                      f" WHERE tokens IS NOT NULL AND {lane.lane} GROUP BY namespace"
+                      " UNION ALL SELECT namespace, %s, coalesce(sum(token_count), 0) FROM entries"
+                      f" WHERE tokens IS NOT NULL AND {lane.lane} GROUP BY namespace", (rows_key, tokens_key))
 
     def drop_vectors(self) -> int:
         with self.transaction():
@@ -1352,6 +1340,6 @@ class PostgresStorage(Storage):
         try:
             self._run("CHECKPOINT")
             return True
-        except self._errors:  # needs pg_checkpoint (or superuser): the server's own checkpoints do it later
+        except StorageError:  # needs pg_checkpoint (or superuser): the server's own checkpoints do it later
             return False
 

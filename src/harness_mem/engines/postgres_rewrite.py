@@ -214,8 +214,8 @@ def _swap(conn: Connection, transaction: Transaction, table: str, copy: str) -> 
                 conn.execute(f"SET LOCAL lock_timeout = '{_SWAP_WAIT}'")
                 conn.execute(f"LOCK TABLE {_quote(table)} IN ACCESS EXCLUSIVE MODE")
                 return _swap_locked(conn, table, copy)
-        except Exception as exc:
-            if type(exc).__name__ != "LockNotAvailable":
+        except Exception as exc:  # psycopg's own, or the storage's one line with psycopg's as its cause
+            if "LockNotAvailable" not in (type(exc).__name__, type(exc.__cause__).__name__):
                 raise
         time.sleep(STEP_PAUSE_S)  # writers and readers through; then the lock is tried again
     raise StorageError(f"{table} was never free for the {_SWAP_WAIT} its rewrite's last step needs:"

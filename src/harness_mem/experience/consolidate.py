@@ -488,7 +488,8 @@ class _Job:
         when = {t.id: from_ms(t.created_ms) for t in turns}
         segments = [self._item(c.session, "summary", part.text, part.source_turns, segment_id(part.source_turns[0]), when)
                     for part in derivation.segments]
-        facts = [self._item(c.session, "fact", fact.text, fact.source_turns, fact_id(fact.text), when, fact.about,
+        facts = [self._item(c.session, "fact", fact.text, fact.source_turns, fact_id(fact.text, self.projects), when,
+                            fact.about,
                             fact_kind=fact.kind, open_thread=fact.open_thread)
                  for fact in derivation.facts]
         # How the rules' facts relate to stored ones, by id: a correction of a value, a revision.
@@ -585,7 +586,8 @@ class _Job:
         ids = [t.id for t in spoken]
         segments = [self._item(session, "summary", summary.text, [ids[i] for i in part], segment_id(ids[part[0]]), when)
                     for summary, part in zip(digest.segments, parts, strict=True)]
-        facts = [self._item(session, "fact", fact.text, [ids[n - 1] for n in dict.fromkeys(fact.turns)], fact_id(fact.text), when)
+        facts = [self._item(session, "fact", fact.text, [ids[n - 1] for n in dict.fromkeys(fact.turns)],
+                            fact_id(fact.text, self.projects), when)
                  for fact in digest.facts]
         texts = [item["content"] for item in facts]
         # The new facts embedded in one model call, not one per recall.
@@ -647,7 +649,7 @@ class _Job:
             if old is None:
                 return None, False
             text = said.sub(right, old.content)
-            fixed = {**item, "content": text, "id": fact_id(text),
+            fixed = {**item, "content": text, "id": fact_id(text, self.projects),
                      "metadata": {**old.metadata, "source_turns": item["metadata"]["source_turns"]},
                      "tags": list(old.tags)}
             return self._correct(old.id, fixed), True

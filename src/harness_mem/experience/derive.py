@@ -41,6 +41,8 @@ FACTS_PER_TURN = 3
 SUMMARY_SHARE = 0.35
 #: … but a few short turns still get a sentence's worth.
 SUMMARY_MIN_WORDS = 12
+#: … and a long segment no more than a reader takes in at once.
+SUMMARY_MAX_WORDS = 400
 #: A first clause with this many content words says enough on its own (see :func:`condensed`).
 CLAUSE_WORDS = 3
 # An assistant's replies are advice and steps, not facts about anyone: they are kept in the segments …
@@ -100,9 +102,12 @@ def segment_id(first_turn_id: str) -> str:
     return f"segment:{first_turn_id}"
 
 
-def fact_id(text: str) -> str:
-    """The id of a fact: the same words make the same id, so a fact said twice is stored once."""
-    digest = hashlib.sha256(" ".join(content_words(text)).encode()).hexdigest()[:20]
+def fact_id(text: str, within: Sequence[str] = ()) -> str:
+    """The id of a fact: the same words make the same id, so a fact said twice is stored once —
+    once per project (``within``: its project tags), so a fact said in two projects is each one's."""
+    words = " ".join(content_words(text))
+    scope = "\0".join(sorted(within))
+    digest = hashlib.sha256((f"{words}\0{scope}" if scope else words).encode()).hexdigest()[:20]
     return f"fact:{digest}"
 
 
@@ -158,7 +163,7 @@ def _account(turns: Sequence[SpokenTurn], said: Sequence[tuple[Statement, str | 
     kinds): who and when, then what was said, in the order said, within :data:`SUMMARY_SHARE` of
     its turns' words — each turn's best statement first (a fact before the rest, people before an
     assistant), then each one's second …, each cut to its first clause (:func:`condensed`)."""
-    budget = max(SUMMARY_SHARE * sum(_words(t.content) for t in turns), SUMMARY_MIN_WORDS)
+    budget = min(max(SUMMARY_SHARE * sum(_words(t.content) for t in turns), SUMMARY_MIN_WORDS), SUMMARY_MAX_WORDS)
     candidates = range(len(said))
     advisers = {t.id for t in turns if t.role in _NOT_FACT_SOURCES}
 

@@ -19,7 +19,11 @@ from datetime import date
 
 from .timephrases import resolve_dates
 
-__all__ = ["Statement", "display_name", "normalised", "statements", "subjectless", "worth"]
+__all__ = ["MAX_STATEMENT_CHARS", "Statement", "display_name", "normalised", "statements", "subjectless", "worth"]
+
+#: A sentence longer than this is not a statement: a pasted log, a file or a run-on stream of text
+#: has no one thing to say, and rewritten as a "fact" it would be as long as the turn.
+MAX_STATEMENT_CHARS = 500
 
 # Durable subjects: what a reader keeps from a conversation (LoCoMo's annotators kept events,
 # plans, preferences, relations and attributes, and so do the memory papers).
@@ -271,6 +275,8 @@ def statements(text: str, *, turn_id: str, speaker: str, listener: str | None, s
     """
     found = []
     for sentence in sentences(text):
+        if len(sentence) > MAX_STATEMENT_CHARS:
+            continue
         said = normalised(sentence)
         score = worth(said)
         words = len(content_words(said))

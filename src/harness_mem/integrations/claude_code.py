@@ -41,13 +41,15 @@ import json
 import os
 import re
 import shlex
+import stat
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import hook_consolidation, runtime
 from ..errors import InvalidInputError
@@ -101,6 +103,13 @@ INLINE_TURNS = 60
 BACKLOG_SESSIONS = 50
 #: Seconds Claude Code gives each hook before it stops waiting (its default is 60).
 HOOK_TIMEOUT = 10
+#: A Stop hook reads at most this much of the transcript's end: the reply is its last lines, and a
+#: transcript grows without end (a path the host names is read, never trusted to be small).
+TRANSCRIPT_TAIL_BYTES = 8 << 20
+
+
+class HookNotice(UserWarning):
+    """Something a hook skipped and says on stderr, one line, still exiting 0 (see :func:`answer`)."""
 
 
 @dataclass(frozen=True)
@@ -210,17 +219,17 @@ def _compact(value: Any) -> str:
 
 def last_reply(transcript: Path) -> str | None:
     """The text of the assistant's last reply in a Claude Code transcript (JSONL): the text blocks of
-    the assistant lines after the last user line (a tool result is a user line too). None when the
-    file is missing or the reply has no text."""
-    try:
-        lines = transcript.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+    the assistant lines after the last user line (a tool result is a user line too), read from the
+    file's last :data:`TRANSCRIPT_TAIL_BYTES`. None when the file is missing, is not a regular file
+    (a :class:`HookNotice` says so) or the reply has no text."""
+    tail = transcript_tail(transcript)
+    if tail is None:
         return None
     texts: list[str] = []
-    for line in reversed(lines):  # from the end: a long session's transcript is read back only one turn
+    for line in reversed(tail.splitlines()):  # from the end: only the last turn is wanted
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(record, dict) or record.get("isSidechain"):  # a subagent's lines are not the reply
             continue
@@ -231,6 +240,50 @@ def last_reply(transcript: Path) -> str | None:
             texts[:0] = _texts(record.get("message"))
     reply = "\n\n".join(t for t in texts if t.strip())
     return reply or None
+
+
+def transcript_tail(transcript: Path, limit: int = TRANSCRIPT_TAIL_BYTES) -> str | None:
+    """The whole lines in the last ``limit`` bytes of ``transcript``; None when it cannot be read or
+    is not a regular file (a FIFO would wait for a writer for ever, ``/dev/zero`` never ends). Its
+    type is checked before it is opened (opening a device can itself do something), and again on
+    what was opened, without blocking, in case the path changed in between."""
+    try:
+        if not _is_regular(transcript, os.stat(transcript).st_mode):
+            return None
+        fd = os.open(transcript, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return None  # missing or unreadable: the payload's last_assistant_message, if any, serves
+    try:
+        opened = os.fstat(fd)
+        if not _is_regular(transcript, opened.st_mode):
+            return None
+        start = max(opened.st_size - limit, 0)
+        os.lseek(fd, start, os.SEEK_SET)
+        chunks: list[bytes] = []
+        left = limit
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if start > 0:
+        data = data.partition(b"\n")[2]  # the first line was cut: it is not JSON
+    return data.decode("utf-8", errors="replace")
+
+
+def _is_regular(transcript: Path, mode: int) -> bool:
+    """True for a regular file; else a :class:`HookNotice` names what it is (a symlink's target)."""
+    if stat.S_ISREG(mode):
+        return True
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"))
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    warnings.warn(HookNotice(f"the transcript_path {str(transcript)[:200]!r} is {kind}, not a regular file:"
+                             " no reply read from it"), stacklevel=3)
+    return False
 
 
 def _texts(message: Any) -> list[str]:
@@ -249,9 +302,16 @@ def project_tag(cwd: object) -> str | None:
     return None if project is None else project.tag
 
 
-def capture(store: MemoryStore, payload: dict[str, Any], event: str) -> Entry | None:
+def turn_id(session: str, event_id: str) -> str:
+    """The id of the turn one hook run stores: the same for each copy of its request (the writer's
+    socket and its spool), so a second write of it stores nothing."""
+    return "hook-" + hashlib.sha256(f"{session}\0{event_id}".encode()).hexdigest()[:32]
+
+
+def capture(store: MemoryStore, payload: dict[str, Any], event: str, event_id: str | None = None) -> Entry | None:
     """Store the turn of a capture event; None when there is nothing to store (a blank prompt, a reply
-    without text, only injected context) or it repeats the session's last turn word for word."""
+    without text, only injected context), it repeats the session's last turn word for word, or the
+    hook run ``event_id`` stored it already."""
     turn = turn_from_payload(payload, event)
     if turn is None:
         return None
@@ -271,7 +331,9 @@ def capture(store: MemoryStore, payload: dict[str, Any], event: str) -> Entry | 
     metadata: dict[str, Any] = {"host": HOST, "event": event}
     if turn.tool:
         metadata["tool"] = turn.tool
-    return store.add(text, kind="turn", role=turn.role, session=session, tags=tags, source=HOST, metadata=metadata)
+    item = {"content": text, "kind": "turn", "role": turn.role, "session": session, "tags": tags, "source": HOST,
+            "metadata": metadata, "id": None if event_id is None else turn_id(session, event_id)}
+    return next(iter(store.add_many([item], on_conflict="ignore")), None)
 
 
 def _cut(text: str, limit: int, store: MemoryStore) -> str:
@@ -509,13 +571,14 @@ def after_session(store: MemoryStore, payload: dict[str, Any]) -> None:
 # ---- one hook -------------------------------------------------------------------------------------
 
 
-def respond(store: MemoryStore, payload: dict[str, Any], event: str) -> str | None:
+def respond(store: MemoryStore, payload: dict[str, Any], event: str, event_id: str | None = None) -> str | None:
     """Answer one checked hook input (:func:`parse_payload`): the JSON line to print, or None.
 
     SessionStart catches up on the project's consolidation and answers its knowledge;
     UserPromptSubmit stores the prompt and answers the memories it touches that the session was not
     given yet; PostToolUse and Stop store their turn; PreCompact and SessionEnd consolidate the session.
-    Both ways a hook runs call this, in process and in the hook writer, so they answer alike.
+    Both ways a hook runs call this, in process and in the hook writer, so they answer alike;
+    ``event_id`` names the hook run, so that its turn is stored once however often it arrives.
     """
     session = payload["session_id"]
     if event in CONSOLIDATE_EVENTS:
@@ -527,13 +590,30 @@ def respond(store: MemoryStore, payload: dict[str, Any], event: str) -> str | No
         # A SessionStart after /compact or /clear starts the context anew: so does what it was given.
         remember_given(session, () if context is None else context.ids, fresh=True)
     else:
-        capture(store, payload, event)
+        capture(store, payload, event, event_id)
         if event != PROMPT_EVENT:
             return None
         context = prompt_context(store, payload, seen=given(session))
         if context is not None:
             remember_given(session, context.ids)
     return None if context is None else json.dumps(context_output(context.text, event), ensure_ascii=False)
+
+
+class Answer(NamedTuple):
+    """What one hook prints: the JSON line for stdout (or None), and the notices for stderr."""
+
+    output: str | None
+    notices: tuple[str, ...] = ()
+
+
+def answer(store: MemoryStore, payload: dict[str, Any], event: str, event_id: str | None = None) -> Answer:
+    """:func:`respond`, with the :class:`HookNotice` lines it raised collected for stderr (a hook that
+    skipped something says so, yet exits 0: the host must not be held up by it)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", HookNotice)
+        output = respond(store, payload, event, event_id)
+    notices = (str(w.message) for w in caught if issubclass(w.category, HookNotice))
+    return Answer(output, tuple(dict.fromkeys(notices)))
 
 
 # ---- settings -------------------------------------------------------------------------------------

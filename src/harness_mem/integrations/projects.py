@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["TAG_PREFIX", "Project", "find_project", "normalise_remote"]
+__all__ = ["TAG_PREFIX", "Project", "find_project", "find_repository", "normalise_remote"]
 
 #: Entries of a project carry the tag ``project:<key>``.
 TAG_PREFIX = "project:"
@@ -42,6 +42,16 @@ class Project:
     @property
     def tag(self) -> str:
         return TAG_PREFIX + self.key
+
+
+def find_repository(cwd: object) -> Project | None:
+    """The project of ``cwd`` only when it lies in a git repository (a server started in a home
+    directory or ``/`` works in no project)."""
+    if not isinstance(cwd, str) or not cwd.strip():
+        return None
+    if _repository_root(Path(os.path.abspath(os.path.expanduser(cwd)))) is None:
+        return None
+    return find_project(cwd)
 
 
 def find_project(cwd: object) -> Project | None:

@@ -13,7 +13,11 @@ import datetime as _dt
 from collections.abc import Mapping
 from types import MappingProxyType
 
-__all__ = ["IBAN_LENGTHS", "card_ok", "cn_id_ok", "iban_ok", "luhn_ok", "ssn_ok"]
+__all__ = [
+    "IBAN_LENGTHS", "aadhaar_ok", "au_tfn_ok", "br_cpf_ok", "ca_sin_ok", "card_ok", "cn_id_ok", "de_tax_id_ok",
+    "dk_cpr_ok", "es_dni_ok", "fr_insee_ok", "iban_ok", "it_fiscal_code_ok", "kr_rrn_ok", "luhn_ok", "mx_curp_ok",
+    "nl_bsn_ok", "pl_pesel_ok", "se_personnummer_ok", "ssn_ok", "verhoeff_ok",
+]  # fmt: skip
 
 
 def luhn_ok(digits: str) -> bool:
@@ -82,3 +86,222 @@ def cn_id_ok(value: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+# ---- national identity and tax numbers ----------------------------------------------------------
+# Each takes the value as the detectors found it, separators (spaces, dots, dashes) included, and
+# says whether it is one that could have been issued. Where a number has no check digit (a Danish
+# CPR number since 2007, a Korean RRN since 2020), the birth date it starts with is what is checked.
+
+
+def _compact(value: str) -> str:
+    return "".join(ch for ch in value if ch.isalnum()).upper()
+
+
+def _date_ok(year: int, month: int, day: int) -> bool:
+    try:
+        _dt.date(year, month, day)
+    except ValueError:
+        return False
+    return True
+
+
+def ca_sin_ok(value: str) -> bool:
+    """A Canadian Social Insurance Number: nine digits, Luhn-valid, not starting with 8 (never issued)."""
+    digits = _compact(value)
+    return len(digits) == 9 and digits.isdigit() and digits[0] != "8" and luhn_ok(digits)
+
+
+def de_tax_id_ok(value: str) -> bool:
+    """A German Steuer-ID: eleven digits, the first not 0, one digit of the first ten used twice or
+    three times and no other repeated, and the ISO 7064 MOD 11,10 check digit."""
+    digits = _compact(value)
+    if len(digits) != 11 or not digits.isdigit() or digits[0] == "0":
+        return False
+    counts = sorted((digits[:10].count(d) for d in set(digits[:10])), reverse=True)
+    if counts[0] not in (2, 3) or (len(counts) > 1 and counts[1] > 1):
+        return False
+    product = 10
+    for ch in digits[:10]:
+        total = (int(ch) + product) % 10 or 10
+        product = total * 2 % 11
+    return (11 - product) % 10 == int(digits[10])
+
+
+def fr_insee_ok(value: str) -> bool:
+    """A French social security number (NIR): sex, year, month, place, order, and a key of 97."""
+    compact = _compact(value)
+    if len(compact) != 15 or compact[0] not in "1278":
+        return False
+    month = int(compact[3:5]) if compact[3:5].isdigit() else 0
+    if not (1 <= month <= 12 or 20 <= month <= 42 or 50 <= month <= 99):
+        return False
+    # Corsica's departments 2A and 2B count as 19 and 18 in the key.
+    body = compact[:13].replace("2A", "19", 1) if compact[5:7] == "2A" else compact[:13].replace("2B", "18", 1)
+    if not (body.isdigit() and compact[13:].isdigit()):
+        return False
+    return 97 - int(body) % 97 == int(compact[13:])
+
+
+_DNI_LETTERS = "TRWAGMYFPDXBNJZSQVHLCKE"
+
+
+def es_dni_ok(value: str) -> bool:
+    """A Spanish DNI (eight digits and a letter) or NIE (X, Y or Z, seven digits, a letter): the
+    letter is the number's remainder by 23."""
+    compact = _compact(value)
+    if len(compact) != 9:
+        return False
+    number = str("XYZ".index(compact[0])) + compact[1:8] if compact[0] in "XYZ" else compact[:8]
+    return number.isdigit() and _DNI_LETTERS[int(number) % 23] == compact[8]
+
+
+_CF_ODD = dict(zip("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ", (
+    1, 0, 5, 7, 9, 13, 15, 17, 19, 21, 1, 0, 5, 7, 9, 13, 15, 17, 19, 21, 2, 4, 18, 20, 11, 3, 6, 8, 12, 14, 16,
+    10, 22, 25, 24, 23,
+), strict=True))  # fmt: skip
+
+
+def it_fiscal_code_ok(value: str) -> bool:
+    """An Italian codice fiscale: sixteen characters whose last is the check letter of the rest."""
+    compact = _compact(value)
+    if len(compact) != 16 or not compact.isascii():
+        return False
+    total = 0
+    for i, ch in enumerate(compact[:15]):
+        if i % 2 == 0:  # odd positions, counting from 1
+            total += _CF_ODD[ch]
+        else:
+            total += int(ch) if ch.isdigit() else ord(ch) - 65
+    return chr(65 + total % 26) == compact[15]
+
+
+_VERHOEFF_D = (
+    (0, 1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 3, 4, 0, 6, 7, 8, 9, 5), (2, 3, 4, 0, 1, 7, 8, 9, 5, 6),
+    (3, 4, 0, 1, 2, 8, 9, 5, 6, 7), (4, 0, 1, 2, 3, 9, 5, 6, 7, 8), (5, 9, 8, 7, 6, 0, 4, 3, 2, 1),
+    (6, 5, 9, 8, 7, 1, 0, 4, 3, 2), (7, 6, 5, 9, 8, 2, 1, 0, 4, 3), (8, 7, 6, 5, 9, 3, 2, 1, 0, 4),
+    (9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+)
+_VERHOEFF_P = (
+    (0, 1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 5, 7, 6, 2, 8, 3, 0, 9, 4), (5, 8, 0, 3, 7, 9, 6, 1, 4, 2),
+    (8, 9, 1, 6, 0, 4, 3, 5, 2, 7), (9, 4, 5, 3, 1, 2, 6, 8, 7, 0), (4, 2, 8, 6, 5, 7, 3, 9, 0, 1),
+    (2, 7, 9, 3, 8, 0, 6, 4, 1, 5), (7, 0, 4, 6, 9, 1, 3, 2, 5, 8),
+)
+
+
+def verhoeff_ok(digits: str) -> bool:
+    """The Verhoeff check of a string of ASCII digits (its last digit the check digit)."""
+    check = 0
+    for i, ch in enumerate(reversed(digits)):
+        check = _VERHOEFF_D[check][_VERHOEFF_P[i % 8][ord(ch) - 48]]
+    return check == 0
+
+
+def aadhaar_ok(value: str) -> bool:
+    """An Indian Aadhaar number: twelve digits, the first 2-9, Verhoeff-valid."""
+    digits = _compact(value)
+    return len(digits) == 12 and digits.isdigit() and digits[0] not in "01" and verhoeff_ok(digits)
+
+
+def br_cpf_ok(value: str) -> bool:
+    """A Brazilian CPF: eleven digits, not all the same, with its two mod-11 check digits."""
+    digits = _compact(value)
+    if len(digits) != 11 or not digits.isdigit() or len(set(digits)) == 1:
+        return False
+    for size in (9, 10):
+        total = sum(int(d) * (size + 1 - i) for i, d in enumerate(digits[:size]))
+        if total * 10 % 11 % 10 != int(digits[size]):
+            return False
+    return True
+
+
+def nl_bsn_ok(value: str) -> bool:
+    """A Dutch BSN: nine digits passing the "eleven test" (the last digit weighted -1)."""
+    digits = _compact(value)
+    if len(digits) != 9 or not digits.isdigit() or digits == "000000000":
+        return False
+    total = sum(int(d) * (9 - i) for i, d in enumerate(digits[:8])) - int(digits[8])
+    return total % 11 == 0
+
+
+def se_personnummer_ok(value: str) -> bool:
+    """A Swedish personnummer (or samordningsnummer, day + 60): [YY]YYMMDD, four digits, Luhn over
+    the last ten, and a real date."""
+    digits = "".join(ch for ch in value if ch.isdigit())
+    if len(digits) == 12:
+        century, digits = digits[:2], digits[2:]
+    elif len(digits) == 10:
+        century = "19"
+    else:
+        return False
+    day = int(digits[4:6])
+    day = day - 60 if day > 60 else day
+    if not (_date_ok(int(century + digits[:2]), int(digits[2:4]), day) or _date_ok(2000 + int(digits[:2]),
+                                                                                   int(digits[2:4]), day)):
+        return False
+    return luhn_ok(digits)
+
+
+def au_tfn_ok(value: str) -> bool:
+    """An Australian Tax File Number: eight or nine digits whose weighted sum is a multiple of 11."""
+    digits = _compact(value)
+    weights = {9: (1, 4, 3, 7, 5, 8, 6, 9, 10), 8: (10, 7, 8, 4, 6, 3, 5, 1)}.get(len(digits))
+    if weights is None or not digits.isdigit():
+        return False
+    return sum(int(d) * w for d, w in zip(digits, weights, strict=True)) % 11 == 0
+
+
+_CURP_VALUES = "0123456789ABCDEFGHIJKLMN\u00d1OPQRSTUVWXYZ"
+
+
+def mx_curp_ok(value: str) -> bool:
+    """A Mexican CURP: eighteen characters with a real birth date and the check digit of the rest."""
+    compact = value.upper()
+    if len(compact) != 18 or not compact[17].isdigit():
+        return False
+    if not (compact[4:10].isdigit() and _date_ok(2000, int(compact[6:8]), int(compact[8:10]))):
+        return False
+    total = 0
+    for i, ch in enumerate(compact[:17]):
+        at = _CURP_VALUES.find(ch)
+        if at < 0:
+            return False
+        total += at * (18 - i)
+    return (10 - total % 10) % 10 == int(compact[17])
+
+
+def dk_cpr_ok(value: str) -> bool:
+    """A Danish CPR number: DDMMYY and four digits, with a real date (no check digit since 2007)."""
+    digits = _compact(value)
+    return len(digits) == 10 and digits.isdigit() and _date_ok(2000, int(digits[2:4]), int(digits[:2]))
+
+
+_PESEL_WEIGHTS = (1, 3, 7, 9, 1, 3, 7, 9, 1, 3)
+
+
+def pl_pesel_ok(value: str) -> bool:
+    """A Polish PESEL: YYMMDD (the month carries the century), four digits and a check digit."""
+    digits = _compact(value)
+    if len(digits) != 11 or not digits.isdigit():
+        return False
+    month = int(digits[2:4])
+    century = {0: 1900, 1: 2000, 2: 2100, 3: 2200, 4: 1800}[month // 20]
+    if not _date_ok(century + int(digits[:2]), month % 20, int(digits[4:6])):
+        return False
+    total = sum(int(d) * w for d, w in zip(digits, _PESEL_WEIGHTS, strict=False))
+    return (10 - total % 10) % 10 == int(digits[10])
+
+
+def kr_rrn_ok(value: str, *, checked: bool = True) -> bool:
+    """A South Korean resident registration number: YYMMDD, the sex and century digit, six more;
+    with ``checked``, also the check digit numbers issued before October 2020 end with."""
+    digits = _compact(value)
+    if len(digits) != 13 or not digits.isdigit() or digits[6] not in "12345678":
+        return False
+    century = 1900 if digits[6] in "1256" else 2000
+    if not _date_ok(century + int(digits[:2]), int(digits[2:4]), int(digits[4:6])):
+        return False
+    if not checked:
+        return True
+    total = sum(int(d) * w for d, w in zip(digits[:12], (2, 3, 4, 5, 6, 7, 8, 9, 2, 3, 4, 5), strict=True))
+    return (11 - total % 11) % 10 == int(digits[12])

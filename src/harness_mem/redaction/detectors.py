@@ -49,6 +49,18 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .checksums import IBAN_LENGTHS, card_ok, cn_id_ok, iban_ok, ssn_ok
+from .code_values import is_code
+from .national_ids import NATIONAL_ID_WORDS, NATIONAL_IDS
+from .provider_keys import (
+    DISCORD_TOKEN,
+    PROVIDER_KEYS,
+    PROVIDER_NEEDLES,
+    TELEGRAM_BOT_TOKEN,
+    TERRAFORM_TOKEN,
+    locate_discord_token,
+    locate_telegram_bot_token,
+    locate_terraform_token,
+)
 
 __all__ = ["Detector", "Locate", "Rule", "WindowCache", "default_detectors", "might_hold_pii", "unchanged"]
 
@@ -370,6 +382,43 @@ def _locate_email(match: re.Match[str]) -> tuple[int, int] | None:
     return start, match.end()
 
 
+# Addresses written so that scrapers miss them: "john(at)example(dot)com", "john [at] example [dot]
+# com", or URL-encoded "jane%40example.com". Matched from the "(at)" or "%40", the local part found
+# walking back as for a plain address.
+def _spelled(word: str) -> str:
+    """``word`` in brackets of any kind, with spaces around: " [at] ", "(dot)", "{ at }"."""
+    return rf"[ \t]*[(\[{{<][ \t]*(?i:{word})[ \t]*[)\]}}>][ \t]*"
+
+
+_OBFUSCATED_DOT = rf"(?:\.|{_spelled('dot')})"
+# The match starts at the bracket (or "%"); spaces before it are skipped walking back.
+_EMAIL_OBFUSCATED = _compile(
+    rf"(?:[(\[{{<][ \t]*(?i:at)[ \t]?[)\]}}>][ \t]*|%40)"
+    rf"{_EMAIL_LABEL}(?:{_OBFUSCATED_DOT}{_EMAIL_LABEL}){{0,8}}{_OBFUSCATED_DOT}[A-Za-z]{{2,24}}(?![A-Za-z0-9\-])"
+)
+# What the gate looks for (in lower case): "at" and its closing bracket, at most one space between.
+_EMAIL_OBFUSCATED_NEEDLES = ("at)", "at]", "at}", "at>", "at )", "at ]", "at }", "at >", "%40")
+
+
+def _locate_obfuscated_email(match: re.Match[str]) -> tuple[int, int] | None:
+    text, at = match.string, match.start()
+    while at > 0 and text[at - 1] in " \t" and text[at] != "%":
+        at -= 1
+    start = at
+    while start > 0 and text[start - 1] in _LOCAL_CHARS:
+        start -= 1
+        if at - start > _MAX_LOCAL:
+            return None
+    while start < at and text[start] == ".":
+        start += 1
+    return None if start == at else (start, match.end())
+
+
+def _obfuscated_email_gate(text: str) -> bool:
+    closed = ")" in text or "]" in text or "}" in text or ">" in text or "%40" in text
+    return closed and _contains_any(_lower(text), _EMAIL_OBFUSCATED_NEEDLES)
+
+
 # -- phones
 # The grouped formats that start with a digit are one regex with a named branch each, run inside
 # the long number windows; no two branches can match at the same place, so none hides another.
@@ -423,7 +472,13 @@ def _country_code_ok(cc: str) -> bool:
 
 
 def _trunk_ok(value: str, sep: str) -> bool:
-    if not 10 <= len(_digits(value)) <= 12:
+    size = len(_digits(value))
+    if size == 9:
+        # A short subscriber number behind a short area code: Berlin "030 123456", Cologne "0221
+        # 12345". Only as two groups, the second of five digits or more.
+        area, _, subscriber = value.partition(sep)
+        return sep != "." and sep not in subscriber and len(area) <= 5 and len(subscriber) >= 5
+    if not 10 <= size <= 12:
         return False
     # A slash splits an area code from the rest ("030/12345678"), never more; dotted numbers come
     # in three groups or more ("06.12.34.56.78"), unlike a decimal or a version.
@@ -644,7 +699,9 @@ def _locate_bare_ssn(match: re.Match[str]) -> tuple[int, int] | None:
 # -- passport numbers: six to nine letters and digits right after "passport" ("passport number
 # X1234567", "Passport No.: 123456789", "护照号码 E12345678"). Passports have no check digit outside
 # their machine-readable line and no shape of their own, so the word is what tells one.
-_PASSPORT_VALUE = r"(?:[ \t]+(?i:is))?[ \t]*+[.:：#=]{0,2}+[ \t]*+(?P<value>[A-Za-z0-9]{6,9})(?![0-9A-Za-z])"
+_PASSPORT_VALUE = (
+    r"(?:[.:：#]?+[ \t]+(?i:is))?[ \t]*+[.:：#=]{0,2}+[ \t]*+(?P<value>[A-Za-z0-9]{6,9})(?![0-9A-Za-z])"
+)
 _PASSPORT = _compile(
     r"[Pp](?<![A-Za-z][Pp])(?i:assport)(?![A-Za-z])(?:[ \t]*+(?i:number|num|no|nr|id)(?![A-Za-z]))?"
     + _PASSPORT_VALUE
@@ -676,6 +733,19 @@ _CN_ID = _compile(
 )
 
 
+# What every short national number taken on its shape holds: a capital then two digits (a National
+# Insurance number, a NIE, a codice fiscale, a CURP, a PAN), or seven digits and a capital (a DNI).
+_has_short_national_id = _has_match(_compile(r"[A-Z](?:[ \-]?[0-9]){2}|[0-9]{7}-?[A-Z]"))
+
+
+# Every number taken after its name has eight digits at least, one separator at most between two.
+_EIGHT_DIGITS = _compile(r"[0-9](?:[ .\-]?[0-9]){7}")
+
+
+def _national_id_word_gate(text: str) -> bool:
+    return _EIGHT_DIGITS.search(text) is not None and _contains_any(_lower(text), NATIONAL_ID_WORDS)
+
+
 def _cn_id_written_ok(value: str) -> bool:
     return cn_id_ok(value.replace(" ", "").replace("-", ""))
 
@@ -693,6 +763,8 @@ _VERSION_BEFORE = re.compile(
 
 
 def _locate_ipv4(match: re.Match[str]) -> tuple[int, int] | None:
+    if match.group().startswith("127.") or match.group() == "0.0.0.0":
+        return None  # loopback and "every interface": a note about a local server, nobody's address
     for octet in match.group().split("."):
         if int(octet) > 255 or (len(octet) > 1 and octet[0] == "0"):
             return None
@@ -738,6 +810,11 @@ def _locate_ipv6(match: re.Match[str]) -> tuple[int, int] | None:
         if not (value.endswith(":") and _ipv6_ok(value[:-1])):
             return None
         value = value[:-1]
+    address = ipaddress.IPv6Address(value)
+    if address.is_loopback or address.is_unspecified or (
+        address.ipv4_mapped is not None and (address.ipv4_mapped.is_loopback or address.ipv4_mapped.is_unspecified)
+    ):
+        return None  # "0:0:0:0:0:0:0:1", "::ffff:127.0.0.1": this machine, as in IPv4
     if "::" in value:
         # "::1" and "a[1::2]" (a Python slice) parse as addresses; a real one has more to it.
         groups = [g for g in _GROUP_SPLIT.split(value) if g]
@@ -759,52 +836,51 @@ def _normalize_ip(value: str) -> str:
 
 
 # -- secrets
-# One regex per provider prefix: a pattern that starts with a literal string is found by ``re``'s
-# fast substring search. The "not inside a longer token" lookbehind comes right *after* the prefix:
-# before it, it would switch that search off; without it, "sk-sk-sk-…" would be rescanned from
-# every "sk-" (quadratic).
-_TOKEN_CHARS = r"[A-Za-z0-9_\-]"
-
-
-def _token(prefix: str, rest: str) -> re.Pattern[str]:
-    return _compile(rf"{prefix}(?<!{_TOKEN_CHARS}{prefix}){rest}(?!{_TOKEN_CHARS})")
-
-
-_API_KEYS = (
-    _token("sk-", r"(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}"),  # OpenAI, Anthropic
-    _token("sk_", r"(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe secret key
-    _token("rk_", r"(?:live|test)_[A-Za-z0-9]{16,}"),  # Stripe restricted key
-    _token("AKIA", r"[A-Z0-9]{16}"),  # AWS access key id
-    _token("ASIA", r"[A-Z0-9]{16}"),  # AWS temporary access key id
-    _token("gh[pousr]_", r"[A-Za-z0-9]{36,}"),  # GitHub tokens
-    _token("github_pat_", r"[A-Za-z0-9_]{22,}"),  # GitHub fine-grained tokens
-    _token("glpat-", r"[A-Za-z0-9_\-]{20,}"),  # GitLab personal access token
-    _token("xox[abposr]-", r"[A-Za-z0-9\-]{10,}"),  # Slack
-    _token("AIza", r"[0-9A-Za-z_\-]{35}"),  # Google API key
-    _token("GOCSPX-", r"[A-Za-z0-9_\-]{24,}"),  # Google OAuth client secret
-    _token("hf_", r"[A-Za-z0-9]{30,}"),  # Hugging Face
-    _token("npm_", r"[A-Za-z0-9]{36,}"),  # npm
-)
-# A Slack incoming webhook (or workflow trigger) URL: the path after the host is the credential.
+# Provider tokens (their formats are in :mod:`.provider_keys`), and a Slack incoming webhook (or
+# workflow trigger) URL, whose path after the host is the credential.
 _SLACK_WEBHOOK = _compile(
     r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<value>[A-Za-z0-9_\-]{6,}+(?:/[A-Za-z0-9_\-]{6,}+){1,3})"
 )
-_API_KEY_PREFIXES = (
-    "sk-", "sk_", "rk_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox",
-    "AIza", "GOCSPX-", "hf_", "npm_", "hooks.slack.com",
-)  # fmt: skip
+_API_KEY_PREFIXES = (*PROVIDER_NEEDLES, "hooks.slack.com")
 
 # Most prefixes hold "_" or "-": those are looked for only in text that has one.
 _PREFIXES_UNDERSCORE = tuple(p for p in _API_KEY_PREFIXES if "_" in p)
 _PREFIXES_DASH = tuple(p for p in _API_KEY_PREFIXES if "-" in p and "_" not in p)
-_PREFIXES_PLAIN = tuple(p for p in _API_KEY_PREFIXES if "-" not in p and "_" not in p)
+_PREFIXES_DOT = tuple(p for p in _API_KEY_PREFIXES if "." in p and "-" not in p and "_" not in p)
+_PREFIXES_PLAIN = tuple(p for p in _API_KEY_PREFIXES if not any(ch in p for ch in "-_."))
 
 
-def _api_key_gate(text: str) -> bool:
-    return (
-        ("_" in text and _contains_any(text, _PREFIXES_UNDERSCORE))
-        or ("-" in text and _contains_any(text, _PREFIXES_DASH))
-        or _contains_any(text, _PREFIXES_PLAIN)
+class _has_any_with:  # noqa: N801 -- used like a function; a class so that it pickles
+    """A gate that passes when ``text`` holds ``mark`` (when given) and one of ``needles``."""
+
+    __slots__ = ("mark", "needles")
+
+    def __init__(self, mark: str, needles: tuple[str, ...]) -> None:
+        self.mark = mark
+        self.needles = needles
+
+    def __call__(self, text: str) -> bool:
+        return (not self.mark or self.mark in text) and _contains_any(text, self.needles)
+
+
+def _provider_key_detectors() -> tuple[Detector, ...]:
+    """The provider formats as four detectors, by the separator their needles hold ("_", "-", "."
+    or none), each gated on its own needles: "key-value" runs the dash formats, not all sixty."""
+    rules: dict[str, list[Rule]] = {}
+    extra = {
+        "hooks.slack.com": Rule(_SLACK_WEBHOOK),
+        ":AA": Rule(TELEGRAM_BOT_TOKEN, locate_telegram_bot_token),
+        ".atlasv1.": Rule(TERRAFORM_TOKEN, locate_terraform_token),
+    }
+    for needle, pattern in PROVIDER_KEYS:
+        rules.setdefault(needle, []).append(Rule(pattern))
+    for needle, rule in extra.items():
+        rules.setdefault(needle, []).append(rule)
+    groups = (("_", _PREFIXES_UNDERSCORE), ("-", _PREFIXES_DASH), (".", _PREFIXES_DOT), ("", _PREFIXES_PLAIN))
+    return tuple(
+        Detector("API_KEY", tuple(rule for needle in needles for rule in rules[needle]), priority=2, secret=True,
+                 gate=_has_any_with(mark, needles))
+        for mark, needles in groups
     )
 
 
@@ -833,6 +909,12 @@ def _aws_gate(text: str) -> bool:
     return "AKIA" in text or "ASIA" in text or (
         _contains_any(text, ("aws", "AWS", "Aws")) and _contains_any(text, ("ecret", "ECRET"))
     )
+
+
+def _discord_gate(text: str) -> bool:
+    # Two dots and a digit (the prescreen's own test) at least; the pattern itself enters at every
+    # "M", "N" and "O".
+    return text.count(".") >= 2 and _has_digit(text)
 
 
 # header.payload.signature, each base64url; header and payload are JSON objects, so both start "eyJ".
@@ -907,7 +989,9 @@ def _locate_assignment(match: re.Match[str]) -> tuple[int, int] | None:
     written = written.rstrip("\"'")
     short = False
     if not written.lower().endswith(_KEYWORDS):
-        if not ((text[start] == "=" or quoted) and _short_keyword_ok(written)):
+        # "pass: 3" in a test report is a count; "pw: x9!k" is a password.
+        named = text[start] == "=" or quoted or written.lower().endswith("pw")
+        if not (named and _short_keyword_ok(written)):
             return None
         short = True
     value = _ASSIGNMENT_VALUE.match(text, match.end())
@@ -920,6 +1004,8 @@ def _locate_assignment(match: re.Match[str]) -> tuple[int, int] | None:
                 return None  # "pass=3": a count, not a PIN
             if found.startswith("{{") and _TEMPLATE.match(text, value.start(group)):
                 return None  # "password: {{ vault_password }}" (the bare value stopped at its space)
+            if group == "bare" and is_code(found, written):
+                return None  # "password = os.environ[…]", "token: str": where it comes from, not what it is
             return value.span(group)
     return None
 
@@ -934,8 +1020,10 @@ _SAID_VALUE = (
     r"|(?P<bare>[^\s\"'<>\u3000-\u303f\u3400-\u9fff\uff00-\uffef]{1,128}))"
 )
 # Two patterns, each starting with a character class or literals that ``re`` can skip ahead to.
+# "Password for the admin account is …": what it is for, up to 40 characters, may come between.
 _SAID_SECRET = _compile(
-    r"[Pp](?<![A-Za-z][Pp])(?i:ass(?:word|wd|phrase|code)|wd|w)(?i:'s|[ \t]+(?:is|was))(?![A-Za-z])" + _SAID_VALUE
+    r"[Pp](?<![A-Za-z][Pp])(?i:ass(?:word|wd|phrase|code)|wd|w)"
+    r"(?i:'s|(?:[ \t]+(?:for|of|to|on)[ \t]+[^\n.:=?!]{1,40}?)?[ \t]+(?:is|was))(?![A-Za-z])" + _SAID_VALUE
 )
 _SAID_SECRET_CJK = _compile(r"(?:密码|口令|密碼)是" + _SAID_VALUE)
 _SENTENCE_END = ".,;:)]}"
@@ -963,6 +1051,117 @@ def _locate_said_secret(match: re.Match[str]) -> tuple[int, int] | None:
         if _ALGORITHM.fullmatch(value):
             return None
     return start, end
+
+
+# A user and a password given together: "login admin / S3cr3t!", "creds are admin:Hunter2024!",
+# "login: ops:x9!kq", a .netrc line "machine h login bob password Xy7!". The user has a letter (so
+# "login 10:30:00" is a time); after "/" or ":" the value is taken only when it cannot be a word or a
+# path (as a password said without a colon), after "password" whatever it is.
+_LOGIN_PAIR = _compile(
+    r"[LlCc](?<![A-Za-z][LlCc])(?i:og[ \-]?in|reds?|redentials)(?![A-Za-z])"
+    r"(?:[ \t]+(?i:is|are|was|were|as))?[ \t]*+[:=]?[ \t]*+(?P<user>[A-Za-z0-9._@+\-]{1,64}+)"
+    r"(?:[ \t]*/[ \t]*|:|(?P<word>[ \t]+(?i:password|passwd|pass)[ \t]+))(?P<value>[^\s\"'<>]{1,128})"
+)
+_LOGIN_GATE_WORDS = ("login", "log in", "log-in", "cred", "curl", "--user", "mysql", "mariadb", "--password")
+
+
+def _password_like(value: str) -> bool:
+    """A value said without a colon that cannot be a word: a digit or a symbol in it, six digits at
+    least when it is all digits, four characters at least."""
+    if len(value) < 4 or all(ch.isalpha() or ch in _WORD_PUNCTUATION for ch in value):
+        return False
+    return not (value.isdigit() and len(value) < 6)
+
+
+def _trimmed_value(match: re.Match[str], group: str) -> tuple[int, int]:
+    text, (start, end) = match.string, match.span(group)
+    while end > start and text[end - 1] in _SENTENCE_END:  # "… admin:Hunter2024!." ends a sentence
+        end -= 1
+    return start, end
+
+
+def _locate_login_pair(match: re.Match[str]) -> tuple[int, int] | None:
+    user = match.group("user")
+    if not any(ch.isalpha() for ch in user):
+        return None
+    start, end = _trimmed_value(match, "value")
+    value = match.string[start:end]
+    if not value or _not_a_credential(value):
+        return None
+    if match.start("word") < 0 and ("/" in value or not _password_like(value)):
+        return None  # "login page / settings", "login route /api/v1/login"
+    return start, end
+
+
+# Passwords on a command line: "curl -u admin:S3cret", "curl --user 'deploy:Ab12'", "mysql -u root
+# -pS3cretPw9", "docker login --password Xy7!kq". "-u" is taken only after curl or wget on its line
+# ("git push -u origin", "docker run -u 1000:1000" are not logins), "-p" only after mysql.
+_COMMAND_PASSWORD = _compile(
+    r"-(?<![^\s]-)(?:(?:-user(?:[ \t]+|=)|u[ \t]*)[\"']?(?P<user>[^\s:\"'/]{1,64}+):(?P<value>[^\s\"'@]{1,128}+)"
+    r"|p(?P<mysql>[^\s\"'\-][^\s\"']{0,127}+)|-password[ \t]+(?P<flag>[^\s\"'\-][^\s\"']{0,127}+))"
+)
+
+
+_COMMAND_REACH = 256
+
+
+def _command_before(text: str, at: int, names: tuple[str, ...]) -> bool:
+    """Whether one of ``names`` (lower case) is in the 256 characters of ``at``'s line before it.
+    (Bounded: a line of a million "curl -u a:" is not read again for each.)"""
+    before = text[max(0, at - _COMMAND_REACH) : at]
+    return _contains_any(before[before.rfind("\n") + 1 :].lower(), names)
+
+
+def _locate_command_password(match: re.Match[str]) -> tuple[int, int] | None:
+    text, at = match.string, match.start()
+    if match.start("mysql") >= 0:
+        if not _command_before(text, at, ("mysql", "mariadb")):
+            return None
+        span = match.span("mysql")
+    elif match.start("flag") >= 0:
+        span = match.span("flag")
+        if not _password_like(text[span[0] : span[1]]):
+            return None
+    else:
+        if text.startswith("-u", at) and not _command_before(text, at, ("curl", "wget")):
+            return None
+        span = match.span("value")
+        if text[span[0] : span[1]].isdigit():
+            return None
+    return None if _not_a_credential(text[span[0] : span[1]]) else span
+
+
+def _command_gate(text: str) -> bool:
+    return _contains_any(_lower(text), _LOGIN_GATE_WORDS)
+
+
+# Credentials in markup: an element named for one ("<password>Xk9#</password>", "<ns:apiKey>…"), or
+# a .NET / Java config pair ('<add key="DbPassword" value="…"/>', '<param name="token" value="…">').
+_XML_ELEMENT = _compile(
+    r"<(?P<tag>[A-Za-z_][A-Za-z0-9_.:\-]{0,63}+)>[ \t]*(?P<value>[^<>\s][^<>\n]{0,255}?)[ \t]*</(?P=tag)>"
+)
+# The pair is matched from its rarer "value=", the name found looking back.
+_CONFIG_PAIR = _compile(r"value=(?P<q>[\"'])(?P<value>[^\"'\n]{1,512}+)(?P=q)")
+_CONFIG_NAME = re.compile(r"(?<![A-Za-z])(?:key|name)=(?P<q>[\"'])(?P<name>[^\"'\n<>]{1,64})(?P=q)[ \t]+\Z")
+
+
+def _names_credential(name: str) -> bool:
+    lower = name.lower().rsplit(":", 1)[-1]
+    return lower.endswith(_KEYWORDS) or _short_keyword_ok(name)
+
+
+def _locate_markup(match: re.Match[str]) -> tuple[int, int] | None:
+    if "tag" in match.re.groupindex:
+        name = match.group("tag")
+    else:
+        named = _CONFIG_NAME.search(match.string, max(0, match.start() - 80), match.start())
+        if named is None:
+            return None
+        name = named.group("name")
+    value = match.group("value")
+    if not _names_credential(name) or _not_a_credential(value) or _TEMPLATE.fullmatch(value):
+        return None
+    return match.span("value")
 
 
 # A value that looks generated, assigned to any name with a credential word in it: "SECRET_KEY_BASE=…",
@@ -1161,7 +1360,7 @@ def _ip_gate(text: str) -> bool:
 # holds none of it, and these C-level substring checks are far cheaper than a dozen gate calls (or
 # one regex alternation, which re tries at every position).
 _PRESCREEN_NEEDLES = ("-----BEGIN", *(p for p in _API_KEY_PREFIXES if "-" in p or "_" in p))
-_PRESCREEN_PLAIN = ("@", "＠", "::", "eyJ", *(p for p in _API_KEY_PREFIXES if "-" not in p and "_" not in p))
+_PRESCREEN_PLAIN = ("@", "＠", "::", "eyJ", *_PREFIXES_PLAIN)
 # Where a credential word names a value: before ":" or "=". Said in a sentence, only a password is
 # taken ("my password is …", "PASSWORD\tWAS …", "pw's …", "密碼是…"), and only with "pass", "pw" or "是".
 _CREDENTIAL_CONTEXT = (":", "=", "：")
@@ -1176,6 +1375,7 @@ def might_hold_pii(text: str) -> bool:
         # _PRESCREEN_NEEDLES all hold "-" or "_"; the plain ones ("@", "AKIA", "hooks.slack.com" …) do not.
         or (("-" in text or "_" in text) and _contains_any(text, _PRESCREEN_NEEDLES))
         or _contains_any(text, _PRESCREEN_PLAIN)
+        or ("." in text and _contains_any(text, _PREFIXES_DOT))
         or text.count(":") >= 7  # an IPv6 address spelled with letters a-f only
         # A credential word matters only before ":" or "=", or as a password said in words (a bearer
         # token, an AWS secret key and a passport number have a digit, a URL password an "@": all
@@ -1184,6 +1384,9 @@ def might_hold_pii(text: str) -> bool:
         or _contains_any(_lower(text), _SAID_PASSWORD)
         or ("是" in text and _contains_any(text, _SAID_PASSWORD_CJK))
         or _fullwidth_digit_gate(text)  # a card typed in full-width digits
+        or _command_gate(text)  # "login admin / Secret!", "curl -u admin:Secret"
+        or ("</" in text and _contains_any(_lower(text), _SECRET_WORDS))  # "<token>abc</token>"
+        or _obfuscated_email_gate(text)  # "john(at)example(dot)com"
     )
 
 
@@ -1192,17 +1395,14 @@ def default_detectors() -> tuple[Detector, ...]:
     return (
         Detector("PRIVATE_KEY", (Rule(_PRIVATE_KEY),), priority=0, secret=True, gate=_has_any("-----BEGIN")),
         Detector("JWT", (Rule(_JWT),), priority=1, secret=True, gate=_has_any("eyJ")),
-        Detector(
-            "API_KEY",
-            (*(Rule(pattern) for pattern in _API_KEYS), Rule(_SLACK_WEBHOOK)),
-            priority=2,
-            secret=True,
-            gate=_api_key_gate,
-        ),
+        *_provider_key_detectors(),
         # A rule that needs a rarer context than its family's gate is a detector of its own, with a
         # gate on that context: the AWS secret key (its scan enters at every letter), cookies, and
         # the bare SSN and phone numbers that only a word before them makes one.
         Detector("API_KEY", (Rule(_AWS_SECRET, _locate_aws_secret),), priority=2, secret=True, gate=_aws_gate),
+        Detector(
+            "API_KEY", (Rule(DISCORD_TOKEN, locate_discord_token),), priority=2, secret=True, gate=_discord_gate
+        ),
         Detector(
             "SECRET",
             (
@@ -1212,10 +1412,19 @@ def default_detectors() -> tuple[Detector, ...]:
                 Rule(_URL_CREDENTIALS),
                 Rule(_SAID_SECRET, _locate_said_secret),
                 Rule(_SAID_SECRET_CJK, _locate_said_secret),
+                Rule(_XML_ELEMENT, _locate_markup),
+                Rule(_CONFIG_PAIR, _locate_markup),
             ),
             priority=3,
             secret=True,
             gate=_secret_gate,
+        ),
+        Detector(
+            "SECRET",
+            (Rule(_LOGIN_PAIR, _locate_login_pair), Rule(_COMMAND_PASSWORD, _locate_command_password)),
+            priority=3,
+            secret=True,
+            gate=_command_gate,
         ),
         Detector(
             "SECRET",
@@ -1232,6 +1441,13 @@ def default_detectors() -> tuple[Detector, ...]:
             gate=_has_any("@", "＠"),
         ),
         Detector(
+            "EMAIL",
+            (Rule(_EMAIL_OBFUSCATED, _locate_obfuscated_email),),
+            priority=4,
+            normalize=_email_key,
+            gate=_obfuscated_email_gate,
+        ),
+        Detector(
             "IBAN",
             (Rule(_IBAN, _locate_iban, overlapping=True),),
             priority=5,
@@ -1244,6 +1460,30 @@ def default_detectors() -> tuple[Detector, ...]:
             priority=6,
             normalize=_alnum_upper,
             gate=_has_long_number,
+        ),
+        Detector(
+            "NATIONAL_ID",
+            tuple(Rule(number.pattern, number, _LONG_NUMBER, overlapping=True)
+                  for number in NATIONAL_IDS if number.words is None and number.long_number),
+            priority=6,
+            normalize=_alnum_upper,
+            gate=_has_long_number,
+        ),
+        Detector(
+            "NATIONAL_ID",
+            tuple(Rule(number.pattern, number, overlapping=True)
+                  for number in NATIONAL_IDS if number.words is None and not number.long_number),
+            priority=6,
+            normalize=_alnum_upper,
+            gate=_has_short_national_id,
+        ),
+        Detector(
+            "NATIONAL_ID",
+            tuple(Rule(number.pattern, number, _LONG_NUMBER if number.long_number else None, overlapping=True)
+                  for number in NATIONAL_IDS if number.words is not None),
+            priority=6,
+            normalize=_alnum_upper,
+            gate=_national_id_word_gate,
         ),
         Detector(
             "CREDIT_CARD",

@@ -1,0 +1,156 @@
+"""The PostgreSQL engine's one connection to its server, made again when the server dropped it.
+
+A store lives as long as its process (an MCP server, an agent); the server may restart under it.
+Before each statement sent outside a transaction, a connection the server has closed is noticed
+without a round trip (its socket holds the server's goodbye, or end-of-file) and replaced by a
+fresh one, prepared as the first was. Nothing is ever sent twice: a statement or transaction whose
+connection is lost midway (a write may have committed) fails, in one line, and the next call
+reconnects.
+
+Every error of the driver reaches the caller as one line, a :class:`~harness_mem.errors.StorageError`
+whose ``__cause__`` is psycopg's own (what :meth:`PostgresStorage.is_busy` reads).
+"""
+
+from __future__ import annotations
+
+import select
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any
+
+from ..errors import StorageError
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["Connection"]
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of ``exc``'s message, or its type's name."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__
+
+
+class Connection:
+    """psycopg's connection (autocommit) behind the few calls the engine makes: ``execute``,
+    ``cursor``, ``transaction``, ``in_transaction``, ``close``. ``prepare`` sets up each new connection."""
+
+    def __init__(self, dsn: str, location: str, prepare: Callable[[psycopg.Connection[Any]], None]) -> None:
+        import psycopg
+
+        self._psycopg = psycopg
+        self._dsn = dsn
+        self.location = location
+        self._prepare = prepare
+        self._closed = False
+        self._depth = 0  # transactions open through this object: never reconnected under one
+        self._raw = self._connect(first=True)
+
+    # ---- the connection itself ------------------------------------------------------------------------
+
+    def _connect(self, *, first: bool = False) -> psycopg.Connection[Any]:
+        import psycopg
+
+        try:
+            raw: psycopg.Connection[Any] = psycopg.connect(self._dsn, autocommit=True)
+        except psycopg.Error as exc:
+            reason = first_line(exc).replace(self._dsn, self.location)
+            doing = "connect to" if first else "reconnect to"
+            raise StorageError(f"cannot {doing} {self.location}: {reason}") from None
+        try:
+            self._prepare(raw)
+        except psycopg.Error as exc:
+            raw.close()
+            raise StorageError(f"{self.location}: {first_line(exc)}") from exc
+        return raw
+
+    def _between_calls(self) -> bool:
+        """Whether no transaction is open (a lost connection's status is unknown)."""
+        status = self._raw.info.transaction_status
+        return self._depth == 0 and status in (self._psycopg.pq.TransactionStatus.IDLE,
+                                               self._psycopg.pq.TransactionStatus.UNKNOWN)
+
+    def _dropped(self) -> bool:
+        """Whether the server closed this idle connection: nothing is due on it, so a readable
+        socket means a goodbye (a terminated session) or end-of-file."""
+        raw = self._raw
+        if raw.closed or raw.broken:
+            return True
+        try:
+            readable, _, _ = select.select([raw.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        if not readable:
+            return False
+        pgconn = raw.pgconn
+        try:
+            pgconn.consume_input()
+            pgconn.consume_input()  # the goodbye first, end-of-file next
+        except self._psycopg.OperationalError:
+            return True
+        return bool(pgconn.status != self._psycopg.pq.ConnStatus.OK)
+
+    def _live(self) -> psycopg.Connection[Any]:
+        """The connection, made again first if the server dropped it while no call was in progress."""
+        if self._closed:
+            raise StorageError(f"{self.location}: this store is closed")
+        if self._between_calls() and self._dropped():
+            self._reopen()
+        return self._raw
+
+    def _reopen(self) -> None:
+        with suppress(self._psycopg.Error):
+            self._raw.close()
+        self._raw = self._connect()
+
+    def _failure(self, exc: BaseException) -> StorageError:
+        if self._raw.broken or self._raw.closed:
+            return StorageError(
+                f"lost the connection to {self.location} ({first_line(exc)}) — this call's transaction was not"
+                " committed, or its outcome is unknown if it was committing; the next call reconnects")
+        return StorageError(f"{self.location}: {first_line(exc)}")
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except self._psycopg.Error as exc:
+            raise self._failure(exc) from exc
+
+    # ---- what the engine calls ---------------------------------------------------------------------------
+
+    def execute(self, sql: Any, params: Sequence[Any] | None = None) -> psycopg.Cursor[Any]:
+        raw = self._live()
+        with self._translated():
+            return raw.execute(sql, params)
+
+    @contextmanager
+    def cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+        raw = self._live()
+        with self._translated(), raw.cursor() as cursor:
+            yield cursor
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        raw = self._live()
+        self._depth += 1
+        try:
+            with self._translated(), raw.transaction():
+                yield
+        finally:
+            self._depth -= 1
+
+    @property
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open on the connection (not on one lost: the next statement
+        goes to a fresh connection)."""
+        status = self._raw.info.transaction_status
+        return status in (self._psycopg.pq.TransactionStatus.ACTIVE, self._psycopg.pq.TransactionStatus.INTRANS,
+                          self._psycopg.pq.TransactionStatus.INERROR)
+
+    def close(self) -> None:
+        self._closed = True
+        self._raw.close()
