@@ -252,15 +252,13 @@ def test_a_rewrite_killed_mid_copy_is_undone_by_the_next_gc(postgres_server: Pos
             admin.execute(f"SET search_path = {schema_of(dsn)}")
             assert admin.execute("SELECT to_regclass('entries__rewrite')").fetchone() == (None,)
             assert admin.execute("SELECT count(*) FROM pg_trigger WHERE tgrelid = 'entries'::regclass"
-                                 " AND NOT tgisinternal").fetchone() == (0,)
+                                 " AND tgname LIKE '%%rewrite%%'").fetchone() == (0,)
             admin.execute("CHECKPOINT")
     assert not {p for p in files_holding(postgres_server.data_dir, ["gribblefrost"]) if not p.startswith("pg_wal/")}
 
 
 def test_a_confined_role_writes_during_the_rewrite_and_stays_confined_after(
         postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    import psycopg
-
     from harness_mem.engines import postgres_rewrite
 
     monkeypatch.setattr(postgres_rewrite, "REWRITE_BATCH", (100, 100, 100))
@@ -281,7 +279,7 @@ def test_a_confined_role_writes_during_the_rewrite_and_stays_confined_after(
 
             def write_and_peek() -> None:
                 written.append(confined.add("written by alice mid-rewrite").id)
-                with pytest.raises(psycopg.errors.InsufficientPrivilege):  # the copy holds every namespace
+                with pytest.raises(HarnessMemError, match="permission denied"):  # the copy holds every namespace
                     raw.execute("SELECT count(*) FROM entries__rewrite")
 
             with mid_rewrite(admin, write_and_peek) as seen:
