@@ -158,6 +158,7 @@ def test_a_writer_commits_between_the_rewrites_steps_and_keeps_what_it_wrote(
             with pytest.raises(NotFoundError):
                 store.get(gone)
         assert store.count() == 1500 - 1 + 20  # one deleted, one corrected (its old version hidden)
+        assert all(check["ok"] for check in store.diagnose()["checks"])  # counts, keyword rows, vectors
         assert all("zyxwarble" not in hit.entry.content for hit in store.recall("zyxwarble", k=3))
         with postgres_server.connect() as admin:
             admin.execute(f"SET search_path = {schema_of(dsn)}")
