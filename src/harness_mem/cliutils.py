@@ -490,6 +490,8 @@ def gc_report_lines(report: dict[str, Any]) -> list[str]:
     sizes = report["tables"]
     lines = ["; ".join(done), *report.get("rewrite_recovered", []),
              f"file: {_size(report['bytes_before'])} -> {_size(report['bytes_after'])}"]
+    if report.get("log_remains") and (report["expired_purged"] or report["forgotten_purged"]):
+        lines.insert(1, f"note: {report['log_remains']}")
     lines.append(f"{'table':<32} {'rows':>10} {'bytes':>10}")
     for table, row in sizes["by_table"].items():
         rows = "-" if row["rows"] is None else str(row["rows"])

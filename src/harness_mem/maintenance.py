@@ -48,7 +48,10 @@ with the next rewrite (``gc`` after a purge, or ``gc --vacuum``). The orchestrat
 belong to harness_loop, which prunes them itself (``harness-loop runs gc``).
 
 What is said above is SQLite's case; the steps are the storage's own (:class:`~harness_mem.storage.Storage`),
-so another engine gives its own space back its own way.
+so another engine gives its own space back its own way. PostgreSQL's pruning leaves a deleted row's
+bytes in its page too, so its rewrite also writes the tables into new files beside writers
+(:mod:`harness_mem.engines.postgres_rewrite`); what it cannot reach is the server's write-ahead log,
+which it recycles on its own schedule (``gc`` reports it).
 """
 
 from __future__ import annotations
@@ -248,8 +251,11 @@ EXPIRY_EVERY_MS = 86_400_000
 #: or ``purge`` keeps it; only the rewrite that fulfils it takes it away.
 PURGE_PENDING_KEY = "gc.purge_pending"
 #: Entries deleted per batch (the first's, the least and the most), scaled so a batch takes about
-#: ``CHUNK_TARGET_S``: a bulky entry frees many pages, each zeroed and logged.
-PURGE_BATCH = (50, 5, 500)
+#: ``CHUNK_TARGET_S``: a bulky entry frees many pages, each zeroed and logged. The first is small,
+#: as a batch's cost is unknown until one is timed: on PostgreSQL an entry's delete (its vector,
+#: counters, the next turn re-indexed) took 18-48 ms, and a first batch of 500 held a writer 4.9 s
+#: there (bench/bench_pg_gc.py at load 20).
+PURGE_BATCH = (10, 5, 500)
 
 
 def purge_expired(storage: Storage) -> int:

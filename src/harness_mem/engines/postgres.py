@@ -44,7 +44,7 @@ from ..storage import (
     settle_conflicts,
 )
 from ..vectors import other_model
-from . import postgres_rekey
+from . import postgres_rekey, postgres_rewrite
 from .postgres_connection import Connection
 
 if TYPE_CHECKING:
@@ -77,6 +77,9 @@ _LIVE = "namespace = %s AND (expires_at IS NULL OR expires_at > %s)"
 _COLUMNS_E = ", ".join(f"e.{c.strip()}" for c in COLUMNS.split(","))
 # What a write gives each new row: every column but pk (the database numbers it), and its tokens.
 _WRITTEN = (*COLUMN_NAMES[1:], "tokens", "token_count")
+#: What gc cannot take out: the server's write-ahead log is its own (and its archives' and replicas').
+LOG_REMAINS = ("purged text stays in the server's WAL segments until checkpoints recycle them"
+               " (past wal_keep_size and replication slots), and in WAL archives, replicas and backups")
 
 
 def safe_location(dsn: str) -> str:
@@ -1295,7 +1298,15 @@ class PostgresStorage(Storage):
             ("pgvector", lambda: str(self.query("SELECT extversion FROM pg_extension WHERE extname = 'vector'")[0][0])),
             ("full text", lambda: f"{counted(self.keywords.stats()[0], 'row')} indexed"
                                   f" (and {counted(self.derived_keywords.stats()[0], 'derived row')})"),
+            ("write-ahead log", self._describe_log),
         ]
+
+    def _describe_log(self) -> str:
+        """Where purged text may still be: the server's log, kept as its settings say."""
+        archive, keep = (str(self.query(f"SHOW {name}")[0][0]) for name in ("archive_mode", "wal_keep_size"))
+        slots = int(self.query("SELECT count(*) FROM pg_replication_slots")[0][0])
+        return (f"archive_mode {archive}, wal_keep_size {keep}, {counted(slots, 'replication slot')}:"
+                f" {LOG_REMAINS}")
 
     def describe_schema(self) -> str:
         missing = [t for t in ("entries", "settings", "_migrations")
@@ -1308,18 +1319,22 @@ class PostgresStorage(Storage):
         self._run("SELECT gin_clean_pending_list('entries_tokens'::regclass)")
 
     def rewrite(self) -> None:
-        # VACUUM FULL writes each table anew: no dead tuple of a purged row survives in it.
-        for table in ("entries", "settings", *(["entry_vectors"] if self._has_vector_table() else []),
+        # Each table holding entries' text, their vectors, episodes or sealed names goes into new
+        # files, in steps beside writers (postgres_rewrite); settings, a handful of rows, is
+        # rewritten whole in a moment.
+        for table in ("entries", "episodes", "identities", *(["entry_vectors"] if self._has_vector_table() else []),
                       *(["entry_passages"] if self._has_passage_table() else [])):
-            self._run(f"VACUUM FULL {table}")
+            postgres_rewrite.rewrite_table(self.conn, self.transaction, table)
+        self._run("VACUUM FULL settings")
 
     def compact(self, *, rewrite: bool, vacuum: bool) -> dict[str, Any]:
         if rewrite or vacuum:
             self.rewrite()
         else:
             self._run("VACUUM entries")
-        return {"auto_vacuum": "autovacuum", "vacuum": "full" if rewrite or vacuum else "plain",
-                "free_pages_before": 0, "free_pages_after": 0, "wal_truncated": self.truncate_log()}
+        return {"auto_vacuum": "autovacuum", "vacuum": "tables" if rewrite or vacuum else "plain",
+                "free_pages_before": 0, "free_pages_after": 0, "wal_truncated": self.truncate_log(),
+                "log_remains": LOG_REMAINS}
 
     def truncate_log(self) -> bool:
         try:
