@@ -51,14 +51,16 @@ if TYPE_CHECKING:
     from .redaction import Redaction
 
 __all__ = [
-    "KEY_ID_SETTING", "Identities", "IdentityKey", "IdentityRecords", "KeyRecords", "SealedIdentity", "Sealer", "choose_key",
-    "key_file", "metadata_pseudonyms",
+    "KEY_ID_SETTING", "ROTATING_SETTING", "Identities", "IdentityKey", "IdentityRecords", "KeyRecords", "SealedIdentity", "Sealer", "choose_key",
+    "key_file", "metadata_pseudonyms", "raw_value", "read_key_file",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: The setting naming the key this store's identities are sealed with (its id, not the key).
 KEY_ID_SETTING = "identities.key_id"
+#: Set while a key rotation is under way (:mod:`harness_mem.rotation`): the old key's id ("" once done).
+ROTATING_SETTING = "identities.rotating_from"
 _KEY_BYTES = 32
 _NONCE_BYTES = 12
 # A stored identity that holds a pseudonym (only those have a raw value to reveal).
@@ -151,6 +153,17 @@ class IdentityKey:
 def _bound(namespace: str, stored: str) -> bytes:
     # The associated data: a sealed row moved to another namespace or value does not open.
     return f"{namespace}\x00{stored}".encode()
+
+
+def raw_value(opened: str) -> str | int:
+    """What an opened sealed row holds: the text, or the int a metadata value was."""
+    return int(opened[len(_INT_MARK):]) if opened.startswith(_INT_MARK) else opened
+
+
+def read_key_file(key_id: str, config_dir: Path) -> IdentityKey | None:
+    """The key of id ``key_id`` from its file in ``config_dir``, or None when it is not there."""
+    found = _read_key(key_file(key_id, config_dir))
+    return found if found is not None and found.id == key_id else None
 
 
 def key_file(key_id: str, config_dir: Path) -> Path:
@@ -308,7 +321,7 @@ class Identities:
                 for stored, key_id, sealed in self.storage.sealed_identities(self.namespace, sorted(wanted)):
                     raw = key.open(self.namespace, stored, sealed) if key_id == key.id else None
                     if raw is not None:
-                        self._revealed[stored] = int(raw[len(_INT_MARK):]) if raw.startswith(_INT_MARK) else raw
+                        self._revealed[stored] = raw_value(raw)
         return self._revealed
 
     def value(self, stored: str) -> str:
