@@ -18,8 +18,9 @@ digits), else a key file made on first use in the user's config directory:
 key is missing reads as before, with the pseudonyms in place of the names: **losing the key loses
 the names, never the memories**, and no new key is made over an old one. The pseudonyms themselves
 are keyed with this key too (:mod:`harness_mem.pseudonyms`), so without it nothing holding personal
-data can be written to an identity field or looked up by one. A team sharing a
-PostgreSQL store shares the key through the variable.
+data can be written to an identity field or looked up by one. A team shares the
+key with ``harness-mem key export`` / ``key import`` (:mod:`harness_mem.keyfiles`), and rotates it
+with ``key rotate`` (:mod:`harness_mem.rotation`).
 
 Metadata values are kept the same way (:func:`~harness_mem.rows.stored_metadata`): a framework reads
 its item back from them. Content is redacted as the policy says (a label is not a pseudonym and has
