@@ -268,3 +268,17 @@ def test_rotation_on_postgres_keeps_every_round_trip_and_refuses_the_old_key(
             MemoryStore(dsn, embedder=None, namespace=namespace) as store:
         store.add("x", session=EMAIL)
     assert done.new_id != done.old_id
+
+
+def test_a_handle_opened_before_a_rotation_writes_no_name_under_the_old_key(
+        db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_MEM_CONFIG", str(tmp_path / "machine-a"))
+    monkeypatch.delenv("HARNESS_MEM_IDENTITY_KEY", raising=False)
+    with MemoryStore(db_path, embedder=None) as before, MemoryStore(db_path, embedder=None) as rotating:
+        before.add("a first call", session=EMAIL)  # its redactor and sealer now hold the old key
+        rotating.rotate_identity_key()
+        with pytest.raises(IdentityKeyError, match="rotated since this handle opened it"):
+            before.add("a second call", session=EMAIL)
+        assert [e.content for e in rotating.list(session=EMAIL)] == ["a first call"]
+    with MemoryStore(db_path, embedder=None) as store:
+        assert [e.content for e in store.list(session=EMAIL)] == ["a first call"]
