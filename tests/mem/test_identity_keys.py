@@ -215,6 +215,8 @@ with MemoryStore({str(db_path)!r}, embedder=None) as store:
     db = ("--db", str(db_path), "--embedder", "none")
     status = run(*db, "key", "status", config=config)
     assert status.returncode == 1 and "harness-mem key rotate" in status.stdout
+    copied = tmp_path / "copy.db"  # a copy would carry half-rotated pseudonyms
+    one_line_error(run("copy", str(db_path), str(copied), config=config), f"{db_path}: its identity key is being rotated")
     finished = run(*db, "key", "rotate", config=config)
     assert finished.returncode == 0, finished.stderr
     assert f"Identity key {settings['identities.rotating_from']} -> {key_id_of(db_path)}" in finished.stdout
