@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness_mem.errors import IdentityKeyError
+from harness_mem.errors import IdentityKeyError, InvalidInputError
 from harness_mem.store import MemoryStore
 
 EMAIL = "ada@example.com"
@@ -248,16 +248,24 @@ def test_rotation_on_postgres_keeps_every_round_trip_and_refuses_the_old_key(
         with psycopg.connect(dsn) as conn:
             return {str(s) for (s,) in conn.execute("SELECT DISTINCT session FROM entries")}
 
+    alice = f"alice_{schema}"
+    postgres_server.create_role(alice)
+    as_alice = postgres_server.dsn_for(user=alice) + f"?options=-csearch_path%3D{schema},public"
     namespace = f"team {EMAIL}"
     with MemoryStore(dsn, embedder=None, namespace=namespace) as store:
         fill(store, 300)
+        store.grant(alice)
         old_key = next((tmp_path / "machine-a" / "keys").iterdir()).read_text().strip()
         before = sessions_stored()
+        with MemoryStore(as_alice, embedder=None, namespace=namespace) as confined, \
+                pytest.raises(InvalidInputError, match="connect as its owner"):
+            confined.rotate_identity_key()
         done = store.rotate_identity_key()
         check_round_trips(store, 300)
     assert not before & sessions_stored()
-    with MemoryStore(dsn, embedder=None, namespace=namespace) as store:  # a new handle finds its namespace
-        check_round_trips(store, 300)
+    for target in (dsn, as_alice):  # a new handle finds its namespace, the confined role's too
+        with MemoryStore(target, embedder=None, namespace=namespace) as store:
+            check_round_trips(store, 300)
 
     # A second process holding the old key, or another one, is refused identity writes.
     for other in (old_key, os.urandom(32).hex()):
@@ -284,3 +292,40 @@ def test_a_handle_opened_before_a_rotation_writes_no_name_under_the_old_key(
         assert [e.content for e in rotating.list(session=EMAIL)] == ["a first call"]
     with MemoryStore(db_path, embedder=None) as store:
         assert [e.content for e in store.list(session=EMAIL)] == ["a first call"]
+
+
+def test_export_asks_for_the_passphrase_twice_on_a_terminal(db_path: Path, tmp_path: Path,
+                                                            machines: tuple[Path, Path, Path]) -> None:
+    import pty
+    import select
+
+    a, b, secret = machines
+    db = ("--db", str(db_path), "--embedder", "none")
+    assert run(*db, "add", "the call went well", "--session", EMAIL, config=a).returncode == 0
+    environ = {k: v for k, v in os.environ.items() if k not in ("HARNESS_MEM_IDENTITY_KEY", "HARNESS_MEM_KEY_PASSPHRASE")}
+    environ["HARNESS_MEM_CONFIG"] = str(a)
+    controller, terminal = pty.openpty()
+    wrapped = tmp_path / "team.key"
+    exporting = subprocess.Popen([sys.executable, "-m", "harness_mem", *db, "key", "export", str(wrapped)],
+                                 stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ,
+                                 start_new_session=True)
+    try:
+        said = b""
+        for prompt in (b"Passphrase", b"Repeat for confirmation"):  # typed once each prompt is up
+            while prompt not in said:
+                ready, _, _ = select.select([exporting.stderr], [], [], 300)
+                chunk = os.read(exporting.stderr.fileno(), 4096) if ready else b""  # type: ignore[union-attr]
+                assert chunk, f"no {prompt!r} prompt: {said!r}"
+                said += chunk
+            os.write(controller, f"{PASSPHRASE}\n".encode())
+        out, rest = exporting.communicate(timeout=300)
+        err = (said + rest).decode()
+    finally:
+        if exporting.poll() is None:  # a prompt that never came: the test fails, the process goes
+            exporting.kill()
+            exporting.communicate()
+        os.close(terminal)
+        os.close(controller)
+    assert exporting.returncode == 0, err
+    assert err.count("Passphrase") == 1 and "Repeat for confirmation" in err and PASSPHRASE not in out.decode() + err
+    assert run(*db, "key", "import", str(wrapped), "--passphrase-file", str(secret), config=b).returncode == 0
