@@ -215,6 +215,8 @@ with MemoryStore({str(db_path)!r}, embedder=None) as store:
     db = ("--db", str(db_path), "--embedder", "none")
     status = run(*db, "key", "status", config=config)
     assert status.returncode == 1 and "harness-mem key rotate" in status.stdout
+    # Writing a name meanwhile is refused, even with the new key: its rows could clash with the rewrite.
+    one_line_error(run(*db, "add", "x", "--session", EMAIL, config=config), "this store's identity key is being rotated")
     copied = tmp_path / "copy.db"  # a copy would carry half-rotated pseudonyms
     one_line_error(run("copy", str(db_path), str(copied), config=config), f"{db_path}: its identity key is being rotated")
     finished = run(*db, "key", "rotate", config=config)
