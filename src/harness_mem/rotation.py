@@ -15,9 +15,10 @@ can read back anyway), a credential (never sealed) and an identity written with
 ``identity_key=False``. Those three are no longer found by their raw value after a rotation.
 
 The store records the rotation before rewriting anything (``identities.rotating_from`` holds the
-old key's id, ``identities.key_id`` the new one), so from then on only a process with the new key
-writes identity values, and an interrupted rotation is finished by running it again. The old key
-file is kept where it was until the user deletes it.
+old key's id, ``identities.key_id`` the new one): until it is done no process writes a name (a
+row written meanwhile could clash with the rewrite, :func:`~harness_mem.storage.write_sealed`),
+afterwards only one with the new key does, and an interrupted rotation is finished by running it
+again. The old key file is kept where it was until the user deletes it.
 """
 
 from __future__ import annotations
