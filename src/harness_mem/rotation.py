@@ -146,7 +146,7 @@ def rotator(storage: Storage, old: IdentityKey, new: IdentityKey) -> tuple[
         new_namespace, new_stored = rekey(namespace), rekey(row.stored)
         opened = old.open(namespace, row.stored, row.sealed) if row.key_id == old.id else None
         if opened is None:
-            return new_namespace, row._replace(stored=new_stored)
+            return new_namespace, SealedIdentity(new_stored, row.key_id, row.sealed)
         return new_namespace, SealedIdentity(new_stored, new.id, new.seal(new_namespace, new_stored, opened))
 
     return rekey, reseal
