@@ -81,7 +81,12 @@ def _passphrase(passphrase_file: Path | None, *, confirm: bool) -> str:
 @key.command()
 @click.pass_context
 def status(ctx: click.Context) -> None:
-    """The store's key id, and where this process finds it (or that it lacks it). Exits 1 when it lacks it."""
+    """The store's key id, and where this process finds it (or that it lacks it). Exits 1 when it lacks it.
+
+    \b
+    Example:
+        harness-mem --db postgresql://alice@db/memory key status
+    """
     from .keyfiles import describe_key
     from .settings import Settings
 
@@ -106,6 +111,11 @@ def export_key(ctx: click.Context, file: Path, passphrase_file: Path | None, for
 
     The file (mode 0600) holds the key id in clear and the key sealed under the passphrase
     (scrypt, AES-GCM); send the file and the passphrase by different ways.
+
+    \b
+    Example:
+        harness-mem key export team.key
+        harness-mem key export team.key --passphrase-file pass.txt --force
     """
     from .identities import choose_key
     from .keyfiles import wrap_key, write_new_file
@@ -130,7 +140,12 @@ def export_key(ctx: click.Context, file: Path, passphrase_file: Path | None, for
 @passphrase_file_option
 @click.pass_context
 def import_key(ctx: click.Context, file: Path, passphrase_file: Path | None) -> None:
-    """Put the identity key from FILE (made by `key export`) where this machine's stores find it."""
+    """Put the identity key from FILE (made by `key export`) where this machine's stores find it.
+
+    \b
+    Example:
+        harness-mem key import team.key
+    """
     from .identities import KEY_ID_SETTING
     from .keyfiles import install_key, unwrap_key
     from .settings import Settings
@@ -161,6 +176,10 @@ def rotate(ctx: click.Context) -> None:
     Every sealed identity is sealed again and every identity pseudonym keyed again; a process
     with only the old key can then write no identity value. The old key file stays until you
     delete it; give teammates the new one (`key export`).
+
+    \b
+    Example:
+        harness-mem key rotate && harness-mem key export team.key
     """
     from .store import MemoryStore
 
