@@ -33,6 +33,8 @@ from .store import MemoryStore
 if TYPE_CHECKING:
     from sqlite_utils import Database
 
+    from .rotation import Rotation
+
 
 class AsyncMemoryStore:
     """The async twin of :class:`MemoryStore`: same arguments, same methods, awaited.
@@ -186,6 +188,9 @@ class AsyncMemoryStore:
 
     async def rekey_pseudonyms(self, progress: Callable[[int, int], None] | None = None) -> int:
         return await self._call("rekey_pseudonyms", progress)  # type: ignore[no-any-return]
+
+    async def rotate_identity_key(self, progress: Callable[[int, int], None] | None = None) -> Rotation:
+        return await self._call("rotate_identity_key", progress)  # type: ignore[no-any-return]
 
     async def diagnose(self) -> dict[str, Any]:
         return await self._call("diagnose")  # type: ignore[no-any-return]

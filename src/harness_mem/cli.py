@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from . import cliutils, hook_cli, migrations
+from . import cliutils, hook_cli, key_cli, migrations
 from .cliutils import (
     FiniteFloat,
     ModelSettings,
@@ -1504,6 +1504,7 @@ def mcp(ctx: click.Context, db_path: Path | None, namespace: str | None, address
 
 cli.add_command(hook_cli.hooks)
 cli.add_command(hook_cli.hook)
+cli.add_command(key_cli.key)
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from . import pseudonyms
 from .engines import open_storage, shown_location
 from .errors import StorageError
-from .identities import KEY_ID_SETTING, SealedIdentity
+from .identities import KEY_ID_SETTING, ROTATING_SETTING, SealedIdentity
 from .models import counted
 from .passages import Embedding
 from .rows import Row
@@ -123,6 +123,9 @@ def _share_key(src: Storage, dst: Storage) -> None:
     keyed = pseudonyms.keying(src)
     if keyed.state == "rekeying":
         raise StorageError(f"{src.location}: {keyed.describe()}")
+    if src.setting(ROTATING_SETTING):
+        raise StorageError(f"{src.location}: its identity key is being rotated (a run was interrupted) — run"
+                           " `harness-mem key rotate` on it to finish, then copy")
     key = src.redaction_secret(create=False)
     if key is None or dst.redaction_secret(create=False) == key:
         return

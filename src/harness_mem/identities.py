@@ -18,8 +18,9 @@ digits), else a key file made on first use in the user's config directory:
 key is missing reads as before, with the pseudonyms in place of the names: **losing the key loses
 the names, never the memories**, and no new key is made over an old one. The pseudonyms themselves
 are keyed with this key too (:mod:`harness_mem.pseudonyms`), so without it nothing holding personal
-data can be written to an identity field or looked up by one. A team sharing a
-PostgreSQL store shares the key through the variable.
+data can be written to an identity field or looked up by one. A team shares the
+key with ``harness-mem key export`` / ``key import`` (:mod:`harness_mem.keyfiles`), and rotates it
+with ``key rotate`` (:mod:`harness_mem.rotation`).
 
 Metadata values are kept the same way (:func:`~harness_mem.rows.stored_metadata`): a framework reads
 its item back from them. Content is redacted as the policy says (a label is not a pseudonym and has
@@ -51,14 +52,16 @@ if TYPE_CHECKING:
     from .redaction import Redaction
 
 __all__ = [
-    "KEY_ID_SETTING", "Identities", "IdentityKey", "IdentityRecords", "KeyRecords", "SealedIdentity", "Sealer", "choose_key",
-    "key_file", "metadata_pseudonyms",
+    "KEY_ID_SETTING", "ROTATING_SETTING", "Identities", "IdentityKey", "IdentityRecords", "KeyRecords", "SealedIdentity", "Sealer", "choose_key",
+    "key_file", "metadata_pseudonyms", "raw_value", "read_key_file",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: The setting naming the key this store's identities are sealed with (its id, not the key).
 KEY_ID_SETTING = "identities.key_id"
+#: Set while a key rotation is under way (:mod:`harness_mem.rotation`): the old key's id ("" once done).
+ROTATING_SETTING = "identities.rotating_from"
 _KEY_BYTES = 32
 _NONCE_BYTES = 12
 # A stored identity that holds a pseudonym (only those have a raw value to reveal).
@@ -151,6 +154,17 @@ class IdentityKey:
 def _bound(namespace: str, stored: str) -> bytes:
     # The associated data: a sealed row moved to another namespace or value does not open.
     return f"{namespace}\x00{stored}".encode()
+
+
+def raw_value(opened: str) -> str | int:
+    """What an opened sealed row holds: the text, or the int a metadata value was."""
+    return int(opened[len(_INT_MARK):]) if opened.startswith(_INT_MARK) else opened
+
+
+def read_key_file(key_id: str, config_dir: Path) -> IdentityKey | None:
+    """The key of id ``key_id`` from its file in ``config_dir``, or None when it is not there."""
+    found = _read_key(key_file(key_id, config_dir))
+    return found if found is not None and found.id == key_id else None
 
 
 def key_file(key_id: str, config_dir: Path) -> Path:
@@ -308,7 +322,7 @@ class Identities:
                 for stored, key_id, sealed in self.storage.sealed_identities(self.namespace, sorted(wanted)):
                     raw = key.open(self.namespace, stored, sealed) if key_id == key.id else None
                     if raw is not None:
-                        self._revealed[stored] = int(raw[len(_INT_MARK):]) if raw.startswith(_INT_MARK) else raw
+                        self._revealed[stored] = raw_value(raw)
         return self._revealed
 
     def value(self, stored: str) -> str:

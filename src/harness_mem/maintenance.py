@@ -189,8 +189,9 @@ def largest_sessions(storage: Storage, namespace: str, limit: int = LARGEST_SESS
             for session, turns, size in storage.largest_sessions(namespace, now_ms(), limit)]
 
 
-def diagnose(storage: Storage) -> dict[str, Any]:
-    """What ``harness-mem doctor`` reports: each check with ok and a detail line."""
+def diagnose(storage: Storage, key_check: Callable[[], str] | None = None) -> dict[str, Any]:
+    """What ``harness-mem doctor`` reports: each check with ok and a detail line; ``key_check``
+    says whether this process has the store's identity key."""
     checks: list[dict[str, Any]] = []
 
     def check(name: str, probe: Callable[[], str]) -> None:
@@ -211,6 +212,8 @@ def diagnose(storage: Storage) -> dict[str, Any]:
     check("model", lambda: describe_model(storage))
     check("integrity", integrity)
     check("pseudonyms", lambda: describe_keying(storage))
+    if key_check is not None:
+        check("identity key", key_check)
     return {"path": storage.location, "checks": checks}
 
 

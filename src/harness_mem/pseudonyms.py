@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from .storage import Storage
 
 __all__ = [
-    "IDENTITY_COLUMNS", "KEYED_SETTING", "Keying", "SecretRecords", "database_redactor", "key_finder", "keying", "missing_key", "rekey",
-    "rekeyer", "settle", "store_redactor", "withheld_redactor",
+    "IDENTITY_COLUMNS", "KEYED_SETTING", "PSEUDONYM", "Keying", "SecretRecords", "database_redactor", "key_finder", "keying",
+    "missing_key", "rekey", "rekeyer", "settle", "store_redactor", "withheld_redactor",
 ]
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,8 @@ IDENTITY_COLUMNS: dict[str, tuple[str, ...]] = {
 KEYED_SETTING = "pseudonyms.keyed"
 OUTSIDE = "outside"
 REKEYING = "rekeying"
-_PSEUDONYM = re.compile(r"<([A-Z][A-Z0-9_]*):([0-9a-f]{12})>")
+#: A pseudonym in a stored text: its kind and its digest.
+PSEUDONYM = re.compile(r"<([A-Z][A-Z0-9_]*):([0-9a-f]{12})>")
 
 
 class Keying:
@@ -112,8 +113,8 @@ def missing_key(storage: KeyRecords, config_dir: Path) -> IdentityKeyError:
             " config directory writable")
     return IdentityKeyError(
         f"this store's pseudonyms are keyed with identity key {recorded}, which is not here: values holding personal"
-        f" data can be neither written nor looked up — copy keys/{recorded}.key from the config directory of the"
-        f" machine that wrote it into {config_dir / 'keys'}, or set $HARNESS_MEM_IDENTITY_KEY to it")
+        f" data can be neither written nor looked up — get it with `harness-mem key import FILE` (a file made by"
+        f" `harness-mem key export FILE` where the key is), or set $HARNESS_MEM_IDENTITY_KEY to it")
 
 
 def key_finder(storage: KeyRecords, given: bytes | str | None, config_dir: Path, *,
@@ -210,7 +211,7 @@ def rekeyer(key: IdentityKey) -> tuple[Callable[[str], str], Callable[[str, Seal
     outer = key.pseudonym_key
 
     def rekey(text: str) -> str:
-        return _PSEUDONYM.sub(lambda m: f"<{m[1]}:{outer_digest(outer, m[1], m[2])}>", text)
+        return PSEUDONYM.sub(lambda m: f"<{m[1]}:{outer_digest(outer, m[1], m[2])}>", text)
 
     def reseal(namespace: str, row: SealedIdentity) -> tuple[str, SealedIdentity]:
         new_namespace, new_stored = rekey(namespace), rekey(row.stored)

@@ -25,9 +25,9 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from .errors import DuplicateIdError, InvalidInputError, StorageError
+from .errors import DuplicateIdError, IdentityKeyError, InvalidInputError, StorageError
 from .filters import Selection
-from .identities import SealedIdentity, Sealer, metadata_pseudonyms
+from .identities import KEY_ID_SETTING, ROTATING_SETTING, SealedIdentity, Sealer, metadata_pseudonyms
 from .keyword import entry_index_text
 from .models import MigrationStatus
 from .passages import Embedding, Passage
@@ -181,6 +181,14 @@ def write_sealed(storage: Storage, sealer: Sealer | None, rows: Sequence[Row], o
         return storage.write(rows, on_conflict, vectors)
     try:
         with storage.transaction():
+            if storage.setting(ROTATING_SETTING):  # its rows are being rewritten: one more could clash with them
+                raise IdentityKeyError("this store's identity key is being rotated (a run was interrupted) — run"
+                                       " `harness-mem key rotate` to finish it, then write")
+            # A handle opened before a key rotation would write names, and pseudonyms, nobody can find.
+            recorded = storage.setting(KEY_ID_SETTING)
+            if recorded is not None and any(row.key_id != recorded for row in sealed):
+                raise IdentityKeyError(f"this store's identity key was rotated since this handle opened it (it is"
+                                       f" now {recorded}) — open the store again")
             storage.seal_identities(sealer.namespace if sealer is not None else rows[0].namespace, sealed)
             written = storage.write(rows, on_conflict, vectors)
     except BaseException:

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlite_utils import Database
 
-from . import corrections, maintenance, pseudonyms, sessions
+from . import corrections, maintenance, pseudonyms, rotation, sessions
 from .db import CACHE_SIZE_KIB, default_path
 from .engines import is_url, open_storage
 from .errors import (
@@ -35,7 +35,8 @@ from .errors import (
     StorageError,
 )
 from .filters import Selection, make_filters
-from .identities import Identities, SealedIdentity, choose_key
+from .identities import Identities, SealedIdentity, choose_key, key_file
+from .keyfiles import describe_key
 from .models import Entry, Hit, Remembered, SessionHit, SessionSummary, from_ms, now_ms
 from .protocols import Embedder
 from .providers.embeddings import RECORDED_NAMES, default_embedder, default_embedder_available, named_embedder
@@ -188,6 +189,33 @@ class MemoryStore:
                 self.scope = self._scope(namespace, redactor, self.identity_key)
                 self._recall.scope = self.scope
         return changed
+
+    def rotate_identity_key(self, progress: Callable[[int, int], None] | None = None) -> rotation.Rotation:
+        """Make a new identity key and move the store to it: every sealed identity sealed again, every
+        identity-field pseudonym keyed again (see :mod:`harness_mem.rotation`); finishes an
+        interrupted rotation instead when there is one. The new key is written to the config
+        directory's ``keys/``; the old key file stays until you delete it. This handle goes on
+        with the new key.
+
+        :param progress: told ``(done, total)`` rows after each step.
+        """
+        settings = Settings.from_env()
+        given = self._key_given(settings)
+        with self.lock:
+            done = rotation.rotate(self.storage, given, settings.config_dir(), progress)
+            if given is not None:
+                self.identity_key = key_file(done.new_id, settings.config_dir()).read_text(encoding="ascii").strip()
+            if self._own_redactor:
+                # This handle's redactor, namespace and sealer were keyed with the old key.
+                redactor = pseudonyms.store_redactor(
+                    self.storage, self.storage.redaction_secret(create=False),
+                    pseudonyms.key_finder(self.storage, self._key_given(settings), settings.config_dir(),
+                                          create=False), writable=True)
+                # A namespace given in its stored form is renamed as the rows holding it were.
+                namespace = done.rename(self._given_namespace)
+                self.scope = self._scope(namespace, redactor, self.identity_key)
+                self._recall.scope = self.scope
+        return done
 
     def _scope(self, namespace: str, redactor: Redactor | None, key: bytes | str | Literal[False] | None) -> Scope:
         """The scope of this handle, with what seals its identities when it redacts and may keep them."""
@@ -720,7 +748,11 @@ class MemoryStore:
 
     def diagnose(self) -> dict[str, Any]:
         """What ``harness-mem doctor`` reports: each check with ok and a detail line."""
-        return maintenance.diagnose(self.storage)
+        settings = Settings.from_env()
+        given = self._key_given(settings)
+        given_as = "$HARNESS_MEM_IDENTITY_KEY" if self.identity_key in (None, False) else "the identity_key given"
+        return maintenance.diagnose(self.storage, lambda: describe_key(self.storage, given, settings.config_dir(),
+                                                                       given_as=given_as))
 
     def integrity_check(self) -> list[str]:
         """Problems SQLite finds in the file (an empty list when it is sound)."""
