@@ -73,6 +73,8 @@ STORAGE_MODULES = {
     "harness_mem/engines/sqlite_keywords.py",
     "harness_mem/engines/sqlite_where.py",
     "harness_mem/engines/postgres.py",
+    "harness_mem/engines/postgres_connection.py",
+    "harness_mem/engines/postgres_rewrite.py",
     "harness_mem/experience/store.py",
     "harness_mem/experience/ledger.py",
     "harness_mem/experience/tables.py",

@@ -177,6 +177,9 @@ class AsyncMemoryStore:
     async def count_missing_vectors(self) -> int:
         return await self._call("count_missing_vectors")  # type: ignore[no-any-return]
 
+    async def embed_missing(self, batch_size: int = 64) -> int:
+        return await self._call("embed_missing", batch_size)  # type: ignore[no-any-return]
+
     async def data_version(self) -> tuple[int, int]:
         return await self._call("data_version")  # type: ignore[no-any-return]
 

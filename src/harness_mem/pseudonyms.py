@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IDENTITY_COLUMNS", "KEYED_SETTING", "PSEUDONYM", "Keying", "SecretRecords", "database_redactor", "key_finder", "keying",
-    "missing_key", "rekey", "rekeyer", "settle", "store_redactor", "withheld_redactor",
+    "missing_key", "rekey", "rekeyer", "resealer", "settle", "store_redactor", "withheld_redactor",
 ]
 
 logger = logging.getLogger(__name__)
@@ -213,14 +213,22 @@ def rekeyer(key: IdentityKey) -> tuple[Callable[[str], str], Callable[[str, Seal
     def rekey(text: str) -> str:
         return PSEUDONYM.sub(lambda m: f"<{m[1]}:{outer_digest(outer, m[1], m[2])}>", text)
 
+    return rekey, resealer(rekey, key, key)
+
+
+def resealer(rekey: Callable[[str], str], old: IdentityKey,
+             new: IdentityKey) -> Callable[[str, SealedIdentity], tuple[str, SealedIdentity]]:
+    """A function giving a sealed identity under its rekeyed namespace and value, sealed again with
+    ``new`` (a row ``old`` does not open keeps its sealed bytes: it could not be opened before either)."""
+
     def reseal(namespace: str, row: SealedIdentity) -> tuple[str, SealedIdentity]:
         new_namespace, new_stored = rekey(namespace), rekey(row.stored)
-        raw = key.open(namespace, row.stored, row.sealed) if row.key_id == key.id else None
+        raw = old.open(namespace, row.stored, row.sealed) if row.key_id == old.id else None
         if raw is None:
             return new_namespace, SealedIdentity(new_stored, row.key_id, row.sealed)
-        return new_namespace, SealedIdentity(new_stored, key.id, key.seal(new_namespace, new_stored, raw))
+        return new_namespace, SealedIdentity(new_stored, new.id, new.seal(new_namespace, new_stored, raw))
 
-    return rekey, reseal
+    return reseal
 
 
 def rekey(storage: Storage, key: IdentityKey, progress: Callable[[int, int], None] | None = None) -> int:

@@ -40,7 +40,7 @@ from .identities import (
     read_key_file,
 )
 from .keyfiles import install_key
-from .pseudonyms import PSEUDONYM, keying, missing_key
+from .pseudonyms import PSEUDONYM, keying, missing_key, resealer
 from .redaction import Redactor
 from .redaction.redactor import outer_digest
 
@@ -142,14 +142,7 @@ def rotator(storage: Storage, old: IdentityKey, new: IdentityKey) -> tuple[
     def rekey(text: str) -> str:
         return PSEUDONYM.sub(lambda m: renamed().get(m[0], m[0]), text)
 
-    def reseal(namespace: str, row: SealedIdentity) -> tuple[str, SealedIdentity]:
-        new_namespace, new_stored = rekey(namespace), rekey(row.stored)
-        opened = old.open(namespace, row.stored, row.sealed) if row.key_id == old.id else None
-        if opened is None:
-            return new_namespace, SealedIdentity(new_stored, row.key_id, row.sealed)
-        return new_namespace, SealedIdentity(new_stored, new.id, new.seal(new_namespace, new_stored, opened))
-
-    return rekey, reseal
+    return rekey, resealer(rekey, old, new)
 
 
 def _renamings(storage: Storage, old: IdentityKey, new: IdentityKey) -> dict[str, str]:

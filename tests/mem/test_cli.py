@@ -184,7 +184,8 @@ def test_doctor_and_migrate_list(engine_target: str) -> None:
     assert run(db_path, "init").exit_code == 0
     doctor = run(db_path, "doctor")
     assert doctor.exit_code == 0
-    assert [line.split()[0] for line in doctor.stdout.splitlines()] == ["ok"] * 8
+    checks = doctor.stdout.splitlines()
+    assert len(checks) >= 8 and all(line.split()[0] == "ok" for line in checks), doctor.stdout
     assert "identity key: no identity key yet" in doctor.stdout  # init seals no name
     assert "model:" in doctor.stdout
     assert "pseudonyms: pseudonyms keyed outside the store" in doctor.stdout
