@@ -408,8 +408,9 @@ FORMS: dict[str, st.SearchStrategy[Pii]] = {
     "key-vault": form(_key(lambda draw: f"hvs.{chars(draw, ALNUM, 90)}")),
     "key-telegram": form(_key(lambda draw: f"{digits(draw, 10)}:AA{chars(draw, ALNUM, 33)}")),
     "key-age": form(_key(lambda draw: f"AGE-SECRET-KEY-1{chars(draw, 'QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L', 58)}")),
-    "national-uk-ni": form(lambda draw: Pii(chars(draw, "ABCEGHJKLMNPRSTWXYZ", 2) + digits(draw, 6)
-                                            + draw(st.sampled_from("ABCD")), "NATIONAL_ID")),
+    # Two prefix letters HMRC issues (never BG, GB, KN, NK, NT, TN or ZZ), six digits, A-D.
+    "national-uk-ni": form(lambda draw: Pii(draw(st.sampled_from(["AB", "CE", "HJ", "JK", "PR", "SW", "WX", "YZ"]))
+                                            + digits(draw, 6) + draw(st.sampled_from("ABCD")), "NATIONAL_ID")),
     "national-es-dni": form(_es_dni),
     "secret-login-pair": form(_assigned("login admin / {}!")),
     "secret-curl-user": form(_assigned("curl -u deploy:{} https://ci.example.com")),

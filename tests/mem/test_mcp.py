@@ -53,7 +53,8 @@ def anyio_backend() -> str:
 async def served(db: Path | str, *, test_embedder: bool = True) -> AsyncIterator[Any]:
     """A client connected to ``harness-mem mcp --db DB`` in a new process."""
     args = ["-c", _LAUNCHER] if test_embedder else ["-m", "harness_mem"]
-    params = StdioServerParameters(command=sys.executable, args=[*args, "mcp", "--db", str(db)],
+    # --no-project: the tests run inside this repository, whose tag would go on every memory.
+    params = StdioServerParameters(command=sys.executable, args=[*args, "mcp", "--no-project", "--db", str(db)],
                                    env=dict(os.environ))
     async with Client(params, read_timeout_seconds=120) as client:
         yield client
@@ -249,18 +250,18 @@ async def test_recall_without_a_kind_searches_every_lane(engine_target: str) -> 
         derived = {e.id for e in store.list() if e.source == "consolidation"}
         assert derived
     async with served(engine_target) as client:
-        hits = (await call(client, "recall", query="password hashing argon2id", k=10))["hits"]
+        hits = (await call(client, "recall", query="where do deploys go out", k=10))["hits"]
         kinds = {hit["kind"] for hit in hits}
         assert "turn" in kinds and kinds & {"fact", "summary"}  # both lanes, in one ranking
         drawn = [hit for hit in hits if hit["id"] in derived]
-        assert drawn and all(hit["sources"] for hit in drawn)
+        assert drawn and any(hit["sources"] for hit in drawn)  # none when its turns are listed above it
         for hit in drawn:
-            assert {source["id"] for source in hit["sources"]} <= set(hit["metadata"]["source_turns"])
-            assert all(source["kind"] == "turn" for source in hit["sources"])
-        listed = [hit["id"] for hit in hits] + [s["id"] for hit in drawn for s in hit["sources"]]
+            assert {source["id"] for source in hit["sources"] or ()} <= set(hit["metadata"]["source_turns"])
+            assert all(source["kind"] == "turn" for source in hit["sources"] or ())
+        listed = [hit["id"] for hit in hits] + [s["id"] for hit in drawn for s in hit["sources"] or ()]
         assert len(listed) == len(set(listed))  # a turn shown as a source is not a hit of its own too
-        assert any("argon2id" in text for text in
-                   [hit["content"] for hit in hits] + [s["content"] for hit in drawn for s in hit["sources"]])
+        assert any("Tuesdays and Thursdays" in text for text in
+                   [hit["content"] for hit in hits] + [s["content"] for hit in drawn for s in hit["sources"] or ()])
         # A kind named searches that kind alone, derived or not.
         facts = (await call(client, "recall", query="password hashing", kind="turn"))["hits"]
         assert facts and {hit["kind"] for hit in facts} == {"turn"}
