@@ -263,11 +263,12 @@ print(json.dumps({"written": written, "failed": failed}))
 """
 
 
-#: Bulky notes of 50 kB, by case: a file of about 290 MB (the steps of a gc that purges nothing), and
-#: one of about 600 MB (the purge's rewrite, whose one-shot form held writers 6 s a GB: 3.6 s here,
-#: far past the writer's patience). ``bench/bench_gc.py --beside-writer --mb 2000 --max-wait 1`` runs
-#: the same check on a 2 GB file, where each step's size is also put to the test.
-BULKY = {"delete": 4000, "forget": 12_000}
+#: Bulky notes of 50 kB: a file of about 290 MB, for the steps of a gc that purges nothing and for a
+#: purge's rewrite (whose one-shot form held writers 6 s a GB). How long a writer waits is a
+#: benchmark's question, not this test's: ``bench/bench_gc.py --beside-writer --mb 2000 --max-wait 1``
+#: (``--hog N`` beside busy processes) runs it on larger files; ``test_steps.py`` checks that a step
+#: ends at its time under the lock whatever the machine's speed.
+BULKY = {"delete": 4000, "forget": 4000}
 
 
 @pytest.mark.slow

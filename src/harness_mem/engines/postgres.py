@@ -1257,10 +1257,12 @@ class PostgresStorage(Storage):
             " GROUP BY session ORDER BY 2 DESC, 1 LIMIT %s", (namespace, now, limit))]
 
     def _relations(self) -> list[tuple[str, int, int]]:
-        """(table, rows estimate, bytes with its indexes and TOAST) of this store's tables."""
+        """(table, rows estimate, bytes with its indexes and TOAST) of this store's tables. A table a
+        gc's rewrite drops meanwhile has no size any more (NULL): it is left out."""
         return [(name, int(rows), int(size)) for name, rows, size in self.query(
             "SELECT c.relname, greatest(c.reltuples, 0)::bigint, pg_total_relation_size(c.oid) FROM pg_class c"
-            " WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace ORDER BY 3 DESC, 1")]
+            " WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace ORDER BY 3 DESC, 1")
+            if size is not None]
 
     def size_bytes(self) -> int:
         return sum(size for _, _, size in self._relations())
