@@ -232,3 +232,13 @@ def engine_semantic_store(engine_target: str, embedder: object) -> Iterator[obje
 
     with MemoryStore(engine_target, embedder=embedder) as opened:  # type: ignore[arg-type]
         yield opened
+
+
+@pytest.fixture
+def mount_point(tmp_path: Path) -> Iterator[Path]:
+    """A directory to mount a small tmpfs on (the disk-full tests); unmounted afterwards if it was."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    yield mount
+    if subprocess.run(["mountpoint", "-q", str(mount)]).returncode == 0:
+        subprocess.run(["umount", str(mount)], check=True)

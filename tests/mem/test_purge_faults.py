@@ -7,7 +7,6 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,16 +40,6 @@ def pending(db: Path) -> dict[str, int] | None:
     with MemoryStore(db, embedder=None, read_only=True) as store:
         value = store.storage.setting(maintenance.PURGE_PENDING_KEY)
     return None if value is None else dict(json.loads(value))
-
-
-@pytest.fixture
-def mount_point(tmp_path: Path) -> Iterator[Path]:
-    """A directory to mount a small tmpfs on; unmounted afterwards if it was."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    yield mount
-    if subprocess.run(["mountpoint", "-q", str(mount)]).returncode == 0:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 @pytest.mark.slow

@@ -211,15 +211,6 @@ def test_a_second_rewrite_is_refused_with_one_line_while_one_runs(held_rewrite: 
         assert store.integrity_check() == []
 
 
-@pytest.fixture
-def mount_point(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "small"
-    mount.mkdir()
-    yield mount
-    if subprocess.run(["mountpoint", "-q", str(mount)]).returncode == 0:
-        subprocess.run(["umount", str(mount)], check=True)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("free", [0.3, 0.6, 1.0, 1.2])
 def test_rewrites_that_fill_the_disk_leave_what_the_next_gc_finishes(tmp_path: Path, mount_point: Path, free: float) -> None:
