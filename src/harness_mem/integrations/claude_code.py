@@ -45,7 +45,7 @@ import stat
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -409,14 +409,12 @@ def _group_of(entry: Entry, recent: datetime) -> str:
     return others
 
 
-def _fitted(head: str, groups: Sequence[Entry] | dict[str, list[Entry]], budget: int) -> tuple[list[str], list[str]]:
-    """The block's opening lines and one line per entry (under its group's title, when ``groups``
-    has titles), in order, while they fit ``budget`` tokens (its closing mark counted); and the ids
-    of the entries shown."""
+def _fitted(head: str, groups: dict[str, list[Entry]], budget: int) -> tuple[list[str], list[str]]:
+    """The block's opening lines and one line per entry (under its group's title; "" for none), in
+    order, while they fit ``budget`` tokens (its closing mark counted); and the ids of the entries shown."""
     lines, ids = [OPEN_MARK, head], []
     used = _tokens(OPEN_MARK, head, CLOSE_MARK)
-    titled = groups.items() if isinstance(groups, dict) else [("", list(groups))]
-    for title, entries in titled:
+    for title, entries in groups.items():
         shown_title = False
         for entry in entries:
             line = _line(entry)
@@ -446,7 +444,7 @@ def prompt_context(store: MemoryStore, payload: dict[str, Any], *, seen: Iterabl
                         tags=[project.tag], min_score=PROMPT_MIN_SCORE)
     chosen = _dedupe(h.entry for h in hits if h.entry.id not in seen)[:PROMPT_HITS]
     head = f"harness-mem recalls from earlier sessions of {project.name} (check before relying on it):"
-    lines, ids = _fitted(head, chosen, budget)
+    lines, ids = _fitted(head, {"": chosen}, budget)
     if not ids:
         return None
     lines.append(CLOSE_MARK)
