@@ -39,8 +39,9 @@ from .cliutils import (
 )
 from .db import CACHE_SIZE_KIB, ONE_SHOT_CACHE_KIB, connect, default_path
 from .engines import is_url, open_storage, shown_location
-from .errors import InvalidInputError, MissingVectorsWarning, ModelMissingWarning, NotFoundError
+from .errors import InvalidInputError, MissingVectorsWarning, ModelMissingWarning
 from .models import MAX_CONTENT_CHARS, Entry, Hit, counted, dumps, format_time
+from .provenance import cited_turns
 from .providers.embeddings import EMBEDDERS, giving_vectors
 from .providers.hints import MEM_HINTS
 from .store import MemoryStore, OnConflict
@@ -709,7 +710,7 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
     with open_store(ctx) as store:
         entry = store.get(entry_id)
         chain = store.history(entry_id)
-        cited = _cited_turns(store, entry)
+        cited = cited_turns(store, entry)
     if as_json:
         echo_json({**entry.to_dict(), "history": [e.id for e in chain]})
         return
@@ -731,22 +732,6 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
             when = format_time(turn.created_at)[:16].replace("T", " ")
             click.echo(f"  {turn.role or turn.kind} · {when}  {turn.id}")
             click.echo(f"    {turn.content}")
-
-
-#: The most source turns ``get`` shows under a derived entry.
-SHOWN_SOURCES = 10
-
-
-def _cited_turns(store: MemoryStore, entry: Entry) -> list[Entry]:
-    """The turns a derived entry cites, those still there, at most :data:`SHOWN_SOURCES`."""
-    cited = entry.metadata.get("source_turns")
-    if not isinstance(cited, list):
-        return []
-    found = []
-    for turn_id in cited[:SHOWN_SOURCES]:
-        with contextlib.suppress(NotFoundError):
-            found.append(store.get(str(turn_id)))
-    return found
 
 
 @cli.command("list")

@@ -20,64 +20,21 @@ What HTTP adds is who may call:
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from mcp.types import INVALID_REQUEST
 
+from .access import TOKEN_ENV, allowed_hosts, is_loopback, parse_address, read_token, tokens_match
 from .errors import InvalidInputError
 from .mcp_server import Refusal, check_frame
 from .store import MemoryStore
 
 __all__ = ["TOKEN_ENV", "allowed_hosts", "build_app", "is_loopback", "parse_address", "read_token", "serve_http"]
 
-#: The environment variable a token can come from instead of a file.
-TOKEN_ENV = "HARNESS_MEM_MCP_TOKEN"
 #: Where the server answers, as the SDK's Streamable HTTP transport has it.
 PATH = "/mcp"
-#: A token shorter than this is refused: it could be guessed.
-MIN_TOKEN_CHARS = 16
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as its parts; a bad one is a one-line error."""
-    host, sep, port = text.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InvalidInputError(f"--http takes HOST:PORT (like 127.0.0.1:8765), not {text[:60]!r}")
-    return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    """True for an address only this machine can reach."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def read_token(token_file: Path | None) -> str | None:
-    """The bearer token from ``token_file`` or :data:`TOKEN_ENV` (None when neither gives one)."""
-    if token_file is not None:
-        try:
-            token = token_file.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidInputError(f"cannot read the token file {str(token_file)[:200]}: {type(exc).__name__}") from None
-    else:
-        token = os.environ.get(TOKEN_ENV, "").strip()
-        if not token:
-            return None
-    if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
-        raise InvalidInputError(f"the token must be at least {MIN_TOKEN_CHARS} characters with no spaces"
-                                " (for one: python -c 'import secrets; print(secrets.token_urlsafe(32))')")
-    return token
 
 
 class BearerToken:
@@ -92,26 +49,12 @@ class BearerToken:
             given = dict(scope.get("headers") or ()).get(b"authorization", b"")
             scheme, _, credentials = given.strip().partition(b" ")
             # Compared whatever the scheme, so the time taken says nothing about the token.
-            matches = hmac.compare_digest(credentials.strip(), self.expected)
+            matches = tokens_match(credentials.strip(), self.expected)
             if not (matches and scheme.lower() == b"bearer"):
                 await _answer(send, 401, b"text/plain", b"a bearer token is required\n",
                               [(b"www-authenticate", b"Bearer")])
                 return
         await self.app(scope, receive, send)
-
-
-def allowed_hosts(host: str) -> list[str]:
-    """The Host header values a loopback server bound to ``host`` answers: that address in each way a
-    client may write it, and ``localhost`` (a page cannot send either: a browser sends its own name)."""
-    names = {host, "localhost"}
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:  # localhost: it resolves to either loopback address
-        names |= {"127.0.0.1", "::1"}
-    else:
-        names |= {address.compressed, address.exploded}
-    written = {f"[{name}]" if ":" in name else name for name in names}
-    return sorted(written | {f"{name}:*" for name in written})
 
 
 def host_check(host: str) -> Any:
