@@ -1487,6 +1487,36 @@ def mcp(ctx: click.Context, db_path: Path | None, namespace: str | None, address
         serve(store, tags=[repository.tag] if repository is not None else [])
 
 
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; any address that is not loopback needs a token.")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Port (0: a free one).")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The token a browser must bring (or $HARNESS_MEM_UI_TOKEN); required off loopback.")
+@click.option("--read-only", is_flag=True, help="Browse only: no forms, and every POST is refused.")
+@click.option("--no-open", is_flag=True, help="Print the address; do not open a browser.")
+@click.pass_context
+def ui(ctx: click.Context, host: str, port: int, token_file: Path | None, read_only: bool, no_open: bool) -> None:
+    """Browse the memory in a web browser: search, sessions, facts, and forget what it should not keep.
+
+    Serves on 127.0.0.1 at a free port and opens the printed address, which carries a one-run
+    access token. Host, Origin and a CSRF token are checked on every request that changes anything.
+
+    \b
+    Example:
+        harness-mem ui
+        harness-mem --db team.db ui --no-open --read-only
+    """
+    from .ui.security import Guard  # the web stack loads only for this command
+    from .ui.server import bind, serve, token_for
+
+    token = token_for(host, token_file)  # refused before the store is opened
+    with open_store(ctx) as store:
+        sock = bind(host, port)
+        guard = Guard(host, sock.getsockname()[1], given_token=token, read_only=read_only)
+        serve(store, sock, guard, open_browser=not no_open, say=lambda line: click.echo(line))
+
+
 cli.add_command(hook_cli.hooks)
 cli.add_command(hook_cli.hook)
 cli.add_command(key_cli.key)

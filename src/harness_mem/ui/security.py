@@ -116,14 +116,14 @@ class Guarded:
             return
         path = scope.get("path", "")
         if path.startswith("/static/"):  # the stylesheet: nothing in it is the user's
-            await self.app(scope, receive, _with_headers(send, ()))
+            await self.app(scope, receive, _with_headers(send))
             return
         session = self.guard.session_of(_cookie(headers.get("cookie", ""), self.guard.cookie_name))
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        if session is None and "token" in query and scope["method"] == "GET":
-            if tokens_match(query["token"], self.guard.access_token):
-                await self._log_in(scope, query, send)
-                return
+        if (session is None and scope["method"] == "GET" and "token" in query
+                and tokens_match(query["token"], self.guard.access_token)):
+            await self._log_in(scope, query, send)
+            return
         scheme, _, credentials = headers.get("authorization", "").strip().partition(" ")
         bearer = scheme.lower() == "bearer" and tokens_match(credentials.strip(), self.guard.access_token)
         if session is None and not bearer:
@@ -138,7 +138,7 @@ class Guarded:
                 await _answer(send, 403, "refused: this request did not come from a page of this server")
                 return
         scope.setdefault("state", {})["session"] = session
-        await self.app(scope, receive, _with_headers(send, ()))
+        await self.app(scope, receive, _with_headers(send))
 
     async def _log_in(self, scope: dict[str, Any], query: dict[str, str], send: Any) -> None:
         """Trade the URL's token for a session cookie, and go to the same page without the token."""
@@ -165,10 +165,12 @@ def _same_origin(headers: dict[str, str], host_header: str) -> bool:
     return bool(host_header) and origin is not None and tokens_match(origin, f"http://{host_header}")
 
 
-def _with_headers(send: Any, extra: tuple[tuple[bytes, bytes], ...]) -> Any:
+def _with_headers(send: Any) -> Any:
+    """``send`` with :data:`SECURITY_HEADERS` added to the response."""
+
     async def sending(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS, *extra]}
+            message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
         await send(message)
 
     return sending
