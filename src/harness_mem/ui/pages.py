@@ -117,6 +117,9 @@ def explained(hit: Hit) -> list[str]:
         label = _RETRIEVERS.get(name, name)
         rank = parts.get("rank")
         score = parts.get("score")
+        if name == "coverage" and isinstance(score, float | int):  # what the 0-1 score was calibrated from
+            lines.append(f"the query's words it holds: {score:.0%}")
+            continue
         where = f"rank {rank}" if rank is not None else "not in its list"
         lines.append(f"{label}: {where}" + (f", score {score:.4g}" if isinstance(score, float | int) else ""))
     return lines
