@@ -2,7 +2,7 @@
 to a URL (``http://HOST:PORT/mcp``) instead of starting a process.
 
 The tools, their errors and their threads are the stdio server's (:mod:`harness_mem.mcp_server`).
-What HTTP adds is who may call:
+What HTTP adds is who may call (the rules :mod:`harness_mem.access` holds for ``ui`` too):
 
 - **A token** (``Authorization: Bearer …``) is required on every request when one is set, and one must
   be set for any address that is not loopback: a memory on the network is open to whoever reaches it

@@ -5,11 +5,13 @@ actions change — each action only after its confirmation, and none in read-onl
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from fake_embedder import cli_process
 from starlette.testclient import TestClient
 
 from harness_mem.errors import InvalidInputError, NotFoundError
@@ -294,3 +296,29 @@ def test_read_only_shows_no_form_and_refuses_every_post(memory: MemoryStore) -> 
         refused = post(client, path, {"id": "t0", "csrf": token, "confirm": "yes", "content": "x", "session": SESSION})
         assert refused.status_code == 405  # type: ignore[attr-defined]
     assert memory.get("t0") and memory.count() == len(TURNS)
+
+
+# ---- the command -----------------------------------------------------------------------------------
+
+
+def test_the_command_refuses_bad_input_in_one_line(memory: MemoryStore, db_path: Path, tmp_path: Path) -> None:
+    memory.close()
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        for args, words in (
+            (["--db", str(db_path), "ui", "--no-open", "--host", "0.0.0.0"], "not loopback, needs a token"),
+            (["--db", str(tmp_path / "nowhere.db"), "ui", "--no-open"], "no database at"),
+            (["--db", str(db_path), "ui", "--no-open", "--port", str(busy.getsockname()[1])], "cannot listen on"),
+            (["--db", str(db_path), "ui", "--no-open", "--port", "70000"], "70000"),
+        ):
+            done = cli_process(*args, timeout=300)
+            said = done.stderr.decode()
+            # One Error line (a usage error is click's usage line and its error), never a traceback.
+            assert done.returncode != 0 and "Traceback" not in said, (args, said)
+            assert words in said.strip().splitlines()[-1], (args, said)
+    finally:
+        busy.close()
+    with MemoryStore(db_path, embedder=None) as reopened:
+        assert reopened.count() == len(TURNS)  # nothing stored was touched

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import anyio.to_thread
 from starlette.applications import Starlette
@@ -175,7 +175,7 @@ def build_app(store: MemoryStore, guard: Guard) -> Any:
         entry_id, content = _field(form, "id"), _field(form, "content")
         if confirmed(form):
             done = await calls.run(lambda s: actions.correct(s, entry_id, content))
-            return redirect(f"/entries/{done.id}", "corrected")
+            return redirect(f"/entries/{quote(done.id)}", "corrected")
         old = await calls.run(lambda s: s.get(entry_id))
         return render(request, "confirm.html", verb="correct", title="Correct this memory?",
                       fields={"id": entry_id, "content": content}, entries=[old], new_text=content,
@@ -186,7 +186,7 @@ def build_app(store: MemoryStore, guard: Guard) -> Any:
         content, tags = _field(form, "content"), _field(form, "tags")
         if confirmed(form):
             done = await calls.run(lambda s: actions.add_note(s, content, tags.replace(",", " ").split()))
-            return redirect(f"/entries/{done.id}", "noted")
+            return redirect(f"/entries/{quote(done.id)}", "noted")
         return render(request, "confirm.html", verb="notes", title="Store this note?",
                       fields={"content": content, "tags": tags}, entries=[], new_text=content,
                       explanation="Secrets and personal data in it are redacted before it is stored.")
@@ -195,7 +195,7 @@ def build_app(store: MemoryStore, guard: Guard) -> Any:
         name = _field(form, "session")
         if confirmed(form):
             await calls.run(lambda s: actions.consolidate_session(s, name, dry_run=False))
-            return redirect(f"/sessions/{name}", "consolidated")
+            return redirect(f"/sessions/{quote(name)}", "consolidated")
         preview = await calls.run(lambda s: actions.consolidate_session(s, name, dry_run=True))
         return render(request, "confirm.html", verb="consolidate", title="Consolidate this session now?",
                       fields={"session": name}, entries=[], preview=preview,
