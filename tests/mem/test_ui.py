@@ -322,3 +322,24 @@ def test_the_command_refuses_bad_input_in_one_line(memory: MemoryStore, db_path:
         busy.close()
     with MemoryStore(db_path, embedder=None) as reopened:
         assert reopened.count() == len(TURNS)  # nothing stored was touched
+
+
+# ---- on each engine ----------------------------------------------------------------------------------
+
+
+def test_on_each_engine_the_preview_lists_exactly_what_forget_takes(engine_store: MemoryStore) -> None:
+    for i, (role, text) in enumerate(TURNS):
+        engine_store.add(text, kind="turn", role=role, session=SESSION, id=f"t{i}", created_at=f"2026-03-09T10:3{i}:00Z")
+    consolidate(engine_store, session=SESSION)
+    newer = engine_store.supersede("t2", "I live in Porto and I prefer tabs over spaces.")
+    client, _ = signed_in(engine_store)
+    page = client.get("/", params={"q": "bcrypt"}).text
+    assert link("t0") in page
+    token = csrf_of(client.get(f"/entries/{newer.id}").text)
+    previewed = {e.id for e in engine_store.would_forget(newer.id)}
+    assert {"t2", newer.id} < previewed  # both versions, and what was derived from the old one
+    preview = post(client, "/forget", {"id": newer.id, "csrf": token}).text  # type: ignore[attr-defined]
+    assert all(link(entry_id) in preview for entry_id in previewed)
+    assert post(client, "/forget", {"id": newer.id, "csrf": token, "confirm": "yes"}).status_code == 303  # type: ignore[attr-defined]
+    still = {e.id for e in engine_store.list(include_superseded=True)}
+    assert not previewed & still and {"t0", "t1", "t3"} <= still
