@@ -40,6 +40,8 @@ def main() -> None:
             page.click("li.hit a.entry-link")
             page.wait_for_selector("main h1")
             page.screenshot(path=OUT / "browser-entry.png", full_page=True)
+            page.click("section.sources a.entry-link")  # the turn it was learnt from: forgetting it takes the fact
+            page.wait_for_selector("text=Forget…")
             page.click("text=Forget…")
             page.wait_for_selector("button.confirm")
             page.screenshot(path=OUT / "browser-forget.png")
