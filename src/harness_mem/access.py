@@ -17,7 +17,7 @@ from pathlib import Path
 from .errors import InvalidInputError
 
 __all__ = ["MIN_TOKEN_CHARS", "TOKEN_ENV", "allowed_hosts", "host_allowed", "is_loopback", "parse_address",
-           "read_token", "tokens_match"]
+           "read_token", "token_required", "tokens_match"]
 
 #: The environment variable a token can come from instead of a file.
 TOKEN_ENV = "HARNESS_MEM_MCP_TOKEN"
@@ -59,6 +59,13 @@ def read_token(token_file: Path | None, env: str = TOKEN_ENV) -> str | None:
         raise InvalidInputError(f"the token must be at least {MIN_TOKEN_CHARS} characters with no spaces"
                                 " (for one: python -c 'import secrets; print(secrets.token_urlsafe(32))')")
     return token
+
+
+def token_required(host: str, token: str | None, env: str = TOKEN_ENV) -> None:
+    """Refuse to serve ``host`` without a token when it is not loopback (one line saying how to give one)."""
+    if token is None and not is_loopback(host):
+        raise InvalidInputError(f"serving on {host}, which is not loopback, needs a token; give --token-file FILE"
+                                f" or set ${env}")
 
 
 def tokens_match(given: bytes | str, expected: bytes | str) -> bool:

@@ -1468,14 +1468,13 @@ def mcp(ctx: click.Context, db_path: Path | None, namespace: str | None, address
     if namespace is not None:
         ctx.obj["namespace"] = namespace
     if address is not None:
-        from .mcp_http import TOKEN_ENV, is_loopback, parse_address, read_token, serve_http
+        from .access import parse_address, read_token, token_required
+        from .mcp_http import serve_http
 
         # A bad address or token is refused before the store is opened (or made).
         host, port = parse_address(address)
         token = read_token(token_file)
-        if token is None and not is_loopback(host):
-            raise InvalidInputError(f"serving on {host}, which is not loopback, needs a bearer token; give"
-                                    f" --token-file FILE or set ${TOKEN_ENV}")
+        token_required(host, token)
         with open_store(ctx, create=True) as store:
             serve_http(store, host, port, token)
         return

@@ -26,12 +26,11 @@ from typing import Any
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from mcp.types import INVALID_REQUEST
 
-from .access import TOKEN_ENV, allowed_hosts, is_loopback, parse_address, read_token, tokens_match
-from .errors import InvalidInputError
+from .access import allowed_hosts, is_loopback, token_required, tokens_match
 from .mcp_server import Refusal, check_frame
 from .store import MemoryStore
 
-__all__ = ["TOKEN_ENV", "allowed_hosts", "build_app", "is_loopback", "parse_address", "read_token", "serve_http"]
+__all__ = ["build_app", "host_check", "serve_http"]
 
 #: Where the server answers, as the SDK's Streamable HTTP transport has it.
 PATH = "/mcp"
@@ -141,10 +140,7 @@ def build_app(store: MemoryStore, host: str, token: str | None) -> Any:
     """The ASGI app serving ``store``'s tools at :data:`PATH`, behind the token when there is one."""
     from .mcp_server import MemoryTools, build_server
 
-    if token is None and not is_loopback(host):
-        raise InvalidInputError(
-            f"serving on {host}, which is not loopback, needs a bearer token; give --token-file FILE or set ${TOKEN_ENV}"
-        )
+    token_required(host, token)
     # On loopback Host and Origin are checked for the address bound, whichever it is; elsewhere the
     # token is the guard (a server on a LAN address is reached by names this one cannot know).
     security = host_check(host) if is_loopback(host) else None

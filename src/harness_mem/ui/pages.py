@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from ..errors import InvalidInputError
 from ..models import Entry, Hit
@@ -208,7 +208,6 @@ class HealthPage:
 def health_page(store: MemoryStore, *, with_checks: bool) -> HealthPage:
     """Sizes, counts, redactions and embedding coverage; ``doctor``'s checks only when asked, since
     the integrity check reads the whole file."""
-    embedder = store.embedder
-    model: Literal["keyword only"] | str = "keyword only" if embedder is None else embedder.name
+    model = "keyword only" if store.embedder is None else store.embedder.name
     checks = store.diagnose()["checks"] if with_checks else None
     return HealthPage(store.stats(), store.count_missing_vectors(), model, checks)

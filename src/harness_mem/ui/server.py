@@ -11,7 +11,7 @@ import webbrowser
 from collections.abc import Callable
 from pathlib import Path
 
-from ..access import is_loopback, read_token
+from ..access import read_token, token_required
 from ..errors import InvalidInputError
 from ..store import MemoryStore
 from .security import Guard
@@ -24,13 +24,13 @@ TOKEN_ENV = "HARNESS_MEM_UI_TOKEN"
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (port 0: a free one); a one-line error when it cannot be."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(128)
     except OSError as exc:
+        sock.close()
         raise InvalidInputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     return sock
 
@@ -39,9 +39,7 @@ def token_for(host: str, token_file: Path | None) -> str | None:
     """The token the browser must bring: the one given (``token_file`` or :data:`TOKEN_ENV`), which
     serving off loopback requires; None on loopback without one (a token is made for the run)."""
     token = read_token(token_file, TOKEN_ENV)
-    if token is None and not is_loopback(host):
-        raise InvalidInputError(f"serving on {host}, which is not loopback, needs a token; give --token-file FILE"
-                                f" or set ${TOKEN_ENV}")
+    token_required(host, token, TOKEN_ENV)
     return token
 
 
