@@ -89,10 +89,12 @@ def cli(ctx: click.Context, db_path: Path | None, namespace: str, embedder: str,
 
 
 @contextmanager
-def open_store(ctx: click.Context, *, create: bool = False, rekey: bool = True) -> Iterator[MemoryStore]:
+def open_store(ctx: click.Context, *, create: bool = False, rekey: bool = True,
+               serving: bool = False) -> Iterator[MemoryStore]:
     """The store at ``--db``. Only commands that write (``create=True``) may bring a new file into
     being: a read on a path that does not exist is a mistyped path, so it creates nothing. An older
-    store is rekeyed on open unless ``rekey`` is False (``migrate`` does it with a progress bar)."""
+    store is rekeyed on open unless ``rekey`` is False (``migrate`` does it with a progress bar).
+    ``serving``: the store answers many requests (``ui``), so it keeps the full page cache."""
     path = ctx.obj["db"]
     if not create and not is_url(path) and str(path) != ":memory:" and not Path(path).exists():
         raise click.ClickException(
@@ -105,7 +107,7 @@ def open_store(ctx: click.Context, *, create: bool = False, rekey: bool = True) 
         for category in said:
             warnings.simplefilter("always", category)
         store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
-                            redactor=ctx.obj["redactor"], cache_kib=CACHE_SIZE_KIB if create else ONE_SHOT_CACHE_KIB,
+                            redactor=ctx.obj["redactor"], cache_kib=CACHE_SIZE_KIB if create or serving else ONE_SHOT_CACHE_KIB,
                             rekey=rekey)
         try:
             yield store
@@ -1510,7 +1512,7 @@ def ui(ctx: click.Context, host: str, port: int, token_file: Path | None, read_o
     from .ui.server import bind, serve, token_for
 
     token = token_for(host, token_file)  # refused before the store is opened
-    with open_store(ctx) as store:
+    with open_store(ctx, serving=True) as store:
         sock = bind(host, port)
         guard = Guard(host, sock.getsockname()[1], given_token=token, read_only=read_only)
         serve(store, sock, guard, open_browser=not no_open, say=lambda line: click.echo(line))
