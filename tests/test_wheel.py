@@ -27,6 +27,8 @@ def test_wheel_installs_into_a_clean_venv_and_opens_a_store(tmp_path: Path) -> N
     names = zipfile.ZipFile(wheel).namelist()
     assert "harness_mem/migrations/0001_init.sql" in names
     assert "harness_loop/migrations/0001_runs.sql" in names
+    # the memory browser's pages and stylesheet
+    assert {"harness_mem/ui/templates/base.html", "harness_mem/ui/static/style.css"} <= set(names)
     assert "harness_mem/migrations/postgres/0001_init.sql" in names  # the PostgreSQL engine's set
     # harness_loop's sets: SQLite's, and PostgreSQL's in its subfolder (and only there: harness_mem's
     # PostgreSQL folder holds exactly harness_mem's files).

@@ -39,8 +39,9 @@ from .cliutils import (
 )
 from .db import CACHE_SIZE_KIB, ONE_SHOT_CACHE_KIB, connect, default_path
 from .engines import is_url, open_storage, shown_location
-from .errors import InvalidInputError, MissingVectorsWarning, ModelMissingWarning, NotFoundError
+from .errors import InvalidInputError, MissingVectorsWarning, ModelMissingWarning
 from .models import MAX_CONTENT_CHARS, Entry, Hit, counted, dumps, format_time
+from .provenance import cited_turns
 from .providers.embeddings import EMBEDDERS, giving_vectors
 from .providers.hints import MEM_HINTS
 from .store import MemoryStore, OnConflict
@@ -88,10 +89,12 @@ def cli(ctx: click.Context, db_path: Path | None, namespace: str, embedder: str,
 
 
 @contextmanager
-def open_store(ctx: click.Context, *, create: bool = False, rekey: bool = True) -> Iterator[MemoryStore]:
+def open_store(ctx: click.Context, *, create: bool = False, rekey: bool = True,
+               serving: bool = False) -> Iterator[MemoryStore]:
     """The store at ``--db``. Only commands that write (``create=True``) may bring a new file into
     being: a read on a path that does not exist is a mistyped path, so it creates nothing. An older
-    store is rekeyed on open unless ``rekey`` is False (``migrate`` does it with a progress bar)."""
+    store is rekeyed on open unless ``rekey`` is False (``migrate`` does it with a progress bar).
+    ``serving``: the store answers many requests (``ui``), so it keeps the full page cache."""
     path = ctx.obj["db"]
     if not create and not is_url(path) and str(path) != ":memory:" and not Path(path).exists():
         raise click.ClickException(
@@ -104,7 +107,7 @@ def open_store(ctx: click.Context, *, create: bool = False, rekey: bool = True) 
         for category in said:
             warnings.simplefilter("always", category)
         store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
-                            redactor=ctx.obj["redactor"], cache_kib=CACHE_SIZE_KIB if create else ONE_SHOT_CACHE_KIB,
+                            redactor=ctx.obj["redactor"], cache_kib=CACHE_SIZE_KIB if create or serving else ONE_SHOT_CACHE_KIB,
                             rekey=rekey)
         try:
             yield store
@@ -709,7 +712,7 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
     with open_store(ctx) as store:
         entry = store.get(entry_id)
         chain = store.history(entry_id)
-        cited = _cited_turns(store, entry)
+        cited = cited_turns(store, entry)
     if as_json:
         echo_json({**entry.to_dict(), "history": [e.id for e in chain]})
         return
@@ -731,22 +734,6 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
             when = format_time(turn.created_at)[:16].replace("T", " ")
             click.echo(f"  {turn.role or turn.kind} · {when}  {turn.id}")
             click.echo(f"    {turn.content}")
-
-
-#: The most source turns ``get`` shows under a derived entry.
-SHOWN_SOURCES = 10
-
-
-def _cited_turns(store: MemoryStore, entry: Entry) -> list[Entry]:
-    """The turns a derived entry cites, those still there, at most :data:`SHOWN_SOURCES`."""
-    cited = entry.metadata.get("source_turns")
-    if not isinstance(cited, list):
-        return []
-    found = []
-    for turn_id in cited[:SHOWN_SOURCES]:
-        with contextlib.suppress(NotFoundError):
-            found.append(store.get(str(turn_id)))
-    return found
 
 
 @cli.command("list")
@@ -1483,14 +1470,13 @@ def mcp(ctx: click.Context, db_path: Path | None, namespace: str | None, address
     if namespace is not None:
         ctx.obj["namespace"] = namespace
     if address is not None:
-        from .mcp_http import TOKEN_ENV, is_loopback, parse_address, read_token, serve_http
+        from .access import parse_address, read_token, token_required
+        from .mcp_http import serve_http
 
         # A bad address or token is refused before the store is opened (or made).
         host, port = parse_address(address)
         token = read_token(token_file)
-        if token is None and not is_loopback(host):
-            raise InvalidInputError(f"serving on {host}, which is not loopback, needs a bearer token; give"
-                                    f" --token-file FILE or set ${TOKEN_ENV}")
+        token_required(host, token)
         with open_store(ctx, create=True) as store:
             serve_http(store, host, port, token)
         return
@@ -1500,6 +1486,36 @@ def mcp(ctx: click.Context, db_path: Path | None, namespace: str | None, address
     repository = find_repository(os.getcwd()) if project else None
     with open_store(ctx, create=True) as store:
         serve(store, tags=[repository.tag] if repository is not None else [])
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; any address that is not loopback needs a token.")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Port (0: a free one).")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The token a browser must bring (or $HARNESS_MEM_UI_TOKEN); required off loopback.")
+@click.option("--read-only", is_flag=True, help="Browse only: no forms, and every POST is refused.")
+@click.option("--no-open", is_flag=True, help="Print the address; do not open a browser.")
+@click.pass_context
+def ui(ctx: click.Context, host: str, port: int, token_file: Path | None, read_only: bool, no_open: bool) -> None:
+    """Browse the memory in a web browser: search, sessions, facts, and forget what it should not keep.
+
+    Serves on 127.0.0.1 at a free port and opens the printed address, which carries a one-run
+    access token. Host, Origin and a CSRF token are checked on every request that changes anything.
+
+    \b
+    Example:
+        harness-mem ui
+        harness-mem --db team.db ui --no-open --read-only
+    """
+    from .ui.security import Guard  # the web stack loads only for this command
+    from .ui.server import bind, serve, token_for
+
+    token = token_for(host, token_file)  # refused before the store is opened
+    with open_store(ctx, serving=True) as store:
+        sock = bind(host, port)
+        guard = Guard(host, sock.getsockname()[1], given_token=token, read_only=read_only)
+        serve(store, sock, guard, open_browser=not no_open, say=lambda line: click.echo(line))
 
 
 cli.add_command(hook_cli.hooks)

@@ -159,6 +159,15 @@ def forget(
     return len(pks) + len(reached)
 
 
+def would_forget(storage: Storage, scope: Scope, entry_id: str) -> list[Entry]:
+    """What forgetting ``entry_id`` with all its versions would take, oldest first: the versions and
+    everything derived from them (as :func:`forget` reaches it), read and nothing written."""
+    chain = history(storage, scope, entry_id)
+    pks = [pk for pk in (storage.pk_of(scope.namespace, entry.id) for entry in chain) if pk is not None]
+    rows = storage.rows(sorted(_derived_closure(storage, pks)))
+    return sorted((entry_from_row(row) for row in rows.values()), key=lambda entry: entry.created_at)
+
+
 def _derived_closure(storage: Storage, pks: Sequence[int]) -> set[int]:
     """These entries with everything derived from them, and from what was derived from them: each holds
     their words (a segment, a fact or an episode quotes its turns), so it goes with them."""

@@ -2,7 +2,7 @@
 to a URL (``http://HOST:PORT/mcp``) instead of starting a process.
 
 The tools, their errors and their threads are the stdio server's (:mod:`harness_mem.mcp_server`).
-What HTTP adds is who may call:
+What HTTP adds is who may call (the rules :mod:`harness_mem.access` holds for ``ui`` too):
 
 - **A token** (``Authorization: Bearer …``) is required on every request when one is set, and one must
   be set for any address that is not loopback: a memory on the network is open to whoever reaches it
@@ -20,64 +20,20 @@ What HTTP adds is who may call:
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from mcp.types import INVALID_REQUEST
 
-from .errors import InvalidInputError
+from .access import allowed_hosts, is_loopback, token_required, tokens_match
 from .mcp_server import Refusal, check_frame
 from .store import MemoryStore
 
-__all__ = ["TOKEN_ENV", "allowed_hosts", "build_app", "is_loopback", "parse_address", "read_token", "serve_http"]
+__all__ = ["build_app", "host_check", "serve_http"]
 
-#: The environment variable a token can come from instead of a file.
-TOKEN_ENV = "HARNESS_MEM_MCP_TOKEN"
 #: Where the server answers, as the SDK's Streamable HTTP transport has it.
 PATH = "/mcp"
-#: A token shorter than this is refused: it could be guessed.
-MIN_TOKEN_CHARS = 16
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as its parts; a bad one is a one-line error."""
-    host, sep, port = text.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InvalidInputError(f"--http takes HOST:PORT (like 127.0.0.1:8765), not {text[:60]!r}")
-    return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    """True for an address only this machine can reach."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def read_token(token_file: Path | None) -> str | None:
-    """The bearer token from ``token_file`` or :data:`TOKEN_ENV` (None when neither gives one)."""
-    if token_file is not None:
-        try:
-            token = token_file.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidInputError(f"cannot read the token file {str(token_file)[:200]}: {type(exc).__name__}") from None
-    else:
-        token = os.environ.get(TOKEN_ENV, "").strip()
-        if not token:
-            return None
-    if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
-        raise InvalidInputError(f"the token must be at least {MIN_TOKEN_CHARS} characters with no spaces"
-                                " (for one: python -c 'import secrets; print(secrets.token_urlsafe(32))')")
-    return token
 
 
 class BearerToken:
@@ -92,26 +48,12 @@ class BearerToken:
             given = dict(scope.get("headers") or ()).get(b"authorization", b"")
             scheme, _, credentials = given.strip().partition(b" ")
             # Compared whatever the scheme, so the time taken says nothing about the token.
-            matches = hmac.compare_digest(credentials.strip(), self.expected)
+            matches = tokens_match(credentials.strip(), self.expected)
             if not (matches and scheme.lower() == b"bearer"):
                 await _answer(send, 401, b"text/plain", b"a bearer token is required\n",
                               [(b"www-authenticate", b"Bearer")])
                 return
         await self.app(scope, receive, send)
-
-
-def allowed_hosts(host: str) -> list[str]:
-    """The Host header values a loopback server bound to ``host`` answers: that address in each way a
-    client may write it, and ``localhost`` (a page cannot send either: a browser sends its own name)."""
-    names = {host, "localhost"}
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:  # localhost: it resolves to either loopback address
-        names |= {"127.0.0.1", "::1"}
-    else:
-        names |= {address.compressed, address.exploded}
-    written = {f"[{name}]" if ":" in name else name for name in names}
-    return sorted(written | {f"{name}:*" for name in written})
 
 
 def host_check(host: str) -> Any:
@@ -198,10 +140,7 @@ def build_app(store: MemoryStore, host: str, token: str | None) -> Any:
     """The ASGI app serving ``store``'s tools at :data:`PATH`, behind the token when there is one."""
     from .mcp_server import MemoryTools, build_server
 
-    if token is None and not is_loopback(host):
-        raise InvalidInputError(
-            f"serving on {host}, which is not loopback, needs a bearer token; give --token-file FILE or set ${TOKEN_ENV}"
-        )
+    token_required(host, token)
     # On loopback Host and Origin are checked for the address bound, whichever it is; elsewhere the
     # token is the guard (a server on a LAN address is reached by names this one cannot know).
     security = host_check(host) if is_loopback(host) else None

@@ -530,6 +530,11 @@ class MemoryStore:
         ``until=``): it is never returned again, and :meth:`purge` removes its content."""
         return corrections.forget(self.storage, self.scope, id, **filters)
 
+    def would_forget(self, id: str) -> list[Entry]:
+        """What ``forget`` of ``id`` and its other versions would take, oldest first: those versions and
+        every entry derived from them (a summary, fact or episode quoting them). Nothing is written."""
+        return self._revealed(corrections.would_forget(self.storage, self.scope, id))
+
     def purge(self) -> int:
         """Remove this namespace's forgotten and expired entries from the file, bytes included."""
         return corrections.purge(self.storage, self.scope)

@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from harness_mem.mcp_http import allowed_hosts
+from harness_mem.access import allowed_hosts
 from harness_mem.store import MemoryStore
 
 pytestmark = pytest.mark.anyio
@@ -129,7 +129,7 @@ def test_off_loopback_a_token_is_required_and_bad_addresses_are_one_line(tmp_pat
     short = tmp_path / "short"
     short.write_text("abc")
     cases = [
-        (["--http", "0.0.0.0:8765"], "needs a bearer token; give --token-file FILE or set $HARNESS_MEM_MCP_TOKEN"),
+        (["--http", "0.0.0.0:8765"], "needs a token; give --token-file FILE or set $HARNESS_MEM_MCP_TOKEN"),
         (["--http", "127.0.0.1"], "--http takes HOST:PORT"),
         (["--http", "127.0.0.1:99999"], "--http takes HOST:PORT"),
         (["--http", "127.0.0.1:8765", "--token-file", str(short)], "at least 16 characters"),
