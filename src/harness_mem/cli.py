@@ -249,7 +249,7 @@ def db_grant(ctx: click.Context, role: str) -> None:
 @click.argument("name", required=False)
 def schema(name: str | None) -> None:
     """Print the JSON schema of a record (entry, hit, import-line, filters, episode,
-    skill-front-matter, settings), or of all of them by name.
+    skill-front-matter, settings, stats, sync-op), or of all of them by name.
 
     \b
     Example:

@@ -46,6 +46,7 @@ from .redaction import Redactor
 from .rows import MAX_BATCH_CHARS, Row, entry_from_row, identity, prepare_row
 from .settings import Settings
 from .storage import ON_CONFLICT, OnConflict, Scope, Storage, check_on_conflict, write_sealed
+from .sync import outbox
 
 __all__ = ["DEFAULT_BATCH_SIZE", "ON_CONFLICT", "MemoryStore", "OnConflict", "check_on_conflict"]
 
@@ -466,7 +467,12 @@ class MemoryStore:
 
     def delete(self, id: str) -> bool:
         """Delete an entry and its derived rows; False when there was none."""
-        return self.storage.delete(self.namespace, self.scope.key(id) or id)
+        stored = self.scope.key(id) or id
+        with self.storage.transaction():
+            deleted = self.storage.delete(self.namespace, stored)
+            if deleted:  # on the store's other devices, a forget
+                outbox.log_forgotten(self.storage, self.namespace, [stored], None, now_ms())
+        return deleted
 
     def grant(self, role: str) -> None:
         """Confine the database role ``role`` to this store's namespace (PostgreSQL): a connection
@@ -577,7 +583,11 @@ class MemoryStore:
     def _renewed(self, entries: list[Entry]) -> list[Entry]:
         """``entries`` with the expiry of those written with a time to live renewed, in the store too."""
         ids = [entry.id for entry in entries if entry.ttl_days is not None]
-        renewed = self.storage.renew_expiry(self.namespace, ids, now_ms()) if ids else {}
+        renewed: dict[str, int] = {}
+        if ids:
+            with self.storage.transaction():
+                renewed = self.storage.renew_expiry(self.namespace, ids, now_ms())
+                outbox.log_renewed(self.storage, self.namespace, renewed)
         return [entry.model_copy(update={"expires_at": from_ms(renewed[entry.id])}) if entry.id in renewed else entry
                 for entry in entries]
 

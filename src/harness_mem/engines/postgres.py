@@ -43,6 +43,8 @@ from ..storage import (
     index_texts_of,
     settle_conflicts,
 )
+from ..sync.clock import Stamp
+from ..sync.operations import Operation
 from ..vectors import other_model
 from . import postgres_rekey, postgres_rewrite
 from .postgres_connection import Connection
@@ -529,7 +531,7 @@ class PostgresStorage(Storage):
         # Every table holding a namespace's rows (each confines them to the role's namespace), the
         # experience tables included.
         tables = ["entries", "episodes", "skills", "skill_revisions", "skill_sources", "consolidations",
-                  "derivations", "identities",
+                  "derivations", "identities", "sync_ops",
                   *(["entry_vectors"] if self._has_vector_table() else []),
                   *(["entry_passages"] if self._has_passage_table() else [])]
         with self.transaction():
@@ -836,6 +838,23 @@ class PostgresStorage(Storage):
             self._delete_pk(found[0][0])
         return True
 
+    # ---- the sync log ------------------------------------------------------------------------------
+
+    def log_operations(self, operations: Sequence[Operation]) -> None:
+        with self.conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO sync_ops (op_hash, device, hlc_wall, hlc_tick, namespace, entry_id, op, operation)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (op_hash) DO NOTHING",
+                [(op.hash, op.device, *op.hlc, op.ns, op.id, op.op, op.canonical().decode()) for op in operations])
+
+    def last_stamp(self) -> Stamp | None:
+        found = self.query("SELECT hlc_wall, hlc_tick FROM sync_ops ORDER BY hlc_wall DESC, hlc_tick DESC LIMIT 1")
+        return None if not found else Stamp(*found[0])
+
+    def logged_operations(self, after: int = 0, limit: int = 1000) -> list[tuple[int, str, str | None]]:
+        return [(seq, op_hash, operation) for seq, op_hash, operation in self.query(
+            "SELECT seq, op_hash, operation FROM sync_ops WHERE seq > %s ORDER BY seq LIMIT %s", (after, limit))]
+
     def _delete_pk(self, pk: int) -> None:
         found = self.query("SELECT namespace, session, created_at, kind FROM entries WHERE pk = %s", (pk,))
         self._drop_derived(pk)
@@ -850,6 +869,9 @@ class PostgresStorage(Storage):
             self._run("DELETE FROM entry_vectors WHERE pk = %s", (pk,))
             if self._has_passage_table():
                 self._run("DELETE FROM entry_passages WHERE pk = %s", (pk,))
+        # The sync log lets go of its words too (its hash stays: a replay of it is recognised).
+        self._run("UPDATE sync_ops s SET operation = NULL FROM entries e WHERE e.pk = %s AND s.op = 'add'"
+                  " AND s.operation IS NOT NULL AND s.namespace = e.namespace AND s.entry_id = e.id", (pk,))
 
     def forget(self, pks: Sequence[int], when: int) -> None:
         with self.transaction():

@@ -53,6 +53,8 @@ from ..storage import (
     index_texts_of,
     settle_conflicts,
 )
+from ..sync.clock import Stamp
+from ..sync.operations import Operation
 from ..vectors import (
     MAX_KNN,
     VectorFilter,
@@ -453,6 +455,23 @@ class SQLiteStorage(Storage):
             self._delete_pk(row[0])
         return True
 
+    # ---- the sync log ------------------------------------------------------------------------------
+
+    def log_operations(self, operations: Sequence[Operation]) -> None:
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO sync_ops (op_hash, device, hlc_wall, hlc_tick, namespace, entry_id, op, operation)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(op.hash, op.device, *op.hlc, op.ns, op.id, op.op, op.canonical().decode()) for op in operations])
+
+    def last_stamp(self) -> Stamp | None:
+        found = self.conn.execute(
+            "SELECT hlc_wall, hlc_tick FROM sync_ops ORDER BY hlc_wall DESC, hlc_tick DESC LIMIT 1").fetchone()
+        return None if found is None else Stamp(*found)
+
+    def logged_operations(self, after: int = 0, limit: int = 1000) -> list[tuple[int, str, str | None]]:
+        return [(seq, op_hash, operation) for seq, op_hash, operation in self.conn.execute(
+            "SELECT seq, op_hash, operation FROM sync_ops WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit))]
+
     def _delete_pk(self, pk: int) -> None:
         row = self.conn.execute(
             "SELECT namespace, session, created_at, kind FROM entries WHERE pk = ?", (pk,)
@@ -471,6 +490,9 @@ class SQLiteStorage(Storage):
         elif has_vector_table(self.conn):  # vectors made by another process's embedder: vec0 has no cascade
             delete_vector(self.conn, pk)
         self._vectors_touched = True
+        # The sync log lets go of its words too (its hash stays: a replay of it is recognised).
+        self.conn.execute("UPDATE sync_ops SET operation = NULL WHERE op = 'add' AND operation IS NOT NULL"
+                          " AND (namespace, entry_id) = (SELECT namespace, id FROM entries WHERE pk = ?)", (pk,))
 
     def forget(self, pks: Sequence[int], when: int) -> None:
         with self.transaction():
