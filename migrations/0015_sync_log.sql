@@ -16,10 +16,20 @@ CREATE TABLE sync_ops (
 CREATE INDEX sync_ops_by_stamp ON sync_ops (hlc_wall, hlc_tick);
 CREATE INDEX sync_ops_by_entry ON sync_ops (namespace, entry_id);
 
--- How far this store has read each other device's chunks.
-CREATE TABLE sync_peers (
-    device TEXT PRIMARY KEY,
-    manifest_seq INTEGER NOT NULL DEFAULT 0,
-    chunks_applied INTEGER NOT NULL DEFAULT 0,
-    last_seen INTEGER
+-- Every entry a forget named, with the forget's stamp: an add of it stamped before is never applied.
+CREATE TABLE sync_forgotten (
+    namespace TEXT NOT NULL,
+    entry_id TEXT NOT NULL,
+    hlc_wall INTEGER NOT NULL,
+    hlc_tick INTEGER NOT NULL,
+    PRIMARY KEY (namespace, entry_id, hlc_wall, hlc_tick)
+);
+
+-- The chunks of other devices this store has read: applied, or quarantined (read, refused, reported).
+CREATE TABLE sync_chunks (
+    device TEXT NOT NULL,
+    chunk TEXT NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT,
+    PRIMARY KEY (device, chunk)
 );

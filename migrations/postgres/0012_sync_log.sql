@@ -16,11 +16,22 @@ CREATE INDEX sync_ops_by_entry ON sync_ops (namespace, entry_id);
 -- Text out of the planner's samples, as for the entries (0011).
 ALTER TABLE sync_ops ALTER COLUMN operation SET STATISTICS 0;
 
-CREATE TABLE sync_peers (
-    device TEXT PRIMARY KEY,
-    manifest_seq BIGINT NOT NULL DEFAULT 0,
-    chunks_applied BIGINT NOT NULL DEFAULT 0,
-    last_seen BIGINT
+-- Every entry a forget named, with the forget's stamp: an add of it stamped before is never applied.
+CREATE TABLE sync_forgotten (
+    namespace TEXT NOT NULL,
+    entry_id TEXT NOT NULL,
+    hlc_wall BIGINT NOT NULL,
+    hlc_tick BIGINT NOT NULL,
+    PRIMARY KEY (namespace, entry_id, hlc_wall, hlc_tick)
+);
+
+-- The chunks of other devices this store has read: applied, or quarantined (read, refused, reported).
+CREATE TABLE sync_chunks (
+    device TEXT NOT NULL,
+    chunk TEXT NOT NULL,
+    state TEXT NOT NULL,
+    reason TEXT,
+    PRIMARY KEY (device, chunk)
 );
 
 -- Namespaces enforced by the database, as for the other tables.
@@ -28,10 +39,14 @@ ALTER TABLE sync_ops ENABLE ROW LEVEL SECURITY;
 CREATE POLICY sync_ops_of_the_role ON sync_ops
     USING (confined_namespace() IS NULL OR namespace = confined_namespace())
     WITH CHECK (confined_namespace() IS NULL OR namespace = confined_namespace());
--- Which devices were read is the owner's to keep.
-ALTER TABLE sync_peers ENABLE ROW LEVEL SECURITY;
-CREATE POLICY sync_peers_of_the_owner ON sync_peers
+-- Which chunks were read is the owner's to keep; what was forgotten, each namespace's own.
+ALTER TABLE sync_chunks ENABLE ROW LEVEL SECURITY;
+CREATE POLICY sync_chunks_of_the_owner ON sync_chunks
     USING (confined_namespace() IS NULL) WITH CHECK (confined_namespace() IS NULL);
+ALTER TABLE sync_forgotten ENABLE ROW LEVEL SECURITY;
+CREATE POLICY sync_forgotten_of_the_role ON sync_forgotten
+    USING (confined_namespace() IS NULL OR namespace = confined_namespace())
+    WITH CHECK (confined_namespace() IS NULL OR namespace = confined_namespace());
 
 -- A confined role's writes are logged too: it reads the device id (the owner sets it).
 CREATE OR REPLACE FUNCTION setting_shown_to_confined(setting TEXT) RETURNS BOOLEAN

@@ -396,11 +396,14 @@ class Storage(ABC):
         """Tombstone entries: their derived rows go now (the skills distilled from a forgotten
         episode among them: they quote it), their content at the next purge."""
 
-    # ---- the sync log (:mod:`harness_mem.sync.outbox` decides what goes in) -------------------------
+    # ---- the sync log (what goes in: :mod:`harness_mem.sync.outbox`; applying: :mod:`~harness_mem.sync.apply`)
 
     @abstractmethod
-    def log_operations(self, operations: Sequence[Operation]) -> None:
-        """Append operations to the sync log (inside the write's transaction); one already there is kept."""
+    def log_operations(self, operations: Sequence[Operation], *, chunk: str | None = None,
+                       text: bool = True) -> None:
+        """Append operations to the sync log (inside the write's transaction), with the chunk they came
+        in (None: made here), and without their text when ``text`` is False (an add of a forgotten
+        entry, known by its hash alone); one already there is kept. A forget's ids are noted with its stamp."""
 
     @abstractmethod
     def last_stamp(self) -> Stamp | None:
@@ -410,6 +413,34 @@ class Storage(ABC):
     def logged_operations(self, after: int = 0, limit: int = 1000) -> list[tuple[int, str, str | None]]:
         """(seq, hash, canonical JSON) of logged operations past ``seq`` ``after``, in the order they
         were logged; the JSON is None for the ``add`` of an entry since forgotten."""
+
+    @abstractmethod
+    def known_operations(self, hashes: Sequence[str]) -> set[str]:
+        """Which of these operation hashes the log holds."""
+
+    @abstractmethod
+    def logged_about(self, namespace: str, entry_id: str, op: str) -> list[tuple[Stamp, str | None]]:
+        """(stamp, canonical JSON or None) of the logged ``op`` operations about one entry, oldest first."""
+
+    @abstractmethod
+    def forgotten_stamp(self, namespace: str, entry_id: str) -> Stamp | None:
+        """The latest stamp of a forget that named this entry (None: none did)."""
+
+    @abstractmethod
+    def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:
+        """The canonical JSON of the forgets by a selector stamped after ``after``."""
+
+    @abstractmethod
+    def set_expiry(self, namespace: str, entry_id: str, expires_at: int) -> None:
+        """Set an entry's expiry, as a renewal applied from another device did on it."""
+
+    @abstractmethod
+    def chunks_read(self, device: str) -> dict[str, str]:
+        """The chunks of ``device`` this store has read, and what became of each (applied, quarantined)."""
+
+    @abstractmethod
+    def note_chunk(self, device: str, chunk: str, state: str, reason: str | None = None) -> None:
+        """Record what became of a chunk read from ``device`` (inside the transaction that applied it)."""
 
     @abstractmethod
     def has_derived(self, namespace: str) -> bool:

@@ -72,7 +72,7 @@ def test_starting_the_log_logs_what_the_store_holds_once(engine_store: MemorySto
     assert count == len(operations) == 4  # three adds (both versions of the port) and the correction
     assert {op.device for op in operations} == {device}
     assert {(op.op, op.id) for op in operations} == {
-        ("add", "hash"), ("add", "port"), ("add", fixed.id), ("supersede", fixed.id)}
+        ("add", "hash"), ("add", "port"), ("add", fixed.id), ("supersede", "port")}
     first = next(op for op in operations if op.id == "hash")
     assert first.stamp.wall == 1767261600000  # an entry logged later keeps its own time
     assert first.body.entry.session == "s1" and first.body.entry.role == "assistant"  # type: ignore[union-attr]
@@ -98,10 +98,10 @@ def test_every_write_path_logs_its_operation(engine_store: MemoryStore, tmp_path
     kinds = [(op.op, op.id) if op is not None else None for op in operations]
     # The adds of t1, t2 and imp were emptied when they were forgotten or deleted.
     assert kinds == [("add", "window"), None, None, None, ("add", "window2"),
-                     ("supersede", "window2"), ("forget", "t1"), ("forget", "t2"), ("add", "ttl"),
+                     ("supersede", "window"), ("forget", "t1"), ("forget", "t2"), ("add", "ttl"),
                      ("expiry", "ttl"), ("forget", "imp")]
     by_id = {(op.op, op.id): op for op in operations if op is not None}
-    assert by_id[("supersede", "window2")].body.old_id == "window"  # type: ignore[union-attr]
+    assert by_id[("supersede", "window")].body.new_id == "window2"  # type: ignore[union-attr]
     assert by_id[("forget", "t1")].body.selector is None  # type: ignore[union-attr]
     assert by_id[("forget", "t2")].body.selector == {"session": "s1"}  # type: ignore[union-attr]
     assert by_id[("add", "window")].body.entry.tags == ["ops"]  # type: ignore[union-attr]
@@ -232,11 +232,11 @@ def test_an_operation_is_its_canonical_json_checked_by_its_schema(engine_store: 
     ({"op": "add"}, "body"),
     ({"device": "not-hex"}, "device"),
     ({"hlc": [-1, 0]}, "hlc"),
-    ({"body": {"old_id": "x", "valid_from": 1, "extra": 1}}, "body"),
+    ({"body": {"new_id": "x", "valid_from": 1, "extra": 1}}, "body"),
 ])
 def test_a_malformed_operation_is_refused_in_one_line(change: dict[str, object], message: str) -> None:
-    good = {"v": 1, "op": "supersede", "ns": "default", "id": "b", "hlc": [1, 0], "device": "0" * 32,
-            "body": {"old_id": "a", "valid_from": 1}}
+    good = {"v": 1, "op": "supersede", "ns": "default", "id": "a", "hlc": [1, 0], "device": "0" * 32,
+            "body": {"new_id": "b", "valid_from": 1}}
     parse_operation(good)
     with pytest.raises(SyncFormatError) as refused:
         parse_operation({**good, **change})

@@ -531,7 +531,7 @@ class PostgresStorage(Storage):
         # Every table holding a namespace's rows (each confines them to the role's namespace), the
         # experience tables included.
         tables = ["entries", "episodes", "skills", "skill_revisions", "skill_sources", "consolidations",
-                  "derivations", "identities", "sync_ops",
+                  "derivations", "identities", "sync_ops", "sync_forgotten",
                   *(["entry_vectors"] if self._has_vector_table() else []),
                   *(["entry_passages"] if self._has_passage_table() else [])]
         with self.transaction():
@@ -840,12 +840,19 @@ class PostgresStorage(Storage):
 
     # ---- the sync log ------------------------------------------------------------------------------
 
-    def log_operations(self, operations: Sequence[Operation]) -> None:
+    def log_operations(self, operations: Sequence[Operation], *, chunk: str | None = None,
+                       text: bool = True) -> None:
         with self.conn.cursor() as cursor:
             cursor.executemany(
-                "INSERT INTO sync_ops (op_hash, device, hlc_wall, hlc_tick, namespace, entry_id, op, operation)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (op_hash) DO NOTHING",
-                [(op.hash, op.device, *op.hlc, op.ns, op.id, op.op, op.canonical().decode()) for op in operations])
+                "INSERT INTO sync_ops (op_hash, device, hlc_wall, hlc_tick, namespace, entry_id, op, operation,"
+                " origin_chunk) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (op_hash) DO NOTHING",
+                [(op.hash, op.device, *op.hlc, op.ns, op.id, op.op, op.canonical().decode() if text else None, chunk)
+                 for op in operations])
+            forgotten = [(op.ns, entry_id, *op.hlc) for op in operations if op.op == "forget"
+                         for entry_id in op.body.ids]  # type: ignore[union-attr]
+            if forgotten:
+                cursor.executemany("INSERT INTO sync_forgotten (namespace, entry_id, hlc_wall, hlc_tick)"
+                                   " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING", forgotten)
 
     def last_stamp(self) -> Stamp | None:
         found = self.query("SELECT hlc_wall, hlc_tick FROM sync_ops ORDER BY hlc_wall DESC, hlc_tick DESC LIMIT 1")
@@ -854,6 +861,39 @@ class PostgresStorage(Storage):
     def logged_operations(self, after: int = 0, limit: int = 1000) -> list[tuple[int, str, str | None]]:
         return [(seq, op_hash, operation) for seq, op_hash, operation in self.query(
             "SELECT seq, op_hash, operation FROM sync_ops WHERE seq > %s ORDER BY seq LIMIT %s", (after, limit))]
+
+    def known_operations(self, hashes: Sequence[str]) -> set[str]:
+        return {found for (found,) in self.query("SELECT op_hash FROM sync_ops WHERE op_hash = ANY(%s)",
+                                                 (list(hashes),))}
+
+    def logged_about(self, namespace: str, entry_id: str, op: str) -> list[tuple[Stamp, str | None]]:
+        return [(Stamp(wall, tick), text) for wall, tick, text in self.query(
+            "SELECT hlc_wall, hlc_tick, operation FROM sync_ops WHERE namespace = %s AND entry_id = %s AND op = %s"
+            " ORDER BY hlc_wall, hlc_tick", (namespace, entry_id, op))]
+
+    def forgotten_stamp(self, namespace: str, entry_id: str) -> Stamp | None:
+        found = self.query("SELECT hlc_wall, hlc_tick FROM sync_forgotten WHERE namespace = %s AND entry_id = %s"
+                           " ORDER BY hlc_wall DESC, hlc_tick DESC LIMIT 1", (namespace, entry_id))
+        return None if not found else Stamp(*found[0])
+
+    def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:
+        return [text for (text,) in self.query(
+            "SELECT operation FROM sync_ops WHERE op = 'forget' AND namespace = %s AND (hlc_wall, hlc_tick) > (%s, %s)"
+            " AND operation::jsonb -> 'body' -> 'selector' <> 'null'::jsonb ORDER BY hlc_wall, hlc_tick",
+            (namespace, *after))]
+
+    def set_expiry(self, namespace: str, entry_id: str, expires_at: int) -> None:
+        self._run("UPDATE entries SET expires_at = %s WHERE namespace = %s AND id = %s AND forgotten_at IS NULL",
+                  (expires_at, namespace, entry_id))
+
+    def chunks_read(self, device: str) -> dict[str, str]:
+        return {chunk: state for chunk, state in self.query(
+            "SELECT chunk, state FROM sync_chunks WHERE device = %s", (device,))}
+
+    def note_chunk(self, device: str, chunk: str, state: str, reason: str | None = None) -> None:
+        self._run("INSERT INTO sync_chunks (device, chunk, state, reason) VALUES (%s, %s, %s, %s)"
+                  " ON CONFLICT (device, chunk) DO UPDATE SET state = excluded.state, reason = excluded.reason",
+                  (device, chunk, state, reason))
 
     def _delete_pk(self, pk: int) -> None:
         found = self.query("SELECT namespace, session, created_at, kind FROM entries WHERE pk = %s", (pk,))

@@ -457,11 +457,16 @@ class SQLiteStorage(Storage):
 
     # ---- the sync log ------------------------------------------------------------------------------
 
-    def log_operations(self, operations: Sequence[Operation]) -> None:
+    def log_operations(self, operations: Sequence[Operation], *, chunk: str | None = None,
+                       text: bool = True) -> None:
         self.conn.executemany(
-            "INSERT OR IGNORE INTO sync_ops (op_hash, device, hlc_wall, hlc_tick, namespace, entry_id, op, operation)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(op.hash, op.device, *op.hlc, op.ns, op.id, op.op, op.canonical().decode()) for op in operations])
+            "INSERT OR IGNORE INTO sync_ops (op_hash, device, hlc_wall, hlc_tick, namespace, entry_id, op, operation,"
+            " origin_chunk) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(op.hash, op.device, *op.hlc, op.ns, op.id, op.op, op.canonical().decode() if text else None, chunk) for op in operations])
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO sync_forgotten (namespace, entry_id, hlc_wall, hlc_tick) VALUES (?, ?, ?, ?)",
+            [(op.ns, entry_id, *op.hlc) for op in operations if op.op == "forget"
+             for entry_id in op.body.ids])  # type: ignore[union-attr]
 
     def last_stamp(self) -> Stamp | None:
         found = self.conn.execute(
@@ -471,6 +476,39 @@ class SQLiteStorage(Storage):
     def logged_operations(self, after: int = 0, limit: int = 1000) -> list[tuple[int, str, str | None]]:
         return [(seq, op_hash, operation) for seq, op_hash, operation in self.conn.execute(
             "SELECT seq, op_hash, operation FROM sync_ops WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit))]
+
+    def known_operations(self, hashes: Sequence[str]) -> set[str]:
+        return {found for (found,) in self.conn.execute(
+            "SELECT op_hash FROM sync_ops WHERE op_hash IN (SELECT value FROM json_each(?))", (json.dumps(list(hashes)),))}
+
+    def logged_about(self, namespace: str, entry_id: str, op: str) -> list[tuple[Stamp, str | None]]:
+        return [(Stamp(wall, tick), text) for wall, tick, text in self.conn.execute(
+            "SELECT hlc_wall, hlc_tick, operation FROM sync_ops WHERE namespace = ? AND entry_id = ? AND op = ?"
+            " ORDER BY hlc_wall, hlc_tick", (namespace, entry_id, op))]
+
+    def forgotten_stamp(self, namespace: str, entry_id: str) -> Stamp | None:
+        found = self.conn.execute(
+            "SELECT hlc_wall, hlc_tick FROM sync_forgotten WHERE namespace = ? AND entry_id = ?"
+            " ORDER BY hlc_wall DESC, hlc_tick DESC LIMIT 1", (namespace, entry_id)).fetchone()
+        return None if found is None else Stamp(*found)
+
+    def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:
+        return [text for (text,) in self.conn.execute(
+            "SELECT operation FROM sync_ops WHERE op = 'forget' AND namespace = ? AND (hlc_wall, hlc_tick) > (?, ?)"
+            " AND json_extract(operation, '$.body.selector') IS NOT NULL ORDER BY hlc_wall, hlc_tick",
+            (namespace, *after))]
+
+    def set_expiry(self, namespace: str, entry_id: str, expires_at: int) -> None:
+        self.conn.execute("UPDATE entries SET expires_at = ? WHERE namespace = ? AND id = ? AND forgotten_at IS NULL",
+                          (expires_at, namespace, entry_id))
+
+    def chunks_read(self, device: str) -> dict[str, str]:
+        return dict(self.conn.execute("SELECT chunk, state FROM sync_chunks WHERE device = ?", (device,)).fetchall())
+
+    def note_chunk(self, device: str, chunk: str, state: str, reason: str | None = None) -> None:
+        self.conn.execute("INSERT INTO sync_chunks (device, chunk, state, reason) VALUES (?, ?, ?, ?)"
+                          " ON CONFLICT (device, chunk) DO UPDATE SET state = excluded.state, reason = excluded.reason",
+                          (device, chunk, state, reason))
 
     def _delete_pk(self, pk: int) -> None:
         row = self.conn.execute(

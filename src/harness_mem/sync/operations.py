@@ -10,7 +10,7 @@ The kinds (``op``):
 
 - ``add``: an entry as written, every column that is fixed when it is written, and the sealed raw
   values behind its pseudonyms.
-- ``supersede``: ``id`` corrects ``old_id`` from ``valid_from`` (the new version is its own ``add``).
+- ``supersede``: ``new_id`` corrects ``id`` from ``valid_from`` (the new version is its own ``add``).
 - ``forget``: the ids forgotten at the origin, and the selector they were chosen by, if any.
 - ``expiry``: an entry's time to live renewed to ``expires_at``.
 
@@ -29,7 +29,7 @@ from pydantic import Field, model_validator
 
 from ..errors import SyncFormatError
 from ..identities import SealedIdentity
-from ..models import Record
+from ..models import Record, dumps
 from ..rows import Row
 from .clock import Stamp
 
@@ -70,7 +70,7 @@ class AddBody(Record):
 
 
 class SupersedeBody(Record):
-    old_id: str
+    new_id: str
     valid_from: Millis
 
 
@@ -115,8 +115,7 @@ class Operation(Record):
 
     def canonical(self) -> bytes:
         """The bytes its identity is the hash of: sorted keys, no spaces, UTF-8."""
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"),
-                          ensure_ascii=False).encode()
+        return dumps(self.model_dump(mode="json")).encode()
 
     @property
     def hash(self) -> str:
@@ -146,8 +145,8 @@ def added(row: Row, device: str, stamp: Stamp, identities: Sequence[SealedIdenti
 
 
 def superseded(namespace: str, old_id: str, new_id: str, when: int, device: str, stamp: Stamp) -> Operation:
-    return _operation("supersede", namespace, new_id, device, stamp,
-                      SupersedeBody.trusted({"old_id": old_id, "valid_from": when}))
+    return _operation("supersede", namespace, old_id, device, stamp,
+                      SupersedeBody.trusted({"new_id": new_id, "valid_from": when}))
 
 
 def forgotten(namespace: str, ids: Sequence[str], selector: Mapping[str, Any] | None, when: int, device: str,
