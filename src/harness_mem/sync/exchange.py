@@ -9,19 +9,19 @@ operations again next time, which every reader skips (they are known by their ha
 from __future__ import annotations
 
 import fcntl
-import secrets
-import os
 import json
+import os
+import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import pseudonyms
 from ..errors import IdentityKeyError, InvalidInputError, SyncFormatError
 from ..identities import KEY_ID_SETTING
 from ..redaction import Redactor
 from ..storage import Storage, is_derived
-from .. import pseudonyms
 from . import outbox
 from .apply import Applied, apply_chunk
 from .folder import Incomplete, Keying, SyncFolder
