@@ -423,8 +423,8 @@ class Storage(ABC):
         """(stamp, canonical JSON or None) of the logged ``op`` operations about one entry, oldest first."""
 
     @abstractmethod
-    def forgotten_stamp(self, namespace: str, entry_id: str) -> Stamp | None:
-        """The latest stamp of a forget that named this entry (None: none did)."""
+    def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
+        """The latest stamp of a forget that named each of these entries (those none named left out)."""
 
     @abstractmethod
     def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:

@@ -871,10 +871,11 @@ class PostgresStorage(Storage):
             "SELECT hlc_wall, hlc_tick, operation FROM sync_ops WHERE namespace = %s AND entry_id = %s AND op = %s"
             " ORDER BY hlc_wall, hlc_tick", (namespace, entry_id, op))]
 
-    def forgotten_stamp(self, namespace: str, entry_id: str) -> Stamp | None:
-        found = self.query("SELECT hlc_wall, hlc_tick FROM sync_forgotten WHERE namespace = %s AND entry_id = %s"
-                           " ORDER BY hlc_wall DESC, hlc_tick DESC LIMIT 1", (namespace, entry_id))
-        return None if not found else Stamp(*found[0])
+    def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
+        return {entry_id: Stamp(wall, tick) for entry_id, wall, tick in self.query(
+            "SELECT DISTINCT ON (entry_id) entry_id, hlc_wall, hlc_tick FROM sync_forgotten"
+            " WHERE namespace = %s AND entry_id = ANY(%s) ORDER BY entry_id, hlc_wall DESC, hlc_tick DESC",
+            (namespace, list(entry_ids)))}
 
     def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:
         return [text for (text,) in self.query(

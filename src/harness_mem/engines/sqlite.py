@@ -486,11 +486,14 @@ class SQLiteStorage(Storage):
             "SELECT hlc_wall, hlc_tick, operation FROM sync_ops WHERE namespace = ? AND entry_id = ? AND op = ?"
             " ORDER BY hlc_wall, hlc_tick", (namespace, entry_id, op))]
 
-    def forgotten_stamp(self, namespace: str, entry_id: str) -> Stamp | None:
-        found = self.conn.execute(
-            "SELECT hlc_wall, hlc_tick FROM sync_forgotten WHERE namespace = ? AND entry_id = ?"
-            " ORDER BY hlc_wall DESC, hlc_tick DESC LIMIT 1", (namespace, entry_id)).fetchone()
-        return None if found is None else Stamp(*found)
+    def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
+        latest: dict[str, Stamp] = {}
+        for entry_id, wall, tick in self.conn.execute(
+                "SELECT entry_id, hlc_wall, hlc_tick FROM sync_forgotten"
+                " WHERE namespace = ? AND entry_id IN (SELECT value FROM json_each(?))",
+                (namespace, json.dumps(list(entry_ids)))):
+            latest[entry_id] = max(latest.get(entry_id, Stamp(wall, tick)), Stamp(wall, tick))
+        return latest
 
     def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:
         return [text for (text,) in self.conn.execute(

@@ -32,7 +32,7 @@ from ..identities import SealedIdentity
 from ..models import content_hash, dumps, now_ms, to_ms
 from ..redaction import Redactor
 from ..rows import Row
-from ..storage import Storage
+from ..storage import Storage, Vectors
 from .operations import AddBody, ExpiryBody, ForgetBody, Operation, SupersedeBody, parse_operation
 
 
@@ -49,7 +49,11 @@ class Applied:
 
 def apply_chunk(storage: Storage, operations: Sequence[Operation], *, device: str, chunk: str,
                 redactor: Redactor | None, counts: Applied) -> None:
-    """Apply one chunk of ``device`` in one transaction, and record it as read."""
+    """Apply one chunk of ``device`` in one transaction, and record it as read.
+
+    Consecutive adds are written as one batch (as an import writes them); every other operation is
+    applied on its own, after the adds before it.
+    """
     known = storage.known_operations([op.hash for op in operations])
     todo = [op for op in operations if op.hash not in known]
     rows = {op.hash: _row(op, redactor) for op in todo if op.op == "add"}
@@ -57,24 +61,59 @@ def apply_chunk(storage: Storage, operations: Sequence[Operation], *, device: st
     with storage.transaction():
         known = storage.known_operations([op.hash for op in todo])  # another process may have applied some
         counts.skipped += len(operations) - len(todo) + len(known)
+        adds: list[Operation] = []
         for op in todo:
             if op.hash in known:
                 continue
             if storage.confined_to is not None and op.ns != storage.confined_to:
                 counts.refused.append(f"an operation for another namespace ({op.op} of {op.id})")
                 continue
-            kept = True
             if op.op == "add":
-                kept = _add(storage, op, rows[op.hash], vectors, counts)
-            elif op.op == "supersede":
+                adds.append(op)
+                continue
+            _add_all(storage, adds, chunk, rows, vectors, counts)
+            adds = []
+            if op.op == "supersede":
                 _supersede(storage, op)
             elif op.op == "forget":
                 counts.forgotten += _forget(storage, op)
             else:
                 _expiry(storage, op)
-            storage.log_operations([op], chunk=chunk, text=kept)  # a forgotten add is known by its hash alone
+            storage.log_operations([op], chunk=chunk)
             counts.applied += 1
+        _add_all(storage, adds, chunk, rows, vectors, counts)
         storage.note_chunk(device, chunk, "applied")
+
+
+def _add_all(storage: Storage, adds: Sequence[Operation], chunk: str, rows: dict[str, Row], vectors: Vectors,
+             counts: Applied) -> None:
+    """Write the entries of consecutive adds, except those a forget stamped after them reached first
+    (logged by their hash alone: their words are never kept)."""
+    for namespace in dict.fromkeys(op.ns for op in adds):
+        mine = [op for op in adds if op.ns == namespace]
+        forgotten = storage.forgotten_stamps(namespace, [str(op.id) for op in mine])
+        selectors = [json.loads(text) for text in storage.selector_forgets(namespace, min(op.stamp for op in mine))]
+        kept, dropped = [], []
+        for op in mine:
+            stamp = forgotten.get(str(op.id))
+            later = [s for s in selectors if tuple(s["hlc"]) > op.stamp]
+            if (stamp is not None and stamp > op.stamp) or any(_selects(s, rows[op.hash]) for s in later):
+                dropped.append(op)
+            else:
+                kept.append(op)
+        sealed = {(s.stored, s.key_id, s.sealed): None for op in kept for s in op.body.identities}  # type: ignore[union-attr]
+        if sealed:
+            storage.seal_identities(namespace, [SealedIdentity(stored, key_id, base64.b64decode(blob))
+                                                for stored, key_id, blob in sealed])
+        batch = [rows[op.hash] for op in kept]
+        written = {row.id for row in storage.write(batch, "ignore", {id(r): vectors[id(r)] for r in batch if id(r) in vectors})}
+        for row in batch:  # an id already here with other words: two devices wrote it (forks: step 4)
+            if row.id not in written and (pk := storage.pk_of(namespace, row.id)) is not None \
+                    and storage.rows([pk])[pk].content_hash != row.content_hash:
+                counts.forks += 1
+        storage.log_operations(kept, chunk=chunk)
+        storage.log_operations(dropped, chunk=chunk, text=False)
+        counts.applied += len(mine)
 
 
 def _row(op: Operation, redactor: Redactor | None) -> Row:
@@ -95,26 +134,6 @@ def _row(op: Operation, redactor: Redactor | None) -> Row:
     return Row(None, op.id, op.ns, entry.kind, content, entry.role, entry.session, dumps(entry.tags),
                entry.source, dumps(entry.metadata), entry.created_at, entry.expires_at, content_hash(content),
                None if redactions is None else dumps(redactions), updated_at=entry.updated_at, ttl_ms=entry.ttl_ms)
-
-
-def _add(storage: Storage, op: Operation, row: Row, vectors: Any, counts: Applied) -> bool:
-    """Write an added entry; False when a forget stamped after the add reached it first (its words are not kept)."""
-    assert isinstance(op.body, AddBody) and op.id is not None
-    forgotten = storage.forgotten_stamp(op.ns, op.id)
-    if forgotten is not None and forgotten > op.stamp:
-        return False  # forgotten after it was added: known from now on, never applied
-    if any(_selects(json.loads(text), row) for text in storage.selector_forgets(op.ns, op.stamp)):
-        return False
-    stored = storage.pk_of(op.ns, op.id)
-    if stored is not None:
-        if storage.rows([stored])[stored].content_hash != row.content_hash:
-            counts.forks += 1  # two devices wrote one id with other words; the first kept (forks: step 4)
-        return True
-    sealed = [SealedIdentity(s.stored, s.key_id, base64.b64decode(s.sealed)) for s in op.body.identities]
-    if sealed:
-        storage.seal_identities(op.ns, sealed)
-    storage.write([row], "ignore", {id(row): vectors[id(row)]} if id(row) in vectors else {})
-    return True
 
 
 def _supersede(storage: Storage, op: Operation) -> None:

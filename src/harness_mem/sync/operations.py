@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from functools import cached_property
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, Self
 
@@ -115,11 +116,15 @@ class Operation(Record):
 
     def canonical(self) -> bytes:
         """The bytes its identity is the hash of: sorted keys, no spaces, UTF-8."""
+        return self._canonical
+
+    @cached_property
+    def _canonical(self) -> bytes:  # made once: an operation is hashed, logged and written
         return dumps(self.model_dump(mode="json")).encode()
 
-    @property
+    @cached_property
     def hash(self) -> str:
-        return hashlib.sha256(self.canonical()).hexdigest()
+        return hashlib.sha256(self._canonical).hexdigest()
 
 
 def parse_operation(data: Mapping[str, Any]) -> Operation:
