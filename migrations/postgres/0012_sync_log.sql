@@ -7,12 +7,14 @@ CREATE TABLE sync_ops (
     hlc_tick BIGINT NOT NULL,
     namespace TEXT NOT NULL,
     entry_id TEXT,
+    related_id TEXT,  -- a supersede's new version
     op TEXT NOT NULL,
     operation TEXT,
     origin_chunk TEXT
 );
 CREATE INDEX sync_ops_by_stamp ON sync_ops (hlc_wall, hlc_tick);
 CREATE INDEX sync_ops_by_entry ON sync_ops (namespace, entry_id);
+CREATE INDEX sync_ops_by_related ON sync_ops (namespace, related_id) WHERE related_id IS NOT NULL;
 -- Text out of the planner's samples, as for the entries (0011).
 ALTER TABLE sync_ops ALTER COLUMN operation SET STATISTICS 0;
 

@@ -423,6 +423,11 @@ class Storage(ABC):
         """(stamp, canonical JSON or None) of the logged ``op`` operations about one entry, oldest first."""
 
     @abstractmethod
+    def logged_supersedes(self, namespace: str, entry_ids: Sequence[str]) -> list[str]:
+        """The canonical JSON of the logged supersedes of any of these entries, or making one of them
+        a new version."""
+
+    @abstractmethod
     def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
         """The latest stamp of a forget that named each of these entries (those none named left out)."""
 

@@ -44,7 +44,7 @@ from ..storage import (
     settle_conflicts,
 )
 from ..sync.clock import Stamp
-from ..sync.operations import Operation
+from ..sync.operations import Operation, related_id
 from ..vectors import other_model
 from . import postgres_rekey, postgres_rewrite
 from .postgres_connection import Connection
@@ -844,10 +844,10 @@ class PostgresStorage(Storage):
                        text: bool = True) -> None:
         with self.conn.cursor() as cursor:
             cursor.executemany(
-                "INSERT INTO sync_ops (op_hash, device, hlc_wall, hlc_tick, namespace, entry_id, op, operation,"
-                " origin_chunk) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (op_hash) DO NOTHING",
-                [(op.hash, op.device, *op.hlc, op.ns, op.id, op.op, op.canonical().decode() if text else None, chunk)
-                 for op in operations])
+                "INSERT INTO sync_ops (op_hash, device, hlc_wall, hlc_tick, namespace, entry_id, related_id, op,"
+                " operation, origin_chunk) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (op_hash) DO NOTHING",
+                [(op.hash, op.device, *op.hlc, op.ns, op.id, related_id(op), op.op,
+                  op.canonical().decode() if text else None, chunk) for op in operations])
             forgotten = [(op.ns, entry_id, *op.hlc) for op in operations if op.op == "forget"
                          for entry_id in op.body.ids]  # type: ignore[union-attr]
             if forgotten:
@@ -870,6 +870,11 @@ class PostgresStorage(Storage):
         return [(Stamp(wall, tick), text) for wall, tick, text in self.query(
             "SELECT hlc_wall, hlc_tick, operation FROM sync_ops WHERE namespace = %s AND entry_id = %s AND op = %s"
             " ORDER BY hlc_wall, hlc_tick", (namespace, entry_id, op))]
+
+    def logged_supersedes(self, namespace: str, entry_ids: Sequence[str]) -> list[str]:
+        return [text for (text,) in self.query(
+            "SELECT operation FROM sync_ops WHERE op = 'supersede' AND namespace = %s"
+            " AND (entry_id = ANY(%s) OR related_id = ANY(%s))", (namespace, list(entry_ids), list(entry_ids)))]
 
     def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
         return {entry_id: Stamp(wall, tick) for entry_id, wall, tick in self.query(

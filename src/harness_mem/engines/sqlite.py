@@ -54,7 +54,7 @@ from ..storage import (
     settle_conflicts,
 )
 from ..sync.clock import Stamp
-from ..sync.operations import Operation
+from ..sync.operations import Operation, related_id
 from ..vectors import (
     MAX_KNN,
     VectorFilter,
@@ -460,9 +460,10 @@ class SQLiteStorage(Storage):
     def log_operations(self, operations: Sequence[Operation], *, chunk: str | None = None,
                        text: bool = True) -> None:
         self.conn.executemany(
-            "INSERT OR IGNORE INTO sync_ops (op_hash, device, hlc_wall, hlc_tick, namespace, entry_id, op, operation,"
-            " origin_chunk) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(op.hash, op.device, *op.hlc, op.ns, op.id, op.op, op.canonical().decode() if text else None, chunk) for op in operations])
+            "INSERT OR IGNORE INTO sync_ops (op_hash, device, hlc_wall, hlc_tick, namespace, entry_id, related_id, op,"
+            " operation, origin_chunk) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(op.hash, op.device, *op.hlc, op.ns, op.id, related_id(op), op.op, op.canonical().decode() if text else None,
+              chunk) for op in operations])
         self.conn.executemany(
             "INSERT OR IGNORE INTO sync_forgotten (namespace, entry_id, hlc_wall, hlc_tick) VALUES (?, ?, ?, ?)",
             [(op.ns, entry_id, *op.hlc) for op in operations if op.op == "forget"
@@ -485,6 +486,13 @@ class SQLiteStorage(Storage):
         return [(Stamp(wall, tick), text) for wall, tick, text in self.conn.execute(
             "SELECT hlc_wall, hlc_tick, operation FROM sync_ops WHERE namespace = ? AND entry_id = ? AND op = ?"
             " ORDER BY hlc_wall, hlc_tick", (namespace, entry_id, op))]
+
+    def logged_supersedes(self, namespace: str, entry_ids: Sequence[str]) -> list[str]:
+        ids = json.dumps(list(entry_ids))
+        return [text for (text,) in self.conn.execute(
+            "SELECT operation FROM sync_ops WHERE op = 'supersede' AND namespace = ?"
+            " AND (entry_id IN (SELECT value FROM json_each(?)) OR related_id IN (SELECT value FROM json_each(?)))",
+            (namespace, ids, ids))]
 
     def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
         latest: dict[str, Stamp] = {}

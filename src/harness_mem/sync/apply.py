@@ -73,13 +73,13 @@ def apply_chunk(storage: Storage, operations: Sequence[Operation], *, device: st
                 continue
             _add_all(storage, adds, chunk, rows, vectors, counts)
             adds = []
-            if op.op == "supersede":
-                _supersede(storage, op)
-            elif op.op == "forget":
+            if op.op == "forget":
                 counts.forgotten += _forget(storage, op)
-            else:
+            elif op.op == "expiry":
                 _expiry(storage, op)
             storage.log_operations([op], chunk=chunk)
+            if op.op == "supersede":
+                _settle(storage, op.ns, storage.logged_supersedes(op.ns, [str(op.id)]))
             counts.applied += 1
         _add_all(storage, adds, chunk, rows, vectors, counts)
         storage.note_chunk(device, chunk, "applied")
@@ -113,6 +113,8 @@ def _add_all(storage: Storage, adds: Sequence[Operation], chunk: str, rows: dict
                 counts.forks += 1
         storage.log_operations(kept, chunk=chunk)
         storage.log_operations(dropped, chunk=chunk, text=False)
+        # A correction of, or by, an entry may have come before the entry did.
+        _settle(storage, namespace, storage.logged_supersedes(namespace, [row.id for row in batch]))
         counts.applied += len(mine)
 
 
@@ -136,19 +138,24 @@ def _row(op: Operation, redactor: Redactor | None) -> Row:
                None if redactions is None else dumps(redactions), updated_at=entry.updated_at, ttl_ms=entry.ttl_ms)
 
 
-def _supersede(storage: Storage, op: Operation) -> None:
-    """Make the latest successor of the entry current, every other successor superseded by it."""
-    assert op.id is not None
-    successors = [parse_operation(json.loads(text))
-                  for _, text in storage.logged_about(op.ns, op.id, "supersede") if text is not None]
-    winner = max([*successors, op], key=_precedence)
-    assert isinstance(winner.body, SupersedeBody)
-    for successor in (op, *successors):
-        assert isinstance(successor.body, SupersedeBody)
-        if successor.body.new_id != winner.body.new_id and (pk := storage.pk_of(op.ns, successor.body.new_id)):
-            storage.mark_superseded(pk, winner.body.new_id, winner.body.valid_from)
-    if (pk := storage.pk_of(op.ns, op.id)) is not None:
-        storage.mark_superseded(pk, winner.body.new_id, winner.body.valid_from)
+def _settle(storage: Storage, namespace: str, supersedes: Sequence[str]) -> None:
+    """Make each corrected entry's latest successor current, and every other successor superseded by
+    it, from every supersede logged (so the order they and the entries arrived in does not matter).
+    A successor that was itself corrected keeps its own successor."""
+    by_old: dict[str, list[Operation]] = {}
+    for text in supersedes:
+        op = parse_operation(json.loads(text))
+        by_old.setdefault(str(op.id), []).append(op)
+    for old_id, successors in by_old.items():
+        winner = max(successors, key=_precedence)
+        assert isinstance(winner.body, SupersedeBody)
+        losers = [s.body.new_id for s in successors
+                  if isinstance(s.body, SupersedeBody) and s.body.new_id != winner.body.new_id]
+        corrected = {parse_operation(json.loads(text)).id for text in storage.logged_supersedes(namespace, losers)
+                     } if losers else set()
+        for entry_id in dict.fromkeys([old_id, *(loser for loser in losers if loser not in corrected)]):
+            if (pk := storage.pk_of(namespace, entry_id)) is not None:
+                storage.mark_superseded(pk, winner.body.new_id, winner.body.valid_from)
 
 
 def _precedence(op: Operation) -> tuple[int, tuple[int, int], str]:

@@ -127,6 +127,11 @@ class Operation(Record):
         return hashlib.sha256(self._canonical).hexdigest()
 
 
+def related_id(op: Operation) -> str | None:
+    """The other entry an operation is about, besides ``id``: a supersede's new version."""
+    return op.body.new_id if isinstance(op.body, SupersedeBody) else None
+
+
 def parse_operation(data: Mapping[str, Any]) -> Operation:
     """An operation read from elsewhere, checked; :class:`SyncFormatError` in one line if it is not
     one (a newer format says so: it needs a newer harness-mem, it is not broken)."""
