@@ -22,8 +22,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from functools import cached_property
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
