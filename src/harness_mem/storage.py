@@ -440,6 +440,18 @@ class Storage(ABC):
         """Set an entry's expiry, as a renewal applied from another device did on it."""
 
     @abstractmethod
+    def note_written(self, hashes: Sequence[str], chunk: str | None) -> None:
+        """Record the chunk of the folder this store's own operations were written to."""
+
+    @abstractmethod
+    def chunks_holding_forgotten(self, device: str) -> list[str]:
+        """The chunks of this store's own device that hold an add of an entry since forgotten."""
+
+    @abstractmethod
+    def forgotten_adds(self, hashes: Sequence[str]) -> set[str]:
+        """Which of these hashes are adds of entries since forgotten (logged by their hash alone)."""
+
+    @abstractmethod
     def chunks_read(self, device: str) -> dict[str, str]:
         """The chunks of ``device`` this store has read, and what became of each (applied, quarantined)."""
 

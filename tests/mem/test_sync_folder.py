@@ -325,3 +325,27 @@ def test_devices_that_exchanged_everything_hold_the_same_memory(steps: list[tupl
     finally:
         for store in stores:
             store.close()
+
+
+def test_a_forget_leaves_the_words_in_no_chunk_of_the_folder(two: tuple[MemoryStore, MemoryStore, Path]) -> None:
+    a, b, folder = two
+    a.sync(folder)
+    b.sync(folder)
+    b.add("the qzchunkmarker vault hint", id="hint")
+    b.add("a note that stays", id="stays")
+    b.sync(folder)
+    a.sync(folder)
+    assert any("qzchunkmarker" in _chunk_text(c) for c in folder.rglob("*.jsonl.gz"))
+    a.forget("hint")  # forgotten on the device that did not write it
+    a.sync(folder)
+    report = b.sync(folder)  # b learns of it, and rewrites its own chunk without the words
+    assert report.compacted == 1 and "rewritten without forgotten words" in report.summary()
+    assert not any("qzchunkmarker" in _chunk_text(c) for c in folder.rglob("*.jsonl.gz"))
+    for store in (a, b):
+        store.purge()
+        store.gc()
+    with MemoryStore(folder.parent / "fresh.db", embedder=None) as fresh:  # a device that joins later
+        fresh.sync(folder)
+        assert current(fresh) == {"stays": "a note that stays"}
+    files = [p for p in folder.parent.rglob("*") if p.is_file()]
+    assert not [p for p in files if b"qzchunkmarker" in p.read_bytes()]

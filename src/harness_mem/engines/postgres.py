@@ -892,6 +892,19 @@ class PostgresStorage(Storage):
         self._run("UPDATE entries SET expires_at = %s WHERE namespace = %s AND id = %s AND forgotten_at IS NULL",
                   (expires_at, namespace, entry_id))
 
+    def note_written(self, hashes: Sequence[str], chunk: str | None) -> None:
+        self._run("UPDATE sync_ops SET origin_chunk = %s WHERE op_hash = ANY(%s)", (chunk, list(hashes)))
+
+    def chunks_holding_forgotten(self, device: str) -> list[str]:
+        return [chunk for (chunk,) in self.query(
+            "SELECT DISTINCT origin_chunk FROM sync_ops WHERE device = %s AND op = 'add' AND operation IS NULL"
+            " AND origin_chunk IS NOT NULL", (device,))]
+
+    def forgotten_adds(self, hashes: Sequence[str]) -> set[str]:
+        return {found for (found,) in self.query(
+            "SELECT op_hash FROM sync_ops WHERE op = 'add' AND operation IS NULL AND op_hash = ANY(%s)",
+            (list(hashes),))}
+
     def chunks_read(self, device: str) -> dict[str, str]:
         return {chunk: state for chunk, state in self.query(
             "SELECT chunk, state FROM sync_chunks WHERE device = %s", (device,))}

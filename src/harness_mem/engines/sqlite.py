@@ -513,6 +513,20 @@ class SQLiteStorage(Storage):
         self.conn.execute("UPDATE entries SET expires_at = ? WHERE namespace = ? AND id = ? AND forgotten_at IS NULL",
                           (expires_at, namespace, entry_id))
 
+    def note_written(self, hashes: Sequence[str], chunk: str | None) -> None:
+        self.conn.execute("UPDATE sync_ops SET origin_chunk = ? WHERE op_hash IN (SELECT value FROM json_each(?))",
+                          (chunk, json.dumps(list(hashes))))
+
+    def chunks_holding_forgotten(self, device: str) -> list[str]:
+        return [chunk for (chunk,) in self.conn.execute(
+            "SELECT DISTINCT origin_chunk FROM sync_ops WHERE device = ? AND op = 'add' AND operation IS NULL"
+            " AND origin_chunk IS NOT NULL", (device,))]
+
+    def forgotten_adds(self, hashes: Sequence[str]) -> set[str]:
+        return {found for (found,) in self.conn.execute(
+            "SELECT op_hash FROM sync_ops WHERE op = 'add' AND operation IS NULL"
+            " AND op_hash IN (SELECT value FROM json_each(?))", (json.dumps(list(hashes)),))}
+
     def chunks_read(self, device: str) -> dict[str, str]:
         return dict(self.conn.execute("SELECT chunk, state FROM sync_chunks WHERE device = ?", (device,)).fetchall())
 

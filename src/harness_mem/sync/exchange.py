@@ -42,11 +42,13 @@ class SyncReport:
     applied: Applied = field(default_factory=Applied)
     waiting: int = 0  # chunks not complete yet (a syncer still copying): read next time
     quarantined: list[str] = field(default_factory=list)  # one line each: chunks refused
+    compacted: int = 0  # chunks of this device rewritten without forgotten words
 
     def summary(self) -> str:
         a = self.applied
         line = (f"wrote {self.written:,} · applied {a.applied:,} · skipped {a.skipped:,} · forks {a.forks:,}"
                 f" · forgotten {a.forgotten:,} · quarantined {len(self.quarantined):,}")
+        line += f" · {self.compacted:,} chunks rewritten without forgotten words" if self.compacted else ""
         return line + (f" · {self.waiting:,} chunks still arriving" if self.waiting else "")
 
 
@@ -102,6 +104,7 @@ def sync(storage: Storage, path: str | os.PathLike[str], *, redactor: Redactor |
         for other in folder.devices():
             if other != device:
                 _read(storage, folder, other, redactor, report, progress)
+        report.compacted = _compact(storage, folder, device)
     return report
 
 
@@ -139,12 +142,32 @@ def _write(storage: Storage, folder: SyncFolder, device: str) -> int:
             operation = parse_operation(json.loads(text))
             if operation.device == device:
                 mine.append(operation)
-    if mine:
-        folder.write_chunk(device, mine)
+    ref = folder.write_chunk(device, mine) if mine else None
     if last != after:
         with storage.transaction():
+            if ref is not None:
+                storage.note_written([op.hash for op in mine], ref.name)
             storage.set_setting(WRITTEN_SETTING, str(last))
     return len(mine)
+
+
+def _compact(storage: Storage, folder: SyncFolder, device: str) -> int:
+    """Rewrite each of this device's chunks that holds an add of an entry forgotten since, without it:
+    the folder keeps no forgotten text (only this device writes its chunks). How many were rewritten."""
+    rewritten = 0
+    for name in storage.chunks_holding_forgotten(device):
+        try:
+            operations = folder.read_chunk(device, name)
+        except (Incomplete, SyncFormatError):
+            continue  # not the chunk this store wrote (a syncer's damage): `sync --status` shows it
+        gone = storage.forgotten_adds([op.hash for op in operations])
+        kept = [op for op in operations if op.hash not in gone]
+        ref = folder.replace_chunk(device, name, kept)
+        with storage.transaction():
+            storage.note_written([op.hash for op in kept], None if ref is None else ref.name)
+            storage.note_written(sorted(gone), None)
+        rewritten += 1
+    return rewritten
 
 
 def _read(storage: Storage, folder: SyncFolder, device: str, redactor: Redactor | None, report: SyncReport,

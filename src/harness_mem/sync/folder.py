@@ -121,18 +121,39 @@ class SyncFolder:
 
     def write_chunk(self, device: str, operations: Sequence[Operation]) -> ChunkRef:
         """Write operations as one chunk of ``device`` and name it in its manifest (last)."""
+        ref = self._chunk(device, operations)
+        self._write_manifest(device, [*self.manifest(device), ref])
+        return ref
+
+    def replace_chunk(self, device: str, old: str, operations: Sequence[Operation]) -> ChunkRef | None:
+        """Put a chunk of ``operations`` (none: no chunk) where ``device``'s chunk ``old`` was, and
+        delete ``old``: the manifest names the new one before the old one goes, so a reader never
+        finds a name without its file."""
+        ref = self._chunk(device, operations) if operations else None
+        listed = []
+        for chunk in self.manifest(device):
+            if chunk.name != old:
+                listed.append(chunk)
+            elif ref is not None:
+                listed.append(ref)
+        self._write_manifest(device, listed)
+        (self.root / "devices" / device / "chunks" / f"{old}.jsonl.gz").unlink(missing_ok=True)
+        return ref
+
+    def _chunk(self, device: str, operations: Sequence[Operation]) -> ChunkRef:
         data = gzip.compress(b"".join(op.canonical() + b"\n" for op in operations), mtime=0)
         name = hashlib.sha256(data).hexdigest()
         chunks = self.root / "devices" / device / "chunks"
         chunks.mkdir(parents=True, exist_ok=True)
         _write_atomically(chunks / f"{name}.jsonl.gz", data)
-        ref = ChunkRef(name, len(operations))
-        listed = [*self.manifest(device), ref]
-        manifest = {"format": 1, "device": device, "seq": len(listed),
-                    "chunks": [{"name": c.name, "operations": c.operations} for c in listed]}
-        _write_atomically(self.root / "devices" / device / "manifest.json",
-                          json.dumps(manifest, indent=1).encode())
-        return ref
+        return ChunkRef(name, len(operations))
+
+    def _write_manifest(self, device: str, chunks: Sequence[ChunkRef]) -> None:
+        previous = self.root / "devices" / device / "manifest.json"
+        seq = json.loads(previous.read_bytes()).get("seq", 0) + 1 if previous.exists() else 1
+        manifest = {"format": 1, "device": device, "seq": seq,
+                    "chunks": [{"name": c.name, "operations": c.operations} for c in chunks]}
+        _write_atomically(previous, json.dumps(manifest, indent=1).encode())
 
     def read_chunk(self, device: str, name: str) -> list[Operation]:
         """The operations of a chunk: :class:`Incomplete` if its bytes are not all there yet,
