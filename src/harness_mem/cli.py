@@ -252,7 +252,7 @@ def db_grant(ctx: click.Context, role: str) -> None:
 @click.argument("name", required=False)
 def schema(name: str | None) -> None:
     """Print the JSON schema of a record (entry, hit, import-line, filters, episode,
-    skill-front-matter, settings), or of all of them by name.
+    skill-front-matter, settings, stats, sync-op), or of all of them by name.
 
     \b
     Example:
@@ -1006,6 +1006,35 @@ def gc(ctx: click.Context, vacuum: bool, as_json: bool) -> None:
         return
     for line in gc_report_lines(report):
         click.echo(line)
+
+
+@cli.command("sync")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@json_object_option
+@click.pass_context
+def sync_command(ctx: click.Context, folder: Path, as_json: bool) -> None:
+    """Exchange memory with a folder carried between machines: git, Syncthing, Dropbox, rsync, a USB stick.
+
+    Writes what this store did since its last sync into FOLDER (its own files only, so the folder
+    never conflicts) and applies what every other device wrote there. Corrections, forgets and
+    renewals travel; indexes, vectors and consolidation's output are rebuilt on each machine. The
+    first sync starts this store's log (it logs what the store holds, once).
+
+    \b
+    Example:
+        harness-mem sync ~/Sync/harness-mem
+    """
+    with open_store(ctx, create=True) as store:
+        report = store.sync(folder)
+    if as_json:
+        echo_json({"device": report.device, "written": report.written, "applied": report.applied.applied,
+                   "skipped": report.applied.skipped, "forks": report.applied.forks,
+                   "forgotten": report.applied.forgotten, "waiting": report.waiting,
+                   "quarantined": report.quarantined})
+        return
+    for line in report.quarantined:
+        click.echo(f"Quarantined: {line}", err=True)
+    click.echo(f"Synced with {folder}: {report.summary()}", err=True)
 
 
 @cli.command("eval")

@@ -23,7 +23,8 @@ from .filters import Selection, make_filters
 from .maintenance import purge_namespace
 from .models import Entry, Remembered, now_ms
 from .rows import Row, entry_from_row, prepare_row
-from .storage import Scope, Storage, write_sealed
+from .storage import Scope, Storage, is_derived, write_sealed
+from .sync import outbox
 
 
 def normalise(content: str) -> str:
@@ -78,7 +79,9 @@ def remember(
                 return Remembered(id=old.id, deduped=True, redactions=redactions)
         write_sealed(storage, scope.sealer, [row], "error", vectors)
         if supersedes is not None:
-            storage.mark_superseded(old_pk, row.id, now_ms())
+            when = now_ms()
+            storage.mark_superseded(old_pk, row.id, when)
+            outbox.log_superseded(storage, scope.namespace, old.id, row.id, when)
     return Remembered(id=row.id, deduped=False, redactions=redactions, supersedes=supersedes)
 
 
@@ -152,10 +155,25 @@ def forget(
         pks = storage.pks(selection, entry_id=None if id is None else scope.key(id) or id)
         if id is not None and not pks:
             raise NotFoundError(f"no entry with id {id!r} in namespace {scope.namespace!r}")
-        reached = _derived_closure(storage, pks) - set(pks)  # forgotten for what they quote
-        storage.forget(sorted({*pks, *reached}), now_ms())
-        if reached:  # such an episode is built again from the turns that remain (one forgotten itself is not)
-            storage.rebuild_episodes(sorted(reached))
+        when = now_ms()
+        if outbox.device(storage) is not None:  # the store syncs: its other devices forget them too
+            said = [row.id for row in storage.rows(pks).values() if not is_derived(row)]
+            selector = None if id is not None else filters.model_dump(mode="json", exclude_defaults=True,
+                                                                      exclude={"include_superseded"})
+            outbox.log_forgotten(storage, scope.namespace, said, selector, when)
+        return forget_entries(storage, pks, when)
+
+
+def forget_entries(storage: Storage, pks: Sequence[int], when: int) -> int:
+    """Tombstone these entries and everything derived from them (inside a transaction); returns how many.
+
+    What is derived quotes their words, so it goes too; an episode forgotten so is built again by the
+    next consolidation, from the turns that remain (one forgotten itself is not).
+    """
+    reached = _derived_closure(storage, pks) - set(pks)
+    storage.forget(sorted({*pks, *reached}), when)
+    if reached:
+        storage.rebuild_episodes(sorted(reached))
     return len(pks) + len(reached)
 
 

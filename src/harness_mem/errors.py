@@ -39,6 +39,7 @@ __all__ = [
     "NotFoundError",
     "SchemaTooNewError",
     "StorageError",
+    "SyncFormatError",
     "WriteRefusedError",
 ]
 
@@ -82,6 +83,10 @@ class IdentityKeyError(InvalidInputError):
 
 class InvalidSkillError(InvalidInputError):
     """A SKILL.md document is malformed or breaks the agentskills.io rules."""
+
+
+class SyncFormatError(InvalidInputError):
+    """A sync operation this version does not read: malformed, or made by a newer harness-mem."""
 
 
 class NotFoundError(HarnessMemError, LookupError):

@@ -18,6 +18,7 @@ from .experience.skills import SkillFrontMatter
 from .filters import Filters
 from .models import Entry, Hit, ImportLine, Record, StoreStats
 from .settings import Settings
+from .sync.operations import Operation
 
 Mode = Literal["validation", "serialization"]
 
@@ -31,6 +32,7 @@ MODELS: dict[str, tuple[type[Record], Mode]] = {
     "skill-front-matter": (SkillFrontMatter, "validation"),
     "settings": (Settings, "validation"),
     "stats": (StoreStats, "serialization"),
+    "sync-op": (Operation, "validation"),
 }
 
 

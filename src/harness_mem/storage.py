@@ -34,6 +34,9 @@ from .passages import Embedding, Passage
 from .protocols import Embedder
 from .redaction import Redactor
 from .rows import Row, identity, identity_tags, stored_metadata
+from .sync import outbox
+from .sync.clock import Stamp
+from .sync.operations import Operation
 
 OnConflict = Literal["error", "ignore", "replace"]
 
@@ -41,6 +44,14 @@ OnConflict = Literal["error", "ignore", "replace"]
 #: their turns in ``metadata.source_turns`` (as its episodes do), are forgotten with them, and are
 #: not part of a session's transcript.
 DERIVED_SOURCE = "consolidation"
+
+
+def is_derived(row: Row) -> bool:
+    """Whether an entry was derived from others (it cites them in ``metadata.source_turns``, the
+    one provenance field every derived writer fills): every device derives its own, so it never syncs."""
+    return row.source == DERIVED_SOURCE or '"source_turns"' in row.metadata
+
+
 ON_CONFLICT: tuple[OnConflict, ...] = ("error", "ignore", "replace")
 #: Embeddings computed before a write, keyed by ``id(row)`` of the rows they belong to.
 Vectors = dict[int, Embedding]
@@ -177,25 +188,32 @@ def write_sealed(storage: Storage, sealer: Sealer | None, rows: Sequence[Row], o
     ``sealer``, or elsewhere: ``identities``) kept in the same transaction, so a row never commits
     without the raw values behind its pseudonyms (see :mod:`harness_mem.identities`)."""
     sealed = [*identities, *(sealer.take() if sealer is not None else ())]
-    if not sealed:
-        return storage.write(rows, on_conflict, vectors)
     try:
+        if vectors is None:  # the model runs before the write lock is taken
+            vectors = storage.embed_new(rows, on_conflict)
         with storage.transaction():
-            if storage.setting(ROTATING_SETTING):  # its rows are being rewritten: one more could clash with them
-                raise IdentityKeyError("this store's identity key is being rotated (a run was interrupted) — run"
-                                       " `harness-mem key rotate` to finish it, then write")
-            # A handle opened before a key rotation would write names, and pseudonyms, nobody can find.
-            recorded = storage.setting(KEY_ID_SETTING)
-            if recorded is not None and any(row.key_id != recorded for row in sealed):
-                raise IdentityKeyError(f"this store's identity key was rotated since this handle opened it (it is"
-                                       f" now {recorded}) — open the store again")
-            storage.seal_identities(sealer.namespace if sealer is not None else rows[0].namespace, sealed)
+            if sealed:
+                _check_key_unchanged(storage, sealed)
+                storage.seal_identities(sealer.namespace if sealer is not None else rows[0].namespace, sealed)
             written = storage.write(rows, on_conflict, vectors)
+            # Once the store syncs, what was said and written is logged with it.
+            outbox.log_added(storage, [row for row in written if not is_derived(row)], sealed)
     except BaseException:
         if sealer is not None:
             sealer.put_back(sealed)
         raise
     return written
+
+
+def _check_key_unchanged(storage: Storage, sealed: Sequence[SealedIdentity]) -> None:
+    if storage.setting(ROTATING_SETTING):  # its rows are being rewritten: one more could clash with them
+        raise IdentityKeyError("this store's identity key is being rotated (a run was interrupted) — run"
+                               " `harness-mem key rotate` to finish it, then write")
+    # A handle opened before a key rotation would write names, and pseudonyms, nobody can find.
+    recorded = storage.setting(KEY_ID_SETTING)
+    if recorded is not None and any(row.key_id != recorded for row in sealed):
+        raise IdentityKeyError(f"this store's identity key was rotated since this handle opened it (it is"
+                               f" now {recorded}) — open the store again")
 
 
 _IDENTITY_FILTERS = frozenset({"role", "session", "session_prefix"})
@@ -377,6 +395,69 @@ class Storage(ABC):
     def forget(self, pks: Sequence[int], when: int) -> None:
         """Tombstone entries: their derived rows go now (the skills distilled from a forgotten
         episode among them: they quote it), their content at the next purge."""
+
+    # ---- the sync log (what goes in: :mod:`harness_mem.sync.outbox`; applying: :mod:`~harness_mem.sync.apply`)
+
+    @abstractmethod
+    def log_operations(self, operations: Sequence[Operation], *, chunk: str | None = None,
+                       text: bool = True) -> None:
+        """Append operations to the sync log (inside the write's transaction), with the chunk they came
+        in (None: made here), and without their text when ``text`` is False (an add of a forgotten
+        entry, known by its hash alone); one already there is kept. A forget's ids are noted with its stamp."""
+
+    @abstractmethod
+    def last_stamp(self) -> Stamp | None:
+        """The latest clock stamp in the sync log (None: it is empty)."""
+
+    @abstractmethod
+    def logged_operations(self, after: int = 0, limit: int = 1000) -> list[tuple[int, str, str | None]]:
+        """(seq, hash, canonical JSON) of logged operations past ``seq`` ``after``, in the order they
+        were logged; the JSON is None for the ``add`` of an entry since forgotten."""
+
+    @abstractmethod
+    def known_operations(self, hashes: Sequence[str]) -> set[str]:
+        """Which of these operation hashes the log holds."""
+
+    @abstractmethod
+    def logged_about(self, namespace: str, entry_id: str, op: str) -> list[tuple[Stamp, str | None]]:
+        """(stamp, canonical JSON or None) of the logged ``op`` operations about one entry, oldest first."""
+
+    @abstractmethod
+    def logged_supersedes(self, namespace: str, entry_ids: Sequence[str]) -> list[str]:
+        """The canonical JSON of the logged supersedes of any of these entries, or making one of them
+        a new version."""
+
+    @abstractmethod
+    def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
+        """The latest stamp of a forget that named each of these entries (those none named left out)."""
+
+    @abstractmethod
+    def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:
+        """The canonical JSON of the forgets by a selector stamped after ``after``."""
+
+    @abstractmethod
+    def set_expiry(self, namespace: str, entry_id: str, expires_at: int) -> None:
+        """Set an entry's expiry, as a renewal applied from another device did on it."""
+
+    @abstractmethod
+    def note_written(self, hashes: Sequence[str], chunk: str | None) -> None:
+        """Record the chunk of the folder this store's own operations were written to."""
+
+    @abstractmethod
+    def chunks_holding_forgotten(self, device: str) -> list[str]:
+        """The chunks of this store's own device that hold an add of an entry since forgotten."""
+
+    @abstractmethod
+    def forgotten_adds(self, hashes: Sequence[str]) -> set[str]:
+        """Which of these hashes are adds of entries since forgotten (logged by their hash alone)."""
+
+    @abstractmethod
+    def chunks_read(self, device: str) -> dict[str, str]:
+        """The chunks of ``device`` this store has read, and what became of each (applied, quarantined)."""
+
+    @abstractmethod
+    def note_chunk(self, device: str, chunk: str, state: str, reason: str | None = None) -> None:
+        """Record what became of a chunk read from ``device`` (inside the transaction that applied it)."""
 
     @abstractmethod
     def has_derived(self, namespace: str) -> bool:

@@ -35,7 +35,7 @@ from .errors import (
     StorageError,
 )
 from .filters import Selection, make_filters
-from .identities import Identities, SealedIdentity, choose_key, key_file
+from .identities import Identities, IdentityKey, SealedIdentity, choose_key, key_file
 from .keyfiles import describe_key
 from .models import Entry, Hit, Remembered, SessionHit, SessionSummary, from_ms, now_ms
 from .protocols import Embedder
@@ -46,6 +46,10 @@ from .redaction import Redactor
 from .rows import MAX_BATCH_CHARS, Row, entry_from_row, identity, prepare_row
 from .settings import Settings
 from .storage import ON_CONFLICT, OnConflict, Scope, Storage, check_on_conflict, write_sealed
+from .sync import outbox
+from .sync.exchange import SyncReport
+from .sync.exchange import join as join_folder
+from .sync.exchange import sync as sync_folder
 
 __all__ = ["DEFAULT_BATCH_SIZE", "ON_CONFLICT", "MemoryStore", "OnConflict", "check_on_conflict"]
 
@@ -466,12 +470,40 @@ class MemoryStore:
 
     def delete(self, id: str) -> bool:
         """Delete an entry and its derived rows; False when there was none."""
-        return self.storage.delete(self.namespace, self.scope.key(id) or id)
+        stored = self.scope.key(id) or id
+        with self.storage.transaction():
+            deleted = self.storage.delete(self.namespace, stored)
+            if deleted:  # on the store's other devices, a forget
+                outbox.log_forgotten(self.storage, self.namespace, [stored], None, now_ms())
+        return deleted
 
     def grant(self, role: str) -> None:
         """Confine the database role ``role`` to this store's namespace (PostgreSQL): a connection
         as that role reads and writes this namespace alone, whatever namespace it opens."""
         self.storage.confine(role, self.namespace)
+
+    def sync(self, path: str | os.PathLike[str], *, progress: Callable[[int], None] | None = None) -> SyncReport:
+        """Exchange this store's operations with the sync folder at ``path`` (any folder the user
+        carries between machines: git, Syncthing, a USB stick): write what it did since its last sync,
+        apply what every other device did. The first sync starts this store's log. See
+        ``docs/design/sync.md``; ``progress(n)`` is called as chunks of ``n`` operations are applied."""
+        config = Settings.from_env().config_dir()
+        given = self._key_given(Settings.from_env())
+
+        def key_here(key_id: str) -> bool:
+            return (given is not None and IdentityKey.parse(given).id == key_id) or key_file(key_id, config).exists()
+
+        with self.lock:
+            def make_key() -> str | None:
+                made = choose_key(self.storage, given, config, create=not self.read_only)
+                return None if made is None else made.id
+
+            if join_folder(self.storage, path, key_here=key_here, make_key=make_key) and self._own_redactor:
+                # It took the folder's keying: its pseudonyms and sealed values are the other devices' now.
+                self.scope = self._scope(self._given_namespace, self._default_redactor(created=False, rekey=False),
+                                         self.identity_key)
+                self._recall.scope = self.scope
+        return sync_folder(self.storage, path, redactor=self.redactor, progress=progress)
 
     def purge_expired(self) -> int:
         """Delete every expired entry (in all namespaces) with its derived rows; returns how many went.
@@ -582,7 +614,11 @@ class MemoryStore:
     def _renewed(self, entries: list[Entry]) -> list[Entry]:
         """``entries`` with the expiry of those written with a time to live renewed, in the store too."""
         ids = [entry.id for entry in entries if entry.ttl_days is not None]
-        renewed = self.storage.renew_expiry(self.namespace, ids, now_ms()) if ids else {}
+        renewed: dict[str, int] = {}
+        if ids:
+            with self.storage.transaction():
+                renewed = self.storage.renew_expiry(self.namespace, ids, now_ms())
+                outbox.log_renewed(self.storage, self.namespace, renewed)
         return [entry.model_copy(update={"expires_at": from_ms(renewed[entry.id])}) if entry.id in renewed else entry
                 for entry in entries]
 

@@ -43,6 +43,8 @@ from ..storage import (
     index_texts_of,
     settle_conflicts,
 )
+from ..sync.clock import Stamp
+from ..sync.operations import Operation, related_id
 from ..vectors import other_model
 from . import postgres_rekey, postgres_rewrite
 from .postgres_connection import Connection
@@ -529,7 +531,7 @@ class PostgresStorage(Storage):
         # Every table holding a namespace's rows (each confines them to the role's namespace), the
         # experience tables included.
         tables = ["entries", "episodes", "skills", "skill_revisions", "skill_sources", "consolidations",
-                  "derivations", "identities",
+                  "derivations", "identities", "sync_ops", "sync_forgotten",
                   *(["entry_vectors"] if self._has_vector_table() else []),
                   *(["entry_passages"] if self._has_passage_table() else [])]
         with self.transaction():
@@ -836,6 +838,82 @@ class PostgresStorage(Storage):
             self._delete_pk(found[0][0])
         return True
 
+    # ---- the sync log ------------------------------------------------------------------------------
+
+    def log_operations(self, operations: Sequence[Operation], *, chunk: str | None = None,
+                       text: bool = True) -> None:
+        with self.conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO sync_ops (op_hash, device, hlc_wall, hlc_tick, namespace, entry_id, related_id, op,"
+                " operation, origin_chunk) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (op_hash) DO NOTHING",
+                [(op.hash, op.device, *op.hlc, op.ns, op.id, related_id(op), op.op,
+                  op.canonical().decode() if text else None, chunk) for op in operations])
+            forgotten = [(op.ns, entry_id, *op.hlc) for op in operations if op.op == "forget"
+                         for entry_id in op.body.ids]  # type: ignore[union-attr]
+            if forgotten:
+                cursor.executemany("INSERT INTO sync_forgotten (namespace, entry_id, hlc_wall, hlc_tick)"
+                                   " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING", forgotten)
+
+    def last_stamp(self) -> Stamp | None:
+        found = self.query("SELECT hlc_wall, hlc_tick FROM sync_ops ORDER BY hlc_wall DESC, hlc_tick DESC LIMIT 1")
+        return None if not found else Stamp(*found[0])
+
+    def logged_operations(self, after: int = 0, limit: int = 1000) -> list[tuple[int, str, str | None]]:
+        return [(seq, op_hash, operation) for seq, op_hash, operation in self.query(
+            "SELECT seq, op_hash, operation FROM sync_ops WHERE seq > %s ORDER BY seq LIMIT %s", (after, limit))]
+
+    def known_operations(self, hashes: Sequence[str]) -> set[str]:
+        return {found for (found,) in self.query("SELECT op_hash FROM sync_ops WHERE op_hash = ANY(%s)",
+                                                 (list(hashes),))}
+
+    def logged_about(self, namespace: str, entry_id: str, op: str) -> list[tuple[Stamp, str | None]]:
+        return [(Stamp(wall, tick), text) for wall, tick, text in self.query(
+            "SELECT hlc_wall, hlc_tick, operation FROM sync_ops WHERE namespace = %s AND entry_id = %s AND op = %s"
+            " ORDER BY hlc_wall, hlc_tick", (namespace, entry_id, op))]
+
+    def logged_supersedes(self, namespace: str, entry_ids: Sequence[str]) -> list[str]:
+        return [text for (text,) in self.query(
+            "SELECT operation FROM sync_ops WHERE op = 'supersede' AND namespace = %s"
+            " AND (entry_id = ANY(%s) OR related_id = ANY(%s))", (namespace, list(entry_ids), list(entry_ids)))]
+
+    def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
+        return {entry_id: Stamp(wall, tick) for entry_id, wall, tick in self.query(
+            "SELECT DISTINCT ON (entry_id) entry_id, hlc_wall, hlc_tick FROM sync_forgotten"
+            " WHERE namespace = %s AND entry_id = ANY(%s) ORDER BY entry_id, hlc_wall DESC, hlc_tick DESC",
+            (namespace, list(entry_ids)))}
+
+    def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:
+        return [text for (text,) in self.query(
+            "SELECT operation FROM sync_ops WHERE op = 'forget' AND namespace = %s AND (hlc_wall, hlc_tick) > (%s, %s)"
+            " AND operation::jsonb -> 'body' -> 'selector' <> 'null'::jsonb ORDER BY hlc_wall, hlc_tick",
+            (namespace, *after))]
+
+    def set_expiry(self, namespace: str, entry_id: str, expires_at: int) -> None:
+        self._run("UPDATE entries SET expires_at = %s WHERE namespace = %s AND id = %s AND forgotten_at IS NULL",
+                  (expires_at, namespace, entry_id))
+
+    def note_written(self, hashes: Sequence[str], chunk: str | None) -> None:
+        self._run("UPDATE sync_ops SET origin_chunk = %s WHERE op_hash = ANY(%s)", (chunk, list(hashes)))
+
+    def chunks_holding_forgotten(self, device: str) -> list[str]:
+        return [chunk for (chunk,) in self.query(
+            "SELECT DISTINCT origin_chunk FROM sync_ops WHERE device = %s AND op = 'add' AND operation IS NULL"
+            " AND origin_chunk IS NOT NULL", (device,))]
+
+    def forgotten_adds(self, hashes: Sequence[str]) -> set[str]:
+        return {found for (found,) in self.query(
+            "SELECT op_hash FROM sync_ops WHERE op = 'add' AND operation IS NULL AND op_hash = ANY(%s)",
+            (list(hashes),))}
+
+    def chunks_read(self, device: str) -> dict[str, str]:
+        return {chunk: state for chunk, state in self.query(
+            "SELECT chunk, state FROM sync_chunks WHERE device = %s", (device,))}
+
+    def note_chunk(self, device: str, chunk: str, state: str, reason: str | None = None) -> None:
+        self._run("INSERT INTO sync_chunks (device, chunk, state, reason) VALUES (%s, %s, %s, %s)"
+                  " ON CONFLICT (device, chunk) DO UPDATE SET state = excluded.state, reason = excluded.reason",
+                  (device, chunk, state, reason))
+
     def _delete_pk(self, pk: int) -> None:
         found = self.query("SELECT namespace, session, created_at, kind FROM entries WHERE pk = %s", (pk,))
         self._drop_derived(pk)
@@ -850,6 +928,9 @@ class PostgresStorage(Storage):
             self._run("DELETE FROM entry_vectors WHERE pk = %s", (pk,))
             if self._has_passage_table():
                 self._run("DELETE FROM entry_passages WHERE pk = %s", (pk,))
+        # The sync log lets go of its words too (its hash stays: a replay of it is recognised).
+        self._run("UPDATE sync_ops s SET operation = NULL FROM entries e WHERE e.pk = %s AND s.op = 'add'"
+                  " AND s.operation IS NOT NULL AND s.namespace = e.namespace AND s.entry_id = e.id", (pk,))
 
     def forget(self, pks: Sequence[int], when: int) -> None:
         with self.transaction():

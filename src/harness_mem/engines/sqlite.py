@@ -53,6 +53,8 @@ from ..storage import (
     index_texts_of,
     settle_conflicts,
 )
+from ..sync.clock import Stamp
+from ..sync.operations import Operation, related_id
 from ..vectors import (
     MAX_KNN,
     VectorFilter,
@@ -453,6 +455,86 @@ class SQLiteStorage(Storage):
             self._delete_pk(row[0])
         return True
 
+    # ---- the sync log ------------------------------------------------------------------------------
+
+    def log_operations(self, operations: Sequence[Operation], *, chunk: str | None = None,
+                       text: bool = True) -> None:
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO sync_ops (op_hash, device, hlc_wall, hlc_tick, namespace, entry_id, related_id, op,"
+            " operation, origin_chunk) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(op.hash, op.device, *op.hlc, op.ns, op.id, related_id(op), op.op, op.canonical().decode() if text else None,
+              chunk) for op in operations])
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO sync_forgotten (namespace, entry_id, hlc_wall, hlc_tick) VALUES (?, ?, ?, ?)",
+            [(op.ns, entry_id, *op.hlc) for op in operations if op.op == "forget"
+             for entry_id in op.body.ids])  # type: ignore[union-attr]
+
+    def last_stamp(self) -> Stamp | None:
+        found = self.conn.execute(
+            "SELECT hlc_wall, hlc_tick FROM sync_ops ORDER BY hlc_wall DESC, hlc_tick DESC LIMIT 1").fetchone()
+        return None if found is None else Stamp(*found)
+
+    def logged_operations(self, after: int = 0, limit: int = 1000) -> list[tuple[int, str, str | None]]:
+        return [(seq, op_hash, operation) for seq, op_hash, operation in self.conn.execute(
+            "SELECT seq, op_hash, operation FROM sync_ops WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit))]
+
+    def known_operations(self, hashes: Sequence[str]) -> set[str]:
+        return {found for (found,) in self.conn.execute(
+            "SELECT op_hash FROM sync_ops WHERE op_hash IN (SELECT value FROM json_each(?))", (json.dumps(list(hashes)),))}
+
+    def logged_about(self, namespace: str, entry_id: str, op: str) -> list[tuple[Stamp, str | None]]:
+        return [(Stamp(wall, tick), text) for wall, tick, text in self.conn.execute(
+            "SELECT hlc_wall, hlc_tick, operation FROM sync_ops WHERE namespace = ? AND entry_id = ? AND op = ?"
+            " ORDER BY hlc_wall, hlc_tick", (namespace, entry_id, op))]
+
+    def logged_supersedes(self, namespace: str, entry_ids: Sequence[str]) -> list[str]:
+        ids = json.dumps(list(entry_ids))
+        return [text for (text,) in self.conn.execute(
+            "SELECT operation FROM sync_ops WHERE op = 'supersede' AND namespace = ?"
+            " AND (entry_id IN (SELECT value FROM json_each(?)) OR related_id IN (SELECT value FROM json_each(?)))",
+            (namespace, ids, ids))]
+
+    def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
+        latest: dict[str, Stamp] = {}
+        for entry_id, wall, tick in self.conn.execute(
+                "SELECT entry_id, hlc_wall, hlc_tick FROM sync_forgotten"
+                " WHERE namespace = ? AND entry_id IN (SELECT value FROM json_each(?))",
+                (namespace, json.dumps(list(entry_ids)))):
+            latest[entry_id] = max(latest.get(entry_id, Stamp(wall, tick)), Stamp(wall, tick))
+        return latest
+
+    def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:
+        return [text for (text,) in self.conn.execute(
+            "SELECT operation FROM sync_ops WHERE op = 'forget' AND namespace = ? AND (hlc_wall, hlc_tick) > (?, ?)"
+            " AND json_extract(operation, '$.body.selector') IS NOT NULL ORDER BY hlc_wall, hlc_tick",
+            (namespace, *after))]
+
+    def set_expiry(self, namespace: str, entry_id: str, expires_at: int) -> None:
+        self.conn.execute("UPDATE entries SET expires_at = ? WHERE namespace = ? AND id = ? AND forgotten_at IS NULL",
+                          (expires_at, namespace, entry_id))
+
+    def note_written(self, hashes: Sequence[str], chunk: str | None) -> None:
+        self.conn.execute("UPDATE sync_ops SET origin_chunk = ? WHERE op_hash IN (SELECT value FROM json_each(?))",
+                          (chunk, json.dumps(list(hashes))))
+
+    def chunks_holding_forgotten(self, device: str) -> list[str]:
+        return [chunk for (chunk,) in self.conn.execute(
+            "SELECT DISTINCT origin_chunk FROM sync_ops WHERE device = ? AND op = 'add' AND operation IS NULL"
+            " AND origin_chunk IS NOT NULL", (device,))]
+
+    def forgotten_adds(self, hashes: Sequence[str]) -> set[str]:
+        return {found for (found,) in self.conn.execute(
+            "SELECT op_hash FROM sync_ops WHERE op = 'add' AND operation IS NULL"
+            " AND op_hash IN (SELECT value FROM json_each(?))", (json.dumps(list(hashes)),))}
+
+    def chunks_read(self, device: str) -> dict[str, str]:
+        return dict(self.conn.execute("SELECT chunk, state FROM sync_chunks WHERE device = ?", (device,)).fetchall())
+
+    def note_chunk(self, device: str, chunk: str, state: str, reason: str | None = None) -> None:
+        self.conn.execute("INSERT INTO sync_chunks (device, chunk, state, reason) VALUES (?, ?, ?, ?)"
+                          " ON CONFLICT (device, chunk) DO UPDATE SET state = excluded.state, reason = excluded.reason",
+                          (device, chunk, state, reason))
+
     def _delete_pk(self, pk: int) -> None:
         row = self.conn.execute(
             "SELECT namespace, session, created_at, kind FROM entries WHERE pk = ?", (pk,)
@@ -471,6 +553,9 @@ class SQLiteStorage(Storage):
         elif has_vector_table(self.conn):  # vectors made by another process's embedder: vec0 has no cascade
             delete_vector(self.conn, pk)
         self._vectors_touched = True
+        # The sync log lets go of its words too (its hash stays: a replay of it is recognised).
+        self.conn.execute("UPDATE sync_ops SET operation = NULL WHERE op = 'add' AND operation IS NOT NULL"
+                          " AND (namespace, entry_id) = (SELECT namespace, id FROM entries WHERE pk = ?)", (pk,))
 
     def forget(self, pks: Sequence[int], when: int) -> None:
         with self.transaction():

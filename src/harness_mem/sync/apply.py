@@ -1,0 +1,200 @@
+"""Applying another device's operations: the store becomes a function of the set of operations.
+
+Each chunk is applied in one transaction, with its operations logged (so a replay is skipped) and the
+chunk recorded as read: killed at any point, a store holds whole chunks or none of one. Whatever
+order chunks arrive in, two stores holding the same operations hold the same entries:
+
+- an ``add`` is written unless its entry is already there (the same words: nothing to do; other
+  words: a fork, counted, the first kept), or a forget stamped after it names it or selects it;
+- a ``supersede`` makes the latest successor of an entry current, by ``(valid_from, stamp, device)``,
+  whatever order the successors arrived in; the others are kept as superseded by it;
+- a ``forget`` forgets the entries it names and those its selector matches that were added before
+  it, with everything derived from them;
+- an ``expiry`` sets a renewed time to live, the latest renewal winning.
+
+What is derived (keyword and vector indexes) is built here as each entry is written; consolidation's
+own entries never travel: the next ``consolidate`` here derives them from the turns that came.
+Incoming text passes this store's redactor too: a device that stores raw text cannot make this one.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..corrections import forget_entries
+from ..errors import InvalidInputError
+from ..filters import Filters, Selection
+from ..identities import SealedIdentity
+from ..models import content_hash, dumps, now_ms, to_ms
+from ..redaction import Redactor
+from ..rows import Row
+from ..storage import Storage, Vectors
+from .operations import AddBody, ExpiryBody, ForgetBody, Operation, SupersedeBody, parse_operation
+
+
+@dataclass
+class Applied:
+    """What applying did, counted."""
+
+    applied: int = 0
+    skipped: int = 0  # already held
+    forks: int = 0
+    forgotten: int = 0
+    refused: list[str] = field(default_factory=list)  # one line each: an operation for a namespace not ours
+
+
+def apply_chunk(storage: Storage, operations: Sequence[Operation], *, device: str, chunk: str,
+                redactor: Redactor | None, counts: Applied) -> None:
+    """Apply one chunk of ``device`` in one transaction, and record it as read.
+
+    Consecutive adds are written as one batch (as an import writes them); every other operation is
+    applied on its own, after the adds before it.
+    """
+    known = storage.known_operations([op.hash for op in operations])
+    todo = [op for op in operations if op.hash not in known]
+    rows = {op.hash: _row(op, redactor) for op in todo if op.op == "add"}
+    vectors = storage.embed_new(list(rows.values()), "ignore")  # the model runs before the write lock
+    with storage.transaction():
+        known = storage.known_operations([op.hash for op in todo])  # another process may have applied some
+        counts.skipped += len(operations) - len(todo) + len(known)
+        adds: list[Operation] = []
+        for op in todo:
+            if op.hash in known:
+                continue
+            if storage.confined_to is not None and op.ns != storage.confined_to:
+                counts.refused.append(f"an operation for another namespace ({op.op} of {op.id})")
+                continue
+            if op.op == "add":
+                adds.append(op)
+                continue
+            _add_all(storage, adds, chunk, rows, vectors, counts)
+            adds = []
+            if op.op == "forget":
+                counts.forgotten += _forget(storage, op)
+            elif op.op == "expiry":
+                _expiry(storage, op)
+            storage.log_operations([op], chunk=chunk)
+            if op.op == "supersede":
+                _settle(storage, op.ns, storage.logged_supersedes(op.ns, [str(op.id)]))
+            counts.applied += 1
+        _add_all(storage, adds, chunk, rows, vectors, counts)
+        storage.note_chunk(device, chunk, "applied")
+
+
+def _add_all(storage: Storage, adds: Sequence[Operation], chunk: str, rows: dict[str, Row], vectors: Vectors,
+             counts: Applied) -> None:
+    """Write the entries of consecutive adds, except those a forget stamped after them reached first
+    (logged by their hash alone: their words are never kept)."""
+    for namespace in dict.fromkeys(op.ns for op in adds):
+        mine = [op for op in adds if op.ns == namespace]
+        forgotten = storage.forgotten_stamps(namespace, [str(op.id) for op in mine])
+        selectors = [json.loads(text) for text in storage.selector_forgets(namespace, min(op.stamp for op in mine))]
+        kept, dropped = [], []
+        for op in mine:
+            stamp = forgotten.get(str(op.id))
+            later = [s for s in selectors if tuple(s["hlc"]) > op.stamp]
+            if (stamp is not None and stamp > op.stamp) or any(_selects(s, rows[op.hash]) for s in later):
+                dropped.append(op)
+            else:
+                kept.append(op)
+        sealed = {(s.stored, s.key_id, s.sealed): None for op in kept for s in op.body.identities}  # type: ignore[union-attr]
+        if sealed:
+            storage.seal_identities(namespace, [SealedIdentity(stored, key_id, base64.b64decode(blob))
+                                                for stored, key_id, blob in sealed])
+        batch = [rows[op.hash] for op in kept]
+        written = {row.id for row in storage.write(batch, "ignore", {id(r): vectors[id(r)] for r in batch if id(r) in vectors})}
+        for row in batch:  # an id already here with other words: two devices wrote it (forks: step 4)
+            if row.id not in written and (pk := storage.pk_of(namespace, row.id)) is not None \
+                    and storage.rows([pk])[pk].content_hash != row.content_hash:
+                counts.forks += 1
+        storage.log_operations(kept, chunk=chunk)
+        storage.log_operations(dropped, chunk=chunk, text=False)
+        # A correction of, or by, an entry may have come before the entry did.
+        _settle(storage, namespace, storage.logged_supersedes(namespace, [row.id for row in batch]))
+        counts.applied += len(mine)
+
+
+def _row(op: Operation, redactor: Redactor | None) -> Row:
+    body = op.body
+    assert isinstance(body, AddBody) and op.id is not None
+    entry = body.entry
+    content = entry.content
+    redactions = entry.redactions
+    if redactor is not None:
+        scrubbed = redactor.scrub(content)
+        if scrubbed.blocked:
+            raise InvalidInputError(f"the redaction policy here refuses entry {op.id!r} from another device")
+        content = scrubbed.text
+        if scrubbed.counts or redactions is None:
+            redactions = {**(redactions or {})}
+            for kind, n in scrubbed.counts.items():
+                redactions[kind] = redactions.get(kind, 0) + n
+    return Row(None, op.id, op.ns, entry.kind, content, entry.role, entry.session, dumps(entry.tags),
+               entry.source, dumps(entry.metadata), entry.created_at, entry.expires_at, content_hash(content),
+               None if redactions is None else dumps(redactions), updated_at=entry.updated_at, ttl_ms=entry.ttl_ms)
+
+
+def _settle(storage: Storage, namespace: str, supersedes: Sequence[str]) -> None:
+    """Make each corrected entry's latest successor current, and every other successor superseded by
+    it, from every supersede logged (so the order they and the entries arrived in does not matter).
+    A successor that was itself corrected keeps its own successor."""
+    by_old: dict[str, list[Operation]] = {}
+    for text in supersedes:
+        op = parse_operation(json.loads(text))
+        by_old.setdefault(str(op.id), []).append(op)
+    for old_id, successors in by_old.items():
+        winner = max(successors, key=_precedence)
+        assert isinstance(winner.body, SupersedeBody)
+        losers = [s.body.new_id for s in successors
+                  if isinstance(s.body, SupersedeBody) and s.body.new_id != winner.body.new_id]
+        corrected = {parse_operation(json.loads(text)).id for text in storage.logged_supersedes(namespace, losers)
+                     } if losers else set()
+        for entry_id in dict.fromkeys([old_id, *(loser for loser in losers if loser not in corrected)]):
+            if (pk := storage.pk_of(namespace, entry_id)) is not None:
+                storage.mark_superseded(pk, winner.body.new_id, winner.body.valid_from)
+
+
+def _precedence(op: Operation) -> tuple[int, tuple[int, int], str]:
+    assert isinstance(op.body, SupersedeBody)
+    return op.body.valid_from, op.stamp, op.device
+
+
+def _forget(storage: Storage, op: Operation) -> int:
+    assert isinstance(op.body, ForgetBody)
+    pks = {pk for entry_id in op.body.ids if (pk := storage.pk_of(op.ns, entry_id)) is not None}
+    if op.body.selector is not None:
+        filters = Filters.check({**op.body.selector, "include_superseded": True})
+        for pk in storage.pks(Selection(filters, op.ns, now_ms(), live=False)):
+            row = storage.rows([pk])[pk]
+            added = [stamp for stamp, _ in storage.logged_about(op.ns, row.id, "add")]
+            if added and min(added) < op.stamp:  # added before the forget: it is what the forget meant
+                pks.add(pk)
+    live = [pk for pk, row in storage.rows(sorted(pks)).items() if row.forgotten_at is None]
+    return forget_entries(storage, live, op.body.at) if live else 0
+
+
+def _selects(operation: dict[str, Any], row: Row) -> bool:
+    """Whether a forget's selector matches a row about to be added (then it is not)."""
+    selector = operation["body"]["selector"]
+    if selector.get("session") is not None and selector["session"] != row.session:
+        return False
+    kinds = selector.get("kind")
+    if kinds is not None and row.kind not in ([kinds] if isinstance(kinds, str) else kinds):
+        return False
+    if selector.get("tags") and not set(selector["tags"]) <= set(json.loads(row.tags)):
+        return False
+    filters = Filters.check({**selector, "include_superseded": True})
+    if filters.since is not None and row.created_at < to_ms(filters.since):
+        return False
+    return filters.until is None or row.created_at <= to_ms(filters.until)  # both ends included, as a filter has them
+
+
+def _expiry(storage: Storage, op: Operation) -> None:
+    assert isinstance(op.body, ExpiryBody) and op.id is not None
+    latest = max((stamp for stamp, _ in storage.logged_about(op.ns, op.id, "expiry")), default=None)
+    if latest is None or op.stamp > latest:
+        storage.set_expiry(op.ns, op.id, op.body.expires_at)

@@ -1,0 +1,26 @@
+"""The hybrid logical clock that stamps each operation.
+
+A stamp is ``(wall, tick)``: wall-clock milliseconds, and a tick that breaks ties. A device's
+next stamp is later than every stamp it has written or applied, even when its wall clock is behind
+another device's or steps back, so an operation made after seeing another is ordered after it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+
+class Stamp(NamedTuple):
+    """One clock reading: milliseconds since the epoch and a tie-breaking counter."""
+
+    wall: int
+    tick: int
+
+
+def next_stamp(last: Stamp | None, now_ms: int | None = None) -> Stamp:
+    """The stamp after ``last`` (the latest one this device has written or applied, None: none yet)."""
+    wall = int(time.time() * 1000) if now_ms is None else now_ms
+    if last is None or wall > last.wall:
+        return Stamp(wall, 0)
+    return Stamp(last.wall, last.tick + 1)

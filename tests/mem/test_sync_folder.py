@@ -1,0 +1,351 @@
+"""Sync through a folder: devices that exchanged the same operations hold the same memory.
+
+Real stores (SQLite files, and PostgreSQL schemas for the engine-wide cases) syncing through a real
+folder: adds, corrections and forgets travel both ways and converge whatever the order; two
+corrections of one entry made apart settle on the same current version everywhere; a forget is never
+undone by an add that arrives late; a raw identity finds on one device what another wrote; a chunk
+still being copied waits, a hostile one is quarantined and reported, a newer format refused; a copy
+of a store's file cannot write its device; a sync killed mid-apply leaves whole chunks.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from harness_mem.cli import cli
+from harness_mem.errors import InvalidInputError, SyncFormatError
+from harness_mem.store import MemoryStore
+from harness_mem.sync.folder import SyncFolder
+
+EMAIL = "ada.lovelace@example.com"
+
+
+def export(store: MemoryStore) -> list[dict[str, Any]]:
+    """What a device holds, in a form two devices can be compared by."""
+    return sorted(({k: v for k, v in line.items() if k not in {"pk"}} for line in store.export()),
+                  key=lambda line: str(line["id"]))
+
+
+def current(store: MemoryStore) -> dict[str, str]:
+    return {entry.id: entry.content for entry in store.list()}
+
+
+@pytest.fixture
+def two(tmp_path: Path) -> tuple[MemoryStore, MemoryStore, Path]:
+    folder = tmp_path / "Sync"
+    a = MemoryStore(tmp_path / "laptop.db", embedder=None)
+    b = MemoryStore(tmp_path / "desktop.db", embedder=None)
+    yield a, b, folder
+    a.close()
+    b.close()
+
+
+def test_two_devices_converge_on_adds_corrections_and_forgets(two: tuple[MemoryStore, MemoryStore, Path]) -> None:
+    a, b, folder = two
+    a.sync(folder)
+    b.sync(folder)  # joins: takes the folder's salt while it is empty
+    a.add("the deploy window is Tuesday", id="window", tags=["ops"])
+    a.add_many([{"content": "I moved to Porto last month", "id": "t1", "session": "s1", "role": "user"},
+                {"content": "noted, Porto it is", "id": "t2", "session": "s1", "role": "assistant"}])
+    b.add("the staging database is on port 5433", id="port")
+    a.sync(folder)
+    b.sync(folder)
+    a.sync(folder)
+    b.supersede("window", "the deploy window is Thursday", id="window2")
+    b.forget(session="s1")
+    a.supersede("port", "the staging database is on port 5434", id="port2")
+    b.sync(folder)
+    a.sync(folder)
+    b.sync(folder)
+    assert current(a) == current(b) == {"window2": "the deploy window is Thursday",
+                                        "port2": "the staging database is on port 5434"}
+    assert export(a) == export(b)
+    assert [e.id for e in a.history("window2")] == ["window", "window2"]  # the correction's history travelled
+    report = a.sync(folder)
+    assert (report.written, report.applied.applied) == (0, 0)  # nothing new: nothing done
+
+
+def test_two_corrections_made_apart_settle_on_the_same_current_version(
+        two: tuple[MemoryStore, MemoryStore, Path]) -> None:
+    a, b, folder = two
+    a.sync(folder)
+    b.sync(folder)
+    a.add("lunch is at noon", id="lunch")
+    a.sync(folder)
+    b.sync(folder)
+    a.supersede("lunch", "lunch is at one", id="from-a")
+    time.sleep(0.01)  # b's correction is the later one
+    b.supersede("lunch", "lunch is at half past twelve", id="from-b")
+    for store in (a, b, a):
+        store.sync(folder)
+    assert current(a) == current(b) == {"from-b": "lunch is at half past twelve"}
+    assert export(a) == export(b)
+
+
+def test_a_forget_is_never_undone_by_an_add_that_arrives_late(tmp_path: Path) -> None:
+    folder = tmp_path / "Sync"
+    with MemoryStore(tmp_path / "a.db", embedder=None) as a, MemoryStore(tmp_path / "b.db", embedder=None) as b:
+        a.sync(folder)
+        b.sync(folder)
+        a.add("the vault hint is qzlatemarker", id="hint", session="s9")
+        a.sync(folder)
+        b.sync(folder)
+        b.forget(session="s9")
+        b.sync(folder)
+    # A third device finds b's forget complete and a's add still being copied (truncated): then whole.
+    (chunk,) = [c for c in folder.rglob("*.jsonl.gz") if "qzlatemarker" in _chunk_text(c)]
+    whole = chunk.read_bytes()
+    chunk.write_bytes(whole[: len(whole) // 2])
+    with MemoryStore(tmp_path / "c.db", embedder=None) as c:
+        first = c.sync(folder)
+        assert first.waiting == 1 and first.applied.forgotten == 0
+        chunk.write_bytes(whole)
+        c.sync(folder)
+        assert current(c) == {}
+        c.purge()
+        c.gc()
+    for path in tmp_path.glob("c.db*"):
+        assert b"qzlatemarker" not in path.read_bytes(), path
+
+
+def _chunk_text(path: Path) -> str:
+    try:
+        return gzip.decompress(path.read_bytes()).decode()
+    except (OSError, EOFError):
+        return ""
+
+
+def test_forgotten_words_leave_the_receiving_file(two: tuple[MemoryStore, MemoryStore, Path], tmp_path: Path) -> None:
+    a, b, folder = two
+    a.sync(folder)
+    b.sync(folder)
+    for n in range(30):
+        a.add(f"note {n}: the qzsyncmarker passphrase", id=f"n{n}")
+    a.sync(folder)
+    b.sync(folder)
+    assert len(current(b)) == 30
+    a.forget(kind="note")
+    a.sync(folder)
+    b.sync(folder)
+    assert current(b) == {}
+    b.purge()
+    b.gc()
+    b.close()
+    for path in tmp_path.glob("desktop.db*"):
+        assert b"qzsyncmarker" not in path.read_bytes(), path
+
+
+def test_a_raw_identity_finds_on_one_device_what_another_wrote(two: tuple[MemoryStore, MemoryStore, Path]) -> None:
+    a, b, folder = two
+    a.sync(folder)
+    b.sync(folder)
+    a.add(f"write to {EMAIL} about the invoice", session=f"user {EMAIL}", id="mail")
+    a.sync(folder)
+    b.sync(folder)
+    (found,) = b.list(session=f"user {EMAIL}")
+    assert found.id == "mail" and found.session == f"user {EMAIL}"  # the sealed value travelled: b shows it
+    assert EMAIL not in "".join(_chunk_text(c) for c in folder.rglob("*.gz"))
+
+
+def test_a_store_with_entries_cannot_join_a_folder_salted_otherwise(two: tuple[MemoryStore, MemoryStore, Path]) -> None:
+    a, b, folder = two
+    a.sync(folder)
+    b.add("b wrote this before it ever synced", id="early")
+    with pytest.raises(InvalidInputError, match="join it with a new, empty store"):
+        b.sync(folder)
+    assert current(b) == {"early": "b wrote this before it ever synced"}
+
+
+def test_a_chunk_still_copying_waits_and_a_hostile_one_is_quarantined(tmp_path: Path) -> None:
+    folder = tmp_path / "Sync"
+    with MemoryStore(tmp_path / "a.db", embedder=None) as a:
+        a.sync(folder)
+        a.add("a good note", id="good")
+        a.sync(folder)
+    root = SyncFolder(folder)
+    hostile = "f" * 32
+    for lines in ([b"not json at all"], [json.dumps({"v": 2, "op": "add"}).encode()]):
+        data = gzip.compress(b"\n".join(lines) + b"\n")
+        name = hashlib.sha256(data).hexdigest()
+        (root.root / "devices" / hostile / "chunks").mkdir(parents=True, exist_ok=True)
+        (root.root / "devices" / hostile / "chunks" / f"{name}.jsonl.gz").write_bytes(data)
+        manifest = root.root / "devices" / hostile / "manifest.json"
+        listed = json.loads(manifest.read_text())["chunks"] if manifest.exists() else []
+        manifest.write_text(json.dumps({"chunks": [*listed, {"name": name, "operations": 1}]}))
+    with MemoryStore(tmp_path / "b.db", embedder=None) as b:
+        report = b.sync(folder)
+        assert current(b) == {"good": "a good note"}
+        assert len(report.quarantined) == 2
+        assert "is not JSON" in report.quarantined[0] and "newer harness-mem" in report.quarantined[1]
+        assert b.sync(folder).quarantined == []  # reported once, never applied in part
+    (root.root / "FORMAT").write_text("harness-mem sync 2\n")
+    with pytest.raises(SyncFormatError, match="newer harness-mem"):
+        SyncFolder(folder)
+
+
+def test_a_copy_of_a_stores_file_cannot_write_its_device(tmp_path: Path) -> None:
+    folder = tmp_path / "Sync"
+    with MemoryStore(tmp_path / "a.db", embedder=None) as a:
+        a.sync(folder)
+    shutil.copy(tmp_path / "a.db", tmp_path / "copy.db")
+    with MemoryStore(tmp_path / "a.db", embedder=None) as a:
+        a.add("written by the original", id="orig")
+        a.sync(folder)
+    with MemoryStore(tmp_path / "copy.db", embedder=None) as copy:
+        copy.add("written by the copy", id="copy")
+        with pytest.raises(InvalidInputError, match="is a copy of device"):
+            copy.sync(folder)
+    with MemoryStore(tmp_path / "a.db", embedder=None) as a:
+        a.sync(folder)  # the original goes on
+
+
+def test_the_cli_syncs_and_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
+    runner = CliRunner()
+    a, b, folder = str(tmp_path / "a.db"), str(tmp_path / "b.db"), str(tmp_path / "Sync")
+    assert runner.invoke(cli, ["--db", a, "--embedder", "none", "add", "a note from a", "--id", "n"]).exit_code == 0
+    done = runner.invoke(cli, ["--db", a, "sync", folder])
+    assert done.exit_code == 0 and "wrote 1 · applied 0" in done.stderr
+    done = runner.invoke(cli, ["--db", b, "--embedder", "none", "sync", folder, "--json"])
+    assert done.exit_code == 0 and json.loads(done.stdout)["applied"] == 1
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    refused = runner.invoke(cli, ["--db", b, "sync", str(a_file)])
+    assert refused.exit_code == 2 and "is a file" in refused.stderr
+
+
+SYNCER = textwrap.dedent("""
+    import sys
+    from harness_mem.store import MemoryStore
+    with MemoryStore(sys.argv[1], embedder=None) as store:
+        print("ready", flush=True)
+        store.sync(sys.argv[2])
+""")
+
+
+def test_a_sync_killed_mid_apply_leaves_whole_chunks_and_the_next_one_finishes(tmp_path: Path) -> None:
+    folder = tmp_path / "Sync"
+    with MemoryStore(tmp_path / "a.db", embedder=None) as a:
+        a.sync(folder)
+        for chunk in range(20):
+            a.add_many([{"content": f"entry {chunk}-{i}", "id": f"e{chunk}-{i}"} for i in range(100)])
+            a.sync(folder)
+        expected = export(a)
+    target = tmp_path / "b.db"
+    syncer = subprocess.Popen([sys.executable, "-c", SYNCER, str(target), str(folder)], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert syncer.stdout is not None and syncer.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 120  # a failure detector, not a speed goal
+        while time.monotonic() < deadline and syncer.poll() is None:
+            with MemoryStore(target, embedder=None) as b:
+                if b.count() >= 300:
+                    break
+            time.sleep(0.02)
+    finally:
+        syncer.send_signal(signal.SIGKILL)
+        syncer.wait(timeout=60)
+        if syncer.stdout is not None:
+            syncer.stdout.close()
+    with MemoryStore(target, embedder=None) as b:
+        assert b.count() % 100 == 0  # whole chunks, or none of one
+        b.sync(folder)
+        assert export(b) == expected
+
+
+def test_two_devices_converge_on_postgresql_too(fresh_target: Any, engine: str, tmp_path: Path) -> None:
+    folder = tmp_path / "Sync"
+    with MemoryStore(fresh_target(), embedder=None) as a, MemoryStore(fresh_target(), embedder=None) as b:
+        a.sync(folder)
+        b.sync(folder)
+        a.add("the deploy window is Tuesday", id="window")
+        a.sync(folder)
+        b.sync(folder)
+        b.supersede("window", "the deploy window is Thursday", id="window2")
+        b.sync(folder)
+        a.sync(folder)
+        assert current(a) == current(b) == {"window2": "the deploy window is Thursday"}
+        assert export(a) == export(b)
+
+
+# ---- convergence, property-based ----------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+# One step: (device, action, a number choosing what it acts on).
+STEPS = st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["add", "correct", "forget", "forget-session", "sync"]),
+                           st.integers(0, 50)), min_size=1, max_size=25)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=STEPS)
+def test_devices_that_exchanged_everything_hold_the_same_memory(steps: list[tuple[int, str, int]],
+                                                                tmp_path_factory: pytest.TempPathFactory) -> None:
+    root = tmp_path_factory.mktemp("devices")
+    folder = root / "Sync"
+    stores = [MemoryStore(root / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        forgotten_words: set[str] = set()
+        for n, (device, action, pick) in enumerate(steps):
+            store = stores[device]
+            live = sorted(e.id for e in store.list())
+            if action == "add":
+                store.add(f"word{n} in session {pick % 3}", id=f"d{device}-{n}", session=f"s{pick % 3}")
+            elif action == "correct" and live:
+                store.supersede(live[pick % len(live)], f"corrected word{n}", id=f"d{device}-{n}")
+            elif action == "forget" and live:
+                forgotten_words.add(store.get(live[pick % len(live)]).content)
+                store.forget(live[pick % len(live)])
+            elif action == "forget-session":
+                store.forget(session=f"s{pick % 3}")
+            elif action == "sync":
+                store.sync(folder)
+        for _ in range(2):  # every device reads every other's last chunk
+            for store in stores:
+                store.sync(folder)
+        exports = [export(store) for store in stores]
+        assert exports[0] == exports[1] == exports[2]
+        assert not forgotten_words & {line["content"] for line in exports[0]}
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_forget_leaves_the_words_in_no_chunk_of_the_folder(two: tuple[MemoryStore, MemoryStore, Path]) -> None:
+    a, b, folder = two
+    a.sync(folder)
+    b.sync(folder)
+    b.add("the qzchunkmarker vault hint", id="hint")
+    b.add("a note that stays", id="stays")
+    b.sync(folder)
+    a.sync(folder)
+    assert any("qzchunkmarker" in _chunk_text(c) for c in folder.rglob("*.jsonl.gz"))
+    a.forget("hint")  # forgotten on the device that did not write it
+    a.sync(folder)
+    report = b.sync(folder)  # b learns of it, and rewrites its own chunk without the words
+    assert report.compacted == 1 and "rewritten without forgotten words" in report.summary()
+    assert not any("qzchunkmarker" in _chunk_text(c) for c in folder.rglob("*.jsonl.gz"))
+    for store in (a, b):
+        store.purge()
+        store.gc()
+    with MemoryStore(folder.parent / "fresh.db", embedder=None) as fresh:  # a device that joins later
+        fresh.sync(folder)
+        assert current(fresh) == {"stays": "a note that stays"}
+    files = [p for p in folder.parent.rglob("*") if p.is_file()]
+    assert not [p for p in files if b"qzchunkmarker" in p.read_bytes()]
