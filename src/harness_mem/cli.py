@@ -1010,9 +1010,11 @@ def gc(ctx: click.Context, vacuum: bool, as_json: bool) -> None:
 
 @cli.command("sync")
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--status", "show_status", is_flag=True,
+              help="Show the folder's devices and how far this store has read each; change nothing.")
 @json_object_option
 @click.pass_context
-def sync_command(ctx: click.Context, folder: Path, as_json: bool) -> None:
+def sync_command(ctx: click.Context, folder: Path, show_status: bool, as_json: bool) -> None:
     """Exchange memory with a folder carried between machines: git, Syncthing, Dropbox, rsync, a USB stick.
 
     Writes what this store did since its last sync into FOLDER (its own files only, so the folder
@@ -1023,7 +1025,22 @@ def sync_command(ctx: click.Context, folder: Path, as_json: bool) -> None:
     \b
     Example:
         harness-mem sync ~/Sync/harness-mem
+        harness-mem sync ~/Sync/harness-mem --status
     """
+    if show_status:
+        with open_store(ctx) as store:
+            devices = store.sync_status(folder)
+        if as_json:
+            echo_json({"devices": [d.__dict__ for d in devices]})
+            return
+        for d in devices:
+            if d.this_store:
+                click.echo(f"{d.device}  this store   {counted(d.chunks, 'chunk')} written,"
+                           f" {counted(d.waiting, 'operation')} to write")
+            else:
+                click.echo(f"{d.device}  {d.read} of {counted(d.chunks, 'chunk')} applied"
+                           + (f", {d.quarantined} quarantined" if d.quarantined else ""))
+        return
     with open_store(ctx, create=True) as store:
         report = store.sync(folder)
     if as_json:
@@ -1035,6 +1052,28 @@ def sync_command(ctx: click.Context, folder: Path, as_json: bool) -> None:
     for line in report.quarantined:
         click.echo(f"Quarantined: {line}", err=True)
     click.echo(f"Synced with {folder}: {report.summary()}", err=True)
+
+
+@cli.command()
+@json_object_option
+@click.pass_context
+def conflicts(ctx: click.Context, as_json: bool) -> None:
+    """List entries corrected on two machines apart (a fork): every machine keeps the same one current
+    (the latest correction), the other stays in the entry's history. Correct the current one to settle it.
+
+    \b
+    Example:
+        harness-mem conflicts
+    """
+    with open_store(ctx) as store:
+        found = store.conflicts()
+    if as_json:
+        echo_json({"conflicts": [{"namespace": ns, "id": old, "current": successors[0], "others": successors[1:]}
+                                 for ns, old, successors in found]})
+        return
+    for _, old, successors in found:
+        click.echo(f"{old}: corrected apart as {', '.join(successors)} — {successors[0]} is current")
+    click.echo(f"{counted(len(found), 'conflict')}", err=True)
 
 
 @cli.command("eval")

@@ -47,8 +47,10 @@ from .rows import MAX_BATCH_CHARS, Row, entry_from_row, identity, prepare_row
 from .settings import Settings
 from .storage import ON_CONFLICT, OnConflict, Scope, Storage, check_on_conflict, write_sealed
 from .sync import outbox
-from .sync.exchange import SyncReport
+from .sync.exchange import DeviceStatus, SyncReport
+from .sync.exchange import forks as sync_forks
 from .sync.exchange import join as join_folder
+from .sync.exchange import status as sync_status
 from .sync.exchange import sync as sync_folder
 
 __all__ = ["DEFAULT_BATCH_SIZE", "ON_CONFLICT", "MemoryStore", "OnConflict", "check_on_conflict"]
@@ -504,6 +506,14 @@ class MemoryStore:
                                          self.identity_key)
                 self._recall.scope = self.scope
         return sync_folder(self.storage, path, redactor=self.redactor, progress=progress)
+
+    def sync_status(self, path: str | os.PathLike[str]) -> list[DeviceStatus]:
+        """Every device of the sync folder at ``path`` and how far this store has read it (nothing is written)."""
+        return sync_status(self.storage, path)
+
+    def conflicts(self) -> list[tuple[str, str, list[str]]]:
+        """Each entry corrected on two devices apart: (namespace, entry, successors, the current one first)."""
+        return sync_forks(self.storage)
 
     def purge_expired(self) -> int:
         """Delete every expired entry (in all namespaces) with its derived rows; returns how many went.

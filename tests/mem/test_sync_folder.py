@@ -349,3 +349,65 @@ def test_a_forget_leaves_the_words_in_no_chunk_of_the_folder(two: tuple[MemorySt
         assert current(fresh) == {"stays": "a note that stays"}
     files = [p for p in folder.parent.rglob("*") if p.is_file()]
     assert not [p for p in files if b"qzchunkmarker" in p.read_bytes()]
+
+
+def test_status_and_conflicts_say_where_each_device_is_and_what_forked(tmp_path: Path) -> None:
+    runner = CliRunner()
+    a, b, folder = str(tmp_path / "a.db"), str(tmp_path / "b.db"), str(tmp_path / "Sync")
+    for db in (a, b):
+        assert runner.invoke(cli, ["--db", db, "--embedder", "none", "sync", folder]).exit_code == 0
+    runner.invoke(cli, ["--db", a, "add", "lunch is at noon", "--id", "lunch"])
+    for db in (a, b):
+        runner.invoke(cli, ["--db", db, "sync", folder])
+    assert runner.invoke(cli, ["--db", a, "supersede", "lunch", "lunch is at one"]).exit_code == 0
+    time.sleep(0.01)  # b's correction is the later one
+    assert runner.invoke(cli, ["--db", b, "supersede", "lunch", "lunch is at half past twelve"]).exit_code == 0
+    runner.invoke(cli, ["--db", a, "add", "not written yet"])
+    runner.invoke(cli, ["--db", b, "sync", folder])
+    shown = runner.invoke(cli, ["--db", a, "sync", folder, "--status"])
+    assert shown.exit_code == 0
+    mine, theirs = sorted(shown.stdout.splitlines(), key=lambda line: "this store" not in line)
+    assert "this store" in mine and "3 operations to write" in mine  # a correction, its new version, a note
+    assert "0 of 1 chunk applied" in theirs  # b's chunk (its correction) not read yet
+    for db in (a, b, a):
+        runner.invoke(cli, ["--db", db, "sync", folder])
+    with MemoryStore(b, embedder=None) as store:
+        (current_version,) = [e for e in store.list() if "lunch" in e.content]
+    assert current_version.content == "lunch is at half past twelve"
+    listings = [runner.invoke(cli, ["--db", db, "conflicts"]).stdout for db in (a, b)]
+    assert listings[0] == listings[1]  # every device sees the same fork, the same version current
+    (line,) = listings[0].splitlines()
+    assert line.startswith(f"lunch: corrected apart as {current_version.id}, ")
+    assert line.endswith(f"— {current_version.id} is current")
+    missing = runner.invoke(cli, ["--db", a, "sync", str(tmp_path / "nowhere"), "--status"])
+    assert missing.exit_code == 1 and "holds no harness-mem sync folder" in missing.stderr
+
+
+def test_two_processes_syncing_one_store_at_once_apply_each_chunk_once(tmp_path: Path) -> None:
+    folder = tmp_path / "Sync"
+    with MemoryStore(tmp_path / "a.db", embedder=None) as a:
+        a.sync(folder)
+        for chunk in range(10):
+            a.add_many([{"content": f"entry {chunk}-{i}", "id": f"e{chunk}-{i}"} for i in range(50)])
+            a.sync(folder)
+        expected = export(a)
+    target = tmp_path / "b.db"
+    with MemoryStore(target, embedder=None) as b:
+        b.sync(folder)  # b exists and has joined; now two processes sync it at once
+        b.forget(session=None, kind="note", since="2000-01-01")
+    script = "import sys\nfrom harness_mem.store import MemoryStore\nwith MemoryStore(sys.argv[1], embedder=None) as s:\n" \
+             "    s.sync(sys.argv[2])\n"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    with MemoryStore(tmp_path / "a.db", embedder=None) as a:
+        a.add_many([{"content": f"late {i}", "id": f"late{i}"} for i in range(50)])
+        a.sync(folder)
+        expected = export(a)
+    runs = [subprocess.Popen([sys.executable, "-c", script, str(target), str(folder)], env=env,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for run in runs:
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+    with MemoryStore(target, embedder=None) as b:
+        late = [line for line in export(b) if str(line["id"]).startswith("late")]
+        assert late == [line for line in expected if str(line["id"]).startswith("late")]
+        assert b.count() == 50  # the 500 b forgot stay forgotten; the 50 late ones arrived once

@@ -147,7 +147,7 @@ def _settle(storage: Storage, namespace: str, supersedes: Sequence[str]) -> None
         op = parse_operation(json.loads(text))
         by_old.setdefault(str(op.id), []).append(op)
     for old_id, successors in by_old.items():
-        winner = max(successors, key=_precedence)
+        winner = max(successors, key=precedence)
         assert isinstance(winner.body, SupersedeBody)
         losers = [s.body.new_id for s in successors
                   if isinstance(s.body, SupersedeBody) and s.body.new_id != winner.body.new_id]
@@ -158,7 +158,8 @@ def _settle(storage: Storage, namespace: str, supersedes: Sequence[str]) -> None
                 storage.mark_superseded(pk, winner.body.new_id, winner.body.valid_from)
 
 
-def _precedence(op: Operation) -> tuple[int, tuple[int, int], str]:
+def precedence(op: Operation) -> tuple[int, tuple[int, int], str]:
+    """How successors of one entry rank: the latest ``valid_from``, then clock, then device, is current."""
     assert isinstance(op.body, SupersedeBody)
     return op.body.valid_from, op.stamp, op.device
 

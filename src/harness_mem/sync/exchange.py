@@ -23,9 +23,9 @@ from ..identities import KEY_ID_SETTING
 from ..redaction import Redactor
 from ..storage import Storage, is_derived
 from . import outbox
-from .apply import Applied, apply_chunk
+from .apply import Applied, apply_chunk, precedence
 from .folder import Incomplete, Keying, SyncFolder
-from .operations import Operation, parse_operation
+from .operations import Operation, SupersedeBody, parse_operation
 
 SALT_SETTING = "redaction.secret"
 PREVIOUS_OWNER_SETTING = "sync.owner_previous"
@@ -106,6 +106,61 @@ def sync(storage: Storage, path: str | os.PathLike[str], *, redactor: Redactor |
                 _read(storage, folder, other, redactor, report, progress)
         report.compacted = _compact(storage, folder, device)
     return report
+
+
+@dataclass(frozen=True)
+class DeviceStatus:
+    """How far this store has read one device of the folder (or, for its own, what waits to be written)."""
+
+    device: str
+    this_store: bool
+    chunks: int  # in the device's manifest
+    read: int  # applied here (its own: written)
+    quarantined: int
+    waiting: int  # operations of this store not written yet (its own device only)
+
+
+def status(storage: Storage, path: str | os.PathLike[str]) -> list[DeviceStatus]:
+    """Every device of the folder, and how far this store has read it; nothing is written."""
+    folder = SyncFolder(path, create=False)
+    me = outbox.device(storage)
+    found = []
+    for device in folder.devices():
+        try:
+            chunks = [c.name for c in folder.manifest(device)]
+        except Incomplete:
+            chunks = []
+        if device == me:
+            after = int(storage.setting(WRITTEN_SETTING) or 0)
+            waiting = sum(1 for _, _, text in storage.logged_operations(after, 1_000_000)
+                          if text is not None and parse_operation(json.loads(text)).device == me)
+            found.append(DeviceStatus(device, True, len(chunks), len(chunks), 0, waiting))
+            continue
+        read = storage.chunks_read(device)
+        found.append(DeviceStatus(device, False, len(chunks), sum(1 for c in chunks if read.get(c) == "applied"),
+                                  sum(1 for c in chunks if read.get(c) == "quarantined"), 0))
+    return found
+
+
+def forks(storage: Storage) -> list[tuple[str, str, list[str]]]:
+    """(namespace, corrected entry, its successors) for each entry corrected on two devices apart,
+    the current successor first (the one every device keeps current)."""
+    by_old: dict[tuple[str, str], list[Operation]] = {}
+    after = 0
+    while rows := storage.logged_operations(after, 10_000):
+        for seq, _, text in rows:
+            after = seq
+            if text is not None and '"op":"supersede"' in text:
+                op = parse_operation(json.loads(text))
+                by_old.setdefault((op.ns, str(op.id)), []).append(op)
+    found = []
+    for (namespace, old_id), successors in by_old.items():
+        new_ids = {s.body.new_id for s in successors if isinstance(s.body, SupersedeBody)}
+        if len(new_ids) > 1:
+            ranked = sorted(successors, key=precedence, reverse=True)
+            ordered = list(dict.fromkeys(s.body.new_id for s in ranked if isinstance(s.body, SupersedeBody)))
+            found.append((namespace, old_id, ordered))
+    return found
 
 
 def _claim(storage: Storage, folder: SyncFolder, device: str) -> None:
