@@ -1012,9 +1012,12 @@ def gc(ctx: click.Context, vacuum: bool, as_json: bool) -> None:
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--status", "show_status", is_flag=True,
               help="Show the folder's devices and how far this store has read each; change nothing.")
+@click.option("--dry-run", is_flag=True, help="Say what a sync would write and read; change nothing.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @json_object_option
 @click.pass_context
-def sync_command(ctx: click.Context, folder: Path, show_status: bool, as_json: bool) -> None:
+def sync_command(ctx: click.Context, folder: Path, show_status: bool, dry_run: bool, quiet: bool,
+                 as_json: bool) -> None:
     """Exchange memory with a folder carried between machines: git, Syncthing, Dropbox, rsync, a USB stick.
 
     Writes what this store did since its last sync into FOLDER (its own files only, so the folder
@@ -1026,10 +1029,18 @@ def sync_command(ctx: click.Context, folder: Path, show_status: bool, as_json: b
     Example:
         harness-mem sync ~/Sync/harness-mem
         harness-mem sync ~/Sync/harness-mem --status
+        harness-mem sync ~/Sync/harness-mem --dry-run
     """
-    if show_status:
+    if show_status or dry_run:
         with open_store(ctx) as store:
             devices = store.sync_status(folder)
+        if dry_run:
+            to_write = sum(d.waiting for d in devices if d.this_store)
+            others = [d for d in devices if not d.this_store and d.unread]
+            click.echo(f"Would write {counted(to_write, 'operation')} and read"
+                       f" {counted(sum(d.unread for d in others), 'operation')} from {counted(len(others), 'device')}",
+                       err=True)
+            return
         if as_json:
             echo_json({"devices": [d.__dict__ for d in devices]})
             return
@@ -1042,7 +1053,12 @@ def sync_command(ctx: click.Context, folder: Path, show_status: bool, as_json: b
                            + (f", {d.quarantined} quarantined" if d.quarantined else ""))
         return
     with open_store(ctx, create=True) as store:
-        report = store.sync(folder)
+        if quiet or not sys.stderr.isatty():
+            report = store.sync(folder)
+        else:
+            total = sum(d.unread for d in store.sync_status(folder)) if (folder / "harness-mem").exists() else 0
+            with click.progressbar(length=max(total, 1), label="Applying", file=sys.stderr) as bar:
+                report = store.sync(folder, progress=bar.update)
     if as_json:
         echo_json({"device": report.device, "written": report.written, "applied": report.applied.applied,
                    "skipped": report.applied.skipped, "forks": report.applied.forks,

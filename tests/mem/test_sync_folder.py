@@ -369,6 +369,9 @@ def test_status_and_conflicts_say_where_each_device_is_and_what_forked(tmp_path:
     mine, theirs = sorted(shown.stdout.splitlines(), key=lambda line: "this store" not in line)
     assert "this store" in mine and "3 operations to write" in mine  # a correction, its new version, a note
     assert "0 of 1 chunk applied" in theirs  # b's chunk (its correction) not read yet
+    planned = runner.invoke(cli, ["--db", a, "sync", folder, "--dry-run"])
+    assert planned.stderr == "Would write 3 operations and read 2 operations from 1 device\n"
+    assert runner.invoke(cli, ["--db", a, "sync", folder, "--status"]).stdout == shown.stdout  # nothing changed
     for db in (a, b, a):
         runner.invoke(cli, ["--db", db, "sync", folder])
     with MemoryStore(b, embedder=None) as store:

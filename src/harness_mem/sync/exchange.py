@@ -118,6 +118,7 @@ class DeviceStatus:
     read: int  # applied here (its own: written)
     quarantined: int
     waiting: int  # operations of this store not written yet (its own device only)
+    unread: int = 0  # operations in the chunks not read yet (other devices)
 
 
 def status(storage: Storage, path: str | os.PathLike[str]) -> list[DeviceStatus]:
@@ -127,9 +128,10 @@ def status(storage: Storage, path: str | os.PathLike[str]) -> list[DeviceStatus]
     found = []
     for device in folder.devices():
         try:
-            chunks = [c.name for c in folder.manifest(device)]
+            listed = folder.manifest(device)
         except Incomplete:
-            chunks = []
+            listed = []
+        chunks = [c.name for c in listed]
         if device == me:
             after = int(storage.setting(WRITTEN_SETTING) or 0)
             waiting = sum(1 for _, _, text in storage.logged_operations(after, 1_000_000)
@@ -138,7 +140,8 @@ def status(storage: Storage, path: str | os.PathLike[str]) -> list[DeviceStatus]
             continue
         read = storage.chunks_read(device)
         found.append(DeviceStatus(device, False, len(chunks), sum(1 for c in chunks if read.get(c) == "applied"),
-                                  sum(1 for c in chunks if read.get(c) == "quarantined"), 0))
+                                  sum(1 for c in chunks if read.get(c) == "quarantined"), 0,
+                                  sum(c.operations for c in listed if c.name not in read)))
     return found
 
 
