@@ -63,12 +63,13 @@ from typing import Any
 
 from . import pseudonyms
 from .errors import InvalidInputError, StorageError
-from .models import FileSizes, SessionSize, StoreStats, now_ms
+from .models import FileSizes, SessionSize, StoreStats, format_time, from_ms, now_ms
 from .providers.embeddings import default_embedder_available
 from .providers.reference import INSTALL_HINT
 from .recall import raise_if_missing_vectors
 from .steps import STEP_PAUSE_S, in_steps
 from .storage import Storage
+from .sync import outbox
 
 
 def reindex(storage: Storage, *, progress: Callable[[int], None] | None = None, batch_size: int = 256,
@@ -212,9 +213,19 @@ def diagnose(storage: Storage, key_check: Callable[[], str] | None = None) -> di
     check("model", lambda: describe_model(storage))
     check("integrity", integrity)
     check("pseudonyms", lambda: describe_keying(storage))
+    check("sync", lambda: describe_sync(storage))
     if key_check is not None:
         check("identity key", key_check)
     return {"path": storage.location, "checks": checks}
+
+
+def describe_sync(storage: Storage) -> str:
+    """Whether the store syncs, and as which device (its log is written in each write's transaction)."""
+    device = outbox.device(storage)
+    if device is None:
+        return "not syncing (no log kept)"
+    last = storage.last_stamp()
+    return f"device {device}, logging every write" + ("" if last is None else f" (latest at {format_time(from_ms(last.wall))})")
 
 
 def describe_keying(storage: Storage) -> str:

@@ -241,3 +241,13 @@ def test_a_malformed_operation_is_refused_in_one_line(change: dict[str, object],
     with pytest.raises(SyncFormatError) as refused:
         parse_operation({**good, **change})
     assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_doctor_says_whether_the_store_syncs_and_as_which_device(engine_store: MemoryStore) -> None:
+    store = engine_store
+    (line,) = [c for c in store.diagnose()["checks"] if c["name"] == "sync"]
+    assert line["ok"] and line["detail"] == "not syncing (no log kept)"
+    device = started(store)
+    store.add("logged", id="n1")
+    (line,) = [c for c in store.diagnose()["checks"] if c["name"] == "sync"]
+    assert line["ok"] and line["detail"].startswith(f"device {device}, logging every write (latest at ")
