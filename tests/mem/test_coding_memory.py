@@ -265,3 +265,57 @@ def test_the_same_decision_in_two_projects_is_each_ones(tmp_path: Path) -> None:
             (fact,) = store.list(kind="fact", tags=[project.tag])
             assert "Never push directly to main" in fact.content
         assert len(list(store.list(kind="fact"))) == 2
+
+
+def test_turns_an_older_version_tagged_by_directory_name_go_back_to_their_own_repository(tmp_path: Path,
+                                                                                           db: Path) -> None:
+    """Stores written before a project was its repository tag turns ``project:myproj`` for both
+    ``clientA/myproj`` and ``clientB/myproj``. Such a tag is given to no one; a SessionStart in a
+    directory re-tags the old sessions Claude Code recorded there (their transcripts lie beside its
+    own, and name the directory), what consolidation derived from them included."""
+    a = git_repo(tmp_path / "clientA" / "myproj", "git@github.com:client-a/myproj.git")
+    b = git_repo(tmp_path / "clientB" / "myproj")
+    folders = {repo: tmp_path / "home" / ".claude" / "projects" / str(repo).replace("/", "-") for repo in (a, b)}
+    old = [(a, "old-a", "We'll use Postgres for billing."), (b, "old-b", "We'll use MySQL for billing.")]
+    with MemoryStore(db, embedder=None) as store:  # as the hooks of an older version wrote them
+        for repo, session, text in old:
+            store.add(text, kind="turn", role="user", session=session, source="claude-code",
+                      tags=["role:user", f"session:{session}", "project:myproj"],
+                      metadata={"host": "claude-code", "event": "UserPromptSubmit"})
+            folders[repo].mkdir(parents=True)
+            (folders[repo] / f"{session}.jsonl").write_text(json.dumps(
+                {"type": "user", "uuid": "u1", "sessionId": session, "cwd": str(repo),
+                 "timestamp": "2025-06-01T10:00:00.000Z", "message": {"role": "user", "content": text}}) + "\n")
+        # What consolidation derived back then carried no project at all.
+        store.add("Redis holds the session cache.", kind="fact", session="old-a", tags=["consolidated"])
+
+    def start(repo: Path, session: str) -> str:
+        transcript = str(folders[repo] / f"{session}.jsonl")
+        return context(hook(tmp_path, db, "SessionStart", repo, session, source="startup", transcript_path=transcript),
+                       "SessionStart")
+
+    # A session whose transcript is elsewhere adopts nothing, and a basename tag reaches no one.
+    elsewhere = context(hook(tmp_path, db, "SessionStart", a, "new-0", source="startup"), "SessionStart")
+    assert "billing" not in elsewhere and "Redis" not in elsewhere
+    in_a, in_b = start(a, "new-a"), start(b, "new-b")
+    assert "Postgres for billing" in in_a and "Redis holds the session cache" in in_a and "MySQL" not in in_a
+    assert "MySQL for billing" in in_b and "Postgres" not in in_b and "Redis" not in in_b
+    with MemoryStore(db, embedder=None) as store:
+        assert store.count(tags=["project:myproj"]) == 0
+        tags = {e.content: [t for t in e.tags if t.startswith("project:")] for e in store.list(kind="turn")}
+    assert tags == {"We'll use Postgres for billing.": ["project:github.com/client-a/myproj"],
+                    "We'll use MySQL for billing.": [f"project:{b}"]}
+
+
+def test_on_each_engine_a_sessions_basename_tag_moves_to_its_repository(engine_store: MemoryStore) -> None:
+    store = engine_store
+    store.add("We'll use Postgres for billing.", role="user", session="old-a", tags=["project:myproj", "role:user"])
+    store.add("Postgres for billing.", kind="fact", session="old-a", tags=["consolidated"])
+    store.add("We'll use MySQL for billing.", role="user", session="old-b", tags=["project:myproj"])
+    moved = store.storage.move_session_tag(store.namespace, "old-a", "project:myproj", "project:github.com/a/myproj",
+                                           family="project:")
+    assert moved == 2
+    assert {e.content: e.tags for e in store.list()} == {
+        "We'll use Postgres for billing.": ("role:user", "project:github.com/a/myproj"),
+        "Postgres for billing.": ("consolidated", "project:github.com/a/myproj"),
+        "We'll use MySQL for billing.": ("project:myproj",)}

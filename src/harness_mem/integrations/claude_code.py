@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import hook_consolidation, runtime
 from ..errors import InvalidInputError
+from .basename_tags import adopt_sessions
 from .projects import find_project
 
 if TYPE_CHECKING:
@@ -583,6 +584,9 @@ def respond(store: MemoryStore, payload: dict[str, Any], event: str, event_id: s
         after_session(store, payload)
         return None
     if event == CONTEXT_EVENT:
+        project = find_project(payload.get("cwd"))
+        if project is not None:
+            adopt_sessions(store, payload, project)  # the turns an older version tagged by directory name
         catch_up(store, payload)
         context = session_context(store, payload)
         # A SessionStart after /compact or /clear starts the context anew: so does what it was given.
