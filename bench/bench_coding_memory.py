@@ -12,6 +12,11 @@ hook consolidates it in the background. B's session says its own billing decisio
   other words, and five prompts about nothing decided: how many get the right memory, how many
   get anything (keyword recall, score ≥ 0.5; a hook loads no model);
 - **B** asked A's questions: how many memories of A it gets (the goal is none);
+- **by meaning**: the store is made as ``harness-mem init`` makes it (with the built-in model when
+  it is installed), so the hook writer's background embedder gives each turn its vector: the time
+  from session 1's last hook until no turn lacks one (no ``reindex``), then five questions that
+  share no word with the decision they ask about, recalled by meaning and by keyword alone over
+  the project's turns (top 3);
 - the time from SessionEnd to the facts being there, and each hook's wall time (spawn to exit,
   the store's hook writer running).
 """
@@ -46,6 +51,10 @@ DECISIONS = [
     ("Rate limit logins to 5 a minute per IP.", "Rate limit logins",
      "How many login attempts per minute do we allow?"),
 ]
+#: A question about each decision sharing no word with it: keyword recall cannot find it, meaning can.
+BY_MEANING = ["Which database holds our invoices?", "Where do we keep logged-in users' state?",
+              "Can I commit directly to the primary branch?", "Where do automated builds happen?",
+              "How often may someone try to sign in?"]
 REQUESTS = ["Run the tests.", "Fix the failing import in app.py.", "Commit.", "Push and open a PR.",
             "Thanks, that's all for today."]
 UNRELATED = ["add a dark mode toggle to settings", "fix the typo in the README", "what's the weather today",
@@ -101,6 +110,30 @@ def facts(db: Path, cwd: Path) -> int:
         return store.count(kind="fact", tags=[project.tag])
 
 
+def embedded_by(db: Path, deadline: float) -> float | None:
+    """Seconds until every entry of ``db`` has its vector (None: not by ``deadline``)."""
+    started = time.perf_counter()
+    while time.perf_counter() < deadline:
+        with MemoryStore(db, embedder=None) as store:
+            if store.storage.missing_vectors() == 0:
+                return time.perf_counter() - started
+        time.sleep(0.1)
+    return None
+
+
+def found_by_meaning(db: Path, cwd: Path) -> dict[str, int]:
+    """Of :data:`BY_MEANING`, how many bring back their decision's turn in the top 3, by meaning and by keyword."""
+    project = find_project(str(cwd))
+    assert project is not None
+    found = {"semantic": 0, "keyword": 0}
+    with MemoryStore(db) as store:
+        for question, (said, _, _) in zip(BY_MEANING, DECISIONS, strict=True):
+            for mode in found:
+                hits = store.recall(question, 3, mode=mode, kind="turn", tags=[project.tag])
+                found[mode] += any(h.entry.content == said for h in hits)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true")
@@ -113,7 +146,8 @@ def main() -> None:
                    HARNESS_MEM_WRITER_IDLE_SECONDS="60")
         env.pop("HARNESS_MEM_RAISE_ERRORS", None)
         db = root / "memory.db"
-        MemoryStore(db, embedder=None).close()
+        with MemoryStore(db) as made:  # as `harness-mem init` makes it: vectors when the model is here
+            with_vectors = made.embedder is not None
         a = git_repo(root / "clientA" / "myproj", "git@github.com:client-a/myproj.git")
         b = git_repo(root / "clientB" / "myproj")
         hook = Hooks(db, env)
@@ -124,6 +158,10 @@ def main() -> None:
         while facts(db, a) < len(DECISIONS) and time.perf_counter() - ended < 60:
             time.sleep(0.05)
         consolidated_s = time.perf_counter() - ended
+        embedded_s = embedded_by(db, ended + 120) if with_vectors else None
+        if embedded_s is not None:
+            embedded_s += consolidated_s  # measured from the same moment, the end of session 1
+        meaning = found_by_meaning(db, a) if with_vectors else {}
         hook.session(b, "b-1", ["We'll use MySQL for billing.", "Commit."])
         while not facts(db, b) and time.perf_counter() - ended < 60:
             time.sleep(0.05)
@@ -157,6 +195,10 @@ def main() -> None:
         "other_repo": {"prompts_given_a_memory_of_a": sum(any(k in got for _, k, _ in DECISIONS) for got in leaks),
                        "session_start_lines_of_a": sum(k in b_start for _, k, _ in DECISIONS),
                        "its_own_decision_at_start": "MySQL for billing" in b_start},
+        "by_meaning": {"vectors": with_vectors,
+                       "session_end_to_every_turn_embedded_s": None if embedded_s is None else round(embedded_s, 2),
+                       "found_by_meaning_top3": meaning.get("semantic"), "found_by_keyword_top3": meaning.get("keyword"),
+                       "of": len(BY_MEANING)},
         "session_end_to_facts_s": round(consolidated_s, 2),
         "hook_ms_p50": {event: round(statistics.median(t) * 1000, 1) for event, t in hook.times.items()},
         "hook_ms_max": {event: round(max(t) * 1000, 1) for event, t in hook.times.items()},

@@ -120,6 +120,7 @@ def test_decisions_of_one_session_brief_the_next_and_never_another_repository(tm
         assert said in start, said
     assert "github.com/client-a/myproj" in start and time.strftime("%Y-%m-%d") in start
     assert not any(chatter.rstrip(".") in start for chatter in CHATTER) and "Run the tests" not in start, start
+    assert "The team will use Postgres for billing." in start and "and others" not in start  # the team decided
     assert "MySQL" not in start  # B's
     assert len(start) / claude_code.CHARS_PER_TOKEN <= claude_code.CONTEXT_TOKENS
 
@@ -213,10 +214,10 @@ def test_consolidation_corrects_a_decision_only_within_its_project(tmp_path: Pat
             consolidate(store, session=session)
         current = {e.content: e.tags for e in store.list(kind="fact")}
         replaced = [e.content for e in store.list(kind="fact", include_superseded=True) if e.superseded_by]
-    assert replaced == ["The user and others will use Postgres for billing."]  # by A's own later decision
+    assert replaced == ["The team will use Postgres for billing."]  # by A's own later decision
     assert {text: [t for t in tags if t.startswith("project:")] for text, tags in current.items()} == {
-        "The user and others will use MySQL for billing.": ["project:/home/me/clientB/shop"],
-        "The user and others will use SQLite for billing.": ["project:github.com/acme/shop"],
+        "The team will use MySQL for billing.": ["project:/home/me/clientB/shop"],
+        "The team will use SQLite for billing.": ["project:github.com/acme/shop"],
     }
 
 
@@ -245,7 +246,7 @@ def test_a_session_starts_with_the_projects_rules_then_its_open_threads_then_the
     block = {title: lines[start + 1:end] for title, start, end in
              zip(claude_code.CONTEXT_GROUPS, (rules, threads, others), (threads, others, len(lines) - 1), strict=True)}
     assert [line.split(": ", 1)[1] for line in block["Decisions, conventions and setup:"]] == [
-        "The user and others will use Postgres for billing.",
+        "The team will use Postgres for billing.",
         "Deploys go out on Tuesdays after 2 pm via the deploy-bot."]  # newest first
     assert any("retry wrapper" in line for line in block["Open threads, left for later:"])
     assert any("billing docs to the wiki" in line for line in block["Other facts:"])
