@@ -153,6 +153,17 @@ def test_session_start_consolidates_a_small_backlog_itself(tmp_path: Path, db: P
     assert "Never push to main" in start and "Commit" not in start
 
 
+def test_pre_compact_consolidates_the_session_so_far_in_the_background(tmp_path: Path, db: Path) -> None:
+    """A long session compacted mid-way: PreCompact answers at once and consolidates what was said
+    so far in the background; a session started meanwhile in the repository has it."""
+    repo = git_repo(tmp_path / "shop", "git@github.com:acme/shop.git")
+    say(tmp_path, db, repo, "s-1", ["We'll use Postgres for billing.", "Run the tests."])
+    assert hook(tmp_path, db, "PreCompact", repo, "s-1", trigger="auto", custom_instructions="") is None
+    assert wait_for(lambda: facts_of(db, repo) == ["The team will use Postgres for billing."]), facts_of(db, repo)
+    start = context(hook(tmp_path, db, "SessionStart", repo, "s-2", source="startup"), "SessionStart")
+    assert "Postgres for billing" in start and "Run the tests" not in start
+
+
 def test_a_large_backlog_is_consolidated_in_the_background_not_in_the_hook(tmp_path: Path, db: Path) -> None:
     """A long session that ended without SessionEnd: SessionStart answers without consolidating it
     (more than INLINE_TURNS turns) and starts that in the background; the next session has it."""

@@ -28,7 +28,11 @@ one's recall again.
 
 A hook runs as a fresh process on every prompt and tool call, so this module imports nothing heavy
 at the top: the store comes in as an argument, and no embedder is ever loaded on this path (turns
-are written without vectors; ``harness-mem reindex`` embeds them later in a store that has vectors).
+are written without vectors; the hook writer's background embedder gives them theirs a moment
+later, :mod:`harness_mem.background_embedding`).
+
+Turns an older version tagged with their directory's name are given back to their repository at
+SessionStart (:mod:`.basename_tags`).
 Exit status 2 would block the host's prompt or stop, so every failure here is an
 :class:`~harness_mem.errors.InvalidInputError`, which the CLI turns into one line and status 1.
 """
