@@ -29,7 +29,8 @@ The wire format: the hook sends one JSON header line (:data:`PROTOCOL`, event, d
 working directory, event id), then the host's bytes as they came, then closes its sending side; the writer
 answers one JSON line: ``{"status": "ok", "output": …, "notices": […]}``, ``{"status": "error", "message": …}``
 (the one-line error the in-process path prints), or ``{"status": "retry"}`` (not this writer's
-store: the hook answers in process).
+store: the hook answers in process). The event :data:`EMBED_EVENT`, with no bytes, is no hook's:
+a background consolidation says it wrote entries, and the writer's embedder gives them vectors.
 
 The top of this module imports only the standard library: every hook imports it to reach the writer.
 """
@@ -76,6 +77,9 @@ DETACHED_RETRY_SECONDS = 0.5
 # sun_path holds 108 bytes on Linux and 104 on macOS, the terminating NUL included.
 MAX_SOCKET_PATH_BYTES = 103
 RAISE_ERRORS_ENV = "HARNESS_MEM_RAISE_ERRORS"
+#: Not a hook: another process (a background consolidation) wrote entries beside the writer, which
+#: its embedder would otherwise leave without vectors until the next hook.
+EMBED_EVENT = "embed"
 
 
 class Reply(NamedTuple):
@@ -160,6 +164,12 @@ def ask(db: str, namespace: str, event: str, raw: bytes, *, timeout: float = ACK
     except ValueError:  # nothing (the writer died before its ack) or cut short
         message = None
     return _reply(message)
+
+
+def ask_to_embed(db: str, namespace: str) -> bool:
+    """Tell the running writer for ``db`` (a resolved path) and ``namespace`` that entries were
+    written beside it, for its embedder; False when no writer answered (the next one embeds them)."""
+    return ask(db, namespace, EMBED_EVENT, b"", detach=False) is not None
 
 
 def wait_detached(connection: socket.socket, db: str, namespace: str, event: str, raw: bytes,
@@ -388,6 +398,9 @@ def _handle(connection: socket.socket, store: MemoryStore, db: str, namespace: s
     if not _is_file(db, identity):  # deleted or replaced: writing on would go to a file no one reads
         _send(connection, {"status": "retry"})
         return False
+    if header.get("event") == EMBED_EVENT:  # nothing to store: the loop wakes the embedder
+        _send(connection, {"status": "ok", "output": None, "notices": []})
+        return True
     _enter(header.get("cwd"))
     _send(connection, _answer(store, str(header.get("event")), raw, _event_id(header)))
     return True
