@@ -504,3 +504,11 @@ def test_what_a_session_end_derives_in_the_background_gets_its_vectors_with_no_f
     assert wait_for(lambda: facts() == ["The team will use Postgres for billing."])
     # The consolidation ran in its own process, without the model: the writer embeds what it derived.
     assert wait_for(lambda: missing() == 0)
+
+
+def test_an_event_named_like_the_writers_own_request_is_still_refused_in_one_line(tmp_path: Path, db: Path,
+                                                                                   runtime_dir: Path) -> None:
+    start_writer(tmp_path, db, runtime_dir)
+    done = hook(tmp_path, hook_writer.EMBED_PURPOSE, db, b"")
+    assert done.returncode == 1 and done.stderr.startswith("Error: unknown hook event 'embed'"), done.stderr
+    assert done.stderr.count("\n") == 1
