@@ -11,8 +11,10 @@ reminders, snapshots. Then ``harness-mem --embedder none import --format …`` r
 process, keyword-only, three times on one store:
 
 - the first run: everything is new (sessions and turns per second, MB read per second);
-- a second run over the unchanged folder: what re-running costs when nothing is new;
-- a third run after a tenth of the sessions grew by ten records: only those turns are written.
+- a second run over the unchanged folder: what re-running costs when nothing is new (no file is
+  read: each one's position is in the store's settings);
+- a third run after a tenth of the sessions grew by ten records: only those records are read, and
+  only their turns written.
 
 Each row gives the wall time and the CPU time of the process (user + system); the load average is
 printed with them, since the wall time stretches on a busy machine.
@@ -165,11 +167,15 @@ def main() -> None:
         return
     print(f"{args.format}: {args.sessions} session files x {args.records} records, {size / 1e6:.1f} MB;"
           f" keyword-only; load {load:.1f}")
-    print(f"{'run':<26} {'wall s':>7} {'cpu s':>6} {'turns':>7} {'stored':>7} {'sessions/s':>10} {'turns/s':>8} {'MB/s':>6}")
+    print(f"{'run':<26} {'wall s':>7} {'cpu s':>6} {'turns':>7} {'stored':>7} {'unread':>6} {'MB read':>8}"
+          f" {'sessions/s':>10} {'turns/s':>8}")
     for name, row in rows.items():
         wall = row["wall_s"] or 1e-9
         print(f"{name:<26} {row['wall_s']:>7.2f} {row['cpu_s']:>6.2f} {row['turns']:>7} {row['already_stored']:>7}"
-              f" {row['sessions'] / wall:>10.1f} {row['turns'] / wall:>8.0f} {size / 1e6 / wall:>6.1f}")
+              f" {row['unchanged']:>6} {row['bytes'] / 1e6:>8.2f} {row['sessions'] / wall:>10.1f}"
+              f" {row['turns'] / wall:>8.0f}")
+    print(f"a second run costs {second['cpu_s'] / max(first['cpu_s'], 1e-9):.1%} of the first's CPU time"
+          f" ({second['wall_s'] / max(first['wall_s'], 1e-9):.1%} of its wall time)")
 
 
 if __name__ == "__main__":

@@ -431,8 +431,9 @@ def import_(ctx: click.Context, sources: tuple[str, ...], format_: str, replace:
 
     With --format claude-code or codex, each SOURCE is a transcript or a folder of them (none: the
     tool's own folder). Sessions, roles, times, tool calls and the project are kept; what the host
-    injected is left out; turns stored by an earlier run are skipped, so running it again imports
-    only what is new. A file that is not such a transcript is refused and nothing is stored.
+    injected is left out; each file is read from where the last run stopped (an unchanged one not at
+    all), so running it again reads and imports only what is new. A file that is not such a
+    transcript is refused and nothing is stored.
 
     \b
     Example:
@@ -514,6 +515,8 @@ def _import_transcripts(ctx: click.Context, paths: list[Path], format_: str, qui
         f"Imported {counted(report.turns, 'turn')} from {counted(report.files, 'file')}"
         f" ({counted(report.sessions, 'session')}, {report.new_sessions} with new turns;"
         f" {counted(report.already_stored, 'turn')} already stored)", err=True)
+    if report.unchanged:
+        click.echo(f"{counted(report.unchanged, 'file')} unchanged since the last import: not read", err=True)
     for noun, reasons in (("record", report.skipped), ("file", report.files_skipped)):
         if reasons:
             click.echo(f"Skipped {counted(sum(reasons.values()), noun)}: "

@@ -3,14 +3,15 @@
 A hook must answer in tens of milliseconds, and consolidating a long session takes longer. So
 SessionStart (for a large backlog of the project's earlier sessions), PreCompact and SessionEnd
 start ``python -m harness_mem.hook_consolidation DB --namespace N SESSION…``: a detached process
-that consolidates those sessions with the rules (no model is loaded, as on every hook path) and
-exits. One runs per store at a time (a lock file beside the hook writer's socket): the catch-up at
-SessionStart starts none while one runs (it would redo the same backlog), and the session that
-ends meanwhile waits its turn. Two at once would still be safe, only wasteful: consolidation is
-incremental and each session's watermark moves in the transaction that writes its entries
-(:mod:`harness_mem.experience.consolidate`).
+that consolidates those sessions with the rules (no model is loaded, as on every hook path), asks
+the store's hook writer to embed what it derived, and exits. One runs per store at a time (a lock
+file beside the hook writer's socket): the catch-up at SessionStart starts none while one runs (it
+would redo the same backlog), and the session that ends meanwhile waits its turn. Two at once
+would still be safe, only wasteful: consolidation is incremental and each session's watermark
+moves in the transaction that writes its entries (:mod:`harness_mem.experience.consolidate`).
 
-The top of this module imports only the standard library: the hooks import it to start one.
+The top of this module imports only the standard library and modules that do (the hooks import it
+to start one).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 
-from . import runtime
+from . import hook_writer, runtime
 
 __all__ = ["lock_path", "main", "run", "running", "start"]
 
@@ -89,7 +90,10 @@ def run(db: str, namespace: str, sessions: Sequence[str], *, wait: bool = False)
         if not free:
             return 0  # another one runs: it or the next hook takes these sessions
         with MemoryStore(db, namespace=namespace, embedder=None, redactor="default") as store:
-            return sum(bool(consolidate(store, session=session).sessions) for session in sessions)
+            changed = sum(bool(consolidate(store, session=session).sessions) for session in sessions)
+    if changed:  # what was derived gets its vectors from the writer's embedder, now rather than at the next hook
+        hook_writer.ask_to_embed(os.path.realpath(db), namespace)
+    return changed
 
 
 def main(argv: list[str] | None = None) -> int:

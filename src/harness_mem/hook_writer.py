@@ -26,10 +26,11 @@ exits after :data:`DEFAULT_IDLE_SECONDS` without a request (``$HARNESS_MEM_WRITE
 removing its socket. Nothing but the store's own (redacted) write puts a turn's text on disk.
 
 The wire format: the hook sends one JSON header line (:data:`PROTOCOL`, event, database, namespace,
-working directory, event id), then the host's bytes as they came, then closes its sending side; the writer
+working directory, event id, purpose), then the host's bytes as they came, then closes its sending side; the writer
 answers one JSON line: ``{"status": "ok", "output": …, "notices": […]}``, ``{"status": "error", "message": …}``
 (the one-line error the in-process path prints), or ``{"status": "retry"}`` (not this writer's
-store: the hook answers in process).
+store: the hook answers in process). A header whose ``purpose`` is :data:`EMBED_PURPOSE` is no
+hook's: a background consolidation says it wrote entries, and the writer's embedder embeds them.
 
 The top of this module imports only the standard library: every hook imports it to reach the writer.
 """
@@ -76,6 +77,9 @@ DETACHED_RETRY_SECONDS = 0.5
 # sun_path holds 108 bytes on Linux and 104 on macOS, the terminating NUL included.
 MAX_SOCKET_PATH_BYTES = 103
 RAISE_ERRORS_ENV = "HARNESS_MEM_RAISE_ERRORS"
+#: A request's purpose when it is not a hook's: another process (a background consolidation) wrote
+#: entries beside the writer, which its embedder would otherwise leave without vectors until the next hook.
+EMBED_PURPOSE = "embed"
 
 
 class Reply(NamedTuple):
@@ -125,7 +129,7 @@ def is_own_user(connection: socket.socket) -> bool:
 
 
 def ask(db: str, namespace: str, event: str, raw: bytes, *, timeout: float = ACK_TIMEOUT,
-        event_id: str | None = None, detach: bool = True) -> Reply | None:
+        event_id: str | None = None, detach: bool = True, purpose: str = "hook") -> Reply | None:
     """The running writer's answer to one hook; None when no writer answered (none running, a stale
     socket, a writer that died before its ack, or one for another store): the hook stores its turn
     itself. A writer that took the request but sends no ack within ``timeout`` will still store it:
@@ -137,7 +141,7 @@ def ask(db: str, namespace: str, event: str, raw: bytes, *, timeout: float = ACK
         return None
     event_id = event_id or new_event_id()
     header = {"protocol": PROTOCOL, "event": event, "db": db, "namespace": namespace, "cwd": _cwd(),
-              "event_id": event_id}
+              "event_id": event_id, "purpose": purpose}
     request = json.dumps(header).encode() + b"\n" + raw
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
         try:
@@ -160,6 +164,12 @@ def ask(db: str, namespace: str, event: str, raw: bytes, *, timeout: float = ACK
     except ValueError:  # nothing (the writer died before its ack) or cut short
         message = None
     return _reply(message)
+
+
+def ask_to_embed(db: str, namespace: str) -> bool:
+    """Tell the running writer for ``db`` (a resolved path) and ``namespace`` that entries were
+    written beside it, for its embedder; False when no writer answered (the next one embeds them)."""
+    return ask(db, namespace, "", b"", detach=False, purpose=EMBED_PURPOSE) is not None
 
 
 def wait_detached(connection: socket.socket, db: str, namespace: str, event: str, raw: bytes,
@@ -388,6 +398,9 @@ def _handle(connection: socket.socket, store: MemoryStore, db: str, namespace: s
     if not _is_file(db, identity):  # deleted or replaced: writing on would go to a file no one reads
         _send(connection, {"status": "retry"})
         return False
+    if header.get("purpose") == EMBED_PURPOSE:  # nothing to store: the loop wakes the embedder
+        _send(connection, {"status": "ok", "output": None, "notices": []})
+        return True
     _enter(header.get("cwd"))
     _send(connection, _answer(store, str(header.get("event")), raw, _event_id(header)))
     return True

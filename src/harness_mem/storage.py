@@ -480,6 +480,28 @@ class Storage(ABC):
         """Mark an entry as replaced by the entry ``by`` (inside a transaction)."""
 
     @abstractmethod
+    def set_tags(self, pk: int, tags: str) -> None:
+        """Give an entry these tags (a JSON list, in their stored form; inside a transaction)."""
+
+    def move_session_tag(self, namespace: str, session: str, old: str, new: str, *, family: str) -> int:
+        """Tag ``session``'s current entries ``new`` instead of ``old``, and ``new`` those that have
+        no tag starting with ``family`` (what was derived from the session before such tags were
+        passed on), in one transaction; tags in their stored form. Returns how many changed."""
+        changed = 0
+        with self.transaction():
+            offset = 0
+            while rows := self.session_rows(namespace, session, offset, 500):
+                offset += len(rows)
+                for row in rows:
+                    tags = [t for t in json.loads(row.tags) if t != old]
+                    if not any(t.startswith(family) for t in tags):
+                        tags.append(new)
+                    if tags != json.loads(row.tags) and row.pk is not None:
+                        self.set_tags(row.pk, json.dumps(tags))
+                        changed += 1
+        return changed
+
+    @abstractmethod
     def purge(self, now: int, *, namespace: str | None = None, forgotten: bool = True,
               limit: int | None = None) -> tuple[int, int]:
         """Delete expired (and, with ``forgotten``, forgotten) entries with their derived rows, in

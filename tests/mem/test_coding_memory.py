@@ -120,6 +120,7 @@ def test_decisions_of_one_session_brief_the_next_and_never_another_repository(tm
         assert said in start, said
     assert "github.com/client-a/myproj" in start and time.strftime("%Y-%m-%d") in start
     assert not any(chatter.rstrip(".") in start for chatter in CHATTER) and "Run the tests" not in start, start
+    assert "The team will use Postgres for billing." in start and "and others" not in start  # the team decided
     assert "MySQL" not in start  # B's
     assert len(start) / claude_code.CHARS_PER_TOKEN <= claude_code.CONTEXT_TOKENS
 
@@ -150,6 +151,17 @@ def test_session_start_consolidates_a_small_backlog_itself(tmp_path: Path, db: P
     say(tmp_path, db, repo, "s-1", ["Never push to main.", "Commit."])
     start = context(hook(tmp_path, db, "SessionStart", repo, "s-2", source="startup"), "SessionStart")
     assert "Never push to main" in start and "Commit" not in start
+
+
+def test_pre_compact_consolidates_the_session_so_far_in_the_background(tmp_path: Path, db: Path) -> None:
+    """A long session compacted mid-way: PreCompact answers at once and consolidates what was said
+    so far in the background; a session started meanwhile in the repository has it."""
+    repo = git_repo(tmp_path / "shop", "git@github.com:acme/shop.git")
+    say(tmp_path, db, repo, "s-1", ["We'll use Postgres for billing.", "Run the tests."])
+    assert hook(tmp_path, db, "PreCompact", repo, "s-1", trigger="auto", custom_instructions="") is None
+    assert wait_for(lambda: facts_of(db, repo) == ["The team will use Postgres for billing."]), facts_of(db, repo)
+    start = context(hook(tmp_path, db, "SessionStart", repo, "s-2", source="startup"), "SessionStart")
+    assert "Postgres for billing" in start and "Run the tests" not in start
 
 
 def test_a_large_backlog_is_consolidated_in_the_background_not_in_the_hook(tmp_path: Path, db: Path) -> None:
@@ -213,10 +225,10 @@ def test_consolidation_corrects_a_decision_only_within_its_project(tmp_path: Pat
             consolidate(store, session=session)
         current = {e.content: e.tags for e in store.list(kind="fact")}
         replaced = [e.content for e in store.list(kind="fact", include_superseded=True) if e.superseded_by]
-    assert replaced == ["The user and others will use Postgres for billing."]  # by A's own later decision
+    assert replaced == ["The team will use Postgres for billing."]  # by A's own later decision
     assert {text: [t for t in tags if t.startswith("project:")] for text, tags in current.items()} == {
-        "The user and others will use MySQL for billing.": ["project:/home/me/clientB/shop"],
-        "The user and others will use SQLite for billing.": ["project:github.com/acme/shop"],
+        "The team will use MySQL for billing.": ["project:/home/me/clientB/shop"],
+        "The team will use SQLite for billing.": ["project:github.com/acme/shop"],
     }
 
 
@@ -245,7 +257,7 @@ def test_a_session_starts_with_the_projects_rules_then_its_open_threads_then_the
     block = {title: lines[start + 1:end] for title, start, end in
              zip(claude_code.CONTEXT_GROUPS, (rules, threads, others), (threads, others, len(lines) - 1), strict=True)}
     assert [line.split(": ", 1)[1] for line in block["Decisions, conventions and setup:"]] == [
-        "The user and others will use Postgres for billing.",
+        "The team will use Postgres for billing.",
         "Deploys go out on Tuesdays after 2 pm via the deploy-bot."]  # newest first
     assert any("retry wrapper" in line for line in block["Open threads, left for later:"])
     assert any("billing docs to the wiki" in line for line in block["Other facts:"])
@@ -265,3 +277,57 @@ def test_the_same_decision_in_two_projects_is_each_ones(tmp_path: Path) -> None:
             (fact,) = store.list(kind="fact", tags=[project.tag])
             assert "Never push directly to main" in fact.content
         assert len(list(store.list(kind="fact"))) == 2
+
+
+def test_turns_an_older_version_tagged_by_directory_name_go_back_to_their_own_repository(tmp_path: Path,
+                                                                                           db: Path) -> None:
+    """Stores written before a project was its repository tag turns ``project:myproj`` for both
+    ``clientA/myproj`` and ``clientB/myproj``. Such a tag is given to no one; a SessionStart in a
+    directory re-tags the old sessions Claude Code recorded there (their transcripts lie beside its
+    own, and name the directory), what consolidation derived from them included."""
+    a = git_repo(tmp_path / "clientA" / "myproj", "git@github.com:client-a/myproj.git")
+    b = git_repo(tmp_path / "clientB" / "myproj")
+    folders = {repo: tmp_path / "home" / ".claude" / "projects" / str(repo).replace("/", "-") for repo in (a, b)}
+    old = [(a, "old-a", "We'll use Postgres for billing."), (b, "old-b", "We'll use MySQL for billing.")]
+    with MemoryStore(db, embedder=None) as store:  # as the hooks of an older version wrote them
+        for repo, session, text in old:
+            store.add(text, kind="turn", role="user", session=session, source="claude-code",
+                      tags=["role:user", f"session:{session}", "project:myproj"],
+                      metadata={"host": "claude-code", "event": "UserPromptSubmit"})
+            folders[repo].mkdir(parents=True)
+            (folders[repo] / f"{session}.jsonl").write_text(json.dumps(
+                {"type": "user", "uuid": "u1", "sessionId": session, "cwd": str(repo),
+                 "timestamp": "2025-06-01T10:00:00.000Z", "message": {"role": "user", "content": text}}) + "\n")
+        # What consolidation derived back then carried no project at all.
+        store.add("Redis holds the session cache.", kind="fact", session="old-a", tags=["consolidated"])
+
+    def start(repo: Path, session: str) -> str:
+        transcript = str(folders[repo] / f"{session}.jsonl")
+        return context(hook(tmp_path, db, "SessionStart", repo, session, source="startup", transcript_path=transcript),
+                       "SessionStart")
+
+    # A session whose transcript is elsewhere adopts nothing, and a basename tag reaches no one.
+    elsewhere = context(hook(tmp_path, db, "SessionStart", a, "new-0", source="startup"), "SessionStart")
+    assert "billing" not in elsewhere and "Redis" not in elsewhere
+    in_a, in_b = start(a, "new-a"), start(b, "new-b")
+    assert "Postgres for billing" in in_a and "Redis holds the session cache" in in_a and "MySQL" not in in_a
+    assert "MySQL for billing" in in_b and "Postgres" not in in_b and "Redis" not in in_b
+    with MemoryStore(db, embedder=None) as store:
+        assert store.count(tags=["project:myproj"]) == 0
+        tags = {e.content: [t for t in e.tags if t.startswith("project:")] for e in store.list(kind="turn")}
+    assert tags == {"We'll use Postgres for billing.": ["project:github.com/client-a/myproj"],
+                    "We'll use MySQL for billing.": [f"project:{b}"]}
+
+
+def test_on_each_engine_a_sessions_basename_tag_moves_to_its_repository(engine_store: MemoryStore) -> None:
+    store = engine_store
+    store.add("We'll use Postgres for billing.", role="user", session="old-a", tags=["project:myproj", "role:user"])
+    store.add("Postgres for billing.", kind="fact", session="old-a", tags=["consolidated"])
+    store.add("We'll use MySQL for billing.", role="user", session="old-b", tags=["project:myproj"])
+    moved = store.storage.move_session_tag(store.namespace, "old-a", "project:myproj", "project:github.com/a/myproj",
+                                           family="project:")
+    assert moved == 2
+    assert {e.content: e.tags for e in store.list()} == {
+        "We'll use Postgres for billing.": ("role:user", "project:github.com/a/myproj"),
+        "Postgres for billing.": ("consolidated", "project:github.com/a/myproj"),
+        "We'll use MySQL for billing.": ("project:myproj",)}

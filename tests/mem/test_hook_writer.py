@@ -474,3 +474,41 @@ def test_a_turn_stored_through_the_writer_is_found_by_meaning_without_a_reindex(
     while not found() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert found()
+
+
+@pytest.mark.real_model
+def test_what_a_session_end_derives_in_the_background_gets_its_vectors_with_no_further_hook(
+        tmp_path: Path, runtime_dir: Path) -> None:
+    db = tmp_path / "vectors.db"
+    MemoryStore(db).close()  # a file with the model's vectors
+    start_writer(tmp_path, db, runtime_dir)
+    assert hook(tmp_path, "UserPromptSubmit", db, prompt("We'll use Postgres for billing.")).returncode == 0
+
+    def missing() -> int:
+        with MemoryStore(db, embedder=None) as store:
+            return store.storage.missing_vectors()
+
+    def facts() -> list[str]:
+        with MemoryStore(db, embedder=None) as store:
+            return [e.content for e in store.list(kind="fact")]
+
+    def wait_for(condition: Any) -> bool:
+        deadline = time.monotonic() + 300  # the writer loads the model first: seconds on a busy machine
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return bool(condition())
+
+    assert wait_for(lambda: missing() == 0)  # the prompt, embedded by the writer
+    done = hook(tmp_path, "SessionEnd", db, {"session_id": SESSION, "cwd": "/work/shop", "reason": "logout"})
+    assert done.returncode == 0, done.stderr
+    assert wait_for(lambda: facts() == ["The team will use Postgres for billing."])
+    # The consolidation ran in its own process, without the model: the writer embeds what it derived.
+    assert wait_for(lambda: missing() == 0)
+
+
+def test_an_event_named_like_the_writers_own_request_is_still_refused_in_one_line(tmp_path: Path, db: Path,
+                                                                                   runtime_dir: Path) -> None:
+    start_writer(tmp_path, db, runtime_dir)
+    done = hook(tmp_path, hook_writer.EMBED_PURPOSE, db, b"")
+    assert done.returncode == 1 and done.stderr.startswith("Error: unknown hook event 'embed'"), done.stderr
+    assert done.stderr.count("\n") == 1

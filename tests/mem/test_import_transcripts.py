@@ -111,21 +111,80 @@ def test_a_folder_marks_the_sub_agent_and_passes_over_other_files(tmp_path: Path
     assert all(r["session"] == "5f0c-session-a" for r in rows)
 
 
-def test_a_second_run_imports_nothing_and_appended_lines_come_on_the_next(tmp_path: Path, claude: Path) -> None:
+def test_a_second_run_reads_nothing_and_appended_lines_come_on_the_next(tmp_path: Path, claude: Path) -> None:
     db = tmp_path / "m.db"
     first = report_of(run(db, "--format", "claude-code", str(claude), "--json"))
     again = report_of(run(db, "--format", "claude-code", str(claude), "--json"))
-    assert again["turns"] == 0 and again["new_sessions"] == 0
-    assert again["already_stored"] == first["turns"]
-    assert again["skipped"] == first["skipped"]
-    append(claude / SESSION_FILE,
+    # Not a byte of an unchanged file is read again: its position is in the store's settings.
+    assert (again["files"], again["unchanged"], again["bytes"]) == (2, 2, 0)
+    assert again["turns"] == again["already_stored"] == again["new_sessions"] == 0 and again["skipped"] == {}
+    session = claude / SESSION_FILE
+    size = session.stat().st_size
+    append(session,
            claude_record("a-09", "user", "Now run the whole suite."),
            claude_record("a-10", "assistant", [{"type": "text", "text": "All 212 tests pass."}]))
     third = report_of(run(db, "--format", "claude-code", str(claude), "--json"))
-    assert (third["turns"], third["already_stored"]) == (2, first["turns"])
+    # Only the appended lines are read, and give only the new turns.
+    assert (third["turns"], third["already_stored"], third["skipped"]) == (2, 0, {})
+    assert (third["unchanged"], third["bytes"]) == (1, session.stat().st_size - size)
     rows = entries(db)
     assert len(rows) == first["turns"] + 2 == len({r["id"] for r in rows})
     assert rows[-1]["content"] == "All 212 tests pass."
+    assert "2 files unchanged since the last import: not read" in run(db, "--format", "claude-code", str(claude)).stderr.decode()
+
+
+def test_a_rewritten_or_truncated_file_is_read_in_full_and_stores_nothing_twice(tmp_path: Path, claude: Path) -> None:
+    session = claude / SESSION_FILE
+    original = session.read_bytes()
+    files, _ = find_transcripts([session], "claude-code")
+    with MemoryStore(tmp_path / "m.db", embedder=None) as store:
+        first = import_transcripts(store, files, "claude-code")
+        # Rewritten with the same size: an edited line (a-08's reply), the file as long as before.
+        session.write_bytes(original.replace(b"now uses the frozen clock", b"NOW USES THE FROZEN CLOCK"))
+        rewritten = import_transcripts(store, files, "claude-code")
+        assert rewritten.bytes == len(original) and rewritten.already_stored == first.turns
+        session.write_bytes(original[: len(original) // 2].rpartition(b"\n")[0] + b"\n")  # truncated
+        truncated = import_transcripts(store, files, "claude-code")
+        assert truncated.bytes == session.stat().st_size and truncated.turns == 0
+        assert store.count() == first.turns
+
+
+def test_a_tool_call_waiting_for_its_result_is_read_again_with_it(tmp_path: Path, claude: Path) -> None:
+    session = claude / SESSION_FILE
+    files, _ = find_transcripts([session], "claude-code")
+    append(session, claude_record("a-09", "assistant", [{"type": "tool_use", "id": "toolu_09", "name": "Bash",
+                                                         "input": {"command": "pytest -q"}}]))
+    with MemoryStore(tmp_path / "m.db", embedder=None) as store:
+        first = import_transcripts(store, files, "claude-code")
+        assert first.skipped["tool call without its result"] == 1
+        # The host writes the result's record later, and half a line of the next one (still being written).
+        append(session, claude_record("a-10", "user", [{"type": "tool_result", "tool_use_id": "toolu_09",
+                                                        "content": "212 passed"}]))
+        with session.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(claude_record("a-11", "assistant", "All green."))[:40])
+        second = import_transcripts(store, files, "claude-code")
+        assert second.turns == 1 and store.get("claude-code:a-10:toolu_09").content.endswith("\n212 passed")
+        with session.open("a", encoding="utf-8") as out:  # the line is finished
+            out.write(json.dumps(claude_record("a-11", "assistant", "All green."))[40:] + "\n")
+        third = import_transcripts(store, files, "claude-code")
+        assert (third.turns, third.already_stored) == (1, 0) and store.get("claude-code:a-11").content == "All green."
+        assert store.count() == first.turns + 2
+
+
+def test_a_codex_file_read_from_where_it_stopped_keeps_its_session_and_line_ids(tmp_path: Path, codex: Path) -> None:
+    path = next(codex.rglob("rollout-2025-06-01*.jsonl"))
+    files, _ = find_transcripts([path], "codex")
+    with MemoryStore(tmp_path / "m.db", embedder=None) as store:
+        import_transcripts(store, files, "codex")
+        lines = len(path.read_bytes().splitlines())
+        append(path, {"timestamp": "2025-06-01T09:10:00.000Z", "type": "response_item",
+                      "payload": {"type": "message", "role": "user", "content": [
+                          {"type": "input_text", "text": "Ship the cart fix."}]}})
+        again = import_transcripts(store, files, "codex")
+        assert (again.turns, again.already_stored) == (1, 0)
+        turn = store.get(f"codex:7d2e:{lines + 1}")  # numbered as a whole read numbers it
+        assert turn.session == "7d2e" and turn.content == "Ship the cart fix."
+        assert "project:/home/ada/repos/webshop" in turn.tags  # from the header, read again
 
 
 def test_tool_turns_are_cut_as_the_hooks_cut_them(tmp_path: Path, claude: Path) -> None:
@@ -187,7 +246,7 @@ def test_codex_sessions_of_both_generations(tmp_path: Path, codex: Path) -> None
     assert (old["role"], old["content"], old["created_at"]) == ("user", "Rename utils.py to helpers.py",
                                                                 "2025-04-01T08:00:00.000Z")
     again = report_of(run(db, "--format", "codex", str(codex), "--json"))
-    assert (again["turns"], again["already_stored"]) == (0, report["turns"])
+    assert (again["turns"], again["unchanged"], again["bytes"]) == (0, 2, 0)
 
 
 @pytest.mark.parametrize("format_", ["claude-code", "codex"])
@@ -273,7 +332,7 @@ def test_the_python_api_counts_progress_in_the_bytes_it_read(tmp_path: Path, cla
         hits = store.recall("frozen clock fixture", mode="keyword", tags=["sidechain"])
         assert hits and all("sidechain" in h.entry.tags for h in hits)
         again = import_transcripts(store, files, "claude-code")
-        assert (again.turns, again.already_stored) == (0, report.turns)
+        assert (again.turns, again.unchanged) == (0, len(files))
         assert store.count() == report.turns
 
 
@@ -285,11 +344,11 @@ def test_on_each_engine_a_second_run_writes_nothing_and_a_forgotten_turn_stays_f
         first = import_transcripts(store, files, format_)
         assert first.turns == sum((CLAUDE_TURNS if format_ == "claude-code" else CODEX_TURNS).values())
         again = import_transcripts(store, files, format_)
-        assert (again.turns, again.already_stored) == (0, first.turns)
+        assert (again.turns, again.unchanged, again.bytes) == (0, len(files), 0)
     total = store.count()
     assert store.forget("claude-code:a-01") == 1
-    files, _ = find_transcripts([claude / SESSION_FILE], "claude-code")
-    assert import_transcripts(store, files, "claude-code").turns == 0
+    copy = Path(shutil.copy(claude / SESSION_FILE, claude / "copy.jsonl"))  # another file: read in full
+    assert import_transcripts(store, [copy], "claude-code").turns == 0
     assert store.count() == total - 1
 
 
@@ -302,7 +361,8 @@ def test_an_id_the_redactor_changes_is_still_found_on_the_next_run(tmp_path: Pat
         with store.stored_forms():
             assert [e.id for e in store.list() if "address" in e.content] != ["claude-code:ada@example.com"]
         assert store.get("claude-code:ada@example.com").content.startswith("a uuid no tool")
-        again = import_transcripts(store, files, "claude-code")
+        copy = Path(shutil.copy(path, tmp_path / "copy.jsonl"))  # another file, read in full: ids dedupe
+        again = import_transcripts(store, [copy], "claude-code")
         assert (again.turns, again.already_stored) == (0, first.turns)
 
 
@@ -363,7 +423,7 @@ def test_records_of_any_odd_shape_give_turns_or_reasons_never_an_error() -> None
     import random
 
     from harness_mem.importers import claude_code, codex
-    from harness_mem.importers.turns import ImportedTurn, Skipped
+    from harness_mem.importers.turns import ImportedTurn, Resume, Skipped
 
     rng = random.Random(36)
     header = json.dumps({"type": "session_meta", "payload": {"id": "s", "timestamp": "2025-01-01T00:00:00Z"}})
@@ -378,5 +438,5 @@ def test_records_of_any_odd_shape_give_turns_or_reasons_never_an_error() -> None
         payload["type"] = rng.choice(["message", "function_call", "function_call_output", "local_shell_call", 3])
         items += codex.read(Path("r.jsonl"), [(1, header), (2, json.dumps({"type": "response_item", "payload": payload}))])
         for item in items:
-            assert isinstance(item, Skipped) or (isinstance(item, ImportedTurn) and isinstance(item.text, str)
+            assert isinstance(item, Skipped | Resume) or (isinstance(item, ImportedTurn) and isinstance(item.text, str)
                                                  and isinstance(item.session, str))

@@ -977,6 +977,9 @@ class PostgresStorage(Storage):
     def mark_superseded(self, pk: int, by: str, when: int) -> None:
         self._run("UPDATE entries SET superseded_by = %s, superseded_at = %s WHERE pk = %s", (by, when, pk))
 
+    def set_tags(self, pk: int, tags: str) -> None:
+        self._run("UPDATE entries SET tags = %s WHERE pk = %s", (tags, pk))
+
     def purge(self, now: int, *, namespace: str | None = None, forgotten: bool = True,
               limit: int | None = None) -> tuple[int, int]:
         with self.transaction():

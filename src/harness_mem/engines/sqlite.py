@@ -606,6 +606,9 @@ class SQLiteStorage(Storage):
     def mark_superseded(self, pk: int, by: str, when: int) -> None:
         self.conn.execute("UPDATE entries SET superseded_by = ?, superseded_at = ? WHERE pk = ?", (by, when, pk))
 
+    def set_tags(self, pk: int, tags: str) -> None:
+        self.conn.execute("UPDATE entries SET tags = ? WHERE pk = ?", (tags, pk))
+
     def purge(self, now: int, *, namespace: str | None = None, forgotten: bool = True,
               limit: int | None = None) -> tuple[int, int]:
         with self.transaction():

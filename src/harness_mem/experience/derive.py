@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from .facts import chatter, correction, fact_about, fact_kind, open_thread, revises
 from .segments import segment
-from .statements import Statement, content_words, display_name, sentences, statements
+from .statements import Statement, as_the_team, content_words, display_name, sentences, statements
 from .timephrases import format_day
 
 __all__ = ["Derivation", "DerivedFact", "DerivedSegment", "SpokenTurn", "condensed", "derive", "fact_id", "segment_id"]
@@ -53,6 +53,7 @@ _NOT_FACT_SOURCES = frozenset({"assistant", "system", "tool"})
 # deployed and answers 200"). Never its events or corrections.
 _PROJECT_KINDS = frozenset({"decision", "convention", "setup"})
 _FOR_THE_TEAM = re.compile(r"^(?:we|we've|we're|our)\b", re.IGNORECASE)
+_TEAM_SPEAKS = re.compile(r"^(?:we|our|let's|let us)\b", re.IGNORECASE)  # "We'll …", "Let's go with …"
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,7 @@ def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None 
     """The segments and facts of a session's turns (in order; ``vectors`` row for row, or None)."""
     people = _speakers(turns)
     asked = [i > 0 and turns[i - 1].role != turn.role and _asks(turns[i - 1].content) for i, turn in enumerate(turns)]
-    said = [[(s, _kind(turn.role, s, people, answers=asked[i])) for s in _statements(turn, people)]
+    said = [[_for_the_team(s, _kind(turn.role, s, people, answers=asked[i]), turn.day) for s in _statements(turn, people)]
             for i, turn in enumerate(turns)]
     segments = []
     parts = segment([t.content for t in turns], vectors)
@@ -217,6 +218,14 @@ def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None 
         sources = (turns[i - 1].id, turns[i].id) if asked[i] else (turns[i].id,)
         facts += _facts(found, sources, personal=turns[i].role not in _NOT_FACT_SOURCES)
     return Derivation(segments, facts, parts)
+
+
+def _for_the_team(statement: Statement, kind: str | None, day: date | None) -> tuple[Statement, str | None]:
+    """A project's decision, convention or setup said with "we" or "let's" is the team's (see
+    :func:`.statements.as_the_team`); any other statement stays the speaker's."""
+    if kind in _PROJECT_KINDS and _TEAM_SPEAKS.match(statement.said):
+        return as_the_team(statement, day), kind
+    return statement, kind
 
 
 def _asks(text: str) -> bool:

@@ -212,10 +212,12 @@ def rewrite(sentence: str, speaker: str, listener: str | None) -> str:
     s = re.sub(r"\bI'll\b|\bI will\b", _SELF + " will", s)
     s = re.sub(r"\bI (?P<rest>(?:[A-Za-z]+ ){0,1}[A-Za-z]+)", _conjugate_after_i, s)
     s = re.sub(r"\b(?:[Mm]yself|[Oo]urselves)\b", "themselves", s)
-    if speaker == ASSISTANT:  # an assistant's "we" is the team it works for: "we switched to argon2id"
+    if speaker in (ASSISTANT, TEAM):  # an assistant's "we" is the team it works for: "we switched to argon2id"
         s = re.sub(r"\b(?:[Oo]ur|[Oo]urs)\b", f"{TEAM}'s", s)
         s = re.sub(r"\b[Ww]e're\b|\b[Ww]e are\b", f"{TEAM} is", s)
         s = re.sub(r"\b[Ww]e've\b", f"{TEAM} has", s)
+        s = re.sub(r"\b[Ww]e'll\b", f"{TEAM} will", s)
+        s = re.sub(r"\b[Ww]e'd\b", f"{TEAM} would", s)
         s = re.sub(r"\b[Ww]e\b|\bus\b", TEAM, s)
     # Named once; after that "their" and "them" ("Gina quit their job"), as a person would write it.
     s = re.sub(r"\b(?:[Mm]y|[Mm]ine|[Oo]ur|[Oo]urs)\b",
@@ -258,6 +260,15 @@ def worth(sentence: str) -> float:
     score += 0.4 if re.search(r"\d", stripped) else 0.0
     score -= 1.0 if re.search(r"\byou\b", stripped, re.IGNORECASE) and not _FIRST_PERSON.search(stripped) else 0.0
     return max(score, 0.0)
+
+
+def as_the_team(statement: Statement, said_on: date | None) -> Statement:
+    """``statement`` as the team's: in a project, "We'll use Postgres for billing" and "Let's go
+    with Redis" are what the team decided ("The team will use …"), not "The user and others will …"."""
+    text = rewrite(statement.said, TEAM, statement.listener)
+    if said_on is not None:
+        text = resolve_dates(text, said_on)
+    return Statement(text, statement.turn_id, TEAM, statement.score, statement.said, statement.listener)
 
 
 def sentences(text: str) -> list[str]:

@@ -35,6 +35,7 @@ from .turns import (
     RESULT_WITHOUT_CALL,
     ImportedTurn,
     Item,
+    Resume,
     Skipped,
     block_pattern,
     load_record,
@@ -70,7 +71,7 @@ def recognises(records: list[dict[str, Any]]) -> bool:
 def read(path: Path, lines: Iterable[tuple[int, bytes | str]]) -> Iterator[Item]:
     """The turns of the transcript at ``path`` (its numbered lines), and a :class:`Skipped` for
     every record, or part of one, that gives none."""
-    calls: dict[str, tuple[str, Any]] = {}  # tool_use id -> (name, input), until its result comes
+    calls: dict[str, tuple[str, Any, int]] = {}  # tool_use id -> (name, input, line), until its result comes
     last_time: str | None = None
     for number, raw in lines:
         record = load_record(raw)
@@ -101,6 +102,8 @@ def read(path: Path, lines: Iterable[tuple[int, bytes | str]]) -> Iterator[Item]
         yield from _turns(path, number, record, kind, message.get("content"), calls, last_time)
     for _ in calls:
         yield Skipped(CALL_WITHOUT_RESULT)
+    # A call still waiting for its result is read again next time, when the result may be there.
+    yield Resume(min((line for *_, line in calls.values()), default=None))
 
 
 def _project(cwd: object) -> str | None:
@@ -114,7 +117,7 @@ def _project_of(cwd: str) -> str | None:
 
 
 def _turns(path: Path, number: int, record: dict[str, Any], role: str, content: object,
-           calls: dict[str, tuple[str, Any]], when: str) -> Iterator[Item]:
+           calls: dict[str, tuple[str, Any, int]], when: str) -> Iterator[Item]:
     given = record.get("sessionId")
     session = given if isinstance(given, str) and given else path.stem
     uuid = record.get("uuid")
@@ -142,14 +145,14 @@ def _turns(path: Path, number: int, record: dict[str, Any], role: str, content: 
         if not isinstance(block, dict):
             continue
         if block.get("type") == "tool_use" and isinstance(block.get("id"), str):
-            calls[block["id"]] = (str(block.get("name") or "tool"), block.get("input"))
+            calls[block["id"]] = (str(block.get("name") or "tool"), block.get("input"), number)
         elif block.get("type") == "tool_result":
             use_id = block.get("tool_use_id")
             call = calls.pop(use_id, None) if isinstance(use_id, str) else None
             if call is None:
                 yield Skipped(RESULT_WITHOUT_CALL)
                 continue
-            name, tool_input = call
+            name, tool_input, _ = call
             result = block.get("content")
             body = "\n".join(texts_of(result, "text")) if isinstance(result, list) else result
             more = {"tool": name, **({"error": True} if block.get("is_error") else {})}

@@ -30,6 +30,7 @@ from .turns import (
     RESULT_WITHOUT_CALL,
     ImportedTurn,
     Item,
+    Resume,
     Skipped,
     block_pattern,
     load_record,
@@ -85,7 +86,8 @@ def read(path: Path, lines: Iterable[tuple[int, bytes | str]]) -> Iterator[Item]
     """The turns of the session file at ``path`` (its numbered lines), and a :class:`Skipped` for
     every line that gives none."""
     session: dict[str, Any] | None = None  # what the header said: id, time, tags, metadata
-    calls: dict[str, tuple[str, Any]] = {}  # call_id -> (name, arguments), until its output comes
+    header_line: tuple[int, ...] = ()
+    calls: dict[str, tuple[str, Any, int]] = {}  # call_id -> (name, arguments, line), until its output comes
     for number, raw in lines:
         record = load_record(raw)
         if record is None:
@@ -95,7 +97,7 @@ def read(path: Path, lines: Iterable[tuple[int, bytes | str]]) -> Iterator[Item]
             continue
         header = _header(record)
         if header is not None:
-            session = _session(header, record)
+            session, header_line = _session(header, record), (number,)
             continue
         kind = record.get("type")
         if kind in _WRAPPED:
@@ -118,6 +120,9 @@ def read(path: Path, lines: Iterable[tuple[int, bytes | str]]) -> Iterator[Item]
         yield from _turns(item, number, session, when, calls)
     for _ in calls:
         yield Skipped(CALL_WITHOUT_RESULT)
+    # The next read needs the header again (the session's id and project), and any call still
+    # waiting for its output.
+    yield Resume(min((line for *_, line in calls.values()), default=None), header_line)
 
 
 def _session(header: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +141,7 @@ def _session(header: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _turns(item: dict[str, Any], number: int, session: dict[str, Any], when: str | None,
-           calls: dict[str, tuple[str, Any]]) -> Iterator[Item]:
+           calls: dict[str, tuple[str, Any, int]]) -> Iterator[Item]:
     kind = item.get("type")
     if when is None:
         yield Skipped("no timestamp")
@@ -162,13 +167,13 @@ def _turns(item: dict[str, Any], number: int, session: dict[str, Any], when: str
         if isinstance(call_id, str):
             name = item.get("name") or ("shell" if kind == "local_shell_call" else "tool")
             given = item.get("arguments", item.get("input", item.get("action")))
-            calls[call_id] = (str(name), parsed_json(given))
+            calls[call_id] = (str(name), parsed_json(given), number)
     elif kind in ("function_call_output", "custom_tool_call_output"):
         call = calls.pop(item["call_id"], None) if isinstance(item.get("call_id"), str) else None
         if call is None:
             yield Skipped(RESULT_WITHOUT_CALL)
             return
-        name, arguments = call
+        name, arguments, _ = call
         yield turn("tool", strip_injected(tool_text(name, arguments, _output(item.get("output")))), tool=name)
     else:
         yield record_kind(kind, "item")

@@ -1,12 +1,13 @@
 """Import a coding agent's transcripts: find the files, refuse what is not one, store only what is new.
 
 A backfill reads months of history, and is run again as that history grows, so it is built to be
-re-run: every turn has a stable id (:mod:`.turns`), each batch asks the store which of its ids are
-stored already, and only the others are cut, redacted and written — a second run over unchanged
-files reads them and writes nothing, and lines appended since are imported on the next run. A
-turn forgotten since keeps its tombstone, so an import never brings it back. A session the hooks
-were capturing is imported only up to the hooks' first turn in it: from there on it is stored
-already, in the hooks' own words (a reply whole, a tool's structured result), under other ids.
+re-run: each file is read from where the last run stopped (:mod:`.positions`: an unchanged file is
+not read at all, a grown one only from its new lines), every turn has a stable id (:mod:`.turns`),
+and each batch asks the store which of its ids are stored already, so only the others are cut,
+redacted and written. A turn forgotten since keeps its tombstone, so an import never brings it
+back. A session the hooks were capturing is imported only up to the hooks' first turn in it: from
+there on it is stored already, in the hooks' own words (a reply whole, a tool's structured
+result), under other ids.
 
 A file named on its own that is not a transcript of the format asked for is refused before anything
 is stored (the first records show it: :data:`SNIFF_LINES`); inside a folder such files are counted
@@ -21,6 +22,7 @@ redacted and indexed like every write.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import HarnessMemError, InvalidInputError
 from ..integrations.claude_code import CAPTURE_EVENTS, HOST, TEXT_MAX_CHARS, TOOL_MAX_CHARS
-from ..jsonl import one_line, read_lines
+from ..jsonl import MAX_LINE_BYTES, one_line, read_lines
 from ..models import parse_time
-from . import claude_code, codex
-from .turns import ImportedTurn, Item, Skipped, load_record
+from . import claude_code, codex, positions
+from .turns import ImportedTurn, Item, Resume, Skipped, load_record
 
 if TYPE_CHECKING:
     from ..store import MemoryStore
@@ -87,12 +89,13 @@ class TranscriptReport:
     already_stored: int = 0
     skipped: Counter[str] = field(default_factory=Counter)  # records that give no turn, by reason
     files_skipped: Counter[str] = field(default_factory=Counter)  # files passed over in a folder, by reason
-    bytes: int = 0
+    unchanged: int = 0  # files not read: the same as when the last import read them
+    bytes: int = 0  # bytes read from the files
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": self.format, "files": self.files, "sessions": self.sessions,
                 "new_sessions": self.new_sessions, "turns": self.turns, "already_stored": self.already_stored,
-                "bytes": self.bytes,
+                "unchanged": self.unchanged, "bytes": self.bytes,
                 "skipped": dict(self.skipped.most_common()), "files_skipped": dict(self.files_skipped.most_common())}
 
 
@@ -185,10 +188,20 @@ def import_transcripts(
                 continue
             with stream:
                 report.files += 1
-                read = _Counted(stream)
+                start = positions.start_of(store, kind.name, path, stream.fileno())
+                if start.unchanged:
+                    report.unchanged += 1
+                    if progress is not None:
+                        progress(_size_of(stream))
+                    continue
+                read = _Counted(stream, start)
                 batch: list[ImportedTurn] = []
+                resume: Resume | None = None
                 try:
                     for item in kind.read(path, read.lines()):
+                        if isinstance(item, Resume):
+                            resume = item
+                            continue
                         if isinstance(item, Skipped):
                             report.skipped[item.reason] += 1
                             continue
@@ -206,8 +219,15 @@ def import_transcripts(
                 if batch:
                     added |= _write(store, kind, batch, report)
                 _advance(read, report, progress)
+                position = None if resume is None else read.position(resume)
+                if position is not None:  # only now: the turns before it are written
+                    positions.save(store, kind.name, path, position)
     report.sessions, report.new_sessions = len(sessions), len(added)
     return report
+
+
+def _size_of(stream: Any) -> int:
+    return int(os.fstat(stream.fileno()).st_size)
 
 
 def _captured(store: MemoryStore, kind: TranscriptFormat, turn: ImportedTurn,
@@ -230,17 +250,52 @@ def _captured(store: MemoryStore, kind: TranscriptFormat, turn: ImportedTurn,
 
 
 class _Counted:
-    """A file's numbered lines, counting the bytes read so the progress bar follows the work."""
+    """A file's numbered lines from where :mod:`.positions` says to start, counting the bytes read
+    (so the progress bar follows the work) and where each line starts (so the next run can start at one)."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, start: positions.Start) -> None:
         self.stream = stream
+        self.start = start
         self.done = 0
         self.shown = 0
+        self.spans: dict[int, tuple[int, int]] = {}  # line number -> (offset, length)
+        self.end = start.offset  # where the lines read so far end, their newline included
+        self.last = start.line - 1  # the number of the last line read
+        self.exact = True  # False once a line too long to keep was cut: its length is unknown
 
     def lines(self) -> Iterator[tuple[int, bytes | str]]:
-        for number, raw in enumerate(read_lines(self.stream), start=1):
+        fd = self.stream.fileno()
+        for number, offset, length in self.start.header:
+            header = os.pread(fd, length, offset)
+            self.done += len(header)
+            self.spans[number] = (offset, length)
+            yield number, header
+        self.stream.seek(self.start.offset)
+        for number, raw in enumerate(read_lines(self.stream), start=self.start.line):
             self.done += len(raw) + 1
+            self.exact = self.exact and len(raw) <= MAX_LINE_BYTES
+            self.spans[number] = (self.end, len(raw))
+            self.end += len(raw) + 1
+            self.last = number
             yield number, raw
+
+    def position(self, resume: Resume) -> positions.Position | None:
+        """Where the next run starts, as ``resume`` says; None when it cannot be known (the file
+        is read in full next time)."""
+        if not self.exact:
+            return None
+        fd = self.stream.fileno()
+        stat = os.fstat(fd)
+        last, size = self.last, self.end
+        if last >= self.start.line and os.pread(fd, 1, size - 1) != b"\n":
+            size, last = self.spans[last][0], last - 1  # its last line has no newline yet: it is being written
+        line = last + 1 if resume.line is None else min(resume.line, last + 1)
+        if line not in self.spans and line != last + 1:
+            return None
+        offset = self.spans[line][0] if line in self.spans else size
+        header = tuple((n, *self.spans[n]) for n in resume.header if n in self.spans and n < line)
+        head, tail = positions.fingerprint(fd, size)
+        return positions.Position(size, stat.st_mtime_ns, stat.st_ino, head, tail, line, offset, header)
 
 
 def _advance(read: _Counted, report: TranscriptReport, progress: Callable[[int], None] | None) -> None:

@@ -4,7 +4,8 @@ Readers know nothing of the store: they turn records into :class:`ImportedTurn` 
 ids (a record's own uuid, else its file and line), so that a second run finds what the first one
 stored; :mod:`.transcripts` cuts, redacts (through the store) and writes them. Every record that
 gives no turn gives a :class:`Skipped` with a short reason, which the import counts: a summary says
-what was left out and why, never "150 of 150 lines rejected".
+what was left out and why, never "150 of 150 lines rejected". A reader ends with a :class:`Resume`,
+saying where the next run may start reading.
 """
 
 from __future__ import annotations
@@ -46,7 +47,17 @@ class Skipped:
     reason: str
 
 
-Item = ImportedTurn | Skipped
+@dataclass(frozen=True)
+class Resume:
+    """What a reader gives last: what a later read of the same file, once lines are appended, must
+    read again (:mod:`.positions`): from ``line`` on (a tool call still waiting for its result;
+    None: nothing before the next new line), after the lines ``header`` (the session's header)."""
+
+    line: int | None = None
+    header: tuple[int, ...] = ()
+
+
+Item = ImportedTurn | Skipped | Resume
 
 
 def load_record(raw: bytes | str) -> dict[str, Any] | Skipped | None:

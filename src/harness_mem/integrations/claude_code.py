@@ -28,7 +28,11 @@ one's recall again.
 
 A hook runs as a fresh process on every prompt and tool call, so this module imports nothing heavy
 at the top: the store comes in as an argument, and no embedder is ever loaded on this path (turns
-are written without vectors; ``harness-mem reindex`` embeds them later in a store that has vectors).
+are written without vectors; the hook writer's background embedder gives them theirs a moment
+later, :mod:`harness_mem.background_embedding`).
+
+Turns an older version tagged with their directory's name are given back to their repository at
+SessionStart (:mod:`.basename_tags`).
 Exit status 2 would block the host's prompt or stop, so every failure here is an
 :class:`~harness_mem.errors.InvalidInputError`, which the CLI turns into one line and status 1.
 """
@@ -53,6 +57,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import hook_consolidation, runtime
 from ..errors import InvalidInputError
+from .basename_tags import adopt_sessions
 from .projects import find_project
 
 if TYPE_CHECKING:
@@ -583,6 +588,9 @@ def respond(store: MemoryStore, payload: dict[str, Any], event: str, event_id: s
         after_session(store, payload)
         return None
     if event == CONTEXT_EVENT:
+        project = find_project(payload.get("cwd"))
+        if project is not None:
+            adopt_sessions(store, payload, project)  # the turns an older version tagged by directory name
         catch_up(store, payload)
         context = session_context(store, payload)
         # A SessionStart after /compact or /clear starts the context anew: so does what it was given.
