@@ -63,7 +63,12 @@ class MemoryStore:
 
     :param path: the database file (``":memory:"`` for a throwaway store); defaults to
         ``$HARNESS_MEM_DB`` or ``memory.db`` in the user's data directory.
-    :param namespace: the tenant every read and write is confined to.
+    :param namespace: the tenant every write goes to, and every read reads (default ``"default"``;
+        with ``namespaces``, the first of them).
+    :param namespaces: several namespaces to read at once — a private one and shared ones, say:
+        recall ranks them in one list (each hit's ``entry.namespace`` says where it lives) and
+        :meth:`get` finds an id in any; writes still go to ``namespace`` alone. On PostgreSQL the
+        database lets a role read only the namespaces granted to it (``harness-mem db grant``).
     :param read_only: open an existing, migrated file without the right to change it: every write
         fails, and the daily purge of expired entries (see :meth:`gc`) is not run.
     :param cache_kib: SQLite's page cache for this connection. Warm recall over a large file wants
@@ -83,7 +88,8 @@ class MemoryStore:
         self,
         path: str | os.PathLike[str] | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | None = None,
+        namespaces: Sequence[str] | None = None,
         embedder: Embedder | str | None = "auto",
         redactor: Redactor | Literal["default"] | None = "default",
         read_only: bool = False,
@@ -91,8 +97,7 @@ class MemoryStore:
         identity_key: bytes | str | Literal[False] | None = None,
         rekey: bool = True,
     ) -> None:
-        if not namespace or not isinstance(namespace, str):
-            raise InvalidInputError("namespace must be a non-empty string")
+        namespace, shared = _namespaces(namespace, namespaces)
         if path is None:
             path = default_path()
         #: The engine that keeps this store's rows (see :mod:`harness_mem.storage`).
@@ -114,6 +119,8 @@ class MemoryStore:
         #: The ``identity_key`` this handle was opened with (another handle on the same store takes it).
         self.identity_key = identity_key
         self._given_namespace = namespace
+        self._given_shared = shared
+        self._shared_identities: dict[str, Identities] = {}
         self._own_redactor = redactor == "default"  # the store's own, rebuilt when the store is rekeyed
         try:
             created = self.storage.migrate()
@@ -126,10 +133,14 @@ class MemoryStore:
             #: field, so its pseudonym) and the redactor of every write.
             self.scope = self._scope(namespace, chosen, identity_key)
             confined = self.storage.confined_to
-            if confined is not None and confined != self.namespace:
-                raise StorageError(f"this database role may use namespace {confined!r} only, not {namespace!r}"
-                                   " — open the store in that namespace, or connect as another role")
-            self._recall = Recall(self.storage, self.scope)
+            refused = [given for given in (namespace, *shared)
+                       if confined is not None and (identity(given, self.redactor) or given) not in confined]
+            if refused:
+                allowed = ", ".join(repr(n) for n in sorted(confined or ())) or "none"
+                raise StorageError(f"this database role may read namespaces {allowed} only, not {refused[0]!r}"
+                                   " — open the store in those, have the owner run `harness-mem db grant`,"
+                                   " or connect as another role")
+            self._recall = Recall(self.storage, self.scope, self.namespaces[1:])
             if not self.read_only:
                 maintenance.expire_if_due(self.storage)
         except BaseException:
@@ -187,7 +198,7 @@ class MemoryStore:
                 # A namespace given in its stored form is rekeyed as the rows holding it were.
                 namespace = pseudonyms.rekeyer(key)[0](self._given_namespace)
                 self.scope = self._scope(namespace, redactor, self.identity_key)
-                self._recall.scope = self.scope
+                self._rescoped()
         return changed
 
     def rotate_identity_key(self, progress: Callable[[int, int], None] | None = None) -> rotation.Rotation:
@@ -214,7 +225,7 @@ class MemoryStore:
                 # A namespace given in its stored form is renamed as the rows holding it were.
                 namespace = done.rename(self._given_namespace)
                 self.scope = self._scope(namespace, redactor, self.identity_key)
-                self._recall.scope = self.scope
+                self._rescoped()
         return done
 
     def _scope(self, namespace: str, redactor: Redactor | None, key: bytes | str | Literal[False] | None) -> Scope:
@@ -247,18 +258,50 @@ class MemoryStore:
     def _revealing(self) -> Identities | None:
         return None if getattr(self._local, "stored_forms", 0) else self.identities
 
-    def _revealed(self, entries: Sequence[Entry]) -> list[Entry]:
+    def _revealing_in(self, namespace: str) -> Identities | None:
+        """What reveals the identities of ``namespace`` (as stored): each namespace seals its own."""
         identities = self._revealing()
-        return identities.entries(entries) if identities is not None else list(entries)
+        if identities is None or namespace == self.namespace:
+            return identities
+        if namespace not in self._shared_identities:
+            settings = Settings.from_env()
+            given = self.identity_key
+            self._shared_identities[namespace] = Identities(
+                self.storage, namespace, given=given if given is not None and given is not False else settings.identity_key,
+                config_dir=settings.config_dir(), writable=False)
+        return self._shared_identities[namespace]
+
+    def _revealed(self, entries: Sequence[Entry]) -> list[Entry]:
+        out = list(entries)
+        for namespace in {entry.namespace for entry in entries}:
+            identities = self._revealing_in(namespace)
+            if identities is not None:
+                at = [i for i, entry in enumerate(out) if entry.namespace == namespace]
+                for i, entry in zip(at, identities.entries([out[i] for i in at]), strict=True):
+                    out[i] = entry
+        return out
 
     def _revealed_hits(self, hits: Sequence[Hit]) -> list[Hit]:
-        identities = self._revealing()
-        return identities.hits(hits) if identities is not None else list(hits)
+        out = list(hits)
+        for namespace in {hit.entry.namespace for hit in hits}:
+            identities = self._revealing_in(namespace)
+            if identities is not None:
+                at = [i for i, hit in enumerate(out) if hit.entry.namespace == namespace]
+                for i, hit in zip(at, identities.hits([out[i] for i in at]), strict=True):
+                    out[i] = hit
+        return out
 
     @property
     def namespace(self) -> str:
-        """The namespace every read and write is confined to, as stored."""
+        """The namespace every write goes to, as stored (reads read :attr:`namespaces`)."""
         return self.scope.namespace
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """Every namespace this handle reads, as stored: :attr:`namespace` first, then the shared ones."""
+        redactor = self.scope.redactor
+        shared = (identity(given, redactor) or given for given in self._given_shared)
+        return (self.scope.namespace, *dict.fromkeys(n for n in shared if n != self.scope.namespace))
 
     @property
     def redactor(self) -> Redactor | None:
@@ -270,7 +313,13 @@ class MemoryStore:
         # The pseudonyms sealed so far stay readable; a redactor with another key makes new ones.
         self._own_redactor = False
         self.scope = Scope(self.scope.namespace, redactor, self.scope.sealer if redactor is not None else None)
+        self._rescoped()
+
+    def _rescoped(self) -> None:
+        """After :attr:`scope` changed (a new redactor or key): recall reads the namespaces as now stored."""
         self._recall.scope = self.scope
+        self._recall.shared = self.namespaces[1:]
+        self._shared_identities.clear()
 
     @property
     def embedder(self) -> Embedder | None:
@@ -340,7 +389,7 @@ class MemoryStore:
         background writer): the same namespace, embedder, redactor, identity key and read-only
         flag, opened with what opened this one (a server's password too)."""
         path, cache_kib = self._opened_with
-        return MemoryStore(path, namespace=self.namespace, embedder=self.embedder, redactor=self.redactor,
+        return MemoryStore(path, namespaces=self.namespaces, embedder=self.embedder, redactor=self.redactor,
                            read_only=self.read_only, cache_kib=cache_kib, identity_key=self.identity_key)
 
     def __enter__(self) -> MemoryStore:
@@ -350,7 +399,8 @@ class MemoryStore:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<MemoryStore {str(self.path)!r} namespace={self.namespace!r}>"
+        shared = f" shared={list(self.namespaces[1:])!r}" if len(self.namespaces) > 1 else ""
+        return f"<MemoryStore {str(self.path)!r} namespace={self.namespace!r}{shared}>"
 
     # ---- writes ------------------------------------------------------------------------------
 
@@ -468,10 +518,28 @@ class MemoryStore:
         """Delete an entry and its derived rows; False when there was none."""
         return self.storage.delete(self.namespace, self.scope.key(id) or id)
 
-    def grant(self, role: str) -> None:
-        """Confine the database role ``role`` to this store's namespace (PostgreSQL): a connection
-        as that role reads and writes this namespace alone, whatever namespace it opens."""
-        self.storage.confine(role, self.namespace)
+    def grant(self, role: str, namespace: str | None = None, *, read_only: bool = False) -> None:
+        """Let the database role ``role`` read ``namespace`` (default: this store's), and write it
+        unless ``read_only``, beside the namespaces granted to it before (PostgreSQL). A role
+        granted any namespace is confined: the database lets it reach those alone."""
+        self.storage.grant(role, self._stored_namespace(namespace), read_only=read_only)
+
+    def revoke(self, role: str, namespace: str | None = None) -> bool:
+        """Take ``namespace`` (default: this store's) back from ``role``; False when it had not
+        been granted. A role whose last namespace is taken back reads nothing (it stays confined)."""
+        return self.storage.revoke(role, self._stored_namespace(namespace))
+
+    def grants(self) -> list[tuple[str, str, bool]]:
+        """Every grant: (role, namespace as stored, read-only), by role; a role left with none
+        has one row with an empty namespace."""
+        return self.storage.grants()
+
+    def _stored_namespace(self, namespace: str | None) -> str:
+        if namespace is None:
+            return self.namespace
+        if not namespace or not isinstance(namespace, str):
+            raise InvalidInputError("a namespace must be a non-empty string")
+        return identity(namespace, self.redactor) or namespace
 
     def purge_expired(self) -> int:
         """Delete every expired entry (in all namespaces) with its derived rows; returns how many went.
@@ -566,11 +634,13 @@ class MemoryStore:
 
         ``refresh_ttl`` renews the expiry of an entry written with ``ttl_days``: it expires that
         long from now (a write, so the store must be open for writing)."""
-        row = self.storage.get(self.namespace, self.scope.key(id) or id, now_ms())
+        stored, now = self.scope.key(id) or id, now_ms()
+        # The namespace written first, then each shared one read beside it.
+        row = next((found for namespace in self.namespaces
+                    if (found := self.storage.get(namespace, stored, now)) is not None), None)
         if row is None:
-            raise NotFoundError(
-                f"no entry with id {id!r} in namespace {self.namespace!r} — `harness-mem list` shows the ids"
-            )
+            where = f"namespace {self.namespace!r}" if len(self.namespaces) == 1 else f"namespaces {list(self.namespaces)}"
+            raise NotFoundError(f"no entry with id {id!r} in {where} — `harness-mem list` shows the ids")
         entry = entry_from_row(row)
         return self._revealed(self._renewed([entry]) if refresh_ttl else [entry])[0]
 
@@ -703,7 +773,7 @@ class MemoryStore:
     def _lane(self, kind: str | Sequence[str] | None) -> bool | None:
         """The default ``derived`` filter: derived entries out of a recall that names no kind — a
         filter only where there are some, so a store never consolidated ranks as it always has."""
-        return False if kind is None and self.storage.has_derived(self.namespace) else None
+        return False if kind is None and any(self.storage.has_derived(n) for n in self.namespaces) else None
 
     def embed_queries(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embeddings of many queries in one model call (to pass to :meth:`recall` as ``query_vector``).
@@ -781,6 +851,21 @@ class MemoryStore:
         while page := [entry_from_row(row) for row in itertools.islice(rows, LIST_BATCH)]:
             # A page at a time: one lookup of identities (and one renewal) for each.
             yield from self._revealed(self._renewed(page) if refresh_ttl else page)
+
+
+def _namespaces(namespace: str | None, namespaces: Sequence[str] | None) -> tuple[str, tuple[str, ...]]:
+    """The namespace a store writes, and the others it reads: ``namespace`` (else the first of
+    ``namespaces``, else ``"default"``), and the rest of ``namespaces``."""
+    named = [namespace] if namespace is not None else []
+    if namespaces is not None:
+        if isinstance(namespaces, str) or not isinstance(namespaces, Sequence) or not namespaces:
+            raise InvalidInputError("namespaces must be a non-empty list of namespace names")
+        named += list(namespaces)
+    for name in named:
+        if not name or not isinstance(name, str):
+            raise InvalidInputError("a namespace must be a non-empty string")
+    written, *shared = named or ["default"]
+    return written, tuple(n for n in dict.fromkeys(shared) if n != written)
 
 
 def _check_offset(offset: object) -> None:
