@@ -719,12 +719,14 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
         return
     if not hits:
         click.echo("No matches.", err=True)
+    several = len(ctx.obj["namespaces"]) > 1  # then each hit says where it lives
     for rank, hit in enumerate(hits, start=1):
-        _print_hit(rank, hit)
+        _print_hit(rank, hit, namespace=several)
 
 
-def _print_hit(rank: int, hit: Hit) -> None:
-    click.echo(f"{rank:>2}. [{hit.score:.4g}] {_describe(hit.entry)}")
+def _print_hit(rank: int, hit: Hit, *, namespace: bool = False) -> None:
+    where = f"[{hit.entry.namespace}] " if namespace else ""
+    click.echo(f"{rank:>2}. [{hit.score:.4g}] {where}{_describe(hit.entry)}")
     if hit.entry.superseded_by:
         click.echo(f"    (replaced by {hit.entry.superseded_by})")
     click.echo(f"    {hit.snippet}")
@@ -792,6 +794,24 @@ def _cited_turns(store: MemoryStore, entry: Entry) -> list[Entry]:
         with contextlib.suppress(NotFoundError):
             found.append(store.get(str(turn_id)))
     return found
+
+
+@cli.command()
+@click.argument("entry_id", metavar="ID")
+@click.option("--to", "target", required=True, metavar="NAMESPACE", help="The namespace it moves to (a shared one).")
+@click.pass_context
+def promote(ctx: click.Context, entry_id: str, target: str) -> None:
+    """Move the entry ID from this namespace (-N) into NAMESPACE, a team's shared space, with its
+    history (the versions it corrected, its corrections) and its sources (the turns it was derived
+    from). Nothing is moved when an id is taken there.
+
+    \b
+    Example:
+        harness-mem -N ada promote 01J0Z3V6Q4XK8M2N5P7R9S1T3V --to team
+    """
+    with open_store(ctx) as store:
+        moved = store.promote(entry_id, to=target)
+    click.echo(f"Moved {counted(len(moved), 'entry', 'entries')} to namespace {target!r}: {', '.join(moved)}")
 
 
 @cli.command("list")

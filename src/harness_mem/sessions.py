@@ -58,7 +58,7 @@ def with_sources(storage: Storage, scope: Scope, hits: list[Hit]) -> list[Hit]:
         if (namespace, hit.entry.id) in shown:
             continue
         shown.add((namespace, hit.entry.id))
-        cited = [turn_id for turn_id in _cited(hit.entry) if (namespace, turn_id) not in shown]
+        cited = [turn_id for turn_id in cited_turns(hit.entry) if (namespace, turn_id) not in shown]
         if not cited:
             out.append(hit)
             continue
@@ -75,7 +75,7 @@ def with_sources(storage: Storage, scope: Scope, hits: list[Hit]) -> list[Hit]:
     return out
 
 
-def _cited(entry: Entry) -> list[str]:
+def cited_turns(entry: Entry) -> list[str]:
     """The turn ids a derived entry cites (none for any other entry)."""
     cited = entry.metadata.get("source_turns") if entry.source == DERIVED_SOURCE else None
     if not isinstance(cited, list):

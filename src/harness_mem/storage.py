@@ -393,6 +393,13 @@ class Storage(ABC):
         episode among them: they quote it), their content at the next purge."""
 
     @abstractmethod
+    def move(self, pks: Sequence[int], namespace: str) -> None:
+        """Put entries in another namespace (as stored) with their derived rows, inside a write
+        transaction; the caller has checked that none of their ids is taken there. A turn's keyword
+        row is made again (it carries the turn before it, which is now another), and so is the row
+        of the turn that followed it where it was and where it goes."""
+
+    @abstractmethod
     def has_derived(self, namespace: str) -> bool:
         """Whether the namespace holds any :data:`DERIVED_SOURCE` entry (an index answers it)."""
 

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlite_utils import Database
 
-from . import corrections, maintenance, pseudonyms, rotation, sessions
+from . import corrections, maintenance, promotion, pseudonyms, rotation, sessions
 from .db import CACHE_SIZE_KIB, default_path
 from .engines import is_url, open_storage
 from .errors import (
@@ -517,6 +517,16 @@ class MemoryStore:
     def delete(self, id: str) -> bool:
         """Delete an entry and its derived rows; False when there was none."""
         return self.storage.delete(self.namespace, self.scope.key(id) or id)
+
+    def promote(self, id: str, *, to: str) -> list[str]:
+        """Move the entry ``id`` from this store's namespace into namespace ``to`` (a team's shared
+        space) with its history (the versions it corrected, and its corrections) and its sources
+        (the turns a derived entry cites): see :mod:`harness_mem.promotion`. Returns the ids moved.
+        Refused, nothing moved, when an id is taken there."""
+        with self.lock:
+            moved = promotion.promote(self.storage, self.scope, self.identities, id, self._stored_namespace(to))
+        identities = self._revealing()
+        return [identities.value(entry) for entry in moved] if identities is not None else moved
 
     def grant(self, role: str, namespace: str | None = None, *, read_only: bool = False) -> None:
         """Let the database role ``role`` read ``namespace`` (default: this store's), and write it

@@ -900,6 +900,17 @@ class PostgresStorage(Storage):
                 (list(pks),),
             )
 
+    def move(self, pks: Sequence[int], namespace: str) -> None:
+        # Vectors and passages follow the pk; the keyword counters follow the namespace (triggers).
+        with self.transaction():
+            before = self.rows(pks)
+            self._run("UPDATE entries SET namespace = %s WHERE pk = ANY(%s)", (namespace, list(pks)))
+            for pk, row in sorted(before.items(), key=lambda item: (item[1].created_at, item[0])):
+                if row.kind == "turn" and row.session:
+                    self._write_tokens(pk, self.index_texts([pk])[pk])
+                    self._reindex_turn_after(row.namespace, row.session, row.created_at, pk)
+                    self._reindex_turn_after(namespace, row.session, row.created_at, pk)
+
     def has_derived(self, namespace: str) -> bool:
         return bool(self.query("SELECT 1 FROM entries WHERE namespace = %s AND source = %s LIMIT 1",
                                (namespace, DERIVED_SOURCE)))
