@@ -904,7 +904,10 @@ class PostgresStorage(Storage):
         # Vectors and passages follow the pk; the keyword counters follow the namespace (triggers).
         with self.transaction():
             before = self.rows(pks)
-            self._run("UPDATE entries SET namespace = %s WHERE pk = ANY(%s)", (namespace, list(pks)))
+            # Row-level security passes over the rows of a namespace the role may only read: refused whole.
+            if self._run("UPDATE entries SET namespace = %s WHERE pk = ANY(%s)", (namespace, list(pks))) < len(before):
+                raise StorageError(f"{self.path}: this database role may not write the namespace these entries are in"
+                                   " (it was granted it read-only) — nothing was moved")
             for pk, row in sorted(before.items(), key=lambda item: (item[1].created_at, item[0])):
                 if row.kind == "turn" and row.session:
                     self._write_tokens(pk, self.index_texts([pk])[pk])
