@@ -122,6 +122,30 @@ def test_the_cli_reads_several_namespaces_and_promotes(tmp_path: Path) -> None:
     assert grants.returncode == 1 and "needs PostgreSQL" in grants.stderr and len(grants.stderr.splitlines()) == 1
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_the_mcp_server_recalls_several_namespaces_and_remembers_in_the_first(tmp_path: Path) -> None:
+    mcp = pytest.importorskip("mcp")
+    db = tmp_path / "team.db"
+    _fill(db)
+    params = mcp.StdioServerParameters(
+        command=sys.executable, args=["-m", "harness_mem", "mcp", "--no-project", "--db", str(db), "-N", "ada",
+                                      "-N", "team"], env=ENV)
+    async with mcp.Client(params, read_timeout_seconds=120) as client:
+        found = await client.call_tool("recall", {"query": "deploys billing", "mode": "keyword"})
+        assert not found.is_error, found.content[0].text
+        hits = found.structured_content["hits"]
+        assert {(h["id"], h["namespace"]) for h in hits} == {("ada-deploy", "ada"), ("team-deploy", "team")}
+        written = await client.call_tool("remember", {"content": "ada remembers the freeze starts monday"})
+        assert not written.is_error, written.content[0].text
+    with MemoryStore(db, namespace="ada", embedder=None) as ada:
+        assert ada.count() == 2
+
+
 # ---- PostgreSQL: the database keeps each role to the namespaces granted to it -----------------------
 
 
