@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from fake_embedder import HashedEmbedder
 from postgres_server import PostgresServer
 
 from harness_mem import MemoryStore
@@ -30,15 +31,23 @@ def _cli(location: str | Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300, env=ENV)
 
 
-def _fill(location: str | Path) -> None:
+def _fill(location: str | Path, embedder: HashedEmbedder | None = None) -> None:
     """Three namespaces: ada's own, the team's, and bob's (which ada must never see)."""
-    with MemoryStore(location, namespace="ada", embedder=None) as ada:
+    with MemoryStore(location, namespace="ada", embedder=embedder) as ada:
         ada.add("ada deploys the billing service on fridays", id="ada-deploy")
-    with MemoryStore(location, namespace="team", embedder=None) as team:
+    with MemoryStore(location, namespace="team", embedder=embedder) as team:
         team.add("the team deploys billing through the release train", id="team-deploy")
         team.add("the team rotates the on-call pager weekly", id="team-pager")
-    with MemoryStore(location, namespace="bob", embedder=None) as bob:
+    with MemoryStore(location, namespace="bob", embedder=embedder) as bob:
         bob.add("bob deploys billing by hand with zanzibarquux", id="bob-deploy")
+
+
+def _every_mode_reads_ada_and_team_alone(store: MemoryStore) -> None:
+    for mode in ("keyword", "semantic", "hybrid"):
+        hits = store.recall("deploys billing", k=10, mode=mode)  # type: ignore[arg-type]
+        assert {h.entry.namespace for h in hits} <= {"ada", "team"}, mode
+        assert {"ada-deploy", "team-deploy"} <= {h.entry.id for h in hits}, mode
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True), mode
 
 
 def _promotable(store: MemoryStore) -> None:
@@ -69,6 +78,16 @@ def test_a_store_reads_a_private_and_a_shared_namespace_in_one_ranking_and_write
         assert written.namespace == "ada"
     with MemoryStore(db, namespace="team", embedder=None) as team:
         assert team.count() == 2  # nothing written into the shared namespace
+
+
+def test_semantic_and_hybrid_recall_rank_the_namespaces_read_together(tmp_path: Path) -> None:
+    db = tmp_path / "team.db"
+    embedder = HashedEmbedder()
+    _fill(db, embedder)
+    with MemoryStore(db, namespaces=["ada", "team"], embedder=embedder) as store:
+        _every_mode_reads_ada_and_team_alone(store)
+        with store.another() as other:  # a second handle (a background writer's) reads the same namespaces
+            assert other.namespaces == ("ada", "team")
 
 
 def test_promote_moves_an_entry_with_its_history_and_sources_into_the_shared_namespace(tmp_path: Path) -> None:
@@ -226,6 +245,26 @@ def test_grants_add_revoke_and_list_and_the_database_holds_each_role_to_them(pos
         assert conn.execute("SELECT count(*) FROM entries").fetchone() == (0,)
     again = _cli(owner, "db", "revoke", reader, "team")
     assert again.returncode == 1 and "had not been granted" in again.stderr
+
+
+def test_a_role_with_vectors_ranks_its_namespaces_in_every_mode(postgres_server: PostgresServer) -> None:
+    owner, roles = _schema(postgres_server)
+    embedder = HashedEmbedder()
+    _fill(owner, embedder)
+    ada, reader = _role(roles["ada"]), _role(roles["reader"])
+    for args in (("db", "grant", ada, "ada"), ("db", "grant", ada, "team"), ("db", "grant", reader, "team", "--read-only")):
+        assert _cli(owner, *args).returncode == 0
+    with psycopg.connect(roles["reader"], autocommit=True) as conn:  # the team's vectors: read, never changed
+        conn.execute(f"SET search_path = {owner.split('%3D')[1].split(',')[0]}, public")
+        assert conn.execute("DELETE FROM entry_vectors").rowcount == 0
+        assert conn.execute("SELECT count(*) FROM entry_vectors").fetchone() == (2,)
+    with MemoryStore(roles["ada"], namespaces=["ada", "team"], embedder=embedder) as store:
+        _every_mode_reads_ada_and_team_alone(store)
+        assert len(store.recall("deploys billing", k=10, mode="semantic")) == 3  # bob's vector is not there
+        store.add("ada's note, embedded and written by her role")
+    with psycopg.connect(roles["ada"], autocommit=True) as conn:
+        conn.execute(f"SET search_path = {owner.split('%3D')[1].split(',')[0]}, public")
+        assert conn.execute("SELECT count(*) FROM entry_vectors").fetchone() == (4,)
 
 
 def test_a_role_promotes_into_the_shared_namespace_with_history_and_sources(postgres_server: PostgresServer) -> None:
