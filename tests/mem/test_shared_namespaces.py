@@ -277,14 +277,17 @@ def test_a_role_promotes_into_the_shared_namespace_with_history_and_sources(post
         assert _cli(owner, *args).returncode == 0
     with MemoryStore(roles["ada"], namespace="ada", embedder=None) as store:
         _promotable(store)
+        store.add("ada: unrelated chatter about lunch", kind="turn", role="ada", session="s1", id="t3")
     # A role that may only read ada's namespace cannot move its memories out of it.
     with MemoryStore(roles["reader"], namespace="ada", embedder=None) as store:
         with pytest.raises(HarnessMemError, match="may not write the namespace these entries are in"):
             store.promote("f2", to="team")
-        assert store.count(include_superseded=True) == 4
+        assert store.count(include_superseded=True) == 5
     with MemoryStore(roles["ada"], namespaces=["ada", "team"], embedder=None) as store:
         assert store.promote("f2", to="team") == ["f1", "f2", "t1", "t2"]
-        assert store.count(include_superseded=True) == 0  # ada's own namespace has none of them left
+        assert [e.id for e in store.list(include_superseded=True)] == ["t3"]  # ada's own keeps the rest
+        # The turn left behind no longer carries the text of the turn before it, now moved.
+        assert [h.entry.id for h in store.recall("agreed", mode="keyword")] == ["t2"]
         [hit] = store.recall("invoices kept years", mode="keyword", kind="fact", sources=True)
         assert (hit.entry.id, hit.entry.namespace) == ("f2", "team")
         assert [s.id for s in hit.sources or ()] == ["t1", "t2"]
@@ -293,4 +296,4 @@ def test_a_role_promotes_into_the_shared_namespace_with_history_and_sources(post
         # Each namespace's keyword counters (what a role's BM25 statistics are summed from) followed.
         counted = dict(team.storage.query(  # type: ignore[attr-defined]
             "SELECT namespace, value FROM namespace_state WHERE key = 'keywords.rows'"))
-        assert (counted["team"], counted.get("ada", 0)) == (3, 0)
+        assert (counted["team"], counted["ada"]) == (3, 1)
