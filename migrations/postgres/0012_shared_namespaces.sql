@@ -116,4 +116,10 @@ BEGIN
     END IF;
 END $$;
 
+-- The migrations' record: read by every role, written by the owner alone (as settings).
+ALTER TABLE _migrations ENABLE ROW LEVEL SECURITY;
+CREATE POLICY migrations_read ON _migrations FOR SELECT USING (true);
+CREATE POLICY migrations_written_by_the_owner ON _migrations FOR ALL
+    USING ((SELECT readable_namespaces()) IS NULL) WITH CHECK ((SELECT readable_namespaces()) IS NULL);
+
 DROP FUNCTION confined_namespace();

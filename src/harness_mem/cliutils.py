@@ -270,6 +270,7 @@ def hoist_shared_options(top: click.Group, ctx: click.Context, args: list[str]) 
         options = {name: p for p in group.params if isinstance(p, click.Option)
                    for name in (*p.opts, *p.secondary_opts) if name not in declared_below}
         index = position
+        inserted = 0  # tokens moved before this group's subcommand so far: the next go after them, in order
         while index < end:
             name = args[index].split("=", 1)[0]
             option = options.get(name)
@@ -281,7 +282,10 @@ def hoist_shared_options(top: click.Group, ctx: click.Context, args: list[str]) 
                 break
             moved = args[index:index + width]
             del args[index:index + width]
-            args[at:at] = moved  # what lies after the moved tokens keeps its index; the command's name shifts
+            # Where the earlier ones went, after them (a repeated -N keeps its order); what lies after
+            # the moved tokens keeps its index, the command's name shifts.
+            args[at + inserted:at + inserted] = moved
+            inserted += width
             position += width
             index += width
         declared_below |= set(options)

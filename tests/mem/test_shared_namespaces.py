@@ -135,6 +135,11 @@ def test_the_cli_reads_several_namespaces_and_promotes(tmp_path: Path) -> None:
     assert "Moved 1 entry to namespace 'team'" in promoted.stdout
     listed = _cli(db, "-N", "team", "list", "--json")
     assert {json.loads(line)["id"] for line in listed.stdout.splitlines()} == {"ada-deploy", "team-deploy", "team-pager"}
+    # Given after the command, a repeated -N keeps its order: the first is written.
+    added = _cli(db, "add", "written after the command", "-N", "bob", "-N", "team", "--id", "late")
+    assert added.returncode == 0, added.stderr
+    with MemoryStore(db, namespace="bob", embedder=None) as bob:
+        assert bob.get("late").namespace == "bob"
     missing = _cli(db, "-N", "ada", "promote", "nope", "--to", "team")
     assert missing.returncode == 1 and missing.stderr.startswith("Error:") and len(missing.stderr.splitlines()) == 1
     grants = _cli(db, "db", "grants")  # roles are PostgreSQL's
