@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +50,7 @@ from .storage import ON_CONFLICT, OnConflict, Scope, Storage, check_on_conflict,
 __all__ = ["DEFAULT_BATCH_SIZE", "ON_CONFLICT", "MemoryStore", "OnConflict", "check_on_conflict"]
 
 DEFAULT_BATCH_SIZE = 500
+_Read = TypeVar("_Read", Entry, Hit)  # what a read gives back, revealed namespace by namespace
 LIST_BATCH = 500  # list() reveals identities this many entries at a time
 
 class MemoryStore:
@@ -272,23 +273,21 @@ class MemoryStore:
         return self._shared_identities[namespace]
 
     def _revealed(self, entries: Sequence[Entry]) -> list[Entry]:
-        out = list(entries)
-        for namespace in {entry.namespace for entry in entries}:
-            identities = self._revealing_in(namespace)
-            if identities is not None:
-                at = [i for i, entry in enumerate(out) if entry.namespace == namespace]
-                for i, entry in zip(at, identities.entries([out[i] for i in at]), strict=True):
-                    out[i] = entry
-        return out
+        return self._revealed_in_each(entries, lambda entry: entry.namespace, Identities.entries)
 
     def _revealed_hits(self, hits: Sequence[Hit]) -> list[Hit]:
-        out = list(hits)
-        for namespace in {hit.entry.namespace for hit in hits}:
+        return self._revealed_in_each(hits, lambda hit: hit.entry.namespace, Identities.hits)
+
+    def _revealed_in_each(self, items: Sequence[_Read], namespace_of: Callable[[_Read], str],
+                          reveal: Callable[[Identities, Sequence[_Read]], list[_Read]]) -> list[_Read]:
+        """``items`` (of one or several namespaces) revealed by each one's identities, in their order."""
+        out = list(items)
+        for namespace in {namespace_of(item) for item in items}:
             identities = self._revealing_in(namespace)
             if identities is not None:
-                at = [i for i, hit in enumerate(out) if hit.entry.namespace == namespace]
-                for i, hit in zip(at, identities.hits([out[i] for i in at]), strict=True):
-                    out[i] = hit
+                at = [i for i, item in enumerate(out) if namespace_of(item) == namespace]
+                for i, item in zip(at, reveal(identities, [out[i] for i in at]), strict=True):
+                    out[i] = item
         return out
 
     @property

@@ -80,6 +80,19 @@ def test_a_store_reads_a_private_and_a_shared_namespace_in_one_ranking_and_write
         assert team.count() == 2  # nothing written into the shared namespace
 
 
+def test_names_sealed_in_a_shared_namespace_read_back_as_written(tmp_path: Path) -> None:
+    db = tmp_path / "team.db"
+    with MemoryStore(db, namespace="team", embedder=None) as team:
+        team.add("carol wants the invoice copy by friday", session="carol@example.com", id="call-carol")
+    with MemoryStore(db, namespace="ada", embedder=None) as ada:
+        ada.add("ada sends invoices on fridays", session="ada@example.com", id="ada-invoices")
+    with MemoryStore(db, namespaces=["ada", "team"], embedder=None) as store:
+        hits = store.recall("invoice friday", mode="keyword")
+        assert {(h.entry.id, h.entry.session) for h in hits} == {("call-carol", "carol@example.com"),
+                                                                 ("ada-invoices", "ada@example.com")}
+        assert store.get("call-carol").session == "carol@example.com"
+
+
 def test_semantic_and_hybrid_recall_rank_the_namespaces_read_together(tmp_path: Path) -> None:
     db = tmp_path / "team.db"
     embedder = HashedEmbedder()
