@@ -121,6 +121,17 @@ def test_promote_moves_an_entry_with_its_history_and_sources_into_the_shared_nam
         assert team.recall("lunch chatter", mode="keyword") == []
 
 
+def test_a_promoted_entry_keeps_its_names_readable_in_the_shared_namespace(tmp_path: Path) -> None:
+    db = tmp_path / "team.db"
+    with MemoryStore(db, namespace="ada", embedder=None) as ada:
+        ada.add("carol wants invoices monthly", session="carol@example.com", tags=["carol@example.com"], id="pref")
+        ada.promote("pref", to="team")
+    with MemoryStore(db, namespace="team", embedder=None) as team:
+        moved = team.get("pref")
+        assert (moved.session, moved.tags) == ("carol@example.com", ("carol@example.com",))
+        assert [e.id for e in team.list(session="carol@example.com")] == ["pref"]
+
+
 def test_promote_is_refused_whole_when_an_id_is_taken_in_the_target(tmp_path: Path) -> None:
     db = tmp_path / "team.db"
     with MemoryStore(db, namespace="team", embedder=None) as team:
