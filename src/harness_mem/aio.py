@@ -215,6 +215,13 @@ class AsyncMemoryStore:
         return self.store.namespace
 
     @property
+    def namespaces(self) -> tuple[str, ...]:
+        return self.store.namespaces
+
+    async def promote(self, id: str, *, to: str) -> builtins.list[str]:
+        return await self._call("promote", id, to=to)  # type: ignore[no-any-return]
+
+    @property
     def path(self) -> Path | str:
         return self.store.path
 
