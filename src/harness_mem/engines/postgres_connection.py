@@ -119,9 +119,9 @@ class Connection:
                 " committed, or its outcome is unknown if it was committing; the next call reconnects")
         if refused_by_row_security(exc):
             return StorageError(
-                f"{self.location}: this database role may not write that namespace (it was granted it read-only,"
-                " or not at all) — nothing was written; the store's owner grants writing with"
-                " `harness-mem db grant ROLE NAMESPACE`")
+                f"{self.location}: this database role may not write that namespace (row-level security: it was"
+                " granted it read-only, or not at all) — nothing was written; the store's owner grants writing"
+                " with `harness-mem db grant ROLE NAMESPACE`")
         return StorageError(f"{self.location}: {first_line(exc)}")
 
     @contextmanager
