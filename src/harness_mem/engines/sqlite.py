@@ -503,11 +503,11 @@ class SQLiteStorage(Storage):
             else:  # vectors made by another process's embedder: moved all the same
                 move_vectors(self.conn, pks, namespace)
             self._vectors_touched = True
+            after = self.rows(pks)  # as they are now, in the namespace they went to
             for pk, row in sorted(before.items(), key=lambda item: (item[1].created_at, item[0])):
                 if row.kind == "turn" and row.session:
-                    moved = row._replace(namespace=namespace)
                     self._unindex(keyword_table(row.source), [pk])
-                    self._index_keywords([(pk, row.source, self._index_texts([moved], before_pk=pk)[0])])
+                    self._index_keywords([(pk, row.source, self._index_texts([after[pk]], before_pk=pk)[0])])
                     self._reindex_turn_after(row.namespace, row.session, row.created_at, pk)
                     self._reindex_turn_after(namespace, row.session, row.created_at, pk)
 
