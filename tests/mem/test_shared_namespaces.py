@@ -101,6 +101,14 @@ def test_semantic_and_hybrid_recall_rank_the_namespaces_read_together(tmp_path: 
         _every_mode_reads_ada_and_team_alone(store)
         with store.another() as other:  # a second handle (a background writer's) reads the same namespaces
             assert other.namespaces == ("ada", "team")
+        # A promoted entry's vector goes with it (the index's per-namespace caches too).
+        store.promote("ada-deploy", to="team")
+        hits = store.recall("ada deploys the billing service on fridays", k=3, mode="semantic")
+        assert (hits[0].entry.id, hits[0].entry.namespace) == ("ada-deploy", "team")
+    with MemoryStore(db, namespace="ada", embedder=embedder) as ada:
+        assert ada.recall("ada deploys the billing service on fridays", k=3, mode="semantic") == []
+    with MemoryStore(db, namespace="team", embedder=embedder) as team:
+        assert team.recall("ada deploys the billing service on fridays", k=1, mode="semantic")[0].entry.id == "ada-deploy"
 
 
 def test_promote_moves_an_entry_with_its_history_and_sources_into_the_shared_namespace(tmp_path: Path) -> None:
