@@ -137,8 +137,10 @@ class MemoryStore:
             refused = [given for given in (namespace, *shared)
                        if confined is not None and (identity(given, self.redactor) or given) not in confined]
             if refused:
-                allowed = ", ".join(repr(n) for n in sorted(confined or ())) or "none"
-                raise StorageError(f"this database role may read namespaces {allowed} only, not {refused[0]!r}"
+                granted = sorted(confined or ())
+                allowed = (f"namespace {granted[0]!r}" if len(granted) == 1 else
+                           f"namespaces {', '.join(map(repr, granted))}" if granted else "no namespace")
+                raise StorageError(f"this database role may read {allowed} only, not {refused[0]!r}"
                                    " — open the store in those, have the owner run `harness-mem db grant`,"
                                    " or connect as another role")
             self._recall = Recall(self.storage, self.scope, self.namespaces[1:])
