@@ -31,6 +31,7 @@ from harness_mem.cliutils import (
     json_option,
     model_options,
     namespace_option,
+    namespaces_option,
 )
 from harness_mem.db import default_path
 from harness_mem.engines import is_url
@@ -111,6 +112,7 @@ def _describe(outcome: Outcome) -> str:
 @click.option("--db", "db_path", type=StoreLocation(), default=None,
               help="Give the agent memory in this store (a file or postgresql:// URL): recall before each model"
                    " call, the memory tools, its turns and an episode written as it runs.")
+@namespaces_option
 @click.option("--no-record", is_flag=True, help="Do not record the run")
 @click.option("--no-redact", is_flag=True,
               help="Write the recording and spilled results as given, without redacting PII and secrets")
@@ -124,6 +126,7 @@ def run(
     system: str,
     record_dir: Path | None,
     db_path: Path | str | None,
+    namespaces: tuple[str, ...],
     no_record: bool,
     no_redact: bool,
 ) -> None:
@@ -137,6 +140,7 @@ def run(
     Example:
         harness-loop run --model-url http://127.0.0.1:8000/v1 --model qwen3 "What does setup.py install?"
         harness-loop run --db agent.db "Where do we deploy, and since when?"
+        harness-loop run --db postgresql://ada@db/memory -N ada -N team "Where do we deploy?"
     """
     model_settings.configured(required=True)
     if not workspace.is_dir():
@@ -166,7 +170,10 @@ def run(
             with attach_memory(loop, store, tools=True):
                 return await loop.run(task)
 
-    store = None if db_path is None else MemoryStore(db_path)
+    if namespaces and db_path is None:
+        raise click.UsageError("--namespace goes with --db (the store whose namespaces the agent reads)")
+    # Written into the first namespace; recalled from every one (a private one and a team's, say).
+    store = None if db_path is None else MemoryStore(db_path, namespaces=namespaces or None)
     try:
         outcome = anyio.run(go)
     finally:

@@ -201,12 +201,25 @@ class AsyncMemoryStore:
     async def integrity_check(self) -> builtins.list[str]:
         return await self._call("integrity_check")  # type: ignore[no-any-return]
 
-    async def grant(self, role: str) -> None:
-        await self._call("grant", role)
+    async def grant(self, role: str, namespace: str | None = None, *, read_only: bool = False) -> None:
+        await self._call("grant", role, namespace, read_only=read_only)
+
+    async def revoke(self, role: str, namespace: str | None = None) -> bool:
+        return await self._call("revoke", role, namespace)  # type: ignore[no-any-return]
+
+    async def grants(self) -> builtins.list[tuple[str, str, bool]]:
+        return await self._call("grants")  # type: ignore[no-any-return]
 
     @property
     def namespace(self) -> str:
         return self.store.namespace
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        return self.store.namespaces
+
+    async def promote(self, id: str, *, to: str) -> builtins.list[str]:
+        return await self._call("promote", id, to=to)  # type: ignore[no-any-return]
 
     @property
     def path(self) -> Path | str:

@@ -33,7 +33,7 @@ from .cliutils import (
     gc_report_lines,
     json_object_option,
     json_option,
-    namespace_option,
+    namespaces_option,
     shown,
     stats_lines,
 )
@@ -64,7 +64,7 @@ MAX_IMPORT_WORKERS = 64
 
 @command_group(prog_name="harness-mem", raise_errors_env="HARNESS_MEM_RAISE_ERRORS")
 @db_option
-@namespace_option
+@namespaces_option
 @click.option("--embedder", type=click.Choice(["auto", "none", *EMBEDDERS]), default="auto", show_default=True,
               help="auto: the file's own model (the built-in one for a new file) unless the file is"
                    " keyword-only or $HARNESS_MEM_EMBEDDER says otherwise; none: keyword only; or a model"
@@ -72,7 +72,7 @@ MAX_IMPORT_WORKERS = 64
 @click.option("--no-redact", is_flag=True,
               help="Store text as given, without redacting PII and secrets (recorded on each entry).")
 @click.pass_context
-def cli(ctx: click.Context, db_path: Path | None, namespace: str, embedder: str, no_redact: bool) -> None:
+def cli(ctx: click.Context, db_path: Path | None, namespaces: tuple[str, ...], embedder: str, no_redact: bool) -> None:
     """Long-term memory for LLM agents, in one SQLite file.
 
     \b
@@ -82,7 +82,8 @@ def cli(ctx: click.Context, db_path: Path | None, namespace: str, embedder: str,
     """
     ctx.obj = {
         "db": db_path or default_path(),
-        "namespace": namespace,
+        "namespace": namespaces[0] if namespaces else "default",  # the one written
+        "namespaces": namespaces or ("default",),  # every one read, the written first
         "embedder": embedder,
         "redactor": None if no_redact else "default",
     }
@@ -106,7 +107,7 @@ def open_store(ctx: click.Context, *, create: bool = False, rekey: bool = True,
     with warnings.catch_warnings(record=True) as caught:
         for category in said:
             warnings.simplefilter("always", category)
-        store = MemoryStore(path, namespace=ctx.obj["namespace"], embedder=ctx.obj["embedder"],
+        store = MemoryStore(path, namespaces=ctx.obj["namespaces"], embedder=ctx.obj["embedder"],
                             redactor=ctx.obj["redactor"], cache_kib=CACHE_SIZE_KIB if create or serving else ONE_SHOT_CACHE_KIB,
                             rekey=rekey)
         try:
@@ -234,18 +235,62 @@ def copy(source: Path | str, target: Path | str, as_json: bool) -> None:
 
 @db.command("grant")
 @click.argument("role")
+@click.argument("namespace", required=False)
+@click.option("--read-only", is_flag=True, help="Let ROLE read NAMESPACE, never write it.")
 @click.pass_context
-def db_grant(ctx: click.Context, role: str) -> None:
-    """Confine a PostgreSQL role to this namespace (-N): the database lets a connection as ROLE
-    read and write that namespace alone. Run as the store's owner.
+def db_grant(ctx: click.Context, role: str, namespace: str | None, read_only: bool) -> None:
+    """Let a PostgreSQL role read NAMESPACE (default: -N's), and write it unless --read-only,
+    beside the namespaces granted to it before. A role granted any namespace is confined: the
+    database lets it reach those alone. Run as the store's owner.
 
     \b
     Example:
-        harness-mem --db postgresql://owner@db/memory -N team-a db grant team_a_agents
+        harness-mem --db postgresql://owner@db/memory db grant ada ada
+        harness-mem --db postgresql://owner@db/memory db grant ada team --read-only
     """
     with open_store(ctx, create=True) as store:
-        store.grant(role)
-        click.echo(f"{role} may now read and write namespace {ctx.obj['namespace']!r} of {store.path}, and no other")
+        store.grant(role, namespace, read_only=read_only)
+        granted = namespace or ctx.obj["namespace"]
+        click.echo(f"{role} may now {'read' if read_only else 'read and write'} namespace {granted!r} of {store.path}")
+
+
+@db.command("revoke")
+@click.argument("role")
+@click.argument("namespace", required=False)
+@click.pass_context
+def db_revoke(ctx: click.Context, role: str, namespace: str | None) -> None:
+    """Take NAMESPACE (default: -N's) back from a PostgreSQL role. A role left with no namespace
+    reads nothing. Run as the store's owner.
+
+    \b
+    Example:
+        harness-mem --db postgresql://owner@db/memory db revoke ada team
+    """
+    taken = namespace or ctx.obj["namespace"]
+    with open_store(ctx) as store:
+        if not store.revoke(role, namespace):
+            raise click.ClickException(f"{role} had not been granted namespace {taken!r} — `harness-mem db grants`"
+                                       " lists what was")
+    click.echo(f"{role} may no longer read or write namespace {taken!r}")
+
+
+@db.command("grants")
+@json_option
+@click.pass_context
+def db_grants(ctx: click.Context, as_json: bool) -> None:
+    """List every role's namespaces (PostgreSQL): ROLE  NAMESPACE  read-write|read-only.
+
+    \b
+    Example:
+        harness-mem --db postgresql://owner@db/memory db grants
+    """
+    with open_store(ctx) as store:
+        found = store.grants()
+    for role, namespace, read_only in found:
+        if as_json:
+            echo_json({"role": role, "namespace": namespace or None, "read_only": read_only})
+        else:
+            click.echo(f"{role}\t{namespace or '(none: reads nothing)'}\t{'read-only' if read_only else 'read-write'}")
 
 
 @cli.command()
@@ -680,12 +725,14 @@ def recall(ctx: click.Context, query: str, k: int, mode: str | None, kind: str |
         return
     if not hits:
         click.echo("No matches.", err=True)
+    several = len(ctx.obj["namespaces"]) > 1  # then each hit says where it lives
     for rank, hit in enumerate(hits, start=1):
-        _print_hit(rank, hit)
+        _print_hit(rank, hit, namespace=several)
 
 
-def _print_hit(rank: int, hit: Hit) -> None:
-    click.echo(f"{rank:>2}. [{hit.score:.4g}] {_describe(hit.entry)}")
+def _print_hit(rank: int, hit: Hit, *, namespace: bool = False) -> None:
+    where = f"[{hit.entry.namespace}] " if namespace else ""
+    click.echo(f"{rank:>2}. [{hit.score:.4g}] {where}{_describe(hit.entry)}")
     if hit.entry.superseded_by:
         click.echo(f"    (replaced by {hit.entry.superseded_by})")
     click.echo(f"    {hit.snippet}")
@@ -737,6 +784,24 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
             when = format_time(turn.created_at)[:16].replace("T", " ")
             click.echo(f"  {turn.role or turn.kind} · {when}  {turn.id}")
             click.echo(f"    {turn.content}")
+
+
+@cli.command()
+@click.argument("entry_id", metavar="ID")
+@click.option("--to", "target", required=True, metavar="NAMESPACE", help="The namespace it moves to (a shared one).")
+@click.pass_context
+def promote(ctx: click.Context, entry_id: str, target: str) -> None:
+    """Move the entry ID from this namespace (-N) into NAMESPACE, a team's shared space, with its
+    history (the versions it corrected, its corrections) and its sources (the turns it was derived
+    from). Nothing is moved when an id is taken there.
+
+    \b
+    Example:
+        harness-mem -N ada promote 01J0Z3V6Q4XK8M2N5P7R9S1T3V --to team
+    """
+    with open_store(ctx) as store:
+        moved = store.promote(entry_id, to=target)
+    click.echo(f"Moved {counted(len(moved), 'entry', 'entries')} to namespace {target!r}: {', '.join(moved)}")
 
 
 @cli.command("list")
@@ -1525,8 +1590,9 @@ def _duration(seconds: float) -> str:
 @cli.command()
 @click.option("--db", "db_path", type=StoreLocation(),
               help="Database file or postgresql:// URL (the same as harness-mem --db, given after the command).")
-@click.option("--namespace", "-N", "namespace", default=None,
-              help="Tenant the tools read and write (the same as harness-mem --namespace, given after the command).")
+@click.option("--namespace", "-N", "namespaces", multiple=True,
+              help="Namespace the tools write and read; repeat it to read shared ones beside it (the same as"
+                   " harness-mem --namespace, given after the command).")
 @click.option("--http", "address", default=None, metavar="HOST:PORT",
               help="Serve over Streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -1536,7 +1602,7 @@ def _duration(seconds: float) -> str:
               help="Over stdio: tag what the tools write with the git repository the server runs in, so the"
                    " coding agent's hooks give it to that project's next sessions.")
 @click.pass_context
-def mcp(ctx: click.Context, db_path: Path | None, namespace: str | None, address: str | None,
+def mcp(ctx: click.Context, db_path: Path | None, namespaces: tuple[str, ...], address: str | None,
         token_file: Path | None, project: bool) -> None:
     """Serve the store to an MCP host over stdio, or over HTTP with --http.
 
@@ -1548,14 +1614,15 @@ def mcp(ctx: click.Context, db_path: Path | None, namespace: str | None, address
     \b
     Example:
         harness-mem mcp --db ~/agent-memory.db --namespace work
+        harness-mem mcp --db postgresql://ada@db/memory -N ada -N team
         HARNESS_MEM_MCP_TOKEN=... harness-mem mcp --db team.db --http 0.0.0.0:8765
     """
     if token_file is not None and address is None:
         raise click.UsageError("--token-file goes with --http")
     if db_path is not None:
         ctx.obj["db"] = db_path
-    if namespace is not None:
-        ctx.obj["namespace"] = namespace
+    if namespaces:
+        ctx.obj["namespace"], ctx.obj["namespaces"] = namespaces[0], namespaces
     if address is not None:
         from .access import parse_address, read_token, token_required
         from .mcp_http import serve_http

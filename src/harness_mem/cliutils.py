@@ -14,7 +14,8 @@
   text. The MCP server's tool errors use it too.
 - :func:`count_type` and :class:`FiniteFloat` are the numeric flag types: bounded on both sides,
   so no value overflows a 64-bit column, a C int or a timeout.
-- :func:`db_option` and :func:`namespace_option` are ``--db`` and ``--namespace``.
+- :func:`db_option` and :func:`namespace_option` are ``--db`` and ``--namespace`` (:func:`namespaces_option`
+  when a command reads several).
 - :func:`json_option` and :func:`json_object_option` are ``--json``: one JSON object per line (or
   one object) on stdout, written by :func:`echo_json`.
 - :func:`model_options` declares the model flags, ``--model-url``, ``--model``, ``--api-key`` and
@@ -70,6 +71,7 @@ __all__ = [
     "json_option",
     "model_options",
     "namespace_option",
+    "namespaces_option",
     "one_line",
     "raise_errors",
     "shown",
@@ -268,6 +270,7 @@ def hoist_shared_options(top: click.Group, ctx: click.Context, args: list[str]) 
         options = {name: p for p in group.params if isinstance(p, click.Option)
                    for name in (*p.opts, *p.secondary_opts) if name not in declared_below}
         index = position
+        inserted = 0  # tokens moved before this group's subcommand so far: the next go after them, in order
         while index < end:
             name = args[index].split("=", 1)[0]
             option = options.get(name)
@@ -279,7 +282,10 @@ def hoist_shared_options(top: click.Group, ctx: click.Context, args: list[str]) 
                 break
             moved = args[index:index + width]
             del args[index:index + width]
-            args[at:at] = moved  # what lies after the moved tokens keeps its index; the command's name shifts
+            # Where the earlier ones went, after them (a repeated -N keeps its order); what lies after
+            # the moved tokens keeps its index, the command's name shifts.
+            args[at + inserted:at + inserted] = moved
+            inserted += width
             position += width
             index += width
         declared_below |= set(options)
@@ -381,6 +387,21 @@ def namespace_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """``--namespace``/``-N``: the tenant to read and write."""
     return click.option("--namespace", "-N", default="default", show_default=True, envvar="HARNESS_MEM_NAMESPACE",
                         help="Tenant to read and write [env: HARNESS_MEM_NAMESPACE].")(f)
+
+
+class _Namespaces(click.types.StringParamType):
+    """Namespace names; from the environment, several separated by commas (a name may hold a space)."""
+
+    envvar_list_splitter = ","
+
+
+def namespaces_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--namespace``/``-N``, repeatable (``namespaces``, a tuple; empty when not given): the first
+    is the namespace written and read, each later one is read beside it (a team's shared space)."""
+    return click.option("--namespace", "-N", "namespaces", type=_Namespaces(), multiple=True,
+                        envvar="HARNESS_MEM_NAMESPACE",
+                        help="Namespace to write and read [default: default]; repeat it to read more namespaces"
+                             " beside the first, in one recall [env: HARNESS_MEM_NAMESPACE, comma-separated].")(f)
 
 
 # ---- output --------------------------------------------------------------------------------------

@@ -73,7 +73,8 @@ def install(ctx: click.Context, host: str, scope: str, db_path: Path | str | Non
     if shared:
         chosen = None  # $HARNESS_MEM_DB stays where it is: each machine's hooks read their own
     db = None if chosen is None else chosen if isinstance(chosen, str) else str(Path(chosen).expanduser().resolve())
-    namespace = root.get("namespace")
+    namespaces = root.get("namespaces") or ()
+    namespace = namespaces[0] if namespaces else None  # hooks write (and read) the first namespace alone
     path = claude_code.settings_path(scope)
     # The shared file runs whatever harness-mem each machine has on its PATH; the others this one's.
     report = claude_code.install(path, db, None if namespace in (None, "default") else str(namespace),

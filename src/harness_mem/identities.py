@@ -45,7 +45,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from .errors import InvalidInputError
+from .errors import IdentityKeyError, InvalidInputError
 
 if TYPE_CHECKING:
     from .models import Entry, Hit, SessionHit, SessionSummary
@@ -324,6 +324,20 @@ class Identities:
                     if raw is not None:
                         self._revealed[stored] = raw_value(raw)
         return self._revealed
+
+    def resealed(self, namespace: str, sealed: Sequence[SealedIdentity]) -> list[SealedIdentity]:
+        """``sealed`` (rows of this handle's namespace) sealed again for ``namespace``, what moving
+        their entries there takes along: a sealed row opens only in its own namespace. Raises
+        :class:`IdentityKeyError` when this handle's key cannot open one (nothing is changed)."""
+        key = self._key()
+        out = []
+        for row in sealed:
+            raw = key.open(self.namespace, row.stored, row.sealed) if key is not None and row.key_id == key.id else None
+            if key is None or raw is None:
+                raise IdentityKeyError(f"{row.stored[:60]!r} was sealed with an identity key this process does not have"
+                                       " — moving it needs that key (`harness-mem key import`); nothing was moved")
+            out.append(SealedIdentity(row.stored, key.id, key.seal(namespace, row.stored, raw)))
+        return out
 
     def value(self, stored: str) -> str:
         """One stored identity value as the caller gave it (as stored when it cannot be opened)."""

@@ -47,9 +47,11 @@ MAX_RECALL_K = 1_000_000
 class Recall:
     """The recall half of a :class:`~harness_mem.store.MemoryStore`: rankings over its storage."""
 
-    def __init__(self, storage: Storage, scope: Scope) -> None:
+    def __init__(self, storage: Storage, scope: Scope, shared: Sequence[str] = ()) -> None:
         self.storage = storage
         self.scope = scope
+        #: Namespaces (as stored) read beside the scope's own, ranked with it in one list.
+        self.shared = tuple(shared)
         self.vectors_complete = False  # every entry has a vector: known true until the file changes
         self._vectors_checked_at: tuple[int, int] | None = None
         self._vector_counts: tuple[bool, int, int] | None = None  # (bound, entries, missing) at that check
@@ -222,6 +224,11 @@ class Recall:
                             components=components))
         return hits
 
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """Every namespace this recall reads, as stored: the scope's own first."""
+        return (self.scope.namespace, *(n for n in self.shared if n != self.scope.namespace))
+
     def _coverages(self, query: str, pks: list[int], filters: Filters) -> dict[int, float]:
         """Each hit's coverage of the query's terms (see scores.py), its words weighed by how rare
         they are in the lane asked (what was said, unless only derived entries were)."""
@@ -243,7 +250,7 @@ class Recall:
         holds anything derived."""
         if filters.derived is not None:
             return [self._keyword_lane(derived=filters.derived)]
-        if self.storage.has_derived(self.scope.namespace):
+        if any(self.storage.has_derived(namespace) for namespace in self.namespaces):
             return [self._keyword_lane(derived=False), self._keyword_lane(derived=True)]
         return [self._keyword_lane(derived=False)]
 
@@ -269,14 +276,13 @@ class Recall:
         terms = keyword.query_terms(query)
         if not terms:
             return []
-        selection = Selection(filters, self.scope.namespace, now_ms())
+        now = now_ms()
+        # Each lane and namespace ranked apart, then merged by score: a lane's statistics are the
+        # same whichever namespace it ranks (all those the connection may read), so its scores compare.
         lanes = self._keyword_lanes(filters)
-        if len(lanes) == 1:
-            index, source = lanes[0]
-            return index.ranking(source, terms, k, selection, exact=exact)
-        # Both lanes: BM25 on either scale, each by its own lane's statistics.
-        found = [hit for index, source in lanes for hit in index.ranking(source, terms, k, selection, exact=exact)]
-        return sorted(found, key=lambda hit: (-hit[1], hit[0]))[:k]
+        rankings = [index.ranking(source, terms, k, Selection(filters, namespace, now), exact=exact)
+                    for namespace in self.namespaces for index, source in lanes]
+        return rankings[0] if len(rankings) == 1 else merged([hit for found in rankings for hit in found], k)
 
     def _fuse(
         self,
@@ -358,7 +364,8 @@ class Recall:
         words = fusion.query_words(query)
         if not words:
             return []
-        return self.storage.roles_named(self.scope.namespace, words)
+        return list(dict.fromkeys(role for namespace in self.namespaces
+                                  for role in self.storage.roles_named(namespace, words)))
 
     def _semantic_ranking(
         self, query: str, k: int, filters: Filters, vector: npt.NDArray[np.float32] | None = None,
@@ -369,8 +376,10 @@ class Recall:
         if not query.strip():
             return []
         assert vector is not None  # the caller embedded every non-blank query
-        selection = Selection(filters, self.scope.namespace, now_ms())
-        return self.storage.nearest(vector, k, selection, exact_order=exact_order, extra=extra)
+        now = now_ms()
+        found = [hit for namespace in self.namespaces for hit in self.storage.nearest(
+            vector, k, Selection(filters, namespace, now), exact_order=exact_order, extra=extra)]
+        return found if len(self.namespaces) == 1 else merged(found, k + extra)
 
     def _vectors_usable(self, mode: Mode, strict: bool) -> bool:
         """Whether vectors can answer (False: none can; hybrid then runs on keywords alone).
@@ -454,6 +463,11 @@ class _Background:
 
 
 REINDEX = "harness-mem reindex"
+
+
+def merged(rankings: Sequence[tuple[int, float]], k: int) -> list[tuple[int, float]]:
+    """The best ``k`` of (pk, score) lists ranked apart on one scale: higher first, then older."""
+    return sorted(rankings, key=lambda hit: (-hit[1], hit[0]))[:k]
 
 
 def _snippet(content: str, query: str, passage: Passage | None) -> str:

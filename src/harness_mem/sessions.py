@@ -47,32 +47,35 @@ def with_sources(storage: Storage, scope: Scope, hits: list[Hit]) -> list[Hit]:
     A turn shown that way is not listed again as a hit below it: a turn is a hit of its own where it
     is what matches, and otherwise reaches the reader through what was derived from it.
     """
-    rank = {hit.entry.id: position for position, hit in enumerate(hits)}
-    shown: set[str] = set()  # every entry listed so far, as a hit or as a source
+    # Entries are known by namespace and id: a recall over several namespaces gives hits of each,
+    # and a derived hit cites turns of its own namespace.
+    rank = {(hit.entry.namespace, hit.entry.id): position for position, hit in enumerate(hits)}
+    shown: set[tuple[str, str]] = set()  # every entry listed so far, as a hit or as a source
     now = now_ms()
     out = []
     for hit in hits:
-        if hit.entry.id in shown:
+        namespace = hit.entry.namespace
+        if (namespace, hit.entry.id) in shown:
             continue
-        shown.add(hit.entry.id)
-        cited = [turn_id for turn_id in _cited(hit.entry) if turn_id not in shown]
+        shown.add((namespace, hit.entry.id))
+        cited = [turn_id for turn_id in cited_turns(hit.entry) if (namespace, turn_id) not in shown]
         if not cited:
             out.append(hit)
             continue
         sources: list[Entry] = []
-        for turn_id in sorted(cited, key=lambda cited_id: rank.get(cited_id, len(hits))):  # stable: cited order after
-            row = storage.get(scope.namespace, turn_id, now)
+        for turn_id in sorted(cited, key=lambda cited_id: rank.get((namespace, cited_id), len(hits))):  # stable
+            row = storage.get(namespace, turn_id, now)
             if row is not None:
                 sources.append(entry_from_row(row))
             if len(sources) == MAX_SOURCES:
                 break
-        shown.update(source.id for source in sources)
+        shown.update((source.namespace, source.id) for source in sources)
         sources.sort(key=lambda e: (e.created_at, e.id))
         out.append(hit.model_copy(update={"sources": tuple(sources)}))
     return out
 
 
-def _cited(entry: Entry) -> list[str]:
+def cited_turns(entry: Entry) -> list[str]:
     """The turn ids a derived entry cites (none for any other entry)."""
     cited = entry.metadata.get("source_turns") if entry.source == DERIVED_SOURCE else None
     if not isinstance(cited, list):
@@ -89,9 +92,10 @@ def around(storage: Storage, scope: Scope, entry: Entry, n: int) -> list[Entry]:
 def _neighbours(storage: Storage, scope: Scope, entry: Entry, n: int,
                 include_superseded: bool = False) -> tuple[list[Entry], list[Entry]]:
     assert entry.session is not None
-    pk = storage.pk_of(scope.namespace, entry.id) or 0
+    # The entry's own namespace: a recall over several namespaces gives hits of each.
+    pk = storage.pk_of(entry.namespace, entry.id) or 0
     created = int(entry.created_at.timestamp() * 1000)
-    before, after = storage.neighbours(scope.namespace, entry.session, created, pk, n,
+    before, after = storage.neighbours(entry.namespace, entry.session, created, pk, n,
                                        include_superseded=include_superseded)
     return [entry_from_row(row) for row in before], [entry_from_row(row) for row in after]
 
@@ -113,17 +117,21 @@ def recall_sessions(storage: Storage, scope: Scope, recall: Ranker, query: str, 
     # delete, forget or correct turns between the ranking and these reads, and a session is then
     # framed by what it holds now (or left out, once no hit of it is left), never half gone.
     with storage.snapshot():
-        kept = storage.still_there(scope.namespace, [hit.entry.id for hit in hits], include_superseded=replaced)
-        anchors: dict[str, Hit] = {}
+        # A session is known by its namespace too: a recall over several gives hits of each.
+        kept = {(namespace, entry_id) for namespace in {hit.entry.namespace for hit in hits}
+                for entry_id in storage.still_there(namespace, [hit.entry.id for hit in hits
+                                                                if hit.entry.namespace == namespace],
+                                                    include_superseded=replaced)}
+        anchors: dict[tuple[str, str], Hit] = {}
         for hit in hits:  # best first: the first hit of a session is its anchor
-            session = hit.entry.session
-            if session is not None and hit.entry.id in kept and session not in anchors:
-                anchors[session] = hit
+            where = (hit.entry.namespace, hit.entry.session or "")
+            if hit.entry.session is not None and (where[0], hit.entry.id) in kept and where not in anchors:
+                anchors[where] = hit
                 if len(anchors) == k:
                     break
-        for session, anchor in anchors.items():
-            summary = _summary(storage.session_span(scope.namespace, session, include_superseded=replaced))
-            first, last = storage.bookends(scope.namespace, session, include_superseded=replaced)
+        for (namespace, session), anchor in anchors.items():
+            summary = _summary(storage.session_span(namespace, session, include_superseded=replaced))
+            first, last = storage.bookends(namespace, session, include_superseded=replaced)
             before, after = _neighbours(storage, scope, anchor.entry, context, replaced)
             found.append(SessionHit(
                 session=session, score=anchor.score, anchor=anchor, around=(*before, anchor.entry, *after),

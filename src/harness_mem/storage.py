@@ -251,8 +251,10 @@ class Storage(ABC):
     #: its own statistics, so consolidating never moves how the rest is ranked.
     keywords: Any
     derived_keywords: Any
-    #: The namespace (as stored) the database confines this connection to, if it does.
-    confined_to: str | None = None
+    #: The namespaces (as stored) the database lets this connection read, if it confines it.
+    confined_to: frozenset[str] | None = None
+    #: Those of them it may also write (None: it does not confine it).
+    writable_to: frozenset[str] | None = None
     #: True when this engine can rekey an older store's pseudonyms (:meth:`rekey_pseudonyms`).
     rekeys_pseudonyms: bool = False
 
@@ -270,10 +272,22 @@ class Storage(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
-    def confine(self, role: str, namespace: str) -> None:
-        """Let a database role read and write ``namespace`` (as stored) alone, enforced by the
-        database. Only an engine with roles can."""
-        raise InvalidInputError(f"a {self.engine} store has no database roles — confining one needs PostgreSQL")
+    def grant(self, role: str, namespace: str, *, read_only: bool = False) -> None:
+        """Let a database role read ``namespace`` (as stored), and write it unless ``read_only``,
+        beside what it was granted before, enforced by the database. Only an engine with roles can."""
+        raise self._no_roles()
+
+    def revoke(self, role: str, namespace: str) -> bool:
+        """Take ``namespace`` back from a database role; False when it had not been granted it."""
+        raise self._no_roles()
+
+    def grants(self) -> list[tuple[str, str, bool]]:
+        """Every grant: (role, namespace as stored, read-only)."""
+        raise self._no_roles()
+
+    def _no_roles(self) -> InvalidInputError:
+        return InvalidInputError(f"a {self.engine} store has no database roles — granting namespaces to one needs"
+                                 " PostgreSQL (on SQLite, whoever can read the file reads every namespace)")
 
     @abstractmethod
     def redaction_secret(self, *, create: bool) -> str | None:
@@ -458,6 +472,13 @@ class Storage(ABC):
     @abstractmethod
     def note_chunk(self, device: str, chunk: str, state: str, reason: str | None = None) -> None:
         """Record what became of a chunk read from ``device`` (inside the transaction that applied it)."""
+
+    @abstractmethod
+    def move(self, pks: Sequence[int], namespace: str) -> None:
+        """Put entries in another namespace (as stored) with their derived rows, inside a write
+        transaction; the caller has checked that none of their ids is taken there. A turn's keyword
+        row is made again (it carries the turn before it, which is now another), and so is the row
+        of the turn that followed it where it was and where it goes."""
 
     @abstractmethod
     def has_derived(self, namespace: str) -> bool:

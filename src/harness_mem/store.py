@@ -17,13 +17,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 from sqlite_utils import Database
 
-from . import corrections, maintenance, pseudonyms, rotation, sessions
+from . import corrections, maintenance, promotion, pseudonyms, rotation, sessions
 from .db import CACHE_SIZE_KIB, default_path
 from .engines import is_url, open_storage
 from .errors import (
@@ -56,6 +56,7 @@ from .sync.exchange import sync as sync_folder
 __all__ = ["DEFAULT_BATCH_SIZE", "ON_CONFLICT", "MemoryStore", "OnConflict", "check_on_conflict"]
 
 DEFAULT_BATCH_SIZE = 500
+_Read = TypeVar("_Read", Entry, Hit)  # what a read gives back, revealed namespace by namespace
 LIST_BATCH = 500  # list() reveals identities this many entries at a time
 
 class MemoryStore:
@@ -69,7 +70,12 @@ class MemoryStore:
 
     :param path: the database file (``":memory:"`` for a throwaway store); defaults to
         ``$HARNESS_MEM_DB`` or ``memory.db`` in the user's data directory.
-    :param namespace: the tenant every read and write is confined to.
+    :param namespace: the tenant every write goes to, and every read reads (default ``"default"``;
+        with ``namespaces``, the first of them).
+    :param namespaces: several namespaces to read at once — a private one and shared ones, say:
+        recall ranks them in one list (each hit's ``entry.namespace`` says where it lives) and
+        :meth:`get` finds an id in any; writes still go to ``namespace`` alone. On PostgreSQL the
+        database lets a role read only the namespaces granted to it (``harness-mem db grant``).
     :param read_only: open an existing, migrated file without the right to change it: every write
         fails, and the daily purge of expired entries (see :meth:`gc`) is not run.
     :param cache_kib: SQLite's page cache for this connection. Warm recall over a large file wants
@@ -89,7 +95,8 @@ class MemoryStore:
         self,
         path: str | os.PathLike[str] | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | None = None,
+        namespaces: Sequence[str] | None = None,
         embedder: Embedder | str | None = "auto",
         redactor: Redactor | Literal["default"] | None = "default",
         read_only: bool = False,
@@ -97,8 +104,7 @@ class MemoryStore:
         identity_key: bytes | str | Literal[False] | None = None,
         rekey: bool = True,
     ) -> None:
-        if not namespace or not isinstance(namespace, str):
-            raise InvalidInputError("namespace must be a non-empty string")
+        namespace, shared = _namespaces(namespace, namespaces)
         if path is None:
             path = default_path()
         #: The engine that keeps this store's rows (see :mod:`harness_mem.storage`).
@@ -120,6 +126,8 @@ class MemoryStore:
         #: The ``identity_key`` this handle was opened with (another handle on the same store takes it).
         self.identity_key = identity_key
         self._given_namespace = namespace
+        self._given_shared = shared
+        self._shared_identities: dict[str, Identities] = {}
         self._own_redactor = redactor == "default"  # the store's own, rebuilt when the store is rekeyed
         try:
             created = self.storage.migrate()
@@ -132,10 +140,16 @@ class MemoryStore:
             #: field, so its pseudonym) and the redactor of every write.
             self.scope = self._scope(namespace, chosen, identity_key)
             confined = self.storage.confined_to
-            if confined is not None and confined != self.namespace:
-                raise StorageError(f"this database role may use namespace {confined!r} only, not {namespace!r}"
-                                   " — open the store in that namespace, or connect as another role")
-            self._recall = Recall(self.storage, self.scope)
+            refused = [given for given in (namespace, *shared)
+                       if confined is not None and (identity(given, self.redactor) or given) not in confined]
+            if refused:
+                granted = sorted(confined or ())
+                allowed = (f"namespace {granted[0]!r}" if len(granted) == 1 else
+                           f"namespaces {', '.join(map(repr, granted))}" if granted else "no namespace")
+                raise StorageError(f"this database role may read {allowed} only, not {refused[0]!r}"
+                                   " — open the store in those, have the owner run `harness-mem db grant`,"
+                                   " or connect as another role")
+            self._recall = Recall(self.storage, self.scope, self.namespaces[1:])
             if not self.read_only:
                 maintenance.expire_if_due(self.storage)
         except BaseException:
@@ -193,7 +207,7 @@ class MemoryStore:
                 # A namespace given in its stored form is rekeyed as the rows holding it were.
                 namespace = pseudonyms.rekeyer(key)[0](self._given_namespace)
                 self.scope = self._scope(namespace, redactor, self.identity_key)
-                self._recall.scope = self.scope
+                self._rescoped()
         return changed
 
     def rotate_identity_key(self, progress: Callable[[int, int], None] | None = None) -> rotation.Rotation:
@@ -220,7 +234,7 @@ class MemoryStore:
                 # A namespace given in its stored form is renamed as the rows holding it were.
                 namespace = done.rename(self._given_namespace)
                 self.scope = self._scope(namespace, redactor, self.identity_key)
-                self._recall.scope = self.scope
+                self._rescoped()
         return done
 
     def _scope(self, namespace: str, redactor: Redactor | None, key: bytes | str | Literal[False] | None) -> Scope:
@@ -253,18 +267,48 @@ class MemoryStore:
     def _revealing(self) -> Identities | None:
         return None if getattr(self._local, "stored_forms", 0) else self.identities
 
-    def _revealed(self, entries: Sequence[Entry]) -> list[Entry]:
+    def _revealing_in(self, namespace: str) -> Identities | None:
+        """What reveals the identities of ``namespace`` (as stored): each namespace seals its own."""
         identities = self._revealing()
-        return identities.entries(entries) if identities is not None else list(entries)
+        if identities is None or namespace == self.namespace:
+            return identities
+        if namespace not in self._shared_identities:
+            settings = Settings.from_env()
+            given = self.identity_key
+            self._shared_identities[namespace] = Identities(
+                self.storage, namespace, given=given if given is not None and given is not False else settings.identity_key,
+                config_dir=settings.config_dir(), writable=False)
+        return self._shared_identities[namespace]
+
+    def _revealed(self, entries: Sequence[Entry]) -> list[Entry]:
+        return self._revealed_in_each(entries, lambda entry: entry.namespace, Identities.entries)
 
     def _revealed_hits(self, hits: Sequence[Hit]) -> list[Hit]:
-        identities = self._revealing()
-        return identities.hits(hits) if identities is not None else list(hits)
+        return self._revealed_in_each(hits, lambda hit: hit.entry.namespace, Identities.hits)
+
+    def _revealed_in_each(self, items: Sequence[_Read], namespace_of: Callable[[_Read], str],
+                          reveal: Callable[[Identities, Sequence[_Read]], list[_Read]]) -> list[_Read]:
+        """``items`` (of one or several namespaces) revealed by each one's identities, in their order."""
+        out = list(items)
+        for namespace in {namespace_of(item) for item in items}:
+            identities = self._revealing_in(namespace)
+            if identities is not None:
+                at = [i for i, item in enumerate(out) if namespace_of(item) == namespace]
+                for i, item in zip(at, reveal(identities, [out[i] for i in at]), strict=True):
+                    out[i] = item
+        return out
 
     @property
     def namespace(self) -> str:
-        """The namespace every read and write is confined to, as stored."""
+        """The namespace every write goes to, as stored (reads read :attr:`namespaces`)."""
         return self.scope.namespace
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """Every namespace this handle reads, as stored: :attr:`namespace` first, then the shared ones."""
+        redactor = self.scope.redactor
+        shared = (identity(given, redactor) or given for given in self._given_shared)
+        return (self.scope.namespace, *dict.fromkeys(n for n in shared if n != self.scope.namespace))
 
     @property
     def redactor(self) -> Redactor | None:
@@ -276,7 +320,13 @@ class MemoryStore:
         # The pseudonyms sealed so far stay readable; a redactor with another key makes new ones.
         self._own_redactor = False
         self.scope = Scope(self.scope.namespace, redactor, self.scope.sealer if redactor is not None else None)
+        self._rescoped()
+
+    def _rescoped(self) -> None:
+        """After :attr:`scope` changed (a new redactor or key): recall reads the namespaces as now stored."""
         self._recall.scope = self.scope
+        self._recall.shared = self.namespaces[1:]
+        self._shared_identities.clear()
 
     @property
     def embedder(self) -> Embedder | None:
@@ -346,7 +396,7 @@ class MemoryStore:
         background writer): the same namespace, embedder, redactor, identity key and read-only
         flag, opened with what opened this one (a server's password too)."""
         path, cache_kib = self._opened_with
-        return MemoryStore(path, namespace=self.namespace, embedder=self.embedder, redactor=self.redactor,
+        return MemoryStore(path, namespaces=self.namespaces, embedder=self.embedder, redactor=self.redactor,
                            read_only=self.read_only, cache_kib=cache_kib, identity_key=self.identity_key)
 
     def __enter__(self) -> MemoryStore:
@@ -356,7 +406,8 @@ class MemoryStore:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<MemoryStore {str(self.path)!r} namespace={self.namespace!r}>"
+        shared = f" shared={list(self.namespaces[1:])!r}" if len(self.namespaces) > 1 else ""
+        return f"<MemoryStore {str(self.path)!r} namespace={self.namespace!r}{shared}>"
 
     # ---- writes ------------------------------------------------------------------------------
 
@@ -479,10 +530,38 @@ class MemoryStore:
                 outbox.log_forgotten(self.storage, self.namespace, [stored], None, now_ms())
         return deleted
 
-    def grant(self, role: str) -> None:
-        """Confine the database role ``role`` to this store's namespace (PostgreSQL): a connection
-        as that role reads and writes this namespace alone, whatever namespace it opens."""
-        self.storage.confine(role, self.namespace)
+    def promote(self, id: str, *, to: str) -> list[str]:
+        """Move the entry ``id`` from this store's namespace into namespace ``to`` (a team's shared
+        space) with its history (the versions it corrected, and its corrections) and its sources
+        (the turns a derived entry cites): see :mod:`harness_mem.promotion`. Returns the ids moved.
+        Refused, nothing moved, when an id is taken there."""
+        with self.lock:
+            moved = promotion.promote(self.storage, self.scope, self.identities, id, self._stored_namespace(to))
+        identities = self._revealing()
+        return [identities.value(entry) for entry in moved] if identities is not None else moved
+
+    def grant(self, role: str, namespace: str | None = None, *, read_only: bool = False) -> None:
+        """Let the database role ``role`` read ``namespace`` (default: this store's), and write it
+        unless ``read_only``, beside the namespaces granted to it before (PostgreSQL). A role
+        granted any namespace is confined: the database lets it reach those alone."""
+        self.storage.grant(role, self._stored_namespace(namespace), read_only=read_only)
+
+    def revoke(self, role: str, namespace: str | None = None) -> bool:
+        """Take ``namespace`` (default: this store's) back from ``role``; False when it had not
+        been granted. A role whose last namespace is taken back reads nothing (it stays confined)."""
+        return self.storage.revoke(role, self._stored_namespace(namespace))
+
+    def grants(self) -> list[tuple[str, str, bool]]:
+        """Every grant: (role, namespace as stored, read-only), by role; a role left with none
+        has one row with an empty namespace."""
+        return self.storage.grants()
+
+    def _stored_namespace(self, namespace: str | None) -> str:
+        if namespace is None:
+            return self.namespace
+        if not namespace or not isinstance(namespace, str):
+            raise InvalidInputError("a namespace must be a non-empty string")
+        return identity(namespace, self.redactor) or namespace
 
     def sync(self, path: str | os.PathLike[str], *, progress: Callable[[int], None] | None = None) -> SyncReport:
         """Exchange this store's operations with the sync folder at ``path`` (any folder the user
@@ -613,11 +692,13 @@ class MemoryStore:
 
         ``refresh_ttl`` renews the expiry of an entry written with ``ttl_days``: it expires that
         long from now (a write, so the store must be open for writing)."""
-        row = self.storage.get(self.namespace, self.scope.key(id) or id, now_ms())
+        stored, now = self.scope.key(id) or id, now_ms()
+        # The namespace written first, then each shared one read beside it.
+        row = next((found for namespace in self.namespaces
+                    if (found := self.storage.get(namespace, stored, now)) is not None), None)
         if row is None:
-            raise NotFoundError(
-                f"no entry with id {id!r} in namespace {self.namespace!r} — `harness-mem list` shows the ids"
-            )
+            where = f"namespace {self.namespace!r}" if len(self.namespaces) == 1 else f"namespaces {list(self.namespaces)}"
+            raise NotFoundError(f"no entry with id {id!r} in {where} — `harness-mem list` shows the ids")
         entry = entry_from_row(row)
         return self._revealed(self._renewed([entry]) if refresh_ttl else [entry])[0]
 
@@ -754,7 +835,7 @@ class MemoryStore:
     def _lane(self, kind: str | Sequence[str] | None) -> bool | None:
         """The default ``derived`` filter: derived entries out of a recall that names no kind — a
         filter only where there are some, so a store never consolidated ranks as it always has."""
-        return False if kind is None and self.storage.has_derived(self.namespace) else None
+        return False if kind is None and any(self.storage.has_derived(n) for n in self.namespaces) else None
 
     def embed_queries(self, queries: Sequence[str]) -> npt.NDArray[np.float32]:
         """Embeddings of many queries in one model call (to pass to :meth:`recall` as ``query_vector``).
@@ -832,6 +913,21 @@ class MemoryStore:
         while page := [entry_from_row(row) for row in itertools.islice(rows, LIST_BATCH)]:
             # A page at a time: one lookup of identities (and one renewal) for each.
             yield from self._revealed(self._renewed(page) if refresh_ttl else page)
+
+
+def _namespaces(namespace: str | None, namespaces: Sequence[str] | None) -> tuple[str, tuple[str, ...]]:
+    """The namespace a store writes, and the others it reads: ``namespace`` (else the first of
+    ``namespaces``, else ``"default"``), and the rest of ``namespaces``."""
+    named = [namespace] if namespace is not None else []
+    if namespaces is not None:
+        if isinstance(namespaces, str) or not isinstance(namespaces, Sequence) or not namespaces:
+            raise InvalidInputError("namespaces must be a non-empty list of namespace names")
+        named += list(namespaces)
+    for name in named:
+        if not name or not isinstance(name, str):
+            raise InvalidInputError("a namespace must be a non-empty string")
+    written, *shared = named or ["default"]
+    return written, tuple(n for n in dict.fromkeys(shared) if n != written)
 
 
 def _check_offset(offset: object) -> None:

@@ -163,6 +163,24 @@ def delete_vector(conn: Connection, pk: int) -> None:
         conn.execute(f"DELETE FROM {PASSAGES} WHERE pk = ?", (pk,))
 
 
+def move_vectors(conn: Connection, pks: Sequence[int], namespace: str) -> list[tuple[int, bytes, int]]:
+    """Put the vectors of ``pks`` in ``namespace``'s partition (inside a write transaction): vec0
+    cannot change a row's partition key, so each row is read, deleted and written again, bytes as
+    they were. Returns (pk, sign bits, session key) of each row moved."""
+    if not pks or not has_vector_table(conn):
+        return []
+    found = conn.execute(
+        f"SELECT rowid, kind, session_key, created_at, embedding, bits FROM {TABLE}"
+        " WHERE rowid IN (SELECT value FROM json_each(?))", (json.dumps(list(pks)),)).fetchall()
+    for pk, *_ in found:
+        conn.execute(f"DELETE FROM {TABLE} WHERE rowid = ?", (pk,))
+    conn.executemany(
+        f"INSERT INTO {TABLE} (rowid, namespace, kind, session_key, created_at, embedding, bits)"
+        " VALUES (?, ?, ?, ?, ?, vec_int8(?), vec_bit(?))",
+        [(pk, namespace, kind, key, created, embedding, bits) for pk, kind, key, created, embedding, bits in found])
+    return [(int(pk), bytes(bits), int(key)) for pk, _, key, _, _, bits in found]
+
+
 def stored_passages(conn: Connection, pks: Sequence[int]) -> dict[int, list[Passage]]:
     """The later windows of the given entries (those that have any), in order."""
     found: dict[int, list[Passage]] = {}
@@ -527,6 +545,16 @@ class VectorIndex:
     def delete(self, pk: int) -> None:
         delete_vector(self.conn, pk)
         self._pending.deleted.append(pk)
+
+    def move(self, pks: Sequence[int], namespace: str) -> None:
+        """Put the vectors of ``pks`` in ``namespace`` (see :func:`move_vectors`), caches told."""
+        moved = move_vectors(self.conn, pks, namespace)
+        if moved:
+            self._pending.deleted.extend(pk for pk, _, _ in moved)
+            self._pending.added.append((
+                namespace, np.asarray([pk for pk, _, _ in moved], dtype=np.int64),
+                np.frombuffer(b"".join(bits for _, bits, _ in moved), dtype=np.uint8).reshape(len(moved), -1),
+                np.asarray([key for _, _, key in moved], dtype=np.int64)))
 
     def committed(self, generation: int) -> None:
         """Fold this process's own committed writes into its caches (no reload needed)."""

@@ -58,3 +58,29 @@ def test_run_without_a_db_writes_no_store(tmp_path: Path, fake: FakeServer) -> N
     )
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "should-not-exist.db").exists()
+
+
+def test_run_with_namespaces_recalls_the_private_and_shared_ones_and_writes_the_first(
+        tmp_path: Path, fake: FakeServer) -> None:
+    db = tmp_path / "team.db"
+    for namespace, note in (("ada", "ada deploys the billing service on fridays"),
+                            ("team", "the team deploys billing through the release train"),
+                            ("bob", "bob deploys billing by hand with zanzibarquux")):
+        with MemoryStore(db, namespace=namespace, embedder=None) as store:
+            store.add(note, kind="note")
+    remember = {"id": "c1", "type": "function",
+                "function": {"name": "remember", "arguments": json.dumps({"content": "Ada asked how billing deploys"})}}
+    fake.script(reply({"role": "assistant", "content": None, "tool_calls": [remember]}),
+                reply({"role": "assistant", "content": "Through the release train."}))
+    result = subprocess.run(
+        [HARNESS_LOOP, "run", "--db", str(db), "-N", "ada", "-N", "team", "--model-url", fake.url, "--model", "m",
+         "--no-record", "-w", str(tmp_path), "How does billing deploy?"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    recalled = fake.requests()[0]["body"]["messages"][0]["content"]
+    assert "release train" in recalled and "fridays" in recalled and "zanzibarquux" not in recalled
+    with MemoryStore(db, namespace="ada", embedder=None) as store:
+        assert "Ada asked how billing deploys" in [e.content for e in store.list(kind="note")]
+    with MemoryStore(db, namespace="team", embedder=None) as store:
+        assert store.count(kind="note") == 1 and store.count(kind="turn") == 0

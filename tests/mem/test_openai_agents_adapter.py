@@ -257,3 +257,17 @@ async def test_a_run_of_the_sdks_runner_keeps_its_history_and_memories(store: Me
     # The second run's model saw the first run's items, as the session gave them back, then the new input.
     assert model.inputs[-1][: len(history)] == history
     assert model.inputs[-1][len(history)] == {"role": "user", "content": "and Celsius"}
+
+
+async def test_the_tools_of_a_store_reading_a_shared_namespace_recall_both(tmp_path: Any) -> None:
+    db = tmp_path / "team.db"
+    for namespace, note in (("ada", "ada deploys the billing service on fridays"),
+                            ("team", "the team deploys billing through the release train"),
+                            ("bob", "bob deploys billing by hand")):
+        with MemoryStore(db, namespace=namespace, embedder=None) as one:
+            one.add(note, id=f"{namespace}-deploy")
+    with MemoryStore(db, namespaces=["ada", "team"], embedder=None) as shared:
+        found = await call(memory_tools(shared), "recall", {"query": "deploys billing"})
+        assert {(h["id"], h["namespace"]) for h in found["hits"]} == {("ada-deploy", "ada"), ("team-deploy", "team")}
+        await call(memory_tools(shared), "remember", {"content": "ada notes the freeze starts monday"})
+        assert shared.count() == 2  # written into ada's own

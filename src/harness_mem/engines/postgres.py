@@ -479,8 +479,7 @@ class PostgresStorage(Storage):
         try:
             return self._migrate(known)
         finally:
-            if 3 in self._applied():
-                self.confined_to = self.query("SELECT confined_namespace()")[0][0]
+            self.confined_to, self.writable_to = self._granted()
 
     def _migrate(self, known: dict[int, Path]) -> bool:
         if self.read_only or self._applied() >= set(known):
@@ -521,33 +520,62 @@ class PostgresStorage(Storage):
     def close(self) -> None:
         self.conn.close()
 
-    def confine(self, role: str, namespace: str) -> None:
-        """Let ``role`` read and write this store, in ``namespace`` (as stored) alone: the database
-        enforces it (row-level security). Run by the store's owner."""
+    def _granted(self) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+        """The namespaces the database lets this role read, and write (None: it does not confine it)."""
+        applied = self._applied()
+        if 12 in applied:
+            readable, writable = self.query("SELECT readable_namespaces(), writable_namespaces()")[0]
+            return (None, None) if readable is None else (frozenset(readable), frozenset(writable))
+        if 3 in applied:  # a store not migrated yet (opened read-only): one namespace a role
+            [(only,)] = self.query("SELECT confined_namespace()")
+            return (None, None) if only is None else (frozenset([only]), frozenset([only]))
+        return None, None
+
+    def grant(self, role: str, namespace: str, *, read_only: bool = False) -> None:
+        """Let ``role`` read ``namespace`` (as stored), and write it unless ``read_only``, beside the
+        namespaces it was granted before: the database enforces it (row-level security). Run by
+        the store's owner."""
         from psycopg import sql
 
         if not self.vectors_bound(writing=True) and self.embedder is not None:
             raise StorageError("the vectors' table could not be made")
-        # Every table holding a namespace's rows (each confines them to the role's namespace), the
+        # Every table holding a namespace's rows (each confines them to the role's namespaces), the
         # experience tables included.
         tables = ["entries", "episodes", "skills", "skill_revisions", "skill_sources", "consolidations",
                   "derivations", "identities", "sync_ops", "sync_forgotten",
                   *(["entry_vectors"] if self._has_vector_table() else []),
                   *(["entry_passages"] if self._has_passage_table() else [])]
         with self.transaction():
-            self._run("INSERT INTO namespace_roles (role, namespace) VALUES (%s, %s)"
-                      " ON CONFLICT (role) DO UPDATE SET namespace = excluded.namespace", (role, namespace))
+            self._run("INSERT INTO confined_roles (role) VALUES (%s) ON CONFLICT DO NOTHING", (role,))
+            self._run("INSERT INTO namespace_roles (role, namespace, read_only) VALUES (%s, %s, %s)"
+                      " ON CONFLICT (role, namespace) DO UPDATE SET read_only = excluded.read_only",
+                      (role, namespace, read_only))
             who = sql.Identifier(role)
             self.conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
                 sql.Identifier(str(self.query("SELECT current_schema()")[0][0])), who))
             # What it reads and never writes: store-wide records (settings: the keys it needs, a policy
-            # says) and its namespace's counts (kept by the database as its entries change).
-            read_only = sql.SQL("_migrations, settings, namespace_state")
-            self.conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(read_only, who))
-            self.conn.execute(sql.SQL("REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {} FROM {}").format(read_only, who))
+            # says) and its namespaces' counts (kept by the database as their entries change).
+            store_wide = sql.SQL("_migrations, settings, namespace_state")
+            self.conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(store_wide, who))
+            self.conn.execute(sql.SQL("REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {} FROM {}").format(store_wide, who))
+            # Table rights to write are given even to a role that reads alone: the policies decide
+            # which namespace's rows it may write (none, for a role granted only read-only ones).
             for table in tables:
                 self.conn.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(
                     sql.Identifier(table), who))
+
+    def revoke(self, role: str, namespace: str) -> bool:
+        """Take ``namespace`` (as stored) back from ``role``; False when it had not been granted it.
+        A role whose last namespace goes stays confined, to none: it reads nothing."""
+        with self.transaction():
+            return self._run("DELETE FROM namespace_roles WHERE role = %s AND namespace = %s", (role, namespace)) > 0
+
+    def grants(self) -> list[tuple[str, str, bool]]:
+        """Every grant: (role, namespace as stored, read-only), by role then namespace; a role
+        confined to none has one row with an empty namespace."""
+        return [(str(role), str(namespace or ""), bool(read_only)) for role, namespace, read_only in self.query(
+            "SELECT c.role, g.namespace, coalesce(g.read_only, false) FROM confined_roles c"
+            " LEFT JOIN namespace_roles g ON g.role = c.role ORDER BY 1, 2")]
 
     # ---- settings ---------------------------------------------------------------------------------
 
@@ -740,21 +768,25 @@ class PostgresStorage(Storage):
                           " USING hnsw (embedding halfvec_cosine_ops)")
                 # A vector is seen only with its entry: a confined role reads no other namespace's.
                 self._run("ALTER TABLE entry_vectors ENABLE ROW LEVEL SECURITY")
-                self._run("DROP POLICY IF EXISTS entry_vectors_of_the_role ON entry_vectors")
-                self._run("CREATE POLICY entry_vectors_of_the_role ON entry_vectors"
-                          " USING (EXISTS (SELECT 1 FROM entries e WHERE e.pk = entry_vectors.pk))"
-                          " WITH CHECK (EXISTS (SELECT 1 FROM entries e WHERE e.pk = entry_vectors.pk))")
+                self._follow_entry_policies("entry_vectors")
                 # A long entry's later windows (harness_mem.passages), under the same rule.
                 self._run(f"CREATE TABLE IF NOT EXISTS entry_passages (pk BIGINT NOT NULL REFERENCES entries (pk)"
                           f" ON DELETE CASCADE, start INTEGER NOT NULL, stop INTEGER NOT NULL,"
                           f" embedding halfvec({dim}) NOT NULL, PRIMARY KEY (pk, start))")
                 self._run("ALTER TABLE entry_passages ENABLE ROW LEVEL SECURITY")
-                self._run("DROP POLICY IF EXISTS entry_passages_of_the_role ON entry_passages")
-                self._run("CREATE POLICY entry_passages_of_the_role ON entry_passages"
-                          " USING (EXISTS (SELECT 1 FROM entries e WHERE e.pk = entry_passages.pk))"
-                          " WITH CHECK (EXISTS (SELECT 1 FROM entries e WHERE e.pk = entry_passages.pk))")
+                self._follow_entry_policies("entry_passages")
         self._bound = True
         return True
+
+    def _follow_entry_policies(self, table: str) -> None:
+        """Row-level security on ``table`` (a constant: rows keyed by an entry's pk) as migration 0012
+        gives the tables that belong to another: read with the entry, written where it may be."""
+        entry = f"EXISTS (SELECT 1 FROM entries e WHERE e.pk = {table}.pk"
+        for policy in ("of_the_role", "read", "written"):
+            self._run(f"DROP POLICY IF EXISTS {table}_{policy} ON {table}")
+        self._run(f"CREATE POLICY {table}_read ON {table} FOR SELECT USING ({entry}))")
+        self._run(f"CREATE POLICY {table}_written ON {table} USING ({entry} AND namespace_writable(e.namespace)))"
+                  f" WITH CHECK ({entry} AND namespace_writable(e.namespace)))")
 
     def check_model(self) -> str:
         recorded = self.recorded_model()
@@ -948,6 +980,20 @@ class PostgresStorage(Storage):
                 " WHERE e.pk = ANY(%s) AND s.role = 'distilled')",
                 (list(pks),),
             )
+
+    def move(self, pks: Sequence[int], namespace: str) -> None:
+        # Vectors and passages follow the pk; the keyword counters follow the namespace (triggers).
+        with self.transaction():
+            before = self.rows(pks)
+            # Row-level security passes over the rows of a namespace the role may only read: refused whole.
+            if self._run("UPDATE entries SET namespace = %s WHERE pk = ANY(%s)", (namespace, list(pks))) < len(before):
+                raise StorageError(f"{self.path}: this database role may not write the namespace these entries are in"
+                                   " (it was granted it read-only) — nothing was moved")
+            for pk, row in sorted(before.items(), key=lambda item: (item[1].created_at, item[0])):
+                if row.kind == "turn" and row.session:
+                    self._write_tokens(pk, self.index_texts([pk])[pk])
+                    self._reindex_turn_after(row.namespace, row.session, row.created_at, pk)
+                    self._reindex_turn_after(namespace, row.session, row.created_at, pk)
 
     def has_derived(self, namespace: str) -> bool:
         return bool(self.query("SELECT 1 FROM entries WHERE namespace = %s AND source = %s LIMIT 1",

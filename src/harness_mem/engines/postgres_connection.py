@@ -34,6 +34,12 @@ def first_line(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def refused_by_row_security(exc: BaseException) -> bool:
+    """Whether the server refused a write because a row-level security policy forbids it (a role
+    writing a namespace it may only read)."""
+    return getattr(exc, "sqlstate", None) == "42501" and "row-level security" in str(exc)
+
+
 class Connection:
     """psycopg's connection (autocommit) behind the few calls the engine makes: ``execute``,
     ``cursor``, ``transaction``, ``in_transaction``, ``close``. ``prepare`` sets up each new connection."""
@@ -111,6 +117,11 @@ class Connection:
             return StorageError(
                 f"lost the connection to {self.location} ({first_line(exc)}) — this call's transaction was not"
                 " committed, or its outcome is unknown if it was committing; the next call reconnects")
+        if refused_by_row_security(exc):
+            return StorageError(
+                f"{self.location}: this database role may not write that namespace (row-level security: it was"
+                " granted it read-only, or not at all) — nothing was written; the store's owner grants writing"
+                " with `harness-mem db grant ROLE NAMESPACE`")
         return StorageError(f"{self.location}: {first_line(exc)}")
 
     @contextmanager

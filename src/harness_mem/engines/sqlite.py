@@ -68,6 +68,7 @@ from ..vectors import (
     is_keyword_only,
     live_entries,
     missing_vectors,
+    move_vectors,
     set_keyword_only,
     still_without_vectors,
     stored_passages,
@@ -576,6 +577,24 @@ class SQLiteStorage(Storage):
                 " WHERE e.pk IN (SELECT value FROM json_each(?)) AND s.role = 'distilled')",
                 (json.dumps(list(pks)),),
             )
+
+    def move(self, pks: Sequence[int], namespace: str) -> None:
+        with self.transaction():
+            before = self.rows(pks)
+            self.conn.execute("UPDATE entries SET namespace = ? WHERE pk IN (SELECT value FROM json_each(?))",
+                              (namespace, json.dumps(list(pks))))
+            if self._vectors is not None:
+                self._vectors.move(pks, namespace)
+            else:  # vectors made by another process's embedder: moved all the same
+                move_vectors(self.conn, pks, namespace)
+            self._vectors_touched = True
+            after = self.rows(pks)  # as they are now, in the namespace they went to
+            for pk, row in sorted(before.items(), key=lambda item: (item[1].created_at, item[0])):
+                if row.kind == "turn" and row.session:
+                    self._unindex(keyword_table(row.source), [pk])
+                    self._index_keywords([(pk, row.source, self._index_texts([after[pk]], before_pk=pk)[0])])
+                    self._reindex_turn_after(row.namespace, row.session, row.created_at, pk)
+                    self._reindex_turn_after(namespace, row.session, row.created_at, pk)
 
     def derived_from(self, pks: Sequence[int]) -> list[int]:
         found: list[int] = []

@@ -65,7 +65,7 @@ def apply_chunk(storage: Storage, operations: Sequence[Operation], *, device: st
         for op in todo:
             if op.hash in known:
                 continue
-            if storage.confined_to is not None and op.ns != storage.confined_to:
+            if storage.writable_to is not None and op.ns not in storage.writable_to:
                 counts.refused.append(f"an operation for another namespace ({op.op} of {op.id})")
                 continue
             if op.op == "add":

@@ -36,19 +36,28 @@ CREATE TABLE sync_chunks (
     PRIMARY KEY (device, chunk)
 );
 
--- Namespaces enforced by the database, as for the other tables.
-ALTER TABLE sync_ops ENABLE ROW LEVEL SECURITY;
-CREATE POLICY sync_ops_of_the_role ON sync_ops
-    USING (confined_namespace() IS NULL OR namespace = confined_namespace())
-    WITH CHECK (confined_namespace() IS NULL OR namespace = confined_namespace());
--- Which chunks were read is the owner's to keep; what was forgotten, each namespace's own.
+-- Namespaces enforced by the database, as for the other tables (0012): read where granted, written
+-- where granted to write.
+DO $$
+DECLARE
+    found TEXT;
+    readable CONSTANT TEXT := '((SELECT readable_namespaces()) IS NULL OR namespace = ANY ((SELECT readable_namespaces())::TEXT[]))';
+    writable CONSTANT TEXT := '((SELECT writable_namespaces()) IS NULL OR namespace = ANY ((SELECT writable_namespaces())::TEXT[]))';
+BEGIN
+    FOR found IN SELECT unnest(ARRAY['sync_ops', 'sync_forgotten'])
+    LOOP
+        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', found);
+        EXECUTE format('CREATE POLICY %I ON %I FOR SELECT USING %s', found || '_read', found, readable);
+        EXECUTE format('CREATE POLICY %I ON %I FOR INSERT WITH CHECK %s', found || '_added', found, writable);
+        EXECUTE format('CREATE POLICY %I ON %I FOR UPDATE USING %s WITH CHECK %s', found || '_changed', found,
+                       writable, writable);
+        EXECUTE format('CREATE POLICY %I ON %I FOR DELETE USING %s', found || '_removed', found, writable);
+    END LOOP;
+END $$;
+-- Which chunks were read is the owner's to keep.
 ALTER TABLE sync_chunks ENABLE ROW LEVEL SECURITY;
 CREATE POLICY sync_chunks_of_the_owner ON sync_chunks
-    USING (confined_namespace() IS NULL) WITH CHECK (confined_namespace() IS NULL);
-ALTER TABLE sync_forgotten ENABLE ROW LEVEL SECURITY;
-CREATE POLICY sync_forgotten_of_the_role ON sync_forgotten
-    USING (confined_namespace() IS NULL OR namespace = confined_namespace())
-    WITH CHECK (confined_namespace() IS NULL OR namespace = confined_namespace());
+    USING ((SELECT readable_namespaces()) IS NULL) WITH CHECK ((SELECT readable_namespaces()) IS NULL);
 
 -- A confined role's writes are logged too: it reads the device id (the owner sets it).
 CREATE OR REPLACE FUNCTION setting_shown_to_confined(setting TEXT) RETURNS BOOLEAN
@@ -58,3 +67,13 @@ CREATE OR REPLACE FUNCTION setting_shown_to_confined(setting TEXT) RETURNS BOOLE
               OR setting LIKE 'embedder.%'
               OR (setting = 'redaction.secret'
                   AND EXISTS (SELECT 1 FROM settings WHERE key = 'pseudonyms.keyed' AND value = 'outside')) $$;
+
+-- Roles granted before: their writes are logged once the store syncs.
+DO $$
+DECLARE
+    granted TEXT;
+BEGIN
+    FOR granted IN SELECT DISTINCT role FROM namespace_roles WHERE role IN (SELECT rolname FROM pg_roles) LOOP
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON sync_ops, sync_forgotten TO %I', granted);
+    END LOOP;
+END $$;
