@@ -39,7 +39,7 @@ from .cliutils import (
 )
 from .db import CACHE_SIZE_KIB, ONE_SHOT_CACHE_KIB, connect, default_path
 from .engines import is_url, open_storage, shown_location
-from .errors import InvalidInputError, MissingVectorsWarning, ModelMissingWarning, NotFoundError
+from .errors import InvalidInputError, MissingVectorsWarning, ModelMissingWarning
 from .models import MAX_CONTENT_CHARS, Entry, Hit, counted, dumps, format_time
 from .providers.embeddings import EMBEDDERS, giving_vectors
 from .providers.hints import MEM_HINTS
@@ -742,11 +742,7 @@ def _cited_turns(store: MemoryStore, entry: Entry) -> list[Entry]:
     cited = entry.metadata.get("source_turns")
     if not isinstance(cited, list):
         return []
-    found = []
-    for turn_id in cited[:SHOWN_SOURCES]:
-        with contextlib.suppress(NotFoundError):
-            found.append(store.get(str(turn_id)))
-    return found
+    return store.get_many([str(turn_id) for turn_id in cited[:SHOWN_SOURCES]])
 
 
 @cli.command("list")
