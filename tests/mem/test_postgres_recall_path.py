@@ -65,7 +65,7 @@ def test_a_keyword_recall_is_ranked_in_one_statement_and_read_in_one_more(store:
     # Whether anything derived is there (asked by the store, then inside the snapshot), the BM25
     # statement (its snapshot's BEGIN sent with it), the hits with their index texts, COMMIT.
     assert len(sent.statements) <= 5, [s for s, _ in sent.statements]
-    assert sum("ts_filter" in sql for sql, _ in sent.statements) == 1
+    assert sum("ts_rank_cd" in sql for sql, _ in sent.statements) == 1
 
 
 def test_a_semantic_recall_walks_the_hnsw_graph_in_few_round_trips(store: MemoryStore) -> None:

@@ -320,38 +320,45 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
     return " AND ".join(clauses), params
 
 
-# BM25 of a query of single words over the entries holding any, in one statement: the lane's
-# counts (namespace_state), each word's document frequency and each entry's score, FTS5's formula
-# (bm25.idf, bm25.share) term for term. Every entry holding a word is read once, as the raw engine's
-# own ``ts_rank_cd`` query reads it; the filters pick those scored, the frequencies count them all.
-# A word's frequency is its positions: the query's words are marked (setweight) and kept alone
-# (ts_filter) before the entry's tsvector is unnested (unnesting all of it cost 0.1 ms an entry).
-# An entry holding a word past a lexeme's limits is returned too, for its score to be counted again.
-_BM25 = """
+def bm25_statement(words: int, clause: str, lane: str) -> str:
+    """BM25 of a query of ``words`` single words over the entries holding any, in one statement: the
+    lane's counts (namespace_state), each word's document frequency and each entry's score, FTS5's
+    formula (bm25.idf, bm25.share) term for term and in the same order. Every entry holding a word is
+    read once, as the raw engine's own ``ts_rank_cd`` query reads it; the filters (``clause``) pick
+    those scored, the frequencies count them all. A word's frequency in an entry is
+    ``ts_rank_cd`` of that word alone with every weight 1: one cover per position, each weighing 1
+    (unnesting the tsvector cost 0.1 ms an entry). An entry holding a word more often than a lexeme
+    keeps positions, or longer than its positions reach, is returned too, to be counted again.
+
+    Parameters: the lane's two counters, k1, b, the words' tsqueries, the clause's, the OR of the
+    words, the two limits, how many."""
+    terms = range(words)
+    frequencies = ", ".join(f"ts_rank_cd('{{1,1,1,1}}', e.tokens, %s::tsquery)::int AS tf{i}" for i in terms)
+    counts = ", ".join(f"count(*) FILTER (WHERE tf{i} > 0) AS df{i}" for i in terms)
+    weights = ", ".join(f"CASE WHEN (s.n - c.df{i} + 0.5) / (c.df{i} + 0.5) > 1"
+                        f" THEN ln((s.n - c.df{i} + 0.5) / (c.df{i} + 0.5)) ELSE 1e-6 END AS idf{i}" for i in terms)
+    shares = " + ".join(f"CASE WHEN h.tf{i} > 0 THEN w.idf{i} * ((h.tf{i} * (s.k1 + 1))"
+                        f" / (h.tf{i} + s.k1 * (1 - s.b + s.b * s.ratio))) ELSE 0 END" for i in terms)
+    return f"""
 WITH stats AS (
     SELECT coalesce(sum(value) FILTER (WHERE key = %s), 0)::float8 AS n,
            coalesce(sum(value) FILTER (WHERE key = %s), 0)::float8 AS tokens FROM namespace_state),
 shape AS (SELECT n, CASE WHEN n > 0 THEN tokens / n ELSE 0 END AS average, %s::float8 AS k1, %s::float8 AS b
           FROM stats),
-asked (term, lexeme) AS (SELECT * FROM unnest(%s::int[], %s::text[])),
 held AS MATERIALIZED (
-    SELECT e.pk, coalesce(e.token_count, 0) AS length, u.lexeme, coalesce(cardinality(u.positions), 0) AS tf,
-           coalesce(u.positions[cardinality(u.positions)], 0) AS last, ({clause}) AS passes
-    FROM entries e CROSS JOIN LATERAL unnest(ts_filter(setweight(e.tokens, 'A', %s::text[]), '{{a}}')) u
-    WHERE e.tokens @@ %s::tsquery AND e.{lane}),
-counted AS (SELECT a.term, a.lexeme, count(h.pk) AS df FROM asked a LEFT JOIN held h USING (lexeme)
-            GROUP BY a.term, a.lexeme),
-weighed AS (SELECT c.lexeme, CASE WHEN (s.n - c.df + 0.5) / (c.df + 0.5) > 1
-                                  THEN ln((s.n - c.df + 0.5) / (c.df + 0.5)) ELSE 1e-6 END AS idf
-            FROM counted c, shape s),
+    SELECT e.pk, coalesce(e.token_count, 0) AS length, {frequencies}, ({clause}) AS passes
+    FROM entries e WHERE e.tokens @@ %s::tsquery AND e.{lane}),
+counted AS (SELECT {counts} FROM held),
+weighed AS (SELECT {weights} FROM counted c, shape s),
 scored AS (
-    SELECT h.pk, h.length, bool_or(h.tf >= %s OR h.last >= %s) AS clipped,
-           sum(w.idf * ((h.tf * (s.k1 + 1)) / (h.tf + s.k1 * (1 - s.b + s.b
-               * CASE WHEN s.average > 0 THEN h.length / s.average ELSE 1.0 END)))) AS score
-    FROM held h JOIN weighed w USING (lexeme), shape s WHERE h.passes GROUP BY h.pk, h.length),
+    SELECT h.pk, h.length, greatest({", ".join(f"h.tf{i}" for i in terms)}) >= %s OR h.length >= %s AS clipped,
+           {shares} AS score
+    FROM held h, weighed w, LATERAL (SELECT *, CASE WHEN average > 0 THEN h.length / average ELSE 1.0 END AS ratio
+                                     FROM shape) s
+    WHERE h.passes),
 best AS (SELECT * FROM scored ORDER BY score DESC, pk LIMIT %s)
-SELECT b.pk, b.score, b.clipped, b.length, s.n, s.average, (SELECT array_agg(df ORDER BY term) FROM counted)
-FROM (SELECT * FROM best UNION SELECT * FROM scored WHERE clipped) b, shape s
+SELECT b.pk, b.score, b.clipped, b.length, s.n, s.average, ARRAY[{", ".join(f"c.df{i}" for i in terms)}]
+FROM (SELECT * FROM best UNION SELECT * FROM scored WHERE clipped) b, shape s, counted c
 """
 
 
@@ -375,7 +382,7 @@ class PostgresKeywords:
         # same recall's coverage asks for them again, inside the same view.
         self._counted: tuple[object, int, float, dict[str, int]] | None = None
 
-    #: The server scores a whole query over every entry holding a word (:data:`_BM25`), at the cost
+    #: The server scores a whole query over every entry holding a word (:func:`bm25_statement`), at the cost
     #: of the raw engine's own ranked query: bm25.KeywordIndex asks it directly.
     scores_every_match = True
 
@@ -428,12 +435,12 @@ class PostgresKeywords:
 
     def _ranked_by_words(self, terms: Sequence[str], words: list[str], k: int,
                          selection: Selection) -> list[tuple[int, float]]:
-        """BM25 of a query of single words, scored by the server in one statement (see
-        :data:`_BM25`): each word's frequency is its positions in the entry's ``tsvector``."""
+        """BM25 of a query of single words, scored by the server in one statement
+        (:func:`bm25_statement`)."""
         clause, params = where(selection)
         found = self.storage.query(
-            _BM25.format(lane=self.lane, clause=clause),
-            [*self.counters, K1, B, list(range(len(words))), words, *params, words, tsquery_of((tuple(terms),)),
+            bm25_statement(len(words), clause, self.lane),
+            [*self.counters, K1, B, *(tsquery_of(((term,),)) for term in terms), *params, tsquery_of((tuple(terms),)),
              _MAX_POSITIONS, _MAX_POSITION, k])
         if not found:
             return []

@@ -136,9 +136,11 @@ class Connection:
 
     def open_with_next(self, begin: str) -> None:
         """Send ``begin`` (a BEGIN statement) together with the next statement, not on its own:
-        a read's transaction costs no round trip of its own."""
+        a read's transaction costs no round trip of its own (where libpq pipelines statements)."""
         self._live()  # a dropped connection is replaced now, not under the transaction
         self._opening = begin
+        if not self._psycopg.Pipeline.is_supported():
+            self._begin_now()
 
     def _begin_now(self) -> None:
         """Send a BEGIN put off by :meth:`open_with_next` alone (a cursor's or a nested
