@@ -160,7 +160,7 @@ def _fold(text: str) -> str:
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=65536)  # a whole chat vocabulary: an import on PostgreSQL stems each word once
 def index_form(word: str) -> str:
     """``word`` as the index's tokenizer stores it (porter over unicode61, diacritics removed)."""
     folded = _fold(word).lower()
