@@ -82,6 +82,16 @@ def test_a_semantic_recall_walks_the_hnsw_graph_in_few_round_trips(store: Memory
     assert not [sql for sql, _ in sent.statements if sql.startswith(("SET", "SAVEPOINT"))]
 
 
+def test_a_hybrid_recall_reads_each_candidates_vector_and_windows_once(store: MemoryStore) -> None:
+    store.recall("warm up the connection", mode="hybrid")
+    sent = Sent(store)
+    assert len(store.recall("camping by the lake", k=5, mode="hybrid")) == 5
+    # As semantic, with the keyword ranking (its counts reused by coverage) and the cosines of the
+    # keyword candidates the search missed (their windows along), and the candidates' speakers.
+    assert len(sent.statements) <= 10, [s for s, _ in sent.statements]
+    assert not [sql for sql, _ in sent.statements if "FROM entry_passages WHERE" in sql]
+
+
 def test_cited_turns_are_read_together(store: MemoryStore) -> None:
     store.forget("e5")
     sent = Sent(store)

@@ -15,7 +15,7 @@ The connection string's password is never shown: :attr:`PostgresStorage.location
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -62,6 +62,9 @@ EXACT_ROWS = 20_000
 # rebuilding what was there before costs at most what the import already spent.
 DEFERRED_INDEX_ROWS = 2000
 _HNSW_INDEX = "CREATE INDEX IF NOT EXISTS entry_vectors_hnsw ON entry_vectors USING hnsw (embedding halfvec_cosine_ops)"
+# An entry's later windows as one JSON value (None: it has none), for the entry aliased as given.
+_WINDOWS = ("(SELECT json_agg(json_build_array(p.start, p.stop, p.embedding::text) ORDER BY p.start)"
+            " FROM entry_passages p WHERE p.pk = {}.pk)")
 #: Entries a keyword-index rebuild re-indexes per transaction.
 KEYWORD_BATCH = 1000
 # Every write transaction takes this advisory lock first (an arbitrary, fixed key).
@@ -1275,8 +1278,7 @@ class PostgresStorage(Storage):
         # (220 ms at 20,000 entries against 25 ms for the graph). relaxed_order: the scan may give
         # rows slightly out of order; the outer query sorts them. The first row counts the walk.
         # Each one's later windows come along (recall reads them next), where the store keeps any.
-        windows = ("(SELECT json_agg(json_build_array(p.start, p.stop, p.embedding::text) ORDER BY p.start)"
-                   " FROM entry_passages p WHERE p.pk = n.pk)" if self._has_passage_table() else "NULL::json")
+        windows = _WINDOWS.format("n") if self._has_passage_table() else "NULL::json"
         with self._graph_walk(walked):
             found = self.query(
                 "WITH nearest AS MATERIALIZED (SELECT pk, embedding <=> %s::halfvec AS distance FROM entry_vectors"
@@ -1288,9 +1290,7 @@ class PostgresStorage(Storage):
                 f" CROSS JOIN LATERAL (SELECT 1 FROM entries e WHERE e.pk = n.pk AND {clause} LIMIT 1) passing"
                 " ORDER BY n.distance, n.pk LIMIT %s)", [query, query, walked, *params, wanted])
             if len(found) - 1 >= wanted or found[0][1] < walked:
-                known = self._once_in_view("passages", dict)
-                for pk, _, stored in found[1:]:
-                    known[int(pk)] = [_passage(start, stop, text) for start, stop, text in stored or ()]
+                self._saw_passages((pk, stored) for pk, _, stored in found[1:])
             else:
                 # The filters left fewer than wanted of those: the graph is walked on under them.
                 found = [(None, None, None), *self.query(
@@ -1316,8 +1316,21 @@ class PostgresStorage(Storage):
     def cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, float]:
         if not pks or not self._has_vector_table():
             return {}
-        return {int(pk): 1.0 - float(d) for pk, d in self.query(
-            "SELECT pk, embedding <=> %s::halfvec FROM entry_vectors WHERE pk = ANY(%s)", (vector_literal(vector), list(pks)))}
+        if self.read_view is None or not self._has_passage_table():
+            return {int(pk): 1.0 - float(d) for pk, d in self.query(
+                "SELECT pk, embedding <=> %s::halfvec FROM entry_vectors WHERE pk = ANY(%s)",
+                (vector_literal(vector), list(pks)))}
+        # Inside a recall's snapshot: their later windows come along (recall reads them next).
+        found = self.query(f"SELECT v.pk, v.embedding <=> %s::halfvec, {_WINDOWS.format('v')} FROM entry_vectors v"
+                           " WHERE v.pk = ANY(%s)", (vector_literal(vector), list(pks)))
+        self._saw_passages((pk, stored) for pk, _, stored in found)
+        return {int(pk): 1.0 - float(d) for pk, d, _ in found}
+
+    def _saw_passages(self, found: Iterable[tuple[int, Any]]) -> None:
+        """Keep, for :meth:`passages` in this read view, the windows read along (JSON, or None)."""
+        known = self._once_in_view("passages", dict)
+        for pk, stored in found:
+            known[int(pk)] = [_passage(start, stop, text) for start, stop, text in stored or ()]
 
     def passages(self, pks: Sequence[int]) -> dict[int, list[Passage]]:
         found: dict[int, list[Passage]] = {}
