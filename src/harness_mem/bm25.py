@@ -82,12 +82,21 @@ Match = tuple[tuple[str, ...], ...]
 class KeywordSource(Protocol):
     """What an engine's keyword index answers; the ranking over it is this module's (shared) Python."""
 
+    #: True when :meth:`ranked` costs about what the engine's own ranked query does however many
+    #: entries a query's words find (PostgreSQL scores BM25 in the statement): every query is then
+    #: ranked by it, exactly; False for FTS5, whose bm25() is what the shortcuts here avoid.
+    scores_every_match: bool
+
     def stats(self) -> tuple[int, float]:
         """(rows indexed, average tokens per row)."""
         ...
 
     def document_frequency(self, term: str, rows: int) -> int:
         """How many entries hold ``term`` (an estimate is fine for a very common one)."""
+        ...
+
+    def document_frequencies(self, terms: Sequence[str], rows: int) -> list[int]:
+        """:meth:`document_frequency` of each term (an engine across a network counts them at once)."""
         ...
 
     def ranked(self, terms: Sequence[str], k: int, selection: Selection) -> list[tuple[int, float]]:
@@ -151,7 +160,7 @@ def _fold(text: str) -> str:
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=65536)  # a whole chat vocabulary: an import on PostgreSQL stems each word once
 def index_form(word: str) -> str:
     """``word`` as the index's tokenizer stores it (porter over unicode61, diacritics removed)."""
     folded = _fold(word).lower()
@@ -256,10 +265,22 @@ class KeywordIndex:
         if cached is not None and abs(rows - cached[1]) <= _STALE_SHARE * cached[0]:
             return cached[0]
         df = source.document_frequency(term, rows)
+        self._keep(term, df, rows)
+        return df
+
+    def document_frequencies(self, source: KeywordSource, terms: Sequence[str], rows: int) -> list[int]:
+        """:meth:`document_frequency` of each term, those not remembered asked of the engine at once."""
+        stale = [t for t in dict.fromkeys(terms)
+                 if (cached := self._df.get(t)) is None or abs(rows - cached[1]) > _STALE_SHARE * cached[0]]
+        counted = dict(zip(stale, source.document_frequencies(stale, rows), strict=True)) if stale else {}
+        for term, df in counted.items():
+            self._keep(term, df, rows)
+        return [counted[t] if t in counted else self._df[t][0] for t in terms]
+
+    def _keep(self, term: str, df: int, rows: int) -> None:
         if len(self._df) >= _CACHED_TERMS:
             self._df.clear()
         self._df[term] = (df, rows)
-        return df
 
     # ---- ranking --------------------------------------------------------------------------------
 
@@ -273,8 +294,10 @@ class KeywordIndex:
         session, a conversation's prefix, a day) is answered inside them: each term's entries are
         read within their pk range, or looked up one by one when that is cheaper.
         """
+        if exact or source.scores_every_match:
+            return source.ranked(terms, k, selection)
         rows, average = source.stats()
-        if exact or rows <= self.scored_rows:
+        if rows <= self.scored_rows:
             return source.ranked(terms, k, selection)
         counted = [Term(t, self.document_frequency(source, t, rows)) for t in terms]
         counted = sorted((t for t in counted if t.df), key=lambda t: t.df)  # a word no entry holds adds nothing

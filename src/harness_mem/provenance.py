@@ -6,9 +6,6 @@ show them under the entry, in the words that were said.
 
 from __future__ import annotations
 
-import contextlib
-
-from .errors import NotFoundError
 from .models import Entry
 from .store import MemoryStore
 
@@ -23,8 +20,4 @@ def cited_turns(store: MemoryStore, entry: Entry, limit: int = SHOWN_SOURCES) ->
     cited = entry.metadata.get("source_turns")
     if not isinstance(cited, list):
         return []
-    found = []
-    for turn_id in cited[:limit]:
-        with contextlib.suppress(NotFoundError):
-            found.append(store.get(str(turn_id)))
-    return found
+    return store.get_many([str(turn_id) for turn_id in cited[:limit]])  # one read, not one a turn

@@ -237,7 +237,7 @@ class Recall:
             return {}
         index, source = self._keyword_lane(derived=bool(filters.derived))
         rows, _ = source.stats()
-        weights = [scores.term_weight(rows, index.document_frequency(source, term, rows)) for term in terms]
+        weights = [scores.term_weight(rows, df) for df in index.document_frequencies(source, terms, rows)]
         return {pk: scores.coverage(terms, weights, text) for pk, text in source.texts(pks).items()}
 
     def _keyword_lane(self, *, derived: bool) -> tuple[KeywordIndex, Any]:

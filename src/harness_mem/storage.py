@@ -545,6 +545,11 @@ class Storage(ABC):
         """A live (not forgotten, not expired) entry by id."""
 
     @abstractmethod
+    def get_many(self, namespace: str, entry_ids: Sequence[str], now: int) -> dict[str, Row]:
+        """The live entries among these ids (by stored id), in one query: the turns a derived entry
+        cites are read together, not one round trip each."""
+
+    @abstractmethod
     def rows(self, pks: Sequence[int]) -> dict[int, Row]: ...
 
     @abstractmethod

@@ -66,6 +66,13 @@ def test_entries_round_trip(filled: MemoryStore) -> None:
     assert filled.count(since="2024-01-03T00:00:00Z") == 3
 
 
+def test_entries_are_read_by_ids_together(filled: MemoryStore) -> None:
+    filled.forget("t2")
+    found = filled.get_many(["n3", "t1", "nope", "t2", "n3"])
+    assert [e.id for e in found] == ["n3", "t1"]  # in the order asked, each once; forgotten and unknown left out
+    assert found[1].content == TURNS[1][1]
+
+
 def test_ids_conflict_as_asked(filled: MemoryStore) -> None:
     with pytest.raises(DuplicateIdError):
         filled.add("again", id="n0")

@@ -15,8 +15,9 @@ The connection string's password is never shown: :attr:`PostgresStorage.location
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import keyword
-from ..bm25 import Match, idf, index_tokens, share, term_tokens
+from ..bm25 import K1, B, Match, idf, index_tokens, share, term_tokens
 from ..errors import ExtensionError, MigrationError, SchemaTooNewError, StorageError
 from ..filters import MetadataCondition, Selection
 from ..identities import SealedIdentity
@@ -58,6 +59,14 @@ __all__ = ["PostgresStorage", "safe_location", "tsquery_of", "vector_literal"]
 HNSW_EF_SEARCH = 400
 # A filtered vector search that leaves at most this many rows compares them all, exactly.
 EXACT_ROWS = 20_000
+# An import puts off the HNSW index once it has written this many vectors and more than the store
+# held before it: a graph built whole at the end costs a third of one grown a row at a time, and
+# rebuilding what was there before costs at most what the import already spent.
+DEFERRED_INDEX_ROWS = 2000
+_HNSW_INDEX = "CREATE INDEX IF NOT EXISTS entry_vectors_hnsw ON entry_vectors USING hnsw (embedding halfvec_cosine_ops)"
+# An entry's later windows as one JSON value (None: it has none), for the entry aliased as given.
+_WINDOWS = ("(SELECT json_agg(json_build_array(p.start, p.stop, p.embedding::text) ORDER BY p.start)"
+            " FROM entry_passages p WHERE p.pk = {}.pk)")
 #: Entries a keyword-index rebuild re-indexes per transaction.
 KEYWORD_BATCH = 1000
 # Every write transaction takes this advisory lock first (an arbitrary, fixed key).
@@ -109,7 +118,19 @@ def _migrations_dir() -> Path:
 
 def vector_literal(vector: npt.NDArray[np.float32]) -> str:
     """A vector as pgvector reads it: ``[0.1,0.2,…]``."""
-    return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+    values = vector.tolist()
+    return _literal_format(len(values)) % tuple(values)  # one format for the whole vector: half the time
+
+
+@lru_cache(maxsize=8)
+def _literal_format(dim: int) -> str:
+    return "[" + ",".join(["%.7g"] * dim) + "]"
+
+
+def _passage(start: int, stop: int, vector_text: str) -> Passage:
+    """A later window as stored (its vector as pgvector prints it), its vector of unit length."""
+    vector = np.asarray(json.loads(vector_text), dtype=np.float32)
+    return Passage(int(start), int(stop), vector / max(float(np.linalg.norm(vector)), 1e-9))
 
 
 def _head(token: str, size: int) -> str:
@@ -311,6 +332,47 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
     return " AND ".join(clauses), params
 
 
+def bm25_statement(words: int, clause: str, lane: str) -> str:
+    """BM25 of a query of ``words`` single words over the entries holding any, in one statement: the
+    lane's counts (namespace_state), each word's document frequency and each entry's score, FTS5's
+    formula (bm25.idf, bm25.share) term for term and in the same order. Every entry holding a word is
+    read once, as the raw engine's own ``ts_rank_cd`` query reads it; the filters (``clause``) pick
+    those scored, the frequencies count them all. A word's frequency in an entry is
+    ``ts_rank_cd`` of that word alone with every weight 1: one cover per position, each weighing 1
+    (unnesting the tsvector cost 0.1 ms an entry). An entry holding a word more often than a lexeme
+    keeps positions, or longer than its positions reach, is returned too, to be counted again.
+
+    Parameters: the lane's two counters, k1, b, the words' tsqueries, the clause's, the OR of the
+    words, the two limits, how many."""
+    terms = range(words)
+    frequencies = ", ".join(f"ts_rank_cd('{{1,1,1,1}}', e.tokens, %s::tsquery)::int AS tf{i}" for i in terms)
+    counts = ", ".join(f"count(*) FILTER (WHERE tf{i} > 0) AS df{i}" for i in terms)
+    weights = ", ".join(f"CASE WHEN (s.n - c.df{i} + 0.5) / (c.df{i} + 0.5) > 1"
+                        f" THEN ln((s.n - c.df{i} + 0.5) / (c.df{i} + 0.5)) ELSE 1e-6 END AS idf{i}" for i in terms)
+    shares = " + ".join(f"CASE WHEN h.tf{i} > 0 THEN w.idf{i} * ((h.tf{i} * (s.k1 + 1))"
+                        f" / (h.tf{i} + s.k1 * (1 - s.b + s.b * h.ratio))) ELSE 0 END" for i in terms)
+    return f"""
+WITH stats AS (
+    SELECT coalesce(sum(value) FILTER (WHERE key = %s), 0)::float8 AS n,
+           coalesce(sum(value) FILTER (WHERE key = %s), 0)::float8 AS tokens FROM namespace_state),
+shape AS (SELECT n, CASE WHEN n > 0 THEN tokens / n ELSE 0 END AS average, %s::float8 AS k1, %s::float8 AS b
+          FROM stats),
+held AS MATERIALIZED (
+    SELECT e.pk, coalesce(e.token_count, 0) AS length, {frequencies}, ({clause}) AS passes
+    FROM entries e WHERE e.tokens @@ %s::tsquery AND e.{lane}),
+counted AS (SELECT {counts} FROM held),
+weighed AS (SELECT {weights} FROM counted c, shape s),
+scored AS (
+    SELECT h.pk, h.length, greatest({", ".join(f"h.tf{i}" for i in terms)}) >= %s OR h.length >= %s AS clipped,
+           {shares} AS score
+    FROM (SELECT held.*, CASE WHEN average > 0 THEN length / average ELSE 1.0 END AS ratio FROM held, shape
+          WHERE passes) h, weighed w, shape s),
+best AS (SELECT * FROM scored ORDER BY score DESC, pk LIMIT %s)
+SELECT b.pk, b.score, b.clipped, b.length, s.n, s.average, ARRAY[{", ".join(f"c.df{i}" for i in terms)}]
+FROM (SELECT * FROM best UNION SELECT * FROM scored WHERE clipped) b, shape s, counted c
+"""
+
+
 def keyword_counters(derived: bool) -> tuple[str, str]:
     """The keys (in ``namespace_state``, one row a namespace, kept by triggers as the entries'
     keyword rows change) that count a keyword lane's rows and tokens (BM25's statistics): what was
@@ -327,11 +389,31 @@ class PostgresKeywords:
         self.counters = keyword_counters(derived)
         # Every read is confined to the lane (the source is a constant of this module, not input).
         self.lane = f"source {'=' if derived else 'IS DISTINCT FROM'} '{DERIVED_SOURCE}'"
+        # What the last ranking counted (the read view it saw, rows, average, each term's df): the
+        # same recall's coverage asks for them again, inside the same view.
+        self._counted: tuple[object, int, float, dict[str, int]] | None = None
+
+    #: The server scores a whole query over every entry holding a word (:func:`bm25_statement`), at the cost
+    #: of the raw engine's own ranked query: bm25.KeywordIndex asks it directly.
+    scores_every_match = True
+
+    def remember(self, rows: int, average: float, dfs: dict[str, int]) -> None:
+        self._counted = (self.storage.read_view, rows, average, dfs)
+
+    def _recalled(self) -> tuple[int, float, dict[str, int]] | None:
+        """What the last ranking counted, if it was in the read view still open."""
+        counted = self._counted
+        if counted is None or counted[0] is None or counted[0] is not self.storage.read_view:
+            return None
+        return counted[1], counted[2], counted[3]
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self.storage.query(sql, params)[0][0]
 
     def stats(self) -> tuple[int, float]:
+        recalled = self._recalled()
+        if recalled is not None:
+            return recalled[0], recalled[1]
         # Every namespace's counts for the owner; a confined role's own alone (row-level security).
         counts = dict(self.storage.query("SELECT key, sum(value) FROM namespace_state WHERE key = ANY(%s) GROUP BY key",
                                          (list(self.counters),)))
@@ -339,10 +421,14 @@ class PostgresKeywords:
         return rows, (tokens / rows if rows else 0.0)
 
     def document_frequency(self, term: str, rows: int) -> int:
-        return self.document_frequencies([term])[0]
+        return self.document_frequencies([term], rows)[0]
 
-    def document_frequencies(self, terms: Sequence[str]) -> list[int]:
-        """How many entries hold each term, counted in one pass over the entries holding any."""
+    def document_frequencies(self, terms: Sequence[str], rows: int) -> list[int]:
+        """How many entries hold each term, counted in one pass over the entries holding any (or
+        as the ranking in this read view counted them)."""
+        recalled = self._recalled()
+        if recalled is not None and all(term in recalled[2] for term in terms):
+            return [recalled[2][term] for term in terms]
         queries = [tsquery_of(((term,),)) for term in terms]
         counts = ", ".join("count(*) FILTER (WHERE tokens @@ %s::tsquery)" for _ in queries)
         found = self.storage.query(f"SELECT {counts} FROM entries WHERE tokens @@ %s::tsquery AND {self.lane}",
@@ -353,10 +439,43 @@ class PostgresKeywords:
         """BM25 over every term, as FTS5's bm25() scores it, of the entries holding any term."""
         if not terms:
             return []
+        parsed = [query_tokens(term) for term in terms]  # once, not once an entry
+        if all(len(tokens) == 1 and not prefix for tokens, prefix in parsed):
+            return self._ranked_by_words(terms, [tokens[0] for tokens, _ in parsed], k, selection)
+        return self._ranked_by_positions(terms, parsed, k, selection)
+
+    def _ranked_by_words(self, terms: Sequence[str], words: list[str], k: int,
+                         selection: Selection) -> list[tuple[int, float]]:
+        """BM25 of a query of single words, scored by the server in one statement
+        (:func:`bm25_statement`)."""
+        clause, params = where(selection)
+        found = self.storage.query(
+            bm25_statement(len(words), clause, self.lane),
+            [*self.counters, K1, B, *(tsquery_of(((term,),)) for term in terms), *params, tsquery_of((tuple(terms),)),
+             _MAX_POSITIONS, _MAX_POSITION, k])
+        if not found:
+            return []
+        rows, average, dfs = int(found[0][4]), float(found[0][5]), found[0][6]
+        self.remember(rows, average, dict(zip(terms, dfs, strict=True)))
+        scored = {int(pk): float(score) for pk, score, _, _, _, _, _ in found}
+        clipped = {int(pk): int(length or 0) for pk, _, is_clipped, length, _, _, _ in found if is_clipped}
+        # A lexeme keeps at most 255 positions, none past 16383: an entry holding a word more often
+        # (or that far in) is scored from its index text, as FTS5 counts it. It only gains.
+        if clipped:
+            weights = [idf(rows, int(df)) for df in dfs]
+            for pk, text in self.storage.index_texts(sorted(clipped)).items():
+                positions, _ = index_positions(text)
+                scored[pk] = sum(weight * share(len(positions[word]), clipped[pk], average)
+                                 for word, weight in zip(words, weights, strict=True) if positions.get(word))
+        return sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:k]
+
+    def _ranked_by_positions(self, terms: Sequence[str], parsed: list[tuple[tuple[str, ...], bool]], k: int,
+                             selection: Selection) -> list[tuple[int, float]]:
+        """BM25 of a query holding phrases or prefixes: each entry's positions of the query's
+        tokens are read, and each term's frequency counted from them here."""
         clause, params = where(selection)
         # Only the query's own tokens come back, each with its positions (what a term's frequency
         # is counted from): whole tsvectors would cost their parsing.
-        parsed = [query_tokens(term) for term in terms]  # once, not once an entry
         words = sorted({t for tokens, _ in parsed for t in tokens})
         prefixes = sorted({tokens[-1] for tokens, prefix in parsed if prefix and tokens})
         found = self.storage.query(
@@ -382,7 +501,7 @@ class PostgresKeywords:
             for lexeme in lexemes:
                 lexemes[lexeme] = exact.get(lexeme, [])
         rows, average = self.stats()
-        idfs = [idf(rows, df) for df in self.document_frequencies(terms)]
+        idfs = [idf(rows, df) for df in self.document_frequencies(terms, rows)]
         scored = []
         for pk, (length, lexemes) in held.items():
             score = 0.0
@@ -447,6 +566,23 @@ class PostgresStorage(Storage):
         self._in_transaction = False
         self._bound: bool = False
         self._passage_table: bool | None = None
+        #: The read-only snapshot open now (a new object each), if one is (see :meth:`snapshot`).
+        self.read_view: object | None = None
+        self._seen_in_view: tuple[object | None, dict[Any, Any]] = (None, {})
+        # Inside bulk(): [vectors the store held at its start (None: not known yet), vectors written
+        # since, whether the HNSW index is put off until its end].
+        self._bulk: list[Any] | None = None
+
+    def _once_in_view(self, key: Any, read: Callable[[], Any]) -> Any:
+        """``read()``, asked once per read-only snapshot: inside one, the answer cannot change."""
+        if self.read_view is None:
+            return read()
+        view, seen = self._seen_in_view
+        if view is not self.read_view:
+            self._seen_in_view = (self.read_view, seen := {})
+        if key not in seen:
+            seen[key] = read()
+        return seen[key]
 
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
         """Each new connection's session settings (the first, and any made after a lost one)."""
@@ -454,6 +590,9 @@ class PostgresStorage(Storage):
             conn.execute("SET default_transaction_read_only = on")
         # Filtered HNSW searches continue until enough rows pass the filter (pgvector 0.8).
         conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        # pgvector's default (40) kept 0.67 of the exact top 10 at 100k entries (bench_postgres.py
+        # --scale). Set once here: a SET per search was three more round trips.
+        conn.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")
 
     def __repr__(self) -> str:
         return f"<PostgresStorage {self.path!r}>"
@@ -695,11 +834,14 @@ class PostgresStorage(Storage):
         if self.conn.in_transaction:  # inside one already: one view
             yield
             return
-        self._run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        # Sent with the snapshot's first query: no round trip of its own.
+        self.conn.open_with_next("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self.read_view = object()  # what is counted inside it may be reused until it ends
         try:
             yield
         finally:
-            self._run("COMMIT")
+            self.read_view = None
+            self.conn.close_opened("COMMIT")
 
     def data_version(self) -> tuple[int, int]:
         # The owner's writes, and every namespace's this role can see: each only grows.
@@ -764,8 +906,7 @@ class PostgresStorage(Storage):
                 dim = int(mine["dim"])
                 self._run(f"CREATE TABLE IF NOT EXISTS entry_vectors (pk BIGINT PRIMARY KEY REFERENCES entries (pk)"
                           f" ON DELETE CASCADE, embedding halfvec({dim}) NOT NULL)")
-                self._run("CREATE INDEX IF NOT EXISTS entry_vectors_hnsw ON entry_vectors"
-                          " USING hnsw (embedding halfvec_cosine_ops)")
+                self._run(_HNSW_INDEX)
                 # A vector is seen only with its entry: a confined role reads no other namespace's.
                 self._run("ALTER TABLE entry_vectors ENABLE ROW LEVEL SECURITY")
                 self._follow_entry_policies("entry_vectors")
@@ -776,6 +917,8 @@ class PostgresStorage(Storage):
                 self._run("ALTER TABLE entry_passages ENABLE ROW LEVEL SECURITY")
                 self._follow_entry_policies("entry_passages")
         self._bound = True
+        if writing and not self.read_only and self.confined_to is None and self._bulk is None:
+            self._mend_vector_index()
         return True
 
     def _follow_entry_policies(self, table: str) -> None:
@@ -787,6 +930,43 @@ class PostgresStorage(Storage):
         self._run(f"CREATE POLICY {table}_read ON {table} FOR SELECT USING ({entry}))")
         self._run(f"CREATE POLICY {table}_written ON {table} USING ({entry} AND namespace_writable(e.namespace)))"
                   f" WITH CHECK ({entry} AND namespace_writable(e.namespace)))")
+
+    def _mend_vector_index(self) -> None:
+        """Build the HNSW index if an import that put it off never finished (see :meth:`bulk`)."""
+        if not self.query("SELECT to_regclass('entry_vectors_hnsw') IS NULL")[0][0]:
+            return
+        with self.transaction():
+            self._run(_HNSW_INDEX)
+
+    @contextmanager
+    def bulk(self) -> Iterator[None]:
+        """An import: once it has written more vectors than the store held (and
+        :data:`DEFERRED_INDEX_ROWS`), the HNSW index is dropped and built again whole at the end.
+        Meanwhile semantic recall compares every vector (right, slower); an import stopped midway
+        leaves the index to the next handle that writes (:meth:`_mend_vector_index`)."""
+        if self._bulk is not None or self.read_only or self.confined_to is not None:
+            yield
+            return
+        self._bulk = [None, 0, False]
+        try:
+            yield
+        finally:
+            deferred, self._bulk = self._bulk[2], None
+            if deferred:
+                with self.transaction():
+                    self._run(_HNSW_INDEX)
+
+    def _count_for_bulk(self, written: int) -> None:
+        """Count ``written`` vectors of an import, putting its HNSW index off once that pays (inside
+        the write transaction)."""
+        if self._bulk is None or self._bulk[2]:
+            return
+        if self._bulk[0] is None:
+            self._bulk[0] = int(self.query("SELECT count(*) FROM entry_vectors")[0][0])
+        self._bulk[1] += written
+        if self._bulk[1] >= max(DEFERRED_INDEX_ROWS, self._bulk[0]):
+            self._run("DROP INDEX IF EXISTS entry_vectors_hnsw")
+            self._bulk[2] = True
 
     def check_model(self) -> str:
         recorded = self.recorded_model()
@@ -842,6 +1022,7 @@ class PostgresStorage(Storage):
                     assert self.embedder is not None
                     vectors.update(zip(map(id, late), embed_entries(self.embedder, [(r.content, r.role, r.kind) for r in late]),
                                        strict=True))
+                self._count_for_bulk(len(batch))
                 self._insert_vectors(pks, [vectors[id(row)] for row in batch])
         return batch
 
@@ -996,8 +1177,8 @@ class PostgresStorage(Storage):
                     self._reindex_turn_after(namespace, row.session, row.created_at, pk)
 
     def has_derived(self, namespace: str) -> bool:
-        return bool(self.query("SELECT 1 FROM entries WHERE namespace = %s AND source = %s LIMIT 1",
-                               (namespace, DERIVED_SOURCE)))
+        return bool(self._once_in_view(("has_derived", namespace), lambda: self.query(
+            "SELECT 1 FROM entries WHERE namespace = %s AND source = %s LIMIT 1", (namespace, DERIVED_SOURCE))))
 
     def derived_from(self, pks: Sequence[int]) -> list[int]:
         if not pks:
@@ -1087,11 +1268,18 @@ class PostgresStorage(Storage):
         self._run("UPDATE entries SET tokens = %s::tsvector, token_count = %s WHERE pk = %s", (literal, count, pk))
 
     def index_texts(self, pks: Sequence[int]) -> dict[int, str]:
+        known = self._once_in_view("index texts", dict)  # those rows() read in this view
+        if known and all(pk in known for pk in pks):
+            return {pk: known[pk] for pk in pks}
+        return {pk: text for pk, (_, text) in self._rows_with_texts(pks, columns="e.pk").items()}
+
+    def _rows_with_texts(self, pks: Sequence[int], columns: str) -> dict[int, tuple[tuple[Any, ...], str]]:
+        """``columns`` of each entry (the first its pk) with its keyword-index text, in one query."""
         # LATERAL: the turn before each entry is one walk back along its session's index. (A
         # scalar subquery joined on its pk was planned as a hash join over the whole table, the
         # subquery run twice a row along another index: 100 ms for 200 entries of a fresh table.)
         found = self.query(
-            "SELECT e.pk, e.content, e.role, e.kind, e.session, e.created_at, p.content, p.role"
+            f"SELECT e.content, e.role, e.kind, e.session, e.created_at, p.content, p.role, {columns}"
             " FROM entries e LEFT JOIN LATERAL (SELECT q.content, q.role FROM entries q WHERE e.kind = 'turn'"
             " AND q.namespace = e.namespace AND q.session = e.session AND q.kind = 'turn' AND q.forgotten_at IS NULL"
             " AND (q.created_at, q.pk) < (e.created_at, e.pk)"
@@ -1099,9 +1287,9 @@ class PostgresStorage(Storage):
             (list(pks),),
         )
         return {
-            int(pk): keyword.entry_index_text(content, role, kind, session, created_at,
-                                              (previous, previous_role) if previous is not None else None)
-            for pk, content, role, kind, session, created_at, previous, previous_role in found
+            int(wanted[0]): (tuple(wanted), keyword.entry_index_text(
+                content, role, kind, session, created_at, (previous, previous_role) if previous is not None else None))
+            for content, role, kind, session, created_at, previous, previous_role, *wanted in found
         }
 
     # ---- reads -----------------------------------------------------------------------------------------
@@ -1112,9 +1300,22 @@ class PostgresStorage(Storage):
             " AND (e.expires_at IS NULL OR e.expires_at > %s)", (namespace, entry_id, now))
         return Row._make(found[0]) if found else None
 
+    def get_many(self, namespace: str, entry_ids: Sequence[str], now: int) -> dict[str, Row]:
+        if not entry_ids:
+            return {}
+        found = self.query(
+            f"SELECT {_COLUMNS_E} FROM entries e WHERE e.namespace = %s AND e.id = ANY(%s) AND e.forgotten_at IS NULL"
+            " AND (e.expires_at IS NULL OR e.expires_at > %s)", (namespace, list(entry_ids), now))
+        return {row.id: row for row in map(Row._make, found)}
+
     def rows(self, pks: Sequence[int]) -> dict[int, Row]:
         if not pks:
             return {}
+        if self.read_view is not None:
+            # Inside a recall's snapshot: their index texts come along (its coverage reads them next).
+            found = self._rows_with_texts(pks, columns=_COLUMNS_E)
+            self._once_in_view("index texts", dict).update((pk, text) for pk, (_, text) in found.items())
+            return {pk: Row._make(columns) for pk, (columns, _) in found.items()}
         return {int(r[0]): Row._make(r) for r in self.query(
             f"SELECT {_COLUMNS_E} FROM entries e WHERE e.pk = ANY(%s)", (list(pks),))}
 
@@ -1199,34 +1400,79 @@ class PostgresStorage(Storage):
                 f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause})"
                 " SELECT pk, distance FROM passing ORDER BY distance, pk LIMIT %s", [query, *params, k + extra])
             return [(int(pk), 1.0 - float(distance)) for pk, distance in found]
-        # relaxed_order: the HNSW scan may return rows slightly out of order; the outer query sorts.
-        # The graph walk is sized for k alone: the extra rows are those it visits anyway.
-        with self.conn.transaction():
-            # pgvector's default (40) kept 0.67 of the exact top 10 at 100k entries (bench_postgres.py --scale).
-            self._run(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, min(1000, 4 * k))}")
+        wanted, walked = k + extra, max(HNSW_EF_SEARCH, min(1000, 4 * k), k + extra)
+        # The graph is walked in a statement of its own (the vectors' table alone, ordered by distance,
+        # which the planner answers by the HNSW index), and the filters then meet its nearest
+        # ``walked``. Joined to the entries in one scan, the planner chose to compare every vector:
+        # the filters' columns keep no statistics (migration 0011), so it took them for selective
+        # (220 ms at 20,000 entries against 25 ms for the graph). relaxed_order: the scan may give
+        # rows slightly out of order; the outer query sorts them. The first row counts the walk.
+        # Each one's later windows come along (recall reads them next), where the store keeps any.
+        windows = _WINDOWS.format("n") if self._has_passage_table() else "NULL::json"
+        with self._graph_walk(walked):
             found = self.query(
-                "WITH nearest AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
-                f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause}"
-                " ORDER BY v.embedding <=> %s::halfvec LIMIT %s) SELECT pk, distance FROM nearest ORDER BY distance, pk",
-                [query, *params, query, k + extra],
-            )
-        return [(int(pk), 1.0 - float(distance)) for pk, distance in found]
+                "WITH nearest AS MATERIALIZED (SELECT pk, embedding <=> %s::halfvec AS distance FROM entry_vectors"
+                " ORDER BY embedding <=> %s::halfvec LIMIT %s)"
+                " SELECT NULL::bigint, count(*)::float8, NULL::json FROM nearest UNION ALL"
+                f" (SELECT n.pk, n.distance, {windows} FROM nearest n"
+                # Each candidate looked up by its pk (LIMIT 1 keeps it a lookup: as a join the
+                # planner merged it with every entry, 45 ms at 20,000).
+                f" CROSS JOIN LATERAL (SELECT 1 FROM entries e WHERE e.pk = n.pk AND {clause} LIMIT 1) passing"
+                " ORDER BY n.distance, n.pk LIMIT %s)", [query, query, walked, *params, wanted])
+            if len(found) - 1 >= wanted or found[0][1] < walked:
+                self._saw_passages((pk, stored) for pk, _, stored in found[1:])
+            else:
+                # The filters left fewer than wanted of those: the graph is walked on under them.
+                found = [(None, None, None), *self.query(
+                    "WITH nearest AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
+                    f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause}"
+                    " ORDER BY v.embedding <=> %s::halfvec LIMIT %s) SELECT pk, distance FROM nearest ORDER BY distance, pk",
+                    [query, *params, query, wanted])]
+        return [(int(pk), 1.0 - float(distance)) for pk, distance, *_ in found[1:]]
+
+    @contextmanager
+    def _graph_walk(self, size: int) -> Iterator[None]:
+        """HNSW searches keeping ``size`` candidates inside the block (the connection's own setting
+        when that is its size: no statement sent)."""
+        if size == HNSW_EF_SEARCH:
+            yield
+            return
+        self._run(f"SET hnsw.ef_search = {int(size)}")
+        try:
+            yield
+        finally:
+            self._run(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")
 
     def cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, float]:
         if not pks or not self._has_vector_table():
             return {}
-        return {int(pk): 1.0 - float(d) for pk, d in self.query(
-            "SELECT pk, embedding <=> %s::halfvec FROM entry_vectors WHERE pk = ANY(%s)", (vector_literal(vector), list(pks)))}
+        if self.read_view is None or not self._has_passage_table():
+            return {int(pk): 1.0 - float(d) for pk, d in self.query(
+                "SELECT pk, embedding <=> %s::halfvec FROM entry_vectors WHERE pk = ANY(%s)",
+                (vector_literal(vector), list(pks)))}
+        # Inside a recall's snapshot: their later windows come along (recall reads them next).
+        found = self.query(f"SELECT v.pk, v.embedding <=> %s::halfvec, {_WINDOWS.format('v')} FROM entry_vectors v"
+                           " WHERE v.pk = ANY(%s)", (vector_literal(vector), list(pks)))
+        self._saw_passages((pk, stored) for pk, _, stored in found)
+        return {int(pk): 1.0 - float(d) for pk, d, _ in found}
+
+    def _saw_passages(self, found: Iterable[tuple[int, Any]]) -> None:
+        """Keep, for :meth:`passages` in this read view, the windows read along (JSON, or None)."""
+        known = self._once_in_view("passages", dict)
+        for pk, stored in found:
+            known[int(pk)] = [_passage(start, stop, text) for start, stop, text in stored or ()]
 
     def passages(self, pks: Sequence[int]) -> dict[int, list[Passage]]:
         found: dict[int, list[Passage]] = {}
         if not pks or not self._has_vector_table() or not self._has_passage_table():
             return found
+        known = self._once_in_view("passages", dict)  # those nearest() read in this view
+        if all(pk in known for pk in pks):
+            return {pk: known[pk] for pk in pks if known[pk]}
         for pk, start, stop, text in self.query(
             "SELECT pk, start, stop, embedding::text FROM entry_passages WHERE pk = ANY(%s) ORDER BY pk, start", (list(pks),)
         ):
-            vector = np.asarray(json.loads(text), dtype=np.float32)
-            found.setdefault(int(pk), []).append(Passage(int(start), int(stop), vector / max(float(np.linalg.norm(vector)), 1e-9)))
+            found.setdefault(int(pk), []).append(_passage(start, stop, text))
         return found
 
     def vector_counts(self) -> VectorCounts:

@@ -53,6 +53,7 @@ class Connection:
         self._prepare = prepare
         self._closed = False
         self._depth = 0  # transactions open through this object: never reconnected under one
+        self._opening: str | None = None  # a BEGIN sent with the next statement (see open_with_next)
         self._raw = self._connect(first=True)
 
     # ---- the connection itself ------------------------------------------------------------------------
@@ -135,17 +136,48 @@ class Connection:
 
     def execute(self, sql: Any, params: Sequence[Any] | None = None) -> psycopg.Cursor[Any]:
         raw = self._live()
+        opening, self._opening = self._opening, None
         with self._translated():
-            return raw.execute(sql, params)
+            if opening is None:
+                return raw.execute(sql, params)
+            with raw.pipeline():  # the BEGIN and this statement in one round trip
+                raw.execute(opening)
+                cursor = raw.execute(sql, params)
+            return cursor
+
+    def open_with_next(self, begin: str) -> None:
+        """Send ``begin`` (a BEGIN statement) together with the next statement, not on its own:
+        a read's transaction costs no round trip of its own (where libpq pipelines statements)."""
+        self._live()  # a dropped connection is replaced now, not under the transaction
+        self._opening = begin
+        if not self._psycopg.Pipeline.is_supported():
+            self._begin_now()
+
+    def _begin_now(self) -> None:
+        """Send a BEGIN put off by :meth:`open_with_next` alone (a cursor's or a nested
+        transaction's statements must run inside it)."""
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            with self._translated():
+                self._live().execute(opening)
+
+    def close_opened(self, end: str) -> None:
+        """End what :meth:`open_with_next` began: nothing to send if no statement followed it."""
+        if self._opening is not None:
+            self._opening = None
+            return
+        self.execute(end)
 
     @contextmanager
     def cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+        self._begin_now()
         raw = self._live()
         with self._translated(), raw.cursor() as cursor:
             yield cursor
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
+        self._begin_now()
         raw = self._live()
         self._depth += 1
         try:
@@ -156,8 +188,10 @@ class Connection:
 
     @property
     def in_transaction(self) -> bool:
-        """Whether a transaction is open on the connection (not on one lost: the next statement
-        goes to a fresh connection)."""
+        """Whether a transaction is open on the connection, or begins with the next statement (not
+        on one lost: the next statement goes to a fresh connection)."""
+        if self._opening is not None:
+            return True
         status = self._raw.info.transaction_status
         return status in (self._psycopg.pq.TransactionStatus.ACTIVE, self._psycopg.pq.TransactionStatus.INTRANS,
                           self._psycopg.pq.TransactionStatus.INERROR)

@@ -724,6 +724,16 @@ class SQLiteStorage(Storage):
         ).fetchone()
         return None if row is None else Row._make(row)
 
+    def get_many(self, namespace: str, entry_ids: Sequence[str], now: int) -> dict[str, Row]:
+        if not entry_ids:
+            return {}
+        found = self.conn.execute(
+            f"SELECT {COLUMNS} FROM entries e WHERE e.namespace = ? AND e.id IN (SELECT value FROM json_each(?))"
+            " AND e.forgotten_at IS NULL AND (e.expires_at IS NULL OR e.expires_at > ?)",
+            (namespace, json.dumps(list(entry_ids)), now),
+        ).fetchall()
+        return {row.id: row for row in map(Row._make, found)}
+
     def rows(self, pks: Sequence[int]) -> dict[int, Row]:
         if not pks:
             return {}

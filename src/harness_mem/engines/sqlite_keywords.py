@@ -144,6 +144,8 @@ def fts_expression(match: Match) -> str:
 class FTS5Keywords:
     """:class:`~harness_mem.bm25.KeywordSource` over one of :data:`KEYWORD_TABLES`."""
 
+    scores_every_match = False  # bm25() walks every posting: the shared shortcuts rank a large file
+
     def __init__(self, conn: Connection, texts: Callable[[Sequence[int]], dict[int, str]],
                  table: str = KEYWORD_TABLES[0]) -> None:
         assert table in KEYWORD_TABLES  # it goes into SQL
@@ -155,6 +157,9 @@ class FTS5Keywords:
         """(rows, average tokens per row), as FTS5 keeps them for bm25()."""
         rows, tokens = _totals(self.conn, self.table) or (0, 0)
         return rows, (tokens / rows if rows else 0.0)
+
+    def document_frequencies(self, terms: Sequence[str], rows: int) -> list[int]:
+        return [self.document_frequency(term, rows) for term in terms]  # no round trips to save
 
     def document_frequency(self, term: str, rows: int) -> int:
         """Counted by FTS5 itself (its own tokenizer) up to :data:`COUNTED`; a term held by more is

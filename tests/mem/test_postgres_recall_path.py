@@ -1,0 +1,129 @@
+"""What a recall on PostgreSQL sends to the server, and what an import leaves behind there.
+
+A recall across a network pays a round trip for every statement, and the server's own time for
+each plan: keyword ranking is one statement that scores BM25 (the same scores as SQLite: see
+test_engines), the vector search walks the HNSW graph, and the other reads of a recall ride on
+statements it sends anyway. An import puts the HNSW index off and builds it whole at its end; one
+stopped midway leaves that to the next handle that writes. Statement counts here are the engine's
+own (each ``execute`` is one round trip); no timing is asserted. Which plan the server picks for
+the vector search depends on the table's size: bench/bench_postgres.py shows it at 20,000 entries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from engine_targets import fresh_schema
+from fake_embedder import HashedEmbedder
+
+from harness_mem import MemoryStore
+from harness_mem.engines import postgres
+from harness_mem.jsonl import import_jsonl
+
+pytestmark = pytest.mark.slow
+
+WORDS = ("lake", "pottery", "camping", "painting", "adoption", "counseling", "running", "sunrise", "mountains")
+
+
+def _lines(n: int) -> list[str]:
+    return [json.dumps({"id": f"e{i}", "text": f"note {i} about {WORDS[i % len(WORDS)]} and {WORDS[(i * 7) % len(WORDS)]}",
+                        "role": "user" if i % 2 else "assistant", "session": f"s{i // 20}",
+                        "timestamp": f"2024-01-{1 + i // 1000:02d}T{(i // 60) % 24:02d}:{i % 60:02d}:00Z"})
+            for i in range(n)]
+
+
+@pytest.fixture
+def store(postgres_server: Any) -> Iterator[MemoryStore]:
+    with MemoryStore(fresh_schema(postgres_server), embedder=HashedEmbedder()) as opened:
+        import_jsonl(opened, _lines(3000), workers=0)
+        yield opened
+
+
+class Sent:
+    """Every statement the store's connection sends (a round trip each), with its parameters."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.statements: list[tuple[str, Any]] = []
+        connection = store.storage.conn
+        execute = connection.execute
+
+        def counted(sql: Any, params: Any = None) -> Any:
+            self.statements.append((str(sql), params))
+            return execute(sql, params)
+
+        connection.execute = counted  # type: ignore[method-assign]
+
+
+def test_a_keyword_recall_is_ranked_in_one_statement_and_read_in_one_more(store: MemoryStore) -> None:
+    store.recall("warm up the connection", mode="keyword")
+    sent = Sent(store)
+    hits = store.recall("camping by the lake", k=5, mode="keyword")
+    assert hits and all({"camping", "lake"} & set(h.entry.content.split()) for h in hits)
+    # Whether anything derived is there (asked by the store, then inside the snapshot), the BM25
+    # statement (its snapshot's BEGIN sent with it), the hits with their index texts, COMMIT.
+    assert len(sent.statements) <= 5, [s for s, _ in sent.statements]
+    assert sum("ts_rank_cd" in sql for sql, _ in sent.statements) == 1
+
+
+def test_a_semantic_recall_walks_the_hnsw_graph_in_few_round_trips(store: MemoryStore) -> None:
+    store.recall("warm up the connection", mode="semantic")
+    sent = Sent(store)
+    hits = store.recall("pottery painting", k=5, mode="semantic")
+    assert len(hits) == 5
+    # Whether anything derived is there, the store's version, the speakers named, the search (its
+    # snapshot's BEGIN sent with it, the candidates' passages in it), the hits with their index
+    # texts, the counts and the words' frequencies their coverage weighs, COMMIT.
+    assert len(sent.statements) <= 8, [s for s, _ in sent.statements]
+    # One vector search, the graph walked at the connection's own ef_search (no SET around it).
+    assert sum("<=>" in sql for sql, _ in sent.statements) == 1
+    assert not [sql for sql, _ in sent.statements if sql.startswith(("SET", "SAVEPOINT"))]
+
+
+def test_a_hybrid_recall_reads_each_candidates_vector_and_windows_once(store: MemoryStore) -> None:
+    store.recall("warm up the connection", mode="hybrid")
+    sent = Sent(store)
+    assert len(store.recall("camping by the lake", k=5, mode="hybrid")) == 5
+    # As semantic, with the keyword ranking (its counts reused by coverage) and the cosines of the
+    # keyword candidates the search missed (their windows along), and the candidates' speakers.
+    assert len(sent.statements) <= 10, [s for s, _ in sent.statements]
+    assert not [sql for sql, _ in sent.statements if "FROM entry_passages WHERE" in sql]
+
+
+def test_cited_turns_are_read_together(store: MemoryStore) -> None:
+    store.forget("e5")
+    sent = Sent(store)
+    found = store.get_many(["e7", "e3", "missing", "e5", "e7"])
+    assert [entry.id for entry in found] == ["e7", "e3"]  # as asked, each once; gone and unknown ones left out
+    assert len(sent.statements) == 1
+
+
+def test_an_import_builds_the_vector_index_whole_at_its_end(postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(postgres, "DEFERRED_INDEX_ROWS", 100)
+    with MemoryStore(fresh_schema(postgres_server), embedder=HashedEmbedder()) as opened:
+        sent = Sent(opened)
+        import_jsonl(opened, _lines(400), workers=0, batch_size=100)
+        dropped = [sql for sql, _ in sent.statements if sql.startswith("DROP INDEX")]
+        assert dropped == ["DROP INDEX IF EXISTS entry_vectors_hnsw"]  # once its rows outnumber the store's
+        assert opened.storage.query("SELECT to_regclass('entry_vectors_hnsw') IS NOT NULL")[0][0]
+        assert opened.recall("note 123 about", k=1, mode="semantic")[0].entry.id == "e123"
+        # A second import into what is now a larger store keeps the index as it goes.
+        sent.statements.clear()
+        import_jsonl(opened, _lines(450)[400:], workers=0, batch_size=100)
+        assert not [sql for sql, _ in sent.statements if sql.startswith("DROP INDEX")]
+
+
+def test_an_import_stopped_midway_leaves_the_index_to_the_next_writer(postgres_server: Any) -> None:
+    target = fresh_schema(postgres_server)
+    with MemoryStore(target, embedder=HashedEmbedder()) as opened:
+        opened.add("a first note about the lake")
+        opened.storage.query("SELECT 1")  # bound
+    with postgres_server.connect() as conn:  # what an import killed after putting the index off leaves
+        schema = target.rsplit("search_path%3D", 1)[1].split(",")[0]
+        conn.execute(f"DROP INDEX {schema}.entry_vectors_hnsw")
+    with MemoryStore(target, embedder=HashedEmbedder()) as opened:
+        opened.add("a second note, about pottery")
+        assert opened.storage.query("SELECT to_regclass('entry_vectors_hnsw') IS NOT NULL")[0][0]
+        assert opened.recall("pottery", k=1, mode="semantic")[0].entry.content == "a second note, about pottery"
