@@ -414,3 +414,25 @@ def test_two_processes_syncing_one_store_at_once_apply_each_chunk_once(tmp_path:
         late = [line for line in export(b) if str(line["id"]).startswith("late")]
         assert late == [line for line in expected if str(line["id"]).startswith("late")]
         assert b.count() == 50  # the 500 b forgot stay forgotten; the 50 late ones arrived once
+
+
+def test_a_sync_into_a_full_folder_says_so_in_one_line_and_the_next_one_finishes(tmp_path: Path,
+                                                                                mount_point: Path) -> None:
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)], capture_output=True)
+    assert mounted.returncode == 0, mounted.stderr  # the tests run as root, as CI does
+    folder = mount_point / "Sync"
+    runner = CliRunner()
+    a = str(tmp_path / "a.db")
+    with MemoryStore(a, embedder=None) as store:
+        store.add_many([{"content": os.urandom(600).hex(), "id": f"e{i}"} for i in range(400)])  # ~480 kB, no compressing
+    full = runner.invoke(cli, ["--db", a, "sync", str(folder)])
+    assert full.exit_code == 1 and len(full.stderr.strip().splitlines()) == 1, full.stderr
+    assert "No space left on device" in full.stderr and "sync again" in full.stderr
+    assert not list(folder.rglob(".tmp-*"))  # no half-written file left behind
+    subprocess.run(["umount", str(mount_point)], check=True)
+    with MemoryStore(a, embedder=None) as store:
+        report = store.sync(folder)  # the same folder path, on the real disk now
+        assert report.written == 400
+    with MemoryStore(tmp_path / "b.db", embedder=None) as other:
+        other.sync(folder)
+        assert other.count() == 400

@@ -17,6 +17,7 @@ left for the next sync; one that hashes right but does not parse is quarantined.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import json
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import InvalidInputError, SyncFormatError
+from ..errors import DiskFullError, InvalidInputError, StorageError, SyncFormatError
 from .operations import Operation, parse_operation
 
 FORMAT_LINE = "harness-mem sync 1"
@@ -189,14 +190,23 @@ def _operations(data: bytes, name: str) -> Iterator[Operation]:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a reader finds the old file or the whole new one."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    """Write ``data`` to ``path`` so that a reader finds the old file or the whole new one; a folder
+    that cannot take it (full, read-only) is one line, and nothing half-written stays."""
+    temporary: str | None = None
     try:
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(handle, "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)
+    except OSError as exc:
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
+        kind = DiskFullError if exc.errno == errno.ENOSPC else StorageError
+        raise kind(f"could not write {path.name} in the sync folder {path.parent} ({exc.strerror}) — free space"
+                   " there or make it writable, then sync again: what this store holds is unchanged") from None
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
         raise
