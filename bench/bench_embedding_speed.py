@@ -143,7 +143,7 @@ def turn_lines(texts: Sequence[str], tag: str) -> list[str]:
 
 
 def load() -> str:
-    return "{:.1f}".format(os.getloadavg()[0])
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def grid(raw: RawSession, texts: Sequence[str]) -> dict[Config, float]:

@@ -32,6 +32,7 @@ from ..errors import HarnessMemError, InvalidInputError
 from ..integrations.claude_code import CAPTURE_EVENTS, HOST, TEXT_MAX_CHARS, TOOL_MAX_CHARS
 from ..jsonl import one_line, read_lines
 from ..models import parse_time
+from ..progress import Progress
 from . import claude_code, codex
 from .turns import ImportedTurn, Item, Skipped, load_record
 
@@ -164,11 +165,12 @@ def import_transcripts(
     files: Sequence[Path],
     format: str,
     *,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
     batch_size: int = BATCH_SIZE,
 ) -> TranscriptReport:
     """Import the transcript ``files`` (see :func:`find_transcripts`) into ``store``; turns already
-    stored are skipped. ``progress(n)`` is called with the bytes of each part read and written."""
+    stored are skipped. ``progress`` is told the phases, and the bytes of each part read with the
+    turns it wrote."""
     kind = format_named(format)
     if batch_size < 1:
         raise InvalidInputError(f"batch_size must be at least 1, not {batch_size!r}")
@@ -176,6 +178,7 @@ def import_transcripts(
     sessions: set[str] = set()
     added: set[str] = set()
     hooked: dict[str, datetime | None] = {}  # session -> when the hooks began capturing it
+    writing = "embedding and writing" if store.embedder is not None and not store.keyword_only else "writing"
     with store.storage.bulk():
         for path in files:
             try:
@@ -184,8 +187,10 @@ def import_transcripts(
                 report.files_skipped[one_line(f"cannot read it: {exc}")] += 1
                 continue
             with stream:
+                if progress is not None:
+                    progress.phase("reading")
                 report.files += 1
-                read = _Counted(stream)
+                read = _Counted(stream, report.turns)
                 batch: list[ImportedTurn] = []
                 try:
                     for item in kind.read(path, read.lines()):
@@ -198,13 +203,13 @@ def import_transcripts(
                             continue
                         batch.append(item)
                         if len(batch) >= batch_size:
-                            added |= _write(store, kind, batch, report)
+                            added |= _write(store, kind, batch, report, progress, writing)
                             batch = []
                             _advance(read, report, progress)
                 except InvalidInputError as exc:  # a line without end: what came before it is kept
                     report.skipped[one_line(str(exc))] += 1
                 if batch:
-                    added |= _write(store, kind, batch, report)
+                    added |= _write(store, kind, batch, report, progress, writing)
                 _advance(read, report, progress)
     report.sessions, report.new_sessions = len(sessions), len(added)
     return report
@@ -230,12 +235,14 @@ def _captured(store: MemoryStore, kind: TranscriptFormat, turn: ImportedTurn,
 
 
 class _Counted:
-    """A file's numbered lines, counting the bytes read so the progress bar follows the work."""
+    """A file's numbered lines, counting the bytes read (and the turns written from them) so the
+    progress follows the work."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, turns: int) -> None:
         self.stream = stream
         self.done = 0
         self.shown = 0
+        self.turns_shown = turns  # the import's turns written before this file
 
     def lines(self) -> Iterator[tuple[int, bytes | str]]:
         for number, raw in enumerate(read_lines(self.stream), start=1):
@@ -243,14 +250,16 @@ class _Counted:
             yield number, raw
 
 
-def _advance(read: _Counted, report: TranscriptReport, progress: Callable[[int], None] | None) -> None:
+def _advance(read: _Counted, report: TranscriptReport, progress: Progress | None) -> None:
     step, read.shown = read.done - read.shown, read.done
+    written, read.turns_shown = report.turns - read.turns_shown, report.turns
     report.bytes += step
-    if progress is not None and step:
-        progress(step)
+    if progress is not None and (step or written):
+        progress.advance(step, written)
 
 
-def _write(store: MemoryStore, kind: TranscriptFormat, batch: list[ImportedTurn], report: TranscriptReport) -> set[str]:
+def _write(store: MemoryStore, kind: TranscriptFormat, batch: list[ImportedTurn], report: TranscriptReport,
+           progress: Progress | None, phase: str) -> set[str]:
     """Write the turns of ``batch`` not stored yet; returns the sessions that got turns."""
     from ..experience.transcript import truncate_turn  # the experience package: only when writing
 
@@ -282,6 +291,8 @@ def _write(store: MemoryStore, kind: TranscriptFormat, batch: list[ImportedTurn]
         refused += 1
         report.skipped[one_line(str(exc))] += 1
 
+    if progress is not None and items:
+        progress.phase(phase)
     written = store.add_many(items, on_conflict="ignore", on_invalid=invalid) if items else []
     report.turns += len(written)
     report.already_stored += len(batch) - len(written) - refused
