@@ -500,8 +500,8 @@ def _import_transcripts(ctx: click.Context, paths: list[Path], format_: str, qui
     files, passed = find_transcripts(paths, format_)  # refuses a file that is not one before the store opens
     size = sum(_size_of(f) for f in files)
     with open_store(ctx, create=True) as store:
-        shown = not quiet and size >= PROGRESS_MIN_BYTES
-        lines = ProgressLines("import", size, unit="bytes", noun="turns") if shown else None
+        told = not quiet and size >= PROGRESS_MIN_BYTES
+        lines = ProgressLines("import", size, unit="bytes", noun="turns") if told else None
         report = import_transcripts(store, files, format_, progress=lines)
     report.files_skipped.update(passed)
     if as_json:
