@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import sys
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,6 +40,7 @@ from .db import CACHE_SIZE_KIB, ONE_SHOT_CACHE_KIB, connect, default_path
 from .engines import is_url, open_storage, shown_location
 from .errors import InvalidInputError, MissingVectorsWarning, ModelMissingWarning
 from .models import MAX_CONTENT_CHARS, Entry, Hit, counted, dumps, format_time
+from .progress import ProgressLines, SessionLines
 from .provenance import cited_turns
 from .providers.embeddings import EMBEDDERS, giving_vectors
 from .providers.hints import MEM_HINTS
@@ -213,8 +213,9 @@ def db_path_command(ctx: click.Context) -> None:
 @cli.command()
 @click.argument("source", type=StoreLocation())
 @click.argument("target", type=StoreLocation())
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @json_object_option
-def copy(source: Path | str, target: Path | str, as_json: bool) -> None:
+def copy(source: Path | str, target: Path | str, quiet: bool, as_json: bool) -> None:
     """Copy a store to another (SQLite file ⇄ PostgreSQL URL): every entry that is not forgotten,
     with its history, sessions and vectors (and their model). Running it again resumes.
 
@@ -224,7 +225,10 @@ def copy(source: Path | str, target: Path | str, as_json: bool) -> None:
     """
     from .copying import copy_store
 
-    report = copy_store(source, target)
+    lines = None if quiet else ProgressLines("copy")
+    report = copy_store(source, target, progress=lines)
+    if lines is not None:
+        lines.close()
     if as_json:
         echo_json(vars(report))
         return
@@ -545,12 +549,9 @@ def _import_transcripts(ctx: click.Context, paths: list[Path], format_: str, qui
     files, passed = find_transcripts(paths, format_)  # refuses a file that is not one before the store opens
     size = sum(_size_of(f) for f in files)
     with open_store(ctx, create=True) as store:
-        if not quiet and size >= PROGRESS_MIN_BYTES:
-            bar: ProgressBar[int]
-            with click.progressbar(length=size, label="Importing", file=sys.stderr) as bar:
-                report = import_transcripts(store, files, format_, progress=bar.update)
-        else:
-            report = import_transcripts(store, files, format_)
+        told = not quiet and size >= PROGRESS_MIN_BYTES
+        lines = ProgressLines("import", size, unit="bytes", noun="turns") if told else None
+        report = import_transcripts(store, files, format_, progress=lines)
     report.files_skipped.update(passed)
     if as_json:
         echo_json({**report.to_dict(), "skipped": {shown(k): v for k, v in report.skipped.most_common()},
@@ -1029,8 +1030,8 @@ def reindex(ctx: click.Context, quiet: bool, keyword_only: bool) -> None:
         if quiet or not missing:
             report = store.reindex(keyword_only=keyword_only)
         else:
-            with click.progressbar(length=missing, label="Embedding", file=sys.stderr) as bar:
-                report = store.reindex(progress=bar.update)
+            lines = ProgressLines("reindex", missing)
+            report = store.reindex(progress=lambda n: lines.advance(n, n), phase=lines.phase)
         stays_keyword_only = store.keyword_only and not keyword_only
     click.echo(
         f"Reindexed {counted(report['entries'], 'entry', 'entries')}: keyword index rebuilt,"
@@ -1045,9 +1046,10 @@ def reindex(ctx: click.Context, quiet: bool, keyword_only: bool) -> None:
 @cli.command()
 @click.option("--vacuum", is_flag=True,
               help="Also rewrite the whole file (VACUUM): needs free disk space as large as the file.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @json_object_option
 @click.pass_context
-def gc(ctx: click.Context, vacuum: bool, as_json: bool) -> None:
+def gc(ctx: click.Context, vacuum: bool, quiet: bool, as_json: bool) -> None:
     """Purge expired entries and give deleted data's space back; print sizes by table.
 
     Expired and forgotten entries go with their index rows and vectors (opening a store also
@@ -1068,7 +1070,7 @@ def gc(ctx: click.Context, vacuum: bool, as_json: bool) -> None:
         harness-mem gc --vacuum --json
     """
     with open_store(ctx) as store:
-        report = store.gc(vacuum=vacuum)
+        report = store.gc(vacuum=vacuum, progress=None if quiet else ProgressLines("gc", unit="purged", written=None))
     if as_json:
         echo_json(report)
         return
@@ -1534,7 +1536,7 @@ def consolidate(ctx: click.Context, session: str | None, since: str | None, idle
             stack.enter_context(model)
         store = stack.enter_context(open_store(ctx))
         report = run_consolidation(store, session=session, since=since, model=model, idle=idle_value, dry_run=dry_run,
-                                   progress=None if quiet else _ProgressLines("consolidated"))
+                                   progress=None if quiet else SessionLines("consolidated"))
     for result in report.sessions:
         if as_json:
             echo_json(result.to_dict())
@@ -1552,36 +1554,6 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-class _ProgressLines:
-    """Progress as lines on stderr, at most one a second and always the last: how many of how many,
-    the rate so far and the time left at that rate."""
-
-    def __init__(self, verb: str, interval: float = 1.0) -> None:
-        self.verb = verb
-        self.interval = interval
-        self._last = 0.0
-        self._started = time.monotonic()
-
-    def __call__(self, done: int, total: int, item: str) -> None:
-        now = time.monotonic()
-        if done == total or now - self._last >= self.interval:
-            self._last = now
-            line = f"{self.verb} {done:,}/{total:,} sessions ({item})"
-            elapsed = now - self._started
-            if done and elapsed > 0 and done < total:
-                rate = done / elapsed
-                line += f"  {rate:,.1f}/s, about {_duration((total - done) / rate)} left"
-            click.echo(line, err=True)
-
-
-def _duration(seconds: float) -> str:
-    """A time left as a person says it: 40 s, 3 min, 1 h 20 min."""
-    if seconds < 60:
-        return f"{max(1, round(seconds))} s"
-    minutes = round(seconds / 60)
-    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
 
 # ---- serving ------------------------------------------------------------------------------------

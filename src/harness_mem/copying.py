@@ -15,7 +15,7 @@ is left as it is, so running it again after an interruption carries on where it 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +27,7 @@ from .errors import StorageError
 from .identities import KEY_ID_SETTING, ROTATING_SETTING, SealedIdentity
 from .models import counted
 from .passages import Embedding
+from .progress import Progress
 from .rows import Row
 from .storage import Storage
 
@@ -65,8 +66,9 @@ class RecordedModel:
 
 
 def copy_store(source: str | os.PathLike[str], target: str | os.PathLike[str], *, batch_size: int = BATCH_SIZE,
-               progress: Callable[[int], None] | None = None) -> CopyReport:
-    """Copy every live entry of ``source`` into ``target`` (created and migrated if need be)."""
+               progress: Progress | None = None) -> CopyReport:
+    """Copy every live entry of ``source`` into ``target`` (created and migrated if need be);
+    ``progress`` is told each batch's entries read and written."""
     if str(source) == str(target):
         raise StorageError("the source and the destination are the same store — name another destination")
     src = open_storage(source, read_only=True)
@@ -83,7 +85,7 @@ def copy_store(source: str | os.PathLike[str], target: str | os.PathLike[str], *
         src.close()
 
 
-def _copy(src: Storage, dst: Storage, batch_size: int, progress: Callable[[int], None] | None) -> CopyReport:
+def _copy(src: Storage, dst: Storage, batch_size: int, progress: Progress | None) -> CopyReport:
     report = CopyReport(source=src.location, target=dst.location)
     _share_key(src, dst)
     _share_identities(src, dst)
@@ -93,6 +95,9 @@ def _copy(src: Storage, dst: Storage, batch_size: int, progress: Callable[[int],
         with dst.transaction():
             dst.set_keyword_only(True)
     report.model = model["name"] if model else None
+    if progress is not None:  # forgotten entries are counted here, and left behind
+        progress.phase("reading and writing entries with their vectors" if model else "reading and writing entries",
+                       total=src.count_all())
     with dst.bulk():
         last = 0
         while rows := src.rows_after(last, batch_size):
@@ -109,7 +114,7 @@ def _copy(src: Storage, dst: Storage, batch_size: int, progress: Callable[[int],
             report.vectors += sum(1 for row in written if id(row) in given)
             last = int(rows[-1].pk or last)
             if progress is not None:
-                progress(len(rows))
+                progress.advance(len(rows), len(written))
     return report
 
 

@@ -64,6 +64,7 @@ from typing import Any
 from . import pseudonyms
 from .errors import InvalidInputError, StorageError
 from .models import FileSizes, SessionSize, StoreStats, format_time, from_ms, now_ms
+from .progress import Progress
 from .providers.embeddings import default_embedder_available
 from .providers.reference import INSTALL_HINT
 from .recall import raise_if_missing_vectors
@@ -73,14 +74,16 @@ from .sync import outbox
 
 
 def reindex(storage: Storage, *, progress: Callable[[int], None] | None = None, batch_size: int = 256,
-            keyword_only: bool = False) -> dict[str, int]:
+            keyword_only: bool = False, phase: Callable[[str], None] | None = None) -> dict[str, int]:
     """Rebuild the derived rows from the canonical ones, in every namespace.
 
     The keyword index is rebuilt a batch of entries per transaction, so a writer beside it waits
     for one batch. Vectors made by another model are dropped; then every entry without a vector is
     embedded, a batch per transaction, so an interrupted reindex resumes where it stopped.
-    ``progress(n)`` is called as entries are done.
+    ``progress(n)`` is called as entries are done, ``phase(name)`` as each phase begins.
     """
+    if phase is not None:
+        phase("reading the entries, rebuilding the keyword index")
     total, indexed = storage.rebuild_keyword_index()
     report = {"entries": total, "keyword_rows": indexed, "vectors_dropped": 0, "vectors_written": 0}
     if keyword_only:  # the switch to keyword only: no vectors kept, and no model loaded from now on
@@ -94,6 +97,8 @@ def reindex(storage: Storage, *, progress: Callable[[int], None] | None = None, 
     if storage.model_differs():
         report["vectors_dropped"] = storage.drop_vectors()
     storage.vectors_bound()
+    if phase is not None:
+        phase("embedding and writing vectors")
     while True:
         read, written = storage.embed_missing(batch_size)
         if not read:
@@ -375,7 +380,7 @@ def expire_if_due(storage: Storage) -> int | None:
             raise
 
 
-def gc(storage: Storage, *, vacuum: bool = False) -> dict[str, Any]:
+def gc(storage: Storage, *, vacuum: bool = False, progress: Progress | None = None) -> dict[str, Any]:
     """Purge expired and forgotten entries (every namespace), merge the keyword index, rewrite the
     store when an entry was purged, empty the write-ahead log, free pages; report sizes by table.
 
@@ -390,16 +395,25 @@ def gc(storage: Storage, *, vacuum: bool = False) -> dict[str, Any]:
     system by ``PRAGMA incremental_vacuum`` when the file's ``auto_vacuum`` mode is INCREMENTAL
     (every file made since it was introduced). A file in mode NONE keeps its size unless
     ``vacuum``: then a full ``VACUUM`` rewrites it (holding writers for its length), switching it to
-    INCREMENTAL on the way.
+    INCREMENTAL on the way. ``progress`` is told each step as it begins, and the entries purged.
     """
+    def step(name: str) -> None:
+        if progress is not None:
+            progress.phase(name)
+
     if storage.read_only:
         raise InvalidInputError("gc changes the file — open the store for writing, not read-only")
     before = storage.size_bytes()
-    _purge(storage, forgotten=True)
+    step("purging expired and forgotten entries")
+    purged = sum(_purge(storage, forgotten=True))
+    if progress is not None:
+        progress.advance(purged, purged)
     storage.drop_unused_identities()  # the sealed names of what is gone (purged or deleted) go too
+    step("merging the keyword index")
     storage.merge_keyword_index()
     expired, forgotten = pending_purge(storage)
     owed = bool(expired or forgotten)
+    step("rewriting the file" if owed or vacuum else "giving free pages back")
     done = storage.compact(rewrite=owed, vacuum=vacuum)
     if owed:
         _fulfilled(storage, expired, forgotten)

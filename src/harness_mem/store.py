@@ -38,6 +38,7 @@ from .filters import Selection, make_filters
 from .identities import Identities, IdentityKey, SealedIdentity, choose_key, key_file
 from .keyfiles import describe_key
 from .models import Entry, Hit, Remembered, SessionHit, SessionSummary, from_ms, now_ms
+from .progress import Progress
 from .protocols import Embedder
 from .providers.embeddings import RECORDED_NAMES, default_embedder, default_embedder_available, named_embedder
 from .providers.reference import INSTALL_HINT
@@ -601,15 +602,16 @@ class MemoryStore:
         """
         return maintenance.purge_expired(self.storage)
 
-    def gc(self, *, vacuum: bool = False) -> dict[str, Any]:
+    def gc(self, *, vacuum: bool = False, progress: Progress | None = None) -> dict[str, Any]:
         """Collect what the file no longer needs: expired and forgotten entries (with their index
         rows and vectors), deleted entries' words in the keyword index (merged), old copies of
         purged rows (the whole file rewritten when an entry was purged), the WAL (checkpointed and
         truncated) and free pages (incremental vacuum; a full ``VACUUM`` only with ``vacuum``,
         which also makes an older file free pages incrementally), in every namespace. Returns what
-        was done and a size report by table. This is ``harness-mem gc``.
+        was done and a size report by table. This is ``harness-mem gc``; ``progress`` is told each
+        step as it begins (see :mod:`harness_mem.progress`).
         """
-        return maintenance.gc(self.storage, vacuum=vacuum)
+        return maintenance.gc(self.storage, vacuum=vacuum, progress=progress)
 
     # ---- memory operations (what agents call: tools, MCP) --------------------------------------
 
@@ -854,18 +856,20 @@ class MemoryStore:
     # ---- maintenance ---------------------------------------------------------------------------
 
     def reindex(self, *, progress: Callable[[int], None] | None = None, batch_size: int = 256,
-                keyword_only: bool = False) -> dict[str, int]:
+                keyword_only: bool = False, phase: Callable[[str], None] | None = None) -> dict[str, int]:
         """Rebuild the derived rows from the canonical ones, in every namespace.
 
         The keyword index is rebuilt in one transaction. Vectors made by another model are dropped;
         then every entry without a vector is embedded, a batch per transaction, so an interrupted
-        reindex resumes where it stopped. ``progress(n)`` is called as entries are done.
+        reindex resumes where it stopped. ``progress(n)`` is called as entries are done (embedded
+        and written), ``phase(name)`` as each phase begins.
 
         This is also how a file switches models: reindex with another embedder, or with
         ``keyword_only=True`` to drop the vectors and record that the file keeps none. A
         keyword-only file gets vectors again by a reindex with an explicit embedder.
         """
-        report = maintenance.reindex(self.storage, progress=progress, batch_size=batch_size, keyword_only=keyword_only)
+        report = maintenance.reindex(self.storage, progress=progress, batch_size=batch_size, keyword_only=keyword_only,
+                                     phase=phase)
         self._recall.vectors_complete = self.embedder is not None
         return report
 

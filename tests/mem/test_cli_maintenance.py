@@ -135,7 +135,12 @@ def test_reindex_embeds_a_keyword_only_store_with_progress_on_stderr(keyword_onl
     ]
     result = run(*db, "--embedder", "minilm", "reindex")
     assert result.exit_code == 0 and result.stdout == ""
-    assert result.stderr.splitlines() == ["Embedding", reindexed(n=5, written=5, dropped=0)]
+    lines = result.stderr.splitlines()
+    # The phases as they begin, then the count of entries embedded and written, the rate, the summary.
+    assert lines[:2] == ["reindex: reading the entries, rebuilding the keyword index",
+                         "reindex: embedding and writing vectors"]
+    assert lines[2].startswith("reindex: embedding and writing vectors, 5/5 entries, 5 written, ")
+    assert lines[2].endswith("/s") and lines[3:] == [reindexed(n=5, written=5, dropped=0)]
     hits = [json.loads(line) for line in run(*db, "recall", "a note about cats", "--mode", "semantic", "--json").stdout.splitlines()]
     assert hits[0]["id"] == "n1" and len(hits) == 5
     with MemoryStore(keyword_only, embedder=None) as store:

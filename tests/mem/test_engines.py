@@ -401,6 +401,24 @@ def test_copy_moves_a_store_between_engines_and_back_losslessly(tmp_path: Path, 
     assert copy_store(original, server).already == 17
 
 
+def test_copy_tells_its_progress_truly_unless_quiet(tmp_path: Path) -> None:
+    source = tmp_path / "s.db"
+    with MemoryStore(source, embedder=HashedEmbedder()) as store:
+        store.add_many([{"content": f"note {i}", "id": f"n{i}"} for i in range(30)])
+        store.forget("n3")
+        store.forget("n4")  # counted in the store's size, and left behind by the copy
+    copied = _cli("copy", str(source), str(tmp_path / "copy.db"))
+    assert copied.returncode == 0, copied.stderr
+    lines = copied.stderr.splitlines()
+    assert lines[0] == "copy: reading and writing entries with their vectors"
+    # The last line counts what was read and written, however many entries the source's size promised.
+    assert lines[-1].startswith("copy: done, 28/28 entries, 28 written, ") and lines[-1].endswith("/s")
+    with MemoryStore(tmp_path / "copy.db", embedder=None) as copy:
+        assert copy.count() == 28
+    quiet = _cli("copy", str(source), str(tmp_path / "quiet.db"), "-q")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
 def test_copy_resumes_and_refuses_what_it_cannot_do_in_one_line(tmp_path: Path, postgres_server: object) -> None:
     from harness_mem.copying import copy_store
 
@@ -409,11 +427,15 @@ def test_copy_resumes_and_refuses_what_it_cannot_do_in_one_line(tmp_path: Path, 
         store.add_many([{"content": f"note {i}", "id": f"n{i}"} for i in range(30)])
     server = _postgres_target(postgres_server)
 
-    def interrupted(done: int) -> None:
-        raise KeyboardInterrupt  # after the first batch is committed
+    class Interrupted:
+        def phase(self, name: str, total: int | None = None) -> None:
+            pass
+
+        def advance(self, done: int, written: int) -> None:
+            raise KeyboardInterrupt  # after the first batch is committed
 
     with pytest.raises(KeyboardInterrupt):
-        copy_store(source, server, batch_size=10, progress=interrupted)
+        copy_store(source, server, batch_size=10, progress=Interrupted())
     resumed = copy_store(source, server, batch_size=7)
     assert (resumed.copied, resumed.already) == (20, 10)
     with MemoryStore(server, embedder=None) as copy:

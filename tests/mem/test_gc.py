@@ -185,10 +185,15 @@ def test_the_gc_command(db_path: Path) -> None:
     assert lines[0].startswith("1 expired and 0 forgotten entries purged; keyword index merged; WAL checkpointed and truncated")
     assert lines[1].startswith("file: ") and lines[2].split() == ["table", "rows", "bytes"]
     assert any(line.split()[:2] == ["entries", "0"] for line in lines[3:])
-    result = CliRunner().invoke(cli, ["--db", str(db_path), "--embedder", "none", "gc", "--vacuum", "--json"],
+    # Each step named on stderr as it begins, with the count of entries the purge took.
+    progress = result.stderr.splitlines()
+    assert progress[0] == "gc: purging expired and forgotten entries"
+    assert progress[1].startswith("gc: purging expired and forgotten entries, 1 purged, ") and progress[1].endswith("/s")
+    assert progress[2:] == ["gc: merging the keyword index", "gc: rewriting the file"]
+    result = CliRunner().invoke(cli, ["--db", str(db_path), "--embedder", "none", "gc", "--vacuum", "--json", "-q"],
                                 catch_exceptions=False)
     report = json.loads(result.stdout)
-    assert report["vacuum"] == "full" and report["expired_purged"] == 0
+    assert report["vacuum"] == "full" and report["expired_purged"] == 0 and result.stderr == ""
 
 
 def forgotten_copies(db_path: Path, seed: int) -> list[int]:

@@ -321,14 +321,32 @@ def test_the_import_loads_no_embedding_model(tmp_path: Path, claude: Path) -> No
 # ---- through the library -----------------------------------------------------------------------
 
 
+class Told:
+    """A :class:`~harness_mem.progress.Progress` that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.phases: list[str] = []
+        self.steps: list[tuple[int, int]] = []
+
+    def phase(self, name: str) -> None:
+        if name not in self.phases:
+            self.phases.append(name)
+
+    def advance(self, done: int, written: int) -> None:
+        self.steps.append((done, written))
+
+
 def test_the_python_api_counts_progress_in_the_bytes_it_read(tmp_path: Path, claude: Path) -> None:
     files, passed = find_transcripts([claude], "claude-code")
     assert [f.name for f in files] == ["5f0c-session-a.jsonl", "agent-7c1.jsonl"] and sum(passed.values()) == 1
-    steps: list[int] = []
+    told = Told()
     with MemoryStore(tmp_path / "m.db", embedder=None) as store:
-        report = import_transcripts(store, files, "claude-code", progress=steps.append, batch_size=2)
+        report = import_transcripts(store, files, "claude-code", progress=told, batch_size=2)
         assert report.turns == sum(CLAUDE_TURNS.values()) and report.new_sessions == 1
+        steps = [done for done, _ in told.steps]
         assert sum(steps) == sum(f.stat().st_size for f in files) and len(steps) > len(files)
+        assert sum(written for _, written in told.steps) == report.turns == store.count()
+        assert told.phases == ["reading", "writing"]  # each named when it first begins
         hits = store.recall("frozen clock fixture", mode="keyword", tags=["sidechain"])
         assert hits and all("sidechain" in h.entry.tags for h in hits)
         again = import_transcripts(store, files, "claude-code")
@@ -372,7 +390,16 @@ def test_a_large_import_shows_progress_unless_quiet(tmp_path: Path, claude: Path
                    for i in range(1000)))  # past 256 KiB
     loud = run(tmp_path / "a.db", "--format", "claude-code", str(path))
     quiet = run(tmp_path / "b.db", "--format", "claude-code", str(path), "-q")
-    assert "Importing" in loud.stderr.decode() and "Importing" not in quiet.stderr.decode()
+    lines = loud.stderr.decode().splitlines()
+    progress = [line for line in lines if line.startswith("import: ")]
+    # The phases in the order they begin, then a last line that has read every byte and counts
+    # the turns that were stored, not the lines that were read.
+    assert progress[:2] == ["import: reading", "import: writing"]
+    size = path.stat().st_size / 1e6
+    assert progress[-1].startswith(f"import: writing, {size:,.1f}/{size:,.1f} MB read, 1,005 turns written, ")
+    assert lines[len(progress)].startswith("Imported 1,005 turns from 1 file")
+    with MemoryStore(tmp_path / "a.db", embedder=None) as store:
+        assert store.count() == 1005
     assert quiet.stderr.decode().startswith("Imported 1,005 turns from 1 file")
 
 

@@ -34,6 +34,7 @@ from ..errors import HarnessMemError, InvalidInputError
 from ..integrations.claude_code import CAPTURE_EVENTS, HOST, TEXT_MAX_CHARS, TOOL_MAX_CHARS
 from ..jsonl import MAX_LINE_BYTES, one_line, read_lines
 from ..models import parse_time
+from ..progress import Progress
 from . import claude_code, codex, positions
 from .turns import ImportedTurn, Item, Resume, Skipped, load_record
 
@@ -167,11 +168,12 @@ def import_transcripts(
     files: Sequence[Path],
     format: str,
     *,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
     batch_size: int = BATCH_SIZE,
 ) -> TranscriptReport:
     """Import the transcript ``files`` (see :func:`find_transcripts`) into ``store``; turns already
-    stored are skipped. ``progress(n)`` is called with the bytes of each part read and written."""
+    stored are skipped. ``progress`` is told the phases, and the bytes of each part read with the
+    turns it wrote."""
     kind = format_named(format)
     if batch_size < 1:
         raise InvalidInputError(f"batch_size must be at least 1, not {batch_size!r}")
@@ -179,6 +181,7 @@ def import_transcripts(
     sessions: set[str] = set()
     added: set[str] = set()
     hooked: dict[str, datetime | None] = {}  # session -> when the hooks began capturing it
+    writing = "embedding and writing" if store.embedder is not None and not store.keyword_only else "writing"
     with store.storage.bulk():
         for path in files:
             try:
@@ -187,14 +190,16 @@ def import_transcripts(
                 report.files_skipped[one_line(f"cannot read it: {exc}")] += 1
                 continue
             with stream:
+                if progress is not None:
+                    progress.phase("reading")
                 report.files += 1
                 start = positions.start_of(store, kind.name, path, stream.fileno())
                 if start.unchanged:
                     report.unchanged += 1
                     if progress is not None:
-                        progress(_size_of(stream))
+                        progress.advance(_size_of(stream), 0)
                     continue
-                read = _Counted(stream, start)
+                read = _Counted(stream, start, report.turns)
                 batch: list[ImportedTurn] = []
                 resume: Resume | None = None
                 try:
@@ -211,13 +216,13 @@ def import_transcripts(
                             continue
                         batch.append(item)
                         if len(batch) >= batch_size:
-                            added |= _write(store, kind, batch, report)
+                            added |= _write(store, kind, batch, report, progress, writing)
                             batch = []
                             _advance(read, report, progress)
                 except InvalidInputError as exc:  # a line without end: what came before it is kept
                     report.skipped[one_line(str(exc))] += 1
                 if batch:
-                    added |= _write(store, kind, batch, report)
+                    added |= _write(store, kind, batch, report, progress, writing)
                 _advance(read, report, progress)
                 position = None if resume is None else read.position(resume)
                 if position is not None:  # only now: the turns before it are written
@@ -251,9 +256,10 @@ def _captured(store: MemoryStore, kind: TranscriptFormat, turn: ImportedTurn,
 
 class _Counted:
     """A file's numbered lines from where :mod:`.positions` says to start, counting the bytes read
-    (so the progress bar follows the work) and where each line starts (so the next run can start at one)."""
+    (and the turns written from them, so the progress follows the work) and where each line starts
+    (so the next run can start at one)."""
 
-    def __init__(self, stream: Any, start: positions.Start) -> None:
+    def __init__(self, stream: Any, start: positions.Start, turns: int) -> None:
         self.stream = stream
         self.start = start
         self.done = 0
@@ -262,6 +268,7 @@ class _Counted:
         self.end = start.offset  # where the lines read so far end, their newline included
         self.last = start.line - 1  # the number of the last line read
         self.exact = True  # False once a line too long to keep was cut: its length is unknown
+        self.turns_shown = turns  # the import's turns written before this file
 
     def lines(self) -> Iterator[tuple[int, bytes | str]]:
         fd = self.stream.fileno()
@@ -298,14 +305,16 @@ class _Counted:
         return positions.Position(size, stat.st_mtime_ns, stat.st_ino, head, tail, line, offset, header)
 
 
-def _advance(read: _Counted, report: TranscriptReport, progress: Callable[[int], None] | None) -> None:
+def _advance(read: _Counted, report: TranscriptReport, progress: Progress | None) -> None:
     step, read.shown = read.done - read.shown, read.done
+    written, read.turns_shown = report.turns - read.turns_shown, report.turns
     report.bytes += step
-    if progress is not None and step:
-        progress(step)
+    if progress is not None and (step or written):
+        progress.advance(step, written)
 
 
-def _write(store: MemoryStore, kind: TranscriptFormat, batch: list[ImportedTurn], report: TranscriptReport) -> set[str]:
+def _write(store: MemoryStore, kind: TranscriptFormat, batch: list[ImportedTurn], report: TranscriptReport,
+           progress: Progress | None, phase: str) -> set[str]:
     """Write the turns of ``batch`` not stored yet; returns the sessions that got turns."""
     from ..experience.transcript import truncate_turn  # the experience package: only when writing
 
@@ -337,6 +346,8 @@ def _write(store: MemoryStore, kind: TranscriptFormat, batch: list[ImportedTurn]
         refused += 1
         report.skipped[one_line(str(exc))] += 1
 
+    if progress is not None and items:
+        progress.phase(phase)
     written = store.add_many(items, on_conflict="ignore", on_invalid=invalid) if items else []
     report.turns += len(written)
     report.already_stored += len(batch) - len(written) - refused
