@@ -17,6 +17,8 @@ CREATE TABLE sync_ops (
 CREATE INDEX sync_ops_by_stamp ON sync_ops (hlc_wall, hlc_tick);
 CREATE INDEX sync_ops_by_entry ON sync_ops (namespace, entry_id);
 CREATE INDEX sync_ops_by_related ON sync_ops (namespace, related_id) WHERE related_id IS NOT NULL;
+-- The forgets an incoming add is checked against.
+CREATE INDEX sync_ops_forgets ON sync_ops (namespace, hlc_wall, hlc_tick) WHERE op = 'forget';
 -- The chunks a device must rewrite without forgotten words: found without reading the log.
 CREATE INDEX sync_ops_forgotten_adds ON sync_ops (device, origin_chunk) WHERE op = 'add' AND operation IS NULL;
 

@@ -490,10 +490,12 @@ class SQLiteStorage(Storage):
 
     def logged_supersedes(self, namespace: str, entry_ids: Sequence[str]) -> list[str]:
         ids = json.dumps(list(entry_ids))
+        # Two lookups, one index each (an OR of the two would read the whole log).
         return [text for (text,) in self.conn.execute(
-            "SELECT operation FROM sync_ops WHERE op = 'supersede' AND namespace = ?"
-            " AND (entry_id IN (SELECT value FROM json_each(?)) OR related_id IN (SELECT value FROM json_each(?)))",
-            (namespace, ids, ids))]
+            "SELECT operation FROM sync_ops WHERE namespace = ? AND entry_id IN (SELECT value FROM json_each(?))"
+            " AND op = 'supersede' UNION SELECT operation FROM sync_ops INDEXED BY sync_ops_by_related"
+            " WHERE namespace = ? AND related_id IN (SELECT value FROM json_each(?)) AND related_id IS NOT NULL",
+            (namespace, ids, namespace, ids))]
 
     def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
         latest: dict[str, Stamp] = {}
@@ -506,9 +508,10 @@ class SQLiteStorage(Storage):
 
     def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:
         return [text for (text,) in self.conn.execute(
-            "SELECT operation FROM sync_ops WHERE op = 'forget' AND namespace = ? AND (hlc_wall, hlc_tick) > (?, ?)"
+            "SELECT operation FROM sync_ops INDEXED BY sync_ops_forgets WHERE op = 'forget' AND namespace = ?"
+            " AND hlc_wall >= ? AND (hlc_wall > ? OR hlc_tick > ?)"
             " AND json_extract(operation, '$.body.selector') IS NOT NULL ORDER BY hlc_wall, hlc_tick",
-            (namespace, *after))]
+            (namespace, after.wall, after.wall, after.tick))]
 
     def set_expiry(self, namespace: str, entry_id: str, expires_at: int) -> None:
         self.conn.execute("UPDATE entries SET expires_at = ? WHERE namespace = ? AND id = ? AND forgotten_at IS NULL",
