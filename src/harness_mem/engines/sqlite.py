@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from ..models import counted, to_ms
 from ..passages import Passage, embed_entries
 from ..protocols import Embedder
 from ..rows import COLUMN_NAMES, COLUMNS, PLACEHOLDERS, Row
-from ..steps import STEP_PAUSE_S, in_steps, next_step
+from ..steps import in_steps, next_step
 from ..storage import (
     DERIVED_SOURCE,
     OnConflict,
@@ -315,6 +315,12 @@ class SQLiteStorage(Storage):
                 self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             except driver().OperationalError:  # a full disk, say: what was written is safe in the log
                 pass  # and the next checkpoint copies it
+
+    def stepwise(self) -> AbstractContextManager[None]:
+        return sqlite_files.checkpoints_between_steps(self.conn)
+
+    def between_steps(self) -> None:
+        sqlite_files.between_steps(self.conn)
 
     @contextmanager
     def without_waiting(self) -> Iterator[None]:
@@ -860,8 +866,7 @@ class SQLiteStorage(Storage):
             if len(found) < size:
                 break
             size = next_step(size, time.monotonic() - began, bounds)
-            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # as in merge_keyword_index
-            time.sleep(STEP_PAUSE_S)  # a waiting writer's turn
+            self.between_steps()
         # Read without the lock; each is deleted only if its entry is still not there.
         for table in KEYWORD_TABLES:
             strays = [pk for (pk,) in self.conn.execute(
@@ -1007,13 +1012,7 @@ class SQLiteStorage(Storage):
             sign, left = 1, left - 1
             return self.conn.total_changes - before >= max(2, size // 4) and left > 0
 
-        def pause() -> None:
-            # Copy the step's pages out of the log without the lock: else a writer's commit finds
-            # the log past its auto-checkpoint size and copies them itself, waiting as long.
-            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            time.sleep(STEP_PAUSE_S)  # a waiting writer's turn
-
-        in_steps(self.transaction, merge, bounds, pause)
+        in_steps(self.transaction, merge, bounds, self.between_steps)
 
     def rewrite(self) -> None:
         sqlite_rewrite.rewrite(self.conn, self.location)

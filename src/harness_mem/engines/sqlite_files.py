@@ -48,6 +48,26 @@ VACUUM_PAGES = (16, 1, 1024)
 KEYWORD_ROWS = (1000, 100, 20000)
 
 
+def between_steps(conn: Connection) -> None:
+    """The lock let go between two steps of maintenance: the step's pages copied from the log into
+    the file by this process, without the lock (a passive checkpoint), rather than by the next
+    writer's commit, which would wait that long; then a waiting writer's turn."""
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    time.sleep(STEP_PAUSE_S)
+
+
+@contextmanager
+def checkpoints_between_steps(conn: Connection) -> Iterator[None]:
+    """No checkpoint at this connection's commits meanwhile (:func:`between_steps` makes them): a
+    step's commit, which counts toward its time under the lock, then only writes the step's pages."""
+    usual = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    try:
+        yield
+    finally:
+        conn.execute(f"PRAGMA wal_autocheckpoint = {usual}")
+
+
 def vacuum_file(conn: Connection, location: str = "the database") -> None:
     """Rewrite every page of the file (``VACUUM``), as ``gc --vacuum`` asks: it holds the write lock
     for the whole file (about 6 s per GB), and needs free disk space as large as the file."""
