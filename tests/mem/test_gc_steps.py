@@ -31,3 +31,39 @@ def test_a_steps_commit_leaves_copying_the_log_to_between_steps(db_path: Path) -
         before = pages_in_file(db_path)
         store.add_many([{"text": f"{BULKY} again {i}"} for i in range(200)])
         assert pages_in_file(db_path) > before + 2000  # outside gc, commits copy the log as usual
+
+
+def sessions_store(db: Path, n: int) -> list[str]:
+    """A store whose ``n`` entries each hold a session that is an e-mail (stored as a pseudonym,
+    its raw value sealed in ``identities``); their ids."""
+    with MemoryStore(db, embedder=None) as store:
+        return [store.add(f"note {i}", session=f"user{i:03d}@example.com").id for i in range(n)]
+
+
+def test_finding_unused_sealed_names_reads_the_entries_without_the_write_lock(db_path: Path) -> None:
+    # Another writer holds the lock throughout: nothing is unused, so nothing waits for it.
+    sessions_store(db_path, 30)
+    with MemoryStore(db_path, embedder=None) as store, MemoryStore(db_path, embedder=None) as writer, \
+            writer.transaction():
+        writer.add("the other writer's entry")
+        with store.storage.without_waiting():  # the lock taken would fail at once: "locked"
+            assert store.storage.drop_unused_identities() == 0
+
+
+def test_a_sealed_name_a_writer_uses_while_the_entries_are_read_stays(db_path: Path) -> None:
+    ids = sessions_store(db_path, 30)
+    with MemoryStore(db_path, embedder=None) as store, MemoryStore(db_path, embedder=None) as writer:
+        assert store.delete(ids[7])  # user007's name is now unused
+        written: list[str] = []
+
+        def meanwhile(sql: str) -> None:  # a write in another connection once the entries are read, before the deletes
+            if not written and sql.startswith("BEGIN IMMEDIATE"):  # traced before it takes the lock
+                written.append(writer.add("user007 is back", session="user007@example.com").id)
+
+        store.db.conn.set_trace_callback(meanwhile)
+        dropped = store.storage.drop_unused_identities()
+        store.db.conn.set_trace_callback(None)
+        assert written and dropped == 0
+        assert store.get(written[0]).session == "user007@example.com"  # its raw value still opens
+        assert store.delete(written[0])
+        assert store.storage.drop_unused_identities() == 1  # unused now, it goes

@@ -110,8 +110,12 @@ _LIVE = "namespace = ? AND (expires_at IS NULL OR expires_at > ?)"
 
 # The entries whose identity fields may hold a pseudonym (what a sealed value can belong to).
 _PSEUDONYMISED_ENTRIES = """SELECT namespace, id, role, session, tags, superseded_by, metadata FROM entries
-WHERE instr(id, '<') OR instr(coalesce(role, ''), '<') OR instr(coalesce(session, ''), '<')
-   OR instr(tags, '<') OR instr(coalesce(superseded_by, ''), '<') OR instr(metadata, '<')"""
+WHERE (instr(id, '<') OR instr(coalesce(role, ''), '<') OR instr(coalesce(session, ''), '<')
+   OR instr(tags, '<') OR instr(coalesce(superseded_by, ''), '<') OR instr(metadata, '<'))"""
+#: Entries (by pk) one read of drop_unused_identities covers, without the lock.
+IDENTITY_SCAN_PKS = 2000
+#: Sealed rows one chunk of its deletes takes (the first chunk's, the least, the most).
+IDENTITY_ROWS = (100, 10, 5000)
 
 # Set by migration 0013 while a file's derived entries' keyword rows are still in ``entries_fts``.
 _DERIVED_TO_MOVE = "keywords.derived_to_move"
@@ -187,8 +191,11 @@ class SQLiteStorage(Storage):
         return VectorIndex.recorded_model(self.conn)
 
     def seal_identities(self, namespace: str, rows: Sequence[SealedIdentity]) -> None:
-        self.conn.executemany("INSERT OR IGNORE INTO identities (namespace, stored, key_id, sealed) VALUES (?, ?, ?, ?)",
-                              [(namespace, *row) for row in rows])
+        # A value sealed again by the same key replaces its row's bytes (each seal has a fresh
+        # nonce): how drop_unused_identities tells that a writer used the value meanwhile.
+        self.conn.executemany("INSERT INTO identities (namespace, stored, key_id, sealed) VALUES (?, ?, ?, ?)"
+                              " ON CONFLICT (namespace, stored) DO UPDATE SET sealed = excluded.sealed"
+                              " WHERE key_id = excluded.key_id", [(namespace, *row) for row in rows])
 
     def sealed_identities(self, namespace: str, stored: Sequence[str]) -> list[SealedIdentity]:
         found: list[SealedIdentity] = []
@@ -200,15 +207,35 @@ class SQLiteStorage(Storage):
         return found
 
     def drop_unused_identities(self) -> int:
-        with self.transaction():
-            kept = self.conn.execute("SELECT namespace, stored FROM identities WHERE stored <> namespace").fetchall()
-            if not kept:
-                return 0
-            # One pass over the entries that hold a pseudonym at all, not a search per sealed value.
-            used = identity_values_in_use(self.conn.execute(_PSEUDONYMISED_ENTRIES))
-            gone = [(namespace, stored) for namespace, stored in kept if (namespace, stored) not in used]
-            self.conn.executemany("DELETE FROM identities WHERE namespace = ? AND stored = ?", gone)
-        return len(gone)
+        # Telling which sealed values no entry holds reads every entry holding a pseudonym, the
+        # whole table's pages (the columns read come after the text): under the write lock that
+        # held writers for seconds on a 2 GB file. So it is read without the lock, a range of pks
+        # at a time, and the unused rows go in steps, each only while it holds the bytes read
+        # before the entries were: a write that holds a value seals it again (seal_identities),
+        # so one a writer used meanwhile, wherever its entry is, stays.
+        sealed = {(namespace, stored): bytes(blob) for namespace, stored, blob in self.conn.execute(
+            "SELECT namespace, stored, sealed FROM identities WHERE stored <> namespace")}
+        if not sealed:
+            return 0
+        used: set[tuple[str, str]] = set()
+        last, after = self.conn.execute("SELECT coalesce(max(pk), 0) FROM entries").fetchone()[0], 0
+        while after < last:
+            used |= identity_values_in_use(self.conn.execute(
+                f"{_PSEUDONYMISED_ENTRIES} AND pk > ? AND pk <= ?", (after, after + IDENTITY_SCAN_PKS)))
+            after += IDENTITY_SCAN_PKS
+        gone = [(*name, blob) for name, blob in sealed.items() if name not in used]
+        done, dropped = 0, 0
+
+        def chunk(size: int) -> bool:
+            nonlocal done, dropped
+            dropped += self.conn.executemany("DELETE FROM identities WHERE namespace = ? AND stored = ? AND sealed = ?",
+                                             gone[done:done + size]).rowcount
+            done += size
+            return done < len(gone)
+
+        if gone:
+            in_steps(self.transaction, chunk, IDENTITY_ROWS, self.between_steps)
+        return dropped
 
     def rekey_pseudonyms(self, rekey: Callable[[str], str],
                          reseal: Callable[[str, SealedIdentity], tuple[str, SealedIdentity]], *,
