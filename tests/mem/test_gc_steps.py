@@ -4,7 +4,10 @@ the lock), and every statement that could hold the lock for long goes in steps."
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 from harness_mem.store import MemoryStore
 
@@ -67,3 +70,20 @@ def test_a_sealed_name_a_writer_uses_while_the_entries_are_read_stays(db_path: P
         assert store.get(written[0]).session == "user007@example.com"  # its raw value still opens
         assert store.delete(written[0])
         assert store.storage.drop_unused_identities() == 1  # unused now, it goes
+
+
+def test_between_steps_syncs_the_pages_its_checkpoint_copied(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SQLite syncs the file only after a checkpoint that reached the end of the log; one cut short
+    # (here by a reader in it, beside gc by a writer's commit) leaves its pages for the next
+    # checkpoint to sync: a writer's, which then waits for them all to reach the disk.
+    synced: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    with MemoryStore(db_path, embedder=None, redactor=None) as store, \
+            MemoryStore(db_path, embedder=None, redactor=None) as reader, store.storage.stepwise():
+        store.add_many([{"text": f"{BULKY} {i}"} for i in range(100)])
+        with reader.storage.snapshot():
+            reader.count()  # its view holds the log from here on
+            store.add_many([{"text": f"{BULKY} more {i}"} for i in range(100)])
+            store.storage.between_steps()
+    assert synced == [str(db_path.resolve())]

@@ -8,6 +8,7 @@ rewrite of the tables holding entries' text (:mod:`.sqlite_rewrite`), and ``gc -
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -56,7 +57,30 @@ def between_steps(conn: Connection) -> None:
         conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
     except driver().OperationalError:  # a full disk, say: the pages are safe in the log, the step's
         pass  # own write reports it, and the next checkpoint copies them
+    flush(conn)
     time.sleep(STEP_PAUSE_S)
+
+
+def flush(conn: Connection) -> None:
+    """Write the file's pages a checkpoint copied in out to the disk (fsync), without any lock.
+
+    A checkpoint syncs the file only when it copied the log to its end: when a writer committed
+    meanwhile, the pages stay unsynced until the next checkpoint that does, which is the writer's
+    own at its commit (past 1,000 pages of log), and it then waited for all of them to reach the
+    disk (0.6-1.4 s beside a gc at load 15)."""
+    files = [file for _, name, file in conn.execute("PRAGMA database_list") if name == "main"]
+    if not files or not files[0]:
+        return  # in memory
+    try:
+        fd = os.open(files[0], os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # the next checkpoint syncs it
+    finally:
+        os.close(fd)
 
 
 @contextmanager
