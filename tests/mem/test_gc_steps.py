@@ -87,3 +87,27 @@ def test_between_steps_syncs_the_pages_its_checkpoint_copied(db_path: Path, monk
             store.add_many([{"text": f"{BULKY} more {i}"} for i in range(100)])
             store.storage.between_steps()
     assert synced == [str(db_path.resolve())]
+
+
+def test_writers_leave_the_keyword_index_merge_to_gc_while_it_runs(db_path: Path) -> None:
+    # A writer's commit continues a merge in progress (FTS5's automerge): while gc merges, the
+    # index's automerge is off for every connection, and it is back once gc is done.
+    def automerge(conn: object) -> list[int]:
+        return [int(v) for (v,) in conn.execute(  # type: ignore[attr-defined]
+            "SELECT v FROM entries_fts_config WHERE k = 'automerge'")]
+
+    seen: list[list[int]] = []
+    with MemoryStore(db_path, embedder=None, redactor=None) as store, \
+            MemoryStore(db_path, embedder=None, redactor=None) as writer:
+        for i in range(40):  # a segment each
+            store.add(f"note {i} about topic{i % 7}")
+
+        def meanwhile(sql: str) -> None:
+            if sql.startswith("INSERT INTO entries_fts (") and "VALUES ('merge'" in sql:
+                seen.append(automerge(writer.db.conn))
+
+        store.db.conn.set_trace_callback(meanwhile)
+        store.gc()
+        store.db.conn.set_trace_callback(None)
+        assert seen and all(found == [0] for found in seen)
+        assert automerge(writer.db.conn) == [4]
