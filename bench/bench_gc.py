@@ -24,10 +24,15 @@ them and rewrites the tables holding their text, ``purge``). It prints the longe
 when a write failed, was lost, or (with ``--max-wait S``) waited longer than S seconds in either case.
 ``--hog N`` runs N busy processes beside them (load about N + 2): maintenance steps are bounded by the
 time they hold the lock, so a busy machine must shorten the steps, not lengthen the wait.
-``--built PATH`` keeps the large file there and reuses it (building takes minutes):
+``--built PATH`` keeps the large file there and reuses it (building takes minutes); ``--case`` runs
+one case only. ``--trace`` records every statement both sides run, stamped with the wall clock, and
+puts each write that waited over 0.5 s down to what held it: the writer's own slowest statement (its
+BEGIN waiting for the lock, or its COMMIT doing work of its own) and gc's lock holds meanwhile, each
+with its statement count, its commit's time and its slowest statement:
 
     python bench/bench_gc.py --beside-writer --mb 500 --max-wait 1
     python bench/bench_gc.py --beside-writer --mb 500 --hog 10 --max-wait 1 --built /tmp/gc500.db
+    python bench/bench_gc.py --beside-writer --mb 2000 --built /tmp/gc2000.db --case quiet --trace
 """
 
 from __future__ import annotations
