@@ -53,12 +53,17 @@ def between_steps(conn: Connection) -> None:
     """The lock let go between two steps of maintenance: the step's pages copied from the log into
     the file by this process, without the lock (a passive checkpoint), rather than by the next
     writer's commit, which would wait that long; then a waiting writer's turn."""
+    copy_log(conn)
+    time.sleep(STEP_PAUSE_S)
+
+
+def copy_log(conn: Connection) -> None:
+    """Copy the log into the file (a passive checkpoint: no lock) and sync what it copied."""
     try:
         conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
     except driver().OperationalError:  # a full disk, say: the pages are safe in the log, the step's
         pass  # own write reports it, and the next checkpoint copies them
     flush(conn)
-    time.sleep(STEP_PAUSE_S)
 
 
 def flush(conn: Connection) -> None:
@@ -157,7 +162,7 @@ def compact(conn: Connection, *, rewrite: Callable[[], None] | None, vacuum: boo
         def pause() -> None:
             nonlocal at_last_pause, stalled
             # A checkpoint without the lock between steps keeps the log from growing with the file.
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            copy_log(conn)
             # Writers freeing pages as fast as they go back: what is left goes at the next gc.
             now = free_now()
             stalled, at_last_pause = now >= at_last_pause, now
