@@ -70,9 +70,8 @@ def flush(conn: Connection) -> None:
     """Write the file's pages a checkpoint copied in out to the disk (fsync), without any lock.
 
     A checkpoint syncs the file only when it copied the log to its end: when a writer committed
-    meanwhile, the pages stay unsynced until the next checkpoint that does, which is the writer's
-    own at its commit (past 1,000 pages of log), and it then waited for all of them to reach the
-    disk (0.6-1.4 s beside a gc at load 15)."""
+    meanwhile, the pages stay unsynced until the next checkpoint that does, which may be the
+    writer's own at its commit (past 1,000 pages of log), waiting for all of them to reach the disk."""
     files = [file for _, name, file in conn.execute("PRAGMA database_list") if name == "main"]
     if not files or not files[0]:
         return  # in memory
