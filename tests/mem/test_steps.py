@@ -74,7 +74,7 @@ def test_a_step_stops_when_the_work_is_done(monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.mark.parametrize("commit", [0.5, 3])
 def test_a_step_counts_its_commit_in_its_time(monkeypatch: pytest.MonkeyPatch, commit: float) -> None:
     # The commit holds the lock while it writes the step's pages to the log: left out of a step's
-    # time, it held a writer past it (bench_gc.py --trace: steps of 0.25 s held the lock 0.5-1.6 s).
+    # time, it kept the lock past it, the more the more pages the step changed.
     machine = BusyMachine(200_000, 0.0001, slower=1, busy_after=0, commit=commit)
     monkeypatch.setattr(steps, "time", SimpleNamespace(monotonic=machine.monotonic))
     steps.in_steps(machine.transaction, machine.chunk, BOUNDS, machine.pause)
