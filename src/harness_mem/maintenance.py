@@ -57,7 +57,6 @@ which it recycles on its own schedule (``gc`` reports it).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -68,7 +67,7 @@ from .progress import Progress
 from .providers.embeddings import default_embedder_available
 from .providers.reference import INSTALL_HINT
 from .recall import raise_if_missing_vectors
-from .steps import STEP_PAUSE_S, in_steps
+from .steps import in_steps
 from .storage import Storage
 from .sync import outbox
 
@@ -305,7 +304,7 @@ def _purge(storage: Storage, *, forgotten: bool, namespace: str | None = None) -
         return expired + tombstones == size
 
     # Between steps, a waiting writer's turn: taken again at once, the lock goes to us.
-    in_steps(storage.transaction, batch, PURGE_BATCH, lambda: time.sleep(STEP_PAUSE_S))
+    in_steps(storage.transaction, batch, PURGE_BATCH, storage.between_steps)
     return totals[0], totals[1]
 
 
@@ -338,13 +337,15 @@ def purge_namespace(storage: Storage, namespace: str) -> int:
     is merged, the file rewritten and the log emptied, and only then is the purge taken off the
     record. A pending purge left by an earlier one that failed (a full disk) is finished too.
     """
-    expired, forgotten = _purge(storage, forgotten=True, namespace=namespace)
-    storage.drop_unused_identities()  # the sealed names of what is gone go too
-    owed = pending_purge(storage)
+    with storage.stepwise():
+        expired, forgotten = _purge(storage, forgotten=True, namespace=namespace)
+        storage.drop_unused_identities()  # the sealed names of what is gone go too
+        owed = pending_purge(storage)
+        if any(owed):
+            storage.merge_keyword_index()
+            storage.rewrite()
+            _fulfilled(storage, *owed)
     if any(owed):
-        storage.merge_keyword_index()
-        storage.rewrite()
-        _fulfilled(storage, *owed)
         storage.truncate_log()
     return expired + forgotten
 
@@ -404,19 +405,21 @@ def gc(storage: Storage, *, vacuum: bool = False, progress: Progress | None = No
     if storage.read_only:
         raise InvalidInputError("gc changes the file — open the store for writing, not read-only")
     before = storage.size_bytes()
-    step("purging expired and forgotten entries")
-    purged = sum(_purge(storage, forgotten=True))
-    if progress is not None:
-        progress.advance(purged, purged)
-    storage.drop_unused_identities()  # the sealed names of what is gone (purged or deleted) go too
-    step("merging the keyword index")
-    storage.merge_keyword_index()
-    expired, forgotten = pending_purge(storage)
-    owed = bool(expired or forgotten)
-    step("rewriting the file" if owed or vacuum else "giving free pages back")
-    done = storage.compact(rewrite=owed, vacuum=vacuum)
+    with storage.stepwise():
+        step("purging expired and forgotten entries")
+        purged = sum(_purge(storage, forgotten=True))
+        if progress is not None:
+            progress.advance(purged, purged)
+        storage.drop_unused_identities()  # the sealed names of what is gone (purged or deleted) go too
+        step("merging the keyword index")
+        storage.merge_keyword_index()
+        expired, forgotten = pending_purge(storage)
+        owed = bool(expired or forgotten)
+        step("rewriting the file" if owed or vacuum else "giving free pages back")
+        done = storage.compact(rewrite=owed, vacuum=vacuum)
+        if owed:
+            _fulfilled(storage, expired, forgotten)
     if owed:
-        _fulfilled(storage, expired, forgotten)
         done["wal_truncated"] = storage.truncate_log()  # the record's own change leaves the log too
     return {
         "path": storage.location,

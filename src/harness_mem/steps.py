@@ -47,9 +47,11 @@ def in_steps(transaction: Callable[[], AbstractContextManager[object]], chunk: C
 
     The clock starts once ``transaction()`` holds the lock and is read after every chunk; a chunk's
     size (``bounds``: first, least, most) is scaled so it takes about :data:`CHUNK_TARGET_S`, and a
-    step stops before a chunk that would take it past its time at the last chunk's pace.
+    step stops before a chunk that would take it past its time at the last chunk's pace. The commit
+    holds the lock too, writing every page the step changed to the log (0.4 s for 30,000 pages at
+    load 15): its time per second of chunks, measured at each commit, is counted into the next step.
     """
-    size = bounds[0]
+    size, commit_share = bounds[0], None  # no commit timed yet: the first step is one chunk
     while True:
         with transaction():
             held = time.monotonic()
@@ -58,8 +60,12 @@ def in_steps(transaction: Callable[[], AbstractContextManager[object]], chunk: C
                 more = chunk(size)
                 ended = time.monotonic()
                 size = next_step(size, ended - began, bounds, CHUNK_TARGET_S)
-                if not more:
-                    return
-                if ended - held + (ended - began) >= STEP_TARGET_S:
+                if not more or commit_share is None:
                     break
+                # Another chunk at the last one's pace, and the commit they would make:
+                if (ended - held + ended - began) * (1 + commit_share) >= STEP_TARGET_S:
+                    break
+        commit_share = (time.monotonic() - ended) / max(ended - held, 0.001)
+        if not more:
+            return
         pause()

@@ -16,6 +16,7 @@ Methods without one (rebuilding, counting, collecting garbage) span the whole st
 from __future__ import annotations
 
 import json
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -34,6 +35,7 @@ from .passages import Embedding, Passage
 from .protocols import Embedder
 from .redaction import Redactor
 from .rows import Row, identity, identity_tags, stored_metadata
+from .steps import STEP_PAUSE_S
 from .sync import outbox
 from .sync.clock import Stamp
 from .sync.operations import Operation
@@ -362,6 +364,15 @@ class Storage(ABC):
         """Many write transactions in a row (an import): the engine may put off its housekeeping
         between them until the block ends."""
         return nullcontext()
+
+    def stepwise(self) -> AbstractContextManager[None]:
+        """Maintenance in steps (a gc, a purge): the engine does its housekeeping in
+        :meth:`between_steps`, not at each step's commit, where it would hold the lock longer."""
+        return nullcontext()
+
+    def between_steps(self) -> None:
+        """Between two steps of maintenance, the lock let go: a waiting writer's turn."""
+        time.sleep(STEP_PAUSE_S)
 
     @abstractmethod
     def without_waiting(self) -> AbstractContextManager[None]:

@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from ..models import counted, to_ms
 from ..passages import Passage, embed_entries
 from ..protocols import Embedder
 from ..rows import COLUMN_NAMES, COLUMNS, PLACEHOLDERS, Row
-from ..steps import STEP_PAUSE_S, in_steps, next_step
+from ..steps import in_steps, next_step
 from ..storage import (
     DERIVED_SOURCE,
     OnConflict,
@@ -113,8 +113,14 @@ _LIVE = "namespace = ? AND (expires_at IS NULL OR expires_at > ?)"
 
 # The entries whose identity fields may hold a pseudonym (what a sealed value can belong to).
 _PSEUDONYMISED_ENTRIES = """SELECT namespace, id, role, session, tags, superseded_by, metadata FROM entries
-WHERE instr(id, '<') OR instr(coalesce(role, ''), '<') OR instr(coalesce(session, ''), '<')
-   OR instr(tags, '<') OR instr(coalesce(superseded_by, ''), '<') OR instr(metadata, '<')"""
+WHERE (instr(id, '<') OR instr(coalesce(role, ''), '<') OR instr(coalesce(session, ''), '<')
+   OR instr(tags, '<') OR instr(coalesce(superseded_by, ''), '<') OR instr(metadata, '<'))"""
+#: FTS5's own automerge (segments on a level before a writer's commit merges them), kept between gcs.
+FTS5_AUTOMERGE = 4
+#: Entries (by pk) one read of drop_unused_identities covers, without the lock.
+IDENTITY_SCAN_PKS = 2000
+#: Sealed rows one chunk of its deletes takes (the first chunk's, the least, the most).
+IDENTITY_ROWS = (100, 10, 5000)
 
 # Set by migration 0013 while a file's derived entries' keyword rows are still in ``entries_fts``.
 _DERIVED_TO_MOVE = "keywords.derived_to_move"
@@ -190,8 +196,11 @@ class SQLiteStorage(Storage):
         return VectorIndex.recorded_model(self.conn)
 
     def seal_identities(self, namespace: str, rows: Sequence[SealedIdentity]) -> None:
-        self.conn.executemany("INSERT OR IGNORE INTO identities (namespace, stored, key_id, sealed) VALUES (?, ?, ?, ?)",
-                              [(namespace, *row) for row in rows])
+        # A value sealed again by the same key replaces its row's bytes (each seal has a fresh
+        # nonce): how drop_unused_identities tells that a writer used the value meanwhile.
+        self.conn.executemany("INSERT INTO identities (namespace, stored, key_id, sealed) VALUES (?, ?, ?, ?)"
+                              " ON CONFLICT (namespace, stored) DO UPDATE SET sealed = excluded.sealed"
+                              " WHERE key_id = excluded.key_id", [(namespace, *row) for row in rows])
 
     def sealed_identities(self, namespace: str, stored: Sequence[str]) -> list[SealedIdentity]:
         found: list[SealedIdentity] = []
@@ -203,15 +212,35 @@ class SQLiteStorage(Storage):
         return found
 
     def drop_unused_identities(self) -> int:
-        with self.transaction():
-            kept = self.conn.execute("SELECT namespace, stored FROM identities WHERE stored <> namespace").fetchall()
-            if not kept:
-                return 0
-            # One pass over the entries that hold a pseudonym at all, not a search per sealed value.
-            used = identity_values_in_use(self.conn.execute(_PSEUDONYMISED_ENTRIES))
-            gone = [(namespace, stored) for namespace, stored in kept if (namespace, stored) not in used]
-            self.conn.executemany("DELETE FROM identities WHERE namespace = ? AND stored = ?", gone)
-        return len(gone)
+        # Telling which sealed values no entry holds reads every entry holding a pseudonym, the
+        # whole table's pages (the columns read come after the text): under the write lock that
+        # held writers for seconds on a 2 GB file. So it is read without the lock, a range of pks
+        # at a time, and the unused rows go in steps, each only while it holds the bytes read
+        # before the entries were: a write that holds a value seals it again (seal_identities),
+        # so one a writer used meanwhile, wherever its entry is, stays.
+        sealed = {(namespace, stored): bytes(blob) for namespace, stored, blob in self.conn.execute(
+            "SELECT namespace, stored, sealed FROM identities WHERE stored <> namespace")}
+        if not sealed:
+            return 0
+        used: set[tuple[str, str]] = set()
+        last, after = self.conn.execute("SELECT coalesce(max(pk), 0) FROM entries").fetchone()[0], 0
+        while after < last:
+            used |= identity_values_in_use(self.conn.execute(
+                f"{_PSEUDONYMISED_ENTRIES} AND pk > ? AND pk <= ?", (after, after + IDENTITY_SCAN_PKS)))
+            after += IDENTITY_SCAN_PKS
+        gone = [(*name, blob) for name, blob in sealed.items() if name not in used]
+        done, dropped = 0, 0
+
+        def chunk(size: int) -> bool:
+            nonlocal done, dropped
+            dropped += self.conn.executemany("DELETE FROM identities WHERE namespace = ? AND stored = ? AND sealed = ?",
+                                             gone[done:done + size]).rowcount
+            done += size
+            return done < len(gone)
+
+        if gone:
+            in_steps(self.transaction, chunk, IDENTITY_ROWS, self.between_steps)
+        return dropped
 
     def rekey_pseudonyms(self, rekey: Callable[[str], str],
                          reseal: Callable[[str, SealedIdentity], tuple[str, SealedIdentity]], *,
@@ -318,6 +347,12 @@ class SQLiteStorage(Storage):
                 self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             except driver().OperationalError:  # a full disk, say: what was written is safe in the log
                 pass  # and the next checkpoint copies it
+
+    def stepwise(self) -> AbstractContextManager[None]:
+        return sqlite_files.checkpoints_between_steps(self.conn)
+
+    def between_steps(self) -> None:
+        sqlite_files.between_steps(self.conn)
 
     @contextmanager
     def without_waiting(self) -> Iterator[None]:
@@ -980,8 +1015,7 @@ class SQLiteStorage(Storage):
             if len(found) < size:
                 break
             size = next_step(size, time.monotonic() - began, bounds)
-            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # as in merge_keyword_index
-            time.sleep(STEP_PAUSE_S)  # a waiting writer's turn
+            self.between_steps()
         # Read without the lock; each is deleted only if its entry is still not there.
         for table in KEYWORD_TABLES:
             strays = [pk for (pk,) in self.conn.execute(
@@ -1127,13 +1161,20 @@ class SQLiteStorage(Storage):
             sign, left = 1, left - 1
             return self.conn.total_changes - before >= max(2, size // 4) and left > 0
 
-        def pause() -> None:
-            # Copy the step's pages out of the log without the lock: else a writer's commit finds
-            # the log past its auto-checkpoint size and copies them itself, waiting as long.
-            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            time.sleep(STEP_PAUSE_S)  # a waiting writer's turn
+        # FTS5's automerge continues a merge in progress before any other, at every writer's commit
+        # that passes a work unit (64 leaf pages written), for 64 pages times the index's levels:
+        # gc's merge landed on the writers that way, 1-2.2 s on a commit every few seconds beside
+        # a gc of a 2 GB file (bench_gc.py --trace). So writers merge nothing until it is done.
+        self._set_automerge(table, 0)
+        try:
+            in_steps(self.transaction, merge, bounds, self.between_steps)
+        finally:
+            self._set_automerge(table, FTS5_AUTOMERGE)
 
-        in_steps(self.transaction, merge, bounds, pause)
+    def _set_automerge(self, table: str, segments: int) -> None:
+        """Set the keyword index's automerge (in its config table: every connection follows it)."""
+        with self.transaction():
+            self.conn.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('automerge', ?)", (segments,))
 
     def rewrite(self) -> None:
         sqlite_rewrite.rewrite(self.conn, self.location)

@@ -8,6 +8,7 @@ rewrite of the tables holding entries' text (:mod:`.sqlite_rewrite`), and ``gc -
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -46,6 +47,56 @@ MERGE_PAGES = (64, 16, 4096)
 VACUUM_PAGES = (16, 1, 1024)
 #: Entries one step of a keyword-index rebuild re-indexes.
 KEYWORD_ROWS = (1000, 100, 20000)
+
+
+def between_steps(conn: Connection) -> None:
+    """The lock let go between two steps of maintenance: the step's pages copied from the log into
+    the file by this process, without the lock (a passive checkpoint), rather than by the next
+    writer's commit, which would wait that long; then a waiting writer's turn."""
+    copy_log(conn)
+    time.sleep(STEP_PAUSE_S)
+
+
+def copy_log(conn: Connection) -> None:
+    """Copy the log into the file (a passive checkpoint: no lock) and sync what it copied."""
+    try:
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    except driver().OperationalError:  # a full disk, say: the pages are safe in the log, the step's
+        pass  # own write reports it, and the next checkpoint copies them
+    flush(conn)
+
+
+def flush(conn: Connection) -> None:
+    """Write the file's pages a checkpoint copied in out to the disk (fsync), without any lock.
+
+    A checkpoint syncs the file only when it copied the log to its end: when a writer committed
+    meanwhile, the pages stay unsynced until the next checkpoint that does, which may be the
+    writer's own at its commit (past 1,000 pages of log), waiting for all of them to reach the disk."""
+    files = [file for _, name, file in conn.execute("PRAGMA database_list") if name == "main"]
+    if not files or not files[0]:
+        return  # in memory
+    try:
+        fd = os.open(files[0], os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # the next checkpoint syncs it
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def checkpoints_between_steps(conn: Connection) -> Iterator[None]:
+    """No checkpoint at this connection's commits meanwhile (:func:`between_steps` makes them): a
+    step's commit, which counts toward its time under the lock, then only writes the step's pages."""
+    usual = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    try:
+        yield
+    finally:
+        conn.execute(f"PRAGMA wal_autocheckpoint = {usual}")
 
 
 def vacuum_file(conn: Connection, location: str = "the database") -> None:
@@ -110,7 +161,7 @@ def compact(conn: Connection, *, rewrite: Callable[[], None] | None, vacuum: boo
         def pause() -> None:
             nonlocal at_last_pause, stalled
             # A checkpoint without the lock between steps keeps the log from growing with the file.
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            copy_log(conn)
             # Writers freeing pages as fast as they go back: what is left goes at the next gc.
             now = free_now()
             stalled, at_last_pause = now >= at_last_pause, now

@@ -42,13 +42,12 @@ import fcntl
 import hashlib
 import os
 import re
-import time
 from collections.abc import Callable, Iterator, Sequence
 
 from .. import runtime
 from ..db import Connection, write_transaction
 from ..errors import StorageError
-from ..steps import STEP_PAUSE_S, in_steps
+from ..steps import in_steps
 from . import sqlite_files
 
 __all__ = ["TABLES", "describe", "leftovers", "one_at_a_time", "rewrite", "rewrite_tables", "running"]
@@ -83,7 +82,7 @@ def rewrite_tables(conn: Connection, tables: Sequence[str] = TABLES, *,
     """Write every page of ``tables`` afresh, in steps of a write transaction each, the lock let go
     between them (``pause``, by default a passive checkpoint and ``STEP_PAUSE_S`` of sleep); returns
     a line for each leftover of an earlier rewrite, saying whether it was finished or undone."""
-    between = pause or (lambda: _pause(conn))
+    between = pause or (lambda: sqlite_files.between_steps(conn))
     done: list[str] = []
     with one_at_a_time(conn):
         for table in tables:
@@ -166,13 +165,6 @@ def running(conn: Connection) -> bool:
             return False
     except StorageError:
         return True
-
-
-def _pause(conn: Connection) -> None:
-    # The step's pages leave the log without the lock (as in the keyword index's merge), then a
-    # waiting writer gets its turn.
-    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-    time.sleep(STEP_PAUSE_S)
 
 
 def _in_step(conn: Connection, table: str) -> bool:
