@@ -1,4 +1,6 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Everything else is set up by them.
+# `make test` leaves out the tests marked slow (real processes, soaks, large files); `make test-slow`
+# runs those; CI (.ci/run) runs both.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +13,7 @@ DEMO_DB := demo/demo.db
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test install bench lint clean docs
+.PHONY: demo test test-slow install bench lint clean docs
 
 install: $(VENV)/.installed
 
@@ -42,8 +44,14 @@ demo: $(VENV)/.demo-installed
 	$(BIN)/harness-mem --db $(DEMO_DB) recall "password hashing" -k 2 --role assistant
 	$(BIN)/harness-mem --db $(DEMO_DB) recall "回答偏好" -k 1
 
+# One test process a core (pytest-xdist); each starts its own PostgreSQL server when a test needs one.
+TEST_WORKERS ?= auto
+
 test: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "not slow"
+
+test-slow: install
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m slow
 
 # The docs site, into site/; a broken link or reference is an error.
 docs: install

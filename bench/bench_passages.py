@@ -99,7 +99,7 @@ def main() -> None:
         said = [e for e in sorted(q.evidence) if text_of[e].startswith("user: ")]
         if not said:
             continue
-        reply = next(i for i in rng.sample(long_replies, 50) if not i.startswith(q.prefix))
+        reply = next(i for i in rng.sample(long_replies, min(50, len(long_replies))) if not i.startswith(q.prefix))
         body = text_of[reply].removeprefix("assistant: ")
         cut = body.find(". ", len(body) // 2)
         cut = cut + 2 if cut > 0 else len(body) // 2

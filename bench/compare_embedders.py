@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     corpus = th.load(args.data)
     th.log(f"{len(corpus.turns)} turns, {len(corpus.questions)} questions")
     sample = th.doc_texts(corpus, "speaker")
-    sample = sample[::len(sample) // THROUGHPUT_TEXTS][:THROUGHPUT_TEXTS]
+    sample = sample[::max(1, len(sample) // THROUGHPUT_TEXTS)][:THROUGHPUT_TEXTS]  # a small corpus: every text
 
     rows: dict[str, dict[str, Any]] = {}
     models: dict[str, embedders.Model] = {}

@@ -29,6 +29,10 @@ os.environ.setdefault("HARNESS_MEM_CONFIG", tempfile.mkdtemp(prefix="harness-mem
 def pytest_configure(config: pytest.Config) -> None:
     # Both CLIs let unexpected errors keep their traceback under tests (harness_mem.cliutils).
     sys._called_from_test = True  # type: ignore[attr-defined]
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # A pytest-xdist worker runs each test some hundred frames deeper than a plain run: the same
+        # room for recursion (a deeply nested JSON line parses as it would in the CLI) needs more.
+        sys.setrecursionlimit(sys.getrecursionlimit() + 500)
 
 
 @pytest.fixture(autouse=True)

@@ -92,8 +92,9 @@ def listening(directory: Path) -> dict[str, int]:
     return found
 
 
-def wait_until(condition: object, timeout: float = 30.0) -> bool:
-    """Poll ``condition()`` until it is true or ``timeout`` seconds have passed; its last value."""
+def wait_until(condition: object, timeout: float = 120.0) -> bool:
+    """Poll ``condition()`` until it is true or ``timeout`` seconds have passed; its last value. The
+    default is a failure detector: long enough for processes started at a load of 10."""
     assert callable(condition)
     deadline = time.monotonic() + timeout
     while not (result := bool(condition())) and time.monotonic() < deadline:

@@ -81,19 +81,21 @@ def drive(procs: dict[str, subprocess.Popen[bytes]], workdir: Path, target: str,
           maintenance: tuple[tuple[str, ...], ...]) -> tuple[list[Run], float]:
     """Start the workers' load once they are ready, run ``maintenance`` (``("cli", …)`` as a
     ``harness-mem --db target`` process, ``("library", "gc"|"reindex")`` through ``own``) again and
-    again until the stop time, wait for the workers; returns the runs and the load's seconds. The
-    workers and ``own`` are stopped whatever happens."""
+    again until the stop time and at least once each, tell the workers to stop, wait for them;
+    returns the runs and the load's seconds. The workers and ``own`` are stopped whatever happens."""
     from fake_embedder import cli_process
 
     runs: list[Run] = []
     try:
         wait_until_ready(procs, workdir, startup_limit_s)
         stop = time.time() + max(seconds - (time.monotonic() - started), min_load_s)
-        load_seconds = stop - time.time()
+        load_began = time.time()
         (workdir / "go.tmp").write_text(repr(stop))
         os.replace(workdir / "go.tmp", workdir / "go")  # every worker sees the whole stop time or none
         for how, *args in itertools.cycle(maintenance):
-            if time.time() >= stop - 1:  # a command takes a few seconds: none starts at the end
+            # A command takes a few seconds: none starts at the end, once each has run. On a loaded
+            # machine the load lasts longer rather than some maintenance never running beside it.
+            if time.time() >= stop - 1 and len(runs) >= len(maintenance):
                 break
             result, began = None, time.monotonic()
             if how == "cli":
@@ -104,6 +106,8 @@ def drive(procs: dict[str, subprocess.Popen[bytes]], workdir: Path, target: str,
                 own.reindex()
             runs.append((tuple(args), result, time.monotonic() - began))
             time.sleep(0.5)
+        (workdir / "stop").touch()
+        load_seconds = max(stop, time.time()) - load_began
         for name, proc in procs.items():
             try:
                 proc.wait(timeout=max(stop - time.time(), 0) + 120)

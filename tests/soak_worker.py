@@ -4,9 +4,10 @@ reader on a shared store.
 Run as ``python soak_worker.py ROLE NUMBER DB WORKDIR [KEYWORD_ONLY]`` (ROLE is ``writer`` or
 ``reader``; DB a file or a ``postgresql://`` DSN; KEYWORD_ONLY the number of the writer that stores
 no vectors, ``KEYWORD_ONLY_WRITER`` unless given). It opens the store, says it is ready (a file
-``ready-ROLE-NUMBER``), waits for the test's ``go`` file, which holds the moment to stop (seconds
-since the epoch), and works until then: each operation is small, so a loaded machine does fewer of
-them rather than overrunning the deadline.
+``ready-ROLE-NUMBER``), waits for the test's ``go`` file, which holds the earliest moment to stop
+(seconds since the epoch), and works until then and until the test's ``stop`` file appears (once
+every maintenance command ran beside the load: on a loaded machine that takes longer). Each
+operation is small, so a loaded machine does fewer of them rather than overrunning the deadline.
 
 A writer logs every write and delete the store acknowledged to ``ROLE-NUMBER.log`` (one line
 ``add|del|forget|sup|exp ID`` each), after the call returned, so the log is what the file must
@@ -250,7 +251,7 @@ def main(role: str, number: int, db: str, workdir: Path, keyword_only: int = KEY
         (workdir / f"ready-{name}").touch()
         stop = wait_for_go(workdir)
         slowest = (0.0, "")
-        while time.time() < stop:
+        while time.time() < stop or not (workdir / "stop").exists():
             began = time.monotonic()
             try:
                 op = worker.step()

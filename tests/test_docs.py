@@ -72,8 +72,10 @@ PAGES_WITH_SAMPLES = [page for page in PAGES if runnable_blocks(page)]
 @pytest.mark.parametrize("page", PAGES_WITH_SAMPLES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_samples_run(page: Path, tmp_path: Path) -> None:
     (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "home").mkdir()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-           "HARNESS_MEM_HOME": str(tmp_path / "home"), "HARNESS_MEM_CONFIG": str(tmp_path / "config")}
+           "HARNESS_MEM_HOME": str(tmp_path / "home"), "HARNESS_MEM_CONFIG": str(tmp_path / "config"),
+           "HOME": str(tmp_path / "home")}  # a sample's ~/agent-memory.db: never a file another run shares
     env.pop("HARNESS_MEM_DB", None)
     done = subprocess.run([sys.executable, "-c", DRIVER], input=json.dumps(runnable_blocks(page)), cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=900)

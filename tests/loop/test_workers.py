@@ -239,10 +239,9 @@ def test_claims_skip_the_rows_other_workers_are_taking(postgres_target: str) -> 
         with first.tables.transaction():
             taking = first.tables.ready_job(run_id, first.namespace, 2**62, ("completed", "failed", "cancelled"))
             assert taking is not None and taking[1] == "a"  # (run_id, job_id, …): locked until this block ends
-            started = time.monotonic()
+            # The row stays locked until this block ends: a claim that waited for it would fail.
             claimed = second.claim_job(run_id, "host:2:second")
             assert claimed is not None and claimed.job_id == "b"
-            assert time.monotonic() - started < 1
 
 
 # ---- four real processes on PostgreSQL, one killed -------------------------------------------------

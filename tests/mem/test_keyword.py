@@ -147,10 +147,10 @@ def test_a_huge_query_over_huge_entries_makes_snippets_quickly() -> None:
     words = [f"w{i:05d}x" for i in range(12_000)]  # no entry contains any of them: every search scans all
     query = " ".join(words)  # 96 kB
     entry = ("lorem ipsum dolor " * 60_000)[:1_000_000]
-    started = time.monotonic()
+    started = time.process_time()  # CPU time: a busy machine does not stretch it
     for _ in range(10):
         assert snippet(entry, query) == entry[:160].strip() + "…"
-    assert time.monotonic() - started < 2  # unbounded: about ten seconds an entry
+    assert time.process_time() - started < 5  # unbounded: about ten seconds an entry
     late = "a" * 500_000 + " needle " + "b" * 499_000
     assert snippet(late, "needle").startswith("aaaa")  # past the scanned part: the start of the entry
 

@@ -96,7 +96,7 @@ def test_retry_after_is_honoured_and_capped(fake: FakeServer) -> None:
     started = time.monotonic()
     with model(fake, retry_after_max=0.1) as tm:
         assert tm.complete("hi", max_tokens=8) == "ok"
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 60  # uncapped: an hour
 
 
 @pytest.mark.parametrize(
@@ -125,10 +125,8 @@ def test_errors_are_typed_not_retried_and_say_how_to_fix(
 
 def test_a_slow_server_times_out_once(fake: FakeServer) -> None:
     fake.script({"delay": 2, "body": reply("late")["body"]})
-    started = time.monotonic()
     with model(fake, timeout=0.3) as tm, pytest.raises(ModelTimeoutError) as err:
-        tm.complete("hi", max_tokens=8)
-    assert time.monotonic() - started < 1.5
+        tm.complete("hi", max_tokens=8)  # the late answer (2 s) would be a reply, not this error
     assert "did not answer within 0.3s" in str(err.value) and "(--model-timeout)" in str(err.value)
     assert len(fake.requests()) == 1
 

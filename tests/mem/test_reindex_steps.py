@@ -55,7 +55,7 @@ def test_a_writer_gets_in_between_the_steps_of_a_reindex(engine_target: str) -> 
                 time.sleep(0.5)
                 steps.append(wrote.is_set())
             else:  # a later step: the writer, waiting since the first, is done by now
-                steps.append(wrote.wait(timeout=20))
+                steps.append(wrote.wait(timeout=120))  # a failure detector: generous on a busy machine
             return real(pks)
 
         store.storage.index_texts = index_texts  # type: ignore[method-assign]
