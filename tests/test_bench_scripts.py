@@ -40,6 +40,8 @@ QUICK = {
     "bench_redact.py": ["--mb", "0.05"],
     "bench_scale.py": ["--n", "500", "--questions", "5", "--keyword", "--data", "{locomo}"],
     "bench_store.py": ["--n", "300", "--queries", "5", "--repeat", "1", "--import-repeat", "1"],
+    "bench_sync.py": ["--n", "200", "--repeat", "1"],
+    "bench_ui.py": ["--n", "300", "--repeat", "1", "--cache", "{tmp}"],
 }
 #: The real model, many processes or a large file, even on a tiny input.
 SLOW = {
@@ -53,6 +55,8 @@ SLOW = {
     "bench_mcp.py": ["--n", "200", "--rounds", "1", "--queries", "3", "--cache", "{tmp}"],
     "bench_mcp_http.py": ["--n", "50", "--recalls", "3", "--rounds", "1"],
     "bench_pg_gc.py": ["--mb", "1", "--forget", "5"],
+    "bench_pg_spaces.py": ["--notes", "60", "--rounds", "1"],
+    "bench_embedding_speed.py": ["--short", "8", "--long", "2", "--sessions", "1", "--rounds", "1", "--data", "{locomo}"],
     "bench_sessions.py": ["--data", "{locomo}", "--n", "300", "--queries", "3", "--cache", "{tmp}"],
     "bench_soak.py": ["--seconds", "5", "--writers", "1", "--readers", "1", "--mcp", "1"],
     "bench_vectors.py": ["--n", "200", "--queries", "5", "--throughput-texts", "20", "--no-chroma", "--cache", "{tmp}"],
