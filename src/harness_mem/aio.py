@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
+import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ from .protocols import Embedder
 from .redaction import Redactor
 from .rows import Row
 from .store import MemoryStore
+from .sync.exchange import DeviceStatus, SyncReport
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
@@ -122,6 +124,12 @@ class AsyncMemoryStore:
     async def get(self, id: str, *, refresh_ttl: bool = False) -> Entry:
         return await self._call("get", id, refresh_ttl=refresh_ttl)  # type: ignore[no-any-return]
 
+    async def get_many(self, ids: Sequence[str]) -> builtins.list[Entry]:
+        return await self._call("get_many", ids)  # type: ignore[no-any-return]
+
+    async def would_forget(self, id: str) -> builtins.list[Entry]:
+        return await self._call("would_forget", id)  # type: ignore[no-any-return]
+
     async def delete(self, id: str) -> bool:
         return await self._call("delete", id)  # type: ignore[no-any-return]
 
@@ -158,6 +166,15 @@ class AsyncMemoryStore:
 
     async def gc(self, **options: Any) -> dict[str, Any]:
         return await self._call("gc", **options)  # type: ignore[no-any-return]
+
+    async def sync(self, path: str | os.PathLike[str], **options: Any) -> SyncReport:
+        return await self._call("sync", path, **options)  # type: ignore[no-any-return]
+
+    async def sync_status(self, path: str | os.PathLike[str]) -> builtins.list[DeviceStatus]:
+        return await self._call("sync_status", path)  # type: ignore[no-any-return]
+
+    async def conflicts(self) -> builtins.list[tuple[str, str, builtins.list[str]]]:
+        return await self._call("conflicts")  # type: ignore[no-any-return]
 
     async def recent(self, n: int = 20, **options: Any) -> builtins.list[Entry]:
         return await self._call("recent", n, **options)  # type: ignore[no-any-return]

@@ -9,7 +9,7 @@ acks. When no writer takes the request, one is started for the next hooks and th
 full CLI in process, the old way, with the input it already read: nothing is lost, only slower
 (and within the host's time: :mod:`~harness_mem.hook_budget`). When
 the writer took it but does not ack in time (held up by a write lock), the hook returns at once and
-a detached copy of it waits for the ack (:func:`~harness_mem.hook_writer.wait_detached`): the host
+a detached copy of it waits for the ack (:func:`~harness_mem.hook_client.wait_detached`): the host
 is never held past the ack timeout, and the turn is stored once, by the writer.
 
 Every other command line, and every hook this path cannot serve as the CLI would (a server URL, a
@@ -24,7 +24,7 @@ import sys
 import time
 from typing import NamedTuple
 
-from . import hook_budget, hook_writer
+from . import hook_budget, hook_client
 
 # The options a hook takes, before ``hook`` (the CLI's) and after it (the command's); their values
 # mean the same in both places.
@@ -108,10 +108,10 @@ def _home_dir() -> str:
 def answer_hook(call: HookCall) -> int:
     """Answer the hook through its store's writer, starting one when none runs; the exit status."""
     started = time.monotonic()
-    raw = sys.stdin.buffer.read(hook_writer.MAX_PAYLOAD_BYTES + 1)
+    raw = sys.stdin.buffer.read(hook_client.MAX_PAYLOAD_BYTES + 1)
     store = store_of(call)
-    if store is not None and len(raw) <= hook_writer.MAX_PAYLOAD_BYTES:
-        reply = hook_writer.ask(*store, call.event, raw)
+    if store is not None and len(raw) <= hook_client.MAX_PAYLOAD_BYTES:
+        reply = hook_client.ask(*store, call.event, raw)
         if reply is not None and reply.handed_off:
             return 0  # the writer is held up: a detached copy of this hook waits for its ack
         if reply is not None:
@@ -123,7 +123,7 @@ def answer_hook(call: HookCall) -> int:
             if reply.output is not None:
                 sys.stdout.write(reply.output + "\n")
             return 0
-        hook_writer.start(*store)
+        hook_client.start(*store)
     # In process, but never past the host's patience: the store's lock may be held for long.
     hook_budget.run_within(lambda: run_cli(stdin=raw), started + hook_budget.IN_PROCESS_BUDGET)
     return 0  # not reached: the CLI exits

@@ -17,7 +17,7 @@ from click.core import ParameterSource
 
 from .cliutils import StoreLocation
 from .errors import InvalidInputError
-from .hook_writer import MAX_PAYLOAD_BYTES
+from .hook_client import MAX_PAYLOAD_BYTES
 from .integrations import claude_code
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 
-from . import hook_writer, runtime
+from . import hook_client, runtime
 
 __all__ = ["lock_path", "main", "run", "running", "start"]
 
@@ -92,7 +92,7 @@ def run(db: str, namespace: str, sessions: Sequence[str], *, wait: bool = False)
         with MemoryStore(db, namespace=namespace, embedder=None, redactor="default") as store:
             changed = sum(bool(consolidate(store, session=session).sessions) for session in sessions)
     if changed:  # what was derived gets its vectors from the writer's embedder, now rather than at the next hook
-        hook_writer.ask_to_embed(os.path.realpath(db), namespace)
+        hook_client.ask_to_embed(os.path.realpath(db), namespace)
     return changed
 
 

@@ -29,7 +29,7 @@ from hook_writers import (
     writers,
 )
 
-from harness_mem import entry, hook_writer
+from harness_mem import entry, hook_client, hook_writer
 from harness_mem.store import MemoryStore
 
 pytestmark = pytest.mark.slow  # every test starts real processes
@@ -183,7 +183,7 @@ def test_a_turn_the_writer_committed_but_never_acked_is_not_stored_twice(tmp_pat
     pid = start_writer(tmp_path, db, runtime_dir)
     payload = json.dumps(tool("1 failed")).encode()
     # The writer commits; then it dies before the hook has its ack, so the hook stores the turn itself.
-    assert hook_writer.ask(str(db.resolve()), "default", "PostToolUse", payload) == hook_writer.Reply()
+    assert hook_client.ask(str(db.resolve()), "default", "PostToolUse", payload) == hook_client.Reply()
     os.kill(pid, signal.SIGKILL)
     assert wait_until(lambda: not is_running(pid))
     done = hook(tmp_path, "PostToolUse", db, payload)
@@ -325,7 +325,7 @@ def test_a_writer_whose_file_was_replaced_hands_the_hook_back(tmp_path: Path, db
 
 def test_a_stale_socket_or_a_plain_file_at_the_socket_is_replaced(tmp_path: Path, db: Path,
                                                                   runtime_dir: Path) -> None:
-    path = Path(hook_writer.socket_path(str(db.resolve()), "default") or "")
+    path = Path(hook_client.socket_path(str(db.resolve()), "default") or "")
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(str(path))
     stale.close()  # the file stays, no one listens
@@ -343,7 +343,7 @@ def test_a_stale_socket_or_a_plain_file_at_the_socket_is_replaced(tmp_path: Path
 
 
 def test_a_listener_that_never_answers_costs_a_turn_nothing(tmp_path: Path, db: Path, runtime_dir: Path) -> None:
-    path = hook_writer.socket_path(str(db.resolve()), "default")
+    path = hook_client.socket_path(str(db.resolve()), "default")
     assert path is not None
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as impostor:
         impostor.bind(path)
@@ -509,6 +509,6 @@ def test_what_a_session_end_derives_in_the_background_gets_its_vectors_with_no_f
 def test_an_event_named_like_the_writers_own_request_is_still_refused_in_one_line(tmp_path: Path, db: Path,
                                                                                    runtime_dir: Path) -> None:
     start_writer(tmp_path, db, runtime_dir)
-    done = hook(tmp_path, hook_writer.EMBED_PURPOSE, db, b"")
+    done = hook(tmp_path, hook_client.EMBED_PURPOSE, db, b"")
     assert done.returncode == 1 and done.stderr.startswith("Error: unknown hook event 'embed'"), done.stderr
     assert done.stderr.count("\n") == 1

@@ -45,6 +45,7 @@ FIELDS = {
     "stats": {"path", "namespace", "entries", "by_kind", "by_role", "sessions", "expired_pending_purge", "redacted",
               "written_without_redaction", "namespaces", "schema_version", "file_bytes", "bytes_per_entry",
               "largest_sessions", "sizes"},
+    "sync-op": {"v", "op", "ns", "id", "hlc", "device", "body"},
 }
 FIELDS["hit"] = FIELDS["entry"] | {"score", "snippet", "components", "context", "sources", "truncated"}
 
