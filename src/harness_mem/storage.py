@@ -453,6 +453,10 @@ class Storage(ABC):
         a new version."""
 
     @abstractmethod
+    def added_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
+        """The earliest stamp of an ``add`` logged for each of these entries (those with none left out)."""
+
+    @abstractmethod
     def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
         """The latest stamp of a forget that named each of these entries (those none named left out)."""
 

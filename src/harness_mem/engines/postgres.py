@@ -1091,6 +1091,12 @@ class PostgresStorage(Storage):
             " UNION SELECT operation FROM sync_ops WHERE namespace = %s AND related_id = ANY(%s)",
             (namespace, list(entry_ids), namespace, list(entry_ids)))]
 
+    def added_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
+        return {entry_id: Stamp(wall, tick) for entry_id, wall, tick in self.query(
+            "SELECT DISTINCT ON (entry_id) entry_id, hlc_wall, hlc_tick FROM sync_ops"
+            " WHERE namespace = %s AND entry_id = ANY(%s) AND op = 'add' ORDER BY entry_id, hlc_wall, hlc_tick",
+            (namespace, list(entry_ids)))}
+
     def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
         return {entry_id: Stamp(wall, tick) for entry_id, wall, tick in self.query(
             "SELECT DISTINCT ON (entry_id) entry_id, hlc_wall, hlc_tick FROM sync_forgotten"

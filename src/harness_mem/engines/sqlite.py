@@ -532,6 +532,15 @@ class SQLiteStorage(Storage):
             " WHERE namespace = ? AND related_id IN (SELECT value FROM json_each(?)) AND related_id IS NOT NULL",
             (namespace, ids, namespace, ids))]
 
+    def added_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
+        earliest: dict[str, Stamp] = {}
+        for entry_id, wall, tick in self.conn.execute(
+                "SELECT entry_id, hlc_wall, hlc_tick FROM sync_ops WHERE namespace = ?"
+                " AND entry_id IN (SELECT value FROM json_each(?)) AND op = 'add'",
+                (namespace, json.dumps(list(entry_ids)))):
+            earliest[entry_id] = min(earliest.get(entry_id, Stamp(wall, tick)), Stamp(wall, tick))
+        return earliest
+
     def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
         latest: dict[str, Stamp] = {}
         for entry_id, wall, tick in self.conn.execute(

@@ -169,11 +169,11 @@ def _forget(storage: Storage, op: Operation) -> int:
     pks = {pk for entry_id in op.body.ids if (pk := storage.pk_of(op.ns, entry_id)) is not None}
     if op.body.selector is not None:
         filters = Filters.check({**op.body.selector, "include_superseded": True})
-        for pk in storage.pks(Selection(filters, op.ns, now_ms(), live=False)):
-            row = storage.rows([pk])[pk]
-            added = [stamp for stamp, _ in storage.logged_about(op.ns, row.id, "add")]
-            if added and min(added) < op.stamp:  # added before the forget: it is what the forget meant
-                pks.add(pk)
+        selected = storage.rows(storage.pks(Selection(filters, op.ns, now_ms(), live=False)))
+        added = storage.added_stamps(op.ns, [row.id for row in selected.values()])
+        # Those added before the forget are what it meant; one added after it (here, or elsewhere
+        # before this device learnt of it) stays.
+        pks.update(pk for pk, row in selected.items() if row.id in added and added[row.id] < op.stamp)
     live = [pk for pk, row in storage.rows(sorted(pks)).items() if row.forgotten_at is None]
     return forget_entries(storage, live, op.body.at) if live else 0
 
