@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
 import os
 import re
@@ -424,3 +425,15 @@ def _revealed_metadata(obj: Any, known: dict[str, str | int]) -> Any:
     if isinstance(obj, list | tuple):
         return [_revealed_metadata(v, known) for v in obj]
     return obj
+
+
+def identity_values_in_use(rows: Iterable[Sequence[Any]]) -> set[tuple[str, str]]:
+    """(namespace, value) of every identity value in ``rows`` of (namespace, id, role, session,
+    tags as JSON, superseded_by, metadata as JSON): what :meth:`Storage.drop_unused_identities` keeps."""
+    used: set[tuple[str, str]] = set()
+    for namespace, *values, tags, superseded_by, metadata in rows:
+        used.update((namespace, v) for v in (*values, superseded_by) if v)
+        used.update((namespace, tag) for tag in json.loads(tags) if isinstance(tag, str))
+        if "<" in metadata:
+            used.update((namespace, value) for value in metadata_pseudonyms(json.loads(metadata)))
+    return used

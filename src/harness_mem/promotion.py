@@ -17,10 +17,10 @@ from collections.abc import Iterable
 
 from .corrections import history
 from .errors import InvalidInputError
-from .identities import Identities
+from .identities import Identities, identity_values_in_use
 from .rows import Row
 from .sessions import cited_turns
-from .storage import Scope, Storage, identity_values_in_use
+from .storage import Scope, Storage
 
 
 def promote(storage: Storage, scope: Scope, identities: Identities | None, entry_id: str, target: str) -> list[str]:

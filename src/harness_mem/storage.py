@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from .errors import DuplicateIdError, IdentityKeyError, InvalidInputError, StorageError
 from .filters import Selection
-from .identities import KEY_ID_SETTING, ROTATING_SETTING, SealedIdentity, Sealer, metadata_pseudonyms
+from .identities import KEY_ID_SETTING, ROTATING_SETTING, SealedIdentity, Sealer
 from .keyword import entry_index_text
 from .models import MigrationStatus
 from .passages import Embedding, Passage
@@ -170,18 +170,6 @@ class Scope:
         an operator is no value the redactor changes): a value the redactor changes is found by its raw form."""
         assert self.redactor is not None
         return dict(stored_metadata(spec, self.redactor).value)
-
-
-def identity_values_in_use(rows: Iterable[Sequence[Any]]) -> set[tuple[str, str]]:
-    """(namespace, value) of every identity value in ``rows`` of (namespace, id, role, session,
-    tags as JSON, superseded_by, metadata as JSON): what :meth:`Storage.drop_unused_identities` keeps."""
-    used: set[tuple[str, str]] = set()
-    for namespace, *values, tags, superseded_by, metadata in rows:
-        used.update((namespace, v) for v in (*values, superseded_by) if v)
-        used.update((namespace, tag) for tag in json.loads(tags) if isinstance(tag, str))
-        if "<" in metadata:
-            used.update((namespace, value) for value in metadata_pseudonyms(json.loads(metadata)))
-    return used
 
 
 def write_sealed(storage: Storage, sealer: Sealer | None, rows: Sequence[Row], on_conflict: OnConflict,

@@ -28,7 +28,7 @@ from .. import keyword
 from ..bm25 import K1, B, Match, idf, index_tokens, share, term_tokens
 from ..errors import ExtensionError, MigrationError, SchemaTooNewError, StorageError
 from ..filters import MetadataCondition, Selection
-from ..identities import SealedIdentity
+from ..identities import SealedIdentity, identity_values_in_use
 from ..models import MigrationStatus, counted, to_ms
 from ..passages import Embedding, Passage, embed_entries
 from ..protocols import Embedder
@@ -40,7 +40,6 @@ from ..storage import (
     Storage,
     VectorCounts,
     Vectors,
-    identity_values_in_use,
     index_texts_of,
     settle_conflicts,
 )

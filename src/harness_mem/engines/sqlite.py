@@ -36,7 +36,7 @@ from ..db import (
 )
 from ..errors import StorageError
 from ..filters import Selection
-from ..identities import SealedIdentity
+from ..identities import SealedIdentity, identity_values_in_use
 from ..models import counted, to_ms
 from ..passages import Passage, embed_entries
 from ..protocols import Embedder
@@ -49,7 +49,6 @@ from ..storage import (
     Storage,
     VectorCounts,
     Vectors,
-    identity_values_in_use,
     index_texts_of,
     settle_conflicts,
 )

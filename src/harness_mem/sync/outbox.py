@@ -13,13 +13,12 @@ so a replay is recognised): the log never keeps text the store has let go of.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from ..identities import SealedIdentity, metadata_pseudonyms
+from ..identities import SealedIdentity, identity_values_in_use
 from ..rows import Row
 from .clock import Stamp, next_stamp
 from .operations import Operation, added, forgotten, renewed, superseded
@@ -66,11 +65,9 @@ def device(storage: LoggedStorage) -> str | None:
 
 def uses(row: Row) -> set[str]:
     """The pseudonyms a row's identity fields hold: the sealed values its ``add`` carries."""
-    values = {value for value in (row.id, row.role, row.session) if value and "<" in value}
-    values.update(tag for tag in json.loads(row.tags) if isinstance(tag, str) and "<" in tag)
-    if "<" in row.metadata:
-        values.update(metadata_pseudonyms(json.loads(row.metadata)))
-    return values
+    in_use = identity_values_in_use([(row.namespace, row.id, row.role, row.session, row.tags, row.superseded_by,
+                                      row.metadata)])
+    return {value for _, value in in_use if "<" in value}
 
 
 def log_added(storage: LoggedStorage, rows: Sequence[Row], sealed: Sequence[SealedIdentity]) -> None:
