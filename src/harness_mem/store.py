@@ -569,8 +569,8 @@ class MemoryStore:
         carries between machines: git, Syncthing, a USB stick): write what it did since its last sync,
         apply what every other device did. The first sync starts this store's log. See
         ``docs/design/sync.md``; ``progress(n)`` is called as chunks of ``n`` operations are applied."""
-        config = Settings.from_env().config_dir()
-        given = self._key_given(Settings.from_env())
+        settings = Settings.from_env()
+        config, given = settings.config_dir(), self._key_given(settings)
 
         def key_here(key_id: str) -> bool:
             return (given is not None and IdentityKey.parse(given).id == key_id) or key_file(key_id, config).exists()
