@@ -31,6 +31,7 @@ from .redaction import Redactor
 from .rows import Row
 from .store import MemoryStore
 from .sync.exchange import DeviceStatus, SyncReport
+from .sync.forks import Fork
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
@@ -173,8 +174,11 @@ class AsyncMemoryStore:
     async def sync_status(self, path: str | os.PathLike[str]) -> builtins.list[DeviceStatus]:
         return await self._call("sync_status", path)  # type: ignore[no-any-return]
 
-    async def conflicts(self) -> builtins.list[tuple[str, str, builtins.list[str]]]:
+    async def conflicts(self) -> builtins.list[Fork]:
         return await self._call("conflicts")  # type: ignore[no-any-return]
+
+    async def forks(self, id: str) -> builtins.list[Fork]:
+        return await self._call("forks", id)  # type: ignore[no-any-return]
 
     async def recent(self, n: int = 20, **options: Any) -> builtins.list[Entry]:
         return await self._call("recent", n, **options)  # type: ignore[no-any-return]

@@ -45,6 +45,7 @@ from .provenance import cited_turns
 from .providers.embeddings import EMBEDDERS, giving_vectors
 from .providers.hints import MEM_HINTS
 from .store import MemoryStore, OnConflict
+from .sync.forks import Fork
 
 if TYPE_CHECKING:
     from click._termui_impl import ProgressBar  # the type click.progressbar returns
@@ -764,12 +765,17 @@ def get(ctx: click.Context, entry_id: str, as_json: bool) -> None:
         entry = store.get(entry_id)
         chain = store.history(entry_id)
         cited = cited_turns(store, entry)
+        forked = store.forks(entry_id)
     if as_json:
-        echo_json({**entry.to_dict(), "history": [e.id for e in chain]})
+        echo_json({**entry.to_dict(), "history": [e.id for e in chain],
+                   "forks": [{"id": f.entry_id, "current": f.versions[0], "others": f.versions[1:], "added": f.added}
+                             for f in forked]})
         return
     click.echo(_describe(entry))
     if len(chain) > 1:
         click.echo("history: " + " → ".join(e.id + (" (this)" if e.id == entry.id else "") for e in chain))
+    for fork in forked:
+        click.echo(f"fork: {_fork_line(fork)}")
     if entry.source:
         click.echo(f"source: {entry.source}")
     if entry.expires_at:
@@ -1144,8 +1150,9 @@ def sync_command(ctx: click.Context, folder: Path, show_status: bool, dry_run: b
 @json_object_option
 @click.pass_context
 def conflicts(ctx: click.Context, as_json: bool) -> None:
-    """List entries corrected on two machines apart (a fork): every machine keeps the same one current
-    (the latest correction), the other stays in the entry's history. Correct the current one to settle it.
+    """List entries changed on two machines apart (a fork): corrected apart, or one id added with other
+    words. Every machine keeps the same version current (the latest); the others stay in the entry's
+    history. Correct the current one to settle it.
 
     \b
     Example:
@@ -1154,12 +1161,20 @@ def conflicts(ctx: click.Context, as_json: bool) -> None:
     with open_store(ctx) as store:
         found = store.conflicts()
     if as_json:
-        echo_json({"conflicts": [{"namespace": ns, "id": old, "current": successors[0], "others": successors[1:]}
-                                 for ns, old, successors in found]})
+        echo_json({"conflicts": [{"namespace": f.namespace, "id": f.entry_id, "current": f.versions[0],
+                                  "others": f.versions[1:], "added": f.added} for f in found]})
         return
-    for _, old, successors in found:
-        click.echo(f"{old}: corrected apart as {', '.join(successors)} — {successors[0]} is current")
+    for fork in found:
+        click.echo(f"{fork.entry_id}: {_fork_line(fork)}")
     click.echo(f"{counted(len(found), 'conflict')}", err=True)
+
+
+def _fork_line(fork: Fork) -> str:
+    """A fork in one line: how it came, its versions, which one is current everywhere."""
+    if fork.added:
+        return (f"added apart with other words, kept as {', '.join(fork.versions[1:])} — {fork.versions[0]}"
+                " holds the latest")
+    return f"corrected apart as {', '.join(fork.versions)} — {fork.versions[0]} is current"
 
 
 @cli.command("eval")

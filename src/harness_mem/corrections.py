@@ -25,6 +25,7 @@ from .models import Entry, Remembered, now_ms
 from .rows import Row, entry_from_row, prepare_row
 from .storage import Scope, Storage, is_derived, write_sealed
 from .sync import outbox
+from .sync.forks import versions_of_forked
 
 
 def normalise(content: str) -> str:
@@ -155,6 +156,7 @@ def forget(
         pks = storage.pks(selection, entry_id=None if id is None else scope.key(id) or id)
         if id is not None and not pks:
             raise NotFoundError(f"no entry with id {id!r} in namespace {scope.namespace!r}")
+        pks = [*pks, *versions_of_forked(storage, pks)]  # an id added apart: every version written under it
         when = now_ms()
         if outbox.device(storage) is not None:  # the store syncs: its other devices forget them too
             said = [row.id for row in storage.rows(pks).values() if not is_derived(row)]
@@ -170,6 +172,7 @@ def forget_entries(storage: Storage, pks: Sequence[int], when: int) -> int:
     What is derived quotes their words, so it goes too; an episode forgotten so is built again by the
     next consolidation, from the turns that remain (one forgotten itself is not).
     """
+    pks = [*pks, *versions_of_forked(storage, pks)]
     reached = _derived_closure(storage, pks) - set(pks)
     storage.forget(sorted({*pks, *reached}), when)
     if reached:

@@ -453,6 +453,11 @@ class Storage(ABC):
         """The canonical JSON of the forgets by a selector stamped after ``after``."""
 
     @abstractmethod
+    def added_twice(self) -> list[tuple[str, str]]:
+        """(namespace, entry id) of every entry whose ``add`` the log holds more than once, with words
+        (two devices wrote the id: a fork, or the same entry twice)."""
+
+    @abstractmethod
     def set_expiry(self, namespace: str, entry_id: str, expires_at: int) -> None:
         """Set an entry's expiry, as a renewal applied from another device did on it."""
 
@@ -502,6 +507,15 @@ class Storage(ABC):
     @abstractmethod
     def mark_superseded(self, pk: int, by: str, when: int) -> None:
         """Mark an entry as replaced by the entry ``by`` (inside a transaction)."""
+
+    @abstractmethod
+    def rename(self, pk: int, entry_id: str) -> None:
+        """Give an entry another id (inside a transaction; its derived rows follow it by pk): the version
+        that lost a fork of its id makes room for the one that won (:mod:`harness_mem.sync.forks`)."""
+
+    @abstractmethod
+    def replaced_by(self, namespace: str, entry_ids: Sequence[str]) -> list[tuple[int, str, str]]:
+        """(pk, id, superseded_by) of the live entries superseded by any of these ids."""
 
     @abstractmethod
     def set_tags(self, pk: int, tags: str) -> None:

@@ -49,10 +49,10 @@ from .settings import Settings
 from .storage import ON_CONFLICT, OnConflict, Scope, Storage, check_on_conflict, write_sealed
 from .sync import outbox
 from .sync.exchange import DeviceStatus, SyncReport
-from .sync.exchange import forks as sync_forks
 from .sync.exchange import join as join_folder
 from .sync.exchange import status as sync_status
 from .sync.exchange import sync as sync_folder
+from .sync.forks import Fork, forks, forks_of
 
 __all__ = ["DEFAULT_BATCH_SIZE", "ON_CONFLICT", "MemoryStore", "OnConflict", "check_on_conflict"]
 
@@ -591,9 +591,16 @@ class MemoryStore:
         """Every device of the sync folder at ``path`` and how far this store has read it (nothing is written)."""
         return sync_status(self.storage, path)
 
-    def conflicts(self) -> list[tuple[str, str, list[str]]]:
-        """Each entry corrected on two devices apart: (namespace, entry, successors, the current one first)."""
-        return sync_forks(self.storage)
+    def conflicts(self) -> list[Fork]:
+        """Each entry changed on two devices apart (corrected, or its id added with other words), its
+        versions with the current one first."""
+        return forks(self.storage)
+
+    def forks(self, id: str) -> list[Fork]:
+        """The forks the entry ``id`` is part of (empty when none): as the entry corrected apart, one of
+        its successors, or a version of an id added apart. ``harness-mem get`` shows them."""
+        stored = self.scope.key(id) or id
+        return [fork for namespace in self.namespaces for fork in forks_of(self.storage, namespace, stored)]
 
     def purge_expired(self) -> int:
         """Delete every expired entry (in all namespaces) with its derived rows; returns how many went.

@@ -1108,6 +1108,11 @@ class PostgresStorage(Storage):
             " AND operation::jsonb -> 'body' -> 'selector' <> 'null'::jsonb ORDER BY hlc_wall, hlc_tick",
             (namespace, *after))]
 
+    def added_twice(self) -> list[tuple[str, str]]:
+        return [(str(namespace), str(entry_id)) for namespace, entry_id in self.query(
+            "SELECT namespace, entry_id FROM sync_ops WHERE op = 'add' AND operation IS NOT NULL"
+            " GROUP BY namespace, entry_id HAVING count(*) > 1 ORDER BY namespace, entry_id")]
+
     def set_expiry(self, namespace: str, entry_id: str, expires_at: int) -> None:
         self._run("UPDATE entries SET expires_at = %s WHERE namespace = %s AND id = %s AND forgotten_at IS NULL",
                   (expires_at, namespace, entry_id))
@@ -1210,6 +1215,14 @@ class PostgresStorage(Storage):
 
     def mark_superseded(self, pk: int, by: str, when: int) -> None:
         self._run("UPDATE entries SET superseded_by = %s, superseded_at = %s WHERE pk = %s", (by, when, pk))
+
+    def rename(self, pk: int, entry_id: str) -> None:
+        self._run("UPDATE entries SET id = %s WHERE pk = %s", (entry_id, pk))
+
+    def replaced_by(self, namespace: str, entry_ids: Sequence[str]) -> list[tuple[int, str, str]]:
+        return [(int(pk), str(entry_id), str(by)) for pk, entry_id, by in self.query(
+            "SELECT pk, id, superseded_by FROM entries WHERE namespace = %s AND superseded_by = ANY(%s)"
+            " AND forgotten_at IS NULL", (namespace, list(entry_ids)))]
 
     def set_tags(self, pk: int, tags: str) -> None:
         self._run("UPDATE entries SET tags = %s WHERE pk = %s", (tags, pk))

@@ -556,6 +556,11 @@ class SQLiteStorage(Storage):
             " AND json_extract(operation, '$.body.selector') IS NOT NULL ORDER BY hlc_wall, hlc_tick",
             (namespace, after.wall, after.wall, after.tick))]
 
+    def added_twice(self) -> list[tuple[str, str]]:
+        return [(namespace, entry_id) for namespace, entry_id in self.conn.execute(
+            "SELECT namespace, entry_id FROM sync_ops WHERE op = 'add' AND operation IS NOT NULL"
+            " GROUP BY namespace, entry_id HAVING count(*) > 1 ORDER BY namespace, entry_id")]
+
     def set_expiry(self, namespace: str, entry_id: str, expires_at: int) -> None:
         self.conn.execute("UPDATE entries SET expires_at = ? WHERE namespace = ? AND id = ? AND forgotten_at IS NULL",
                           (expires_at, namespace, entry_id))
@@ -670,6 +675,15 @@ class SQLiteStorage(Storage):
 
     def mark_superseded(self, pk: int, by: str, when: int) -> None:
         self.conn.execute("UPDATE entries SET superseded_by = ?, superseded_at = ? WHERE pk = ?", (by, when, pk))
+
+    def rename(self, pk: int, entry_id: str) -> None:
+        self.conn.execute("UPDATE entries SET id = ? WHERE pk = ?", (entry_id, pk))
+
+    def replaced_by(self, namespace: str, entry_ids: Sequence[str]) -> list[tuple[int, str, str]]:
+        return [(pk, entry_id, by) for pk, entry_id, by in self.conn.execute(
+            "SELECT pk, id, superseded_by FROM entries INDEXED BY entries_superseded WHERE namespace = ?"
+            " AND superseded_by IN (SELECT value FROM json_each(?)) AND forgotten_at IS NULL",
+            (namespace, json.dumps(list(entry_ids))))]
 
     def set_tags(self, pk: int, tags: str) -> None:
         self.conn.execute("UPDATE entries SET tags = ? WHERE pk = ?", (tags, pk))

@@ -4,8 +4,9 @@ Each chunk is applied in one transaction, with its operations logged (so a repla
 chunk recorded as read: killed at any point, a store holds whole chunks or none of one. Whatever
 order chunks arrive in, two stores holding the same operations hold the same entries:
 
-- an ``add`` is written unless its entry is already there (the same words: nothing to do; other
-  words: a fork, counted, the first kept), or a forget stamped after it names it or selects it;
+- an ``add`` is written unless a forget stamped after it names it or selects it; an id added with
+  other words on two devices holds its latest add everywhere, the other words kept as its history
+  (:mod:`~harness_mem.sync.forks`);
 - a ``supersede`` makes the latest successor of an entry current, by ``(valid_from, stamp, device)``,
   whatever order the successors arrived in; the others are kept as superseded by it;
 - a ``forget`` forgets the entries it names and those its selector matches that were added before
@@ -33,6 +34,7 @@ from ..models import content_hash, dumps, now_ms, to_ms
 from ..redaction import Redactor
 from ..rows import Row
 from ..storage import Storage, Vectors
+from .forks import add_precedence, correction_precedence, fork_id
 from .operations import AddBody, ExpiryBody, ForgetBody, Operation, SupersedeBody, parse_operation
 
 
@@ -71,7 +73,7 @@ def apply_chunk(storage: Storage, operations: Sequence[Operation], *, device: st
             if op.op == "add":
                 adds.append(op)
                 continue
-            _add_all(storage, adds, chunk, rows, vectors, counts)
+            _add_all(storage, adds, chunk, rows, vectors, counts, redactor)
             adds = []
             if op.op == "forget":
                 counts.forgotten += _forget(storage, op)
@@ -81,12 +83,12 @@ def apply_chunk(storage: Storage, operations: Sequence[Operation], *, device: st
             if op.op == "supersede":
                 _settle(storage, op.ns, storage.logged_supersedes(op.ns, [str(op.id)]))
             counts.applied += 1
-        _add_all(storage, adds, chunk, rows, vectors, counts)
+        _add_all(storage, adds, chunk, rows, vectors, counts, redactor)
         storage.note_chunk(device, chunk, "applied")
 
 
 def _add_all(storage: Storage, adds: Sequence[Operation], chunk: str, rows: dict[str, Row], vectors: Vectors,
-             counts: Applied) -> None:
+             counts: Applied, redactor: Redactor | None) -> None:
     """Write the entries of consecutive adds, except those a forget stamped after them reached first
     (logged by their hash alone: their words are never kept)."""
     for namespace in dict.fromkeys(op.ns for op in adds):
@@ -107,12 +109,10 @@ def _add_all(storage: Storage, adds: Sequence[Operation], chunk: str, rows: dict
                                                 for stored, key_id, blob in sealed])
         batch = [rows[op.hash] for op in kept]
         written = {row.id for row in storage.write(batch, "ignore", {id(r): vectors[id(r)] for r in batch if id(r) in vectors})}
-        for row in batch:  # an id already here with other words: two devices wrote it (forks: step 4)
-            if row.id not in written and (pk := storage.pk_of(namespace, row.id)) is not None \
-                    and storage.rows([pk])[pk].content_hash != row.content_hash:
-                counts.forks += 1
         storage.log_operations(kept, chunk=chunk)
         storage.log_operations(dropped, chunk=chunk, text=False)
+        for entry_id in dict.fromkeys(row.id for row in batch if row.id not in written):
+            counts.forks += _settle_adds(storage, namespace, entry_id, redactor)  # the id was here: added apart?
         # A correction of, or by, an entry may have come before the entry did.
         _settle(storage, namespace, storage.logged_supersedes(namespace, [row.id for row in batch]))
         counts.applied += len(mine)
@@ -138,6 +138,38 @@ def _row(op: Operation, redactor: Redactor | None) -> Row:
                None if redactions is None else dumps(redactions), updated_at=entry.updated_at, ttl_ms=entry.ttl_ms)
 
 
+def _settle_adds(storage: Storage, namespace: str, entry_id: str, redactor: Redactor | None) -> int:
+    """Make the id added apart hold its latest add, and keep each other version's words under
+    ``<id>~fork-…``, superseded by it, from every add logged (so the order they came in does not
+    matter); how many versions were kept now. An id forgotten here stays forgotten."""
+    adds = [parse_operation(json.loads(text)) for _, text in storage.logged_about(namespace, entry_id, "add")
+            if text is not None]
+    pk = storage.pk_of(namespace, entry_id)
+    if len(adds) < 2 or pk is None or (here := storage.rows([pk])[pk]).forgotten_at is not None:
+        return 0
+    ranked = sorted(adds, key=add_precedence, reverse=True)
+    winner = _row(ranked[0], redactor)
+    when = add_precedence(ranked[0])[0]
+    versions: dict[str, Row] = {}  # words → the latest add of them, each other version once
+    for op in ranked[1:]:
+        row = _row(op, redactor)
+        if row.content_hash != winner.content_hash:
+            versions.setdefault(row.content_hash, row)
+    if here.content_hash != winner.content_hash:  # the id holds a version that lost: it makes room
+        storage.rename(pk, fork_id(entry_id, here.content_hash))
+        storage.mark_superseded(pk, entry_id, when)
+        storage.write([winner], "error")
+        versions.pop(here.content_hash, None)
+    new = []
+    for words, row in versions.items():
+        if (kept := storage.pk_of(namespace, fork_id(entry_id, words))) is None:
+            new.append(row._replace(id=fork_id(entry_id, words), superseded_by=entry_id, superseded_at=when))
+        else:  # kept when another version held the id: superseded from the latest one's time, as everywhere
+            storage.mark_superseded(kept, entry_id, when)
+    storage.write(new, "error")
+    return len(new) + (here.content_hash != winner.content_hash)
+
+
 def _settle(storage: Storage, namespace: str, supersedes: Sequence[str]) -> None:
     """Make each corrected entry's latest successor current, and every other successor superseded by
     it, from every supersede logged (so the order they and the entries arrived in does not matter).
@@ -147,7 +179,7 @@ def _settle(storage: Storage, namespace: str, supersedes: Sequence[str]) -> None
         op = parse_operation(json.loads(text))
         by_old.setdefault(str(op.id), []).append(op)
     for old_id, successors in by_old.items():
-        winner = max(successors, key=precedence)
+        winner = max(successors, key=correction_precedence)
         assert isinstance(winner.body, SupersedeBody)
         losers = [s.body.new_id for s in successors
                   if isinstance(s.body, SupersedeBody) and s.body.new_id != winner.body.new_id]
@@ -156,12 +188,6 @@ def _settle(storage: Storage, namespace: str, supersedes: Sequence[str]) -> None
         for entry_id in dict.fromkeys([old_id, *(loser for loser in losers if loser not in corrected)]):
             if (pk := storage.pk_of(namespace, entry_id)) is not None:
                 storage.mark_superseded(pk, winner.body.new_id, winner.body.valid_from)
-
-
-def precedence(op: Operation) -> tuple[int, tuple[int, int], str]:
-    """How successors of one entry rank: the latest ``valid_from``, then clock, then device, is current."""
-    assert isinstance(op.body, SupersedeBody)
-    return op.body.valid_from, op.stamp, op.device
 
 
 def _forget(storage: Storage, op: Operation) -> int:

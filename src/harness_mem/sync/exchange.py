@@ -23,9 +23,9 @@ from ..identities import KEY_ID_SETTING
 from ..redaction import Redactor
 from ..storage import Storage, is_derived
 from . import outbox
-from .apply import Applied, apply_chunk, precedence
+from .apply import Applied, apply_chunk
 from .folder import Incomplete, Keying, SyncFolder
-from .operations import Operation, SupersedeBody, parse_operation
+from .operations import Operation, parse_operation
 
 SALT_SETTING = "redaction.secret"
 PREVIOUS_OWNER_SETTING = "sync.owner_previous"
@@ -142,27 +142,6 @@ def status(storage: Storage, path: str | os.PathLike[str]) -> list[DeviceStatus]
         found.append(DeviceStatus(device, False, len(chunks), sum(1 for c in chunks if read.get(c) == "applied"),
                                   sum(1 for c in chunks if read.get(c) == "quarantined"), 0,
                                   sum(c.operations for c in listed if c.name not in read)))
-    return found
-
-
-def forks(storage: Storage) -> list[tuple[str, str, list[str]]]:
-    """(namespace, corrected entry, its successors) for each entry corrected on two devices apart,
-    the current successor first (the one every device keeps current)."""
-    by_old: dict[tuple[str, str], list[Operation]] = {}
-    after = 0
-    while rows := storage.logged_operations(after, 10_000):
-        for seq, _, text in rows:
-            after = seq
-            if text is not None and '"op":"supersede"' in text:
-                op = parse_operation(json.loads(text))
-                by_old.setdefault((op.ns, str(op.id)), []).append(op)
-    found = []
-    for (namespace, old_id), successors in by_old.items():
-        new_ids = {s.body.new_id for s in successors if isinstance(s.body, SupersedeBody)}
-        if len(new_ids) > 1:
-            ranked = sorted(successors, key=precedence, reverse=True)
-            ordered = list(dict.fromkeys(s.body.new_id for s in ranked if isinstance(s.body, SupersedeBody)))
-            found.append((namespace, old_id, ordered))
     return found
 
 

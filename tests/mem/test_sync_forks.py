@@ -1,0 +1,186 @@
+"""Forks: one id added with other words on two devices, or one entry corrected on both, settles on the
+same current version everywhere, keeps the other as history, and shows it (`get`, `conflicts`).
+
+Real SQLite stores syncing through a real folder; the property test runs random adds of shared ids,
+corrections, forgets and syncs on three devices in random orders.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from harness_mem.cli import cli
+from harness_mem.errors import NotFoundError
+from harness_mem.store import MemoryStore
+
+
+def everything(store: MemoryStore) -> list[dict[str, Any]]:
+    """Every version a device holds, history included, in a form two devices can be compared by."""
+    return sorted((entry.to_dict() for entry in store.list(include_superseded=True)), key=lambda e: str(e["id"]))
+
+
+@pytest.fixture
+def two(tmp_path: Path) -> Iterator[tuple[MemoryStore, MemoryStore, Path]]:
+    folder = tmp_path / "Sync"
+    with MemoryStore(tmp_path / "laptop.db", embedder=None) as a, MemoryStore(tmp_path / "desktop.db", embedder=None) as b:
+        a.sync(folder)
+        b.sync(folder)
+        yield a, b, folder
+
+
+def test_an_id_added_apart_with_other_words_settles_on_the_latest_everywhere(
+        two: tuple[MemoryStore, MemoryStore, Path]) -> None:
+    a, b, folder = two
+    a.add("the staging database is on port 5432", id="port")
+    time.sleep(0.01)  # b writes it later: b's words hold the id
+    b.add("the staging database is on port 5433", id="port")
+    reports = [store.sync(folder) for store in (a, b, a)]
+    assert reports[1].applied.forks == 1 and reports[2].applied.forks == 1  # each device saw the other's words
+    for store in (a, b):
+        assert store.get("port").content == "the staging database is on port 5433"
+        (fork,) = store.conflicts()
+        assert fork.added and fork.entry_id == "port" and fork.versions[0] == "port"
+        history = [e.content for e in store.list(include_superseded=True)]
+        assert sorted(history) == ["the staging database is on port 5432", "the staging database is on port 5433"]
+    assert everything(a) == everything(b)
+    assert a.conflicts() == b.conflicts()
+
+
+def test_the_order_the_adds_arrive_in_does_not_change_which_holds_the_id(tmp_path: Path) -> None:
+    """A third device that reads the later add first and the earlier one next ends where the others did."""
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        stores[0].add("the build runs on Linux", id="build")
+        stores[0].sync(folder)
+        stores[2].sync(folder)  # holds the first words, then learns of the later ones
+        time.sleep(0.01)
+        stores[1].add("the build runs on macOS", id="build")
+        stores[1].sync(folder)
+        for store in (*stores, *stores):
+            store.sync(folder)
+        assert {store.get("build").content for store in stores} == {"the build runs on macOS"}
+        assert everything(stores[0]) == everything(stores[1]) == everything(stores[2])
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_the_same_words_added_on_two_devices_are_no_fork(two: tuple[MemoryStore, MemoryStore, Path]) -> None:
+    a, b, folder = two
+    a.add("we ship on Fridays", id="ship")
+    b.add("we ship on Fridays", id="ship")
+    reports = [store.sync(folder) for store in (a, b, a)]
+    assert sum(r.applied.forks for r in reports) == 0
+    assert a.conflicts() == b.conflicts() == []
+    assert [e.content for e in b.list(include_superseded=True)] == ["we ship on Fridays"]
+
+
+def test_forgetting_a_forked_id_forgets_every_version_on_every_device(
+        two: tuple[MemoryStore, MemoryStore, Path], tmp_path: Path) -> None:
+    a, b, folder = two
+    a.add("the qzforkmarker door code is 1234", id="door")
+    time.sleep(0.01)
+    b.add("the qzforkmarker door code is 4321", id="door")
+    for store in (a, b, a):
+        store.sync(folder)
+    a.forget("door")
+    for store in (a, b):
+        store.sync(folder)
+    with MemoryStore(tmp_path / "late.db", embedder=None) as late:  # learns of both adds and the forget at once
+        late.sync(folder)
+        for store in (a, b, late):
+            assert [e.content for e in store.list(include_superseded=True)] == []
+            with pytest.raises(NotFoundError):
+                store.get("door")
+            store.purge()
+            store.gc()
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and p.name.split(".")[0] in {"laptop", "desktop", "late"}]
+    assert files and not [p for p in files if b"qzforkmarker" in p.read_bytes()]
+
+
+def test_get_shows_the_forks_an_entry_is_part_of(tmp_path: Path) -> None:
+    runner = CliRunner()
+    a, b, folder = str(tmp_path / "a.db"), str(tmp_path / "b.db"), str(tmp_path / "Sync")
+    for db in (a, b):
+        assert runner.invoke(cli, ["--db", db, "--embedder", "none", "sync", folder]).exit_code == 0
+    runner.invoke(cli, ["--db", a, "add", "lunch is at noon", "--id", "lunch"])
+    for db in (a, b):
+        runner.invoke(cli, ["--db", db, "sync", folder])
+    for db, lunch, office in [(a, "lunch is at one", "eight"), (b, "lunch is at half past twelve", "nine")]:
+        with MemoryStore(db, embedder=None) as store:  # b's are the later ones
+            store.supersede("lunch", lunch, id=f"lunch-{Path(db).stem}")
+        runner.invoke(cli, ["--db", db, "add", f"the office opens at {office}", "--id", "office"])
+        time.sleep(0.01)
+    for db in (a, b, a):
+        runner.invoke(cli, ["--db", db, "sync", folder])
+    shown = [runner.invoke(cli, ["--db", db, "get", "office"]) for db in (a, b)]
+    assert shown[0].exit_code == 0 and shown[0].stdout == shown[1].stdout
+    (line,) = [line for line in shown[0].stdout.splitlines() if line.startswith("fork: ")]
+    assert line.startswith("fork: added apart with other words, kept as office~fork-")
+    assert line.endswith("— office holds the latest") and "the office opens at nine" in shown[0].stdout
+    corrected = runner.invoke(cli, ["--db", a, "get", "lunch-b"]).stdout
+    assert "fork: corrected apart as lunch-b, lunch-a — lunch-b is current" in corrected
+    data = json.loads(runner.invoke(cli, ["--db", b, "get", "lunch-b", "--json"]).stdout)
+    assert data["forks"] == [{"id": "lunch", "current": "lunch-b", "others": ["lunch-a"], "added": False}]
+    listed = runner.invoke(cli, ["--db", a, "conflicts"]).stdout.splitlines()
+    assert sorted(listed) == ["lunch: corrected apart as lunch-b, lunch-a — lunch-b is current",
+                              f"office: {line[len('fork: '):]}"]
+
+
+# ---- convergence, property-based ----------------------------------------------------------------
+
+# One step: (device, action, a number choosing what it acts on).
+STEPS = st.lists(st.tuples(st.integers(0, 2),
+                           st.sampled_from(["add-shared", "add-shared", "add", "correct", "forget", "forget-session",
+                                            "sync"]),
+                           st.integers(0, 50)), min_size=1, max_size=25)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=STEPS)
+def test_devices_that_added_the_same_ids_apart_hold_the_same_memory(steps: list[tuple[int, str, int]],
+                                                                    tmp_path_factory: pytest.TempPathFactory) -> None:
+    root = tmp_path_factory.mktemp("devices")
+    folder = root / "Sync"
+    stores = [MemoryStore(root / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        for n, (device, action, pick) in enumerate(steps):
+            store = stores[device]
+            live = sorted(e.id for e in store.list())
+            if action == "add-shared":  # two ids every device writes, each in its own session
+                shared = pick % 2
+                if f"shared{shared}" not in {e.id for e in store.list(include_superseded=True)}:
+                    store.add(f"shared words {n} from d{device}", id=f"shared{shared}", session=f"s{shared}")
+            elif action == "add":
+                store.add(f"word{n} in session {pick % 3}", id=f"d{device}-{n}", session=f"s{pick % 3}")
+            elif action == "correct" and live:
+                store.supersede(live[pick % len(live)], f"corrected word{n}", id=f"d{device}-{n}")
+            elif action == "forget" and live:
+                store.forget(live[pick % len(live)])
+            elif action == "forget-session":
+                store.forget(session=f"s{pick % 3}")
+            elif action == "sync":
+                store.sync(folder)
+        for _ in range(2):  # every device reads every other's last chunk
+            for store in stores:
+                store.sync(folder)
+        held = [everything(store) for store in stores]
+        assert held[0] == held[1] == held[2]
+        assert stores[0].conflicts() == stores[1].conflicts() == stores[2].conflicts()
+    finally:
+        for store in stores:
+            store.close()
