@@ -458,6 +458,11 @@ class Storage(ABC):
         (two devices wrote the id: a fork, or the same entry twice)."""
 
     @abstractmethod
+    def latest_logged(self, namespace: str, entry_ids: Sequence[str], op: str) -> dict[str, str]:
+        """The canonical JSON of the latest-stamped logged ``op`` operation about each of these entries
+        (those with none left out)."""
+
+    @abstractmethod
     def set_expiry(self, namespace: str, entry_id: str, expires_at: int) -> None:
         """Set an entry's expiry, as a renewal applied from another device did on it."""
 
@@ -530,6 +535,7 @@ class Storage(ABC):
             offset = 0
             while rows := self.session_rows(namespace, session, offset, 500):
                 offset += len(rows)
+                retagged: dict[str, list[str]] = {}
                 for row in rows:
                     tags = [t for t in json.loads(row.tags) if t != old]
                     if not any(t.startswith(family) for t in tags):
@@ -537,6 +543,9 @@ class Storage(ABC):
                     if tags != json.loads(row.tags) and row.pk is not None:
                         self.set_tags(row.pk, json.dumps(tags))
                         changed += 1
+                        if not is_derived(row):  # once the store syncs, its other devices retag it too
+                            retagged[row.id] = tags
+                outbox.log_retagged(self, namespace, retagged)
         return changed
 
     @abstractmethod

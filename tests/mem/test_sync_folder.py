@@ -96,6 +96,28 @@ def test_two_corrections_made_apart_settle_on_the_same_current_version(
     assert export(a) == export(b)
 
 
+def test_tags_changed_in_place_travel_and_the_latest_retag_wins_in_any_order(tmp_path: Path) -> None:
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        a, b, c = stores
+        a.add("we use uv for the venv", id="uv", session="s1", tags=["project:myproj"])
+        a.sync(folder)
+        b.sync(folder)
+        b.storage.move_session_tag(b.namespace, "s1", "project:myproj", "project:github.com/b/myproj", family="project:")
+        b.sync(folder)
+        c.sync(folder)  # c reads b's retag together with a's add (b's chunk may come first)
+        a.sync(folder)
+        tags = [store.get("uv").tags for store in stores]
+        assert tags == [("project:github.com/b/myproj",)] * 3
+        assert export(a) == export(b) == export(c)
+    finally:
+        for store in stores:
+            store.close()
+
+
 def test_a_forget_is_never_undone_by_an_add_that_arrives_late(tmp_path: Path) -> None:
     folder = tmp_path / "Sync"
     with MemoryStore(tmp_path / "a.db", embedder=None) as a, MemoryStore(tmp_path / "b.db", embedder=None) as b:

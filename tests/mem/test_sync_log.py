@@ -110,6 +110,21 @@ def test_every_write_path_logs_its_operation(engine_store: MemoryStore, tmp_path
     assert {op.device for op in operations if op is not None} == {device}
 
 
+def test_tags_changed_in_place_log_a_tag_operation(engine_store: MemoryStore) -> None:
+    """The one path that changes tags in place (a session's turns given to their repository) logs
+    each retagged entry's whole new list, as any other write logs its operation."""
+    store = engine_store
+    started(store)
+    store.add_many([{"content": "turn one", "id": "t1", "session": "s1", "role": "user", "tags": ["project:myproj"]},
+                    {"content": "turn two", "id": "t2", "session": "s1", "role": "user", "tags": ["project:myproj"]}])
+    moved = store.storage.move_session_tag(store.namespace, "s1", "project:myproj", "project:github.com/a/myproj",
+                                           family="project:")
+    assert moved == 2
+    tagged = [op for op in logged(store) if op is not None and op.op == "tag"]
+    assert [(op.id, op.body.tags) for op in tagged] == [  # type: ignore[union-attr]
+        ("t1", ["project:github.com/a/myproj"]), ("t2", ["project:github.com/a/myproj"])]
+
+
 def test_consolidation_derives_and_logs_nothing(engine_store: MemoryStore) -> None:
     store = engine_store
     started(store)

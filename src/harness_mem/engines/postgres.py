@@ -1113,6 +1113,14 @@ class PostgresStorage(Storage):
             "SELECT namespace, entry_id FROM sync_ops WHERE op = 'add' AND operation IS NOT NULL"
             " GROUP BY namespace, entry_id HAVING count(*) > 1 ORDER BY namespace, entry_id")]
 
+    def latest_logged(self, namespace: str, entry_ids: Sequence[str], op: str) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for entry_id, text in self.query(
+                "SELECT entry_id, operation FROM sync_ops WHERE namespace = %s AND entry_id = ANY(%s)"
+                " AND op = %s AND operation IS NOT NULL ORDER BY hlc_wall, hlc_tick", (namespace, list(entry_ids), op)):
+            found[str(entry_id)] = str(text)
+        return found
+
     def set_expiry(self, namespace: str, entry_id: str, expires_at: int) -> None:
         self._run("UPDATE entries SET expires_at = %s WHERE namespace = %s AND id = %s AND forgotten_at IS NULL",
                   (expires_at, namespace, entry_id))

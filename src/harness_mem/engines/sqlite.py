@@ -561,6 +561,14 @@ class SQLiteStorage(Storage):
             "SELECT namespace, entry_id FROM sync_ops WHERE op = 'add' AND operation IS NOT NULL"
             " GROUP BY namespace, entry_id HAVING count(*) > 1 ORDER BY namespace, entry_id")]
 
+    def latest_logged(self, namespace: str, entry_ids: Sequence[str], op: str) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for entry_id, text in self.conn.execute(
+                "SELECT entry_id, operation FROM sync_ops WHERE namespace = ? AND entry_id IN (SELECT value FROM json_each(?))"
+                " AND op = ? AND operation IS NOT NULL ORDER BY hlc_wall, hlc_tick", (namespace, json.dumps(list(entry_ids)), op)):
+            found[entry_id] = text
+        return found
+
     def set_expiry(self, namespace: str, entry_id: str, expires_at: int) -> None:
         self.conn.execute("UPDATE entries SET expires_at = ? WHERE namespace = ? AND id = ? AND forgotten_at IS NULL",
                           (expires_at, namespace, entry_id))

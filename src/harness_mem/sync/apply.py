@@ -11,7 +11,8 @@ order chunks arrive in, two stores holding the same operations hold the same ent
   whatever order the successors arrived in; the others are kept as superseded by it;
 - a ``forget`` forgets the entries it names and those its selector matches that were added before
   it, with everything derived from them;
-- an ``expiry`` sets a renewed time to live, the latest renewal winning.
+- an ``expiry`` sets a renewed time to live, the latest renewal winning;
+- a ``tag`` sets an entry's tags changed in place, the latest retag winning.
 
 What is derived (keyword and vector indexes) is built here as each entry is written; consolidation's
 own entries never travel: the next ``consolidate`` here derives them from the turns that came.
@@ -35,7 +36,7 @@ from ..redaction import Redactor
 from ..rows import Row
 from ..storage import Storage, Vectors
 from .forks import add_precedence, correction_precedence, fork_id
-from .operations import AddBody, ExpiryBody, ForgetBody, Operation, SupersedeBody, parse_operation
+from .operations import AddBody, ExpiryBody, ForgetBody, Operation, SupersedeBody, TagBody, parse_operation
 
 
 @dataclass
@@ -82,6 +83,8 @@ def apply_chunk(storage: Storage, operations: Sequence[Operation], *, device: st
             storage.log_operations([op], chunk=chunk)
             if op.op == "supersede":
                 _settle(storage, op.ns, storage.logged_supersedes(op.ns, [str(op.id)]))
+            elif op.op == "tag":
+                _retag(storage, op.ns, [str(op.id)])
             counts.applied += 1
         _add_all(storage, adds, chunk, rows, vectors, counts, redactor)
         storage.note_chunk(device, chunk, "applied")
@@ -113,7 +116,8 @@ def _add_all(storage: Storage, adds: Sequence[Operation], chunk: str, rows: dict
         storage.log_operations(dropped, chunk=chunk, text=False)
         for entry_id in dict.fromkeys(row.id for row in batch if row.id not in written):
             counts.forks += _settle_adds(storage, namespace, entry_id, redactor)  # the id was here: added apart?
-        # A correction of, or by, an entry may have come before the entry did.
+        # A retag, a correction of, or by, an entry may have come before the entry did.
+        _retag(storage, namespace, [row.id for row in batch])
         _settle(storage, namespace, storage.logged_supersedes(namespace, [row.id for row in batch]))
         counts.applied += len(mine)
 
@@ -168,6 +172,15 @@ def _settle_adds(storage: Storage, namespace: str, entry_id: str, redactor: Reda
             storage.mark_superseded(kept, entry_id, when)
     storage.write(new, "error")
     return len(new) + (here.content_hash != winner.content_hash)
+
+
+def _retag(storage: Storage, namespace: str, entry_ids: Sequence[str]) -> None:
+    """Give each entry the tags of its latest retag logged, if any (the latest stamp wins, whatever
+    order the retags and the entry arrived in)."""
+    for entry_id, text in storage.latest_logged(namespace, entry_ids, "tag").items():
+        op = parse_operation(json.loads(text))
+        if isinstance(op.body, TagBody) and (pk := storage.pk_of(namespace, entry_id)) is not None:
+            storage.set_tags(pk, dumps(op.body.tags))
 
 
 def _settle(storage: Storage, namespace: str, supersedes: Sequence[str]) -> None:

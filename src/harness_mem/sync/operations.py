@@ -13,6 +13,7 @@ The kinds (``op``):
 - ``supersede``: ``new_id`` corrects ``id`` from ``valid_from`` (the new version is its own ``add``).
 - ``forget``: the ids forgotten at the origin, and the selector they were chosen by, if any.
 - ``expiry``: an entry's time to live renewed to ``expires_at``.
+- ``tag``: an entry's tags changed in place to ``tags`` (the whole list, as stored; the latest wins).
 
 ``harness-mem schema sync-op`` prints the JSON schema; :func:`parse_operation` checks one.
 """
@@ -35,7 +36,7 @@ from ..rows import Row
 from .clock import Stamp
 
 FORMAT_VERSION = 1
-OpKind = Literal["add", "supersede", "forget", "expiry"]
+OpKind = Literal["add", "supersede", "forget", "expiry", "tag"]
 Millis = Annotated[int, Field(ge=0)]
 DEVICE_PATTERN = r"^[0-9a-f]{32}$"
 
@@ -85,8 +86,12 @@ class ExpiryBody(Record):
     expires_at: Millis
 
 
+class TagBody(Record):
+    tags: list[str]
+
+
 _BODIES: dict[str, type[Record]] = {"add": AddBody, "supersede": SupersedeBody, "forget": ForgetBody,
-                                    "expiry": ExpiryBody}
+                                    "expiry": ExpiryBody, "tag": TagBody}
 
 
 class Operation(Record):
@@ -100,7 +105,7 @@ class Operation(Record):
     id: str | None  # the entry it is about; None for a forget of several
     hlc: tuple[Millis, Annotated[int, Field(ge=0)]]
     device: Annotated[str, Field(pattern=DEVICE_PATTERN)]
-    body: AddBody | SupersedeBody | ForgetBody | ExpiryBody
+    body: AddBody | SupersedeBody | ForgetBody | ExpiryBody | TagBody
 
     @model_validator(mode="after")
     def _body_fits_op(self) -> Self:
@@ -167,6 +172,10 @@ def forgotten(namespace: str, ids: Sequence[str], selector: Mapping[str, Any] | 
 
 def renewed(namespace: str, entry_id: str, expires_at: int, device: str, stamp: Stamp) -> Operation:
     return _operation("expiry", namespace, entry_id, device, stamp, ExpiryBody.trusted({"expires_at": expires_at}))
+
+
+def retagged(namespace: str, entry_id: str, tags: Sequence[str], device: str, stamp: Stamp) -> Operation:
+    return _operation("tag", namespace, entry_id, device, stamp, TagBody.trusted({"tags": list(tags)}))
 
 
 def _operation(op: OpKind, namespace: str, entry_id: str | None, device: str, stamp: Stamp, body: Record) -> Operation:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from ..identities import SealedIdentity, identity_values_in_use
 from ..rows import Row
 from .clock import Stamp, next_stamp
-from .operations import Operation, added, forgotten, renewed, superseded
+from .operations import Operation, added, forgotten, renewed, retagged, superseded
 
 #: The setting that holds this store's device id; a store without one logs nothing.
 DEVICE_SETTING = "sync.device"
@@ -104,6 +104,15 @@ def log_renewed(storage: LoggedStorage, namespace: str, expiries: Mapping[str, i
     stamps = _Stamps(storage)
     storage.log_operations([renewed(namespace, entry_id, expires, me, stamps())
                             for entry_id, expires in sorted(expiries.items())])
+
+
+def log_retagged(storage: LoggedStorage, namespace: str, tags: Mapping[str, Sequence[str]]) -> None:
+    """Log each entry's tags changed in place (id → its whole new list, as stored)."""
+    if not tags or (me := device(storage)) is None:
+        return
+    stamps = _Stamps(storage)
+    storage.log_operations([retagged(namespace, entry_id, listed, me, stamps())
+                            for entry_id, listed in sorted(tags.items())])
 
 
 def start(storage: LoggedStorage, derived: Callable[[Row], bool], *, batch: int = 500) -> tuple[str, int]:
