@@ -147,3 +147,33 @@ def test_a_role_granted_before_the_upgrade_loses_its_writes_to_settings(postgres
     with MemoryStore(confined, namespace="team-a", embedder=None) as store:
         store.add("its own namespace is still its to write", id="own")
         assert [h.entry.id for h in store.recall("namespace", mode="keyword")] == ["own"]
+
+
+def test_a_confined_role_is_refused_sync_in_one_line_and_its_writes_travel_with_the_owners(
+        postgres_server: PostgresServer, tmp_path: object) -> None:
+    """Syncing is the whole store's (its device, its place in the folder, the chunks it read): a
+    confined role is told to sync as the owner, nothing is written, and what the role wrote after the
+    owner started the log travels at the owner's sync."""
+    from pathlib import Path
+
+    folder = Path(str(tmp_path)) / "Sync"
+    owner, confined, role = _schema(postgres_server)
+    with MemoryStore(owner, namespace="team-a", embedder=None) as store:
+        store.add("the owner's note", id="owned")
+    _grant(owner, "team-a", role)
+    env = {**os.environ, "HARNESS_MEM_EMBEDDER": "none"}
+    refused = subprocess.run([sys.executable, "-m", "harness_mem", "--db", confined, "-N", "team-a", "sync", str(folder)],
+                             capture_output=True, text=True, timeout=120, env=env)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    (line,) = refused.stderr.strip().splitlines()
+    assert "confined to some namespaces" in line and "as the store's owner" in line
+    assert not (folder / "harness-mem" / "devices").exists()
+    with MemoryStore(owner, namespace="team-a", embedder=None) as store:
+        store.sync(folder)
+    with MemoryStore(confined, namespace="team-a", embedder=None) as store:
+        store.add("written by the confined role", id="theirs")
+    with MemoryStore(owner, namespace="team-a", embedder=None) as store:
+        assert store.sync(folder).written == 1
+    with MemoryStore(Path(str(tmp_path)) / "laptop.db", namespace="team-a", embedder=None) as laptop:
+        laptop.sync(folder)
+        assert sorted(e.id for e in laptop.list()) == ["owned", "theirs"]

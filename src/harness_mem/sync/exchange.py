@@ -65,6 +65,7 @@ def join(storage: Storage, path: str | os.PathLike[str], *, key_here: Callable[[
     if the key is on this machine (``key_here(key_id)``; ``harness-mem key import``); a store that
     already holds entries keyed otherwise is refused.
     """
+    _refuse_confined(storage)
     if pseudonyms.keying(storage).state != "outside":
         raise InvalidInputError("this store's pseudonyms are keyed by a secret inside it — run `harness-mem migrate`"
                                 " to key them with the identity key before syncing")
@@ -95,6 +96,7 @@ def join(storage: Storage, path: str | os.PathLike[str], *, key_here: Callable[[
 def sync(storage: Storage, path: str | os.PathLike[str], *, redactor: Redactor | None,
          progress: Callable[[int], None] | None = None) -> SyncReport:
     """Exchange operations with the sync folder at ``path`` (see the module docstring)."""
+    _refuse_confined(storage)
     folder = SyncFolder(path)
     device, _ = outbox.start(storage, is_derived)
     report = SyncReport(device)
@@ -106,6 +108,15 @@ def sync(storage: Storage, path: str | os.PathLike[str], *, redactor: Redactor |
                 _read(storage, folder, other, redactor, report, progress)
         report.compacted = _compact(storage, folder, device)
     return report
+
+
+def _refuse_confined(storage: Storage) -> None:
+    """A role the database confines to some namespaces cannot sync: a store's device, its log's place
+    in the folder and the chunks it has read are the whole store's, kept by its owner."""
+    if storage.confined_to is not None:
+        raise InvalidInputError("this database role is confined to some namespaces, and a store syncs as a whole"
+                                " — run `harness-mem sync` as the store's owner: what this role writes is logged"
+                                " and travels at the owner's next sync")
 
 
 @dataclass(frozen=True)
