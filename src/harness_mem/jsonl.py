@@ -382,10 +382,10 @@ _worker_setup: tuple[str, Redactor | None, Sealer | None] = ("default", None, No
 def _start_worker(namespace: str, redactor: Redactor | None, sealer: Sealer | None) -> None:
     global _worker_setup
     _worker_setup = (namespace, redactor, sealer)
-    _exit_with_parent()
+    exit_with_parent()
 
 
-def _exit_with_parent() -> None:
+def exit_with_parent() -> None:
     """End this worker process as soon as the process that started it is gone, however it ended.
 
     A worker waits for chunks from its parent; if the parent is killed (``kill -9``), nothing ever

@@ -458,3 +458,24 @@ def test_a_sync_into_a_full_folder_says_so_in_one_line_and_the_next_one_finishes
     with MemoryStore(tmp_path / "b.db", embedder=None) as other:
         other.sync(folder)
         assert other.count() == 400
+
+
+def test_a_large_apply_redacts_in_a_worker_what_it_would_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh device's large apply shares the redaction of incoming words with a worker process:
+    what it stores is what scrubbing here stores, in order, secrets redacted either way."""
+    from harness_mem.sync import incoming
+
+    folder = tmp_path / "Sync"
+    lines = [{"content": f"note {i}: call {EMAIL} about port {i}", "id": f"n{i}"} for i in range(60)]
+    with MemoryStore(tmp_path / "laptop.db", embedder=None) as laptop:
+        laptop.add_many(lines)
+        laptop.sync(folder)
+    monkeypatch.setattr(incoming, "BATCH", 7)
+    with MemoryStore(tmp_path / "here.db", embedder=None) as here:
+        here.sync(folder)
+        expected = export(here)
+    monkeypatch.setattr(incoming, "PARALLEL_MIN", 10)
+    with MemoryStore(tmp_path / "shared.db", embedder=None) as shared:
+        shared.sync(folder)
+        assert export(shared) == expected
+    assert len(expected) == 60 and not [line for line in expected if EMAIL in line["content"]]

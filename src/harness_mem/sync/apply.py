@@ -36,6 +36,7 @@ from ..redaction import Redactor
 from ..rows import Row
 from ..storage import Storage, Vectors
 from .forks import add_precedence, correction_precedence, fork_id
+from .incoming import Scrubbed, scrub_all, scrub_one
 from .operations import AddBody, ExpiryBody, ForgetBody, Operation, SupersedeBody, TagBody, parse_operation
 
 
@@ -59,7 +60,9 @@ def apply_chunk(storage: Storage, operations: Sequence[Operation], *, device: st
     """
     known = storage.known_operations([op.hash for op in operations])
     todo = [op for op in operations if op.hash not in known]
-    rows = {op.hash: _row(op, redactor) for op in todo if op.op == "add"}
+    incoming = [op for op in todo if op.op == "add"]
+    scrubbed = None if redactor is None else scrub_all(redactor, [op.body.entry.content for op in incoming])  # type: ignore[union-attr]
+    rows = {op.hash: _row(op, redactor, None if scrubbed is None else scrubbed[n]) for n, op in enumerate(incoming)}
     vectors = storage.embed_new(list(rows.values()), "ignore")  # the model runs before the write lock
     with storage.transaction():
         known = storage.known_operations([op.hash for op in todo])  # another process may have applied some
@@ -122,14 +125,16 @@ def _add_all(storage: Storage, adds: Sequence[Operation], chunk: str, rows: dict
         counts.applied += len(mine)
 
 
-def _row(op: Operation, redactor: Redactor | None) -> Row:
+def _row(op: Operation, redactor: Redactor | None, scrubbed: Scrubbed | None = None) -> Row:
+    """The row an add writes here, its words through this store's redactor (``scrubbed``: done already)."""
     body = op.body
     assert isinstance(body, AddBody) and op.id is not None
     entry = body.entry
     content = entry.content
     redactions = entry.redactions
     if redactor is not None:
-        scrubbed = redactor.scrub(content)
+        if scrubbed is None:
+            scrubbed = scrub_one(redactor, content)
         if scrubbed.blocked:
             raise InvalidInputError(f"the redaction policy here refuses entry {op.id!r} from another device")
         content = scrubbed.text
