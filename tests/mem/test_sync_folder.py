@@ -479,3 +479,25 @@ def test_a_large_apply_redacts_in_a_worker_what_it_would_here(tmp_path: Path, mo
         shared.sync(folder)
         assert export(shared) == expected
     assert len(expected) == 60 and not [line for line in expected if EMAIL in line["content"]]
+
+
+def test_a_forget_by_id_spares_an_add_of_that_id_made_after_it_on_every_device(tmp_path: Path) -> None:
+    """One device forgets an id while another, not knowing, writes that id again later: the forget
+    reaches what was added before it, never the later add — on the device that forgot (its tombstone
+    makes room), on the one that wrote it, and on one that reads the two in either order."""
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        stores[1].add("the old wording", id="note")
+        stores[1].forget("note")
+        time.sleep(0.01)  # written after the forget, by a device that has not heard of it
+        stores[0].add("the new wording", id="note")
+        for store in (*stores, *stores):
+            store.sync(folder)
+        assert [current(store) for store in stores] == [{"note": "the new wording"}] * 3
+        assert export(stores[0]) == export(stores[1]) == export(stores[2])
+    finally:
+        for store in stores:
+            store.close()

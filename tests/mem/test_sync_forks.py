@@ -7,6 +7,7 @@ corrections, forgets and syncs on three devices in random orders.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness_mem.cli import cli
-from harness_mem.errors import NotFoundError
+from harness_mem.errors import DuplicateIdError, NotFoundError
 from harness_mem.store import MemoryStore
 
 
@@ -163,17 +164,14 @@ def test_devices_that_added_the_same_ids_apart_hold_the_same_memory(steps: list[
             live = sorted(e.id for e in store.list())
             if action == "add-shared":  # two ids every device writes, each in a session of its own
                 shared = pick % 2
-                if f"shared{shared}" not in {e.id for e in store.list(include_superseded=True)}:
-                    store.add(f"shared words {n} from d{device}", id=f"shared{shared}", session=f"shared{shared}")
+                with contextlib.suppress(DuplicateIdError):  # held here already, or forgotten and not purged
+                    store.add(f"shared words {n} from d{device}", id=f"shared{shared}", session=f"s{shared}")
             elif action == "add":
                 store.add(f"word{n} in session {pick % 3}", id=f"d{device}-{n}", session=f"s{pick % 3}")
             elif action == "correct" and live:
                 store.supersede(live[pick % len(live)], f"corrected word{n}", id=f"d{device}-{n}")
-            elif action == "forget" and (mine := [i for i in live if not i.startswith("shared")]):
-                # Not a shared id: a forget by id and an add of that id made concurrently after it
-                # do not converge yet (the add is kept where the forget came first, forgotten where
-                # it came second); forks and forgets meet in the test above.
-                store.forget(mine[pick % len(mine)])
+            elif action == "forget" and live:
+                store.forget(live[pick % len(live)])
             elif action == "forget-session":
                 store.forget(session=f"s{pick % 3}")
             elif action == "sync":

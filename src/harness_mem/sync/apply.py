@@ -115,6 +115,7 @@ def _add_all(storage: Storage, adds: Sequence[Operation], chunk: str, rows: dict
                                                 for stored, key_id, blob in sealed])
         batch = [rows[op.hash] for op in kept]
         written = {row.id for row in storage.write(batch, "ignore", {id(r): vectors[id(r)] for r in batch if id(r) in vectors})}
+        written |= _revive(storage, namespace, [op for op in kept if rows[op.hash].id not in written], rows)
         storage.log_operations(kept, chunk=chunk)
         storage.log_operations(dropped, chunk=chunk, text=False)
         for entry_id in dict.fromkeys(row.id for row in batch if row.id not in written):
@@ -123,6 +124,21 @@ def _add_all(storage: Storage, adds: Sequence[Operation], chunk: str, rows: dict
         _retag(storage, namespace, [row.id for row in batch])
         _settle(storage, namespace, storage.logged_supersedes(namespace, [row.id for row in batch]))
         counts.applied += len(mine)
+
+
+def _revive(storage: Storage, namespace: str, adds: Sequence[Operation], rows: dict[str, Row]) -> set[str]:
+    """Write the adds whose id is held by an entry forgotten before they were made (a forget of an id
+    does not reach an add of it made later, on any device): the tombstone goes, the new entry takes
+    the id. The ids written."""
+    revived = []
+    for op in adds:
+        if (pk := storage.pk_of(namespace, str(op.id))) is None:
+            continue
+        here = storage.rows([pk])[pk]
+        if here.forgotten_at is not None and here.forgotten_at < op.stamp.wall:
+            storage.delete(namespace, here.id)
+            revived.append(rows[op.hash])
+    return {row.id for row in storage.write(revived, "ignore")} if revived else set()
 
 
 def _row(op: Operation, redactor: Redactor | None, scrubbed: Scrubbed | None = None) -> Row:
@@ -210,7 +226,11 @@ def _settle(storage: Storage, namespace: str, supersedes: Sequence[str]) -> None
 
 def _forget(storage: Storage, op: Operation) -> int:
     assert isinstance(op.body, ForgetBody)
-    pks = {pk for entry_id in op.body.ids if (pk := storage.pk_of(op.ns, entry_id)) is not None}
+    # An id it names, unless what holds it here was added after the forget (elsewhere, before that
+    # device learnt of it): the same rule as for an add arriving after the forget.
+    named = storage.added_stamps(op.ns, op.body.ids)
+    pks = {pk for entry_id in op.body.ids if (pk := storage.pk_of(op.ns, entry_id)) is not None
+           and (entry_id not in named or named[entry_id] < op.stamp)}
     if op.body.selector is not None:
         filters = Filters.check({**op.body.selector, "include_superseded": True})
         selected = storage.rows(storage.pks(Selection(filters, op.ns, now_ms(), live=False)))
