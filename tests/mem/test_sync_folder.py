@@ -297,10 +297,24 @@ def test_two_devices_converge_on_postgresql_too(fresh_target: Any, engine: str, 
         a.sync(folder)
         b.sync(folder)
         b.supersede("window", "the deploy window is Thursday", id="window2")
+        a.add("the staging port is 5432", id="port", session="s1", tags=["project:myproj"])
+        time.sleep(0.01)  # b's words for the same id are the later ones
+        b.add("the staging port is 5433", id="port", session="s1", tags=["project:myproj"])
+        b.storage.move_session_tag(b.namespace, "s1", "project:myproj", "project:github.com/b/myproj",
+                                   family="project:")
         b.sync(folder)
         a.sync(folder)
-        assert current(a) == current(b) == {"window2": "the deploy window is Thursday"}
-        assert export(a) == export(b)
+        b.sync(folder)
+        assert current(a) == current(b) == {"window2": "the deploy window is Thursday",
+                                            "port": "the staging port is 5433"}
+        assert export(a) == export(b) and a.get("port").tags == ("project:github.com/b/myproj",)
+        assert [(f.entry_id, f.added) for f in a.conflicts()] == [("port", True)] and a.conflicts() == b.conflicts()
+        kept = {e.id: e.content for e in a.list(include_superseded=True) if e.id.startswith("port~fork-")}
+        assert list(kept.values()) == ["the staging port is 5432"]
+        a.forget("port")
+        a.sync(folder)
+        b.sync(folder)
+        assert not [e for e in b.list(include_superseded=True) if e.id.startswith("port")]
 
 
 # ---- convergence, property-based ----------------------------------------------------------------
