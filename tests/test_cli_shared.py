@@ -193,6 +193,7 @@ def test_migrate_list_shows_both_sets(db_path: Path) -> None:
         ("harness_mem", "applied", "0013_derived_keywords"),
         ("harness_mem", "applied", "0014_episode_provenance"),
         ("harness_mem", "applied", "0015_sync_log"),
+        ("harness_mem", "applied", "0016_entries_by_kind"),
         ("harness_loop", "applied", "0001_runs"),
         ("harness_loop", "applied", "0002_run_privacy"),
         ("harness_loop", "applied", "0003_job_leases"),
