@@ -797,6 +797,9 @@ class SQLiteStorage(Storage):
     def select(self, selection: Selection, *, limit: int | None = None, offset: int = 0,
                newest_first: bool = False, after: str | None = None) -> Iterator[Row]:
         clause, params = where(selection)
+        kinds = selection.filters.kind
+        if kinds is not None and "turn" not in ([kinds] if isinstance(kinds, str) else kinds):
+            clause += " AND e.kind <> 'turn'"  # in so many words: what lets the partial index of other kinds serve
         if after is not None:
             position = self._position(selection.namespace, after)
             if position is None:
