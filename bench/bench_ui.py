@@ -108,7 +108,8 @@ def main() -> None:
                               middle)),
             "facts (none among N turns)": (
                 lambda i: client.get("/facts"),
-                sql(f"SELECT * FROM entries WHERE {current} AND kind = 'fact' ORDER BY created_at DESC, pk DESC LIMIT 51")),
+                sql(f"SELECT * FROM entries WHERE {current} AND kind = 'fact' AND kind <> 'turn'"
+                    " ORDER BY created_at DESC, pk DESC LIMIT 51")),
             "episodes": (lambda i: client.get("/episodes"),
                          sql("SELECT * FROM episodes WHERE namespace = 'default' ORDER BY created_at DESC, pk DESC"
                              " LIMIT 51")),

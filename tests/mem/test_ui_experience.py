@@ -78,3 +78,23 @@ def test_a_skill_shows_each_revision_with_the_episode_behind_it(db_path: Path) -
         assert 'href="/skills/fix-hash-checks"' in learnt
         assert client.get("/skills/no-such-skill").status_code == 404
         assert "no skill named" in client.get("/skills/no-such-skill").text
+
+
+def test_redacted_text_is_shown_as_stored_with_each_placeholder_explained(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None) as store:
+        stored = store.remember("mail ana at ana@example.com about the rollout", kind="note")
+        client = signed_in(store)
+        page = client.get(f"/entries/{quote(stored.id)}").text
+        assert "ana@example.com" not in page
+        assert '<abbr class="placeholder" title="redacted: the email written here was removed' in page
+        assert "&lt;EMAIL&gt;</abbr>" in page  # as stored
+        found = client.get("/", params={"q": "rollout"}).text
+        assert "<mark>rollout</mark>" in found and 'class="placeholder"' in found
+
+
+def test_placeholders_are_told_apart_from_the_words_a_search_marks() -> None:
+    from harness_mem.ui.pages import marked
+
+    assert marked("ask <EMAIL:0123456789ab> about the Rollout, key <API_KEY>", "rollout email") == [
+        ("ask ", "plain"), ("<EMAIL:0123456789ab>", "pseudonym"), (" about the ", "plain"), ("Rollout", "matched"),
+        (", key ", "plain"), ("<API_KEY>", "removed")]

@@ -94,24 +94,36 @@ def search(store: MemoryStore, form: SearchForm) -> list[Hit]:
 
 
 _WORD = re.compile(r"\w+")
+#: What redaction leaves in stored text: ``<EMAIL:1a2b3c4d5e6f>`` (a keyed pseudonym) or ``<API_KEY>`` (removed).
+PLACEHOLDER = re.compile(r"<([A-Z][A-Z0-9_]*)(?::[0-9a-f]{12})?>")
+#: What each piece of shown text is: plain, one of the query's words, or a redaction's placeholder.
+PLAIN, MATCHED, PSEUDONYM, REMOVED = "plain", "matched", "pseudonym", "removed"
 
 
-def marked(text: str, query: str) -> list[tuple[str, bool]]:
-    """``text`` in pieces, each with whether it is one of the query's words (any case): for ``<mark>``."""
+def marked(text: str, query: str) -> list[tuple[str, str]]:
+    """``text`` in pieces, each with what it is: one of the query's words (any case), for ``<mark>``;
+    a redaction's placeholder, explained where it is shown; else plain."""
     words = {word.casefold() for word in _WORD.findall(query) if len(word) > 1}
-    if not words:
-        return [(text, False)]
-    pieces: list[tuple[str, bool]] = []
+    pieces: list[tuple[str, str]] = []
+
+    def words_of(part: str) -> None:
+        last = 0
+        for match in _WORD.finditer(part) if words else ():
+            if match.group().casefold() in words:
+                if match.start() > last:
+                    pieces.append((part[last:match.start()], PLAIN))
+                pieces.append((match.group(), MATCHED))
+                last = match.end()
+        if last < len(part):
+            pieces.append((part[last:], PLAIN))
+
     last = 0
-    for match in _WORD.finditer(text):
-        if match.group().casefold() in words:
-            if match.start() > last:
-                pieces.append((text[last:match.start()], False))
-            pieces.append((match.group(), True))
-            last = match.end()
-    if last < len(text):
-        pieces.append((text[last:], False))
-    return pieces
+    for found in PLACEHOLDER.finditer(text):
+        words_of(text[last:found.start()])
+        pieces.append((found.group(), PSEUDONYM if ":" in found.group() else REMOVED))
+        last = found.end()
+    words_of(text[last:])
+    return pieces or [(text, PLAIN)]
 
 
 _RETRIEVERS = {"keyword": "keyword", "semantic": "meaning", "hybrid": "fusion"}
