@@ -89,3 +89,27 @@ def test_the_check_finds_each_kind_of_problem(chromium: Any) -> None:
                      "h3 after h1", "contrast", "textbox without an accessible name",
                      "button without an accessible name", "shows no focus outline", "cannot be reached with the Tab key"):
         assert expected in found, expected
+
+
+def test_reading_works_with_javascript_off(stored: tuple[Path, str, str], chromium: Any) -> None:
+    db, episode_id, fact_id = stored
+    with ui_process(db) as (url, _):
+        origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+        context = chromium.new_context(java_script_enabled=False)
+        page = context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        page.goto(url)
+        page.fill("#q", "argon2id")
+        page.press("#q", "Enter")  # the browser's own form submission
+        page.wait_for_selector("li.hit mark")
+        page.click("li.hit a.entry-link")
+        page.wait_for_selector("main h1")
+        page.goto(f"{origin}/entries/{quote(fact_id)}")
+        assert "How it learnt this" in page.inner_text("main")
+        page.goto(f"{origin}/episodes/{quote(episode_id)}")
+        assert "shown by" in page.inner_text("main")
+        page.goto(f"{origin}/sessions/s-auth")
+        assert not page.is_visible("li.role-tool p.content")  # tool turns folded
+        page.locator("li.role-tool summary").first.press("Enter")  # and one opens without script (by keyboard)
+        assert page.is_visible("li.role-tool details[open] p.content")
+        context.close()
