@@ -105,3 +105,25 @@ def test_health_counts_once_per_change_and_is_never_stale(db_path: Path) -> None
         with MemoryStore(db_path, embedder=None) as other:  # another process's write counts too
             other.add("a new note", kind="note")
         assert "4 in 1 sessions" in client.get("/health").text
+
+
+def test_the_kind_index_serves_only_queries_about_other_kinds(db_path: Path) -> None:
+    """A plain (namespace, kind, created_at) index took the place of the session index in a keyword
+    recall's lookup of each turn's previous turn (0.2 s became 10 s at 100,000 turns): the index is
+    partial, and no statement a recall runs is planned on it."""
+    with MemoryStore(db_path, embedder=None) as store:
+        for i in range(40):
+            store.add(f"turn {i} about argon2id hashing", kind="turn", role="user", session=f"s{i % 4}", id=f"t{i}")
+        store.add("the deploy target is staging-eu", kind="fact")
+        conn = store.storage.conn  # type: ignore[attr-defined]
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        store.recall("argon2id hashing", 5, "keyword")
+        conn.set_trace_callback(None)
+        plans = [" ".join(str(row[-1]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+                 for sql in statements if sql.lstrip().upper().startswith(("SELECT", "WITH"))]
+        assert plans and not [plan for plan in plans if "entries_by_kind" in plan]
+        facts = " ".join(str(row[-1]) for row in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT pk FROM entries e WHERE e.namespace = 'default' AND e.kind IN ('fact')"
+            " AND e.kind <> 'turn' ORDER BY e.created_at DESC, e.pk DESC LIMIT 51"))
+        assert "entries_by_kind" in facts  # what the facts page asks, through it
