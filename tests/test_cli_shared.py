@@ -216,7 +216,7 @@ def test_migrate_list_shows_both_sets(db_path: Path) -> None:
 
 def test_migrate_list_on_a_new_file_shows_what_opening_would_do(db_path: Path) -> None:
     listing = invoke("harness-mem", "--db", str(db_path), "migrate", "--list")
-    assert [line.split()[:2] for line in listing.stdout.splitlines()] == [["harness_mem", "pending"]] * 15
+    assert [line.split()[:2] for line in listing.stdout.splitlines()] == [["harness_mem", "pending"]] * 16
     assert not db_path.exists()  # listing is a read: it creates nothing
 
 
