@@ -40,6 +40,12 @@ def main() -> None:
             page.click("li.hit a.entry-link")
             page.wait_for_selector("main h1")
             page.screenshot(path=OUT / "browser-entry.png", full_page=True)
+            page.goto(url.split("?")[0] + "episodes")
+            page.wait_for_selector("main h1")
+            page.screenshot(path=OUT / "browser-episodes.png")
+            page.goto(url.split("?")[0] + "facts")
+            page.click("li.hit a.entry-link")
+            page.wait_for_selector("main h1")
             page.click("section.sources a.entry-link")  # the turn it was learnt from: forgetting it takes the fact
             page.wait_for_selector("text=Forget…")
             page.click("text=Forget…")

@@ -186,11 +186,12 @@ class AsyncMemoryStore:
     async def recall_sessions(self, query: str, k: int = 5, **options: Any) -> builtins.list[SessionHit]:
         return await self._call("recall_sessions", query, k, **options)  # type: ignore[no-any-return]
 
-    async def sessions(self, limit: int = 20, offset: int = 0) -> builtins.list[SessionSummary]:
-        return await self._call("sessions", limit, offset)  # type: ignore[no-any-return]
+    async def sessions(self, limit: int = 20, offset: int = 0, *, after: str | None = None) -> builtins.list[SessionSummary]:
+        return await self._call("sessions", limit, offset, after=after)  # type: ignore[no-any-return]
 
-    async def session_turns(self, session: str, offset: int = 0, limit: int = 50) -> builtins.list[Entry]:
-        return await self._call("session_turns", session, offset, limit)  # type: ignore[no-any-return]
+    async def session_turns(self, session: str, offset: int = 0, limit: int = 50, *,
+                            after: str | None = None) -> builtins.list[Entry]:
+        return await self._call("session_turns", session, offset, limit, after=after)  # type: ignore[no-any-return]
 
     async def count(self, **filters: Any) -> int:
         return await self._call("count", **filters)  # type: ignore[no-any-return]

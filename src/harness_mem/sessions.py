@@ -150,17 +150,22 @@ def _summary(span: SessionSpan) -> SessionSummary:
                           ended_at=from_ms(span.ended_ms))
 
 
-def sessions(storage: Storage, scope: Scope, limit: int = 20, offset: int = 0) -> list[SessionSummary]:
-    """The namespace's sessions, most recently active first, with their sizes."""
+def sessions(storage: Storage, scope: Scope, limit: int = 20, offset: int = 0,
+             after: str | None = None) -> list[SessionSummary]:
+    """The namespace's sessions, most recently active first, with their sizes; ``after`` (a
+    session): those listed after it (the next page, without counting past the ones before)."""
     _check_page(limit, offset)
-    return [_summary(span) for span in storage.sessions(scope.namespace, limit, offset)]
+    stored = None if after is None else scope.key(after) or after
+    return [_summary(span) for span in storage.sessions(scope.namespace, limit, offset, stored)]
 
 
-def session_turns(storage: Storage, scope: Scope, session: str, offset: int = 0, limit: int = 50) -> list[Entry]:
-    """A session's entries in order, a page at a time."""
+def session_turns(storage: Storage, scope: Scope, session: str, offset: int = 0, limit: int = 50,
+                  after: str | None = None) -> list[Entry]:
+    """A session's entries in order, a page at a time; ``after`` (an entry id): those after it."""
     _check_page(limit, offset)
     stored = scope.key(session) or session
-    return [entry_from_row(row) for row in storage.session_rows(scope.namespace, stored, offset, limit)]
+    start = None if after is None else scope.key(after) or after
+    return [entry_from_row(row) for row in storage.session_rows(scope.namespace, stored, offset, limit, start)]
 
 
 def _check_page(limit: int, offset: int) -> None:

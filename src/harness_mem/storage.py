@@ -54,6 +54,19 @@ def is_derived(row: Row) -> bool:
     return row.source == DERIVED_SOURCE or '"source_turns"' in row.metadata
 
 
+#: Where a page of a list in creation order starts: the (created_at, pk) of the entry before it.
+Position = tuple[int, int]
+
+
+def after_position(alias: str, newest_first: bool, placeholder: str) -> str:
+    """The condition "after the position" in a list by (created_at, pk), for keyset pagination: the
+    time bound alone is what an index on (…, created_at) can seek to; the pair settles ties.
+    Its parameters: the position's time twice, then its pk."""
+    op = "<" if newest_first else ">"
+    return (f"{alias}.created_at {op}= {placeholder}"
+            f" AND ({alias}.created_at, {alias}.pk) {op} ({placeholder}, {placeholder})")
+
+
 ON_CONFLICT: tuple[OnConflict, ...] = ("error", "ignore", "replace")
 #: Embeddings computed before a write, keyed by ``id(row)`` of the rows they belong to.
 Vectors = dict[int, Embedding]
@@ -580,8 +593,9 @@ class Storage(ABC):
 
     @abstractmethod
     def select(self, selection: Selection, *, limit: int | None = None, offset: int = 0,
-               newest_first: bool = False) -> Iterator[Row]:
-        """The entries ``selection`` passes, in creation order (or newest first)."""
+               newest_first: bool = False, after: str | None = None) -> Iterator[Row]:
+        """The entries ``selection`` passes, in creation order (or newest first); ``after`` (an
+        entry id of the selection's namespace): only those after it in that order."""
 
     @abstractmethod
     def count(self, selection: Selection) -> int: ...
@@ -669,12 +683,15 @@ class Storage(ABC):
         """A session's first and last entries."""
 
     @abstractmethod
-    def sessions(self, namespace: str, limit: int, offset: int) -> list[SessionSpan]:
-        """Sessions, most recently active first."""
+    def sessions(self, namespace: str, limit: int, offset: int, after: str | None = None) -> list[SessionSpan]:
+        """Sessions, most recently active first; ``after`` (a session): only those listed after it.
+        Found by walking the newest entries back to each session's latest, not by grouping them all."""
 
     @abstractmethod
-    def session_rows(self, namespace: str, session: str, offset: int, limit: int) -> list[Row]:
-        """A session's current entries in order, a page at a time."""
+    def session_rows(self, namespace: str, session: str, offset: int, limit: int,
+                     after: str | None = None) -> list[Row]:
+        """A session's current entries in order, a page at a time; ``after`` (an entry id): only
+        those after it (the next page, found through the index rather than counted past)."""
 
     # ---- rebuilding, counting, collecting ---------------------------------------------------------------
 

@@ -684,15 +684,16 @@ class MemoryStore:
         identities = self._revealing()
         return identities.session_hits(found) if identities is not None else found
 
-    def sessions(self, limit: int = 20, offset: int = 0) -> list[SessionSummary]:
-        """Sessions, most recently active first, with their sizes."""
-        found = sessions.sessions(self.storage, self.scope, limit, offset)
+    def sessions(self, limit: int = 20, offset: int = 0, *, after: str | None = None) -> list[SessionSummary]:
+        """Sessions, most recently active first, with their sizes; ``after`` (a session listed):
+        the page after it, found through the index (an offset counts past every session before)."""
+        found = sessions.sessions(self.storage, self.scope, limit, offset, after)
         identities = self._revealing()
         return identities.summaries(found) if identities is not None else found
 
-    def session_turns(self, session: str, offset: int = 0, limit: int = 50) -> list[Entry]:
-        """One session's entries in order, a page at a time."""
-        return self._revealed(sessions.session_turns(self.storage, self.scope, session, offset, limit))
+    def session_turns(self, session: str, offset: int = 0, limit: int = 50, *, after: str | None = None) -> list[Entry]:
+        """One session's entries in order, a page at a time; ``after`` (an entry id): the page after it."""
+        return self._revealed(sessions.session_turns(self.storage, self.scope, session, offset, limit, after))
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -919,11 +920,14 @@ class MemoryStore:
     # Last in the class: once defined, the name ``list`` in this class body means this method, not
     # the builtin, and type checkers would read later annotations that way.
     def list(self, *, limit: int | None = None, offset: int = 0, newest_first: bool = False,
-             refresh_ttl: bool = False, **filters: Any) -> Iterator[Entry]:
+             refresh_ttl: bool = False, after: str | None = None, **filters: Any) -> Iterator[Entry]:
         """Entries in creation order (or newest first), filtered like :meth:`recall`; ``offset``
-        skips that many first (pages of ``limit``); ``refresh_ttl`` as in :meth:`get`."""
+        skips that many first (pages of ``limit``), ``after`` (an entry id) starts after that entry
+        instead, through the index, however far down it is; ``refresh_ttl`` as in :meth:`get`."""
         _check_offset(offset)
-        rows = self.storage.select(self._selection(filters), limit=limit, offset=offset, newest_first=newest_first)
+        start = None if after is None else self.scope.key(after) or after
+        rows = self.storage.select(self._selection(filters), limit=limit, offset=offset, newest_first=newest_first,
+                                   after=start)
         if self._revealing() is None and not refresh_ttl:
             for row in rows:
                 yield entry_from_row(row)

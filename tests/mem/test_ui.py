@@ -220,6 +220,7 @@ def test_health_shows_counts_coverage_and_redactions(memory: MemoryStore) -> Non
     client, _ = signed_in(memory)
     page = client.get("/health").text
     assert "5 in 1 sessions" in page and "keyword only" in page and "email 1" in page.lower()
+    assert "what holds it" in page and "(keyword index)" in page and f'href="/sessions/{SESSION}">{SESSION}</a> 4 entries' in page
     assert "Run doctor" in page
     checked = client.get("/health?checks=1").text
     assert "ok — integrity" in checked

@@ -36,10 +36,12 @@ from ..rows import COLUMN_NAMES, COLUMNS, Row
 from ..storage import (
     DERIVED_SOURCE,
     OnConflict,
+    Position,
     SessionSpan,
     Storage,
     VectorCounts,
     Vectors,
+    after_position,
     index_texts_of,
     settle_conflicts,
 )
@@ -83,6 +85,10 @@ _KEPT = "e.forgotten_at IS NULL"
 # A session's transcript: its entries, less what was derived from them or recorded about the run.
 _TRANSCRIPT = f"e.source IS DISTINCT FROM '{DERIVED_SOURCE}' AND e.kind <> 'episode'"
 _IN_SESSION = f"e.namespace = %s AND e.session = %s AND {_TRANSCRIPT}"
+# An entry ``e`` of the session's transcript that is not its latest: a later one exists.
+_LATER_IN_SESSION = ("SELECT 1 FROM entries f WHERE f.namespace = e.namespace AND f.session = e.session"
+                     f" AND f.created_at >= e.created_at AND (f.created_at, f.pk) > (e.created_at, e.pk)"
+                     f" AND {_TRANSCRIPT.replace('e.', 'f.')} AND {_CURRENT.replace('e.', 'f.')}")
 _LIVE = "namespace = %s AND (expires_at IS NULL OR expires_at > %s)"
 _COLUMNS_E = ", ".join(f"e.{c.strip()}" for c in COLUMNS.split(","))
 # What a write gives each new row: every column but pk (the database numbers it), and its tokens.
@@ -1348,8 +1354,14 @@ class PostgresStorage(Storage):
             f"SELECT {_COLUMNS_E} FROM entries e WHERE e.pk = ANY(%s)", (list(pks),))}
 
     def select(self, selection: Selection, *, limit: int | None = None, offset: int = 0,
-               newest_first: bool = False) -> Iterator[Row]:
+               newest_first: bool = False, after: str | None = None) -> Iterator[Row]:
         clause, params = where(selection)
+        if after is not None:
+            position = self._position(selection.namespace, after)
+            if position is None:
+                return
+            clause += f" AND {after_position('e', newest_first, '%s')}"
+            params += [position[0], *position]
         order = "DESC" if newest_first else "ASC"
         sql = f"SELECT {_COLUMNS_E} FROM entries e WHERE {clause} ORDER BY e.created_at {order}, e.pk {order}"
         if limit is not None:
@@ -1550,16 +1562,49 @@ class PostgresStorage(Storage):
             f" ORDER BY e.created_at {order}, e.pk {order} LIMIT 1", (namespace, session))[0] for order in ("ASC", "DESC"))
         return Row._make(first), Row._make(last)
 
-    def sessions(self, namespace: str, limit: int, offset: int) -> list[SessionSpan]:
+    def sessions(self, namespace: str, limit: int, offset: int, after: str | None = None) -> list[SessionSpan]:
+        params: list[Any] = [namespace]
+        cursor = ""
+        if after is not None:
+            position = self._session_position(namespace, after)
+            if position is None:
+                return []
+            cursor = f" AND {after_position('e', True, '%s')}"
+            params += [position[0], *position]
         return [SessionSpan(s, int(n), a, b) for s, n, a, b in self.query(
-            "SELECT e.session, count(*), min(e.created_at), max(e.created_at) FROM entries e"
-            f" WHERE e.namespace = %s AND e.session IS NOT NULL AND {_TRANSCRIPT} AND {_CURRENT}"
-            " GROUP BY e.session ORDER BY max(e.created_at) DESC, e.session LIMIT %s OFFSET %s", (namespace, limit, offset))]
+            # Newest entries first, each kept when it is its session's latest; then those sessions' sizes.
+            "WITH latest AS MATERIALIZED (SELECT e.session, e.created_at, e.pk FROM entries e"
+            f" WHERE e.namespace = %s AND e.session IS NOT NULL AND {_TRANSCRIPT} AND {_CURRENT}{cursor}"
+            f" AND NOT EXISTS ({_LATER_IN_SESSION}) ORDER BY e.created_at DESC, e.pk DESC LIMIT %s OFFSET %s)"
+            " SELECT l.session, count(*), min(e.created_at), max(e.created_at) FROM latest l JOIN entries e"
+            f" ON e.namespace = %s AND e.session = l.session AND {_TRANSCRIPT} AND {_CURRENT}"
+            " GROUP BY l.session, l.created_at, l.pk ORDER BY l.created_at DESC, l.pk DESC",
+            (*params, limit, offset, namespace))]
 
-    def session_rows(self, namespace: str, session: str, offset: int, limit: int) -> list[Row]:
+    def session_rows(self, namespace: str, session: str, offset: int, limit: int,
+                     after: str | None = None) -> list[Row]:
+        params: list[Any] = [namespace, session]
+        cursor = ""
+        if after is not None:
+            position = self._position(namespace, after)
+            if position is None:
+                return []
+            cursor = f" AND {after_position('e', False, '%s')}"
+            params += [position[0], *position]
         return [Row._make(r) for r in self.query(
-            f"SELECT {_COLUMNS_E} FROM entries e WHERE {_IN_SESSION} AND {_CURRENT}"
-            " ORDER BY e.created_at, e.pk LIMIT %s OFFSET %s", (namespace, session, limit, offset))]
+            f"SELECT {_COLUMNS_E} FROM entries e WHERE {_IN_SESSION} AND {_CURRENT}{cursor}"
+            " ORDER BY e.created_at, e.pk LIMIT %s OFFSET %s", (*params, limit, offset))]
+
+    def _position(self, namespace: str, entry_id: str) -> Position | None:
+        """Where an entry stands in a list by time (forgotten or not: a page may start after one)."""
+        found = self.query("SELECT created_at, pk FROM entries WHERE namespace = %s AND id = %s", (namespace, entry_id))
+        return (int(found[0][0]), int(found[0][1])) if found else None
+
+    def _session_position(self, namespace: str, session: str) -> Position | None:
+        """Where a session stands in the list of sessions: its latest current transcript entry."""
+        found = self.query(f"SELECT e.created_at, e.pk FROM entries e WHERE {_IN_SESSION} AND {_CURRENT}"
+                           " ORDER BY e.created_at DESC, e.pk DESC LIMIT 1", (namespace, session))
+        return (int(found[0][0]), int(found[0][1])) if found else None
 
     # ---- rebuilding, counting, collecting --------------------------------------------------------------------
 

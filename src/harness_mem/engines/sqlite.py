@@ -45,10 +45,12 @@ from ..steps import in_steps, next_step
 from ..storage import (
     DERIVED_SOURCE,
     OnConflict,
+    Position,
     SessionSpan,
     Storage,
     VectorCounts,
     Vectors,
+    after_position,
     index_texts_of,
     settle_conflicts,
 )
@@ -106,6 +108,10 @@ _KEPT = "e.forgotten_at IS NULL"
 # A session's transcript: its entries, less what was derived from them or recorded about the run.
 _TRANSCRIPT = f"e.source IS NOT '{DERIVED_SOURCE}' AND e.kind <> 'episode'"
 _IN_SESSION = f"e.namespace = ? AND e.session = ? AND {_TRANSCRIPT}"
+# An entry ``e`` of the session's transcript that is not its latest: a later one exists.
+_LATER_IN_SESSION = ("SELECT 1 FROM entries f WHERE f.namespace = e.namespace AND f.session = e.session"
+                     f" AND f.created_at >= e.created_at AND (f.created_at, f.pk) > (e.created_at, e.pk)"
+                     f" AND {_TRANSCRIPT.replace('e.', 'f.')} AND {_CURRENT.replace('e.', 'f.')}")
 # An entry ``stats`` counts: in the namespace and not expired.
 _LIVE = "namespace = ? AND (expires_at IS NULL OR expires_at > ?)"
 
@@ -811,8 +817,17 @@ class SQLiteStorage(Storage):
         return {row[0]: Row._make(row) for row in found}
 
     def select(self, selection: Selection, *, limit: int | None = None, offset: int = 0,
-               newest_first: bool = False) -> Iterator[Row]:
+               newest_first: bool = False, after: str | None = None) -> Iterator[Row]:
         clause, params = where(selection)
+        kinds = selection.filters.kind
+        if kinds is not None and "turn" not in ([kinds] if isinstance(kinds, str) else kinds):
+            clause += " AND e.kind <> 'turn'"  # in so many words: what lets the partial index of other kinds serve
+        if after is not None:
+            position = self._position(selection.namespace, after)
+            if position is None:
+                return
+            clause += f" AND {after_position('e', newest_first, '?')}"
+            params += [position[0], *position]
         order = "DESC" if newest_first else "ASC"
         sql = f"SELECT {COLUMNS} FROM entries e WHERE {clause} ORDER BY e.created_at {order}, e.pk {order}"
         if limit is not None or offset:
@@ -1003,21 +1018,58 @@ class SQLiteStorage(Storage):
         ).fetchone() for order in ("ASC", "DESC"))
         return Row._make(first), Row._make(last)
 
-    def sessions(self, namespace: str, limit: int, offset: int) -> list[SessionSpan]:
+    def sessions(self, namespace: str, limit: int, offset: int, after: str | None = None) -> list[SessionSpan]:
+        params: list[Any] = [namespace]
+        cursor = ""
+        if after is not None:
+            position = self._session_position(namespace, after)
+            if position is None:
+                return []
+            cursor = f" AND {after_position('e', True, '?')}"
+            params += [position[0], *position]
         rows = self.conn.execute(
-            "SELECT e.session, count(*), min(e.created_at), max(e.created_at) FROM entries e"
-            f" WHERE e.namespace = ? AND e.session IS NOT NULL AND {_TRANSCRIPT} AND {_CURRENT}"
-            " GROUP BY e.session ORDER BY max(e.created_at) DESC, e.session LIMIT ? OFFSET ?",
-            (namespace, limit, offset),
+            # Newest entries first, each kept when it is its session's latest; then those sessions'
+            # sizes. Both orders pinned: the planner otherwise may walk every entry and re-run the walk.
+            f"WITH latest AS MATERIALIZED (SELECT e.session, e.created_at, e.pk FROM entries e INDEXED BY entries_by_time"
+            f" WHERE e.namespace = ? AND e.session IS NOT NULL AND {_TRANSCRIPT} AND {_CURRENT}{cursor}"
+            f" AND NOT EXISTS ({_LATER_IN_SESSION}) ORDER BY e.created_at DESC, e.pk DESC LIMIT ? OFFSET ?)"
+            " SELECT l.session, count(*), min(e.created_at), max(e.created_at)"
+            " FROM latest l CROSS JOIN entries e INDEXED BY entries_by_session"
+            f" ON e.namespace = ? AND e.session = l.session AND {_TRANSCRIPT} AND {_CURRENT}"
+            " GROUP BY l.session, l.created_at, l.pk ORDER BY l.created_at DESC, l.pk DESC",
+            (*params, limit, offset, namespace),
         ).fetchall()
         return [SessionSpan(s, int(n), a, b) for s, n, a, b in rows]
 
-    def session_rows(self, namespace: str, session: str, offset: int, limit: int) -> list[Row]:
-        rows = self.conn.execute(
-            f"SELECT {COLUMNS} FROM entries e WHERE {_IN_SESSION} AND {_CURRENT} ORDER BY e.created_at, e.pk LIMIT ? OFFSET ?",
-            (namespace, session, limit, offset),
+    def session_rows(self, namespace: str, session: str, offset: int, limit: int,
+                     after: str | None = None) -> list[Row]:
+        params: list[Any] = [namespace, session]
+        cursor = ""
+        if after is not None:
+            position = self._position(namespace, after)
+            if position is None:
+                return []
+            cursor = f" AND {after_position('e', False, '?')}"
+            params += [position[0], *position]
+        rows = self.conn.execute(  # the session's index: with a time bound the planner may take the namespace's
+            f"SELECT {COLUMNS} FROM entries e INDEXED BY entries_by_session WHERE {_IN_SESSION} AND {_CURRENT}{cursor}"
+            " ORDER BY e.created_at, e.pk LIMIT ? OFFSET ?",
+            (*params, limit, offset),
         ).fetchall()
         return [Row._make(row) for row in rows]
+
+    def _position(self, namespace: str, entry_id: str) -> Position | None:
+        """Where an entry stands in a list by time (forgotten or not: a page may start after one)."""
+        found = self.conn.execute("SELECT created_at, pk FROM entries WHERE namespace = ? AND id = ?",
+                                  (namespace, entry_id)).fetchone()
+        return None if found is None else (int(found[0]), int(found[1]))
+
+    def _session_position(self, namespace: str, session: str) -> Position | None:
+        """Where a session stands in the list of sessions: its latest current transcript entry."""
+        found = self.conn.execute(
+            f"SELECT e.created_at, e.pk FROM entries e WHERE {_IN_SESSION} AND {_CURRENT}"
+            " ORDER BY e.created_at DESC, e.pk DESC LIMIT 1", (namespace, session)).fetchone()
+        return None if found is None else (int(found[0]), int(found[1]))
 
     # ---- rebuilding derived rows -------------------------------------------------------------------
 

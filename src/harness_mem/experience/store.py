@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import DuplicateIdError, InvalidInputError, InvalidSkillError, NotFoundError, StorageError
 from ..models import dumps, format_time, from_ms, new_id, now_ms, to_ms
+from ..storage import after_position
 from .episode import Episode, SkillUseTrace, ToolTrace
 from .skills import Skill, check_skill, scan_skills_dir, write_skill_md
 from .tables import Tables, tables_of
@@ -329,6 +330,18 @@ class ExperienceStore:
             )
         return _stored_episode(row)
 
+    def get_many(self, ids: Sequence[str]) -> builtins.list[StoredEpisode]:
+        """The episodes with these ids that are there, in the order asked, each once: one query."""
+        keys = {episode_id: self._key(episode_id) or episode_id for episode_id in dict.fromkeys(ids)}
+        if not keys:
+            return []
+        rows = self.tables.execute(
+            f"SELECT {_EPISODE_COLUMNS} FROM episodes ep {self._live()} AND ep.id IN ({', '.join('?' * len(keys))})",
+            (self.namespace, now_ms(), *keys.values()),
+        ).fetchall()
+        found = {row[0]: _stored_episode(row) for row in rows}
+        return [found[key] for key in keys.values() if key in found]
+
     def list(
         self,
         *,
@@ -337,10 +350,19 @@ class ExperienceStore:
         skill: str | None = None,
         success: bool | None = None,
         newest_first: bool = True,
+        after: str | None = None,
     ) -> builtins.list[StoredEpisode]:
-        """Recorded episodes, newest first, optionally only those using ``tool``/``skill`` or with a result."""
+        """Recorded episodes, newest first, optionally only those using ``tool``/``skill`` or with a
+        result; ``after`` (an episode id): those listed after it (the next page, through the index)."""
         sql = f"SELECT {_EPISODE_COLUMNS} FROM episodes ep {self._live()}"
         params: list[Any] = [self.namespace, now_ms()]
+        if after is not None:
+            position = self.tables.execute("SELECT created_at, pk FROM episodes WHERE namespace = ? AND id = ?",
+                                           (self.namespace, self._key(after))).fetchone()
+            if position is None:
+                return []
+            sql += f" AND {after_position('ep', newest_first, '?')}"
+            params += [position[0], position[0], position[1]]
         if tool is not None:
             sql += f" AND EXISTS (SELECT 1 FROM {self.tables.elements('ep.tools')} WHERE value = ?)"
             params.append(tool)
@@ -554,11 +576,27 @@ class ExperienceStore:
         ))
         return SkillRecord(Skill.parse(text), version, from_ms(created), from_ms(updated), sources)
 
-    def list_skills(self) -> builtins.list[SkillRecord]:
-        """Every saved skill, by name."""
+    def list_skills(self, *, limit: int | None = None, after: str | None = None) -> builtins.list[SkillRecord]:
+        """Every saved skill, by name (``limit`` of them, those named after ``after``: a page)."""
+        sql = "SELECT pk, skill_md, version, created_at, updated_at FROM skills WHERE namespace = ?"
+        params: list[Any] = [self.namespace]
+        if after is not None:
+            sql += " AND name > ?"
+            params.append(after)
+        sql += " ORDER BY name"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        rows = self.tables.execute(sql, params).fetchall()
+        return [self._skill_record(row) for row in rows]
+
+    def skills_from_episode(self, id: str) -> builtins.list[SkillRecord]:
+        """The saved skills distilled or revised from the episode ``id``, by name."""
         rows = self.tables.execute(
-            "SELECT pk, skill_md, version, created_at, updated_at FROM skills WHERE namespace = ? ORDER BY name",
-            (self.namespace,),
+            "SELECT s.pk, s.skill_md, s.version, s.created_at, s.updated_at FROM skills s"
+            " JOIN skill_sources src ON src.skill_pk = s.pk JOIN episodes ep ON ep.pk = src.episode_pk"
+            " WHERE ep.namespace = ? AND ep.id = ? ORDER BY s.name",
+            (self.namespace, self._key(id) or id),
         ).fetchall()
         return [self._skill_record(row) for row in rows]
 

@@ -26,7 +26,7 @@ from starlette.templating import Jinja2Templates
 
 from ..cliutils import shown
 from ..errors import HarnessMemError, NotFoundError
-from ..models import format_time
+from ..models import format_time, from_ms
 from ..store import MemoryStore
 from . import actions, pages
 from .security import CSRF_FIELD, Guard, Guarded
@@ -86,9 +86,12 @@ def _field(form: FormData, name: str) -> str:
 def build_app(store: MemoryStore, guard: Guard) -> Any:
     """The ASGI app browsing ``store``, behind ``guard``."""
     templates = Jinja2Templates(directory=HERE / "templates")
-    templates.env.globals.update(format_time=lambda t: format_time(t)[:19].replace("T", " "), marked=pages.marked,
+    templates.env.globals.update(format_time=lambda t: format_time(t)[:19].replace("T", " "),
+                                 format_time_epoch=lambda t: format_time(from_ms(int(t * 1000)))[:19].replace("T", " "),
+                                 marked=pages.marked,
                                  explained=pages.explained, kinds=pages.KINDS, modes=pages.MODES)
     calls = StoreCalls(store)
+    counts = pages.HealthCounts()
 
     def render(request: Request, template: str, status: int = 200, **context: Any) -> Response:
         session = request.scope["state"].get("session")
@@ -139,8 +142,24 @@ def build_app(store: MemoryStore, guard: Guard) -> Any:
 
     async def health(request: Request) -> Response:
         with_checks = request.query_params.get("checks") == "1"
-        found = await calls.run(lambda s: pages.health_page(s, with_checks=with_checks))
+        found = await calls.run(lambda s: pages.health_page(s, counts, with_checks=with_checks))
         return render(request, "health.html", page=found)
+
+    async def episodes(request: Request) -> Response:
+        listing, result = await calls.run(lambda s: pages.episodes(s, request.query_params))
+        return render(request, "episodes.html", listing=listing, result=result)
+
+    async def episode(request: Request) -> Response:
+        view, learnt = await calls.run(lambda s: pages.episode_page(s, request.path_params["episode_id"]))
+        return render(request, "episode.html", view=view, learnt=learnt)
+
+    async def skills(request: Request) -> Response:
+        listing = await calls.run(lambda s: pages.skills(s, request.query_params))
+        return render(request, "skills.html", listing=listing)
+
+    async def skill(request: Request) -> Response:
+        found = await calls.run(lambda s: pages.skill_page(s, request.path_params["name"]))
+        return render(request, "skill.html", page=found)
 
     async def new_note(request: Request) -> Response:
         return render(request, "note.html")
@@ -208,6 +227,10 @@ def build_app(store: MemoryStore, guard: Guard) -> Any:
         Route("/sessions", page(sessions)),
         Route("/sessions/{session:path}", page(session)),
         Route("/facts", page(facts)),
+        Route("/episodes", page(episodes)),
+        Route("/episodes/{episode_id:path}", page(episode)),
+        Route("/skills", page(skills)),
+        Route("/skills/{name:path}", page(skill)),
         Route("/health", page(health)),
         Route("/notes/new", page(new_note)),
         *(Route(f"/{name}", page(action(handler)), methods=["POST"]) for name, handler in (

@@ -8,18 +8,23 @@ page costs what the same question costs from Python: a search is one recall, a l
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ..errors import InvalidInputError
+from ..experience.outcomes import Outcome
+from ..experience.store import ExperienceStore, SkillRecord, SkillVersion, StoredEpisode
 from ..models import Entry, Hit
 from ..provenance import cited_turns
 from ..recall import Mode
 from ..store import MemoryStore
 
-__all__ = ["EntryPage", "HealthPage", "Listing", "SearchForm", "SessionPage", "entry_page", "explained", "facts",
-           "health_page", "marked", "search", "search_form", "session_page", "sessions"]
+__all__ = ["EntryPage", "EpisodeView", "HealthCounts", "HealthPage", "Listing", "SearchForm", "SessionPage", "SkillPage",
+           "entry_page", "episode_page", "episodes", "explained", "facts", "health_page", "marked", "search",
+           "search_form", "session_page", "sessions", "skill_page", "skills"]
 
 #: Entries, sessions or hits on one page.
 PAGE_SIZE = 50
@@ -27,6 +32,7 @@ MODES = ("hybrid", "keyword", "semantic")
 KINDS = ("note", "fact", "summary", "turn", "episode")
 MAX_QUERY_CHARS = 4_096
 MAX_HITS = 100
+MAX_CURSOR_CHARS = 1_000
 
 
 def _one_of(value: str | None, allowed: tuple[str, ...], name: str) -> str | None:
@@ -37,11 +43,12 @@ def _one_of(value: str | None, allowed: tuple[str, ...], name: str) -> str | Non
     return value
 
 
-def _offset(params: Mapping[str, str]) -> int:
-    text = params.get("offset") or "0"
-    if not text.isdigit() or int(text) > 10_000_000:
-        raise InvalidInputError(f"offset must be a whole number, 0 or more, not {text[:40]!r}")
-    return int(text)
+def _after(params: Mapping[str, str]) -> str | None:
+    """Where a page starts: the last item of the page before it (blank: the first page)."""
+    text = params.get("after") or None
+    if text is not None and len(text) > MAX_CURSOR_CHARS:
+        raise InvalidInputError(f"after must name an item of the list, at most {MAX_CURSOR_CHARS} characters")
+    return text
 
 
 @dataclass(frozen=True)
@@ -87,24 +94,36 @@ def search(store: MemoryStore, form: SearchForm) -> list[Hit]:
 
 
 _WORD = re.compile(r"\w+")
+#: What redaction leaves in stored text: ``<EMAIL:1a2b3c4d5e6f>`` (a keyed pseudonym) or ``<API_KEY>`` (removed).
+PLACEHOLDER = re.compile(r"<([A-Z][A-Z0-9_]*)(?::[0-9a-f]{12})?>")
+#: What each piece of shown text is: plain, one of the query's words, or a redaction's placeholder.
+PLAIN, MATCHED, PSEUDONYM, REMOVED = "plain", "matched", "pseudonym", "removed"
 
 
-def marked(text: str, query: str) -> list[tuple[str, bool]]:
-    """``text`` in pieces, each with whether it is one of the query's words (any case): for ``<mark>``."""
+def marked(text: str, query: str) -> list[tuple[str, str]]:
+    """``text`` in pieces, each with what it is: one of the query's words (any case), for ``<mark>``;
+    a redaction's placeholder, explained where it is shown; else plain."""
     words = {word.casefold() for word in _WORD.findall(query) if len(word) > 1}
-    if not words:
-        return [(text, False)]
-    pieces: list[tuple[str, bool]] = []
+    pieces: list[tuple[str, str]] = []
+
+    def words_of(part: str) -> None:
+        last = 0
+        for match in _WORD.finditer(part) if words else ():
+            if match.group().casefold() in words:
+                if match.start() > last:
+                    pieces.append((part[last:match.start()], PLAIN))
+                pieces.append((match.group(), MATCHED))
+                last = match.end()
+        if last < len(part):
+            pieces.append((part[last:], PLAIN))
+
     last = 0
-    for match in _WORD.finditer(text):
-        if match.group().casefold() in words:
-            if match.start() > last:
-                pieces.append((text[last:match.start()], False))
-            pieces.append((match.group(), True))
-            last = match.end()
-    if last < len(text):
-        pieces.append((text[last:], False))
-    return pieces
+    for found in PLACEHOLDER.finditer(text):
+        words_of(text[last:found.start()])
+        pieces.append((found.group(), PSEUDONYM if ":" in found.group() else REMOVED))
+        last = found.end()
+    words_of(text[last:])
+    return pieces or [(text, PLAIN)]
 
 
 _RETRIEVERS = {"keyword": "keyword", "semantic": "meaning", "hybrid": "fusion"}
@@ -134,6 +153,9 @@ class EntryPage:
     sources: list[Entry]
     #: What was derived from it (or its other versions): what forgetting it takes along.
     derived: list[Entry]
+    #: For an episode: the result consolidation inferred, and the turn that showed it.
+    outcome: Outcome | None = None
+    outcome_turn: Entry | None = None
 
 
 def entry_page(store: MemoryStore, entry_id: str) -> EntryPage:
@@ -141,29 +163,33 @@ def entry_page(store: MemoryStore, entry_id: str) -> EntryPage:
     history = store.history(entry_id)
     versions = {version.id for version in history}
     derived = [other for other in store.would_forget(entry_id) if other.id not in versions]
-    return EntryPage(entry, history, cited_turns(store, entry), derived)
+    outcome = Outcome.from_dict(entry.metadata.get("outcome")) if entry.kind == "episode" else None
+    turn = next(iter(store.get_many([outcome.turn_id])), None) if outcome is not None and outcome.turn_id else None
+    return EntryPage(entry, history, cited_turns(store, entry), derived, outcome, turn)
 
 
 @dataclass(frozen=True)
 class Listing:
-    """One page of a list, and where the next and previous pages start (None: there is none)."""
+    """One page of a list: where it started (None: the first page) and where the next one starts
+    (None: this is the last). Pages are keyset pages: each starts after the last item of the one
+    before, found through an index however deep in the list, never by counting past what comes first."""
 
     items: list[Any]
-    offset: int
-    next_offset: int | None
-    previous_offset: int | None
+    after: str | None
+    next_after: str | None
 
 
-def _listing(items: list[Any], offset: int) -> Listing:
+def _listing(items: list[Any], after: str | None, key: Callable[[Any], str]) -> Listing:
+    """A page of ``items`` (read with one more than a page: that one says whether a next page exists)."""
     more = len(items) > PAGE_SIZE
-    return Listing(items[:PAGE_SIZE], offset, offset + PAGE_SIZE if more else None,
-                   max(offset - PAGE_SIZE, 0) if offset else None)
+    shown = items[:PAGE_SIZE]
+    return Listing(shown, after, key(shown[-1]) if more else None)
 
 
 def sessions(store: MemoryStore, params: Mapping[str, str]) -> Listing:
     """Sessions, most recently active first, a page at a time."""
-    offset = _offset(params)
-    return _listing(store.sessions(limit=PAGE_SIZE + 1, offset=offset), offset)
+    after = _after(params)
+    return _listing(store.sessions(limit=PAGE_SIZE + 1, after=after), after, lambda s: s.session)
 
 
 @dataclass(frozen=True)
@@ -176,25 +202,27 @@ class SessionPage:
 
 
 def session_page(store: MemoryStore, session: str, params: Mapping[str, str]) -> SessionPage:
-    offset = _offset(params)
-    page = store.session_turns(session, offset=offset, limit=PAGE_SIZE + 1)
-    if not page and not offset:
+    after = _after(params)
+    page = store.session_turns(session, limit=PAGE_SIZE + 1, after=after)
+    if not page and after is None:
         raise InvalidInputError(f"no session {session[:200]!r} in this namespace")
     derived = list(store.list(session=session, kind=["summary", "fact", "episode"], limit=PAGE_SIZE))
-    shown_beside = {entry.id for entry in derived}
-    turns = _listing([entry for entry in page if entry.id not in shown_beside], offset)
-    return SessionPage(session, turns, derived)
+    return SessionPage(session, _listing(page, after, _entry_id), derived)
+
+
+def _entry_id(entry: Entry) -> str:
+    return entry.id
 
 
 def facts(store: MemoryStore, params: Mapping[str, str]) -> tuple[Listing, str | None, bool]:
     """Facts, newest first: those true now, or ``as_of`` a time; with ``superseded`` also the
     versions a correction replaced."""
-    offset = _offset(params)
+    after = _after(params)
     as_of = params.get("as_of") or None
     superseded = params.get("superseded") == "1"
-    found = list(store.list(kind="fact", newest_first=True, limit=PAGE_SIZE + 1, offset=offset, as_of=as_of,
+    found = list(store.list(kind="fact", newest_first=True, limit=PAGE_SIZE + 1, after=after, as_of=as_of,
                             include_superseded=superseded))
-    return _listing(found, offset), as_of, superseded
+    return _listing(found, after, _entry_id), as_of, superseded
 
 
 @dataclass(frozen=True)
@@ -203,11 +231,113 @@ class HealthPage:
     missing_vectors: int
     model: str
     checks: list[dict[str, Any]] | None
+    #: When the counts were made (they are made again as soon as the store changes).
+    counted_at: float
 
 
-def health_page(store: MemoryStore, *, with_checks: bool) -> HealthPage:
+#: The longest the health page shows counts made before, when the store has not changed: an entry
+#: can expire without a write, and the count of those waiting for purge should notice.
+COUNTS_KEPT_SECONDS = 60.0
+
+
+class HealthCounts:
+    """``stats`` and the embedding coverage, counted again only when the store changed (its data
+    version, which any process's write moves) or a minute went by: counting reads every entry, and a
+    page view should not (on a large store that is seconds)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: tuple[tuple[int, int], float, dict[str, Any], int] | None = None
+
+    def read(self, store: MemoryStore) -> tuple[dict[str, Any], int, float]:
+        with self._lock:
+            version, now = store.data_version(), time.time()
+            if self._kept is None or self._kept[0] != version or now - self._kept[1] > COUNTS_KEPT_SECONDS:
+                # The version read before counting: a write during the count makes the next view count again.
+                self._kept = (version, now, store.stats(), store.count_missing_vectors())
+            _, counted_at, stats, missing = self._kept
+            return stats, missing, counted_at
+
+
+def health_page(store: MemoryStore, counts: HealthCounts, *, with_checks: bool) -> HealthPage:
     """Sizes, counts, redactions and embedding coverage; ``doctor``'s checks only when asked, since
     the integrity check reads the whole file."""
     model = "keyword only" if store.embedder is None else store.embedder.name
     checks = store.diagnose()["checks"] if with_checks else None
-    return HealthPage(store.stats(), store.count_missing_vectors(), model, checks)
+    stats, missing, counted_at = counts.read(store)
+    return HealthPage(stats, missing, model, checks, counted_at)
+
+
+@dataclass(frozen=True)
+class EpisodeView:
+    """An episode with how its result was decided: the outcome consolidation inferred (None when it
+    was recorded with its result, or before outcomes were inferred) and the turn that showed it."""
+
+    episode: StoredEpisode
+    outcome: Outcome | None
+    turn: Entry | None
+    session: str | None
+
+
+def _episode_views(store: MemoryStore, episodes: list[StoredEpisode]) -> list[EpisodeView]:
+    """Each episode with its entry's recorded outcome and that turn: two reads for the whole page."""
+    entries = {entry.id: entry for entry in store.get_many([ep.entry_id for ep in episodes if ep.entry_id])}
+    outcomes = {ep.id: Outcome.from_dict(entries[ep.entry_id].metadata.get("outcome"))
+                for ep in episodes if ep.entry_id in entries}
+    turns = {turn.id: turn for turn in store.get_many(
+        [outcome.turn_id for outcome in outcomes.values() if outcome is not None and outcome.turn_id])}
+    views = []
+    for ep in episodes:
+        outcome = outcomes.get(ep.id)
+        turn = turns.get(outcome.turn_id) if outcome is not None and outcome.turn_id else None
+        entry = entries.get(ep.entry_id) if ep.entry_id else None
+        views.append(EpisodeView(ep, outcome, turn, entry.session if entry is not None else None))
+    return views
+
+
+RESULTS = {"success": True, "failure": False}
+
+
+def episodes(store: MemoryStore, params: Mapping[str, str]) -> tuple[Listing, str | None]:
+    """Episodes, newest first (only successes or failures when ``result`` says), a page at a time."""
+    after = _after(params)
+    result = _one_of(params.get("result"), tuple(RESULTS), "result")
+    found = ExperienceStore(store).list(limit=PAGE_SIZE + 1, after=after,
+                                        success=None if result is None else RESULTS[result])
+    listing = _listing(found, after, lambda ep: ep.id)
+    return Listing(_episode_views(store, listing.items), listing.after, listing.next_after), result
+
+
+def episode_page(store: MemoryStore, episode_id: str) -> tuple[EpisodeView, list[SkillRecord]]:
+    """One episode, its outcome and the turn that showed it, and the skills learnt from it."""
+    experience = ExperienceStore(store)
+    view = _episode_views(store, [experience.get(episode_id)])[0]
+    return view, experience.skills_from_episode(view.episode.id)
+
+
+def skills(store: MemoryStore, params: Mapping[str, str]) -> Listing:
+    """Saved skills by name, a page at a time."""
+    after = _after(params)
+    found = ExperienceStore(store).list_skills(limit=PAGE_SIZE + 1, after=after)
+    return _listing(found, after, lambda record: record.name)
+
+
+@dataclass(frozen=True)
+class SkillPage:
+    skill: SkillRecord
+    #: Every saved version, newest first, each with the episode that prompted it (None: none did,
+    #: or it is gone: history outlives episodes).
+    revisions: list[tuple[SkillVersion, StoredEpisode | None]]
+    #: The episodes it was distilled or revised from.
+    sources: list[StoredEpisode]
+
+
+def skill_page(store: MemoryStore, name: str) -> SkillPage:
+    experience = ExperienceStore(store)
+    record = experience.get_skill(name)
+    history = experience.skill_history(name)
+    wanted = list(dict.fromkeys([*record.source_episodes, *(v.episode_id for v in history if v.episode_id)]))
+    known = {ep.id: ep for ep in experience.get_many(wanted)}
+    return SkillPage(record, [(version, known.get(version.episode_id) if version.episode_id else None)
+                              for version in reversed(history)],
+                     [known[ep_id] for ep_id in record.source_episodes if ep_id in known])

@@ -1,0 +1,129 @@
+"""The memory browser's lists on a real store, on each engine: a page starts after the last item of
+the one before (keyset), so following "next page" shows every item once even while the list grows
+at its top, and a deep page costs what the first does. The health page counts once per change."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from starlette.testclient import TestClient
+
+from harness_mem.store import MemoryStore
+from harness_mem.ui.app import build_app
+from harness_mem.ui.pages import PAGE_SIZE
+from harness_mem.ui.security import Guard
+
+PORT = 8123
+NEXT = re.compile(r'href="\?([^"]*after=[^"]*)" rel="next"')
+
+
+def signed_in(store: MemoryStore) -> TestClient:
+    guard = Guard("127.0.0.1", PORT)
+    client = TestClient(build_app(store, guard), base_url=f"http://127.0.0.1:{PORT}", follow_redirects=False)
+    assert client.get(f"/?token={guard.access_token}").status_code == 303
+    return client
+
+
+def walk(client: TestClient, path: str, shown: re.Pattern[str], between: object = None) -> list[str]:
+    """Every item a list shows, following its "next page" links to the end; ``between`` runs after
+    the first page (a write that lands at the top of the list)."""
+    seen: list[str] = []
+    url = path
+    while True:
+        page = client.get(url.replace("&amp;", "&"))
+        assert page.status_code == 200, page.text
+        assert "offset=" not in page.text
+        seen += shown.findall(page.text)
+        found = NEXT.search(page.text)
+        if found is None:
+            return seen
+        if callable(between) and len(seen) == PAGE_SIZE:
+            between()
+        url = f"{path}?{found.group(1)}"
+
+
+def test_sessions_page_by_keyset_and_a_new_session_moves_nothing(engine_store: MemoryStore) -> None:
+    n = PAGE_SIZE + 12
+    for i in range(n):  # two sessions a minute: ties in time too
+        engine_store.add(f"turn of session {i}", kind="turn", role="user", session=f"s{i:03}", id=f"t{i}",
+                         created_at=f"2026-03-09T10:{i // 2:02}:00Z")
+    client = signed_in(engine_store)
+    order = walk(client, "/sessions", re.compile(r'<td><a href="/sessions/(s\d+)">'),
+                 between=lambda: engine_store.add("a new session", kind="turn", session="s999", id="new"))
+    assert order == [f"s{i:03}" for i in reversed(range(n))]  # each once, newest first: none repeated
+
+
+def test_facts_and_a_sessions_turns_page_by_keyset(engine_store: MemoryStore) -> None:
+    n = PAGE_SIZE + 7
+    for i in range(n):
+        engine_store.add(f"fact number {i}", kind="fact", id=f"f{i:03}", created_at=f"2026-03-{1 + i // 10:02}T00:00:00Z")
+        engine_store.add(f"turn number {i}", kind="turn", role="user", session="long", id=f"t{i:03}",
+                         created_at="2026-03-09T10:00:00Z")  # all at once: only the order of writing tells
+    client = signed_in(engine_store)
+    facts = walk(client, "/facts", re.compile(r"fact number (\d+)"),
+                 between=lambda: engine_store.add("a fact just learnt", kind="fact", id="fresh"))
+    assert facts == [str(i) for i in reversed(range(n))]
+    turns = walk(client, "/sessions/long", re.compile(r"turn number (\d+)"))
+    assert turns == [str(i) for i in range(n)]
+    assert client.get("/facts", params={"after": "x" * 2000}).status_code == 400
+    assert "No facts" in client.get("/facts", params={"after": "no-such-entry"}).text
+
+
+def test_episodes_and_skills_page_by_keyset(engine_store: MemoryStore) -> None:
+    from harness_mem.experience.episode import Episode
+    from harness_mem.experience.skills import Skill
+    from harness_mem.experience.store import ExperienceStore
+
+    experience = ExperienceStore(engine_store)
+    n = PAGE_SIZE + 3
+    for i in range(n):
+        experience.record(Episode(f"situation {i}", f"outcome {i}", success=i % 2 == 0), created_at="2026-03-09T10:00:00Z")
+        experience.save_skill(Skill(f"skill-{i:03}", f"Use when case {i} comes up."))
+    client = signed_in(engine_store)
+    episodes = walk(client, "/episodes", re.compile(r">situation (\d+)<"))
+    assert episodes == [str(i) for i in reversed(range(n))]
+    failures = walk(client, "/episodes?result=failure", re.compile(r">situation (\d+)<"))
+    assert failures == [str(i) for i in reversed(range(n)) if i % 2]
+    skills = walk(client, "/skills", re.compile(r'href="/skills/(skill-\d+)"'))
+    assert skills == [f"skill-{i:03}" for i in range(n)]
+
+
+def test_health_counts_once_per_change_and_is_never_stale(db_path: Path) -> None:
+    with MemoryStore(db_path, embedder=None) as store:
+        for i in range(3):
+            store.add(f"turn {i}", kind="turn", role="user", session="s", id=f"t{i}")
+        client = signed_in(store)
+        statements: list[str] = []
+        store.storage.conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+        assert "3 in 1 sessions" in client.get("/health").text
+        counted = [sql for sql in statements if "NOT INDEXED" in sql]  # stats reads every entry
+        assert counted
+        statements.clear()
+        assert "3 in 1 sessions" in client.get("/health").text
+        assert not [sql for sql in statements if "NOT INDEXED" in sql]  # unchanged: not read again
+        with MemoryStore(db_path, embedder=None) as other:  # another process's write counts too
+            other.add("a new note", kind="note")
+        assert "4 in 1 sessions" in client.get("/health").text
+
+
+def test_the_kind_index_serves_only_queries_about_other_kinds(db_path: Path) -> None:
+    """A plain (namespace, kind, created_at) index took the place of the session index in a keyword
+    recall's lookup of each turn's previous turn (0.2 s became 10 s at 100,000 turns): the index is
+    partial, and no statement a recall runs is planned on it."""
+    with MemoryStore(db_path, embedder=None) as store:
+        for i in range(40):
+            store.add(f"turn {i} about argon2id hashing", kind="turn", role="user", session=f"s{i % 4}", id=f"t{i}")
+        store.add("the deploy target is staging-eu", kind="fact")
+        conn = store.storage.conn  # type: ignore[attr-defined]
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        store.recall("argon2id hashing", 5, "keyword")
+        conn.set_trace_callback(None)
+        plans = [" ".join(str(row[-1]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+                 for sql in statements if sql.lstrip().upper().startswith(("SELECT", "WITH"))]
+        assert plans and not [plan for plan in plans if "entries_by_kind" in plan]
+        facts = " ".join(str(row[-1]) for row in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT pk FROM entries e WHERE e.namespace = 'default' AND e.kind IN ('fact')"
+            " AND e.kind <> 'turn' ORDER BY e.created_at DESC, e.pk DESC LIMIT 51"))
+        assert "entries_by_kind" in facts  # what the facts page asks, through it
