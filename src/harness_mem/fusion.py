@@ -32,7 +32,7 @@ on four conversations and tested on the fifth):
   read closer and came first. On LongMemEval dev user turns these 44 questions were the whole of
   hybrid's loss to its keyword lane (MRR .818 against .855, on either half of them); the share was
   chosen by bench/tune_fusion.py --against-keyword on either half of every corpus, the same on both
-  (LoCoMo, whose names and speakers carry such questions, within .004).
+  (LoCoMo within .002: its names and speakers carry such questions).
 - **Speaker prior** (+0.2): questions name people ("what did Caroline research?"), and on LoCoMo the
   named speaker said 96% of the evidence. The names are also removed from the text that is
   embedded for the query: a name dominates a MiniLM query vector and drags it towards everything
