@@ -55,6 +55,7 @@ import numpy.typing as npt
 from harness_mem import MemoryStore, fusion, keyword
 from harness_mem.db import driver
 from harness_mem.jsonl import import_jsonl
+from harness_mem.models import has_visible_text
 from harness_mem.passages import embedding_text
 from harness_mem.providers.embeddings import MiniLMEmbedder
 
@@ -216,7 +217,7 @@ def haystack_turns(record: dict[str, Any]) -> Iterator[tuple[str, int, datetime,
         seen.add(sid)
         start = datetime.strptime(day.split(" (")[0] + " " + day.split(") ")[1], "%Y/%m/%d %H:%M")
         for n, turn in enumerate(turns):
-            if turn["content"].strip():
+            if has_visible_text(turn["content"]):  # a few are only control characters: no entry
                 yield sid, n, start + timedelta(seconds=n), turn
 
 
@@ -353,7 +354,8 @@ class CandidateRecorder:
         fusion.fuse = self.original  # type: ignore[assignment]
 
 
-def run_corpus(corpus: Corpus, embedder: CachedEmbedder, scratch: Path, dump: Path | None) -> dict[str, Any]:
+def run_corpus(corpus: Corpus, embedder: CachedEmbedder, scratch: Path, dump: Path | None,
+               modes: Sequence[str] = MODES) -> dict[str, Any]:
     log(f"{corpus.name}: {len(corpus.bare):,} entries, {len(corpus.questions):,} questions")
     started = time.perf_counter()
     before = embedder.embedded
@@ -375,7 +377,7 @@ def run_corpus(corpus: Corpus, embedder: CachedEmbedder, scratch: Path, dump: Pa
         # For each question's prefix, the next distinct one (where it is asked as a "foreign" question).
         distinct = list(dict.fromkeys(q.prefix for q in corpus.questions))
         next_prefix = dict(zip(distinct, distinct[1:] + distinct[:1], strict=True))
-        for mode in MODES:
+        for mode in modes:
             rows = []
             store.recall("warm up", k=corpus.depth, mode="keyword")
             with CandidateRecorder() as recorder:
@@ -491,6 +493,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, help="LongMemEval: only the first N questions")
     parser.add_argument("--stride", type=int, default=1,
                         help="LongMemEval: every Nth question (of every type: the file is grouped by type)")
+    parser.add_argument("--mode", action="append", choices=MODES, dest="modes",
+                        help="a mode to measure (repeatable; default: all)")
     parser.add_argument("--json", type=Path, help="also write every figure and ranking as JSON here")
     parser.add_argument("--dump", type=Path, help="write each corpus's hybrid fusion candidates here")
     args = parser.parse_args(argv)
@@ -501,7 +505,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.corpus or CORPORA:
             results.append(run_corpus(load_corpus(name, args.data, args.questions, args.stride), embedder, Path(scratch),
-                                      args.dump))
+                                      args.dump, args.modes or MODES))
             if args.json:
                 args.json.write_text(json.dumps(results))
     print_tables(results)

@@ -25,6 +25,15 @@ on four conversations and tested on the fifth):
   measure, on either half of the questions (LongMemEval user turns R@5 / MRR .866 / .750 → .872 /
   .759, both roles .660 / .638 → .681 / .642); no setting of the other constants did
   (bench/tune_fusion.py --against-keyword).
+- **A question that gathers leans on its words** (:func:`gathers`: how many, how much, in total,
+  between): the keyword's share is 0.5 instead of 0.3. Its evidence is the user's mentions in
+  passing ("I took both bikes in for a service") inside turns about something else, found by the
+  exact words; the whole turn's cosine measures the turn's topic, so a turn about bikes in general
+  read closer and came first. On LongMemEval dev user turns these 44 questions were the whole of
+  hybrid's loss to its keyword lane (MRR .818 against .855, on either half of them); the share is
+  what bench/tune_fusion.py --against-keyword chooses on one half of every corpus (the other half
+  chose 0.6 with other constants moved, worse on the half held out). LoCoMo holds within .002: its
+  names and speakers carry such questions.
 - **Speaker prior** (+0.2): questions name people ("what did Caroline research?"), and on LoCoMo the
   named speaker said 96% of the evidence. The names are also removed from the text that is
   embedded for the query: a name dominates a MiniLM query vector and drags it towards everything
@@ -48,6 +57,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 KEYWORD_WEIGHT = 0.3   # the cosine gets the rest
+#: The keyword's share for a question that gathers (:func:`gathers`): its evidence is said in passing.
+GATHERING_KEYWORD_WEIGHT = 0.5
 SPEAKER_PRIOR = 0.2
 SESSION_PRIOR = 0.5
 CANDIDATES = 50        # from each ranking; deeper changes recall@10 by < .002
@@ -92,10 +103,12 @@ def informativeness(scores: Sequence[float], scale: float) -> float:
     return 1.0 - math.exp(-max(0.0, ordered[-1] - median) / scale)
 
 
-def weights(candidates: Sequence[Candidate]) -> tuple[float, float]:
-    """The (keyword, cosine) weights for this query's candidates, summing to 1 (see module docstring)."""
-    keyword = KEYWORD_WEIGHT * informativeness([c.keyword for c in candidates], KEYWORD_SPREAD)
-    cosine = (1 - KEYWORD_WEIGHT) * informativeness([c.cosine for c in candidates], COSINE_SPREAD)
+def weights(candidates: Sequence[Candidate], *, gathering: bool = False) -> tuple[float, float]:
+    """The (keyword, cosine) weights for this query's candidates, summing to 1 (see module docstring;
+    ``gathering``: see :func:`gathers`)."""
+    share = GATHERING_KEYWORD_WEIGHT if gathering else KEYWORD_WEIGHT
+    keyword = share * informativeness([c.keyword for c in candidates], KEYWORD_SPREAD)
+    cosine = (1 - share) * informativeness([c.cosine for c in candidates], COSINE_SPREAD)
     total = keyword + cosine
     if total <= 0:
         return 0.0, 1.0  # neither tells anything apart: the order is the priors', then the cosine's
@@ -126,7 +139,7 @@ def fuse(candidates: Sequence[Candidate], k: int, *, gathering: bool = False) ->
     if not candidates:
         return []
     best_keyword = max(c.keyword for c in candidates)
-    keyword_weight, cosine_weight = weights(candidates)
+    keyword_weight, cosine_weight = weights(candidates, gathering=gathering)
     floor = noise_floor([c.cosine for c in candidates])
     base = {
         c.pk: keyword_weight * (c.keyword / best_keyword if best_keyword > 0 else 0.0)

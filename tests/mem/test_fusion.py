@@ -176,3 +176,20 @@ def test_a_question_that_gathers_over_sessions_gets_no_session_prior() -> None:
     ]
     assert [pk for pk, _ in fuse(candidates, 2)] == [1, 2]  # one session's turns first
     assert [pk for pk, _ in fuse(candidates, 2, gathering=True)] == [1, 3]  # the next session's evidence
+
+
+def test_a_question_that_gathers_keeps_the_turn_with_its_exact_terms_above_a_near_topic_one() -> None:
+    # "How many bikes did I service in March?": the user said it in passing, in a turn about a ride
+    # (all the rare words, a low cosine); a turn about bikes in general shares fewer of them and
+    # reads closer in meaning. For such a question the exact words are the evidence.
+    filler = [Candidate(pk, keyword=0.0, cosine=0.05 + pk / 200, named=False, session=f"f{pk}") for pk in range(10, 40)]
+    candidates = [
+        Candidate(1, keyword=13.2, cosine=0.29, named=False, session="ride"),
+        Candidate(2, keyword=11.8, cosine=0.38, named=False, session="bikes"),
+        *filler,
+    ]
+    assert fusion.GATHERING_KEYWORD_WEIGHT > fusion.KEYWORD_WEIGHT
+    assert weights(candidates, gathering=True)[0] > weights(candidates)[0]
+    assert [pk for pk, _ in fuse(candidates, 2, gathering=True)] == [1, 2]
+    # Another kind of question keeps the weights that let meaning reorder close keyword matches.
+    assert [pk for pk, _ in fuse(candidates, 2)] == [2, 1]
