@@ -263,18 +263,22 @@ class Recall:
         return _Ranking(filters, ranked, rankings, features, matched, query_vector)
 
     def _ranks_with_sources(self, filters: Filters) -> bool:
-        """Whether this recall may return derived entries, which rank with their sources (sourced.py)."""
-        if filters.derived is False or sourced.SOURCE_SHARE <= 0:
-            return False
-        kinds = [filters.kind] if isinstance(filters.kind, str) else filters.kind
-        if kinds is not None and all(kind == "turn" for kind in kinds):
+        """Whether this recall may return a summary, which ranks with its sources (sourced.py)."""
+        if filters.derived is False or sourced.SOURCE_SHARE <= 0 or not self._sourced_kinds(filters):
             return False
         return filters.derived is True or any(self.storage.has_derived(namespace) for namespace in self.namespaces)
 
+    @staticmethod
+    def _sourced_kinds(filters: Filters) -> tuple[str, ...]:
+        """The kinds this recall may return that rank with their sources."""
+        asked = [filters.kind] if isinstance(filters.kind, str) else filters.kind
+        return tuple(kind for kind in sourced.KINDS
+                     if (asked is None or kind in asked) and kind not in filters.exclude_kinds)
+
     def _with_sources(self, query: str, mode: Mode, filters: Filters, ranking: _Ranking, named: list[str],
                       exact: bool) -> tuple[list[tuple[int, float]], dict[int, int], _Ranking]:
-        """``ranking`` with each derived entry ranked by the better of its own words and the turns it
-        cites (see sourced.py); the entries a cited turn lifted, by that turn; the turns' ranking."""
+        """``ranking`` with each summary ranked by the better of its own words and the turns it cites
+        (see sourced.py); the entries a cited turn lifted, by that turn; the turns' ranking."""
         if filters.derived is None and filters.kind is None and not filters.exclude_kinds:
             turns = ranking  # every lane was ranked together: the turns are in it already
         else:
@@ -286,8 +290,9 @@ class Recall:
             turns = self._ranking(query, mode, turn_filters, named, ranking.vector, None, exact, fusion.CANDIDATES)
         top = turns.ranked[:fusion.CANDIDATES]
         now = now_ms()
+        citing = filters.model_copy(update={"kind": self._sourced_kinds(filters)})
         citations = [pair for namespace in self.namespaces
-                     for pair in self.storage.citing([pk for pk, _ in top], Selection(filters, namespace, now))]
+                     for pair in self.storage.citing([pk for pk, _ in top], Selection(citing, namespace, now))]
         found = sourced.ranked_with_sources(ranking.ranked, dict(top), citations)
         return found.ranked, found.lifted_by, turns
 

@@ -3,11 +3,11 @@
 A summary or a fact that consolidation wrote cites the turns it came from (``metadata.source_turns``).
 It is condensed: a summary keeps about a third of its turns' words, so a question about a detail
 its segment settled often shares few words with the summary and many with the turn that said it.
-Recall therefore ranks a derived entry by the better of two pieces of evidence: its own words, and
-the best-ranked turn it cites (ranked by the same query, mode and filters, in the turns' own lane).
+Recall therefore ranks a summary by the better of two pieces of evidence: its own words, and the
+best-ranked turn it cites (ranked by the same query, mode and filters, in the turns' own lane).
 What the reader gets is still the derived entry, with its sources beside it when asked
 (``sources=True``); among entries that cite the same turn, the one whose own words match better
-comes first (:data:`OWN_SHARE`).
+comes first (:data:`OWN_SHARE`). Facts are ranked by their own words (:data:`KINDS`).
 
 Measured on LoCoMo dev (bench/bench_consolidate.py, link@1 of the annotators' observations over the
 derived entries): .62 by their own words alone, .82 ranked with their sources.
@@ -18,6 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+#: The kinds that stand for every turn they cite: a segment's summary. A fact stands for what it
+#: says, not for the rest of its turn ("Ada is vegetarian." is no answer to where she lives because
+#: she said both in one breath), so it is found by its own words.
+KINDS = ("summary",)
 #: How much a cited turn's score counts for the entry that cites it (0: own words alone).
 SOURCE_SHARE = 1.0
 #: The entry's own score added on top, so that of two entries citing the same turn the one that

@@ -101,3 +101,13 @@ def test_a_consolidated_chat_answers_a_detail_from_its_summary_with_the_real_mod
     hits = store.recall("What is the name of Ada's dog?", 3, derived=True, sources=True)
     assert hits and hits[0].entry.source == DERIVED
     assert "t0" in hits[0].entry.metadata["source_turns"]
+
+
+def test_a_fact_is_found_by_its_own_words_not_by_the_rest_of_its_turn(engine_store: MemoryStore) -> None:
+    store = engine_store
+    store.add("I'm vegetarian, and I live in Lisbon now.", id="t1", kind="turn", role="Ada", session="s1")
+    for id_, text in (("fact:diet", "Ada is vegetarian."), ("fact:home", "Ada lives in Lisbon now.")):
+        store.add(text, id=id_, kind="fact", session="s1", source=DERIVED, metadata={"source_turns": ["t1"]})
+    hits = store.recall("where does Ada live", 2, mode="keyword", derived=True, explain=True)
+    assert hits[0].entry.id == "fact:home"                   # the diet fact shares the turn, not the answer
+    assert all(h.components is not None and "sources" not in h.components for h in hits)
