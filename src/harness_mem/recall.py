@@ -263,8 +263,13 @@ class Recall:
         return _Ranking(filters, ranked, rankings, features, matched, query_vector)
 
     def _ranks_with_sources(self, filters: Filters) -> bool:
-        """Whether this recall may return a summary, which ranks with its sources (sourced.py)."""
+        """Whether this recall ranks summaries with their sources (sourced.py): one that may return a
+        summary but no turn. Where turns rank too (an agent's recall over every lane), a turn that
+        matches is a hit of its own, not a reason to lift the summary around it."""
         if filters.derived is False or sourced.SOURCE_SHARE <= 0 or not self._sourced_kinds(filters):
+            return False
+        asked = [filters.kind] if isinstance(filters.kind, str) else filters.kind
+        if filters.derived is None and (asked is None or "turn" in asked) and "turn" not in filters.exclude_kinds:
             return False
         return filters.derived is True or any(self.storage.has_derived(namespace) for namespace in self.namespaces)
 
@@ -279,15 +284,12 @@ class Recall:
                       exact: bool) -> tuple[list[tuple[int, float]], dict[int, int], _Ranking]:
         """``ranking`` with each summary ranked by the better of its own words and the turns it cites
         (see sourced.py); the entries a cited turn lifted, by that turn; the turns' ranking."""
-        if filters.derived is None and filters.kind is None and not filters.exclude_kinds:
-            turns = ranking  # every lane was ranked together: the turns are in it already
-        else:
-            # The turns that could be a derived entry's sources: those of its sessions and times,
-            # whatever the entry's own kind, tags or metadata.
-            turn_filters = filters.model_copy(update={
-                "derived": False, "kind": "turn", "role": None, "tags": (), "any_tags": (), "exclude_tags": (),
-                "exclude_kinds": (), "metadata": ()})
-            turns = self._ranking(query, mode, turn_filters, named, ranking.vector, None, exact, fusion.CANDIDATES)
+        # The turns that could be a summary's sources: those of its sessions and times, whatever the
+        # summary's own tags or metadata.
+        turn_filters = filters.model_copy(update={
+            "derived": False, "kind": "turn", "role": None, "tags": (), "any_tags": (), "exclude_tags": (),
+            "exclude_kinds": (), "metadata": ()})
+        turns = self._ranking(query, mode, turn_filters, named, ranking.vector, None, exact, fusion.CANDIDATES)
         top = turns.ranked[:fusion.CANDIDATES]
         now = now_ms()
         citing = filters.model_copy(update={"kind": self._sourced_kinds(filters)})

@@ -5,8 +5,9 @@ It is condensed: a summary keeps about a third of its turns' words, so a questio
 its segment settled often shares few words with the summary and many with the turn that said it.
 Recall therefore ranks a summary by the better of two pieces of evidence: its own words, and the
 best-ranked turn it cites (ranked by the same query, mode and filters, in the turns' own lane).
-What the reader gets is still the derived entry, with its sources beside it when asked
-(``sources=True``); among entries that cite the same turn, the one whose own words match better
+This holds where a recall returns no turns (``derived=True``, ``kind="summary"``): where turns rank
+too, a turn that matches is a hit of its own. What the reader gets is the summary, with its sources
+beside it when asked (``sources=True``); among entries that cite the same turn, the one whose own words match better
 comes first (:data:`OWN_SHARE`). Facts are ranked by their own words (:data:`KINDS`).
 
 Measured on LoCoMo dev (bench/bench_consolidate.py, link@1 of the annotators' observations over the
@@ -44,8 +45,7 @@ def ranked_with_sources(own: Sequence[tuple[int, float]], turns: Mapping[int, fl
 
     ``turns`` are the turns' scores in their own ranking, on the same scale as ``own``;
     ``citations`` are (entry pk, turn pk) pairs; an entry found only through a citation joins with
-    an own score of 0. A turn ranked in ``own`` itself (a recall over every lane) keeps its score,
-    so an entry that cites it ranks just above it and shows it as a source.
+    an own score of 0.
     """
     scores = dict(own)
     best_turn: dict[int, tuple[float, int]] = {}
@@ -60,7 +60,5 @@ def ranked_with_sources(own: Sequence[tuple[int, float]], turns: Mapping[int, fl
         if SOURCE_SHARE * turn_score > score:
             lifted_by[pk] = turn
         final[pk] = max(score, SOURCE_SHARE * turn_score) + OWN_SHARE * score
-    # On a tie (an entry whose own words matched nothing, beside the turn it cites) the entry goes
-    # first: it stands for that turn, which shows under it when sources are asked for.
-    ranked = sorted(final.items(), key=lambda item: (-item[1], item[0] not in lifted_by, item[0]))
+    ranked = sorted(final.items(), key=lambda item: (-item[1], item[0]))
     return Sourced(ranked, lifted_by)
