@@ -29,7 +29,9 @@ derived figures are measured on the same file. Every recall is hybrid, within th
 - **link@1**: for each of the 1,210 observations of ``locomo_observations.jsonl`` (a third-person
   fact an annotator kept, with the turns it was written from), its text as the query, recall over
   the derived entries only (``derived=True``): a hit when the top entry's ``metadata.source_turns``
-  include one of the observation's ``evidence`` turns. Raw turns: the same recall over the turns
+  include one of the observation's ``evidence`` turns. Recall ranks a derived entry by the better
+  of its own words and the turns it cites (:mod:`harness_mem.sourced`); the same link@1 with its
+  own words alone is shown beside it. Raw turns: the same recall over the turns
   only (plain recall), a hit when the top turn *is* an evidence turn. Goal .80 (raw turns ~.741).
   ``link@10`` (the same over the top 10: a ceiling for reranking) is shown beside it, and link@1 is
   broken down by the kind of the entry that came first. Each kind is also asked alone (its own
@@ -84,13 +86,14 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from harness_mem import MemoryStore
+from harness_mem import MemoryStore, sourced
 from harness_mem.errors import NotFoundError
 from harness_mem.experience import consolidate
 from harness_mem.jsonl import import_jsonl
@@ -229,6 +232,17 @@ class Linked:
         return self.top.entry.kind if self.top else None
 
 
+@contextmanager
+def own_words_only() -> Iterator[None]:
+    """Recall with derived entries ranked by their own words, not also by the turns they cite."""
+    share = sourced.SOURCE_SHARE
+    sourced.SOURCE_SHARE = 0.0
+    try:
+        yield
+    finally:
+        sourced.SOURCE_SHARE = share
+
+
 def linking(store: MemoryStore, observations: Sequence[Observation], vectors: Sequence[Any], *,
             derived: bool, rerank: bool = False, lane: str | None = None) -> tuple[dict[str, Any], list[Linked]]:
     """link@1, link@10 and F1@1 of the observations, over the derived entries (``lane``: those of
@@ -344,6 +358,8 @@ def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, example
         derived_count = {kind: store.count(kind=kind, derived=True) for kind in DERIVED_KINDS}
         shape = summary_shape(store)
         derived, derived_rows = linking(store, observations, obs_vectors, derived=True)
+        with own_words_only():  # the same recall, each derived entry ranked by its own words alone
+            own_words, _ = linking(store, observations, obs_vectors, derived=True)
         # Each kind alone: the issue's two baselines are a lane each (segments for link@1 at a
         # quarter of the turns, fact sentences for F1@1).
         lanes = {kind: linking(store, observations, obs_vectors, derived=True, lane=kind)[0] for kind in DERIVED_KINDS}
@@ -385,6 +401,7 @@ def locomo(data: Path, scratch: Path, cache: Path | None, embedder: str, example
         "facts_per_turn": derived_count["fact"] / turns,
         "raw_turns": raw,
         "derived_entries": derived,
+        "derived_entries_own_words": own_words,
         "derived_entries_reranked": reranked,
         "lanes": lanes,
         "qa_turns_before": qa_before,
@@ -546,6 +563,10 @@ def markdown(result: dict[str, Any]) -> str:
             f"| derived entries (goal: link ≥ .80, F1 ≥ .45) | **{der['link_at_1']:.3f}** | {der['link_at_10']:.3f} |"
             f" **{der['f1_at_1']:.3f}** | |",
         ]
+        if lo.get("derived_entries_own_words"):
+            own = lo["derived_entries_own_words"]
+            out.append(f"| … ranked by their own words alone (not their sources) | {own['link_at_1']:.3f} |"
+                       f" {own['link_at_10']:.3f} | {own['f1_at_1']:.3f} | |")
         for kind, k in der["by_top_kind"].items():
             out.append(f"| … top entry a {kind} ({k['top1']} of {der['n']}) | {k['link_at_1']:.3f} | |"
                        f" {k['f1_at_1']:.3f} | |")

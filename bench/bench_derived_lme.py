@@ -42,6 +42,7 @@ from bench_recall import DEFAULT_CACHE, CachedEmbedder, haystack_turns  # noqa: 
 from harness_mem import MemoryStore  # noqa: E402
 from harness_mem.experience import consolidate  # noqa: E402
 from harness_mem.experience.statements import content_words  # noqa: E402
+from harness_mem.models import has_visible_text  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TYPES = ("single-session-user", "single-session-preference", "knowledge-update")
@@ -79,7 +80,8 @@ def main() -> None:
             MemoryStore(Path(scratch) / "lme.db", embedder=embedder, redactor=None) as store:  # type: ignore[arg-type]
         items = [{"id": f"{r['question_id']}:{sid}:{n}", "content": turn["content"], "role": turn["role"],
                   "session": f"{r['question_id']}:{sid}", "created_at": when}
-                 for r in records for sid, n, when, turn in haystack_turns(r)]
+                 for r in records for sid, n, when, turn in haystack_turns(r)
+                 if has_visible_text(turn["content"])]  # a few haystack turns are empty: a store refuses those
         started = time.perf_counter()
         store.add_many(items, batch_size=2000)
         print(f"stored {len(items):,} turns of {len(records)} haystacks in {time.perf_counter() - started:.0f} s",

@@ -19,13 +19,14 @@ import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from . import fusion, keyword, passages, scores
+from . import fusion, keyword, passages, scores, sourced
 from .bm25 import KeywordIndex
 from .errors import EmbedderError, InvalidInputError, MissingVectorsWarning
 from .filters import Filters, Selection, make_filters
@@ -157,9 +158,81 @@ class Recall:
         exact: bool = False,
         rerank: bool = False,
     ) -> list[Hit]:
-        rankings: dict[str, list[tuple[int, float]]] = {}
         wanted = max(k, RERANK_DEPTH) if rerank else k  # what the ranking hands to the reranker
-        depth = fusion.depth(k) if mode == "hybrid" else wanted
+        sourcing = self._ranks_with_sources(filters)
+        ranking = self._ranking(query, mode, filters, named, query_vector, pending, exact,
+                                max(wanted, fusion.CANDIDATES) if sourcing else wanted, whole=sourcing)
+        query_vector, rankings, features, matched = (ranking.vector, ranking.rankings, ranking.features,
+                                                     ranking.matched)
+        ranked = ranking.ranked
+        lifted: dict[int, int] = {}
+        turns: _Ranking | None = None
+        if sourcing:
+            ranked, lifted, turns = self._with_sources(query, mode, filters, ranking, named, exact)
+        ranked = ranked[:wanted]
+        interactions: dict[int, float] = {}
+        entries: dict[int, Entry] = {}
+        if rerank:
+            keyword_scores = ({pk: c.keyword for pk, c in features.items()} if mode == "hybrid"
+                              else dict(rankings.get("keyword", [])))
+            ranked = self._reranked(query, ranked, keyword_scores, named, matched, interactions, entries)
+        ranked = ranked[:k]
+        pks = [pk for pk, _ in ranked]
+        entries.update(self._entries_by_pk([pk for pk in pks if pk not in entries]))
+        covered = self._coverages(query, pks, filters)
+        similarities = ({pk: features[pk].cosine for pk in pks if pk in features} if mode == "hybrid"
+                        else dict(ranking.ranked) if mode == "semantic" else {})
+        if lifted and turns is not None:
+            # An entry ranked by the turn it cites is scored by that turn's evidence where it is stronger.
+            by_turn = {pk: lifted[pk] for pk in pks if pk in lifted}
+            turn_covered = self._coverages(query, list(set(by_turn.values())), turns.filters)
+            for pk, turn in by_turn.items():
+                covered[pk] = max(covered.get(pk, 0.0), turn_covered.get(turn, 0.0))
+                if mode != "keyword":
+                    similarities[pk] = max(similarities.get(pk, 0.0), turns.similarity(turn, mode))
+        relevance = scores.calibrated(mode, pks, covered, similarities)
+        positions = {name: {pk: rank for rank, (pk, _) in enumerate(order, start=1)}
+                     for name, order in rankings.items()} if explain else {}
+        hits = []
+        for position, ((pk, order_score), score) in enumerate(zip(ranked, relevance, strict=True), start=1):
+            components: dict[str, dict[str, float | int | None]] | None = None
+            if explain:
+                # Each retriever's rank (None: outside its list) and score; hybrid also shows the
+                # speaker prior and its fused score, and scores the candidates a list missed (cosine
+                # from the stored vector). Coverage is what the hit's score was calibrated from.
+                components = {name: {"rank": positions[name].get(pk), "score": dict(rankings[name]).get(pk, 0.0)}
+                              for name in rankings}
+                if pk in lifted and turns is not None:
+                    components["sources"] = {"rank": None, "score": dict(turns.ranked).get(lifted[pk], 0.0)}
+                if pk in features:
+                    components["keyword"]["score"] = features[pk].keyword
+                    components["semantic"]["score"] = features[pk].cosine
+                    components["speaker"] = {"rank": None, "score": fusion.SPEAKER_PRIOR if features[pk].named else 0.0}
+                    components["hybrid"] = {"rank": position, "score": order_score}
+                if pk in interactions:
+                    components["rerank"] = {"rank": position, "score": interactions[pk]}
+                components["coverage"] = {"rank": None, "score": covered.get(pk, 0.0)}
+            entry = entries[pk]
+            hits.append(Hit(entry=entry, score=score, snippet=_snippet(entry.content, query, matched.get(pk)),
+                            components=components))
+        return hits
+
+    def _ranking(
+        self,
+        query: str,
+        mode: Mode,
+        filters: Filters,
+        named: list[str],
+        query_vector: npt.NDArray[np.float32] | None,
+        pending: _Background | None,
+        exact: bool,
+        wanted: int,
+        *,
+        whole: bool = False,
+    ) -> _Ranking:
+        """The ``wanted`` best (pk, score) of ``mode`` (``whole``: every candidate it scored)."""
+        rankings: dict[str, list[tuple[int, float]]] = {}
+        depth = fusion.depth(wanted) if mode == "hybrid" else wanted
         if mode in ("keyword", "hybrid"):
             # Keyword scores are cheap past the top few (FTS5 ranks every match anyway), and hybrid
             # needs them for the semantic candidates too: take them deep.
@@ -184,45 +257,46 @@ class Recall:
         if mode == "hybrid":
             assert query_vector is not None or not rankings["semantic"]
             ranked, features = self._fuse(query, rankings["keyword"], rankings["semantic"], query_vector, named,
-                                          wanted, matched)
+                                          MAX_RECALL_K if whole else wanted, matched)
         else:
-            ranked = rankings[mode][:wanted]
-        interactions: dict[int, float] = {}
-        entries: dict[int, Entry] = {}
-        if rerank:
-            keyword_scores = ({pk: c.keyword for pk, c in features.items()} if mode == "hybrid"
-                              else dict(rankings.get("keyword", [])))
-            ranked = self._reranked(query, ranked, keyword_scores, named, matched, interactions, entries)
-        ranked = ranked[:k]
-        pks = [pk for pk, _ in ranked]
-        entries.update(self._entries_by_pk([pk for pk in pks if pk not in entries]))
-        covered = self._coverages(query, pks, filters)
-        similarities = ({pk: features[pk].cosine for pk in pks} if mode == "hybrid"
-                        else dict(ranked) if mode == "semantic" else {})
-        relevance = scores.calibrated(mode, pks, covered, similarities)
-        positions = {name: {pk: rank for rank, (pk, _) in enumerate(ranking, start=1)}
-                     for name, ranking in rankings.items()} if explain else {}
-        hits = []
-        for position, ((pk, order_score), score) in enumerate(zip(ranked, relevance, strict=True), start=1):
-            components: dict[str, dict[str, float | int | None]] | None = None
-            if explain:
-                # Each retriever's rank (None: outside its list) and score; hybrid also shows the
-                # speaker prior and its fused score, and scores the candidates a list missed (cosine
-                # from the stored vector). Coverage is what the hit's score was calibrated from.
-                components = {name: {"rank": positions[name].get(pk), "score": dict(rankings[name]).get(pk, 0.0)}
-                              for name in rankings}
-                if pk in features:
-                    components["keyword"]["score"] = features[pk].keyword
-                    components["semantic"]["score"] = features[pk].cosine
-                    components["speaker"] = {"rank": None, "score": fusion.SPEAKER_PRIOR if features[pk].named else 0.0}
-                    components["hybrid"] = {"rank": position, "score": order_score}
-                if pk in interactions:
-                    components["rerank"] = {"rank": position, "score": interactions[pk]}
-                components["coverage"] = {"rank": None, "score": covered.get(pk, 0.0)}
-            entry = entries[pk]
-            hits.append(Hit(entry=entry, score=score, snippet=_snippet(entry.content, query, matched.get(pk)),
-                            components=components))
-        return hits
+            ranked = rankings[mode] if whole else rankings[mode][:wanted]
+        return _Ranking(filters, ranked, rankings, features, matched, query_vector)
+
+    def _ranks_with_sources(self, filters: Filters) -> bool:
+        """Whether this recall ranks summaries with their sources (sourced.py): one that may return a
+        summary but no turn. Where turns rank too (an agent's recall over every lane), a turn that
+        matches is a hit of its own, not a reason to lift the summary around it."""
+        if filters.derived is False or sourced.SOURCE_SHARE <= 0 or not self._sourced_kinds(filters):
+            return False
+        asked = [filters.kind] if isinstance(filters.kind, str) else filters.kind
+        if filters.derived is None and (asked is None or "turn" in asked) and "turn" not in filters.exclude_kinds:
+            return False
+        return filters.derived is True or any(self.storage.has_derived(namespace) for namespace in self.namespaces)
+
+    @staticmethod
+    def _sourced_kinds(filters: Filters) -> tuple[str, ...]:
+        """The kinds this recall may return that rank with their sources."""
+        asked = [filters.kind] if isinstance(filters.kind, str) else filters.kind
+        return tuple(kind for kind in sourced.KINDS
+                     if (asked is None or kind in asked) and kind not in filters.exclude_kinds)
+
+    def _with_sources(self, query: str, mode: Mode, filters: Filters, ranking: _Ranking, named: list[str],
+                      exact: bool) -> tuple[list[tuple[int, float]], dict[int, int], _Ranking]:
+        """``ranking`` with each summary ranked by the better of its own words and the turns it cites
+        (see sourced.py); the entries a cited turn lifted, by that turn; the turns' ranking."""
+        # The turns that could be a summary's sources: those of its sessions and times, whatever the
+        # summary's own tags or metadata.
+        turn_filters = filters.model_copy(update={
+            "derived": False, "kind": "turn", "role": None, "tags": (), "any_tags": (), "exclude_tags": (),
+            "exclude_kinds": (), "metadata": ()})
+        turns = self._ranking(query, mode, turn_filters, named, ranking.vector, None, exact, fusion.CANDIDATES)
+        top = turns.ranked[:fusion.CANDIDATES]
+        now = now_ms()
+        citing = filters.model_copy(update={"kind": self._sourced_kinds(filters)})
+        citations = [pair for namespace in self.namespaces
+                     for pair in self.storage.citing([pk for pk, _ in top], Selection(citing, namespace, now))]
+        found = sourced.ranked_with_sources(ranking.ranked, dict(top), citations)
+        return found.ranked, found.lifted_by, turns
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -433,6 +507,24 @@ class Recall:
 
     def _entries_by_pk(self, pks: list[int]) -> dict[int, Entry]:
         return {pk: entry_from_row(row) for pk, row in self.storage.rows(pks).items()}
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """One mode's ranking under some filters, with what it learnt on the way."""
+
+    filters: Filters
+    ranked: list[tuple[int, float]]  # (pk, score), best first
+    rankings: dict[str, list[tuple[int, float]]]  # each retriever's own
+    features: dict[int, fusion.Candidate]  # hybrid: every candidate's keyword and cosine
+    matched: dict[int, Passage]  # the later passage that won an entry's cosine
+    vector: npt.NDArray[np.float32] | None  # the query's embedding, once known
+
+    def similarity(self, pk: int, mode: Mode) -> float:
+        """The cosine this ranking knows for ``pk`` (0 when it has none)."""
+        if mode == "hybrid":
+            return self.features[pk].cosine if pk in self.features else 0.0
+        return dict(self.ranked).get(pk, 0.0) if mode == "semantic" else 0.0
 
 
 class _Background:

@@ -517,6 +517,12 @@ class Storage(ABC):
         every derived entry fills (segments, facts, episodes)."""
 
     @abstractmethod
+    def citing(self, pks: Sequence[int], selection: Selection) -> list[tuple[int, int]]:
+        """(entry pk, cited pk) for each entry of ``selection`` that cites one of these turns in
+        ``metadata.source_turns`` (same namespace and session): what recall ranks a derived entry
+        by beside its own words (:mod:`harness_mem.sourced`)."""
+
+    @abstractmethod
     def rebuild_episodes(self, pks: Sequence[int]) -> None:
         """Among these forgotten entries, the episodes consolidation keeps for a session: set each
         session's episode watermark back to the start, so the next consolidation builds its episode

@@ -1219,6 +1219,18 @@ class PostgresStorage(Storage):
             (list(pks), list(pks)),
         ))
 
+    def citing(self, pks: Sequence[int], selection: Selection) -> list[tuple[int, int]]:
+        if not pks:
+            return []
+        clause, params = where(selection, "d")
+        return [(int(d), int(t)) for d, t in self.query(
+            "WITH cited AS (SELECT pk, namespace, session, id FROM entries WHERE pk = ANY(%s))"
+            " SELECT d.pk, cited.pk FROM entries d JOIN cited ON cited.namespace = d.namespace"
+            " AND cited.session = d.session AND (d.metadata::jsonb -> 'source_turns') ? cited.id"
+            f" WHERE d.kind <> 'turn' AND {clause}",
+            [list(pks), *params],
+        )]
+
     def rebuild_episodes(self, pks: Sequence[int]) -> None:
         self._run(
             "UPDATE consolidations c SET last_pk = 0, turns = 0 WHERE EXISTS (SELECT 1 FROM episodes ep"

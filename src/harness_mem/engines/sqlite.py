@@ -678,6 +678,20 @@ class SQLiteStorage(Storage):
             )]
         return sorted(set(found))
 
+    def citing(self, pks: Sequence[int], selection: Selection) -> list[tuple[int, int]]:
+        if not pks:
+            return []
+        clause, params = where(selection, "d")
+        # The turns' sessions' entries (by their index), each citation matched against the turns' ids.
+        return [(int(d), int(t)) for d, t in self.conn.execute(
+            "WITH cited AS (SELECT pk, namespace, session, id FROM entries WHERE pk IN (SELECT value FROM json_each(?)))"
+            " SELECT d.pk, cited.pk FROM entries d, json_each(d.metadata, '$.source_turns') AS source, cited"
+            " WHERE (d.namespace, d.session) IN (SELECT namespace, session FROM cited)"
+            " AND d.kind != 'turn' AND cited.namespace = d.namespace AND cited.id = source.value"
+            f" AND {clause}",
+            (json.dumps(list(pks)), *params),
+        )]
+
     def rebuild_episodes(self, pks: Sequence[int]) -> None:
         self.conn.execute(
             "UPDATE consolidations SET last_pk = 0, turns = 0 WHERE EXISTS (SELECT 1 FROM episodes ep"
