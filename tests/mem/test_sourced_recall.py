@@ -18,7 +18,7 @@ def test_an_entry_is_ranked_by_the_better_of_its_words_and_its_best_cited_turn()
     turns = {1: 0.9, 2: 0.1}            # turn 1 said what was asked; 10 cites it
     found = ranked_with_sources(own, turns, [(10, 1), (11, 2), (12, 1)])
     assert [pk for pk, _ in found.ranked] == [10, 12, 11]   # 12 matched nothing itself: it joins by turn 1
-    assert found.ranked[0][1] == pytest.approx(0.9 + sourced.OWN_SHARE * 0.2)
+    assert found.ranked[0][1] == pytest.approx(sourced.SOURCE_SHARE * 0.9 + sourced.OWN_SHARE * 0.2)
     assert found.lifted_by == {10: 1, 12: 1}                # 11's own words beat its turn's
 
 
