@@ -3,9 +3,10 @@
 A recall across a network pays a round trip for every statement, and the server's own time for
 each plan: keyword ranking is one statement that scores BM25 (the same scores as SQLite: see
 test_engines), the vector search walks the HNSW graph, and the other reads of a recall ride on
-statements it sends anyway. An import puts the HNSW index off and builds it whole at its end; one
+statements it sends anyway (the hits' rows with the ranking, several statements in one pipeline,
+the snapshot's COMMIT sent without waiting for its answer). An import puts the HNSW index off and builds it whole at its end; one
 stopped midway leaves that to the next handle that writes. Statement counts here are the engine's
-own (each ``execute`` is one round trip); no timing is asserted. Which plan the server picks for
+own (each ``execute`` is one round trip, and each ``fetch_together``); no timing is asserted. Which plan the server picks for
 the vector search depends on the table's size: bench/bench_postgres.py shows it at 20,000 entries.
 """
 
@@ -66,7 +67,7 @@ class Sent:
         connection.fetch_together = counted_together  # type: ignore[method-assign]
 
 
-def test_a_keyword_recall_is_ranked_in_one_statement_and_read_in_one_more(store: MemoryStore) -> None:
+def test_a_keyword_recall_ranks_and_reads_its_hits_in_one_statement(store: MemoryStore) -> None:
     store.recall("warm up the connection", mode="keyword")
     sent = Sent(store)
     hits = store.recall("camping by the lake", k=5, mode="keyword")
