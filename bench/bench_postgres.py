@@ -2,6 +2,7 @@
 
     python bench/bench_postgres.py [--data ../shared/data/locomo-dev] [--modes keyword,semantic,hybrid]
     python bench/bench_postgres.py --scale 100000
+    python bench/bench_postgres.py --scale 200000 --questions 100 --keep /work/cache/pg200k
 
 
 Imports LoCoMo dev's turns (``locomo_turns.jsonl``, as ``harness-mem import`` reads them) into a
@@ -17,11 +18,16 @@ and the questions), imported into both engines through the store, then:
 
 - recall per mode on PostgreSQL, each question interleaved with the raw engine's own query over
   the same rows (a bare ``tsvector`` OR query ranked by ``ts_rank_cd``; a bare HNSW top 10 at the
-  same ``hnsw.ef_search``): p50/p95, this process's CPU against the rest (the server's time and the
-  round trips'), statements sent per recall, and the top-10 overlap with SQLite's answer;
-- the plan the server ran for the store's ranking and vector-search statements (EXPLAIN ANALYZE);
+  same ``hnsw.ef_search``; for hybrid, both of them): p50/p95, this process's CPU, the time spent
+  inside the store's statements less the CPU spent there (the server's time and the wire's),
+  round trips per recall, and the top-10 overlap with SQLite's answer;
+- the plan the server ran for each ranking and vector-search statement of a recall (EXPLAIN ANALYZE);
 - import rows/s on both, against a bare ``COPY`` of the same rows into a bare table (its GIN and
   HNSW indexes built after).
+
+``--keep DIR``: the SQLite file and the PostgreSQL server's data directory are built once in
+DIR/scale-N and reused by the next run with the same DIR, which measures recall alone (the import
+figures printed are those measured when the stores were built).
 """
 
 from __future__ import annotations
