@@ -36,6 +36,7 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,31 +100,37 @@ def _median(values: list[float]) -> float:
 
 
 class _Counted:
-    """The statements a store's connection sends (one round trip each), kept while ``keep`` is set,
-    and the time spent inside them: wall, and this process's CPU (adapting, parsing, converting)."""
+    """The statements a store's connection sends and its round trips (one a statement, or one for
+    statements sent together), kept while ``keep`` is set, and the time spent inside them: wall,
+    and this process's CPU (adapting, parsing, converting)."""
 
     def __init__(self, store: MemoryStore) -> None:
         self.sent: list[tuple[str, object]] = []
+        self.trips = 0
         self.keep = False
         self.wall = self.cpu = 0.0
         connection = store.storage.conn  # type: ignore[attr-defined]
-        execute = connection.execute
+        execute, together = connection.execute, connection.fetch_together
 
-        def counted(sql: object, params: object = None) -> object:
+        def timed(call: Callable[[], object], statements: list[tuple[str, object]]) -> object:
             if not self.keep:
-                return execute(sql, params)
-            self.sent.append((str(sql), params))
+                return call()
+            self.sent.extend(statements)
+            self.trips += 1
             began, began_cpu = time.perf_counter(), time.process_time()
             try:
-                return execute(sql, params)
+                return call()
             finally:
                 self.wall += time.perf_counter() - began
                 self.cpu += time.process_time() - began_cpu
 
-        connection.execute = counted
+        connection.execute = lambda sql, params=None: timed(lambda: execute(sql, params), [(str(sql), params)])
+        connection.fetch_together = lambda statements: timed(lambda: together(statements),
+                                                             [(str(sql), params) for sql, params in statements])
 
     def start(self) -> None:
         self.sent.clear()
+        self.trips = 0
         self.wall = self.cpu = 0.0
         self.keep = True
 
@@ -225,7 +232,7 @@ def _measure(n: int, server: PostgresServer, sqlite_db: Path, embedder: object, 
                 cpu.setdefault(mode, []).append((time.process_time() - began_cpu) * 1000)
                 waited.setdefault(mode, []).append((counted.wall - counted.cpu) * 1000)
                 counted.keep = False
-                trips[mode] = trips.get(mode, 0) + len(counted.sent)
+                trips[mode] = trips.get(mode, 0) + counted.trips
                 if mode not in plans and q.question.strip():
                     plans[mode] = _plans(raw, counted.sent)
                 keyword_query = tsquery_of((tuple(keyword.query_terms(q.question)),))
