@@ -269,7 +269,8 @@ def _measure(n: int, server: PostgresServer, sqlite_db: Path, embedder: object, 
     when = " (measured when the kept stores were built)" if reused else ""
     for what, rate in rates.items():
         print(f"import {what}: {rate:,.0f} rows/s{when}")
-    print(f"import PostgreSQL / raw COPY: {rates['postgresql'] / rates['raw COPY']:.2f}x")
+    if "raw COPY" in rates:  # a kept store whose build was stopped before the bare COPY has none
+        print(f"import PostgreSQL / raw COPY: {rates['postgresql'] / rates['raw COPY']:.2f}x")
     for mode, found in plans.items():
         for plan in found:
             print(f"\n{mode}: a statement of its recall, as the server ran it\n{plan}")
