@@ -2,6 +2,7 @@
 
     python bench/bench_postgres.py [--data ../shared/data/locomo-dev] [--modes keyword,semantic,hybrid]
     python bench/bench_postgres.py --scale 100000
+    python bench/bench_postgres.py --scale 200000 --questions 100 --keep /work/cache/pg200k
 
 
 Imports LoCoMo dev's turns (``locomo_turns.jsonl``, as ``harness-mem import`` reads them) into a
@@ -17,11 +18,16 @@ and the questions), imported into both engines through the store, then:
 
 - recall per mode on PostgreSQL, each question interleaved with the raw engine's own query over
   the same rows (a bare ``tsvector`` OR query ranked by ``ts_rank_cd``; a bare HNSW top 10 at the
-  same ``hnsw.ef_search``): p50/p95, this process's CPU against the rest (the server's time and the
-  round trips'), statements sent per recall, and the top-10 overlap with SQLite's answer;
-- the plan the server ran for the store's ranking and vector-search statements (EXPLAIN ANALYZE);
+  same ``hnsw.ef_search``; for hybrid, both of them): p50/p95, this process's CPU, the time spent
+  inside the store's statements less the CPU spent there (the server's time and the wire's),
+  round trips per recall, and the top-10 overlap with SQLite's answer;
+- the plan the server ran for each ranking and vector-search statement of a recall (EXPLAIN ANALYZE);
 - import rows/s on both, against a bare ``COPY`` of the same rows into a bare table (its GIN and
   HNSW indexes built after).
+
+``--keep DIR``: the SQLite file and the PostgreSQL server's data directory are built once in
+DIR/scale-N and reused by the next run with the same DIR, which measures recall alone (the import
+figures printed are those measured when the stores were built).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,9 +57,11 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=300, help="with --scale: how many planted questions to ask")
     parser.add_argument("--work", type=Path, help="with --scale: where the SQLite file and the model's vectors of the"
                         " planted turns and questions are kept, reused by the next run (default: a scratch folder)")
+    parser.add_argument("--keep", type=Path, help="with --scale: both stores built once and kept in KEEP/scale-N"
+                        " (the PostgreSQL server's data too), measured again by the next run without importing")
     args = parser.parse_args()
     if args.scale:
-        scale(args.scale, args.data, args.questions, args.work)
+        scale(args.scale, args.data, args.questions, args.work, args.keep)
         return
     turns = (args.data / "locomo_turns.jsonl").read_bytes().splitlines()
     queries = parse_queries((args.data / "locomo_queries.jsonl").read_bytes().splitlines())
@@ -91,26 +100,80 @@ def _median(values: list[float]) -> float:
 
 
 class _Counted:
-    """The statements a store's connection sends (one round trip each), kept while ``keep`` is set."""
+    """The statements a store's connection sends and its round trips (one a statement, or one for
+    statements sent together), kept while ``keep`` is set, and the time spent inside them: wall,
+    and this process's CPU (adapting, parsing, converting)."""
 
     def __init__(self, store: MemoryStore) -> None:
         self.sent: list[tuple[str, object]] = []
+        self.trips = 0
         self.keep = False
+        self.wall = self.cpu = 0.0
         connection = store.storage.conn  # type: ignore[attr-defined]
-        execute = connection.execute
+        execute, together = connection.execute, connection.fetch_together
 
-        def counted(sql: object, params: object = None) -> object:
-            if self.keep:
-                self.sent.append((str(sql), params))
-            return execute(sql, params)
+        def timed(call: Callable[[], object], statements: list[tuple[str, object]]) -> object:
+            if not self.keep:
+                return call()
+            self.sent.extend(statements)
+            self.trips += 1
+            began, began_cpu = time.perf_counter(), time.process_time()
+            try:
+                return call()
+            finally:
+                self.wall += time.perf_counter() - began
+                self.cpu += time.process_time() - began_cpu
 
-        connection.execute = counted
+        connection.execute = lambda sql, params=None: timed(lambda: execute(sql, params), [(str(sql), params)])
+        connection.fetch_together = lambda statements: timed(lambda: together(statements),
+                                                             [(str(sql), params) for sql, params in statements])
+
+    def start(self) -> None:
+        self.sent.clear()
+        self.trips = 0
+        self.wall = self.cpu = 0.0
+        self.keep = True
 
 
-def scale(n: int, data: Path, asked: int, work: Path | None = None) -> None:
+def _built(folder: Path, n: int, lines: list[str], embedder: object, server: PostgresServer,
+           sqlite_db: Path) -> dict[str, float]:
+    """Import rates (rows/s) into both engines and of a bare ``COPY``; measured when the stores are
+    built, kept beside them (``built.json``) and read back by a later run over the same kept stores."""
     import json
 
-    import numpy as np
+    from harness_mem.engines.postgres import vector_literal
+    from harness_mem.passages import embedding_text
+
+    record = folder / "built.json"
+    if record.exists():
+        return dict(json.loads(record.read_text(encoding="utf-8")))
+    sqlite_db.unlink(missing_ok=True)
+    rates: dict[str, float] = {}
+    for engine, target in {"sqlite": str(sqlite_db), "postgresql": server.dsn}.items():
+        with MemoryStore(target, embedder=embedder) as store:  # type: ignore[arg-type]
+            started = time.perf_counter()
+            report = import_jsonl(store, lines)  # workers as the CLI chooses them
+            rates[engine] = report.added / (time.perf_counter() - started)
+    # A bare COPY of the same rows (text and vector), their GIN and HNSW indexes built after.
+    texts = [json.loads(line) for line in lines]
+    embedded = embedder.embed([embedding_text(t["text"], t.get("role")) for t in texts])  # type: ignore[attr-defined]
+    with server.connect() as raw:
+        raw.execute(f"CREATE TABLE raw_copy (id text, content text, embedding halfvec({embedded.shape[1]}))")
+        began = time.perf_counter()
+        with raw.cursor().copy("COPY raw_copy (id, content, embedding) FROM STDIN") as copy:
+            for t, v in zip(texts, embedded, strict=True):
+                copy.write_row((t["id"], t["text"], vector_literal(v)))
+        raw.execute("CREATE INDEX ON raw_copy USING gin (to_tsvector('simple', content))")
+        raw.execute("CREATE INDEX ON raw_copy USING hnsw (embedding halfvec_cosine_ops)")
+        rates["raw COPY"] = len(texts) / (time.perf_counter() - began)
+        raw.execute("DROP TABLE raw_copy")
+    record.write_text(json.dumps(rates), encoding="utf-8")
+    return rates
+
+
+def scale(n: int, data: Path, asked: int, work: Path | None = None, keep: Path | None = None) -> None:
+    import json
+
     from bench_scale import (
         DEFAULT_SEED,
         generate,
@@ -120,102 +183,107 @@ def scale(n: int, data: Path, asked: int, work: Path | None = None) -> None:
         vector_embedder,
     )
 
-    from harness_mem import keyword
-    from harness_mem.engines.postgres import HNSW_EF_SEARCH, tsquery_of, vector_literal
-    from harness_mem.passages import embedding_text
 
     lines = [json.dumps(row) for row in generate(n, DEFAULT_SEED, planted=planted_turns(data))]
     questions = planted_questions(data)[:asked]
     modes = ("keyword", "semantic", "hybrid")
-    with tempfile.TemporaryDirectory() as scratch, PostgresServer() as server:
-        sqlite_db = (work or Path(scratch)) / f"scale-{n}.db"
-        sqlite_db.parent.mkdir(parents=True, exist_ok=True)
-        sqlite_db.unlink(missing_ok=True)  # imported again: its rate is measured
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = keep / f"scale-{n}" if keep is not None else work or Path(scratch)
+        folder.mkdir(parents=True, exist_ok=True)
+        if keep is None:
+            (folder / "built.json").unlink(missing_ok=True)  # imported again: its rate is measured
+        sqlite_db = folder / f"scale-{n}.db"
         embedder = vector_embedder(sqlite_db, DEFAULT_SEED, data)
-        targets = {"sqlite": str(sqlite_db), "postgresql": server.dsn}
-        rates: dict[str, float] = {}
-        for engine, target in targets.items():
-            with MemoryStore(target, embedder=embedder) as store:
-                started = time.perf_counter()
-                report = import_jsonl(store, lines)  # workers as the CLI chooses them
-                rates[engine] = report.added / (time.perf_counter() - started)
-        vectors = question_vectors(sqlite_db, questions)
-        # Per question and mode, interleaved: the store on PostgreSQL (wall and this process's CPU,
-        # the rest being the server's time and the round trips'), the raw engine's own query over
-        # the same rows, and SQLite's answer (for the top-10 overlap).
-        wall: dict[tuple[str, str], list[float]] = {}
-        cpu: dict[str, list[float]] = {}
-        trips: dict[str, int] = {}
-        overlap: dict[str, list[float]] = {}
-        plans: dict[str, str] = {}
-        with MemoryStore(targets["postgresql"], embedder=embedder) as store, \
-                MemoryStore(targets["sqlite"], embedder=embedder, read_only=True) as lite, server.connect() as raw:
-            raw.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")  # as the store walks the graph
-            raw.execute("SET hnsw.iterative_scan = relaxed_order")
-            counted = _Counted(store)
-            for mode in modes:
-                store.recall("warm up", k=10, mode=mode, query_vector=vectors[0])  # type: ignore[arg-type]
-                for q, vector in zip(questions, vectors, strict=True):
-                    counted.sent.clear()
-                    counted.keep = True
-                    began, began_cpu = time.perf_counter(), time.process_time()
-                    hits = store.recall(q.question, k=10, mode=mode, query_vector=vector)  # type: ignore[arg-type]
-                    wall.setdefault(("store", mode), []).append((time.perf_counter() - began) * 1000)
-                    cpu.setdefault(mode, []).append((time.process_time() - began_cpu) * 1000)
-                    counted.keep = False
-                    trips[mode] = trips.get(mode, 0) + len(counted.sent)
-                    if mode not in plans and q.question.strip():
-                        plans[mode] = _plan(raw, counted.sent)
-                    if mode == "keyword":
-                        tsq = tsquery_of((tuple(keyword.query_terms(q.question)),))
-                        sql, params = ("SELECT pk FROM entries WHERE tokens @@ %s::tsquery"
-                                       " ORDER BY ts_rank_cd(tokens, %s::tsquery) DESC LIMIT 10", (tsq, tsq))
-                    else:
-                        sql, params = ("SELECT pk FROM entry_vectors ORDER BY embedding <=> %s::halfvec LIMIT 10",
-                                       (vector_literal(vector),))
+        with PostgresServer(kept=folder / "postgres" if keep is not None else None) as server:
+            reused = (folder / "built.json").exists()
+            rates = _built(folder, n, lines, embedder, server, sqlite_db)
+            vectors = question_vectors(sqlite_db, questions)
+            _measure(n, server, sqlite_db, embedder, questions, vectors, modes, rates, reused)
+
+
+def _measure(n: int, server: PostgresServer, sqlite_db: Path, embedder: object, questions: list, vectors: object,
+             modes: tuple[str, ...], rates: dict[str, float], reused: bool) -> None:
+    import numpy as np
+
+    from harness_mem import keyword
+    from harness_mem.engines.postgres import HNSW_EF_SEARCH, tsquery_of, vector_literal
+
+    # Per question and mode, interleaved: the store on PostgreSQL (wall, this process's CPU, and the
+    # time inside its statements less the CPU spent there: the server's and the wire's), the raw
+    # engine's own query over the same rows, and SQLite's answer (for the top-10 overlap).
+    wall: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[str, list[float]] = {}
+    waited: dict[str, list[float]] = {}
+    trips: dict[str, int] = {}
+    overlap: dict[str, list[float]] = {}
+    plans: dict[str, list[str]] = {}
+    with MemoryStore(server.dsn, embedder=embedder) as store, \
+            MemoryStore(str(sqlite_db), embedder=embedder, read_only=True) as lite, server.connect() as raw:
+        raw.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")  # as the store walks the graph
+        raw.execute("SET hnsw.iterative_scan = relaxed_order")
+        counted = _Counted(store)
+        for mode in modes:
+            store.recall("warm up", k=10, mode=mode, query_vector=vectors[0])  # type: ignore[arg-type,index]
+            for q, vector in zip(questions, vectors, strict=True):  # type: ignore[call-overload]
+                counted.start()
+                began, began_cpu = time.perf_counter(), time.process_time()
+                hits = store.recall(q.question, k=10, mode=mode, query_vector=vector)  # type: ignore[arg-type]
+                wall.setdefault(("store", mode), []).append((time.perf_counter() - began) * 1000)
+                cpu.setdefault(mode, []).append((time.process_time() - began_cpu) * 1000)
+                waited.setdefault(mode, []).append((counted.wall - counted.cpu) * 1000)
+                counted.keep = False
+                trips[mode] = trips.get(mode, 0) + counted.trips
+                if mode not in plans and q.question.strip():
+                    plans[mode] = _plans(raw, counted.sent)
+                keyword_query = tsquery_of((tuple(keyword.query_terms(q.question)),))
+                own = {"keyword": [("SELECT pk FROM entries WHERE tokens @@ %s::tsquery"
+                                    " ORDER BY ts_rank_cd(tokens, %s::tsquery) DESC LIMIT 10", (keyword_query,) * 2)],
+                       "semantic": [("SELECT pk FROM entry_vectors ORDER BY embedding <=> %s::halfvec LIMIT 10",
+                                     (vector_literal(vector),))]}
+                own["hybrid"] = own["keyword"] + own["semantic"]  # the raw engine's hybrid: both its queries
+                for what in ("keyword", "semantic") if mode == "hybrid" else (mode,):
                     began = time.perf_counter()
-                    raw.execute(sql, params).fetchall()
-                    wall.setdefault(("raw", mode), []).append((time.perf_counter() - began) * 1000)
-                    theirs = {h.entry.id for h in lite.recall(q.question, k=10, mode=mode, query_vector=vector)}  # type: ignore[arg-type]
-                    if theirs:
-                        overlap.setdefault(mode, []).append(len({h.entry.id for h in hits} & theirs) / len(theirs))
-            # A bare COPY of the same rows (text and vector), their GIN and HNSW indexes built after.
-            texts = [json.loads(line) for line in lines]
-            embedded = embedder.embed([embedding_text(t["text"], t.get("role")) for t in texts])
-            raw.execute(f"CREATE TABLE raw_copy (id text, content text, embedding halfvec({embedded.shape[1]}))")
-            began = time.perf_counter()
-            with raw.cursor().copy("COPY raw_copy (id, content, embedding) FROM STDIN") as copy:
-                for t, v in zip(texts, embedded, strict=True):
-                    copy.write_row((t["id"], t["text"], vector_literal(v)))
-            raw.execute("CREATE INDEX ON raw_copy USING gin (to_tsvector('simple', content))")
-            raw.execute("CREATE INDEX ON raw_copy USING hnsw (embedding halfvec_cosine_ops)")
-            rates["raw COPY"] = len(texts) / (time.perf_counter() - began)
-    print(f"{n:,} turns (LoCoMo dev planted), {len(questions)} questions, each mode interleaved with the raw engine's"
-          f" own query in one run (raw semantic at the store's hnsw.ef_search = {HNSW_EF_SEARCH})\n")
-    print("| mode | store p50 / p95 ms | client CPU p50 ms | server + wire p50 ms | round trips | raw p50 / p95 ms"
-          " | store / raw (p50) | top-10 overlap with SQLite |")
+                    for sql, params in own[what]:
+                        raw.execute(sql, params).fetchall()
+                    wall.setdefault((f"raw {what}", mode), []).append((time.perf_counter() - began) * 1000)
+                theirs = {h.entry.id for h in lite.recall(q.question, k=10, mode=mode, query_vector=vector)}  # type: ignore[arg-type]
+                if theirs:
+                    overlap.setdefault(mode, []).append(len({h.entry.id for h in hits} & theirs) / len(theirs))
+    asked = len(questions)
+    print(f"{n:,} turns (LoCoMo dev planted), {asked} questions, each mode interleaved with the raw engine's"
+          f" own query in one run (raw semantic at the store's hnsw.ef_search = {HNSW_EF_SEARCH}; the raw"
+          " engine's hybrid is its keyword query and its vector query, one after the other)\n")
+    print("| mode | store p50 / p95 ms | client CPU p50 ms | in statements, less their CPU (server + wire) p50 ms"
+          " | round trips | raw p50 / p95 ms | store / raw (p50) | top-10 overlap with SQLite |")
     print("|---|---|---|---|---|---|---|---|")
     for mode in modes:
-        ours, theirs = wall["store", mode], wall["raw", mode]
-        print(f"| {mode} | {_percentiles(ours)} | {_median(cpu[mode]):.1f} | {_median(ours) - _median(cpu[mode]):.1f}"
-              f" | {trips[mode] / len(questions):.1f} | {_percentiles(theirs)} | {_median(ours) / _median(theirs):.2f}x"
+        ours = wall["store", mode]
+        theirs = [sum(t) for t in zip(*(wall[key] for key in wall if key[0].startswith("raw") and key[1] == mode),
+                                      strict=True)]
+        print(f"| {mode} | {_percentiles(ours)} | {_median(cpu[mode]):.1f} | {_median(waited[mode]):.1f}"
+              f" | {trips[mode] / asked:.1f} | {_percentiles(theirs)} | {_median(ours) / _median(theirs):.2f}x"
               f" | {float(np.mean(overlap[mode])):.3f} |")
+    hybrid, vector_alone = _median(wall["store", "hybrid"]), _median(wall["raw semantic", "hybrid"])
+    print(f"\n(hybrid against the raw vector query alone: {hybrid / vector_alone:.2f}x)")
     print()
+    when = " (measured when the kept stores were built)" if reused else ""
     for what, rate in rates.items():
-        print(f"import {what}: {rate:,.0f} rows/s")
-    print(f"import PostgreSQL / raw COPY: {rates['postgresql'] / rates['raw COPY']:.2f}x")
-    for mode, plan in plans.items():
-        print(f"\n{mode}: the store's heaviest statement, as the server ran it\n{plan}")
+        print(f"import {what}: {rate:,.0f} rows/s{when}")
+    if "raw COPY" in rates:  # a kept store whose build was stopped before the bare COPY has none
+        print(f"import PostgreSQL / raw COPY: {rates['postgresql'] / rates['raw COPY']:.2f}x")
+    for mode, found in plans.items():
+        for plan in found:
+            print(f"\n{mode}: a statement of its recall, as the server ran it\n{plan}")
 
 
-def _plan(conn: object, sent: list[tuple[str, object]]) -> str:
-    """EXPLAIN ANALYZE of the ranking or search statement among those a recall sent."""
+def _plans(conn: object, sent: list[tuple[str, object]]) -> list[str]:
+    """EXPLAIN ANALYZE of the ranking and search statements among those a recall sent."""
     chosen = [(sql, params) for sql, params in sent if "ts_rank_cd" in sql or "<=>" in sql]
-    if not chosen:
-        return "(none)"
-    sql, params = chosen[0]
-    rows = conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + sql, params).fetchall()  # type: ignore[attr-defined]
-    return "\n".join("    " + row[0][:160] for row in rows)
+    found = []
+    for sql, params in chosen:
+        rows = conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + sql, params).fetchall()  # type: ignore[attr-defined]
+        found.append(" ".join(sql.split())[:200] + "\n" + "\n".join("    " + row[0][:160] for row in rows))
+    return found or ["(none)"]
 
 
 if __name__ == "__main__":

@@ -107,10 +107,14 @@ class PostgresServer:
     """One server in its own temporary directory: ``start()``, use ``dsn``, ``stop()``.
 
     Also a context manager. ``dsn`` is the superuser's on the ``harness_mem`` database, which has
-    the ``vector`` extension; ``create_database`` and ``create_role`` make more for a test."""
+    the ``vector`` extension; ``create_database`` and ``create_role`` make more for a test.
 
-    def __init__(self, *, start_timeout: float = 60.0) -> None:
+    ``kept``: a folder the server lives in and that stopping it leaves, its data there for the next
+    start (a benchmark's large store, built once); by default a fresh temporary one, removed."""
+
+    def __init__(self, *, start_timeout: float = 60.0, kept: Path | None = None) -> None:
         self.start_timeout = start_timeout
+        self.kept = kept
         self.root: Path | None = None
         self.port: int | None = None
         self.start_seconds: float | None = None
@@ -142,6 +146,11 @@ class PostgresServer:
         if self.root is not None:
             raise PostgresServerError("the server is already started")
         started = time.monotonic()
+        if self.kept is not None and (self.kept / "state" / "data" / "PG_VERSION").exists():
+            self.root = self.kept  # its binaries and data are there already
+            self._start_server()
+            self.start_seconds = time.monotonic() - started
+            return
         try:
             self._lay_out()
             self._run([self._bin("initdb"), "-D", str(self.data_dir), "-U", SUPERUSER, "--auth=trust",
@@ -176,7 +185,8 @@ class PostgresServer:
                         os.kill(pid, signal.SIGKILL)
         finally:
             self.root = self.port = None
-            shutil.rmtree(root)
+            if self.kept is None:
+                shutil.rmtree(root)
 
     def halt(self) -> None:
         """Stops the server (fast shutdown: open sessions are cut) and keeps its directory and port
@@ -252,7 +262,10 @@ class PostgresServer:
 
     def _lay_out(self) -> None:
         pginstall, libs = wheel_dirs()
-        root = Path(tempfile.mkdtemp(prefix="harness-mem-pg-", dir=scratch_dir()))
+        if self.kept is not None:
+            shutil.rmtree(self.kept, ignore_errors=True)  # a start that never finished
+            self.kept.mkdir(parents=True)
+        root = self.kept or Path(tempfile.mkdtemp(prefix="harness-mem-pg-", dir=scratch_dir()))
         self.root = root
         root.chmod(0o755)  # mkdtemp's 0700 would shut `nobody` out
         if self._as_root:

@@ -3,9 +3,10 @@
 A recall across a network pays a round trip for every statement, and the server's own time for
 each plan: keyword ranking is one statement that scores BM25 (the same scores as SQLite: see
 test_engines), the vector search walks the HNSW graph, and the other reads of a recall ride on
-statements it sends anyway. An import puts the HNSW index off and builds it whole at its end; one
+statements it sends anyway (the hits' rows with the ranking, several statements in one pipeline,
+the snapshot's COMMIT sent without waiting for its answer). An import puts the HNSW index off and builds it whole at its end; one
 stopped midway leaves that to the next handle that writes. Statement counts here are the engine's
-own (each ``execute`` is one round trip); no timing is asserted. Which plan the server picks for
+own (each ``execute`` is one round trip, and each ``fetch_together``); no timing is asserted. Which plan the server picks for
 the vector search depends on the table's size: bench/bench_postgres.py shows it at 20,000 entries.
 """
 
@@ -43,29 +44,40 @@ def store(postgres_server: Any) -> Iterator[MemoryStore]:
 
 
 class Sent:
-    """Every statement the store's connection sends (a round trip each), with its parameters."""
+    """Every statement the store's connection sends, with its parameters, and the round trips:
+    one a statement, or one for statements sent together."""
 
     def __init__(self, store: MemoryStore) -> None:
         self.statements: list[tuple[str, Any]] = []
+        self.trips = 0
         connection = store.storage.conn
-        execute = connection.execute
+        execute, together = connection.execute, connection.fetch_together
 
         def counted(sql: Any, params: Any = None) -> Any:
             self.statements.append((str(sql), params))
+            self.trips += 1
             return execute(sql, params)
 
+        def counted_together(statements: Any) -> Any:
+            self.statements.extend((str(sql), params) for sql, params in statements)
+            self.trips += 1
+            return together(statements)
+
         connection.execute = counted  # type: ignore[method-assign]
+        connection.fetch_together = counted_together  # type: ignore[method-assign]
 
 
-def test_a_keyword_recall_is_ranked_in_one_statement_and_read_in_one_more(store: MemoryStore) -> None:
+def test_a_keyword_recall_ranks_and_reads_its_hits_in_one_statement(store: MemoryStore) -> None:
     store.recall("warm up the connection", mode="keyword")
     sent = Sent(store)
     hits = store.recall("camping by the lake", k=5, mode="keyword")
     assert hits and all({"camping", "lake"} & set(h.entry.content.split()) for h in hits)
     # Whether anything derived is there (asked by the store, then inside the snapshot), the BM25
-    # statement (its snapshot's BEGIN sent with it), the hits with their index texts, COMMIT.
-    assert len(sent.statements) <= 5, [s for s, _ in sent.statements]
+    # statement (its snapshot's BEGIN sent with it, the hits' rows and index texts read in it); the
+    # COMMIT sent without waiting for its answer.
+    assert sent.trips <= 3, [s for s, _ in sent.statements]
     assert sum("ts_rank_cd" in sql for sql, _ in sent.statements) == 1
+    assert "ts_rank_cd" in sent.statements[-1][0]  # nothing read after the ranking
 
 
 def test_a_semantic_recall_walks_the_hnsw_graph_in_few_round_trips(store: MemoryStore) -> None:
@@ -74,9 +86,14 @@ def test_a_semantic_recall_walks_the_hnsw_graph_in_few_round_trips(store: Memory
     hits = store.recall("pottery painting", k=5, mode="semantic")
     assert len(hits) == 5
     # Whether anything derived is there, the store's version, the speakers named, the search (its
-    # snapshot's BEGIN sent with it, the candidates' passages in it), the hits with their index
-    # texts, the counts and the words' frequencies their coverage weighs, COMMIT.
-    assert len(sent.statements) <= 8, [s for s, _ in sent.statements]
+    # snapshot's BEGIN sent with it; the candidates' passages, the hits' rows and index texts and
+    # the keyword counts their coverage weighs read in it), the frequencies of words not seen
+    # before (kept for the next recalls); the COMMIT sent without waiting for its answer.
+    assert sent.trips <= 5, [s for s, _ in sent.statements]
+    sent = Sent(store)
+    assert len(store.recall("painting pottery", k=5, mode="semantic")) == 5
+    assert sent.trips <= 4, [s for s, _ in sent.statements]
+    assert "<=>" in sent.statements[-1][0]  # nothing read after the search
     # One vector search, the graph walked at the connection's own ef_search (no SET around it).
     assert sum("<=>" in sql for sql, _ in sent.statements) == 1
     assert not [sql for sql, _ in sent.statements if sql.startswith(("SET", "SAVEPOINT"))]
@@ -86,10 +103,23 @@ def test_a_hybrid_recall_reads_each_candidates_vector_and_windows_once(store: Me
     store.recall("warm up the connection", mode="hybrid")
     sent = Sent(store)
     assert len(store.recall("camping by the lake", k=5, mode="hybrid")) == 5
-    # As semantic, with the keyword ranking (its counts reused by coverage) and the cosines of the
-    # keyword candidates the search missed (their windows along), and the candidates' speakers.
-    assert len(sent.statements) <= 10, [s for s, _ in sent.statements]
+    # As semantic, with the keyword ranking (its counts reused by coverage), the cosines of the
+    # keyword candidates (their windows and speakers along) in the search's round trip, and the
+    # fused hits' rows.
+    assert sent.trips <= 7, [s for s, _ in sent.statements]
     assert not [sql for sql, _ in sent.statements if "FROM entry_passages WHERE" in sql]
+    assert not [sql for sql, _ in sent.statements if sql.startswith("SELECT pk, role, session")]
+
+
+@pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
+def test_a_recall_leaves_no_transaction_open(store: MemoryStore, mode: str) -> None:
+    # Its snapshot's COMMIT is sent without waiting for the answer: read before the next statement,
+    # which runs on its own again (read committed, not the recall's repeatable read).
+    store.recall("camping by the lake", k=5, mode=mode)
+    assert not store.storage.conn.in_transaction
+    assert store.storage.query("SHOW transaction_isolation") == [("read committed",)]
+    store.add("a note written after the recall, about the lake")
+    assert store.recall("written after the recall", k=1, mode=mode)[0].entry.content.startswith("a note written")
 
 
 def test_cited_turns_are_read_together(store: MemoryStore) -> None:

@@ -106,3 +106,17 @@ def test_the_mcp_server_answers_tool_calls_after_the_database_restarts(server: P
             assert len((await call("recall", query="incident channel"))["hits"]) == 1
 
     anyio.run(talk)
+
+
+def test_a_recall_whose_commit_is_unanswered_when_the_server_restarts_leaves_the_next_call_working(
+        server: PostgresServer, target: str) -> None:
+    # A recall's read snapshot ends with a COMMIT whose answer is read before the next statement:
+    # a restart in between leaves that answer unread on a dead connection, which the next call
+    # replaces without an error.
+    with MemoryStore(target, embedder=None) as store:
+        store.add("the build cache lives on the shared volume", id="cache")
+        for _ in range(2):
+            assert [h.entry.id for h in store.recall("build cache", mode="keyword")] == ["cache"]
+            server.restart()
+        store.add("the artefacts expire after a week", id="artefacts")
+        assert [h.entry.id for h in store.recall("artefacts expire", mode="keyword")] == ["artefacts"]

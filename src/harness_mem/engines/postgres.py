@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 __all__ = ["PostgresStorage", "safe_location", "tsquery_of", "vector_literal"]
 
 # How many candidates an HNSW search keeps while it walks the graph, at least.
-HNSW_EF_SEARCH = 400
+HNSW_EF_SEARCH = 600
 # A filtered vector search that leaves at most this many rows compares them all, exactly.
 EXACT_ROWS = 20_000
 # An import puts off the HNSW index once it has written this many vectors and more than the store
@@ -68,6 +68,19 @@ _HNSW_INDEX = "CREATE INDEX IF NOT EXISTS entry_vectors_hnsw ON entry_vectors US
 # An entry's later windows as one JSON value (None: it has none), for the entry aliased as given.
 _WINDOWS = ("(SELECT json_agg(json_build_array(p.start, p.stop, p.embedding::text) ORDER BY p.start)"
             " FROM entry_passages p WHERE p.pk = {}.pk)")
+# What an entry's keyword-index text is made of (keyword.entry_index_text), for the entry ``e``
+# joined to _TURN_BEFORE: LATERAL, the turn before it is one walk back along its session's index
+# (a scalar subquery joined on its pk was planned as a hash join over the whole table, the
+# subquery run twice a row along another index: 100 ms for 200 entries of a fresh table).
+_TEXT_PARTS = "e.content, e.role, e.kind, e.session, e.created_at, p.content, p.role"
+_TEXT_PART_COUNT = 7
+_TURN_BEFORE = ("LEFT JOIN LATERAL (SELECT q.content, q.role FROM entries q WHERE e.kind = 'turn'"
+                " AND q.namespace = e.namespace AND q.session = e.session AND q.kind = 'turn' AND q.forgotten_at IS NULL"
+                " AND (q.created_at, q.pk) < (e.created_at, e.pk)"
+                " ORDER BY q.created_at DESC, q.pk DESC LIMIT 1) p ON true")
+# A ranking at most this deep reads its entries' rows along (what a recall shows next); a deeper
+# one is a list of fusion's candidates, of which only the winners are read.
+ROWS_ALONG = 30
 #: Entries a keyword-index rebuild re-indexes per transaction.
 KEYWORD_BATCH = 1000
 # Every write transaction takes this advisory lock first (an arbitrary, fixed key).
@@ -136,6 +149,13 @@ def _passage(start: int, stop: int, vector_text: str) -> Passage:
     """A later window as stored (its vector as pgvector prints it), its vector of unit length."""
     vector = np.asarray(json.loads(vector_text), dtype=np.float32)
     return Passage(int(start), int(stop), vector / max(float(np.linalg.norm(vector)), 1e-9))
+
+
+def index_text(parts: Sequence[Any]) -> str:
+    """An entry's keyword-index text from its :data:`_TEXT_PARTS`."""
+    content, role, kind, session, created_at, previous, previous_role = parts
+    return keyword.entry_index_text(content, role, kind, session, created_at,
+                                    (previous, previous_role) if previous is not None else None)
 
 
 def _head(token: str, size: int) -> str:
@@ -345,10 +365,11 @@ def bm25_statement(words: int, clause: str, lane: str) -> str:
     those scored, the frequencies count them all. A word's frequency in an entry is
     ``ts_rank_cd`` of that word alone with every weight 1: one cover per position, each weighing 1
     (unnesting the tsvector cost 0.1 ms an entry). An entry holding a word more often than a lexeme
-    keeps positions, or longer than its positions reach, is returned too, to be counted again.
+    keeps positions, or longer than its positions reach, is returned too, to be counted again. Each
+    one's row and what its index text is made of come along where the last parameter is true.
 
     Parameters: the lane's two counters, k1, b, the words' tsqueries, the clause's, the OR of the
-    words, the two limits, how many."""
+    words, the two limits, how many, whether the rows come along."""
     terms = range(words)
     frequencies = ", ".join(f"ts_rank_cd('{{1,1,1,1}}', e.tokens, %s::tsquery)::int AS tf{i}" for i in terms)
     counts = ", ".join(f"count(*) FILTER (WHERE tf{i} > 0) AS df{i}" for i in terms)
@@ -373,8 +394,9 @@ scored AS (
     FROM (SELECT held.*, CASE WHEN average > 0 THEN length / average ELSE 1.0 END AS ratio FROM held, shape
           WHERE passes) h, weighed w, shape s),
 best AS (SELECT * FROM scored ORDER BY score DESC, pk LIMIT %s)
-SELECT b.pk, b.score, b.clipped, b.length, s.n, s.average, ARRAY[{", ".join(f"c.df{i}" for i in terms)}]
-FROM (SELECT * FROM best UNION SELECT * FROM scored WHERE clipped) b, shape s, counted c
+SELECT b.pk, b.score, b.clipped, b.length, s.n, s.average, ARRAY[{", ".join(f"c.df{i}" for i in terms)}], r.*
+FROM (SELECT * FROM best UNION SELECT * FROM scored WHERE clipped) b CROSS JOIN shape s CROSS JOIN counted c
+LEFT JOIN LATERAL (SELECT {_TEXT_PARTS}, {_COLUMNS_E} FROM entries e {_TURN_BEFORE} WHERE e.pk = b.pk AND %s) r ON true
 """
 
 
@@ -405,7 +427,7 @@ class PostgresKeywords:
     def remember(self, rows: int, average: float, dfs: dict[str, int]) -> None:
         self._counted = (self.storage.read_view, rows, average, dfs)
 
-    def _recalled(self) -> tuple[int, float, dict[str, int]] | None:
+    def recalled(self) -> tuple[int, float, dict[str, int]] | None:
         """What the last ranking counted, if it was in the read view still open."""
         counted = self._counted
         if counted is None or counted[0] is None or counted[0] is not self.storage.read_view:
@@ -416,7 +438,7 @@ class PostgresKeywords:
         return self.storage.query(sql, params)[0][0]
 
     def stats(self) -> tuple[int, float]:
-        recalled = self._recalled()
+        recalled = self.recalled()
         if recalled is not None:
             return recalled[0], recalled[1]
         # Every namespace's counts for the owner; a confined role's own alone (row-level security).
@@ -431,7 +453,7 @@ class PostgresKeywords:
     def document_frequencies(self, terms: Sequence[str], rows: int) -> list[int]:
         """How many entries hold each term, counted in one pass over the entries holding any (or
         as the ranking in this read view counted them)."""
-        recalled = self._recalled()
+        recalled = self.recalled()
         if recalled is not None and all(term in recalled[2] for term in terms):
             return [recalled[2][term] for term in terms]
         queries = [tsquery_of(((term,),)) for term in terms]
@@ -457,13 +479,14 @@ class PostgresKeywords:
         found = self.storage.query(
             bm25_statement(len(words), clause, self.lane),
             [*self.counters, K1, B, *(tsquery_of(((term,),)) for term in terms), *params, tsquery_of((tuple(terms),)),
-             _MAX_POSITIONS, _MAX_POSITION, k])
+             _MAX_POSITIONS, _MAX_POSITION, k, k <= ROWS_ALONG and self.storage.read_view is not None])
         if not found:
             return []
         rows, average, dfs = int(found[0][4]), float(found[0][5]), found[0][6]
         self.remember(rows, average, dict(zip(terms, dfs, strict=True)))
-        scored = {int(pk): float(score) for pk, score, _, _, _, _, _ in found}
-        clipped = {int(pk): int(length or 0) for pk, _, is_clipped, length, _, _, _ in found if is_clipped}
+        self.storage.saw_rows(read[7:] for read in found)
+        scored = {int(read[0]): float(read[1]) for read in found}
+        clipped = {int(read[0]): int(read[3] or 0) for read in found if read[2]}
         # A lexeme keeps at most 255 positions, none past 16383: an entry holding a word more often
         # (or that far in) is scored from its index text, as FTS5 counts it. It only gains.
         if clipped:
@@ -472,7 +495,9 @@ class PostgresKeywords:
                 positions, _ = index_positions(text)
                 scored[pk] = sum(weight * share(len(positions[word]), clipped[pk], average)
                                  for word, weight in zip(words, weights, strict=True) if positions.get(word))
-        return sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:k]
+        best = sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:k]
+        self.storage.saw_ranking(best)
+        return best
 
     def _ranked_by_positions(self, terms: Sequence[str], parsed: list[tuple[tuple[str, ...], bool]], k: int,
                              selection: Selection) -> list[tuple[int, float]]:
@@ -516,6 +541,7 @@ class PostgresKeywords:
                     score += weight * share(tf, int(length or 0), average)
             scored.append((int(pk), score))
         scored.sort(key=lambda item: (-item[1], item[0]))
+        self.storage.saw_ranking(scored[:k])
         return scored[:k]
 
     def holders(self, match: Match, low: int | None = None, high: int | None = None) -> npt.NDArray[np.int64]:
@@ -596,7 +622,8 @@ class PostgresStorage(Storage):
         # Filtered HNSW searches continue until enough rows pass the filter (pgvector 0.8).
         conn.execute("SET hnsw.iterative_scan = relaxed_order")
         # pgvector's default (40) kept 0.67 of the exact top 10 at 100k entries (bench_postgres.py
-        # --scale). Set once here: a SET per search was three more round trips.
+        # --scale); at 20,000, 400 kept .965 of SQLite's semantic top 10 and 600 .991, what
+        # comparing every vector keeps. Set once here: a SET per search was three more round trips.
         conn.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")
 
     def __repr__(self) -> str:
@@ -608,6 +635,10 @@ class PostgresStorage(Storage):
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return list(self.conn.execute(sql, params).fetchall())
+
+    def query_together(self, *statements: tuple[str, Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
+        """Each statement's rows, in one round trip."""
+        return self.conn.fetch_together(statements)
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> int:
         return int(self.conn.execute(sql, params).rowcount)
@@ -1321,22 +1352,18 @@ class PostgresStorage(Storage):
 
     def _rows_with_texts(self, pks: Sequence[int], columns: str) -> dict[int, tuple[tuple[Any, ...], str]]:
         """``columns`` of each entry (the first its pk) with its keyword-index text, in one query."""
-        # LATERAL: the turn before each entry is one walk back along its session's index. (A
-        # scalar subquery joined on its pk was planned as a hash join over the whole table, the
-        # subquery run twice a row along another index: 100 ms for 200 entries of a fresh table.)
-        found = self.query(
-            f"SELECT e.content, e.role, e.kind, e.session, e.created_at, p.content, p.role, {columns}"
-            " FROM entries e LEFT JOIN LATERAL (SELECT q.content, q.role FROM entries q WHERE e.kind = 'turn'"
-            " AND q.namespace = e.namespace AND q.session = e.session AND q.kind = 'turn' AND q.forgotten_at IS NULL"
-            " AND (q.created_at, q.pk) < (e.created_at, e.pk)"
-            " ORDER BY q.created_at DESC, q.pk DESC LIMIT 1) p ON true WHERE e.pk = ANY(%s)",
-            (list(pks),),
-        )
-        return {
-            int(wanted[0]): (tuple(wanted), keyword.entry_index_text(
-                content, role, kind, session, created_at, (previous, previous_role) if previous is not None else None))
-            for content, role, kind, session, created_at, previous, previous_role, *wanted in found
-        }
+        found = self.query(f"SELECT {_TEXT_PARTS}, {columns} FROM entries e {_TURN_BEFORE} WHERE e.pk = ANY(%s)",
+                           (list(pks),))
+        return {int(r[_TEXT_PART_COUNT]): (tuple(r[_TEXT_PART_COUNT:]), index_text(r[:_TEXT_PART_COUNT])) for r in found}
+
+    def saw_rows(self, found: Iterable[Sequence[Any]]) -> None:
+        """Keep, for :meth:`rows` and :meth:`index_texts` in this read view, whole rows read along
+        with a ranking (each :data:`_TEXT_PARTS` then the columns; all NULL where none came)."""
+        rows, texts = self._once_in_view("rows", dict), self._once_in_view("index texts", dict)
+        for read in found:
+            pk = read[_TEXT_PART_COUNT]
+            if pk is not None:
+                rows[int(pk)], texts[int(pk)] = Row._make(read[_TEXT_PART_COUNT:]), index_text(read[:_TEXT_PART_COUNT])
 
     # ---- reads -----------------------------------------------------------------------------------------
 
@@ -1358,10 +1385,15 @@ class PostgresStorage(Storage):
         if not pks:
             return {}
         if self.read_view is not None:
-            # Inside a recall's snapshot: their index texts come along (its coverage reads them next).
-            found = self._rows_with_texts(pks, columns=_COLUMNS_E)
-            self._once_in_view("index texts", dict).update((pk, text) for pk, (_, text) in found.items())
-            return {pk: Row._make(columns) for pk, (columns, _) in found.items()}
+            # Inside a recall's snapshot: those its ranking read along are known; the others' index
+            # texts come along (its coverage reads them next).
+            known = self._once_in_view("rows", dict)
+            missing = [pk for pk in pks if pk not in known]
+            if missing:
+                found = self._rows_with_texts(missing, columns=_COLUMNS_E)
+                self._once_in_view("index texts", dict).update((pk, text) for pk, (_, text) in found.items())
+                known.update((pk, Row._make(columns)) for pk, (columns, _) in found.items())
+            return {pk: known[pk] for pk in pks if pk in known}
         return {int(r[0]): Row._make(r) for r in self.query(
             f"SELECT {_COLUMNS_E} FROM entries e WHERE e.pk = ANY(%s)", (list(pks),))}
 
@@ -1432,8 +1464,17 @@ class PostgresStorage(Storage):
     # ---- what recall asks --------------------------------------------------------------------------------
 
     def speakers(self, pks: Sequence[int]) -> list[tuple[int, str | None, str | None]]:
+        known = self._once_in_view("speakers", dict)  # those a vector search read along in this view
+        if pks and all(pk in known for pk in pks):
+            return [(pk, *known[pk]) for pk in pks]
         return [(int(pk), role, session) for pk, role, session in self.query(
             "SELECT pk, role, session FROM entries WHERE pk = ANY(%s)", (list(pks),))]
+
+    def saw_ranking(self, ranked: Sequence[tuple[int, float]]) -> None:
+        """Keep a keyword ranking made in this read view: a vector search after it in the view
+        reads the cosines of its best entries along (a hybrid recall fuses them next)."""
+        if self.read_view is not None:
+            self._once_in_view("keyword rankings", list).append([pk for pk, _ in ranked])
 
     def roles_named(self, namespace: str, words: Sequence[str]) -> list[str]:
         return [r[0] for r in self.query(
@@ -1460,27 +1501,57 @@ class PostgresStorage(Storage):
         # (220 ms at 20,000 entries against 25 ms for the graph). relaxed_order: the scan may give
         # rows slightly out of order; the outer query sorts them. The first row counts the walk.
         # Each one's later windows come along (recall reads them next), where the store keeps any.
-        windows = _WINDOWS.format("n") if self._has_passage_table() else "NULL::json"
+        windows = _WINDOWS.format("x") if self._has_passage_table() else "NULL::json"
+        along = k if k <= ROWS_ALONG and self.read_view is not None else 0
+        counters = [*self.keywords.counters, *self.derived_keywords.counters]
+        search = (
+            "WITH nearest AS MATERIALIZED (SELECT pk, embedding <=> %s::halfvec AS distance FROM entry_vectors"
+            " ORDER BY embedding <=> %s::halfvec LIMIT %s),"
+            # Each candidate looked up by its pk (LIMIT 1 keeps it a lookup: as a join the
+            # planner merged it with every entry, 45 ms at 20,000), its speaker read there.
+            " passing AS MATERIALIZED (SELECT n.pk, n.distance, ok.role, ok.session FROM nearest n"
+            f" CROSS JOIN LATERAL (SELECT e.role, e.session FROM entries e WHERE e.pk = n.pk AND {clause} LIMIT 1) ok"
+            " ORDER BY n.distance, n.pk LIMIT %s),"
+            # The nearest ``along`` read whole, apart: a condition on each row's place, put in a
+            # LATERAL read, was checked after it (every candidate read, 17-32 ms at 200,000).
+            f" shown AS MATERIALIZED (SELECT {_TEXT_PARTS}, {_COLUMNS_E} FROM"
+            f" (SELECT pk FROM passing ORDER BY distance, pk LIMIT %s) s JOIN entries e ON e.pk = s.pk {_TURN_BEFORE})"
+            # How many the walk found; the keyword lanes' counts (the hits' coverage weighs them).
+            " SELECT x.pk, x.distance, x.role, x.session, (SELECT count(*) FROM nearest),"
+            " (SELECT ARRAY[" + ", ".join(["coalesce(sum(value) FILTER (WHERE key = %s), 0)"] * 4) + "]"
+            " FROM namespace_state WHERE key = ANY(%s)),"
+            f" {windows}, r.*"
+            " FROM passing x LEFT JOIN shown r ON r.pk = x.pk ORDER BY x.distance, x.pk",
+            [query, query, walked, *params, wanted, along, *counters, counters])
+        # The best k of each keyword ranking of this view (a hybrid recall's other candidates):
+        # their cosines, windows and speakers, answered in the same round trip.
+        ranked = list(dict.fromkeys(pk for ranking in self._once_in_view("keyword rankings", list)
+                                    for pk in ranking[:k]))
         with self._graph_walk(walked):
-            found = self.query(
-                "WITH nearest AS MATERIALIZED (SELECT pk, embedding <=> %s::halfvec AS distance FROM entry_vectors"
-                " ORDER BY embedding <=> %s::halfvec LIMIT %s)"
-                " SELECT NULL::bigint, count(*)::float8, NULL::json FROM nearest UNION ALL"
-                f" (SELECT n.pk, n.distance, {windows} FROM nearest n"
-                # Each candidate looked up by its pk (LIMIT 1 keeps it a lookup: as a join the
-                # planner merged it with every entry, 45 ms at 20,000).
-                f" CROSS JOIN LATERAL (SELECT 1 FROM entries e WHERE e.pk = n.pk AND {clause} LIMIT 1) passing"
-                " ORDER BY n.distance, n.pk LIMIT %s)", [query, query, walked, *params, wanted])
-            if len(found) - 1 >= wanted or found[0][1] < walked:
-                self._saw_passages((pk, stored) for pk, _, stored in found[1:])
+            found, *beside = self.query_together(search, *([self._cosines_statement(query, ranked)] if ranked else []))
+            if beside:
+                self._saw_cosines(query, beside[0])
+            if len(found) >= wanted or (found and found[0][4] < walked):
+                self._once_in_view("speakers", dict).update((pk, (role, session)) for pk, _, role, session, *_ in found)
+                self._saw_passages((read[0], read[6]) for read in found)
+                self.saw_rows(read[7:] for read in found)
+                if found:
+                    self._saw_counts(found[0][5])
             else:
                 # The filters left fewer than wanted of those: the graph is walked on under them.
-                found = [(None, None, None), *self.query(
+                found = self.query(
                     "WITH nearest AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
                     f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause}"
                     " ORDER BY v.embedding <=> %s::halfvec LIMIT %s) SELECT pk, distance FROM nearest ORDER BY distance, pk",
-                    [query, *params, query, wanted])]
-        return [(int(pk), 1.0 - float(distance)) for pk, distance, *_ in found[1:]]
+                    [query, *params, query, wanted])
+        return [(int(pk), 1.0 - float(distance)) for pk, distance, *_ in found]
+
+    def _saw_counts(self, counts: Sequence[Any]) -> None:
+        """Keep, for the keyword lanes in this read view, their counts a vector search read along
+        (rows and tokens of each), where no ranking counted them already."""
+        for lane, (rows, tokens) in ((self.keywords, counts[:2]), (self.derived_keywords, counts[2:])):
+            if lane.recalled() is None:
+                lane.remember(int(rows), int(tokens) / int(rows) if rows else 0.0, {})
 
     @contextmanager
     def _graph_walk(self, size: int) -> Iterator[None]:
@@ -1498,15 +1569,30 @@ class PostgresStorage(Storage):
     def cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, float]:
         if not pks or not self._has_vector_table():
             return {}
-        if self.read_view is None or not self._has_passage_table():
+        query = vector_literal(vector)
+        if self.read_view is None:
             return {int(pk): 1.0 - float(d) for pk, d in self.query(
-                "SELECT pk, embedding <=> %s::halfvec FROM entry_vectors WHERE pk = ANY(%s)",
-                (vector_literal(vector), list(pks)))}
-        # Inside a recall's snapshot: their later windows come along (recall reads them next).
-        found = self.query(f"SELECT v.pk, v.embedding <=> %s::halfvec, {_WINDOWS.format('v')} FROM entry_vectors v"
-                           " WHERE v.pk = ANY(%s)", (vector_literal(vector), list(pks)))
-        self._saw_passages((pk, stored) for pk, _, stored in found)
-        return {int(pk): 1.0 - float(d) for pk, d, _ in found}
+                "SELECT pk, embedding <=> %s::halfvec FROM entry_vectors WHERE pk = ANY(%s)", (query, list(pks)))}
+        # Inside a recall's snapshot: those a vector search read along are known; the others'
+        # later windows and speakers come along (recall reads them next).
+        known = self._once_in_view(("cosines", query), dict)
+        missing = [pk for pk in pks if pk not in known]
+        if missing:
+            self._saw_cosines(query, self.query(*self._cosines_statement(query, missing)))
+        return {pk: 1.0 - known[pk] for pk in pks if known.get(pk) is not None}
+
+    def _cosines_statement(self, query: str, pks: Sequence[int]) -> tuple[str, list[Any]]:
+        """The cosine distance of each entry to ``query`` (NULL: it has no vector), its later
+        windows and its speaker."""
+        windows = _WINDOWS.format("v") if self._has_passage_table() else "NULL::json"
+        return (f"SELECT e.pk, v.embedding <=> %s::halfvec, {windows}, e.role, e.session FROM entries e"
+                " LEFT JOIN entry_vectors v ON v.pk = e.pk WHERE e.pk = ANY(%s)", [query, list(pks)])
+
+    def _saw_cosines(self, query: str, found: Sequence[tuple[Any, ...]]) -> None:
+        """Keep, in this read view, what :meth:`_cosines_statement` read."""
+        self._once_in_view(("cosines", query), dict).update((int(pk), d) for pk, d, *_ in found)
+        self._once_in_view("speakers", dict).update((int(pk), (role, session)) for pk, _, _, role, session in found)
+        self._saw_passages((pk, stored) for pk, distance, stored, _, _ in found if distance is not None)
 
     def _saw_passages(self, found: Iterable[tuple[int, Any]]) -> None:
         """Keep, for :meth:`passages` in this read view, the windows read along (JSON, or None)."""

@@ -54,6 +54,7 @@ class Connection:
         self._closed = False
         self._depth = 0  # transactions open through this object: never reconnected under one
         self._opening: str | None = None  # a BEGIN sent with the next statement (see open_with_next)
+        self._ending = False  # a read's COMMIT sent, its answer not read yet (see close_opened)
         self._raw = self._connect(first=True)
 
     # ---- the connection itself ------------------------------------------------------------------------
@@ -104,6 +105,7 @@ class Connection:
         """The connection, made again first if the server dropped it while no call was in progress."""
         if self._closed:
             raise StorageError(f"{self.location}: this store is closed")
+        self._read_ending()
         if self._between_calls() and self._dropped():
             self._reopen()
         return self._raw
@@ -145,6 +147,20 @@ class Connection:
                 cursor = raw.execute(sql, params)
             return cursor
 
+    def fetch_together(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
+        """Each statement's rows, the statements sent together and answered in one round trip
+        (where libpq pipelines them; else one after the other)."""
+        raw = self._live()
+        if not self._psycopg.Pipeline.is_supported():
+            return [list(self.execute(sql, params).fetchall()) for sql, params in statements]
+        opening, self._opening = self._opening, None
+        with self._translated():
+            with raw.pipeline():
+                if opening is not None:
+                    raw.execute(opening)
+                cursors = [raw.execute(sql, params) for sql, params in statements]
+            return [list(cursor.fetchall()) for cursor in cursors]
+
     def open_with_next(self, begin: str) -> None:
         """Send ``begin`` (a BEGIN statement) together with the next statement, not on its own:
         a read's transaction costs no round trip of its own (where libpq pipelines statements)."""
@@ -162,11 +178,40 @@ class Connection:
                 self._live().execute(opening)
 
     def close_opened(self, end: str) -> None:
-        """End what :meth:`open_with_next` began: nothing to send if no statement followed it."""
+        """End what :meth:`open_with_next` began: nothing to send if no statement followed it, and
+        no wait for the answer (a read-only transaction's end cannot fail in a way that loses
+        anything): it is read before the next statement, a round trip saved."""
         if self._opening is not None:
             self._opening = None
             return
-        self.execute(end)
+        raw = self._live()
+        if raw.broken or raw.closed or self._depth:
+            return  # lost: the next call reconnects; inside a write's transaction: it ends that
+        pgconn = raw.pgconn
+        try:
+            pgconn.send_query(end.encode())
+            while pgconn.flush():  # a few bytes: sent at once unless the socket is full
+                select.select([], [raw.fileno()], [], None)
+        except self._psycopg.OperationalError:
+            return  # the connection is gone: noticed before the next statement
+        self._ending = True
+
+    def _read_ending(self) -> None:
+        """Read the answer to the COMMIT :meth:`close_opened` sent, if it has not been read yet. Its
+        failure (a lost connection) is left for the next statement to meet on a fresh one."""
+        if not self._ending:
+            return
+        self._ending = False
+        pgconn = self._raw.pgconn
+        try:
+            while True:
+                while pgconn.is_busy():
+                    select.select([self._raw.fileno()], [], [], None)
+                    pgconn.consume_input()
+                if pgconn.get_result() is None:
+                    return
+        except (self._psycopg.OperationalError, OSError, ValueError):
+            return
 
     @contextmanager
     def cursor(self) -> Iterator[psycopg.Cursor[Any]]:
@@ -192,6 +237,8 @@ class Connection:
         on one lost: the next statement goes to a fresh connection)."""
         if self._opening is not None:
             return True
+        if self._ending:
+            return False  # its COMMIT is sent
         status = self._raw.info.transaction_status
         return status in (self._psycopg.pq.TransactionStatus.ACTIVE, self._psycopg.pq.TransactionStatus.INTRANS,
                           self._psycopg.pq.TransactionStatus.INERROR)
