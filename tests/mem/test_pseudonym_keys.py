@@ -200,16 +200,8 @@ def test_an_older_store_opened_without_its_key_is_left_as_it_is_and_refuses_name
         assert [e.content for e in reader.list(session=PHONE)] == ["first call"]
 
 
-# A rekeying over several steps, as over a large store: a few rows a step, and three steps' worth.
-STEP = 25
+# Rows in an older store: with small_rekey_steps, three steps' worth, as a large store has.
 ROWS = 60
-
-
-@pytest.fixture
-def small_steps(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness_mem.engines import sqlite_rekey
-
-    monkeypatch.setattr(sqlite_rekey, "ROWS_PER_STEP", STEP)
 
 
 def fill_old(store: MemoryStore, n: int) -> None:
@@ -231,7 +223,7 @@ def check_migrated(path: Path, n: int, namespace: str) -> None:
     assert guessed(file_secret(path), stored_values(path)) == []
 
 
-def test_an_older_store_is_rekeyed_on_open_and_finds_what_it_held(db_path: Path, small_steps: None) -> None:
+def test_an_older_store_is_rekeyed_on_open_and_finds_what_it_held(db_path: Path, small_rekey_steps: int) -> None:
     namespace = f"team {EMAIL}"
     with old_store(db_path, namespace) as store:
         fill_old(store, ROWS)
@@ -245,19 +237,19 @@ def test_an_older_store_is_rekeyed_on_open_and_finds_what_it_held(db_path: Path,
 
 def test_a_rekeying_interrupted_midway_is_finished_by_the_next_run(db_path: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch,
-                                                                   small_steps: None) -> None:
+                                                                   small_rekey_steps: int) -> None:
     with old_store(db_path) as store:
         fill_old(store, ROWS)
 
     def crash(done: int, total: int) -> None:
-        if done >= STEP:
+        if done >= small_rekey_steps:
             raise KeyboardInterrupt
 
     with MemoryStore(db_path, embedder=None, rekey=False) as store, pytest.raises(KeyboardInterrupt):
         store.rekey_pseudonyms(progress=crash)
     with sqlite3.connect(db_path) as conn:
         assert dict(conn.execute("SELECT key, value FROM settings WHERE key LIKE 'pseudonyms.%'").fetchall()) == {
-            "pseudonyms.keyed": "rekeying", "pseudonyms.rekeyed_to": f"entries {STEP}"}
+            "pseudonyms.keyed": "rekeying", "pseudonyms.rekeyed_to": f"entries {small_rekey_steps}"}
     with monkeypatch.context() as keyless_here:
         keyless(keyless_here, tmp_path)
         with MemoryStore(db_path, embedder=None) as store:  # midway, without the key: refused, nothing touched
@@ -267,7 +259,7 @@ def test_a_rekeying_interrupted_midway_is_finished_by_the_next_run(db_path: Path
     check_migrated(db_path, ROWS, "default")
 
 
-def test_two_processes_rekeying_at_once_key_each_pseudonym_once(db_path: Path, small_steps: None) -> None:
+def test_two_processes_rekeying_at_once_key_each_pseudonym_once(db_path: Path, small_rekey_steps: int) -> None:
     with old_store(db_path) as store:
         fill_old(store, ROWS)
     with MemoryStore(db_path, embedder=None, rekey=False) as first, \
