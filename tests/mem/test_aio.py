@@ -145,7 +145,7 @@ class Gated(HashedEmbedder):
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         if texts and texts[0].startswith("slow"):
             self.entered.set()
-            assert self.gate.wait(10), "the test never opened the gate"
+            assert self.gate.wait(120), "the test never opened the gate"
         return super().embed(texts)
 
 
