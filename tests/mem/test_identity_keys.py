@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import stat
 import subprocess
 import sys
-from contextlib import closing
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from engine_rows import sqlite_file
 
 from harness_mem.cli import cli as mem_cli
 from harness_mem.errors import IdentityKeyError, InvalidInputError
@@ -64,14 +63,14 @@ def stored_pseudonyms(path: Path) -> set[str]:
     """Every pseudonym the file's entries and sealed identities hold in an identity field."""
     import re
 
-    with sqlite3.connect(path) as conn:
+    with sqlite_file(path) as conn:
         rows = conn.execute("SELECT namespace, id, role, session, tags, metadata FROM entries").fetchall()
         rows += conn.execute("SELECT namespace, stored, '', '', '', '' FROM identities").fetchall()
     return {p for row in rows for value in row if value for p in re.findall(r"<[A-Z_]+:[0-9a-f]{12}>", value)}
 
 
 def key_id_of(path: Path) -> str:
-    with sqlite3.connect(path) as conn:
+    with sqlite_file(path) as conn:
         return str(conn.execute("SELECT value FROM settings WHERE key = 'identities.key_id'").fetchone()[0])
 
 
@@ -188,7 +187,7 @@ def test_rotation_keeps_every_round_trip_and_the_old_key_writes_nothing(
     one_line_error(run(*db, "add", "x", "--session", EMAIL, config=old_machine), "this store's pseudonyms are keyed")
     one_line_error(run(*db, "add", "x", "--session", EMAIL, config=old_machine,
                        env={"HARNESS_MEM_IDENTITY_KEY": old_key}), "this store's pseudonyms are keyed")
-    with sqlite3.connect(db_path) as conn:
+    with sqlite_file(db_path) as conn:
         assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == ROWS + 1
 
 
@@ -203,7 +202,7 @@ from harness_mem.engines import sqlite_rekey
 from harness_mem.store import MemoryStore
 from pathlib import Path
 import sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
+sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parent.parent)!r}]  # this file, its helpers
 from test_identity_keys import ROWS, fill
 
 sqlite_rekey.ROWS_PER_STEP = {small_rekey_steps}
@@ -218,9 +217,7 @@ with MemoryStore({str(db_path)!r}, embedder=None) as store:
 """
     killed = subprocess.run([sys.executable, "-c", killer], env=env, capture_output=True, text=True, timeout=600)
     assert killed.returncode == -9, killed.stderr
-    # Closed before the commands below open the file in this process: two SQLite libraries with
-    # the same file open in one process drop each other's locks.
-    with closing(sqlite3.connect(db_path)) as conn:
+    with sqlite_file(db_path) as conn:
         settings = dict(conn.execute("SELECT key, value FROM settings WHERE key IN"
                                      " ('identities.rotating_from', 'pseudonyms.rekeyed_to')").fetchall())
     assert settings["identities.rotating_from"] and settings["pseudonyms.rekeyed_to"] == f"entries {small_rekey_steps}"

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from engine_rows import sqlite_file
 
 from harness_mem.cli import cli as mem_cli
 from harness_mem.errors import IdentityKeyError, InvalidInputError
@@ -54,7 +54,7 @@ def guessed(secret: str, stored: set[str], *, numbers: int = 1_000, emails: int 
 
 
 def file_secret(path: Path) -> str:
-    with sqlite3.connect(path) as conn:
+    with sqlite_file(path) as conn:
         return str(conn.execute("SELECT value FROM settings WHERE key = 'redaction.secret'").fetchone()[0])
 
 
@@ -62,7 +62,7 @@ def stored_values(path: Path) -> set[str]:
     """Every identity value as the file stores it (tags one by one)."""
     import json
 
-    with sqlite3.connect(path) as conn:
+    with sqlite_file(path) as conn:
         rows = conn.execute("SELECT namespace, id, role, session, tags FROM entries").fetchall()
         stored = {v for row in rows for v in row[:4] if v}
         stored |= {t for row in rows for t in json.loads(row[4])}
@@ -80,7 +80,7 @@ def old_store(path: Path, namespace: str = "default") -> MemoryStore:
     """A store keyed the way older versions keyed it (by the in-file secret alone): made new, then
     told it is older before anything is written, and opened without rekeying."""
     MemoryStore(path, embedder=None).close()
-    with sqlite3.connect(path) as conn:
+    with sqlite_file(path) as conn:
         conn.execute("DELETE FROM settings WHERE key = 'pseudonyms.keyed'")
     store = MemoryStore(path, embedder=None, namespace=namespace, rekey=False)
     assert store.pseudonym_keying == "inside"
@@ -247,7 +247,7 @@ def test_a_rekeying_interrupted_midway_is_finished_by_the_next_run(db_path: Path
 
     with MemoryStore(db_path, embedder=None, rekey=False) as store, pytest.raises(KeyboardInterrupt):
         store.rekey_pseudonyms(progress=crash)
-    with sqlite3.connect(db_path) as conn:
+    with sqlite_file(db_path) as conn:
         assert dict(conn.execute("SELECT key, value FROM settings WHERE key LIKE 'pseudonyms.%'").fetchall()) == {
             "pseudonyms.keyed": "rekeying", "pseudonyms.rekeyed_to": f"entries {small_rekey_steps}"}
     with monkeypatch.context() as keyless_here:
