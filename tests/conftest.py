@@ -239,6 +239,16 @@ def engine_semantic_store(engine_target: str, embedder: object) -> Iterator[obje
 
 
 @pytest.fixture
+def small_rekey_steps(monkeypatch: pytest.MonkeyPatch) -> int:
+    """A SQLite rekeying or key rotation rewrites this many rows a step (instead of hundreds): a test
+    sees its steps, resumes and crashes midway on a store of a few dozen rows."""
+    from harness_mem.engines import sqlite_rekey
+
+    monkeypatch.setattr(sqlite_rekey, "ROWS_PER_STEP", 25)
+    return 25
+
+
+@pytest.fixture
 def mount_point(tmp_path: Path) -> Iterator[Path]:
     """A directory to mount a small tmpfs on (the disk-full tests); unmounted afterwards if it was."""
     mount = tmp_path / "small"

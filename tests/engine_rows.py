@@ -9,12 +9,28 @@ status, every value of every table in the store's schema).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from pii import every_stored_text, every_written_byte
 
+from harness_mem.db import driver
 from harness_mem.store import MemoryStore
+
+
+@contextmanager
+def sqlite_file(path: Path) -> Iterator[Any]:
+    """A plain connection to a SQLite file, committed and closed after the block. It uses the store's
+    own SQLite library: a second library with the same file open in this process would drop the
+    store's locks, and a read could then meet a half-checkpointed file ("malformed")."""
+    conn = driver().connect(str(path))
+    try:
+        with conn:
+            yield conn
+    finally:
+        conn.close()
 
 
 def is_postgres(target: MemoryStore | str | Path) -> bool:

@@ -48,10 +48,13 @@ def calls(*keys: str) -> list[ModelOutput | str]:
     return [ModelOutput.with_calls(ToolCall.of("slow", key=k), text=f"checking {k}") for k in keys]
 
 
-def slow_tool(seconds: float) -> object:
+def slow_tool(seconds: float, started: anyio.Event | None = None) -> object:
+    """A tool that takes ``seconds``; ``started`` is set once a call is under way."""
     @tool
     async def slow(key: str) -> str:
         """Look something up, slowly."""
+        if started is not None:
+            started.set()
         await anyio.sleep(seconds)
         return f"{key}: reconciled"
 
@@ -147,15 +150,16 @@ async def test_turns_are_written_while_the_run_goes_on(store: MemoryStore, tmp_p
 
 async def test_a_cancelled_run_flushes_before_it_returns(store: MemoryStore, tmp_path: Path) -> None:
     model = ScriptedModel(calls("a", "b"))
-    loop = AgentLoop(model, [slow_tool(30)], workspace=tmp_path)
+    started = anyio.Event()
+    loop = AgentLoop(model, [slow_tool(30, started)], workspace=tmp_path)
     wiring = attach_memory(loop, store, flush_interval=30)  # nothing would be written in the background
 
-    async def cancel_soon() -> None:
-        await anyio.sleep(0.2)
+    async def cancel_in_the_first_call() -> None:  # however long the machine takes to get there
+        await started.wait()
         loop.cancel()
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(cancel_soon)
+        tg.start_soon(cancel_in_the_first_call)
         outcome = await loop.run(TASK)
     assert isinstance(outcome, Cancelled)
     assert [t.content for t in turns(store, outcome.session)] == [TASK, "checking a"]
@@ -165,13 +169,20 @@ async def test_a_cancelled_run_flushes_before_it_returns(store: MemoryStore, tmp
 
 async def test_a_run_cancelled_from_outside_keeps_writing_until_closed(store: MemoryStore, tmp_path: Path) -> None:
     sessions: list[str] = []
-    loop = AgentLoop(ScriptedModel(calls("a")), [slow_tool(30)], workspace=tmp_path)
+    started = anyio.Event()
+    loop = AgentLoop(ScriptedModel(calls("a")), [slow_tool(30, started)], workspace=tmp_path)
     loop.hooks.add(lambda e: sessions.append(e.session), Event.SESSION_START)
     with attach_memory(loop, store, flush_interval=0.05) as wiring:
-        with anyio.move_on_after(0.2):
+        async with anyio.create_task_group() as outside:
+            async def tear_down_in_the_first_call() -> None:
+                await started.wait()
+                outside.cancel_scope.cancel()
+
+            outside.start_soon(tear_down_in_the_first_call)
             await loop.run(TASK)  # no SessionEnd: the run was torn down
-        # The writer is still running and writes what was captured, within its interval.
-        deadline = time.monotonic() + 5
+        # The writer is still running and writes what was captured, within its interval (generous
+        # for a busy machine: the wait ends as soon as they are there).
+        deadline = time.monotonic() + 60
         while len(turns(store, sessions[0])) < 2 and time.monotonic() < deadline:
             await anyio.sleep(0.02)
         assert len(writer_threads()) == 1

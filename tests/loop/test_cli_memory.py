@@ -4,16 +4,18 @@ on 127.0.0.1 that refuses a null content the way llama.cpp's does."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+from click.testing import CliRunner, Result
 from fake_openai import FakeServer
 
+from harness_loop.cli import main as loop_cli
 from harness_mem import ExperienceStore, MemoryStore
 
-HARNESS_LOOP = str(Path(sys.executable).with_name("harness-loop"))
+
+def harness_loop(*args: str, env: dict[str, str] | None = None) -> Result:
+    """``harness-loop ARGS`` in this process: the agent and its memory, not the process, are under test."""
+    return CliRunner(env=env).invoke(loop_cli, list(args), prog_name="harness-loop", catch_exceptions=False)
 
 
 def reply(message: dict[str, object]) -> dict[str, object]:
@@ -29,12 +31,9 @@ def test_run_with_a_db_recalls_offers_the_memory_tools_and_captures_the_run(tmp_
                 "function": {"name": "remember", "arguments": json.dumps({"content": "Ada asked where we deploy"})}}
     fake.script(reply({"role": "assistant", "content": None, "tool_calls": [remember]}),
                 reply({"role": "assistant", "content": "To staging-eu, since March."}))
-    result = subprocess.run(
-        [HARNESS_LOOP, "run", "--db", str(db), "--model-url", fake.url, "--model", "m", "--no-record",
-         "-w", str(tmp_path), "Where do we deploy?"],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    assert result.returncode == 0, result.stderr
+    result = harness_loop("run", "--db", str(db), "--model-url", fake.url, "--model", "m", "--no-record",
+                          "-w", str(tmp_path), "Where do we deploy?")
+    assert result.exit_code == 0, result.stderr
     assert result.stdout == "To staging-eu, since March.\n"
     first, second = (r["body"] for r in fake.requests())
     assert "[memory-recall]" in first["messages"][0]["content"] and "staging-eu" in first["messages"][0]["content"]
@@ -51,12 +50,9 @@ def test_run_with_a_db_recalls_offers_the_memory_tools_and_captures_the_run(tmp_
 
 def test_run_without_a_db_writes_no_store(tmp_path: Path, fake: FakeServer) -> None:
     fake.say("No memory here.")
-    result = subprocess.run(
-        [HARNESS_LOOP, "run", "--model-url", fake.url, "--model", "m", "--no-record", "-w", str(tmp_path), "hi"],
-        capture_output=True, text=True, timeout=120,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "HARNESS_MEM_DB": str(tmp_path / "should-not-exist.db")},
-    )
-    assert result.returncode == 0, result.stderr
+    result = harness_loop("run", "--model-url", fake.url, "--model", "m", "--no-record", "-w", str(tmp_path), "hi",
+                          env={"HARNESS_MEM_DB": str(tmp_path / "should-not-exist.db")})
+    assert result.exit_code == 0, result.stderr
     assert not (tmp_path / "should-not-exist.db").exists()
 
 
@@ -72,12 +68,9 @@ def test_run_with_namespaces_recalls_the_private_and_shared_ones_and_writes_the_
                 "function": {"name": "remember", "arguments": json.dumps({"content": "Ada asked how billing deploys"})}}
     fake.script(reply({"role": "assistant", "content": None, "tool_calls": [remember]}),
                 reply({"role": "assistant", "content": "Through the release train."}))
-    result = subprocess.run(
-        [HARNESS_LOOP, "run", "--db", str(db), "-N", "ada", "-N", "team", "--model-url", fake.url, "--model", "m",
-         "--no-record", "-w", str(tmp_path), "How does billing deploy?"],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    assert result.returncode == 0, result.stderr
+    result = harness_loop("run", "--db", str(db), "-N", "ada", "-N", "team", "--model-url", fake.url, "--model", "m",
+                          "--no-record", "-w", str(tmp_path), "How does billing deploy?")
+    assert result.exit_code == 0, result.stderr
     recalled = fake.requests()[0]["body"]["messages"][0]["content"]
     assert "release train" in recalled and "fridays" in recalled and "zanzibarquux" not in recalled
     with MemoryStore(db, namespace="ada", embedder=None) as store:

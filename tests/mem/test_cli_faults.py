@@ -14,14 +14,17 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from click.testing import CliRunner
 from fake_embedder import _LAUNCHER
 
+from harness_mem.cli import cli as mem_cli
 from harness_mem.store import MemoryStore
 
 SECRET_ID = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example key: detected as an API key
@@ -55,19 +58,27 @@ def one_error_line(result: subprocess.CompletedProcess[bytes], code: int = 1) ->
     return errors[0]
 
 
-@pytest.fixture
-def stored(tmp_path: Path) -> Path:
-    """A store with three entries (one with a non-ASCII character) that each test checks survive."""
-    db = tmp_path / "m.db"
+@pytest.fixture(scope="module")
+def stored_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with three entries (one with a non-ASCII character), imported by the real process once."""
+    db = tmp_path_factory.mktemp("stored") / "m.db"
     lines = [{"id": f"e{i}", "text": f"entry {i} → kept", "session": "s1"} for i in range(3)]
     result = harness_mem("--db", str(db), "import", "-", stdin="".join(json.dumps(x) + "\n" for x in lines).encode())
     assert result.returncode == 0, result.stderr
+    assert not db.with_name("m.db-wal").exists()  # the process closed it: the file alone is the store
     return db
 
 
+@pytest.fixture
+def stored(stored_once: Path, tmp_path: Path) -> Path:
+    """A copy of that store, for one test to attack and check it survives."""
+    return Path(shutil.copy(stored_once, tmp_path / "m.db"))
+
+
 def assert_intact(db: Path) -> None:
-    listed = harness_mem("--db", str(db), "list", "--json")
-    assert listed.returncode == 0, listed.stderr
+    # Read in this process: what the file holds is the point, not how a process reads it.
+    listed = CliRunner().invoke(mem_cli, ["--db", str(db), "list", "--json"], catch_exceptions=False)
+    assert listed.exit_code == 0, listed.stderr
     assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == ["e0", "e1", "e2"]
 
 

@@ -205,7 +205,8 @@ def test_a_fact_said_again_in_the_same_words_gets_the_same_id() -> None:
     [
         ("I love " + "a" * 999_000, 0),                                   # one run-on sentence: no fact
         ("I love hiking with my dog. " + "x" * 998_000 + ". I moved to Porto last month.", 2),
-        (" ".join(f"I moved to city number {i} last month." for i in range(25_000)), 25_000),
+        pytest.param(" ".join(f"I moved to city number {i} last month." for i in range(25_000)), 25_000,
+                     marks=pytest.mark.slow),                              # a million characters of facts
     ],
 )
 def test_a_huge_turn_gives_facts_of_a_sentence_and_a_bounded_summary(content: str, ordinary: int) -> None:

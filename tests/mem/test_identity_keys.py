@@ -1,20 +1,21 @@
 """One key per team, or a clear refusal (harness_mem.keyfiles, harness_mem.rotation): the store's
 identity key handed from one machine to another under a passphrase (two config directories are
-two machines, each command a real process), and rotated on SQLite (resumed after a kill -9) and on
-PostgreSQL."""
+two machines), and rotated on SQLite (resumed after a kill -9) and on PostgreSQL."""
 
 from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
+from engine_rows import sqlite_file
 
+from harness_mem.cli import cli as mem_cli
 from harness_mem.errors import IdentityKeyError, InvalidInputError
 from harness_mem.store import MemoryStore
 
@@ -23,18 +24,22 @@ PHONE = "+44 20 7946 0958"
 PASSPHRASE = "correct horse battery staple"
 
 
-def run(*args: str, config: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """A harness-mem command on the "machine" whose config directory is ``config``."""
-    environ = {k: v for k, v in os.environ.items() if k not in ("HARNESS_MEM_IDENTITY_KEY", "HARNESS_MEM_KEY_PASSPHRASE")}
-    environ.update(HARNESS_MEM_CONFIG=str(config), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "harness_mem", *args], capture_output=True, text=True, timeout=300,
-                          env=environ, stdin=subprocess.DEVNULL)
+def run(*args: str, config: Path, env: dict[str, str] | None = None) -> Result:
+    """A harness-mem command on the "machine" whose config directory is ``config`` (in this process:
+    the machine is its environment)."""
+    environ: dict[str, str | None] = {"HARNESS_MEM_IDENTITY_KEY": None, "HARNESS_MEM_KEY_PASSPHRASE": None,
+                                      "HARNESS_MEM_CONFIG": str(config), **(env or {})}
+    return CliRunner(env=environ).invoke(mem_cli, list(args), catch_exceptions=False)
 
 
-def one_line_error(done: subprocess.CompletedProcess[str], starts: str) -> None:
-    assert done.returncode == 1, done.stdout + done.stderr
+def one_line_error(done: Result, starts: str) -> None:
+    assert done.exit_code == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith(f"Error: {starts}"), done.stderr
+
+
+# Rows in a store whose key is rotated: with small_rekey_steps, three steps' worth.
+ROWS = 60
 
 
 def fill(store: MemoryStore, n: int) -> None:
@@ -58,14 +63,14 @@ def stored_pseudonyms(path: Path) -> set[str]:
     """Every pseudonym the file's entries and sealed identities hold in an identity field."""
     import re
 
-    with sqlite3.connect(path) as conn:
+    with sqlite_file(path) as conn:
         rows = conn.execute("SELECT namespace, id, role, session, tags, metadata FROM entries").fetchall()
         rows += conn.execute("SELECT namespace, stored, '', '', '', '' FROM identities").fetchall()
     return {p for row in rows for value in row if value for p in re.findall(r"<[A-Z_]+:[0-9a-f]{12}>", value)}
 
 
 def key_id_of(path: Path) -> str:
-    with sqlite3.connect(path) as conn:
+    with sqlite_file(path) as conn:
         return str(conn.execute("SELECT value FROM settings WHERE key = 'identities.key_id'").fetchone()[0])
 
 
@@ -81,11 +86,11 @@ def test_a_key_exported_on_one_machine_and_imported_on_another_reads_and_writes_
         db_path: Path, tmp_path: Path, machines: tuple[Path, Path, Path]) -> None:
     a, b, secret = machines
     db = ("--db", str(db_path), "--embedder", "none")
-    assert run(*db, "add", "the call went well", "--session", EMAIL, config=a).returncode == 0
+    assert run(*db, "add", "the call went well", "--session", EMAIL, config=a).exit_code == 0
     [key_path] = (a / "keys").iterdir()
     wrapped = tmp_path / "team.key"
     exported = run(*db, "key", "export", str(wrapped), "--passphrase-file", str(secret), config=a)
-    assert exported.returncode == 0, exported.stderr
+    assert exported.exit_code == 0, exported.stderr
     assert stat.S_IMODE(wrapped.stat().st_mode) == 0o600
     document = json.loads(wrapped.read_text())
     assert document["key_id"] == key_id_of(db_path) and document["kdf"]["name"] == "scrypt"
@@ -94,26 +99,26 @@ def test_a_key_exported_on_one_machine_and_imported_on_another_reads_and_writes_
     # Machine B, before: doctor and status say it lacks the key and how to get it; reads show pseudonyms.
     for command in (("doctor",), ("key", "status")):
         lacking = run(*db, *command, config=b)
-        assert lacking.returncode == 1 and "harness-mem key import FILE" in lacking.stdout, lacking.stdout
+        assert lacking.exit_code == 1 and "harness-mem key import FILE" in lacking.stdout, lacking.stdout
     assert EMAIL not in run(*db, "list", config=b).stdout
     one_line_error(run(*db, "add", "another", "--session", EMAIL, config=b), "this store's pseudonyms are keyed")
 
     imported = run(*db, "key", "import", str(wrapped), "--passphrase-file", str(secret), config=b)
-    assert imported.returncode == 0, imported.stderr
+    assert imported.exit_code == 0, imported.stderr
     assert "It is the key of" in imported.stdout
     installed = b / "keys" / key_path.name
     assert installed.read_text() == key_path.read_text()
     assert stat.S_IMODE(installed.stat().st_mode) == 0o600 and stat.S_IMODE(installed.parent.stat().st_mode) == 0o700
     again = run(*db, "key", "import", str(wrapped), "--passphrase-file", str(secret), config=b)
-    assert again.returncode == 0 and "Already had" in again.stdout  # idempotent
+    assert again.exit_code == 0 and "Already had" in again.stdout  # idempotent
 
     # Machine B, after: it reads the raw identities and writes new ones.
-    assert run(*db, "doctor", config=b).returncode == 0
+    assert run(*db, "doctor", config=b).exit_code == 0
     status = run(*db, "key", "status", config=b)
-    assert status.returncode == 0 and str(installed) in status.stdout
-    assert run(*db, "add", "another call", "--session", EMAIL, config=b).returncode == 0
+    assert status.exit_code == 0 and str(installed) in status.stdout
+    assert run(*db, "add", "another call", "--session", EMAIL, config=b).exit_code == 0
     listed = run(*db, "list", "--session", EMAIL, "--json", config=b)
-    assert listed.returncode == 0, listed.stderr
+    assert listed.exit_code == 0, listed.stderr
     assert [json.loads(line)["session"] for line in listed.stdout.splitlines()] == [EMAIL, EMAIL]
 
 
@@ -121,10 +126,10 @@ def test_a_wrong_passphrase_a_tampered_file_or_an_existing_file_is_one_line_and_
         db_path: Path, tmp_path: Path, machines: tuple[Path, Path, Path]) -> None:
     a, b, secret = machines
     db = ("--db", str(db_path), "--embedder", "none")
-    assert run(*db, "add", "the call went well", "--session", EMAIL, config=a).returncode == 0
+    assert run(*db, "add", "the call went well", "--session", EMAIL, config=a).exit_code == 0
     wrapped = tmp_path / "team.key"
     # The passphrase from the environment, as a script gives it.
-    assert run(*db, "key", "export", str(wrapped), config=a, env={"HARNESS_MEM_KEY_PASSPHRASE": PASSPHRASE}).returncode == 0
+    assert run(*db, "key", "export", str(wrapped), config=a, env={"HARNESS_MEM_KEY_PASSPHRASE": PASSPHRASE}).exit_code == 0
     original = wrapped.read_text()
 
     one_line_error(run(*db, "key", "export", str(wrapped), "--passphrase-file", str(secret), config=a),
@@ -148,30 +153,30 @@ def test_a_wrong_passphrase_a_tampered_file_or_an_existing_file_is_one_line_and_
                    f"{wrapped} is not a wrapped identity key")
     assert not b.exists()  # nothing written on machine B
 
-    assert run(*db, "key", "export", str(wrapped), "--force", "--passphrase-file", str(secret), config=a).returncode == 0
-    assert run(*db, "key", "import", str(wrapped), "--passphrase-file", str(secret), config=b).returncode == 0
+    assert run(*db, "key", "export", str(wrapped), "--force", "--passphrase-file", str(secret), config=a).exit_code == 0
+    assert run(*db, "key", "import", str(wrapped), "--passphrase-file", str(secret), config=b).exit_code == 0
 
 
 def test_rotation_keeps_every_round_trip_and_the_old_key_writes_nothing(
-        db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_rekey_steps: int) -> None:
     monkeypatch.setenv("HARNESS_MEM_CONFIG", str(tmp_path / "machine-a"))
     monkeypatch.delenv("HARNESS_MEM_IDENTITY_KEY", raising=False)
     with MemoryStore(db_path, embedder=None) as store:
-        fill(store, 1200)
+        fill(store, ROWS)
         old_id = key_id_of(db_path)
         old_key = (tmp_path / "machine-a" / "keys" / f"{old_id}.key").read_text().strip()
         before = stored_pseudonyms(db_path)
         done = store.rotate_identity_key()
         assert (done.old_id, done.new_id) == (old_id, key_id_of(db_path)) and done.new_id != old_id
         assert done.old_key_file is not None and done.old_key_file.exists()  # kept until the user deletes it
-        check_round_trips(store, 1200)
+        check_round_trips(store, ROWS)
         store.add("a later call", session=EMAIL)  # this handle goes on with the new key
     after = stored_pseudonyms(db_path)
     assert before and after and not before & after
     data = db_path.read_bytes()
     assert not [p for p in before if p.encode() in data]  # no old pseudonym left anywhere in the file
     with MemoryStore(db_path, embedder=None) as store:
-        check_round_trips(store, 1200)
+        check_round_trips(store, ROWS)
         assert [e.content for e in store.list(session=EMAIL)] == ["a later call"]
 
     # A process with the old key alone (its file, or the variable) can no longer write identity values.
@@ -182,51 +187,55 @@ def test_rotation_keeps_every_round_trip_and_the_old_key_writes_nothing(
     one_line_error(run(*db, "add", "x", "--session", EMAIL, config=old_machine), "this store's pseudonyms are keyed")
     one_line_error(run(*db, "add", "x", "--session", EMAIL, config=old_machine,
                        env={"HARNESS_MEM_IDENTITY_KEY": old_key}), "this store's pseudonyms are keyed")
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 1201
+    with sqlite_file(db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == ROWS + 1
 
 
-def test_a_rotation_killed_midway_is_finished_by_the_next_run(db_path: Path, tmp_path: Path) -> None:
+def test_a_rotation_killed_midway_is_finished_by_the_next_run(db_path: Path, tmp_path: Path,
+                                                              small_rekey_steps: int) -> None:
     config = tmp_path / "machine-a"
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_MEM_IDENTITY_KEY"}
     env["HARNESS_MEM_CONFIG"] = str(config)
     killer = f"""
 import os, signal
+from harness_mem.engines import sqlite_rekey
 from harness_mem.store import MemoryStore
 from pathlib import Path
 import sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
-from test_identity_keys import fill
+sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parent.parent)!r}]  # this file, its helpers
+from test_identity_keys import ROWS, fill
+
+sqlite_rekey.ROWS_PER_STEP = {small_rekey_steps}
 
 def crash(done, total):
-    if done >= 500:
+    if done >= {small_rekey_steps}:
         os.kill(os.getpid(), signal.SIGKILL)
 
 with MemoryStore({str(db_path)!r}, embedder=None) as store:
-    fill(store, 1200)
+    fill(store, ROWS)
     store.rotate_identity_key(progress=crash)
 """
     killed = subprocess.run([sys.executable, "-c", killer], env=env, capture_output=True, text=True, timeout=600)
     assert killed.returncode == -9, killed.stderr
-    with sqlite3.connect(db_path) as conn:
+    with sqlite_file(db_path) as conn:
         settings = dict(conn.execute("SELECT key, value FROM settings WHERE key IN"
                                      " ('identities.rotating_from', 'pseudonyms.rekeyed_to')").fetchall())
-    assert settings["identities.rotating_from"] and settings["pseudonyms.rekeyed_to"] == "entries 500"
+    assert settings["identities.rotating_from"] and settings["pseudonyms.rekeyed_to"] == f"entries {small_rekey_steps}"
     db = ("--db", str(db_path), "--embedder", "none")
     status = run(*db, "key", "status", config=config)
-    assert status.returncode == 1 and "harness-mem key rotate" in status.stdout
+    assert status.exit_code == 1 and "harness-mem key rotate" in status.stdout
     # Writing a name meanwhile is refused, even with the new key: its rows could clash with the rewrite.
     one_line_error(run(*db, "add", "x", "--session", EMAIL, config=config), "this store's identity key is being rotated")
     copied = tmp_path / "copy.db"  # a copy would carry half-rotated pseudonyms
     one_line_error(run("copy", str(db_path), str(copied), config=config), f"{db_path}: its identity key is being rotated")
     finished = run(*db, "key", "rotate", config=config)
-    assert finished.returncode == 0, finished.stderr
+    assert finished.exit_code == 0, finished.stderr
     assert f"Identity key {settings['identities.rotating_from']} -> {key_id_of(db_path)}" in finished.stdout
-    assert run(*db, "key", "status", config=config).returncode == 0
+    assert run(*db, "key", "status", config=config).exit_code == 0
     os.environ["HARNESS_MEM_CONFIG"], saved = str(config), os.environ["HARNESS_MEM_CONFIG"]
     try:
         with MemoryStore(db_path, embedder=None) as store:
-            check_round_trips(store, 1200)
+            check_round_trips(store, ROWS)
     finally:
         os.environ["HARNESS_MEM_CONFIG"] = saved
 
@@ -255,7 +264,7 @@ def test_rotation_on_postgres_keeps_every_round_trip_and_refuses_the_old_key(
     as_alice = postgres_server.dsn_for(user=alice) + f"?options=-csearch_path%3D{schema},public"
     namespace = f"team {EMAIL}"
     with MemoryStore(dsn, embedder=None, namespace=namespace) as store:
-        fill(store, 300)
+        fill(store, ROWS)
         store.grant(alice)
         old_key = next((tmp_path / "machine-a" / "keys").iterdir()).read_text().strip()
         before = sessions_stored()
@@ -263,11 +272,11 @@ def test_rotation_on_postgres_keeps_every_round_trip_and_refuses_the_old_key(
                 pytest.raises(InvalidInputError, match="connect as its owner"):
             confined.rotate_identity_key()
         done = store.rotate_identity_key()
-        check_round_trips(store, 300)
+        check_round_trips(store, ROWS)
     assert not before & sessions_stored()
     for target in (dsn, as_alice):  # a new handle finds its namespace, the confined role's too
         with MemoryStore(target, embedder=None, namespace=namespace) as store:
-            check_round_trips(store, 300)
+            check_round_trips(store, ROWS)
 
     # A second process holding the old key, or another one, is refused identity writes.
     for other in (old_key, os.urandom(32).hex()):
@@ -303,7 +312,7 @@ def test_export_asks_for_the_passphrase_twice_on_a_terminal(db_path: Path, tmp_p
 
     a, b, secret = machines
     db = ("--db", str(db_path), "--embedder", "none")
-    assert run(*db, "add", "the call went well", "--session", EMAIL, config=a).returncode == 0
+    assert run(*db, "add", "the call went well", "--session", EMAIL, config=a).exit_code == 0
     environ = {k: v for k, v in os.environ.items() if k not in ("HARNESS_MEM_IDENTITY_KEY", "HARNESS_MEM_KEY_PASSPHRASE")}
     environ["HARNESS_MEM_CONFIG"] = str(a)
     controller, terminal = pty.openpty()
@@ -330,4 +339,4 @@ def test_export_asks_for_the_passphrase_twice_on_a_terminal(db_path: Path, tmp_p
         os.close(controller)
     assert exporting.returncode == 0, err
     assert err.count("Passphrase") == 1 and "Repeat for confirmation" in err and PASSPHRASE not in out.decode() + err
-    assert run(*db, "key", "import", str(wrapped), "--passphrase-file", str(secret), config=b).returncode == 0
+    assert run(*db, "key", "import", str(wrapped), "--passphrase-file", str(secret), config=b).exit_code == 0

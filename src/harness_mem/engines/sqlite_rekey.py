@@ -23,13 +23,14 @@ from ..errors import StorageError
 from ..identities import SealedIdentity
 from ..pseudonyms import IDENTITY_COLUMNS
 
-__all__ = ["PROGRESS_SETTING", "REKEY_COLUMNS", "rekey_tables"]
+__all__ = ["PROGRESS_SETTING", "REKEY_COLUMNS", "ROWS_PER_STEP", "rekey_tables"]
 
 # Tables without a rowid, keyed by their identity columns: rewritten in the last transaction.
 _KEYED_TABLES = ("consolidations", "derivations")
 #: The tables with a rowid, rewritten a step at a time.
 REKEY_COLUMNS = {t: c for t, c in IDENTITY_COLUMNS.items() if t not in _KEYED_TABLES}
-_STEP = 500
+#: The rows of a table rewritten in one transaction: what a crash may lose and redo.
+ROWS_PER_STEP = 500
 #: How far a run got: "<table> <last rowid rewritten>".
 PROGRESS_SETTING = "pseudonyms.rekeyed_to"
 
@@ -68,15 +69,15 @@ def rekey_tables(conn: Connection, rekey: Rekey, reseal: Reseal, *, finished: Ca
                         done += conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
                         break
                     rows = conn.execute(f"SELECT rowid, {', '.join(columns)} FROM {table} WHERE rowid > ?"
-                                        f" ORDER BY rowid LIMIT {_STEP}", (after,)).fetchall()
+                                        f" ORDER BY rowid LIMIT {ROWS_PER_STEP}", (after,)).fetchall()
                     with _unguarded(conn, guards):
                         changed += _rewrite(conn, table, columns, rows, rekey)
                     last = rows[-1][0] if rows else after
-                    _set_progress(conn, f"{table} {last}" if len(rows) == _STEP else _next(table, tables))
+                    _set_progress(conn, f"{table} {last}" if len(rows) == ROWS_PER_STEP else _next(table, tables))
                 done += len(rows)
                 if progress is not None:
                     progress(done, total)
-                if len(rows) < _STEP:
+                if len(rows) < ROWS_PER_STEP:
                     break
         reindex()
         with write_transaction(conn):
