@@ -11,7 +11,9 @@ something the user said about themselves: ``single-session-user``, ``single-sess
 turns) is stored under the session prefix ``"<question id>:"`` in one file and consolidated without
 a model, as ``harness-mem consolidate`` does. Then, per question, within its haystack:
 
-- **derived top 5**: ``recall(question, 5, derived=True)`` — the facts and summaries alone;
+- **derived top 5**: ``recall(question, 5, derived=True)`` — the facts and summaries alone, a
+  summary ranked with the turns it cites (:mod:`harness_mem.sourced`); beside it the same ranked by
+  their own words alone;
 - **turns top 5**: ``recall(question, 5)`` — the raw turns, as before consolidating.
 
 A list *answers* when one of its entries holds the answer: every content word of a short answer (up
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_consolidate import own_words_only  # noqa: E402
 from bench_recall import DEFAULT_CACHE, CachedEmbedder, haystack_turns  # noqa: E402
 
 from harness_mem import MemoryStore  # noqa: E402
@@ -44,6 +47,8 @@ from harness_mem.experience import consolidate  # noqa: E402
 from harness_mem.experience.statements import content_words  # noqa: E402
 from harness_mem.models import has_visible_text  # noqa: E402
 
+# Derived entries as recall ranks them (a summary with its sources), by their own words alone, raw turns.
+LANES = ("derived", "own", "turns")
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TYPES = ("single-session-user", "single-session-preference", "knowledge-update")
 K = 5
@@ -95,12 +100,14 @@ def main() -> None:
             wanted = answer_words(str(r["answer"]))
             evidence = {f"{prefix}{sid}" for sid in r["answer_session_ids"]}
             derived = store.recall(r["question"], K, derived=True, session_prefix=prefix)
+            with own_words_only():
+                own = store.recall(r["question"], K, derived=True, session_prefix=prefix)
             plain = store.recall(r["question"], K, session_prefix=prefix)
             rows.append({"type": r["question_type"], "answer": r["answer"], "question": r["question"],
-                         "derived": first_answering([h.entry.content for h in derived], wanted),
-                         "turns": first_answering([h.entry.content for h in plain], wanted),
-                         "derived_session": any(h.entry.session in evidence for h in derived),
-                         "turns_session": any(h.entry.session in evidence for h in plain),
+                         **{lane: first_answering([h.entry.content for h in hits], wanted)
+                            for lane, hits in (("derived", derived), ("own", own), ("turns", plain))},
+                         **{f"{lane}_session": any(h.entry.session in evidence for h in hits)
+                            for lane, hits in (("derived", derived), ("own", own), ("turns", plain))},
                          "derived_top": [h.entry.content for h in derived[:1]]})
         derived_count = store.count(kind="fact", derived=True) + store.count(kind="summary", derived=True)
     result: dict[str, Any] = {"questions": len(rows), "turns": turns, "derived_entries": derived_count,
@@ -109,9 +116,9 @@ def main() -> None:
         picked = [row for row in rows if kind in ("all", row["type"])]
         result["by_type"][kind] = {
             "n": len(picked),
-            **{f"{lane}_at_5": sum(row[lane] is not None for row in picked) / len(picked) for lane in ("derived", "turns")},
-            **{f"{lane}_mrr": sum(1 / row[lane] for row in picked if row[lane]) / len(picked) for lane in ("derived", "turns")},
-            **{f"{lane}_session": sum(row[f"{lane}_session"] for row in picked) / len(picked) for lane in ("derived", "turns")},
+            **{f"{lane}_at_5": sum(row[lane] is not None for row in picked) / len(picked) for lane in LANES},
+            **{f"{lane}_mrr": sum(1 / row[lane] for row in picked if row[lane]) / len(picked) for lane in LANES},
+            **{f"{lane}_session": sum(row[f"{lane}_session"] for row in picked) / len(picked) for lane in LANES},
         }
     if args.json:
         json.dump({**result, "rows": rows}, sys.stdout, indent=1)
@@ -120,11 +127,12 @@ def main() -> None:
     print(f"LongMemEval dev, {result['questions']} questions about the user, {turns:,} turns,"
           f" {derived_count:,} derived entries ({result['mode']})\n")
     print("| question type | n | derived top 5 holds the answer | MRR | from an evidence session |"
+          " … ranked by their own words alone | MRR | from an evidence session |"
           " raw turns top 5 holds it | MRR | from an evidence session |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|" + "---:|" * 3 * len(LANES))
     for kind, s in result["by_type"].items():
-        print(f"| {kind} | {s['n']} | {s['derived_at_5']:.3f} | {s['derived_mrr']:.3f} | {s['derived_session']:.3f} |"
-              f" {s['turns_at_5']:.3f} | {s['turns_mrr']:.3f} | {s['turns_session']:.3f} |")
+        print(f"| {kind} | {s['n']} | " + " | ".join(
+            f"{s[f'{lane}_at_5']:.3f} | {s[f'{lane}_mrr']:.3f} | {s[f'{lane}_session']:.3f}" for lane in LANES) + " |")
 
 
 if __name__ == "__main__":
