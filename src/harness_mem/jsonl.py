@@ -26,7 +26,6 @@ import multiprocessing.connection
 import os
 import pickle
 import sys
-import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -39,6 +38,7 @@ from .identities import SealedIdentity, Sealer
 from .models import MAX_NESTING, dumps
 from .redaction import Redactor
 from .rows import BULK_BATCH_SIZE, MAX_BATCH_CHARS, Row, prepare_row
+from .workers import PARALLEL_MIN_LINES, exit_with_parent
 
 if TYPE_CHECKING:  # not at run time: the import worker process loads this module and needs no store
     from .store import MemoryStore, OnConflict
@@ -251,9 +251,6 @@ def one_line(reason: str) -> str:
     return " ".join(reason.splitlines())
 
 
-# Below this, starting a worker process (about half a second: it imports harness_mem) costs more
-# than it saves.
-PARALLEL_MIN_LINES = 20_000
 
 _Chunk = tuple[int, list[bytes | str]]  # (number of its first line, its lines)
 
@@ -383,25 +380,6 @@ def _start_worker(namespace: str, redactor: Redactor | None, sealer: Sealer | No
     global _worker_setup
     _worker_setup = (namespace, redactor, sealer)
     exit_with_parent()
-
-
-def exit_with_parent() -> None:
-    """End this worker process as soon as the process that started it is gone, however it ended.
-
-    A worker waits for chunks from its parent; if the parent is killed (``kill -9``), nothing ever
-    tells it to stop, and it would wait forever, holding the resource tracker open with it. The
-    parent's sentinel (the end of a pipe only the parent holds open, or its process handle on
-    Windows) becomes ready when the parent dies, so one thread waiting on it is enough.
-    """
-    parent = multiprocessing.parent_process()
-    if parent is None:  # not started by multiprocessing: nothing to watch
-        return
-
-    def watch() -> None:
-        multiprocessing.connection.wait([parent.sentinel])
-        os._exit(1)
-
-    threading.Thread(target=watch, name="harness-mem-parent-watch", daemon=True).start()
 
 
 def _prepare_in_worker(first: int, lines: list[bytes | str]) -> _Shipped:

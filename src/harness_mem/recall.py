@@ -159,7 +159,7 @@ class Recall:
         rerank: bool = False,
     ) -> list[Hit]:
         wanted = max(k, RERANK_DEPTH) if rerank else k  # what the ranking hands to the reranker
-        sourcing = self._ranks_with_sources(filters)
+        sourcing = mode != "keyword" and self._ranks_with_sources(filters)
         ranking = self._ranking(query, mode, filters, named, query_vector, pending, exact,
                                 max(wanted, fusion.CANDIDATES) if sourcing else wanted, whole=sourcing)
         query_vector, rankings, features, matched = (ranking.vector, ranking.rankings, ranking.features,
@@ -264,8 +264,10 @@ class Recall:
 
     def _ranks_with_sources(self, filters: Filters) -> bool:
         """Whether this recall ranks summaries with their sources (sourced.py): one that may return a
-        summary but no turn. Where turns rank too (an agent's recall over every lane), a turn that
-        matches is a hit of its own, not a reason to lift the summary around it."""
+        summary but no turn, by meaning (hybrid or semantic: a turn's score and a summary's are on
+        one scale there; BM25 in the turns' keyword index and in the derived one are not). Where
+        turns rank too (an agent's recall over every lane), a turn that matches is a hit of its
+        own, not a reason to lift the summary around it."""
         if filters.derived is False or sourced.SOURCE_SHARE <= 0 or not self._sourced_kinds(filters):
             return False
         asked = [filters.kind] if isinstance(filters.kind, str) else filters.kind

@@ -5,8 +5,10 @@ It is condensed: a summary keeps about a third of its turns' words, so a questio
 its segment settled often shares few words with the summary and many with the turn that said it.
 Recall therefore ranks a summary by the better of two pieces of evidence: its own words, and the
 best-ranked turn it cites (ranked by the same query, mode and filters, in the turns' own lane).
-This holds where a recall returns no turns (``derived=True``, ``kind="summary"``): where turns rank
-too, a turn that matches is a hit of its own. What the reader gets is the summary, with its sources
+This holds where a recall returns no turns (``derived=True``, ``kind="summary"``) and ranks by
+meaning too (hybrid, semantic): where turns rank too, a turn that matches is a hit of its own; and
+a keyword-only recall has no common scale for the two lanes (each keyword index has its own word
+statistics: on LongMemEval dev, lifting by BM25 cost two of 15 knowledge updates their current value). What the reader gets is the summary, with its sources
 beside it when asked (``sources=True``); among entries that cite the same turn, the one whose own words match better
 comes first (:data:`OWN_SHARE`). Facts are ranked by their own words (:data:`KINDS`).
 

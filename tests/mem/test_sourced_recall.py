@@ -46,44 +46,46 @@ def _session(store: MemoryStore) -> dict[str, str]:
     return {"summary": "summary:s1", "fact": "fact:kitchen"}
 
 
-def test_a_derived_entry_is_found_by_the_turn_it_cites(engine_store: MemoryStore) -> None:
-    store = engine_store
+def test_a_derived_entry_is_found_by_the_turn_it_cites(engine_hashed_store: MemoryStore) -> None:
+    store = engine_hashed_store
     _session(store)
-    hits = store.recall("greyhound Biscuit", 5, mode="keyword", derived=True, explain=True)
+    hits = store.recall("greyhound Biscuit", 5, mode="hybrid", derived=True, explain=True)
     assert hits[0].entry.id == "summary:s1"                      # its own words hold neither name
     assert hits[0].components is not None and hits[0].components["sources"]["score"] > 0
     assert hits[0].score > 0.5                                   # scored by the turn's evidence: an answer
     # The agent's recall over every lane: the turn that says it is a hit of its own, first.
-    every = store.recall("greyhound Biscuit", 5, mode="keyword", derived="both", sources=True)
+    every = store.recall("greyhound Biscuit", 5, mode="hybrid", derived="both", sources=True)
     assert every[0].entry.id == "t1"
 
 
-def test_without_the_sources_share_only_its_own_words_count(engine_store: MemoryStore,
+def test_without_the_sources_share_only_its_own_words_count(engine_hashed_store: MemoryStore,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    _session(engine_store)
+    _session(engine_hashed_store)
     monkeypatch.setattr(sourced, "SOURCE_SHARE", 0.0)
-    assert engine_store.recall("greyhound Biscuit", 5, mode="keyword", derived=True) == []
+    hits = engine_hashed_store.recall("greyhound Biscuit", 5, mode="hybrid", derived=True, explain=True)
+    assert all(h.components is not None and "sources" not in h.components for h in hits)
 
 
-def test_the_recalls_filters_hold_for_an_entry_found_through_its_turn(engine_store: MemoryStore) -> None:
-    store = engine_store
+def test_the_recalls_filters_hold_for_an_entry_found_through_its_turn(engine_hashed_store: MemoryStore) -> None:
+    store = engine_hashed_store
     ids = _session(store)
-    assert all(h.entry.kind == "fact" for h in store.recall("greyhound Biscuit", 5, mode="keyword", kind="fact"))
-    assert store.recall("greyhound Biscuit", 5, mode="keyword", derived=True, session="s2") == []
-    assert store.recall("greyhound Biscuit", 5, mode="keyword", derived=True, exclude_tags=["consolidated"]) == []
+    assert all(h.entry.kind == "fact" for h in store.recall("greyhound Biscuit", 5, mode="hybrid", kind="fact"))
+    assert store.recall("greyhound Biscuit", 5, mode="hybrid", derived=True, session="s2") == []
+    assert store.recall("greyhound Biscuit", 5, mode="hybrid", derived=True, exclude_tags=["consolidated"]) == []
     store.supersede(ids["summary"], "Ada and Bo on 8 May 2023: Ada adopted a dog.")   # the old one is replaced
-    assert all(h.entry.id != ids["summary"] for h in store.recall("greyhound Biscuit", 5, mode="keyword", derived=True))
+    assert all(h.entry.id != ids["summary"] for h in store.recall("greyhound Biscuit", 5, mode="hybrid", derived=True))
     store.forget(ids["fact"])
-    assert store.recall("greyhound Biscuit", 5, mode="keyword", derived=True) == []
+    assert store.recall("greyhound Biscuit", 5, mode="hybrid", derived=True) == []
 
 
-def test_another_namespace_never_lends_its_turns(engine_target: str) -> None:
-    with MemoryStore(engine_target, embedder=None, namespace="ada") as ada:
+def test_another_namespace_never_lends_its_turns(engine_target: str, hashed_embedder: object) -> None:
+    with MemoryStore(engine_target, embedder=hashed_embedder, namespace="ada") as ada:  # type: ignore[arg-type]
         _session(ada)
-    with MemoryStore(engine_target, embedder=None, namespace="bo") as bo:
+    with MemoryStore(engine_target, embedder=hashed_embedder, namespace="bo") as bo:  # type: ignore[arg-type]
         bo.add("Bo thinks about pets.", id="summary:s1", kind="summary", session="s1", source=DERIVED,
                metadata={"source_turns": ["t1"]})
-        assert bo.recall("greyhound Biscuit", 5, mode="keyword", derived=True) == []
+        hits = bo.recall("greyhound Biscuit", 5, mode="hybrid", derived=True, explain=True)
+        assert all(h.components is not None and "sources" not in h.components for h in hits)
 
 
 def test_a_consolidated_chat_answers_a_detail_from_its_summary_with_the_real_model(semantic_store: MemoryStore) -> None:
@@ -102,11 +104,17 @@ def test_a_consolidated_chat_answers_a_detail_from_its_summary_with_the_real_mod
     assert "t0" in hits[0].entry.metadata["source_turns"]
 
 
-def test_a_fact_is_found_by_its_own_words_not_by_the_rest_of_its_turn(engine_store: MemoryStore) -> None:
-    store = engine_store
+def test_a_fact_is_found_by_its_own_words_not_by_the_rest_of_its_turn(engine_hashed_store: MemoryStore) -> None:
+    store = engine_hashed_store
     store.add("I'm vegetarian, and I live in Lisbon now.", id="t1", kind="turn", role="Ada", session="s1")
     for id_, text in (("fact:diet", "Ada is vegetarian."), ("fact:home", "Ada lives in Lisbon now.")):
         store.add(text, id=id_, kind="fact", session="s1", source=DERIVED, metadata={"source_turns": ["t1"]})
-    hits = store.recall("where does Ada live", 2, mode="keyword", derived=True, explain=True)
+    hits = store.recall("where does Ada live", 2, mode="hybrid", derived=True, explain=True)
     assert hits[0].entry.id == "fact:home"                   # the diet fact shares the turn, not the answer
     assert all(h.components is not None and "sources" not in h.components for h in hits)
+
+
+def test_a_keyword_recall_ranks_a_summary_by_its_own_words(engine_hashed_store: MemoryStore) -> None:
+    """BM25 in the turns' index and in the derived one are on no common scale: no lift by keyword."""
+    _session(engine_hashed_store)
+    assert engine_hashed_store.recall("greyhound Biscuit", 5, mode="keyword", derived=True) == []

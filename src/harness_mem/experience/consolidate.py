@@ -722,7 +722,7 @@ class _Job:
             if created is not None:
                 result.action, episode = "created", created
             else:
-                result.action, episode = "updated", self._replace(episode, mark)
+                result.action, episode = "updated", self._replace_episode(episode, mark)
         except _Conflict as conflict:
             result.action, result.note = "skipped", str(conflict)
             return
@@ -744,7 +744,7 @@ class _Job:
                 raise _Conflict("another consolidation recorded this session meanwhile")
         return stored.episode
 
-    def _replace(self, episode: Episode, mark: _Mark) -> Episode:
+    def _replace_episode(self, episode: Episode, mark: _Mark) -> Episode:
         """Point the episode at a new entry holding ``episode``, move the watermark and delete the old
         entry, in one transaction. The episode's row — its id, its pk and so the links from skills
         distilled from it — stays. Returns the episode as stored."""

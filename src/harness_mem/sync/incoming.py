@@ -19,8 +19,8 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import NamedTuple
 
 from ..errors import StorageError
-from ..jsonl import PARALLEL_MIN_LINES, exit_with_parent
 from ..redaction import Redactor
+from ..workers import PARALLEL_MIN_LINES, exit_with_parent
 
 #: Below this many texts, starting a worker (about half a second) costs more than it saves.
 PARALLEL_MIN = PARALLEL_MIN_LINES
