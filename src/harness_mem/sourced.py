@@ -6,11 +6,12 @@ its segment settled often shares few words with the summary and many with the tu
 Recall therefore ranks a summary by the better of two pieces of evidence: its own words, and the
 best-ranked turn it cites (ranked by the same query, mode and filters, in the turns' own lane).
 This holds where a recall returns no turns (``derived=True``, ``kind="summary"``) and ranks by
-meaning too (hybrid, semantic): where turns rank too, a turn that matches is a hit of its own; and
-a keyword-only recall has no common scale for the two lanes (each keyword index has its own word
-statistics: on LongMemEval dev, lifting by BM25 cost two of 15 knowledge updates their current value). What the reader gets is the summary, with its sources
-beside it when asked (``sources=True``); among entries that cite the same turn, the one whose own words match better
-comes first (:data:`OWN_SHARE`). Facts are ranked by their own words (:data:`KINDS`).
+meaning (hybrid, semantic). Where turns rank too, a turn that matches is a hit of its own; and a
+keyword-only recall has no common scale for the two lanes (each keyword index counts its own words:
+on LongMemEval dev, lifting by BM25 cost two of 15 knowledge updates their current value). What the
+reader gets is the summary, with its sources beside it when asked (``sources=True``); of entries
+that cite the same turn, the one whose own words match better comes first (:data:`OWN_SHARE`).
+Facts are ranked by their own words (:data:`KINDS`).
 
 Measured on LoCoMo dev (bench/bench_consolidate.py, link@1 of the annotators' observations over the
 derived entries): .62 by their own words alone, .835 ranked with their sources.
