@@ -58,13 +58,15 @@ def is_derived(row: Row) -> bool:
 Position = tuple[int, int]
 
 
-def after_position(alias: str, newest_first: bool, placeholder: str) -> str:
-    """The condition "after the position" in a list by (created_at, pk), for keyset pagination: the
-    time bound alone is what an index on (…, created_at) can seek to; the pair settles ties.
-    Its parameters: the position's time twice, then its pk."""
+def after_position(alias: str, position: Position, newest_first: bool,
+                   placeholder: str) -> tuple[str, list[int]]:
+    """The condition "after ``position``" (its created_at, pk) in a list by (created_at, pk), for
+    keyset pagination, and its parameters: the time bound alone is what an index on
+    (…, created_at) can seek to; the pair settles ties."""
     op = "<" if newest_first else ">"
     return (f"{alias}.created_at {op}= {placeholder}"
-            f" AND ({alias}.created_at, {alias}.pk) {op} ({placeholder}, {placeholder})")
+            f" AND ({alias}.created_at, {alias}.pk) {op} ({placeholder}, {placeholder})",
+            [position[0], position[0], position[1]])
 
 
 ON_CONFLICT: tuple[OnConflict, ...] = ("error", "ignore", "replace")

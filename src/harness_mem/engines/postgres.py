@@ -1404,8 +1404,8 @@ class PostgresStorage(Storage):
             position = self._position(selection.namespace, after)
             if position is None:
                 return
-            clause += f" AND {after_position('e', newest_first, '%s')}"
-            params += [position[0], *position]
+            condition, bound = after_position('e', position, newest_first, '%s')
+            clause, params = f"{clause} AND {condition}", [*params, *bound]
         order = "DESC" if newest_first else "ASC"
         sql = f"SELECT {_COLUMNS_E} FROM entries e WHERE {clause} ORDER BY e.created_at {order}, e.pk {order}"
         if limit is not None:
@@ -1667,8 +1667,8 @@ class PostgresStorage(Storage):
             position = self._session_position(namespace, after)
             if position is None:
                 return []
-            cursor = f" AND {after_position('e', True, '%s')}"
-            params += [position[0], *position]
+            condition, bound = after_position('e', position, True, '%s')
+            cursor, params = f" AND {condition}", [*params, *bound]
         return [SessionSpan(s, int(n), a, b) for s, n, a, b in self.query(
             # Newest entries first, each kept when it is its session's latest; then those sessions' sizes.
             "WITH latest AS MATERIALIZED (SELECT e.session, e.created_at, e.pk FROM entries e"
@@ -1687,8 +1687,8 @@ class PostgresStorage(Storage):
             position = self._position(namespace, after)
             if position is None:
                 return []
-            cursor = f" AND {after_position('e', False, '%s')}"
-            params += [position[0], *position]
+            condition, bound = after_position('e', position, False, '%s')
+            cursor, params = f" AND {condition}", [*params, *bound]
         return [Row._make(r) for r in self.query(
             f"SELECT {_COLUMNS_E} FROM entries e WHERE {_IN_SESSION} AND {_CURRENT}{cursor}"
             " ORDER BY e.created_at, e.pk LIMIT %s OFFSET %s", (*params, limit, offset))]

@@ -840,8 +840,8 @@ class SQLiteStorage(Storage):
             position = self._position(selection.namespace, after)
             if position is None:
                 return
-            clause += f" AND {after_position('e', newest_first, '?')}"
-            params += [position[0], *position]
+            condition, bound = after_position('e', position, newest_first, '?')
+            clause, params = f"{clause} AND {condition}", [*params, *bound]
         order = "DESC" if newest_first else "ASC"
         sql = f"SELECT {COLUMNS} FROM entries e WHERE {clause} ORDER BY e.created_at {order}, e.pk {order}"
         if limit is not None or offset:
@@ -1039,8 +1039,8 @@ class SQLiteStorage(Storage):
             position = self._session_position(namespace, after)
             if position is None:
                 return []
-            cursor = f" AND {after_position('e', True, '?')}"
-            params += [position[0], *position]
+            condition, bound = after_position('e', position, True, '?')
+            cursor, params = f" AND {condition}", [*params, *bound]
         rows = self.conn.execute(
             # Newest entries first, each kept when it is its session's latest; then those sessions'
             # sizes. Both orders pinned: the planner otherwise may walk every entry and re-run the walk.
@@ -1063,8 +1063,8 @@ class SQLiteStorage(Storage):
             position = self._position(namespace, after)
             if position is None:
                 return []
-            cursor = f" AND {after_position('e', False, '?')}"
-            params += [position[0], *position]
+            condition, bound = after_position('e', position, False, '?')
+            cursor, params = f" AND {condition}", [*params, *bound]
         rows = self.conn.execute(  # the session's index: with a time bound the planner may take the namespace's
             f"SELECT {COLUMNS} FROM entries e INDEXED BY entries_by_session WHERE {_IN_SESSION} AND {_CURRENT}{cursor}"
             " ORDER BY e.created_at, e.pk LIMIT ? OFFSET ?",

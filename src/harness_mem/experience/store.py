@@ -361,8 +361,8 @@ class ExperienceStore:
                                            (self.namespace, self._key(after))).fetchone()
             if position is None:
                 return []
-            sql += f" AND {after_position('ep', newest_first, '?')}"
-            params += [position[0], position[0], position[1]]
+            condition, bound = after_position('ep', (position[0], position[1]), newest_first, '?')
+            sql, params = f"{sql} AND {condition}", [*params, *bound]
         if tool is not None:
             sql += f" AND EXISTS (SELECT 1 FROM {self.tables.elements('ep.tools')} WHERE value = ?)"
             params.append(tool)
