@@ -22,7 +22,7 @@ SELECT namespace, key, sum(n) FROM (
     UNION ALL SELECT namespace, 'unredacted', 1 FROM entries WHERE redactions IS NULL
     UNION ALL SELECT e.namespace, 'redacted:' || j.key, CAST(j.value AS INTEGER)
         FROM entries e, json_each(e.redactions) j
-        WHERE e.redactions IS NOT NULL AND json_type(e.redactions) = 'object' AND j.type IN ('integer', 'real', 'true')
+        WHERE e.redactions IS NOT NULL AND json_type(e.redactions) = 'object' AND j.type IN ('integer', 'real')
 ) GROUP BY namespace, key;
 
 -- An entry's keys and how much it adds to each: a view the triggers read with its pk, so the
@@ -35,7 +35,7 @@ CREATE VIEW entry_count_keys AS
     UNION ALL SELECT pk, namespace, 'unredacted', 1 FROM entries WHERE redactions IS NULL
     UNION ALL SELECT e.pk, e.namespace, 'redacted:' || j.key, CAST(j.value AS INTEGER)
         FROM entries e, json_each(e.redactions) j
-        WHERE e.redactions IS NOT NULL AND json_type(e.redactions) = 'object' AND j.type IN ('integer', 'real', 'true');
+        WHERE e.redactions IS NOT NULL AND json_type(e.redactions) = 'object' AND j.type IN ('integer', 'real');
 
 -- Taken off before a row goes or changes (while it can still be read), added after it came or changed.
 CREATE TRIGGER entry_counts_added AFTER INSERT ON entries BEGIN

@@ -84,4 +84,4 @@ def redaction_counts(redactions: str) -> list[tuple[str, int]]:
         return []
     if not isinstance(counts, dict):
         return []
-    return [(str(k), int(v)) for k, v in counts.items() if isinstance(v, int | float)]
+    return [(str(k), int(v)) for k, v in counts.items() if isinstance(v, int | float) and not isinstance(v, bool)]
