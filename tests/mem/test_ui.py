@@ -219,8 +219,10 @@ def test_health_shows_counts_coverage_and_redactions(memory: MemoryStore) -> Non
     memory.add("mail me at someone@example.com", kind="note")
     client, _ = signed_in(memory)
     page = client.get("/health").text
-    assert "5 in 1 sessions" in page and "keyword only" in page and "email 1" in page.lower()
-    assert "what holds it" in page and "(keyword index)" in page and f'href="/sessions/{SESSION}">{SESSION}</a> 4 entries' in page
+    assert "<dd>5</dd>" in page and "keyword only" in page and "email 1" in page.lower()
+    assert "default 5 entries" in page and "note 1" in page and "what holds it" not in page
+    sized = client.get("/health?sizes=1").text
+    assert "what holds it" in sized and "(keyword index)" in sized
     assert "Run doctor" in page
     checked = client.get("/health?checks=1").text
     assert "ok — integrity" in checked

@@ -26,7 +26,7 @@ from starlette.templating import Jinja2Templates
 
 from ..cliutils import shown
 from ..errors import HarnessMemError, NotFoundError
-from ..models import format_time, from_ms
+from ..models import format_time
 from ..store import MemoryStore
 from . import actions, pages
 from .security import CSRF_FIELD, Guard, Guarded
@@ -87,11 +87,9 @@ def build_app(store: MemoryStore, guard: Guard) -> Any:
     """The ASGI app browsing ``store``, behind ``guard``."""
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.globals.update(format_time=lambda t: format_time(t)[:19].replace("T", " "),
-                                 format_time_epoch=lambda t: format_time(from_ms(int(t * 1000)))[:19].replace("T", " "),
                                  marked=pages.marked,
                                  explained=pages.explained, kinds=pages.KINDS, modes=pages.MODES)
     calls = StoreCalls(store)
-    counts = pages.HealthCounts()
 
     def render(request: Request, template: str, status: int = 200, **context: Any) -> Response:
         session = request.scope["state"].get("session")
@@ -141,8 +139,8 @@ def build_app(store: MemoryStore, guard: Guard) -> Any:
         return render(request, "facts.html", listing=listing, as_of=as_of, superseded=superseded)
 
     async def health(request: Request) -> Response:
-        with_checks = request.query_params.get("checks") == "1"
-        found = await calls.run(lambda s: pages.health_page(s, counts, with_checks=with_checks))
+        with_checks, with_sizes = (request.query_params.get(name) == "1" for name in ("checks", "sizes"))
+        found = await calls.run(lambda s: pages.health_page(s, with_checks=with_checks, with_sizes=with_sizes))
         return render(request, "health.html", page=found)
 
     async def episodes(request: Request) -> Response:

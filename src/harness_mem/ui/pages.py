@@ -8,12 +8,11 @@ page costs what the same question costs from Python: a search is one recall, a l
 from __future__ import annotations
 
 import re
-import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from ..counts import EntryCounts
 from ..errors import InvalidInputError
 from ..experience.outcomes import Outcome
 from ..experience.store import ExperienceStore, SkillRecord, SkillVersion, StoredEpisode
@@ -22,7 +21,7 @@ from ..provenance import cited_turns
 from ..recall import Mode
 from ..store import MemoryStore
 
-__all__ = ["EntryPage", "EpisodeView", "HealthCounts", "HealthPage", "Listing", "SearchForm", "SessionPage", "SkillPage",
+__all__ = ["EntryPage", "EpisodeView", "HealthPage", "Listing", "SearchForm", "SessionPage", "SkillPage",
            "entry_page", "episode_page", "episodes", "explained", "facts", "health_page", "marked", "search",
            "search_form", "session_page", "sessions", "skill_page", "skills"]
 
@@ -227,45 +226,28 @@ def facts(store: MemoryStore, params: Mapping[str, str]) -> tuple[Listing, str |
 
 @dataclass(frozen=True)
 class HealthPage:
-    stats: dict[str, Any]
+    path: str
+    file_bytes: int
+    #: This namespace's counts, and every readable namespace's entries.
+    counts: EntryCounts
+    namespaces: dict[str, int]
     missing_vectors: int
     model: str
+    #: The file's bytes by table and index, and doctor's checks: only when asked (they read the file).
+    sizes: dict[str, Any] | None
     checks: list[dict[str, Any]] | None
-    #: When the counts were made (they are made again as soon as the store changes).
-    counted_at: float
 
 
-#: The longest the health page shows counts made before, when the store has not changed: an entry
-#: can expire without a write, and the count of those waiting for purge should notice.
-COUNTS_KEPT_SECONDS = 60.0
-
-
-class HealthCounts:
-    """``stats`` and the embedding coverage, counted again only when the store changed (its data
-    version, which any process's write moves) or a minute went by: counting reads every entry, and a
-    page view should not (on a large store that is seconds)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._kept: tuple[tuple[int, int], float, dict[str, Any], int] | None = None
-
-    def read(self, store: MemoryStore) -> tuple[dict[str, Any], int, float]:
-        with self._lock:
-            version, now = store.data_version(), time.time()
-            if self._kept is None or self._kept[0] != version or now - self._kept[1] > COUNTS_KEPT_SECONDS:
-                # The version read before counting: a write during the count makes the next view count again.
-                self._kept = (version, now, store.stats(), store.count_missing_vectors())
-            _, counted_at, stats, missing = self._kept
-            return stats, missing, counted_at
-
-
-def health_page(store: MemoryStore, counts: HealthCounts, *, with_checks: bool) -> HealthPage:
-    """Sizes, counts, redactions and embedding coverage; ``doctor``'s checks only when asked, since
-    the integrity check reads the whole file."""
+def health_page(store: MemoryStore, *, with_checks: bool, with_sizes: bool) -> HealthPage:
+    """Counts, redactions and embedding coverage from the counters the engine keeps, so a view
+    after a write costs what one before it does; the sizes by table and ``doctor``'s checks only
+    when asked, since they read the file's pages."""
     model = "keyword only" if store.embedder is None else store.embedder.name
-    checks = store.diagnose()["checks"] if with_checks else None
-    stats, missing, counted_at = counts.read(store)
-    return HealthPage(stats, missing, model, checks, counted_at)
+    counts = store.counts()
+    return HealthPage(str(store.path), store.file_bytes(), counts.get(store.namespace, EntryCounts()),
+                      {namespace: of.entries for namespace, of in counts.items()}, store.count_missing_vectors(),
+                      model, store.sizes() if with_sizes else None,
+                      store.diagnose()["checks"] if with_checks else None)
 
 
 @dataclass(frozen=True)
