@@ -30,6 +30,7 @@ from .engines import is_url, open_storage
 from .errors import (
     BlockedError,
     HarnessMemError,
+    IdentityKeyError,
     InvalidInputError,
     ModelMissingWarning,
     NotFoundError,
@@ -891,6 +892,17 @@ class MemoryStore:
     def count_missing_vectors(self) -> int:
         """Entries (in every namespace) that ``reindex`` would embed; 0 without an embedder."""
         return maintenance.count_missing_vectors(self.storage)
+
+    def revealed(self, value: str | None) -> bool:
+        """Whether ``value``, as a read gave it (an id, session, role or tag), is a sealed identity
+        shown as written: stored as its pseudonym, and given back raw because this process holds
+        the identity key. Without the key reads give the pseudonyms, and nothing is revealed."""
+        if not value or self.redactor is None:
+            return False
+        try:
+            return self.scope.key(value) != value
+        except IdentityKeyError:  # no key here: the value shown is the one stored
+            return False
 
     def counts(self) -> dict[str, EntryCounts]:
         """Every namespace this store may read, with its entries by kind, role and redaction, as the

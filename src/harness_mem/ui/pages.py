@@ -8,7 +8,7 @@ page costs what the same question costs from Python: a search is one recall, a l
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -22,7 +22,7 @@ from ..recall import Mode
 from ..store import MemoryStore
 
 __all__ = ["EntryPage", "EpisodeView", "HealthPage", "Listing", "SearchForm", "SessionPage", "SkillPage",
-           "entry_page", "episode_page", "episodes", "explained", "facts", "health_page", "marked", "search",
+           "entry_page", "episode_page", "episodes", "explained", "facts", "health_page", "hit_entries", "marked", "revealed_in", "search",
            "search_form", "session_page", "sessions", "skill_page", "skills"]
 
 #: Entries, sessions or hits on one page.
@@ -222,6 +222,21 @@ def facts(store: MemoryStore, params: Mapping[str, str]) -> tuple[Listing, str |
     found = list(store.list(kind="fact", newest_first=True, limit=PAGE_SIZE + 1, after=after, as_of=as_of,
                             include_superseded=superseded))
     return _listing(found, after, _entry_id), as_of, superseded
+
+
+def revealed_in(store: MemoryStore, entries: Iterable[Entry]) -> frozenset[str]:
+    """The identity values of ``entries`` (ids, sessions, roles, tags) shown as written because
+    this process holds the identity key: the page marks them, since the file holds only their
+    pseudonyms."""
+    values = {v for e in entries for v in (e.id, e.session, e.role, *e.tags) if v}
+    return frozenset(v for v in values if store.revealed(v))
+
+
+def hit_entries(hits: Iterable[Hit]) -> Iterator[Entry]:
+    """The entries a list of hits shows: each hit's, and the turns it came from."""
+    for hit in hits:
+        yield hit.entry
+        yield from hit.sources or ()
 
 
 @dataclass(frozen=True)
