@@ -70,6 +70,36 @@ def test_facts_and_a_sessions_turns_page_by_keyset(engine_store: MemoryStore) ->
     assert "No facts" in client.get("/facts", params={"after": "no-such-entry"}).text
 
 
+PREVIOUS = re.compile(r'href="\?([^"]*)" rel="prev"')
+
+
+def test_previous_page_shows_the_page_before_without_an_offset(engine_store: MemoryStore) -> None:
+    n = 3 * PAGE_SIZE + 4
+    for i in range(n):
+        engine_store.add(f"fact number {i}", kind="fact", id=f"f{i:03}", created_at=f"2026-03-{1 + i // 10:02}T00:00:00Z")
+    client = signed_in(engine_store)
+    shown = re.compile(r"fact number (\d+)")
+    forward: list[list[str]] = []
+    url = "/facts"
+    for _ in range(4):
+        page = client.get(url).text
+        forward.append(shown.findall(page))
+        found = NEXT.search(page)
+        url = f"/facts?{found.group(1).replace('&amp;', '&')}" if found else url
+    assert [len(p) for p in forward] == [PAGE_SIZE, PAGE_SIZE, PAGE_SIZE, 4]
+    assert PREVIOUS.search(client.get("/facts").text) is None  # the first page has none
+    backward = []
+    for _ in range(2):  # from the last page back to the second; the second's way back is "first page"
+        found = PREVIOUS.search(page)
+        assert found is not None and "offset=" not in found.group(1)
+        page = client.get(f"/facts?{found.group(1).replace('&amp;', '&')}").text
+        backward.append(shown.findall(page))
+    assert backward == [forward[2], forward[1]]
+    assert PREVIOUS.search(page) is None and 'href="?">← first page' in page
+    too_long = [("back", f"f{i:03}") for i in range(30)] + [("after", "f100")]
+    assert client.get("/facts", params=too_long).status_code == 400
+
+
 def test_episodes_and_skills_page_by_keyset(engine_store: MemoryStore) -> None:
     from harness_mem.experience.episode import Episode
     from harness_mem.experience.skills import Skill

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
+from urllib.parse import urlencode
 
 from ..counts import EntryCounts
 from ..errors import InvalidInputError
@@ -171,24 +172,59 @@ def entry_page(store: MemoryStore, entry_id: str) -> EntryPage:
 class Listing:
     """One page of a list: where it started (None: the first page) and where the next one starts
     (None: this is the last). Pages are keyset pages: each starts after the last item of the one
-    before, found through an index however deep in the list, never by counting past what comes first."""
+    before, found through an index however deep in the list, never by counting past what comes first.
+
+    Going back is going forward again from where the previous page started: each link carries the
+    starts of the pages walked through (``back``), so "previous" is exact and as cheap as "next". A
+    backward read through the index would need each list's query run in reverse, and the sessions
+    list, found by walking the newest entries, has no reverse that is not a scan. The trail keeps the
+    last :data:`MAX_TRAIL` starts (the address stays short); past them only the first page is offered."""
 
     items: list[Any]
     after: str | None
     next_after: str | None
+    back: tuple[str, ...] = ()
+    #: Whether the trail lost its oldest starts (the page before the first kept one is not known).
+    cut: bool = False
+
+    def next_query(self) -> str:
+        trail = (*self.back, self.after) if self.after is not None else self.back
+        return _trail_query(self.next_after, trail, self.cut)
+
+    def previous_query(self) -> str | None:
+        """The query string of the page before this one (None: this is the first, or it is not known)."""
+        if self.after is None:
+            return None
+        if self.back:
+            return _trail_query(self.back[-1], self.back[:-1], self.cut)
+        return None if self.cut else ""
 
 
-def _listing(items: list[Any], after: str | None, key: Callable[[Any], str]) -> Listing:
+#: How many pages back a link remembers.
+MAX_TRAIL = 20
+
+
+def _trail_query(after: str | None, back: tuple[str, ...], cut: bool) -> str:
+    cut = cut or len(back) > MAX_TRAIL
+    pairs = [("back", start) for start in back[-MAX_TRAIL:]] + ([("cut", "1")] if cut else [])
+    return urlencode(pairs + ([("after", after)] if after is not None else []))
+
+
+def _listing(items: list[Any], after: str | None, key: Callable[[Any], str], params: Mapping[str, str]) -> Listing:
     """A page of ``items`` (read with one more than a page: that one says whether a next page exists)."""
     more = len(items) > PAGE_SIZE
     shown = items[:PAGE_SIZE]
-    return Listing(shown, after, key(shown[-1]) if more else None)
+    getlist = getattr(params, "getlist", None)  # a query string repeats "back"; a plain mapping has one
+    back = tuple(getlist("back")) if getlist is not None else tuple(filter(None, [params.get("back")]))
+    if any(len(start) > MAX_CURSOR_CHARS for start in back) or len(back) > MAX_TRAIL:
+        raise InvalidInputError(f"back must name at most {MAX_TRAIL} items of the list")
+    return Listing(shown, after, key(shown[-1]) if more else None, back, params.get("cut") == "1")
 
 
 def sessions(store: MemoryStore, params: Mapping[str, str]) -> Listing:
     """Sessions, most recently active first, a page at a time."""
     after = _after(params)
-    return _listing(store.sessions(limit=PAGE_SIZE + 1, after=after), after, lambda s: s.session)
+    return _listing(store.sessions(limit=PAGE_SIZE + 1, after=after), after, lambda s: s.session, params)
 
 
 @dataclass(frozen=True)
@@ -206,7 +242,7 @@ def session_page(store: MemoryStore, session: str, params: Mapping[str, str]) ->
     if not page and after is None:
         raise InvalidInputError(f"no session {session[:200]!r} in this namespace")
     derived = list(store.list(session=session, kind=["summary", "fact", "episode"], limit=PAGE_SIZE))
-    return SessionPage(session, _listing(page, after, _entry_id), derived)
+    return SessionPage(session, _listing(page, after, _entry_id, params), derived)
 
 
 def _entry_id(entry: Entry) -> str:
@@ -221,7 +257,7 @@ def facts(store: MemoryStore, params: Mapping[str, str]) -> tuple[Listing, str |
     superseded = params.get("superseded") == "1"
     found = list(store.list(kind="fact", newest_first=True, limit=PAGE_SIZE + 1, after=after, as_of=as_of,
                             include_superseded=superseded))
-    return _listing(found, after, _entry_id), as_of, superseded
+    return _listing(found, after, _entry_id, params), as_of, superseded
 
 
 def revealed_in(store: MemoryStore, entries: Iterable[Entry]) -> frozenset[str]:
@@ -301,7 +337,7 @@ def episodes(store: MemoryStore, params: Mapping[str, str]) -> tuple[Listing, st
     result = _one_of(params.get("result"), tuple(RESULTS), "result")
     found = ExperienceStore(store).list(limit=PAGE_SIZE + 1, after=after,
                                         success=None if result is None else RESULTS[result])
-    listing = _listing(found, after, lambda ep: ep.id)
+    listing = _listing(found, after, lambda ep: ep.id, params)
     return Listing(_episode_views(store, listing.items), listing.after, listing.next_after), result
 
 
@@ -316,7 +352,7 @@ def skills(store: MemoryStore, params: Mapping[str, str]) -> Listing:
     """Saved skills by name, a page at a time."""
     after = _after(params)
     found = ExperienceStore(store).list_skills(limit=PAGE_SIZE + 1, after=after)
-    return _listing(found, after, lambda record: record.name)
+    return _listing(found, after, lambda record: record.name, params)
 
 
 @dataclass(frozen=True)
