@@ -23,8 +23,8 @@ from ..recall import Mode
 from ..store import MemoryStore
 
 __all__ = ["EntryPage", "EpisodeView", "HealthPage", "Listing", "SearchForm", "SessionPage", "SkillPage",
-           "entry_page", "episode_page", "episodes", "explained", "facts", "health_page", "hit_entries", "marked", "revealed_in", "search",
-           "search_form", "session_page", "sessions", "skill_page", "skills"]
+           "entry_page", "episode_page", "episodes", "explained", "facts", "health_page", "hit_entries", "marked",
+           "revealed_in", "search", "search_form", "session_page", "sessions", "skill_page", "skills"]
 
 #: Entries, sessions or hits on one page.
 PAGE_SIZE = 50
