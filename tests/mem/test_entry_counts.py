@@ -94,6 +94,7 @@ def test_counts_stay_true_through_every_path_that_changes_entries(engine_target:
     result = CliRunner().invoke(cli, ["--db", engine_target, "--namespace", store.namespace,
                                       "import", str(source), "--quiet"])
     assert result.exit_code == 0, result.output
+    assert store.count(session="s2") == 5  # the import landed in this store
     assert_true_counts(store)
     store.reindex()
     assert_true_counts(store)
@@ -110,9 +111,9 @@ def test_an_entry_that_expired_without_a_write_is_counted_apart(engine_store: Me
     assert kept(store, now) == counted_afresh(store, now)
 
 
-def test_a_sync_apply_is_counted(tmp_path: Path) -> None:
+def test_a_sync_apply_is_counted(engine_target: str, tmp_path: Path) -> None:
     folder = tmp_path / "Sync"
-    with MemoryStore(tmp_path / "a.db", embedder=None) as a, MemoryStore(tmp_path / "b.db", embedder=None) as b:
+    with MemoryStore(tmp_path / "a.db", embedder=None) as a, MemoryStore(engine_target, embedder=None) as b:
         a.sync(folder)
         b.sync(folder)
         a.add_many([{"content": f"turn {i} to ada@example.com", "role": "user", "session": "s"} for i in range(4)])
