@@ -1,39 +1,27 @@
 -- What the health page and `stats` count, kept as the entries change instead of counted by reading
 -- every entry (as SQLite's 0017 does). In namespace_state, beside the keyword counters and under
--- the same row-level security (a confined role reads its namespaces' counts alone), with keys
--- 'entries', 'forgotten', 'kind:<kind>', 'role:<role>', 'unredacted' and 'redacted:<TYPE>' (the sum
--- of an entry's `redactions` counts). Every row of `entries` is counted, expired ones too: a reader
--- takes off those expired since, through entries_by_expiry. Triggers keep them, as the owner
--- (SECURITY DEFINER), in the statement that changed the entries, whichever path changed them.
+-- the same row-level security (a confined role reads its namespaces' counts alone): one counter a
+-- namespace and group of entries alike in what is counted, keyed 'entries:' and the JSON array
+-- [kind, role, redactions, forgotten]. Every row of `entries` is counted, expired ones too: a
+-- reader takes off those expired since, through entries_by_expiry. Triggers keep them, as the
+-- owner (SECURITY DEFINER), a statement's rows at once, whichever path changed them.
 
--- An entry's keys and how much it adds to each.
-CREATE FUNCTION entry_count_keys(kind TEXT, role TEXT, redactions TEXT, forgotten BOOLEAN)
-    RETURNS TABLE (key TEXT, n BIGINT)
+-- The counter an entry belongs to.
+CREATE FUNCTION entry_count_key(kind TEXT, role TEXT, redactions TEXT, forgotten BOOLEAN) RETURNS TEXT
     LANGUAGE sql IMMUTABLE
-    AS $$
-    SELECT 'entries', 1::bigint
-    UNION ALL SELECT 'kind:' || kind, 1
-    UNION ALL SELECT 'forgotten', 1 WHERE forgotten
-    UNION ALL SELECT 'role:' || role, 1 WHERE role IS NOT NULL
-    UNION ALL SELECT 'unredacted', 1 WHERE redactions IS NULL
-    UNION ALL SELECT 'redacted:' || j.key, trunc(j.value::text::numeric)::bigint
-        FROM jsonb_each(CASE WHEN jsonb_typeof(redactions::jsonb) = 'object' THEN redactions::jsonb END) AS j
-        WHERE jsonb_typeof(j.value) = 'number'
-    $$;
+    AS $$ SELECT 'entries:' || json_build_array(kind, role, redactions, forgotten)::text $$;
 
 INSERT INTO namespace_state (namespace, key, value)
-SELECT e.namespace, k.key, sum(k.n)
-FROM entries e CROSS JOIN LATERAL entry_count_keys(e.kind, e.role, e.redactions::text, e.forgotten_at IS NOT NULL) AS k
-GROUP BY e.namespace, k.key;
+SELECT namespace, entry_count_key(kind, role, redactions, forgotten_at IS NOT NULL), count(*)
+FROM entries GROUP BY 1, 2;
 
 CREATE FUNCTION count_added_entries() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT
     AS $$
 BEGIN
     INSERT INTO namespace_state (namespace, key, value)
-    SELECT a.namespace, k.key, sum(k.n)
-    FROM added a CROSS JOIN LATERAL entry_count_keys(a.kind, a.role, a.redactions::text, a.forgotten_at IS NOT NULL) AS k
-    GROUP BY a.namespace, k.key
+    SELECT namespace, entry_count_key(kind, role, redactions, forgotten_at IS NOT NULL), count(*)
+    FROM added GROUP BY 1, 2
     ON CONFLICT (namespace, key) DO UPDATE SET value = namespace_state.value + excluded.value;
     RETURN NULL;
 END $$;
@@ -43,26 +31,24 @@ CREATE FUNCTION count_removed_entries() RETURNS trigger
     AS $$
 BEGIN
     INSERT INTO namespace_state (namespace, key, value)
-    SELECT r.namespace, k.key, -sum(k.n)
-    FROM removed r CROSS JOIN LATERAL entry_count_keys(r.kind, r.role, r.redactions::text, r.forgotten_at IS NOT NULL) AS k
-    GROUP BY r.namespace, k.key
+    SELECT namespace, entry_count_key(kind, role, redactions, forgotten_at IS NOT NULL), -count(*)
+    FROM removed GROUP BY 1, 2
     ON CONFLICT (namespace, key) DO UPDATE SET value = namespace_state.value + excluded.value;
     RETURN NULL;
 END $$;
 
--- An update is its old rows taken off and its new ones added (a statement's rows at once).
+-- An update is its old rows taken off and its new ones added; the counters it leaves as they were
+-- are not written.
 CREATE FUNCTION count_changed_entries() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT
     AS $$
 BEGIN
     INSERT INTO namespace_state (namespace, key, value)
     SELECT namespace, key, sum(n) FROM (
-        SELECT r.namespace, k.key, -k.n AS n
-        FROM removed r CROSS JOIN LATERAL entry_count_keys(r.kind, r.role, r.redactions::text, r.forgotten_at IS NOT NULL) AS k
+        SELECT namespace, entry_count_key(kind, role, redactions, forgotten_at IS NOT NULL) AS key, -1 AS n FROM removed
         UNION ALL
-        SELECT a.namespace, k.key, k.n
-        FROM added a CROSS JOIN LATERAL entry_count_keys(a.kind, a.role, a.redactions::text, a.forgotten_at IS NOT NULL) AS k
-    ) AS change GROUP BY namespace, key HAVING sum(n) <> 0
+        SELECT namespace, entry_count_key(kind, role, redactions, forgotten_at IS NOT NULL), 1 FROM added
+    ) AS change GROUP BY 1, 2 HAVING sum(n) <> 0
     ON CONFLICT (namespace, key) DO UPDATE SET value = namespace_state.value + excluded.value;
     RETURN NULL;
 END $$;

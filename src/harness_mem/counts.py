@@ -1,8 +1,8 @@
 """The entries counted by namespace, kind, role and redaction, as the engines keep them.
 
 Counting by reading every entry took seconds on a large store, and every write made the next count
-start over. Each engine keeps a counter a namespace and key instead, in the transaction that
-changes an entry, whatever the path (SQLite: triggers of ``migrations/0017_entry_counts.sql``;
+start over. Each engine keeps a counter a namespace and group of entries alike in what is counted
+(kind, role, redactions, forgotten) instead, in the transaction that changes an entry, whatever the path (SQLite: triggers of ``migrations/0017_entry_counts.sql``;
 PostgreSQL: of ``migrations/postgres/0014_entry_counts.sql``, under the row-level security of the
 entries). The kept counters include entries that expired since they were written (an entry expires
 without a write): :func:`entry_counts` takes those off, read through the expiry index.
@@ -51,8 +51,11 @@ class EntryCounts:
 def entry_counts(storage: Storage, now: int) -> dict[str, EntryCounts]:
     """Every namespace this connection may read, with its counts at ``now``."""
     counts: dict[str, EntryCounts] = {}
-    for namespace, key, n in storage.kept_counts():
-        counts.setdefault(namespace, EntryCounts()).add(key, n)
+    for namespace, group, n in storage.kept_counts():
+        kind, role, redactions, forgotten = json.loads(group)
+        of = counts.setdefault(namespace, EntryCounts())
+        for key, weight in _keys(kind, role, redactions, bool(forgotten)):
+            of.add(key, weight * n)
     for namespace, kind, role, redactions, forgotten, n in storage.expired_groups(now):
         of = counts.setdefault(namespace, EntryCounts())
         of.expired += n
@@ -62,7 +65,7 @@ def entry_counts(storage: Storage, now: int) -> dict[str, EntryCounts]:
 
 
 def _keys(kind: str, role: str | None, redactions: str | None, forgotten: bool) -> Iterator[tuple[str, int]]:
-    """What one entry adds to each counter: the engines' triggers count the same keys."""
+    """What one entry of a group adds to each count."""
     yield "entries", 1
     yield f"kind:{kind}", 1
     if forgotten:

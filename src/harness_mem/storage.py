@@ -721,9 +721,9 @@ class Storage(ABC):
 
     @abstractmethod
     def kept_counts(self) -> list[tuple[str, str, int]]:
-        """(namespace, key, count) of every stored entry this connection may read, expired ones
-        included, as the engine keeps them while entries change (no entry is read): ``entries``,
-        ``forgotten``, ``kind:<kind>``, ``role:<role>``, ``unredacted``, ``redacted:<TYPE>``."""
+        """(namespace, group, count) of every stored entry this connection may read, expired ones
+        included, as the engine keeps them while entries change (no entry is read): ``group`` is
+        the JSON array ``[kind, role, redactions, forgotten]`` the entries counted share."""
 
     @abstractmethod
     def expired_groups(self, now: int) -> list[tuple[str, str, str | None, str | None, bool, int]]:

@@ -135,11 +135,8 @@ def test_the_migration_counts_the_entries_already_stored(tmp_path: Path) -> None
     with conn:
         conn.execute("DELETE FROM entry_counts")  # as the file was before the counters
         conn.execute("DELETE FROM _migrations WHERE number = 17")
-        conn.execute("DROP TRIGGER entry_counts_added")
-        conn.execute("DROP TRIGGER entry_counts_removed")
-        conn.execute("DROP TRIGGER entry_counts_changing")
-        conn.execute("DROP TRIGGER entry_counts_changed")
-        conn.execute("DROP VIEW entry_count_keys")
+        for trigger in ("entry_counts_added", "entry_counts_removed", "entry_counts_changed"):
+            conn.execute(f"DROP TRIGGER {trigger}")
         conn.execute("DROP TABLE entry_counts")
     conn.close()
     with MemoryStore(path, embedder=None) as store:

@@ -1776,9 +1776,8 @@ class PostgresStorage(Storage):
 
     def kept_counts(self) -> list[tuple[str, str, int]]:
         # namespace_state's policy shows a confined role its namespaces' counters alone.
-        return [(namespace, key, int(n)) for namespace, key, n in self.query(
-            "SELECT namespace, key, value FROM namespace_state WHERE value <> 0 AND (key IN ('entries', 'forgotten',"
-            " 'unredacted') OR key LIKE 'kind:%%' OR key LIKE 'role:%%' OR key LIKE 'redacted:%%') ORDER BY 1, 2")]
+        return [(namespace, group, int(n)) for namespace, group, n in self.query(
+            "SELECT namespace, substr(key, 9), value FROM namespace_state WHERE key LIKE 'entries:%%' AND value <> 0")]
 
     def expired_groups(self, now: int) -> list[tuple[str, str, str | None, str | None, bool, int]]:
         return [(namespace, kind, role, redactions, bool(forgotten), int(n))

@@ -1160,8 +1160,8 @@ class SQLiteStorage(Storage):
     # ---- what stats and doctor report ----------------------------------------------------------------
 
     def kept_counts(self) -> list[tuple[str, str, int]]:
-        return [(namespace, key, int(n)) for namespace, key, n in self.conn.execute(
-            "SELECT namespace, key, value FROM entry_counts WHERE value <> 0 ORDER BY namespace, key")]
+        return [(namespace, group, int(n)) for namespace, group, n in self.conn.execute(
+            "SELECT namespace, key, value FROM entry_counts WHERE value <> 0")]
 
     def expired_groups(self, now: int) -> list[tuple[str, str, str | None, str | None, bool, int]]:
         # Through entries_by_expiry: only the entries that have an expiry and reached it are read.
