@@ -194,6 +194,7 @@ def test_migrate_list_shows_both_sets(db_path: Path) -> None:
         ("harness_mem", "applied", "0014_episode_provenance"),
         ("harness_mem", "applied", "0015_sync_log"),
         ("harness_mem", "applied", "0016_entries_by_kind"),
+        ("harness_mem", "applied", "0017_entry_counts"),
         ("harness_loop", "applied", "0001_runs"),
         ("harness_loop", "applied", "0002_run_privacy"),
         ("harness_loop", "applied", "0003_job_leases"),
@@ -216,7 +217,7 @@ def test_migrate_list_shows_both_sets(db_path: Path) -> None:
 
 def test_migrate_list_on_a_new_file_shows_what_opening_would_do(db_path: Path) -> None:
     listing = invoke("harness-mem", "--db", str(db_path), "migrate", "--list")
-    assert [line.split()[:2] for line in listing.stdout.splitlines()] == [["harness_mem", "pending"]] * 16
+    assert [line.split()[:2] for line in listing.stdout.splitlines()] == [["harness_mem", "pending"]] * 17
     assert not db_path.exists()  # listing is a read: it creates nothing
 
 

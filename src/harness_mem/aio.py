@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
+from .counts import EntryCounts
 from .models import Entry, Hit, Remembered, SessionHit, SessionSummary
 from .protocols import Embedder
 from .redaction import Redactor
@@ -140,6 +141,18 @@ class AsyncMemoryStore:
 
     async def stats(self) -> dict[str, Any]:
         return await self._call("stats")  # type: ignore[no-any-return]
+
+    async def counts(self) -> dict[str, EntryCounts]:
+        return await self._call("counts")  # type: ignore[no-any-return]
+
+    async def file_bytes(self) -> int:
+        return await self._call("file_bytes")  # type: ignore[no-any-return]
+
+    async def sizes(self) -> dict[str, Any]:
+        return await self._call("sizes")  # type: ignore[no-any-return]
+
+    async def revealed(self, value: str | None) -> bool:
+        return await self._call("revealed", value)  # type: ignore[no-any-return]
 
     async def export(self) -> builtins.list[dict[str, Any]]:
         return await self._run(lambda store: list(store.export()))  # type: ignore[no-any-return]

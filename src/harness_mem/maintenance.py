@@ -61,6 +61,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import pseudonyms
+from .counts import EntryCounts, entry_counts
 from .errors import InvalidInputError, StorageError
 from .models import FileSizes, SessionSize, StoreStats, format_time, from_ms, now_ms
 from .progress import Progress
@@ -135,34 +136,20 @@ def stats(storage: Storage, namespace: str) -> dict[str, Any]:
     """Counts by kind and role, sessions, the largest sessions, the store's size by table and index,
     and the schema version: a :class:`~harness_mem.models.StoreStats` as a JSON-ready dict."""
     now = now_ms()
-    by_kind: dict[str, int] = {}
-    by_role: dict[str, int] = {}
-    redacted: dict[str, int] = {}
-    unredacted = expired = 0
-    for gone, kind, role, redactions, n in storage.kind_role_counts(namespace, now):
-        if gone:  # expired, not purged yet: counted apart
-            expired += n
-            continue
-        by_kind[kind] = by_kind.get(kind, 0) + n
-        if role is not None:
-            by_role[role] = by_role.get(role, 0) + n
-        if redactions is None:
-            unredacted += n
-            continue
-        for name, count in _redaction_counts(redactions):
-            redacted[name] = redacted.get(name, 0) + count * n
-    entries, size = sum(by_kind.values()), storage.size_bytes()
+    every = entry_counts(storage, now)
+    mine = every.get(namespace, EntryCounts())
+    entries, size = mine.entries, storage.size_bytes()
     report = StoreStats(
         path=storage.location,
         namespace=namespace,
         entries=entries,
-        by_kind=dict(sorted(by_kind.items())),
-        by_role=dict(sorted(by_role.items(), key=lambda item: (-item[1], item[0]))),
+        by_kind=dict(sorted(mine.by("kind").items())),
+        by_role=_largest_first(mine.by("role")),
         sessions=storage.session_count(namespace, now),
-        expired_pending_purge=expired,
-        redacted=dict(sorted(redacted.items(), key=lambda item: (-item[1], item[0]))),
-        written_without_redaction=unredacted,
-        namespaces=storage.namespaces(),
+        expired_pending_purge=mine.expired,
+        redacted=_largest_first(mine.by("redacted")),
+        written_without_redaction=mine.unredacted,
+        namespaces=list(every),
         schema_version=storage.schema_version(),
         file_bytes=size,
         bytes_per_entry=round(size / entries, 1) if entries else None,
@@ -172,15 +159,8 @@ def stats(storage: Storage, namespace: str) -> dict[str, Any]:
     return report.model_dump(mode="json")
 
 
-def _redaction_counts(redactions: str) -> list[tuple[str, int]]:
-    """(kind, count) pairs of an entry's ``redactions`` column (a JSON object of counts)."""
-    try:
-        counts = json.loads(redactions)
-    except ValueError:
-        return []
-    if not isinstance(counts, dict):
-        return []
-    return [(str(k), int(v)) for k, v in counts.items() if isinstance(v, int | float)]
+def _largest_first(counts: dict[str, int]) -> dict[str, int]:
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 #: How many sessions ``stats`` lists as the largest.

@@ -722,8 +722,15 @@ class Storage(ABC):
         """Entries in every namespace, forgotten ones included."""
 
     @abstractmethod
-    def kind_role_counts(self, namespace: str, now: int) -> list[tuple[bool, str, str | None, str | None, int]]:
-        """(expired, kind, role, redactions JSON, count) groups of the namespace's entries."""
+    def kept_counts(self) -> list[tuple[str, str, int]]:
+        """(namespace, group, count) of every stored entry this connection may read, expired ones
+        included, as the engine keeps them while entries change (no entry is read): ``group`` is
+        the JSON array ``[kind, role, redactions, forgotten]`` the entries counted share."""
+
+    @abstractmethod
+    def expired_groups(self, now: int) -> list[tuple[str, str, str | None, str | None, bool, int]]:
+        """(namespace, kind, role, redactions JSON, forgotten, count) groups of the entries expired by
+        ``now`` and not purged yet, found through the expiry index."""
 
     @abstractmethod
     def session_count(self, namespace: str, now: int) -> int: ...

@@ -24,11 +24,13 @@ import numpy.typing as npt
 from sqlite_utils import Database
 
 from . import corrections, maintenance, promotion, pseudonyms, rotation, sessions
+from .counts import EntryCounts, entry_counts
 from .db import CACHE_SIZE_KIB, default_path
 from .engines import is_url, open_storage
 from .errors import (
     BlockedError,
     HarnessMemError,
+    IdentityKeyError,
     InvalidInputError,
     ModelMissingWarning,
     NotFoundError,
@@ -37,7 +39,7 @@ from .errors import (
 from .filters import Selection, make_filters
 from .identities import Identities, IdentityKey, SealedIdentity, choose_key, key_file
 from .keyfiles import describe_key
-from .models import Entry, Hit, Remembered, SessionHit, SessionSummary, from_ms, now_ms
+from .models import Entry, FileSizes, Hit, Remembered, SessionHit, SessionSummary, from_ms, now_ms
 from .progress import Progress
 from .protocols import Embedder
 from .providers.embeddings import RECORDED_NAMES, default_embedder, default_embedder_available, named_embedder
@@ -890,6 +892,31 @@ class MemoryStore:
     def count_missing_vectors(self) -> int:
         """Entries (in every namespace) that ``reindex`` would embed; 0 without an embedder."""
         return maintenance.count_missing_vectors(self.storage)
+
+    def revealed(self, value: str | None) -> bool:
+        """Whether ``value``, as a read gave it (an id, session, role or tag), is a sealed identity
+        shown as written: stored as its pseudonym, and given back raw because this process holds
+        the identity key. Without the key reads give the pseudonyms, and nothing is revealed."""
+        if not value or self.redactor is None:
+            return False
+        try:
+            return self.scope.key(value) != value
+        except IdentityKeyError:  # no key here: the value shown is the one stored
+            return False
+
+    def counts(self) -> dict[str, EntryCounts]:
+        """Every namespace this store may read, with its entries by kind, role and redaction, as the
+        engine keeps them while entries change (no entry is read; see :mod:`harness_mem.counts`)."""
+        return entry_counts(self.storage, now_ms())
+
+    def file_bytes(self) -> int:
+        """The store's bytes on disk: the SQLite file and its WAL, or the PostgreSQL tables'."""
+        return self.storage.size_bytes()
+
+    def sizes(self) -> dict[str, Any]:
+        """The file's bytes by the table or index that holds them (a
+        :class:`~harness_mem.models.FileSizes` as a JSON-ready dict): reads the file's page map."""
+        return FileSizes.check(self.storage.sizes()).model_dump(mode="json")
 
     def stats(self) -> dict[str, Any]:
         """Counts by kind and role, sessions, the largest sessions, the file's size by table and

@@ -55,9 +55,10 @@ def test_retired_migrations_are_recorded_as_skipped(db_path: Path) -> None:
                       "0009_corrections": "applied", "0010_derivations": "applied",
                       "0011_updated_and_ttl": "applied", "0012_identities": "applied",
                       "0013_derived_keywords": "applied", "0014_episode_provenance": "applied",
-                      "0015_sync_log": "applied", "0016_entries_by_kind": "applied"}
+                      "0015_sync_log": "applied", "0016_entries_by_kind": "applied",
+                      "0017_entry_counts": "applied"}
     # An older harness-mem reads only _migrations: every number is there, so it never runs 0002 itself.
-    assert [n for (n,) in conn.execute("SELECT number FROM _migrations ORDER BY number")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+    assert [n for (n,) in conn.execute("SELECT number FROM _migrations ORDER BY number")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
     skipped = next(s for s in migrations.status(conn) if s.number == 2)
     assert skipped.retired == "the runs tables moved to the harness_loop migration set"
     assert skipped.applied_at is not None and skipped.to_dict()["state"] == "skipped"

@@ -219,11 +219,37 @@ def test_health_shows_counts_coverage_and_redactions(memory: MemoryStore) -> Non
     memory.add("mail me at someone@example.com", kind="note")
     client, _ = signed_in(memory)
     page = client.get("/health").text
-    assert "5 in 1 sessions" in page and "keyword only" in page and "email 1" in page.lower()
-    assert "what holds it" in page and "(keyword index)" in page and f'href="/sessions/{SESSION}">{SESSION}</a> 4 entries' in page
+    assert "<dd>5</dd>" in page and "keyword only" in page and "email 1" in page.lower()
+    assert "default 5 entries" in page and "note 1" in page and "what holds it" not in page
+    sized = client.get("/health?sizes=1").text
+    assert "what holds it" in sized and "(keyword index)" in sized
     assert "Run doctor" in page
     checked = client.get("/health?checks=1").text
     assert "ok — integrity" in checked
+
+
+def test_sealed_identities_show_revealed_and_marked_only_where_the_key_is(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_MEM_CONFIG", str(tmp_path / "config"))  # no key file but the one made here
+    monkeypatch.delenv("HARNESS_MEM_IDENTITY_KEY", raising=False)
+    db = tmp_path / "sealed.db"
+    marked = re.compile(r'ada@example\.com</a> <abbr class="revealed"')
+    with MemoryStore(db, embedder=None, identity_key="ab" * 32) as store:
+        store.add("I deploy the billing service on fridays", kind="turn", role="user", session="ada@example.com",
+                  tags=["ops"], id="t1")
+        client, _ = signed_in(store)
+        for path in ("/?q=fridays&mode=keyword", "/entries/t1", f"/sessions/{quote('ada@example.com')}"):
+            page = client.get(path).text
+            assert marked.search(page), path  # the session, as written, marked as revealed
+            assert page.count('class="revealed"') == (2 if path.startswith("/sessions/") else 1), path  # not "ops"
+    with MemoryStore(db, embedder=None, identity_key=False) as store:  # the same file where the key is not
+        stored = store.get("t1").session
+        assert stored is not None and stored.startswith("<EMAIL:")
+        client, _ = signed_in(store)
+        for path in ("/?q=fridays&mode=keyword", "/entries/t1", f"/sessions/{quote(stored)}"):
+            page = client.get(path).text
+            assert "ada@example.com" not in page and 'class="revealed"' not in page, path
+            assert "&lt;EMAIL:" in page, path  # the pseudonym, as stored
 
 
 # ---- actions -------------------------------------------------------------------------------------

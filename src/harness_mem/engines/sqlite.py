@@ -1159,13 +1159,17 @@ class SQLiteStorage(Storage):
 
     # ---- what stats and doctor report ----------------------------------------------------------------
 
-    def kind_role_counts(self, namespace: str, now: int) -> list[tuple[bool, str, str | None, str | None, int]]:
-        # A plain scan of the table: cheaper than visiting the rows through an index, which the
-        # filter on expiry would need anyway.
-        return [(bool(gone), kind, role, redactions, int(n)) for gone, kind, role, redactions, n in self.conn.execute(
-            "SELECT expires_at IS NOT NULL AND expires_at <= ?, kind, role, redactions, count(*)"
-            " FROM entries NOT INDEXED WHERE namespace = ? GROUP BY 1, 2, 3, 4", (now, namespace)
-        )]
+    def kept_counts(self) -> list[tuple[str, str, int]]:
+        return [(namespace, group, int(n)) for namespace, group, n in self.conn.execute(
+            "SELECT namespace, key, value FROM entry_counts WHERE value <> 0")]
+
+    def expired_groups(self, now: int) -> list[tuple[str, str, str | None, str | None, bool, int]]:
+        # Through entries_by_expiry: only the entries that have an expiry and reached it are read.
+        return [(namespace, kind, role, redactions, bool(forgotten), int(n))
+                for namespace, kind, role, redactions, forgotten, n in self.conn.execute(
+            "SELECT namespace, kind, role, redactions, forgotten_at IS NOT NULL, count(*) FROM entries"
+            " INDEXED BY entries_by_expiry WHERE expires_at IS NOT NULL AND expires_at <= ? GROUP BY 1, 2, 3, 4, 5",
+            (now,))]
 
     def session_count(self, namespace: str, now: int) -> int:
         return int(self.conn.execute(

@@ -15,7 +15,7 @@ the tables that hold an entry's text (:data:`TABLES`), each in steps a writer ca
    ``sqlite_schema`` SQLite has no statement for: an index's name is not part of its content, and
    the schema version is raised so every connection reads the schema again). Views, triggers and
    foreign keys that name the table are left as written (``legacy_alter_table``, foreign keys off
-   for the switch), so they name the copy now.
+   for the switch), so they name the copy now; the table's own triggers are made again on the copy.
 4. **Retire**: the old table's rows are deleted in such steps, then the table is dropped.
    With ``secure_delete`` every page it frees is zeroed, so no copy of a purged row is left in them.
 
@@ -215,6 +215,12 @@ def _indexes(conn: Connection, table: str) -> list[tuple[str, str]]:
         (table,))]
 
 
+def _own_triggers(conn: Connection, table: str) -> list[tuple[str, str]]:
+    """The triggers on ``table`` (name, CREATE statement), once a rewrite's own are gone."""
+    return [(name, sql) for name, sql in conn.execute(
+        "SELECT name, sql FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = ? ORDER BY name", (table,))]
+
+
 def _copy(conn: Connection, table: str, between: Callable[[], None]) -> None:
     key = _key(conn, table)
     columns = ", ".join(key)
@@ -247,8 +253,15 @@ def _switch(conn: Connection, table: str) -> None:
             for trigger in _TRIGGERS:
                 conn.execute(f'DROP TRIGGER "{copy}_{trigger}"')
             indexes = [name for name, _ in _indexes(conn, table)]
+            # The table's own triggers (the kept counts) would follow it to its retired name and
+            # count its retirement as deletes: they go with the name instead, to the copy.
+            triggers = _own_triggers(conn, table)
+            for name, _ in triggers:
+                conn.execute(f'DROP TRIGGER "{name}"')
             conn.execute(f'ALTER TABLE "{table}" RENAME TO "{retired}"')
             conn.execute(f'ALTER TABLE "{copy}" RENAME TO "{table}"')
+            for _, trigger_sql in triggers:
+                conn.execute(trigger_sql)
             version = int(conn.execute("PRAGMA schema_version").fetchone()[0])
             conn.execute("PRAGMA writable_schema = ON")
             try:

@@ -26,7 +26,7 @@ from starlette.templating import Jinja2Templates
 
 from ..cliutils import shown
 from ..errors import HarnessMemError, NotFoundError
-from ..models import format_time, from_ms
+from ..models import Hit, format_time
 from ..store import MemoryStore
 from . import actions, pages
 from .security import CSRF_FIELD, Guard, Guarded
@@ -87,11 +87,9 @@ def build_app(store: MemoryStore, guard: Guard) -> Any:
     """The ASGI app browsing ``store``, behind ``guard``."""
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.globals.update(format_time=lambda t: format_time(t)[:19].replace("T", " "),
-                                 format_time_epoch=lambda t: format_time(from_ms(int(t * 1000)))[:19].replace("T", " "),
                                  marked=pages.marked,
                                  explained=pages.explained, kinds=pages.KINDS, modes=pages.MODES)
     calls = StoreCalls(store)
-    counts = pages.HealthCounts()
 
     def render(request: Request, template: str, status: int = 200, **context: Any) -> Response:
         session = request.scope["state"].get("session")
@@ -120,12 +118,21 @@ def build_app(store: MemoryStore, guard: Guard) -> Any:
 
     async def search(request: Request) -> Response:
         form = pages.search_form(request.query_params)
-        hits = await calls.run(lambda s: pages.search(s, form))
-        return render(request, "search.html", form=form, hits=hits)
+
+        def searched(s: MemoryStore) -> tuple[list[Hit], frozenset[str]]:
+            hits = pages.search(s, form)
+            return hits, pages.revealed_in(s, pages.hit_entries(hits))
+
+        hits, revealed = await calls.run(searched)
+        return render(request, "search.html", form=form, hits=hits, revealed=revealed)
 
     async def entry(request: Request) -> Response:
-        found = await calls.run(lambda s: pages.entry_page(s, request.path_params["entry_id"]))
-        return render(request, "entry.html", page=found)
+        def read(s: MemoryStore) -> tuple[pages.EntryPage, frozenset[str]]:
+            found = pages.entry_page(s, request.path_params["entry_id"])
+            return found, pages.revealed_in(s, [found.entry, *found.history, *found.sources, *found.derived])
+
+        found, revealed = await calls.run(read)
+        return render(request, "entry.html", page=found, revealed=revealed)
 
     async def sessions(request: Request) -> Response:
         listing = await calls.run(lambda s: pages.sessions(s, request.query_params))
@@ -133,16 +140,21 @@ def build_app(store: MemoryStore, guard: Guard) -> Any:
 
     async def session(request: Request) -> Response:
         name = request.path_params["session"]
-        found = await calls.run(lambda s: pages.session_page(s, name, request.query_params))
-        return render(request, "session.html", page=found)
+
+        def read(s: MemoryStore) -> tuple[pages.SessionPage, frozenset[str]]:
+            found = pages.session_page(s, name, request.query_params)
+            return found, pages.revealed_in(s, [*found.turns.items, *found.derived])
+
+        found, revealed = await calls.run(read)
+        return render(request, "session.html", page=found, revealed=revealed)
 
     async def facts(request: Request) -> Response:
         listing, as_of, superseded = await calls.run(lambda s: pages.facts(s, request.query_params))
         return render(request, "facts.html", listing=listing, as_of=as_of, superseded=superseded)
 
     async def health(request: Request) -> Response:
-        with_checks = request.query_params.get("checks") == "1"
-        found = await calls.run(lambda s: pages.health_page(s, counts, with_checks=with_checks))
+        with_checks, with_sizes = (request.query_params.get(name) == "1" for name in ("checks", "sizes"))
+        found = await calls.run(lambda s: pages.health_page(s, with_checks=with_checks, with_sizes=with_sizes))
         return render(request, "health.html", page=found)
 
     async def episodes(request: Request) -> Response:

@@ -8,12 +8,12 @@ page costs what the same question costs from Python: a search is one recall, a l
 from __future__ import annotations
 
 import re
-import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
+from urllib.parse import urlencode
 
+from ..counts import EntryCounts
 from ..errors import InvalidInputError
 from ..experience.outcomes import Outcome
 from ..experience.store import ExperienceStore, SkillRecord, SkillVersion, StoredEpisode
@@ -22,9 +22,9 @@ from ..provenance import cited_turns
 from ..recall import Mode
 from ..store import MemoryStore
 
-__all__ = ["EntryPage", "EpisodeView", "HealthCounts", "HealthPage", "Listing", "SearchForm", "SessionPage", "SkillPage",
-           "entry_page", "episode_page", "episodes", "explained", "facts", "health_page", "marked", "search",
-           "search_form", "session_page", "sessions", "skill_page", "skills"]
+__all__ = ["EntryPage", "EpisodeView", "HealthPage", "Listing", "SearchForm", "SessionPage", "SkillPage",
+           "entry_page", "episode_page", "episodes", "explained", "facts", "health_page", "hit_entries", "marked",
+           "revealed_in", "search", "search_form", "session_page", "sessions", "skill_page", "skills"]
 
 #: Entries, sessions or hits on one page.
 PAGE_SIZE = 50
@@ -172,24 +172,59 @@ def entry_page(store: MemoryStore, entry_id: str) -> EntryPage:
 class Listing:
     """One page of a list: where it started (None: the first page) and where the next one starts
     (None: this is the last). Pages are keyset pages: each starts after the last item of the one
-    before, found through an index however deep in the list, never by counting past what comes first."""
+    before, found through an index however deep in the list, never by counting past what comes first.
+
+    Going back is going forward again from where the previous page started: each link carries the
+    starts of the pages walked through (``back``), so "previous" is exact and as cheap as "next". A
+    backward read through the index would need each list's query run in reverse, and the sessions
+    list, found by walking the newest entries, has no reverse that is not a scan. The trail keeps the
+    last :data:`MAX_TRAIL` starts (the address stays short); past them only the first page is offered."""
 
     items: list[Any]
     after: str | None
     next_after: str | None
+    back: tuple[str, ...] = ()
+    #: Whether the trail lost its oldest starts (the page before the first kept one is not known).
+    cut: bool = False
+
+    def next_query(self) -> str:
+        trail = (*self.back, self.after) if self.after is not None else self.back
+        return _trail_query(self.next_after, trail, self.cut)
+
+    def previous_query(self) -> str | None:
+        """The query string of the page before this one (None: this is the first, or it is not known)."""
+        if self.after is None:
+            return None
+        if self.back:
+            return _trail_query(self.back[-1], self.back[:-1], self.cut)
+        return None if self.cut else ""
 
 
-def _listing(items: list[Any], after: str | None, key: Callable[[Any], str]) -> Listing:
+#: How many pages back a link remembers.
+MAX_TRAIL = 20
+
+
+def _trail_query(after: str | None, back: tuple[str, ...], cut: bool) -> str:
+    cut = cut or len(back) > MAX_TRAIL
+    pairs = [("back", start) for start in back[-MAX_TRAIL:]] + ([("cut", "1")] if cut else [])
+    return urlencode(pairs + ([("after", after)] if after is not None else []))
+
+
+def _listing(items: list[Any], after: str | None, key: Callable[[Any], str], params: Mapping[str, str]) -> Listing:
     """A page of ``items`` (read with one more than a page: that one says whether a next page exists)."""
     more = len(items) > PAGE_SIZE
     shown = items[:PAGE_SIZE]
-    return Listing(shown, after, key(shown[-1]) if more else None)
+    getlist = getattr(params, "getlist", None)  # a query string repeats "back"; a plain mapping has one
+    back = tuple(getlist("back")) if getlist is not None else tuple(filter(None, [params.get("back")]))
+    if any(len(start) > MAX_CURSOR_CHARS for start in back) or len(back) > MAX_TRAIL:
+        raise InvalidInputError(f"back must name at most {MAX_TRAIL} items of the list")
+    return Listing(shown, after, key(shown[-1]) if more else None, back, params.get("cut") == "1")
 
 
 def sessions(store: MemoryStore, params: Mapping[str, str]) -> Listing:
     """Sessions, most recently active first, a page at a time."""
     after = _after(params)
-    return _listing(store.sessions(limit=PAGE_SIZE + 1, after=after), after, lambda s: s.session)
+    return _listing(store.sessions(limit=PAGE_SIZE + 1, after=after), after, lambda s: s.session, params)
 
 
 @dataclass(frozen=True)
@@ -207,7 +242,7 @@ def session_page(store: MemoryStore, session: str, params: Mapping[str, str]) ->
     if not page and after is None:
         raise InvalidInputError(f"no session {session[:200]!r} in this namespace")
     derived = list(store.list(session=session, kind=["summary", "fact", "episode"], limit=PAGE_SIZE))
-    return SessionPage(session, _listing(page, after, _entry_id), derived)
+    return SessionPage(session, _listing(page, after, _entry_id, params), derived)
 
 
 def _entry_id(entry: Entry) -> str:
@@ -222,50 +257,48 @@ def facts(store: MemoryStore, params: Mapping[str, str]) -> tuple[Listing, str |
     superseded = params.get("superseded") == "1"
     found = list(store.list(kind="fact", newest_first=True, limit=PAGE_SIZE + 1, after=after, as_of=as_of,
                             include_superseded=superseded))
-    return _listing(found, after, _entry_id), as_of, superseded
+    return _listing(found, after, _entry_id, params), as_of, superseded
+
+
+def revealed_in(store: MemoryStore, entries: Iterable[Entry]) -> frozenset[str]:
+    """The identity values of ``entries`` (ids, sessions, roles, tags) shown as written because
+    this process holds the identity key: the page marks them, since the file holds only their
+    pseudonyms."""
+    values = {v for e in entries for v in (e.id, e.session, e.role, *e.tags) if v}
+    return frozenset(v for v in values if store.revealed(v))
+
+
+def hit_entries(hits: Iterable[Hit]) -> Iterator[Entry]:
+    """The entries a list of hits shows: each hit's, and the turns it came from."""
+    for hit in hits:
+        yield hit.entry
+        yield from hit.sources or ()
 
 
 @dataclass(frozen=True)
 class HealthPage:
-    stats: dict[str, Any]
+    path: str
+    file_bytes: int
+    #: This namespace's counts, and every readable namespace's entries.
+    counts: EntryCounts
+    namespaces: dict[str, int]
     missing_vectors: int
     model: str
+    #: The file's bytes by table and index, and doctor's checks: only when asked (they read the file).
+    sizes: dict[str, Any] | None
     checks: list[dict[str, Any]] | None
-    #: When the counts were made (they are made again as soon as the store changes).
-    counted_at: float
 
 
-#: The longest the health page shows counts made before, when the store has not changed: an entry
-#: can expire without a write, and the count of those waiting for purge should notice.
-COUNTS_KEPT_SECONDS = 60.0
-
-
-class HealthCounts:
-    """``stats`` and the embedding coverage, counted again only when the store changed (its data
-    version, which any process's write moves) or a minute went by: counting reads every entry, and a
-    page view should not (on a large store that is seconds)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._kept: tuple[tuple[int, int], float, dict[str, Any], int] | None = None
-
-    def read(self, store: MemoryStore) -> tuple[dict[str, Any], int, float]:
-        with self._lock:
-            version, now = store.data_version(), time.time()
-            if self._kept is None or self._kept[0] != version or now - self._kept[1] > COUNTS_KEPT_SECONDS:
-                # The version read before counting: a write during the count makes the next view count again.
-                self._kept = (version, now, store.stats(), store.count_missing_vectors())
-            _, counted_at, stats, missing = self._kept
-            return stats, missing, counted_at
-
-
-def health_page(store: MemoryStore, counts: HealthCounts, *, with_checks: bool) -> HealthPage:
-    """Sizes, counts, redactions and embedding coverage; ``doctor``'s checks only when asked, since
-    the integrity check reads the whole file."""
+def health_page(store: MemoryStore, *, with_checks: bool, with_sizes: bool) -> HealthPage:
+    """Counts, redactions and embedding coverage from the counters the engine keeps, so a view
+    after a write costs what one before it does; the sizes by table and ``doctor``'s checks only
+    when asked, since they read the file's pages."""
     model = "keyword only" if store.embedder is None else store.embedder.name
-    checks = store.diagnose()["checks"] if with_checks else None
-    stats, missing, counted_at = counts.read(store)
-    return HealthPage(stats, missing, model, checks, counted_at)
+    counts = store.counts()
+    return HealthPage(str(store.path), store.file_bytes(), counts.get(store.namespace, EntryCounts()),
+                      {namespace: of.entries for namespace, of in counts.items()}, store.count_missing_vectors(),
+                      model, store.sizes() if with_sizes else None,
+                      store.diagnose()["checks"] if with_checks else None)
 
 
 @dataclass(frozen=True)
@@ -304,7 +337,7 @@ def episodes(store: MemoryStore, params: Mapping[str, str]) -> tuple[Listing, st
     result = _one_of(params.get("result"), tuple(RESULTS), "result")
     found = ExperienceStore(store).list(limit=PAGE_SIZE + 1, after=after,
                                         success=None if result is None else RESULTS[result])
-    listing = _listing(found, after, lambda ep: ep.id)
+    listing = _listing(found, after, lambda ep: ep.id, params)
     return Listing(_episode_views(store, listing.items), listing.after, listing.next_after), result
 
 
@@ -319,7 +352,7 @@ def skills(store: MemoryStore, params: Mapping[str, str]) -> Listing:
     """Saved skills by name, a page at a time."""
     after = _after(params)
     found = ExperienceStore(store).list_skills(limit=PAGE_SIZE + 1, after=after)
-    return _listing(found, after, lambda record: record.name)
+    return _listing(found, after, lambda record: record.name, params)
 
 
 @dataclass(frozen=True)
