@@ -496,6 +496,10 @@ class Storage(ABC):
         """The chunks of ``device`` this store has read, and what became of each (applied, quarantined)."""
 
     @abstractmethod
+    def quarantined_chunks(self) -> list[tuple[str, str, str | None]]:
+        """Every chunk refused when read: (device, chunk, the one line saying why), by device."""
+
+    @abstractmethod
     def note_chunk(self, device: str, chunk: str, state: str, reason: str | None = None) -> None:
         """Record what became of a chunk read from ``device`` (inside the transaction that applied it)."""
 

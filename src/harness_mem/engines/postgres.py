@@ -1179,6 +1179,10 @@ class PostgresStorage(Storage):
         return {chunk: state for chunk, state in self.query(
             "SELECT chunk, state FROM sync_chunks WHERE device = %s", (device,))}
 
+    def quarantined_chunks(self) -> list[tuple[str, str, str | None]]:
+        return [(device, chunk, reason) for device, chunk, reason in self.query(
+            "SELECT device, chunk, reason FROM sync_chunks WHERE state = 'quarantined' ORDER BY device, chunk")]
+
     def note_chunk(self, device: str, chunk: str, state: str, reason: str | None = None) -> None:
         self._run("INSERT INTO sync_chunks (device, chunk, state, reason) VALUES (%s, %s, %s, %s)"
                   " ON CONFLICT (device, chunk) DO UPDATE SET state = excluded.state, reason = excluded.reason",

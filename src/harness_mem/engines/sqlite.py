@@ -596,6 +596,10 @@ class SQLiteStorage(Storage):
     def chunks_read(self, device: str) -> dict[str, str]:
         return dict(self.conn.execute("SELECT chunk, state FROM sync_chunks WHERE device = ?", (device,)).fetchall())
 
+    def quarantined_chunks(self) -> list[tuple[str, str, str | None]]:
+        return [(device, chunk, reason) for device, chunk, reason in self.conn.execute(
+            "SELECT device, chunk, reason FROM sync_chunks WHERE state = 'quarantined' ORDER BY device, chunk")]
+
     def note_chunk(self, device: str, chunk: str, state: str, reason: str | None = None) -> None:
         self.conn.execute("INSERT INTO sync_chunks (device, chunk, state, reason) VALUES (?, ?, ?, ?)"
                           " ON CONFLICT (device, chunk) DO UPDATE SET state = excluded.state, reason = excluded.reason",
