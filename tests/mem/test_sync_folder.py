@@ -551,3 +551,21 @@ def test_a_sync_on_a_terminal_shows_a_bar_over_the_operations_it_applies(tmp_pat
     text = shown.decode()
     assert "Applying" in text and "100%" in text
     assert "Synced with" in text and "applied 300" in text
+
+
+def test_promote_on_a_syncing_store_is_refused_in_one_line_and_moves_nothing(
+        two: tuple[MemoryStore, MemoryStore, Path], tmp_path: Path) -> None:
+    a, b, folder = two
+    a.add("the pager rota is weekly", id="rota")
+    for store in (a, b):
+        store.sync(folder)
+    with pytest.raises(InvalidInputError, match="does not travel") as refused:
+        a.promote("rota", to="team")
+    assert "\n" not in str(refused.value)
+    a.close()
+    shown = CliRunner().invoke(cli, ["--db", str(tmp_path / "laptop.db"), "promote", "rota", "--to", "team"])
+    assert shown.exit_code == 1 and "does not travel" in shown.stderr and len(shown.stderr.splitlines()) == 1
+    with MemoryStore(tmp_path / "laptop.db", embedder=None) as again:
+        assert current(again) == current(b) == {"rota": "the pager rota is weekly"}
+        with MemoryStore(tmp_path / "laptop.db", namespace="team", embedder=None) as team:
+            assert current(team) == {}
