@@ -88,6 +88,31 @@ def test_the_same_words_added_on_two_devices_are_no_fork(two: tuple[MemoryStore,
     assert [e.content for e in b.list(include_superseded=True)] == ["we ship on Fridays"]
 
 
+def test_the_same_words_added_apart_with_other_tags_hold_the_latest_adds_columns_everywhere(tmp_path: Path) -> None:
+    """Each device first holds the add it saw first; every one ends on the latest add's tags, metadata,
+    session and time, whatever order the adds arrived in."""
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        stores[0].add("we ship on Fridays", id="ship", tags=["laptop"], metadata={"from": "d0"}, session="s0")
+        stores[0].sync(folder)
+        stores[2].sync(folder)  # holds d0's columns first
+        time.sleep(0.01)
+        stores[1].add("we ship on Fridays", id="ship", tags=["desktop"], metadata={"from": "d1"}, session="s1")
+        for store in (*stores, *stores):
+            store.sync(folder)
+        held = [store.get("ship") for store in stores]
+        assert {(tuple(e.tags), e.metadata.get("from"), e.session) for e in held} == {(("desktop",), "d1", "s1")}
+        assert everything(stores[0]) == everything(stores[1]) == everything(stores[2])
+        assert [e.content for e in stores[2].list(include_superseded=True)] == ["we ship on Fridays"]
+        assert stores[0].conflicts() == []  # the same words: no fork
+    finally:
+        for store in stores:
+            store.close()
+
+
 def test_forgetting_a_forked_id_forgets_every_version_on_every_device(
         two: tuple[MemoryStore, MemoryStore, Path], tmp_path: Path) -> None:
     a, b, folder = two

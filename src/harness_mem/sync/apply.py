@@ -185,6 +185,8 @@ def _settle_adds(storage: Storage, namespace: str, entry_id: str, redactor: Reda
         storage.mark_superseded(pk, entry_id, when)
         storage.write([winner], "error")
         versions.pop(here.content_hash, None)
+    elif _written_columns(here) != _written_columns(winner):  # its words, written apart with other columns
+        _take_columns(storage, pk, here, winner)
     new = []
     for words, row in versions.items():
         if (kept := storage.pk_of(namespace, fork_id(entry_id, words))) is None:
@@ -193,6 +195,25 @@ def _settle_adds(storage: Storage, namespace: str, entry_id: str, redactor: Reda
             storage.mark_superseded(kept, entry_id, when)
     storage.write(new, "error")
     return len(new) + (here.content_hash != winner.content_hash)
+
+
+def _written_columns(row: Row) -> tuple[object, ...]:
+    """What an add sets besides the words: two adds of the same words may differ in these."""
+    return (row.kind, row.role, row.session, row.tags, row.source, row.metadata, row.created_at, row.updated_at,
+            row.expires_at, row.ttl_ms, row.redactions)
+
+
+def _take_columns(storage: Storage, pk: int, here: Row, winner: Row) -> None:
+    """Make the entry at ``pk`` hold the winning add's columns, as if that add had come first: the row is
+    written again (its session, kind and time feed its indexes), keeping its corrections; the old row
+    goes under a name no logged add has, so the log keeps the words of both adds. A later retag or
+    renewal of the entry still wins (the caller applies retags; the renewal is applied here)."""
+    storage.rename(pk, f"{here.id}~replaced")
+    storage.write([winner._replace(superseded_by=here.superseded_by, superseded_at=here.superseded_at)], "error")
+    storage.delete(here.namespace, f"{here.id}~replaced")
+    renewed = storage.latest_logged(here.namespace, [here.id], "expiry").get(here.id)
+    if renewed is not None and isinstance(body := parse_operation(json.loads(renewed)).body, ExpiryBody):
+        storage.set_expiry(here.namespace, here.id, body.expires_at)
 
 
 def _retag(storage: Storage, namespace: str, entry_ids: Sequence[str]) -> None:
