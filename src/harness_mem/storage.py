@@ -30,7 +30,7 @@ from .errors import DuplicateIdError, IdentityKeyError, InvalidInputError, Stora
 from .filters import Selection
 from .identities import KEY_ID_SETTING, ROTATING_SETTING, SealedIdentity, Sealer
 from .keyword import entry_index_text
-from .models import MigrationStatus
+from .models import MigrationStatus, now_ms
 from .passages import Embedding, Passage
 from .protocols import Embedder
 from .redaction import Redactor
@@ -198,6 +198,8 @@ def write_sealed(storage: Storage, sealer: Sealer | None, rows: Sequence[Row], o
             if sealed:
                 _check_key_unchanged(storage, sealed)
                 storage.seal_identities(sealer.namespace if sealer is not None else rows[0].namespace, sealed)
+            if on_conflict == "replace":  # its other devices drop the words it replaces, as it does
+                outbox.log_replacing(storage, [row for row in rows if not is_derived(row)], now_ms())
             written = storage.write(rows, on_conflict, vectors)
             # Once the store syncs, what was said and written is logged with it.
             outbox.log_added(storage, [row for row in written if not is_derived(row)], sealed)

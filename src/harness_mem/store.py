@@ -527,8 +527,9 @@ class MemoryStore:
         stored = self.scope.key(id) or id
         with self.storage.transaction():
             deleted = self.storage.delete(self.namespace, stored)
-            if deleted:  # on the store's other devices, a forget
+            if deleted:  # on the store's other devices, a forget: it takes every version there, so here too
                 outbox.log_forgotten(self.storage, self.namespace, [stored], None, now_ms())
+                outbox.delete_kept_versions(self.storage, self.namespace, [stored])
         return deleted
 
     def promote(self, id: str, *, to: str) -> list[str]:

@@ -8,6 +8,7 @@ corrections, forgets and syncs on three devices in random orders.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import time
 from collections.abc import Iterator
@@ -113,16 +114,59 @@ def test_the_same_words_added_apart_with_other_tags_hold_the_latest_adds_columns
             store.close()
 
 
+@pytest.mark.parametrize("order", ["replacer last", "replacer first", "late device"])
+def test_an_id_replaced_on_one_device_holds_only_the_new_words_everywhere(order: str, tmp_path: Path) -> None:
+    """A replace travels as what it is: the old words go (on every device, whatever order the devices
+    sync in), the new ones hold the id; no fork, and the old words are in no file after gc."""
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        stores[0].add("the qzreplacedmarker alarm code is 1234", id="alarm")
+        for store in stores[:2] if order == "late device" else stores:
+            store.sync(folder)
+        stores[1].add("the alarm code is 9876", id="alarm", on_conflict="replace")
+        syncs = {"replacer last": [0, 2, 1, 0, 2, 1], "replacer first": [1, 0, 2, 1, 0, 2],
+                 "late device": [1, 0, 1, 2, 0, 1]}[order]
+        for n in syncs:
+            stores[n].sync(folder)
+        assert [store.get("alarm").content for store in stores] == ["the alarm code is 9876"] * 3
+        assert everything(stores[0]) == everything(stores[1]) == everything(stores[2])
+        assert [len(list(store.list(include_superseded=True))) for store in stores] == [1, 1, 1]
+        assert [store.conflicts() for store in stores] == [[], [], []]
+        for store in stores:
+            store.sync(folder)
+            store.purge()
+            store.gc()
+    finally:
+        for store in stores:
+            store.close()
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    leaks = [p for p in files if b"qzreplacedmarker" in (gzip.decompress(p.read_bytes()) if p.suffix == ".gz"
+                                                          else p.read_bytes())]
+    assert files and not leaks
+
+
+@pytest.mark.parametrize("how", ["forget the id", "forget its session", "delete the id"])
 def test_forgetting_a_forked_id_forgets_every_version_on_every_device(
-        two: tuple[MemoryStore, MemoryStore, Path], tmp_path: Path) -> None:
+        how: str, two: tuple[MemoryStore, MemoryStore, Path], tmp_path: Path) -> None:
+    """However the id goes (by id, by a selector that matches only the version holding it, or deleted),
+    every version goes with it: no byte of any version in a store's file or in the folder after gc."""
     a, b, folder = two
-    a.add("the qzforkmarker door code is 1234", id="door")
+    a.add("the qzforkmarker door code is 1234", id="door", session="hall")
     time.sleep(0.01)
-    b.add("the qzforkmarker door code is 4321", id="door")
+    b.add("the qzforkmarker door code is 4321", id="door", session="porch")  # the later: it holds the id
     for store in (a, b, a):
         store.sync(folder)
-    a.forget("door")
-    for store in (a, b):
+    if how == "forget the id":
+        a.forget("door")
+    elif how == "forget its session":
+        assert [e.id for e in a.list(session="porch", include_superseded=True)] == ["door"]
+        a.forget(session="porch")
+    else:
+        assert a.delete("door")
+    for store in (a, b, a):
         store.sync(folder)
     with MemoryStore(tmp_path / "late.db", embedder=None) as late:  # learns of both adds and the forget at once
         late.sync(folder)
@@ -132,8 +176,11 @@ def test_forgetting_a_forked_id_forgets_every_version_on_every_device(
                 store.get("door")
             store.purge()
             store.gc()
-    files = [p for p in tmp_path.rglob("*") if p.is_file() and p.name.split(".")[0] in {"laptop", "desktop", "late"}]
-    assert files and not [p for p in files if b"qzforkmarker" in p.read_bytes()]
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert [p for p in files if p.name.split(".")[0] in {"laptop", "desktop", "late"}]
+    assert [p for p in files if p.suffix == ".gz"]
+    assert not [p for p in files
+                if b"qzforkmarker" in (gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes())]
 
 
 def test_get_shows_the_forks_an_entry_is_part_of(tmp_path: Path) -> None:

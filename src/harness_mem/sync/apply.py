@@ -131,11 +131,14 @@ def _revive(storage: Storage, namespace: str, adds: Sequence[Operation], rows: d
     does not reach an add of it made later, on any device): the tombstone goes, the new entry takes
     the id. The ids written."""
     revived = []
+    forgets = storage.forgotten_stamps(namespace, [str(op.id) for op in adds])
     for op in adds:
         if (pk := storage.pk_of(namespace, str(op.id))) is None:
             continue
         here = storage.rows([pk])[pk]
-        if here.forgotten_at is not None and here.forgotten_at < op.stamp.wall:
+        # Ordered by clock where the forget is logged (a replace's forget and add share a millisecond).
+        forget = forgets.get(str(op.id))
+        if here.forgotten_at is not None and (here.forgotten_at < op.stamp.wall if forget is None else forget < op.stamp):
             storage.delete(namespace, here.id)
             revived.append(rows[op.hash])
     return {row.id for row in storage.write(revived, "ignore")} if revived else set()
