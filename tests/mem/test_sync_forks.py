@@ -217,7 +217,7 @@ def test_get_shows_the_forks_an_entry_is_part_of(tmp_path: Path) -> None:
 # One step: (device, action, a number choosing what it acts on).
 STEPS = st.lists(st.tuples(st.integers(0, 2),
                            st.sampled_from(["add-shared", "add-shared", "add", "correct", "forget", "forget-session",
-                                            "sync"]),
+                                            "replace-shared", "same-words-shared", "delete", "sync"]),
                            st.integers(0, 50)), min_size=1, max_size=25)
 
 
@@ -238,6 +238,14 @@ def test_devices_that_added_the_same_ids_apart_hold_the_same_memory(steps: list[
                 shared = pick % 2
                 with contextlib.suppress(DuplicateIdError):  # held here already, or forgotten and not purged
                     store.add(f"shared words {n} from d{device}", id=f"shared{shared}", session=f"s{shared}")
+            elif action == "replace-shared":
+                store.add(f"replacing words {n} from d{device}", id=f"shared{pick % 2}", session=f"s{pick % 2}",
+                          on_conflict="replace")
+            elif action == "same-words-shared":  # the same words every device may write, tagged by who wrote them
+                with contextlib.suppress(DuplicateIdError):
+                    store.add("words every device writes", id="same", tags=[f"d{device}"], metadata={"step": n})
+            elif action == "delete" and live:
+                store.delete(live[pick % len(live)])
             elif action == "add":
                 store.add(f"word{n} in session {pick % 3}", id=f"d{device}-{n}", session=f"s{pick % 3}")
             elif action == "correct" and live:
