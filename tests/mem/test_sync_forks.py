@@ -148,7 +148,22 @@ def test_an_id_replaced_on_one_device_holds_only_the_new_words_everywhere(order:
     assert files and not leaks
 
 
-@pytest.mark.parametrize("how", ["forget the id", "forget its session", "delete the id"])
+def test_an_id_corrected_then_replaced_is_a_new_entry_on_every_device(two: tuple[MemoryStore, MemoryStore, Path]) -> None:
+    """The correction was of the words the replace took away: the new words under the id are current
+    everywhere, not corrected by it (found by the property test)."""
+    a, b, folder = two
+    a.sync(folder)
+    a.add("lunch is at noon", id="lunch")
+    a.supersede("lunch", "lunch is at one", id="lunch-2")
+    a.add("lunch is in the garden", id="lunch", on_conflict="replace")
+    for store in (a, b, a):
+        store.sync(folder)
+    assert {e.id: e.content for e in b.list()} == {e.id: e.content for e in a.list()} == {
+        "lunch": "lunch is in the garden", "lunch-2": "lunch is at one"}
+    assert everything(a) == everything(b)
+
+
+@pytest.mark.parametrize("how", ["forget the id", "forget its session", "delete the id", "delete a kept version"])
 def test_forgetting_a_forked_id_forgets_every_version_on_every_device(
         how: str, two: tuple[MemoryStore, MemoryStore, Path], tmp_path: Path) -> None:
     """However the id goes (by id, by a selector that matches only the version holding it, or deleted),
@@ -164,8 +179,11 @@ def test_forgetting_a_forked_id_forgets_every_version_on_every_device(
     elif how == "forget its session":
         assert [e.id for e in a.list(session="porch", include_superseded=True)] == ["door"]
         a.forget(session="porch")
-    else:
+    elif how == "delete the id":
         assert a.delete("door")
+    else:
+        (kept,) = [e.id for e in a.list(include_superseded=True) if e.id != "door"]
+        assert a.delete(kept)
     for store in (a, b, a):
         store.sync(folder)
     with MemoryStore(tmp_path / "late.db", embedder=None) as late:  # learns of both adds and the forget at once

@@ -236,6 +236,7 @@ def _settle(storage: Storage, namespace: str, supersedes: Sequence[str]) -> None
     for text in supersedes:
         op = parse_operation(json.loads(text))
         by_old.setdefault(str(op.id), []).append(op)
+    ended = storage.forgotten_stamps(namespace, list(by_old))
     for old_id, successors in by_old.items():
         winner = max(successors, key=correction_precedence)
         assert isinstance(winner.body, SupersedeBody)
@@ -243,7 +244,10 @@ def _settle(storage: Storage, namespace: str, supersedes: Sequence[str]) -> None
                   if isinstance(s.body, SupersedeBody) and s.body.new_id != winner.body.new_id]
         corrected = {parse_operation(json.loads(text)).id for text in storage.logged_supersedes(namespace, losers)
                      } if losers else set()
-        for entry_id in dict.fromkeys([old_id, *(loser for loser in losers if loser not in corrected)]):
+        # An id forgotten after its corrections (a replace, an add of it after a forget) is a new entry
+        # if it is held again: those corrections were of the one that went.
+        still = old_id not in ended or any(s.stamp > ended[old_id] for s in successors)
+        for entry_id in dict.fromkeys([*([old_id] if still else []), *(loser for loser in losers if loser not in corrected)]):
             if (pk := storage.pk_of(namespace, entry_id)) is not None:
                 storage.mark_superseded(pk, winner.body.new_id, winner.body.valid_from)
 
