@@ -456,8 +456,14 @@ class Storage(ABC):
         a new version."""
 
     @abstractmethod
-    def added_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
-        """The earliest stamp of an ``add`` logged for each of these entries (those with none left out)."""
+    def added_stamps(self, namespace: str, entry_ids: Sequence[str], *, latest: bool = False) -> dict[str, Stamp]:
+        """The earliest (``latest``: the latest) stamp of an ``add`` logged for each of these entries
+        (those with none left out)."""
+
+    @abstractmethod
+    def empty_adds_before(self, namespace: str, entry_id: str, stamp: Stamp) -> None:
+        """Let go of the words of the ``add`` operations of an id stamped before ``stamp`` (their hashes
+        stay, so a replay is recognised): a forget reached them, not the add holding the id now."""
 
     @abstractmethod
     def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:

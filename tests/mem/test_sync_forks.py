@@ -148,6 +148,37 @@ def test_an_id_replaced_on_one_device_holds_only_the_new_words_everywhere(order:
     assert files and not leaks
 
 
+def test_a_forget_that_arrives_after_a_later_replace_leaves_the_new_words(tmp_path: Path) -> None:
+    """One device forgets an id; another, not knowing, replaces it a moment later; a third reads the
+    replace first and the forget last: the forget reaches the old words only, on every device (found
+    by the property test)."""
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        stores[0].add("the qzoldwords wifi password is hunter2", id="wifi")
+        for store in stores:
+            store.sync(folder)
+        stores[2].forget("wifi")
+        time.sleep(0.01)  # the replace is the later
+        stores[1].add("the wifi password is in the vault", id="wifi", on_conflict="replace")
+        for n in (1, 0, 2, 0, 1, 2):
+            stores[n].sync(folder)
+        assert [store.get("wifi").content for store in stores] == ["the wifi password is in the vault"] * 3
+        assert everything(stores[0]) == everything(stores[1]) == everything(stores[2])
+        for store in stores:
+            store.sync(folder)
+            store.purge()
+            store.gc()
+    finally:
+        for store in stores:
+            store.close()
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert not [p for p in files if b"qzoldwords" in (gzip.decompress(p.read_bytes()) if p.suffix == ".gz"
+                                                       else p.read_bytes())]
+
+
 def test_an_id_corrected_then_replaced_is_a_new_entry_on_every_device(two: tuple[MemoryStore, MemoryStore, Path]) -> None:
     """The correction was of the words the replace took away: the new words under the id are current
     everywhere, not corrected by it (found by the property test)."""
@@ -161,6 +192,28 @@ def test_an_id_corrected_then_replaced_is_a_new_entry_on_every_device(two: tuple
     assert {e.id: e.content for e in b.list()} == {e.id: e.content for e in a.list()} == {
         "lunch": "lunch is in the garden", "lunch-2": "lunch is at one"}
     assert everything(a) == everything(b)
+
+
+def test_a_correction_never_reaches_an_add_of_its_id_made_after_it(tmp_path: Path) -> None:
+    """One device corrects an id and forgets both versions; another, not knowing, adds the id later: the
+    correction was of words that are gone, so the new entry is current on every device, whichever
+    order the correction, the forget and the add reach it in (found by the property test)."""
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        stores[0].add("the printer is on floor two", id="printer", session="office")
+        stores[0].supersede("printer", "the printer is on floor three", id="printer-2")
+        stores[0].forget(session="office")
+        stores[1].add("the printer needs a new toner", id="printer", session="office")
+        for store in (*stores, *stores):
+            store.sync(folder)
+        held = [[(e.id, e.superseded_by) for e in store.list(include_superseded=True)] for store in stores]
+        assert held == [[("printer", None)]] * 3
+    finally:
+        for store in stores:
+            store.close()
 
 
 @pytest.mark.parametrize("how", ["forget the id", "forget its session", "delete the id", "delete a kept version"])
