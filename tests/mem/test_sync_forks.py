@@ -192,6 +192,12 @@ def test_an_id_corrected_then_replaced_is_a_new_entry_on_every_device(two: tuple
     assert {e.id: e.content for e in b.list()} == {e.id: e.content for e in a.list()} == {
         "lunch": "lunch is in the garden", "lunch-2": "lunch is at one"}
     assert everything(a) == everything(b)
+    a.supersede("lunch", "lunch is in the garden at one", id="lunch-3")  # corrects the new entry only
+    for store in (a, b):
+        store.sync(folder)
+    assert {e.id: e.content for e in b.list()} == {e.id: e.content for e in a.list()} == {
+        "lunch-2": "lunch is at one", "lunch-3": "lunch is in the garden at one"}
+    assert everything(a) == everything(b)
 
 
 def test_a_correction_never_reaches_an_add_of_its_id_made_after_it(tmp_path: Path) -> None:

@@ -248,6 +248,9 @@ def _settle(storage: Storage, namespace: str, supersedes: Sequence[str]) -> None
     ended = storage.forgotten_stamps(namespace, list(by_old))
     added = storage.added_stamps(namespace, list(by_old))
     for old_id, successors in by_old.items():
+        if old_id in ended and any(s.stamp > ended[old_id] for s in successors):
+            # Those made before the forget corrected the entry that went, not the one under its id now.
+            successors = [s for s in successors if s.stamp > ended[old_id]]
         winner = max(successors, key=correction_precedence)
         assert isinstance(winner.body, SupersedeBody)
         losers = [s.body.new_id for s in successors
