@@ -63,7 +63,7 @@ from typing import Any
 from . import pseudonyms
 from .counts import EntryCounts, entry_counts
 from .errors import InvalidInputError, StorageError
-from .models import FileSizes, SessionSize, StoreStats, format_time, from_ms, now_ms
+from .models import FileSizes, SessionSize, StoreStats, counted, format_time, from_ms, now_ms
 from .progress import Progress
 from .providers.embeddings import default_embedder_available
 from .providers.reference import INSTALL_HINT
@@ -204,12 +204,19 @@ def diagnose(storage: Storage, key_check: Callable[[], str] | None = None) -> di
 
 
 def describe_sync(storage: Storage) -> str:
-    """Whether the store syncs, and as which device (its log is written in each write's transaction)."""
+    """Whether the store syncs, and as which device (its log is written in each write's transaction);
+    raises when chunks of another device were quarantined: their operations are not here, so this
+    store and that device do not hold the same memory."""
     device = outbox.device(storage)
     if device is None:
         return "not syncing (no log kept)"
     last = storage.last_stamp()
-    return f"device {device}, logging every write" + ("" if last is None else f" (latest at {format_time(from_ms(last.wall))})")
+    line = f"device {device}, logging every write" + ("" if last is None else f" (latest at {format_time(from_ms(last.wall))})")
+    if quarantined := storage.quarantined_chunks():
+        first_device, _, reason = quarantined[0]
+        raise StorageError(f"{line}; {counted(len(quarantined), 'chunk')} of another device quarantined, not applied"
+                           f" (the first, of device {first_device[:12]}: {reason})")
+    return line
 
 
 def describe_keying(storage: Storage) -> str:

@@ -9,6 +9,10 @@ copied: the private namespace no longer holds them.
 
 The move is refused, before anything changes, when an id is already taken in the target. On
 PostgreSQL the database also checks the role may write both namespaces (row-level security).
+
+A store that syncs refuses it too: its log names each entry by namespace and id, and a move cannot be
+ordered against what other devices do meanwhile to the entries where they were (a correction made
+there would land in the old namespace, a forget there would miss them), so devices would disagree.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from .identities import Identities, identity_values_in_use
 from .rows import Row
 from .sessions import cited_turns
 from .storage import Scope, Storage
+from .sync import outbox
 
 
 def promote(storage: Storage, scope: Scope, identities: Identities | None, entry_id: str, target: str) -> list[str]:
@@ -28,6 +33,9 @@ def promote(storage: Storage, scope: Scope, identities: Identities | None, entry
     history and sources; returns the ids moved (as stored), the entry's chain first, oldest first."""
     if target == scope.namespace:
         raise InvalidInputError(f"the entry is in namespace {target!r} already — promote moves it to another")
+    if outbox.device(storage) is not None:
+        raise InvalidInputError("this store syncs, and a move to another namespace does not travel to its other"
+                                " devices (they would keep the entries where they were) — nothing was moved")
     chain = history(storage, scope, entry_id)
     ids = list(dict.fromkeys([*(e.id for e in chain), *(turn for e in chain for turn in cited_turns(e))]))
     pks = {entry: pk for entry in ids if (pk := storage.pk_of(scope.namespace, entry)) is not None}

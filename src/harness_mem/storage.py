@@ -30,7 +30,7 @@ from .errors import DuplicateIdError, IdentityKeyError, InvalidInputError, Stora
 from .filters import Selection
 from .identities import KEY_ID_SETTING, ROTATING_SETTING, SealedIdentity, Sealer
 from .keyword import entry_index_text
-from .models import MigrationStatus
+from .models import MigrationStatus, now_ms
 from .passages import Embedding, Passage
 from .protocols import Embedder
 from .redaction import Redactor
@@ -200,6 +200,8 @@ def write_sealed(storage: Storage, sealer: Sealer | None, rows: Sequence[Row], o
             if sealed:
                 _check_key_unchanged(storage, sealed)
                 storage.seal_identities(sealer.namespace if sealer is not None else rows[0].namespace, sealed)
+            if on_conflict == "replace":  # its other devices drop the words it replaces, as it does
+                outbox.log_replacing(storage, [row for row in rows if not is_derived(row)], now_ms())
             written = storage.write(rows, on_conflict, vectors)
             # Once the store syncs, what was said and written is logged with it.
             outbox.log_added(storage, [row for row in written if not is_derived(row)], sealed)
@@ -456,8 +458,14 @@ class Storage(ABC):
         a new version."""
 
     @abstractmethod
-    def added_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
-        """The earliest stamp of an ``add`` logged for each of these entries (those with none left out)."""
+    def added_stamps(self, namespace: str, entry_ids: Sequence[str], *, latest: bool = False) -> dict[str, Stamp]:
+        """The earliest (``latest``: the latest) stamp of an ``add`` logged for each of these entries
+        (those with none left out)."""
+
+    @abstractmethod
+    def empty_adds_before(self, namespace: str, entry_id: str, stamp: Stamp) -> None:
+        """Let go of the words of the ``add`` operations of an id stamped before ``stamp`` (their hashes
+        stay, so a replay is recognised): a forget reached them, not the add holding the id now."""
 
     @abstractmethod
     def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
@@ -496,6 +504,10 @@ class Storage(ABC):
     @abstractmethod
     def chunks_read(self, device: str) -> dict[str, str]:
         """The chunks of ``device`` this store has read, and what became of each (applied, quarantined)."""
+
+    @abstractmethod
+    def quarantined_chunks(self) -> list[tuple[str, str, str | None]]:
+        """Every chunk refused when read: (device, chunk, the one line saying why), by device."""
 
     @abstractmethod
     def note_chunk(self, device: str, chunk: str, state: str, reason: str | None = None) -> None:

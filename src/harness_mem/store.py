@@ -54,7 +54,7 @@ from .sync.exchange import DeviceStatus, SyncReport
 from .sync.exchange import join as join_folder
 from .sync.exchange import status as sync_status
 from .sync.exchange import sync as sync_folder
-from .sync.forks import Fork, forks, forks_of
+from .sync.forks import Fork, forks, forks_of, versions_of_forked
 
 __all__ = ["DEFAULT_BATCH_SIZE", "ON_CONFLICT", "MemoryStore", "OnConflict", "check_on_conflict"]
 
@@ -528,9 +528,16 @@ class MemoryStore:
         """Delete an entry and its derived rows; False when there was none."""
         stored = self.scope.key(id) or id
         with self.storage.transaction():
+            pk = self.storage.pk_of(self.namespace, stored)
+            # On the store's other devices a forget, which takes every version of an id added apart
+            # there: the same versions go here.
+            versions = [row.id for row in self.storage.rows(versions_of_forked(self.storage, [pk])).values()
+                        ] if pk is not None else []
             deleted = self.storage.delete(self.namespace, stored)
-            if deleted:  # on the store's other devices, a forget
+            if deleted:
                 outbox.log_forgotten(self.storage, self.namespace, [stored], None, now_ms())
+                for version in versions:
+                    self.storage.delete(self.namespace, version)
         return deleted
 
     def promote(self, id: str, *, to: str) -> list[str]:

@@ -214,6 +214,12 @@ def test_a_chunk_still_copying_waits_and_a_hostile_one_is_quarantined(tmp_path: 
         assert len(report.quarantined) == 2
         assert "is not JSON" in report.quarantined[0] and "newer harness-mem" in report.quarantined[1]
         assert b.sync(folder).quarantined == []  # reported once, never applied in part
+        (line,) = [c for c in b.diagnose()["checks"] if c["name"] == "sync"]  # doctor keeps saying so
+        assert not line["ok"] and "2 chunks of another device quarantined, not applied" in line["detail"]
+        assert f"device {hostile[:12]}: chunk " in line["detail"]
+        assert "is not JSON" in line["detail"] or "newer harness-mem" in line["detail"]
+    doctor = CliRunner().invoke(cli, ["--db", str(tmp_path / "b.db"), "doctor"])
+    assert doctor.exit_code != 0 and "2 chunks of another device quarantined" in doctor.output
     (root.root / "FORMAT").write_text("harness-mem sync 2\n")
     with pytest.raises(SyncFormatError, match="newer harness-mem"):
         SyncFolder(folder)
@@ -518,3 +524,52 @@ def test_a_forget_by_id_spares_an_add_of_that_id_made_after_it_on_every_device(t
     finally:
         for store in stores:
             store.close()
+
+
+def test_a_sync_on_a_terminal_shows_a_bar_over_the_operations_it_applies(tmp_path: Path) -> None:
+    """The bar counts operations applied (not bytes read) and ends full; a real process on a pseudo-terminal."""
+    import pty
+
+    folder = tmp_path / "Sync"
+    with MemoryStore(tmp_path / "a.db", embedder=None) as a:
+        a.sync(folder)
+        a.add_many([{"content": f"note {i}", "id": f"n{i}"} for i in range(300)])
+        a.sync(folder)
+    leader, follower = pty.openpty()
+    command = [sys.executable, "-m", "harness_mem", "--db", str(tmp_path / "b.db"), "--embedder", "none",
+               "sync", str(folder)]
+    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=follower,
+                             env={**os.environ, "COLUMNS": "120"})
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        shown += data
+    os.close(leader)
+    assert child.wait(timeout=300) == 0
+    text = shown.decode()
+    assert "Applying" in text and "100%" in text
+    assert "Synced with" in text and "applied 300" in text
+
+
+def test_promote_on_a_syncing_store_is_refused_in_one_line_and_moves_nothing(
+        two: tuple[MemoryStore, MemoryStore, Path], tmp_path: Path) -> None:
+    a, b, folder = two
+    a.add("the pager rota is weekly", id="rota")
+    for store in (a, b):
+        store.sync(folder)
+    with pytest.raises(InvalidInputError, match="does not travel") as refused:
+        a.promote("rota", to="team")
+    assert "\n" not in str(refused.value)
+    a.close()
+    shown = CliRunner().invoke(cli, ["--db", str(tmp_path / "laptop.db"), "promote", "rota", "--to", "team"])
+    assert shown.exit_code == 1 and "does not travel" in shown.stderr and len(shown.stderr.splitlines()) == 1
+    with MemoryStore(tmp_path / "laptop.db", embedder=None) as again:
+        assert current(again) == current(b) == {"rota": "the pager rota is weekly"}
+        with MemoryStore(tmp_path / "laptop.db", namespace="team", embedder=None) as team:
+            assert current(team) == {}

@@ -8,6 +8,7 @@ corrections, forgets and syncs on three devices in random orders.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import time
 from collections.abc import Iterator
@@ -88,16 +89,161 @@ def test_the_same_words_added_on_two_devices_are_no_fork(two: tuple[MemoryStore,
     assert [e.content for e in b.list(include_superseded=True)] == ["we ship on Fridays"]
 
 
-def test_forgetting_a_forked_id_forgets_every_version_on_every_device(
-        two: tuple[MemoryStore, MemoryStore, Path], tmp_path: Path) -> None:
+def test_the_same_words_added_apart_with_other_tags_hold_the_latest_adds_columns_everywhere(tmp_path: Path) -> None:
+    """Each device first holds the add it saw first; every one ends on the latest add's tags, metadata,
+    session and time, whatever order the adds arrived in."""
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        stores[0].add("we ship on Fridays", id="ship", tags=["laptop"], metadata={"from": "d0"}, session="s0")
+        stores[0].sync(folder)
+        stores[2].sync(folder)  # holds d0's columns first
+        time.sleep(0.01)
+        stores[1].add("we ship on Fridays", id="ship", tags=["desktop"], metadata={"from": "d1"}, session="s1")
+        for store in (*stores, *stores):
+            store.sync(folder)
+        held = [store.get("ship") for store in stores]
+        assert {(tuple(e.tags), e.metadata.get("from"), e.session) for e in held} == {(("desktop",), "d1", "s1")}
+        assert everything(stores[0]) == everything(stores[1]) == everything(stores[2])
+        assert [e.content for e in stores[2].list(include_superseded=True)] == ["we ship on Fridays"]
+        assert stores[0].conflicts() == []  # the same words: no fork
+    finally:
+        for store in stores:
+            store.close()
+
+
+@pytest.mark.parametrize("order", ["replacer last", "replacer first", "late device"])
+def test_an_id_replaced_on_one_device_holds_only_the_new_words_everywhere(order: str, tmp_path: Path) -> None:
+    """A replace travels as what it is: the old words go (on every device, whatever order the devices
+    sync in), the new ones hold the id; no fork, and the old words are in no file after gc."""
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        stores[0].add("the qzreplacedmarker alarm code is 1234", id="alarm")
+        for store in stores[:2] if order == "late device" else stores:
+            store.sync(folder)
+        stores[1].add("the alarm code is 9876", id="alarm", on_conflict="replace")
+        syncs = {"replacer last": [0, 2, 1, 0, 2, 1], "replacer first": [1, 0, 2, 1, 0, 2],
+                 "late device": [1, 0, 1, 2, 0, 1]}[order]
+        for n in syncs:
+            stores[n].sync(folder)
+        assert [store.get("alarm").content for store in stores] == ["the alarm code is 9876"] * 3
+        assert everything(stores[0]) == everything(stores[1]) == everything(stores[2])
+        assert [len(list(store.list(include_superseded=True))) for store in stores] == [1, 1, 1]
+        assert [store.conflicts() for store in stores] == [[], [], []]
+        for store in stores:
+            store.sync(folder)
+            store.purge()
+            store.gc()
+    finally:
+        for store in stores:
+            store.close()
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    leaks = [p for p in files if b"qzreplacedmarker" in (gzip.decompress(p.read_bytes()) if p.suffix == ".gz"
+                                                          else p.read_bytes())]
+    assert files and not leaks
+
+
+def test_a_forget_that_arrives_after_a_later_replace_leaves_the_new_words(tmp_path: Path) -> None:
+    """One device forgets an id; another, not knowing, replaces it a moment later; a third reads the
+    replace first and the forget last: the forget reaches the old words only, on every device (found
+    by the property test)."""
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        stores[0].add("the qzoldwords wifi password is hunter2", id="wifi")
+        for store in stores:
+            store.sync(folder)
+        stores[2].forget("wifi")
+        time.sleep(0.01)  # the replace is the later
+        stores[1].add("the wifi password is in the vault", id="wifi", on_conflict="replace")
+        for n in (1, 0, 2, 0, 1, 2):
+            stores[n].sync(folder)
+        assert [store.get("wifi").content for store in stores] == ["the wifi password is in the vault"] * 3
+        assert everything(stores[0]) == everything(stores[1]) == everything(stores[2])
+        for store in stores:
+            store.sync(folder)
+            store.purge()
+            store.gc()
+    finally:
+        for store in stores:
+            store.close()
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert not [p for p in files if b"qzoldwords" in (gzip.decompress(p.read_bytes()) if p.suffix == ".gz"
+                                                       else p.read_bytes())]
+
+
+def test_an_id_corrected_then_replaced_is_a_new_entry_on_every_device(two: tuple[MemoryStore, MemoryStore, Path]) -> None:
+    """The correction was of the words the replace took away: the new words under the id are current
+    everywhere, not corrected by it (found by the property test)."""
     a, b, folder = two
-    a.add("the qzforkmarker door code is 1234", id="door")
-    time.sleep(0.01)
-    b.add("the qzforkmarker door code is 4321", id="door")
+    a.sync(folder)
+    a.add("lunch is at noon", id="lunch")
+    a.supersede("lunch", "lunch is at one", id="lunch-2")
+    a.add("lunch is in the garden", id="lunch", on_conflict="replace")
     for store in (a, b, a):
         store.sync(folder)
-    a.forget("door")
+    assert {e.id: e.content for e in b.list()} == {e.id: e.content for e in a.list()} == {
+        "lunch": "lunch is in the garden", "lunch-2": "lunch is at one"}
+    assert everything(a) == everything(b)
+    a.supersede("lunch", "lunch is in the garden at one", id="lunch-3")  # corrects the new entry only
     for store in (a, b):
+        store.sync(folder)
+    assert {e.id: e.content for e in b.list()} == {e.id: e.content for e in a.list()} == {
+        "lunch-2": "lunch is at one", "lunch-3": "lunch is in the garden at one"}
+    assert everything(a) == everything(b)
+
+
+def test_a_correction_never_reaches_an_add_of_its_id_made_after_it(tmp_path: Path) -> None:
+    """One device corrects an id and forgets both versions; another, not knowing, adds the id later: the
+    correction was of words that are gone, so the new entry is current on every device, whichever
+    order the correction, the forget and the add reach it in (found by the property test)."""
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        stores[0].add("the printer is on floor two", id="printer", session="office")
+        stores[0].supersede("printer", "the printer is on floor three", id="printer-2")
+        stores[0].forget(session="office")
+        stores[1].add("the printer needs a new toner", id="printer", session="office")
+        for store in (*stores, *stores):
+            store.sync(folder)
+        held = [[(e.id, e.superseded_by) for e in store.list(include_superseded=True)] for store in stores]
+        assert held == [[("printer", None)]] * 3
+    finally:
+        for store in stores:
+            store.close()
+
+
+@pytest.mark.parametrize("how", ["forget the id", "forget its session", "delete the id", "delete a kept version"])
+def test_forgetting_a_forked_id_forgets_every_version_on_every_device(
+        how: str, two: tuple[MemoryStore, MemoryStore, Path], tmp_path: Path) -> None:
+    """However the id goes (by id, by a selector that matches only the version holding it, or deleted),
+    every version goes with it: no byte of any version in a store's file or in the folder after gc."""
+    a, b, folder = two
+    a.add("the qzforkmarker door code is 1234", id="door", session="hall")
+    time.sleep(0.01)
+    b.add("the qzforkmarker door code is 4321", id="door", session="porch")  # the later: it holds the id
+    for store in (a, b, a):
+        store.sync(folder)
+    if how == "forget the id":
+        a.forget("door")
+    elif how == "forget its session":
+        assert [e.id for e in a.list(session="porch", include_superseded=True)] == ["door"]
+        a.forget(session="porch")
+    elif how == "delete the id":
+        assert a.delete("door")
+    else:
+        (kept,) = [e.id for e in a.list(include_superseded=True) if e.id != "door"]
+        assert a.delete(kept)
+    for store in (a, b, a):
         store.sync(folder)
     with MemoryStore(tmp_path / "late.db", embedder=None) as late:  # learns of both adds and the forget at once
         late.sync(folder)
@@ -107,8 +253,11 @@ def test_forgetting_a_forked_id_forgets_every_version_on_every_device(
                 store.get("door")
             store.purge()
             store.gc()
-    files = [p for p in tmp_path.rglob("*") if p.is_file() and p.name.split(".")[0] in {"laptop", "desktop", "late"}]
-    assert files and not [p for p in files if b"qzforkmarker" in p.read_bytes()]
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert [p for p in files if p.name.split(".")[0] in {"laptop", "desktop", "late"}]
+    assert [p for p in files if p.suffix == ".gz"]
+    assert not [p for p in files
+                if b"qzforkmarker" in (gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes())]
 
 
 def test_get_shows_the_forks_an_entry_is_part_of(tmp_path: Path) -> None:
@@ -145,7 +294,7 @@ def test_get_shows_the_forks_an_entry_is_part_of(tmp_path: Path) -> None:
 # One step: (device, action, a number choosing what it acts on).
 STEPS = st.lists(st.tuples(st.integers(0, 2),
                            st.sampled_from(["add-shared", "add-shared", "add", "correct", "forget", "forget-session",
-                                            "sync"]),
+                                            "replace-shared", "same-words-shared", "delete", "sync"]),
                            st.integers(0, 50)), min_size=1, max_size=25)
 
 
@@ -169,6 +318,14 @@ def test_devices_that_added_the_same_ids_apart_hold_the_same_memory(steps: list[
                 shared = pick % 2
                 with contextlib.suppress(DuplicateIdError):  # held here already, or forgotten and not purged
                     store.add(f"shared words {n} from d{device}", id=f"shared{shared}", session=f"s{shared}")
+            elif action == "replace-shared":
+                store.add(f"replacing words {n} from d{device}", id=f"shared{pick % 2}", session=f"s{pick % 2}",
+                          on_conflict="replace")
+            elif action == "same-words-shared":  # the same words every device may write, tagged by who wrote them
+                with contextlib.suppress(DuplicateIdError):
+                    store.add("words every device writes", id="same", tags=[f"d{device}"], metadata={"step": n})
+            elif action == "delete" and live:
+                store.delete(live[pick % len(live)])
             elif action == "add":
                 store.add(f"word{n} in session {pick % 3}", id=f"d{device}-{n}", session=f"s{pick % 3}")
             elif action == "correct" and live:

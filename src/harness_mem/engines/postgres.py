@@ -1127,11 +1127,17 @@ class PostgresStorage(Storage):
             " UNION SELECT operation FROM sync_ops WHERE namespace = %s AND related_id = ANY(%s)",
             (namespace, list(entry_ids), namespace, list(entry_ids)))]
 
-    def added_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
+    def added_stamps(self, namespace: str, entry_ids: Sequence[str], *, latest: bool = False) -> dict[str, Stamp]:
+        order = "hlc_wall DESC, hlc_tick DESC" if latest else "hlc_wall, hlc_tick"
         return {entry_id: Stamp(wall, tick) for entry_id, wall, tick in self.query(
             "SELECT DISTINCT ON (entry_id) entry_id, hlc_wall, hlc_tick FROM sync_ops"
-            " WHERE namespace = %s AND entry_id = ANY(%s) AND op = 'add' ORDER BY entry_id, hlc_wall, hlc_tick",
+            f" WHERE namespace = %s AND entry_id = ANY(%s) AND op = 'add' ORDER BY entry_id, {order}",
             (namespace, list(entry_ids)))}
+
+    def empty_adds_before(self, namespace: str, entry_id: str, stamp: Stamp) -> None:
+        self._run("UPDATE sync_ops SET operation = NULL WHERE namespace = %s AND entry_id = %s AND op = 'add'"
+                  " AND operation IS NOT NULL AND (hlc_wall, hlc_tick) < (%s, %s)",
+                  (namespace, entry_id, stamp.wall, stamp.tick))
 
     def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
         return {entry_id: Stamp(wall, tick) for entry_id, wall, tick in self.query(
@@ -1178,6 +1184,10 @@ class PostgresStorage(Storage):
     def chunks_read(self, device: str) -> dict[str, str]:
         return {chunk: state for chunk, state in self.query(
             "SELECT chunk, state FROM sync_chunks WHERE device = %s", (device,))}
+
+    def quarantined_chunks(self) -> list[tuple[str, str, str | None]]:
+        return [(device, chunk, reason) for device, chunk, reason in self.query(
+            "SELECT device, chunk, reason FROM sync_chunks WHERE state = 'quarantined' ORDER BY device, chunk")]
 
     def note_chunk(self, device: str, chunk: str, state: str, reason: str | None = None) -> None:
         self._run("INSERT INTO sync_chunks (device, chunk, state, reason) VALUES (%s, %s, %s, %s)"

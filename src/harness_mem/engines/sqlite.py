@@ -537,14 +537,20 @@ class SQLiteStorage(Storage):
             " WHERE namespace = ? AND related_id IN (SELECT value FROM json_each(?)) AND related_id IS NOT NULL",
             (namespace, ids, namespace, ids))]
 
-    def added_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
-        earliest: dict[str, Stamp] = {}
+    def added_stamps(self, namespace: str, entry_ids: Sequence[str], *, latest: bool = False) -> dict[str, Stamp]:
+        pick = max if latest else min
+        found: dict[str, Stamp] = {}
         for entry_id, wall, tick in self.conn.execute(
                 "SELECT entry_id, hlc_wall, hlc_tick FROM sync_ops WHERE namespace = ?"
                 " AND entry_id IN (SELECT value FROM json_each(?)) AND op = 'add'",
                 (namespace, json.dumps(list(entry_ids)))):
-            earliest[entry_id] = min(earliest.get(entry_id, Stamp(wall, tick)), Stamp(wall, tick))
-        return earliest
+            found[entry_id] = pick(found.get(entry_id, Stamp(wall, tick)), Stamp(wall, tick))
+        return found
+
+    def empty_adds_before(self, namespace: str, entry_id: str, stamp: Stamp) -> None:
+        self.conn.execute("UPDATE sync_ops SET operation = NULL WHERE namespace = ? AND entry_id = ? AND op = 'add'"
+                          " AND operation IS NOT NULL AND (hlc_wall < ? OR (hlc_wall = ? AND hlc_tick < ?))",
+                          (namespace, entry_id, stamp.wall, stamp.wall, stamp.tick))
 
     def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
         latest: dict[str, Stamp] = {}
@@ -595,6 +601,10 @@ class SQLiteStorage(Storage):
 
     def chunks_read(self, device: str) -> dict[str, str]:
         return dict(self.conn.execute("SELECT chunk, state FROM sync_chunks WHERE device = ?", (device,)).fetchall())
+
+    def quarantined_chunks(self) -> list[tuple[str, str, str | None]]:
+        return [(device, chunk, reason) for device, chunk, reason in self.conn.execute(
+            "SELECT device, chunk, reason FROM sync_chunks WHERE state = 'quarantined' ORDER BY device, chunk")]
 
     def note_chunk(self, device: str, chunk: str, state: str, reason: str | None = None) -> None:
         self.conn.execute("INSERT INTO sync_chunks (device, chunk, state, reason) VALUES (?, ?, ?, ?)"

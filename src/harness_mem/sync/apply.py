@@ -37,7 +37,16 @@ from ..rows import Row
 from ..storage import Storage, Vectors
 from .forks import add_precedence, correction_precedence, fork_id
 from .incoming import Scrubbed, scrub_all, scrub_one
-from .operations import AddBody, ExpiryBody, ForgetBody, Operation, SupersedeBody, TagBody, parse_operation
+from .operations import (
+    FORK_MARK,
+    AddBody,
+    ExpiryBody,
+    ForgetBody,
+    Operation,
+    SupersedeBody,
+    TagBody,
+    parse_operation,
+)
 
 
 @dataclass
@@ -131,11 +140,14 @@ def _revive(storage: Storage, namespace: str, adds: Sequence[Operation], rows: d
     does not reach an add of it made later, on any device): the tombstone goes, the new entry takes
     the id. The ids written."""
     revived = []
+    forgets = storage.forgotten_stamps(namespace, [str(op.id) for op in adds])
     for op in adds:
         if (pk := storage.pk_of(namespace, str(op.id))) is None:
             continue
         here = storage.rows([pk])[pk]
-        if here.forgotten_at is not None and here.forgotten_at < op.stamp.wall:
+        # Ordered by clock where the forget is logged (a replace's forget and add share a millisecond).
+        forget = forgets.get(str(op.id))
+        if here.forgotten_at is not None and (here.forgotten_at < op.stamp.wall if forget is None else forget < op.stamp):
             storage.delete(namespace, here.id)
             revived.append(rows[op.hash])
     return {row.id for row in storage.write(revived, "ignore")} if revived else set()
@@ -185,6 +197,8 @@ def _settle_adds(storage: Storage, namespace: str, entry_id: str, redactor: Reda
         storage.mark_superseded(pk, entry_id, when)
         storage.write([winner], "error")
         versions.pop(here.content_hash, None)
+    elif _written_columns(here) != _written_columns(winner):  # its words, written apart with other columns
+        _take_columns(storage, pk, here, winner)
     new = []
     for words, row in versions.items():
         if (kept := storage.pk_of(namespace, fork_id(entry_id, words))) is None:
@@ -193,6 +207,25 @@ def _settle_adds(storage: Storage, namespace: str, entry_id: str, redactor: Reda
             storage.mark_superseded(kept, entry_id, when)
     storage.write(new, "error")
     return len(new) + (here.content_hash != winner.content_hash)
+
+
+def _written_columns(row: Row) -> tuple[object, ...]:
+    """What an add sets besides the words: two adds of the same words may differ in these."""
+    return (row.kind, row.role, row.session, row.tags, row.source, row.metadata, row.created_at, row.updated_at,
+            row.expires_at, row.ttl_ms, row.redactions)
+
+
+def _take_columns(storage: Storage, pk: int, here: Row, winner: Row) -> None:
+    """Make the entry at ``pk`` hold the winning add's columns, as if that add had come first: the row is
+    written again (its session, kind and time feed its indexes), keeping its corrections; the old row
+    goes under a name no logged add has, so the log keeps the words of both adds. A later retag or
+    renewal of the entry still wins (the caller applies retags; the renewal is applied here)."""
+    storage.rename(pk, f"{here.id}~replaced")
+    storage.write([winner._replace(superseded_by=here.superseded_by, superseded_at=here.superseded_at)], "error")
+    storage.delete(here.namespace, f"{here.id}~replaced")
+    renewed = storage.latest_logged(here.namespace, [here.id], "expiry").get(here.id)
+    if renewed is not None and isinstance(body := parse_operation(json.loads(renewed)).body, ExpiryBody):
+        storage.set_expiry(here.namespace, here.id, body.expires_at)
 
 
 def _retag(storage: Storage, namespace: str, entry_ids: Sequence[str]) -> None:
@@ -212,14 +245,23 @@ def _settle(storage: Storage, namespace: str, supersedes: Sequence[str]) -> None
     for text in supersedes:
         op = parse_operation(json.loads(text))
         by_old.setdefault(str(op.id), []).append(op)
+    ended = storage.forgotten_stamps(namespace, list(by_old))
+    added = storage.added_stamps(namespace, list(by_old))
     for old_id, successors in by_old.items():
+        if old_id in ended and any(s.stamp > ended[old_id] for s in successors):
+            # Those made before the forget corrected the entry that went, not the one under its id now.
+            successors = [s for s in successors if s.stamp > ended[old_id]]
         winner = max(successors, key=correction_precedence)
         assert isinstance(winner.body, SupersedeBody)
         losers = [s.body.new_id for s in successors
                   if isinstance(s.body, SupersedeBody) and s.body.new_id != winner.body.new_id]
         corrected = {parse_operation(json.loads(text)).id for text in storage.logged_supersedes(namespace, losers)
                      } if losers else set()
-        for entry_id in dict.fromkeys([old_id, *(loser for loser in losers if loser not in corrected)]):
+        # A correction reaches the entry it was made of: not an add of its id stamped after it, nor one
+        # after a forget of the id that came after the corrections (a replace): that is a new entry.
+        latest = max(s.stamp for s in successors)
+        still = (old_id in added and added[old_id] < latest) and (old_id not in ended or latest > ended[old_id])
+        for entry_id in dict.fromkeys([*([old_id] if still else []), *(loser for loser in losers if loser not in corrected)]):
             if (pk := storage.pk_of(namespace, entry_id)) is not None:
                 storage.mark_superseded(pk, winner.body.new_id, winner.body.valid_from)
 
@@ -228,18 +270,36 @@ def _forget(storage: Storage, op: Operation) -> int:
     assert isinstance(op.body, ForgetBody)
     # An id it names, unless what holds it here was added after the forget (elsewhere, before that
     # device learnt of it): the same rule as for an add arriving after the forget.
-    named = storage.added_stamps(op.ns, op.body.ids)
+    # The latest add counts: an id held by an add made after the forget (a replace, an add apart) keeps it.
+    named = storage.added_stamps(op.ns, op.body.ids, latest=True)
     pks = {pk for entry_id in op.body.ids if (pk := storage.pk_of(op.ns, entry_id)) is not None
            and (entry_id not in named or named[entry_id] < op.stamp)}
+    for entry_id in (entry_id for entry_id in op.body.ids if entry_id in named and named[entry_id] > op.stamp):
+        _forget_versions_before(storage, op, entry_id)
     if op.body.selector is not None:
         filters = Filters.check({**op.body.selector, "include_superseded": True})
         selected = storage.rows(storage.pks(Selection(filters, op.ns, now_ms(), live=False)))
-        added = storage.added_stamps(op.ns, [row.id for row in selected.values()])
+        added = storage.added_stamps(op.ns, [row.id for row in selected.values()], latest=True)
         # Those added before the forget are what it meant; one added after it (here, or elsewhere
         # before this device learnt of it) stays.
         pks.update(pk for pk, row in selected.items() if row.id in added and added[row.id] < op.stamp)
     live = [pk for pk, row in storage.rows(sorted(pks)).items() if row.forgotten_at is None]
     return forget_entries(storage, live, op.body.at) if live else 0
+
+
+def _forget_versions_before(storage: Storage, op: Operation, entry_id: str) -> None:
+    """A forget of an id held here by an add made after it: what it reached goes (the words of the
+    adds before it, and the versions kept of them), as where the forget came before that add."""
+    assert isinstance(op.body, ForgetBody)
+    later = {content_hash(later_add.body.entry.content) for stamp, text in storage.logged_about(op.ns, entry_id, "add")
+             if text is not None and stamp > op.stamp
+             and isinstance((later_add := parse_operation(json.loads(text))).body, AddBody)}
+    kept = storage.rows([pk for pk, version, of in storage.replaced_by(op.ns, [entry_id])
+                         if version.startswith(of + FORK_MARK)])
+    reached = [pk for pk, row in kept.items() if row.content_hash not in later]  # words added after it stay
+    if reached:
+        storage.forget(reached, op.body.at)
+    storage.empty_adds_before(op.ns, entry_id, op.stamp)
 
 
 def _selects(operation: dict[str, Any], row: Row) -> bool:

@@ -22,9 +22,7 @@ from dataclasses import dataclass
 
 from ..rows import Row
 from ..storage import Storage
-from .operations import AddBody, Operation, SupersedeBody, parse_operation
-
-FORK_MARK = "~fork-"
+from .operations import FORK_MARK, AddBody, Operation, SupersedeBody, parse_operation
 
 
 @dataclass(frozen=True)

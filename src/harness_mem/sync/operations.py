@@ -39,6 +39,8 @@ FORMAT_VERSION = 1
 OpKind = Literal["add", "supersede", "forget", "expiry", "tag"]
 Millis = Annotated[int, Field(ge=0)]
 DEVICE_PATTERN = r"^[0-9a-f]{32}$"
+#: What follows an id in the id of a version of it added apart that lost (``<id>~fork-<words' hash>``).
+FORK_MARK = "~fork-"
 
 
 class EntryColumns(Record):

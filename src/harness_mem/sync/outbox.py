@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from ..identities import SealedIdentity, identity_values_in_use
 from ..rows import Row
 from .clock import Stamp, next_stamp
-from .operations import Operation, added, forgotten, renewed, retagged, superseded
+from .operations import FORK_MARK, Operation, added, forgotten, renewed, retagged, superseded
 
 #: The setting that holds this store's device id; a store without one logs nothing.
 DEVICE_SETTING = "sync.device"
@@ -45,6 +45,12 @@ class LoggedStorage(Protocol):
     def rows_after(self, pk: int, limit: int) -> list[Row]: ...
 
     def sealed_identities(self, namespace: str, stored: Sequence[str]) -> list[SealedIdentity]: ...
+
+    def pk_of(self, namespace: str, entry_id: str) -> int | None: ...
+
+    def replaced_by(self, namespace: str, entry_ids: Sequence[str]) -> list[tuple[int, str, str]]: ...
+
+    def delete(self, namespace: str, entry_id: str) -> bool: ...
 
 
 class _Stamps:
@@ -85,6 +91,31 @@ def log_added(storage: LoggedStorage, rows: Sequence[Row], sealed: Sequence[Seal
             carried += storage.sealed_identities(row.namespace, sorted(wanted - known))
         operations.append(added(row, me, stamps(), sorted(carried)))
     storage.log_operations(operations)
+
+
+def log_replacing(storage: LoggedStorage, rows: Sequence[Row], when: int) -> None:
+    """Before rows replace the entries holding their ids: log a forget of those ids, stamped before the
+    rows' adds, and delete the versions of them kept from other devices (``<id>~fork-…``).
+
+    On every other device the forget takes the old words with all their versions, and the add that
+    follows it takes the id (a forget never reaches an add stamped after it): every device ends with
+    the new words alone, as this one does. Logged as a plain add, the old words would stay there as a
+    version the new ones won against.
+    """
+    if not rows or device(storage) is None:
+        return
+    for namespace in dict.fromkeys(row.namespace for row in rows):
+        held = [row.id for row in rows if row.namespace == namespace and storage.pk_of(namespace, row.id) is not None]
+        log_forgotten(storage, namespace, held, None, when)
+        delete_kept_versions(storage, namespace, held)
+
+
+def delete_kept_versions(storage: LoggedStorage, namespace: str, entry_ids: Sequence[str]) -> None:
+    """Delete the versions of these ids kept from other devices (``<id>~fork-…``), as the ids are
+    deleted: the forget logged for an id reaches every version of it on the other devices."""
+    for _, version, of in storage.replaced_by(namespace, entry_ids):
+        if version.startswith(of + FORK_MARK):
+            storage.delete(namespace, version)
 
 
 def log_superseded(storage: LoggedStorage, namespace: str, old_id: str, new_id: str, when: int) -> None:
