@@ -41,6 +41,7 @@ QUICK = {
     "bench_scale.py": ["--n", "500", "--questions", "5", "--keyword", "--data", "{locomo}"],
     "bench_store.py": ["--n", "300", "--queries", "5", "--repeat", "1", "--import-repeat", "1"],
     "bench_sync.py": ["--n", "200", "--repeat", "1"],
+    "bench_entry_counts.py": ["--n", "200", "--rounds", "1"],
     "bench_ui.py": ["--n", "300", "--repeat", "1", "--cache", "{tmp}"],
 }
 #: The real model, many processes or a large file, even on a tiny input.

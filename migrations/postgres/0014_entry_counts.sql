@@ -6,6 +6,12 @@
 -- reader takes off those expired since, through entries_by_expiry. Triggers keep them, as the
 -- owner (SECURITY DEFINER), a statement's rows at once, whichever path changed them.
 
+-- A counter's key holds a role, which may be an identity's pseudonym or words a caller chose: like
+-- the entries' text (0011) it stays out of the planner's statistics, and a counter that reaches zero
+-- goes, so the key leaves the database with the last entry that had it (forget, purge, rekey).
+ALTER TABLE namespace_state ALTER COLUMN key SET STATISTICS 0;
+SELECT pg_clear_attribute_stats(current_schema()::text, 'namespace_state', 'key', false);
+
 -- The counter an entry belongs to.
 CREATE FUNCTION entry_count_key(kind TEXT, role TEXT, redactions TEXT, forgotten BOOLEAN) RETURNS TEXT
     LANGUAGE sql IMMUTABLE
@@ -34,6 +40,8 @@ BEGIN
     SELECT namespace, entry_count_key(kind, role, redactions, forgotten_at IS NOT NULL), -count(*)
     FROM removed GROUP BY 1, 2
     ON CONFLICT (namespace, key) DO UPDATE SET value = namespace_state.value + excluded.value;
+    DELETE FROM namespace_state WHERE value = 0 AND (namespace, key) IN (
+        SELECT namespace, entry_count_key(kind, role, redactions, forgotten_at IS NOT NULL) FROM removed);
     RETURN NULL;
 END $$;
 
@@ -50,6 +58,8 @@ BEGIN
         SELECT namespace, entry_count_key(kind, role, redactions, forgotten_at IS NOT NULL), 1 FROM added
     ) AS change GROUP BY 1, 2 HAVING sum(n) <> 0
     ON CONFLICT (namespace, key) DO UPDATE SET value = namespace_state.value + excluded.value;
+    DELETE FROM namespace_state WHERE value = 0 AND (namespace, key) IN (
+        SELECT namespace, entry_count_key(kind, role, redactions, forgotten_at IS NOT NULL) FROM removed);
     RETURN NULL;
 END $$;
 

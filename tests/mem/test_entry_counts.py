@@ -111,6 +111,22 @@ def test_an_entry_that_expired_without_a_write_is_counted_apart(engine_store: Me
     assert kept(store, now) == counted_afresh(store, now)
 
 
+def test_a_counter_goes_with_the_last_entry_it_counted(engine_target: str) -> None:
+    # A counter's key holds the entries' role (words a caller chose, or an identity's pseudonym): once
+    # its last entry is purged, no counter may keep it.
+    role = f"zqrole{uuid.uuid4().hex[:8]}"
+    with MemoryStore(engine_target, embedder=None) as store:
+        store.add_many([{"content": f"said {i}", "role": role, "session": "s", "id": f"t{i}"} for i in range(3)])
+        store.add("stays", kind="fact", id="stays")
+        assert store.stats()["by_role"] == {role: 3}
+        store.forget(session="s")
+        store.purge()
+        keys = _rows(store, "SELECT key FROM entry_counts" if isinstance(store.storage, SQLiteStorage)
+                     else "SELECT key FROM namespace_state", ())
+        assert keys and not [k for (k,) in keys if role in k]
+        assert_true_counts(store)
+
+
 def test_a_sync_apply_is_counted(engine_target: str, tmp_path: Path) -> None:
     folder = tmp_path / "Sync"
     with MemoryStore(tmp_path / "a.db", embedder=None) as a, MemoryStore(engine_target, embedder=None) as b:
