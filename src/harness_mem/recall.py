@@ -436,8 +436,9 @@ class Recall:
         return {pk: cosine for pk, (cosine, _) in best.items()}
 
     def _named_roles(self, query: str) -> list[str]:
-        """The roles (speakers) of this namespace that ``query`` names, as stored."""
-        words = fusion.query_words(query)
+        """The roles (speakers) of this namespace that ``query`` names, as stored: by name, or, for a
+        chat's ``user`` and ``assistant``, by its pronouns (:func:`fusion.pronoun_role`)."""
+        words = fusion.role_words(query)
         if not words:
             return []
         return list(dict.fromkeys(role for namespace in self.namespaces

@@ -193,3 +193,27 @@ def test_a_question_that_gathers_keeps_the_turn_with_its_exact_terms_above_a_nea
     assert [pk for pk, _ in fuse(candidates, 2, gathering=True)] == [1, 2]
     # Another kind of question keeps the weights that let meaning reorder close keyword matches.
     assert [pk for pk, _ in fuse(candidates, 2)] == [2, 1]
+
+
+def test_a_questions_pronouns_name_the_chat_role_it_asks_about() -> None:
+    assert fusion.pronoun_role("What did I buy at the market?") == "user"
+    assert fusion.pronoun_role("Where's my passport? I'm sure I left it somewhere") == "user"
+    assert fusion.pronoun_role("Which hotel did you recommend?") == "assistant"
+    assert fusion.pronoun_role("Can you remind me what you said about bikes?") is None  # both: neither
+    assert fusion.pronoun_role("Where did Caroline travel in May?") is None
+    assert fusion.pronoun_role("iPhone battery tips") is None  # a word, not the pronoun
+
+
+def test_in_a_chat_a_first_person_question_finds_what_the_user_said(hashed_store: MemoryStore) -> None:
+    # The assistant's reply repeats the question's words at length; the user said the fact once.
+    hashed_store.add_many([
+        {"content": "I bought a bike at the market on Sunday.", "role": "user", "session": "s1"},
+        {"content": "A bike from the market on Sunday is a great buy: market bikes on Sunday are cheap,"
+                    " and a Sunday market bike is a fine buy.", "role": "assistant", "session": "s1"},
+        *({"content": f"unrelated chat number {i} about the weather", "role": role, "session": f"o{i}"}
+          for i in range(6) for role in ("user", "assistant")),
+    ])
+    mine = hashed_store.recall("What did I buy at the market on Sunday?", k=2, mode="hybrid")
+    assert mine[0].entry.role == "user"
+    yours = hashed_store.recall("What did you say about the market on Sunday?", k=2, mode="hybrid")
+    assert yours[0].entry.role == "assistant"
