@@ -20,10 +20,8 @@ from ui_process import browser, chromium_path, ui_process
 from harness_mem.errors import NotFoundError
 from harness_mem.store import MemoryStore
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(chromium_path() is None, reason="no chromium on this machine (CI installs it: .ci/run)"),
-]
+# In `make test` (not marked slow): the proof of the page is these tests in a real browser.
+pytestmark = pytest.mark.skipif(chromium_path() is None, reason="no chromium on this machine (CI installs it: .ci/run)")
 WAIT_MS = 60_000  # generous: the machine may be loaded
 SESSION = "s-auth"
 TURNS = [("user", "The login test fails after the argon2 switch."),
