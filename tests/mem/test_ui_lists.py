@@ -140,6 +140,22 @@ def test_health_reads_no_entry_and_is_true_right_after_a_write(db_path: Path) ->
         assert read and all("INDEXED BY entries_by_expiry" in sql for sql in read)
 
 
+def test_health_on_sqlite_counts_entries_without_a_vector_reading_no_entry(db_path: Path,
+                                                                           hashed_embedder: HashedEmbedder) -> None:
+    with MemoryStore(db_path, embedder=hashed_embedder) as store:
+        store.add_many([{"content": f"turn {i}", "role": "user", "session": "s"} for i in range(40)])
+    with MemoryStore(db_path, embedder=None) as without_model:
+        without_model.add("written without the model", kind="note")
+    with MemoryStore(db_path, embedder=hashed_embedder) as store:
+        statements: list[str] = []
+        store.storage.conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+        page = health_page(store, with_checks=False, with_sizes=False)
+        store.storage.conn.set_trace_callback(None)  # type: ignore[attr-defined]
+    assert (page.counts.entries, page.missing_vectors) == (41, 1)
+    read = [sql for sql in statements if re.search(r"\bFROM entries\b", sql)]
+    assert all("INDEXED BY entries_by_expiry" in sql for sql in read), read
+
+
 def test_health_on_postgresql_reads_no_entry_nor_vector(postgres_server: PostgresServer,
                                                         hashed_embedder: HashedEmbedder) -> None:
     target = fresh_schema(postgres_server)
