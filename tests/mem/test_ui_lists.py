@@ -123,6 +123,27 @@ def test_episodes_and_skills_page_by_keyset(engine_store: MemoryStore) -> None:
     assert skills == [f"skill-{i:03}" for i in range(n)]
 
 
+def test_previous_page_of_episodes_is_the_page_before(db_path: Path) -> None:
+    from harness_mem.experience.episode import Episode
+    from harness_mem.experience.store import ExperienceStore
+
+    with MemoryStore(db_path, embedder=None) as store:
+        experience = ExperienceStore(store)
+        for i in range(2 * PAGE_SIZE + 3):
+            experience.record(Episode(f"situation {i}", f"outcome {i}"), created_at="2026-03-09T10:00:00Z")
+        client = signed_in(store)
+        shown = re.compile(r">situation (\d+)<")
+        pages, url = [], "/episodes"
+        for _ in range(3):
+            page = client.get(url).text
+            pages.append(shown.findall(page))
+            found = NEXT.search(page)
+            url = f"/episodes?{found.group(1).replace('&amp;', '&')}" if found else url
+        found = PREVIOUS.search(page)  # on the third page: back to the second, not to the first
+        assert found is not None
+        assert shown.findall(client.get(f"/episodes?{found.group(1).replace('&amp;', '&')}").text) == pages[1]
+
+
 def test_health_reads_no_entry_and_is_true_right_after_a_write(db_path: Path) -> None:
     with MemoryStore(db_path, embedder=None) as store:
         for i in range(3):

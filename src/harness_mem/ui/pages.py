@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 from urllib.parse import urlencode
 
@@ -352,7 +352,7 @@ def episodes(store: MemoryStore, params: Mapping[str, str]) -> tuple[Listing, st
     found = ExperienceStore(store).list(limit=PAGE_SIZE + 1, after=after,
                                         success=None if result is None else RESULTS[result])
     listing = _listing(found, after, lambda ep: ep.id, params)
-    return Listing(_episode_views(store, listing.items), listing.after, listing.next_after), result
+    return replace(listing, items=_episode_views(store, listing.items)), result  # its trail back kept
 
 
 def episode_page(store: MemoryStore, episode_id: str) -> tuple[EpisodeView, list[SkillRecord]]:
