@@ -40,6 +40,10 @@ def main() -> None:
             page.click("li.hit a.entry-link")
             page.wait_for_selector("main h1")
             page.screenshot(path=OUT / "browser-entry.png", full_page=True)
+            page.goto(url.split("?")[0] + "sessions")
+            page.click("table.sessions a")
+            page.wait_for_selector("p.derived-here")  # the timeline, what was derived beside its turns
+            page.screenshot(path=OUT / "browser-session.png")
             page.goto(url.split("?")[0] + "episodes")
             page.wait_for_selector("main h1")
             page.screenshot(path=OUT / "browser-episodes.png")

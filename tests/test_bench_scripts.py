@@ -121,6 +121,11 @@ def test_bench_scale_measures_vectors_on_a_tiny_input(data: Path, tmp_path: Path
     run_script("bench_scale.py", filled(args, data, tmp_path), tmp_path)
 
 
+@pytest.mark.slow
+def test_bench_pg_counts_measures_the_vectors_counter_on_a_tiny_input(data: Path, tmp_path: Path) -> None:
+    run_script("bench_pg_counts.py", ["--notes", "50", "--rounds", "1", "--vectors"], tmp_path)
+
+
 @pytest.fixture(scope="module")
 def recall_dump(data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``bench_recall.py`` on every corpus, its candidates and hits dumped for the scripts that read them."""

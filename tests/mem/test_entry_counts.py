@@ -186,3 +186,92 @@ def test_a_confined_role_sees_and_moves_only_its_namespaces_counts(postgres_serv
         now = now_ms()
         assert kept(store, now) == counted_afresh(store, now)
         assert {n: c.entries for n, c in entry_counts(store.storage, now).items()} == {"ada": 3, "bob": 4, "team": 3}
+
+
+def missing_afresh(store: MemoryStore) -> int:
+    """Live entries without a vector, by reading every live entry against the vectors (as health did)."""
+    on_sqlite = isinstance(store.storage, SQLiteStorage)
+    table = "entries_vec_rowids" if on_sqlite else "entry_vectors"
+    exists = ("SELECT count(*) FROM sqlite_master WHERE name = %s" if on_sqlite
+              else "SELECT count(to_regclass(%s))")
+    without = f" AND NOT EXISTS (SELECT 1 FROM {table} r WHERE r.{'rowid' if on_sqlite else 'pk'} = e.pk)"
+    return int(_rows(store, "SELECT count(*) FROM entries e WHERE e.forgotten_at IS NULL"
+                            + (without if _rows(store, exists, (table,))[0][0] else ""), ())[0][0])
+
+
+def assert_true_coverage(store: MemoryStore) -> None:
+    assert store.storage.missing_vectors() == missing_afresh(store)
+    if store.storage.embedder is not None:  # what health shows (nothing to embed without a model)
+        assert store.count_missing_vectors() == missing_afresh(store)
+    counts = store.storage.vector_counts()
+    assert (counts.entries, counts.missing) == (store.storage.count_all() - _forgotten(store), missing_afresh(store))
+
+
+def _forgotten(store: MemoryStore) -> int:
+    return int(_rows(store, "SELECT count(*) FROM entries WHERE forgotten_at IS NOT NULL", ())[0][0])
+
+
+def test_entries_without_a_vector_stay_counted_through_every_path(engine_target: str, tmp_path: Path,
+                                                                   hashed_embedder: Any) -> None:
+    store = MemoryStore(engine_target, embedder=hashed_embedder)
+    store.add("the deploy window is Tuesday", kind="fact", id="c")
+    store.add_many([{"content": f"turn {i} about the deploy", "role": "user", "session": "s1", "id": f"t{i}"}
+                    for i in range(4)])
+    assert_true_coverage(store)
+    with MemoryStore(engine_target, embedder=None) as without_model:  # written without the model: no vector
+        without_model.add_many([{"content": f"unembedded {i}", "role": "user", "session": "s2"} for i in range(3)])
+    assert missing_afresh(store) == 3
+    assert_true_coverage(store)
+    store.supersede("c", "the deploy window is Thursday", id="c2")
+    store.add("expired already", kind="note", id="d", expires_at="2000-01-01T00:00:00Z")
+    assert_true_coverage(store)
+    store.forget("t0")
+    store.forget(session="s2")  # entries without a vector, forgotten
+    assert_true_coverage(store)
+    store.purge()  # deletes forgotten and expired entries, the expired one with its vector
+    assert_true_coverage(store)
+    store.gc()
+    assert_true_coverage(store)
+    store.promote("t1", to="team")  # moved to another namespace, its vector along
+    assert_true_coverage(store)
+    with MemoryStore(engine_target, namespace="team", embedder=hashed_embedder) as team:
+        team.forget("t1")
+        team.purge()
+    assert_true_coverage(store)
+    with MemoryStore(engine_target, embedder=None) as without_model:
+        without_model.add("one more without a vector", role="user")
+    store.reindex()  # embeds what had none
+    assert missing_afresh(store) == 0
+    assert_true_coverage(store)
+    store.reindex(keyword_only=True)  # drops every vector
+    assert_true_coverage(store)
+    store.close()
+    with MemoryStore(engine_target, embedder=hashed_embedder) as again:
+        again.reindex()  # the vectors come back: the counts with them
+        assert_true_coverage(again)
+
+
+def test_the_migration_counts_the_vectors_already_stored(postgres_server: PostgresServer,
+                                                        hashed_embedder: Any) -> None:
+    tag = uuid.uuid4().hex[:8]
+    with postgres_server.connect() as conn:
+        conn.execute(f"CREATE SCHEMA v_{tag}")
+    target = postgres_server.dsn + f"?options=-csearch_path%3Dv_{tag},public"
+    with MemoryStore(target, embedder=hashed_embedder) as store:
+        store.add_many([{"content": f"hello {i}", "role": "user", "session": "s"} for i in range(3)])
+        assert isinstance(store.storage, PostgresStorage)
+        # As the store was before the counter: no triggers, no counter, migration 0015 not applied.
+        run = store.storage.conn.execute
+        run("SELECT drop_vector_counts()")
+        run("DROP TRIGGER entry_vectors_added_counts ON entry_vectors")
+        run("DROP TRIGGER entry_vectors_removed_counts ON entry_vectors")
+        for function in ("keep_vector_counts", "drop_vector_counts", "count_added_vectors", "count_removed_vectors",
+                         "count_vector_of_removed_entry", "count_vector_of_moved_entry"):
+            run(f"DROP FUNCTION {function}")
+        run("DELETE FROM _migrations WHERE number = 15")
+    with MemoryStore(target, embedder=None) as without_model:
+        without_model.add("no vector", role="user")
+    with MemoryStore(target, embedder=hashed_embedder) as store:
+        assert store.storage.missing_vectors() == missing_afresh(store) == 1
+        store.add("one more, with its vector", role="user")
+        assert_true_coverage(store)

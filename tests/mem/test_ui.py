@@ -201,6 +201,12 @@ def test_sessions_and_a_sessions_timeline_beside_what_was_derived(memory: Memory
     assert timeline.index("Password hashing") < timeline.index("Noted: Lisbon")
     assert "<details><summary>" in timeline and "(tool output)" in timeline  # tool turns folded
     assert "What consolidation derived" in timeline and "Nothing yet" not in timeline
+    # Beside each turn what was derived from it, and each derived entry's sources link to its turns here.
+    summary = next(e for e in memory.list(session=SESSION, kind="summary") if "t0" in e.metadata["source_turns"])
+    turn = re.search(r'<li class="turn role-user" id="turn-t0">.*?</li>', timeline, re.S)
+    assert turn and f'href="#derived-{quote(summary.id, safe="")}">summary</a>' in turn.group()
+    derived = re.search(rf'<li id="derived-{re.escape(quote(summary.id, safe=""))}">.*?</li>', timeline, re.S)
+    assert derived and '<a href="#turn-t0">user at 2026-03-09 10:30:00</a>' in derived.group()
 
 
 def test_facts_as_of_a_date_show_what_was_true_then(memory: MemoryStore) -> None:

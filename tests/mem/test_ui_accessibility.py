@@ -18,10 +18,8 @@ from harness_mem.experience.skills import Skill
 from harness_mem.experience.store import ExperienceStore
 from harness_mem.store import MemoryStore
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(chromium_path() is None, reason="no chromium on this machine (CI installs it: .ci/run)"),
-]
+# In `make test` (not marked slow): the proof of the page is these tests in a real browser.
+pytestmark = pytest.mark.skipif(chromium_path() is None, reason="no chromium on this machine (CI installs it: .ci/run)")
 WAIT_MS = 60_000  # generous: the machine may be loaded
 
 

@@ -22,10 +22,8 @@ from ui_process import browser, chromium_path, ui_process
 from harness_mem.errors import NotFoundError
 from harness_mem.store import MemoryStore
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(chromium_path() is None, reason="no chromium on this machine (CI installs it: .ci/run)"),
-]
+# In `make test` (not marked slow): the proof of the page is these tests in a real browser.
+pytestmark = pytest.mark.skipif(chromium_path() is None, reason="no chromium on this machine (CI installs it: .ci/run)")
 WAIT_MS = 60_000  # generous: the machine may be loaded
 
 
@@ -126,6 +124,7 @@ def test_a_form_on_another_site_cannot_make_the_browser_forget(stored: Path, chr
         assert store.get("t0")
 
 
+@pytest.mark.slow  # loads the real model
 @pytest.mark.real_model
 def test_the_model_loads_only_when_a_search_by_meaning_needs_it(tmp_path: Path) -> None:
     db = tmp_path / "memory.db"

@@ -7,11 +7,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from engine_targets import fresh_schema
+from fake_embedder import HashedEmbedder
+from postgres_server import PostgresServer
 from starlette.testclient import TestClient
 
+from harness_mem.engines.postgres import PostgresStorage
 from harness_mem.store import MemoryStore
 from harness_mem.ui.app import build_app
-from harness_mem.ui.pages import PAGE_SIZE
+from harness_mem.ui.pages import PAGE_SIZE, health_page
 from harness_mem.ui.security import Guard
 
 PORT = 8123
@@ -119,6 +123,27 @@ def test_episodes_and_skills_page_by_keyset(engine_store: MemoryStore) -> None:
     assert skills == [f"skill-{i:03}" for i in range(n)]
 
 
+def test_previous_page_of_episodes_is_the_page_before(db_path: Path) -> None:
+    from harness_mem.experience.episode import Episode
+    from harness_mem.experience.store import ExperienceStore
+
+    with MemoryStore(db_path, embedder=None) as store:
+        experience = ExperienceStore(store)
+        for i in range(2 * PAGE_SIZE + 3):
+            experience.record(Episode(f"situation {i}", f"outcome {i}"), created_at="2026-03-09T10:00:00Z")
+        client = signed_in(store)
+        shown = re.compile(r">situation (\d+)<")
+        pages, url = [], "/episodes"
+        for _ in range(3):
+            page = client.get(url).text
+            pages.append(shown.findall(page))
+            found = NEXT.search(page)
+            url = f"/episodes?{found.group(1).replace('&amp;', '&')}" if found else url
+        found = PREVIOUS.search(page)  # on the third page: back to the second, not to the first
+        assert found is not None
+        assert shown.findall(client.get(f"/episodes?{found.group(1).replace('&amp;', '&')}").text) == pages[1]
+
+
 def test_health_reads_no_entry_and_is_true_right_after_a_write(db_path: Path) -> None:
     with MemoryStore(db_path, embedder=None) as store:
         for i in range(3):
@@ -134,6 +159,44 @@ def test_health_reads_no_entry_and_is_true_right_after_a_write(db_path: Path) ->
         # The entries are read only through the expiry index (those expired since they were counted).
         read = [sql for sql in statements if re.search(r"\bFROM entries\b", sql)]
         assert read and all("INDEXED BY entries_by_expiry" in sql for sql in read)
+
+
+def test_health_on_sqlite_counts_entries_without_a_vector_reading_no_entry(db_path: Path,
+                                                                           hashed_embedder: HashedEmbedder) -> None:
+    with MemoryStore(db_path, embedder=hashed_embedder) as store:
+        store.add_many([{"content": f"turn {i}", "role": "user", "session": "s"} for i in range(40)])
+    with MemoryStore(db_path, embedder=None) as without_model:
+        without_model.add("written without the model", kind="note")
+    with MemoryStore(db_path, embedder=hashed_embedder) as store:
+        statements: list[str] = []
+        store.storage.conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+        page = health_page(store, with_checks=False, with_sizes=False)
+        store.storage.conn.set_trace_callback(None)  # type: ignore[attr-defined]
+    assert (page.counts.entries, page.missing_vectors) == (41, 1)
+    read = [sql for sql in statements if re.search(r"\bFROM entries\b", sql)]
+    assert all("INDEXED BY entries_by_expiry" in sql for sql in read), read
+
+
+def test_health_on_postgresql_reads_no_entry_nor_vector(postgres_server: PostgresServer,
+                                                        hashed_embedder: HashedEmbedder) -> None:
+    target = fresh_schema(postgres_server)
+    with MemoryStore(target, embedder=hashed_embedder) as store:
+        store.add_many([{"content": f"turn {i}", "role": "user", "session": "s"} for i in range(40)])
+    with MemoryStore(target, embedder=None) as without_model:
+        without_model.add("written without the model", kind="note")
+    with MemoryStore(target, embedder=hashed_embedder) as store:
+        storage = store.storage
+        assert isinstance(storage, PostgresStorage)
+        rows_read = ("SELECT relname, coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)"
+                     " FROM pg_stat_xact_user_tables WHERE relname IN ('entries', 'entry_vectors')")
+        with storage.conn.transaction():  # the statistics of this transaction's reads, table by table
+            storage.query("SELECT set_config('enable_seqscan', 'off', true)")  # an index where one serves, as at 1M
+            before = dict(storage.query(rows_read))
+            page = health_page(store, with_checks=False, with_sizes=False)
+            after = dict(storage.query(rows_read))
+    assert (page.counts.entries, page.missing_vectors) == (41, 1)
+    # Neither the entries nor their vectors were read (but through the expiry index: none expired).
+    assert {table: after[table] - before.get(table, 0) for table in after} == {"entries": 0, "entry_vectors": 0}
 
 
 def test_the_kind_index_serves_only_queries_about_other_kinds(db_path: Path) -> None:

@@ -946,6 +946,7 @@ class PostgresStorage(Storage):
                 # A vector is seen only with its entry: a confined role reads no other namespace's.
                 self._run("ALTER TABLE entry_vectors ENABLE ROW LEVEL SECURITY")
                 self._follow_entry_policies("entry_vectors")
+                self._run("SELECT keep_vector_counts()")  # embedding coverage kept as they change (0015)
                 # A long entry's later windows (harness_mem.passages), under the same rule.
                 self._run(f"CREATE TABLE IF NOT EXISTS entry_passages (pk BIGINT NOT NULL REFERENCES entries (pk)"
                           f" ON DELETE CASCADE, start INTEGER NOT NULL, stop INTEGER NOT NULL,"
@@ -1625,15 +1626,22 @@ class PostgresStorage(Storage):
 
     def vector_counts(self) -> VectorCounts:
         bound = self.vectors_bound(writing=False)
-        total = int(self.query("SELECT count(*) FROM entries WHERE forgotten_at IS NULL")[0][0])
-        return VectorCounts(bound, total, self.missing_vectors() if bound else total)
+        total, vectors = self._live_and_embedded()
+        return VectorCounts(bound, total, total - vectors if bound else total)
 
     def missing_vectors(self) -> int:
-        if not self._has_vector_table():
-            return int(self.query("SELECT count(*) FROM entries WHERE forgotten_at IS NULL")[0][0])
-        return int(self.query(
-            "SELECT count(*) FROM entries e WHERE e.forgotten_at IS NULL"
-            " AND NOT EXISTS (SELECT 1 FROM entry_vectors v WHERE v.pk = e.pk)")[0][0])
+        total, vectors = self._live_and_embedded()
+        return total - vectors
+
+    def _live_and_embedded(self) -> tuple[int, int]:
+        """Entries not forgotten, and those of them with a vector, in the namespaces this role may
+        read: from the counters the triggers keep (0014, 0015), no entry read. A vector belongs to a
+        live entry (forgetting drops it), so the difference is what ``reindex`` would embed."""
+        live, vectors = self.query(  # an entries counter's key: 'entries:' and [kind, role, redactions, forgotten]
+            "SELECT coalesce(sum(value) FILTER (WHERE CASE WHEN key LIKE 'entries:%%'"
+            " THEN substr(key, 9)::json ->> 3 END = 'false'), 0),"
+            " coalesce(sum(value) FILTER (WHERE key = 'vectors'), 0) FROM namespace_state")[0]
+        return int(live), int(vectors) if self._has_vector_table() else 0
 
     # ---- sessions ------------------------------------------------------------------------------------------
 
@@ -1757,6 +1765,7 @@ class PostgresStorage(Storage):
         with self.transaction():
             dropped = int(self.query("SELECT count(*) FROM entry_vectors")[0][0]) if self._has_vector_table() else 0
             self._run("DROP TABLE IF EXISTS entry_passages")
+            self._run("SELECT drop_vector_counts()")
             self._run("DROP TABLE IF EXISTS entry_vectors")
             self._passage_table = None
             self._run("DELETE FROM settings WHERE key LIKE 'embedder.%%'")
@@ -1782,7 +1791,8 @@ class PostgresStorage(Storage):
         return len(found), len(keep)
 
     def count_all(self) -> int:
-        return int(self.query("SELECT count(*) FROM entries")[0][0])
+        # The counters of every row (0014), forgotten and expired ones too: no entry read.
+        return int(self.query("SELECT coalesce(sum(value), 0) FROM namespace_state WHERE key LIKE 'entries:%%'")[0][0])
 
     def kept_counts(self) -> list[tuple[str, str, int]]:
         # namespace_state's policy shows a confined role its namespaces' counters alone.

@@ -27,6 +27,7 @@ from starlette.templating import Jinja2Templates
 from ..cliutils import shown
 from ..errors import HarnessMemError, NotFoundError
 from ..models import Hit, format_time
+from ..provenance import cited_ids
 from ..store import MemoryStore
 from . import actions, pages
 from .security import CSRF_FIELD, Guard, Guarded
@@ -87,7 +88,7 @@ def build_app(store: MemoryStore, guard: Guard) -> Any:
     """The ASGI app browsing ``store``, behind ``guard``."""
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.globals.update(format_time=lambda t: format_time(t)[:19].replace("T", " "),
-                                 marked=pages.marked,
+                                 marked=pages.marked, cited_ids=cited_ids,
                                  explained=pages.explained, kinds=pages.KINDS, modes=pages.MODES)
     calls = StoreCalls(store)
 

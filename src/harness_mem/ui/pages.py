@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 from urllib.parse import urlencode
 
@@ -18,7 +18,7 @@ from ..errors import InvalidInputError
 from ..experience.outcomes import Outcome
 from ..experience.store import ExperienceStore, SkillRecord, SkillVersion, StoredEpisode
 from ..models import Entry, Hit
-from ..provenance import cited_turns
+from ..provenance import cited_ids, cited_turns
 from ..recall import Mode
 from ..store import MemoryStore
 
@@ -234,6 +234,12 @@ class SessionPage:
     turns: Listing
     #: What consolidation derived from this session's turns (summaries, facts, episodes).
     derived: list[Entry] = field(default_factory=list)
+    #: For each turn on this page, what was derived from it: shown beside the turn.
+    derived_from: dict[str, list[Entry]] = field(default_factory=dict)
+
+    def shown_turn(self, turn_id: str) -> Entry | None:
+        """The turn ``turn_id`` when it is on this page (a derived entry's source links to it here)."""
+        return next((turn for turn in self.turns.items if turn.id == turn_id), None)
 
 
 def session_page(store: MemoryStore, session: str, params: Mapping[str, str]) -> SessionPage:
@@ -242,7 +248,15 @@ def session_page(store: MemoryStore, session: str, params: Mapping[str, str]) ->
     if not page and after is None:
         raise InvalidInputError(f"no session {session[:200]!r} in this namespace")
     derived = list(store.list(session=session, kind=["summary", "fact", "episode"], limit=PAGE_SIZE))
-    return SessionPage(session, _listing(page, after, _entry_id, params), derived)
+    turns = _listing(page, after, _entry_id, params)
+    on_page = {turn.id for turn in turns.items}
+    derived_from: dict[str, list[Entry]] = {}
+    for entry in derived:
+        for turn_id in cited_ids(entry):
+            if turn_id in on_page:
+                derived_from.setdefault(turn_id, []).append(entry)
+    return SessionPage(session, turns, derived, derived_from)
+
 
 
 def _entry_id(entry: Entry) -> str:
@@ -338,7 +352,7 @@ def episodes(store: MemoryStore, params: Mapping[str, str]) -> tuple[Listing, st
     found = ExperienceStore(store).list(limit=PAGE_SIZE + 1, after=after,
                                         success=None if result is None else RESULTS[result])
     listing = _listing(found, after, lambda ep: ep.id, params)
-    return Listing(_episode_views(store, listing.items), listing.after, listing.next_after), result
+    return replace(listing, items=_episode_views(store, listing.items)), result  # its trail back kept
 
 
 def episode_page(store: MemoryStore, episode_id: str) -> tuple[EpisodeView, list[SkillRecord]]:
