@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from engine_rows import written
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -220,6 +221,38 @@ def test_a_correction_never_reaches_an_add_of_its_id_made_after_it(tmp_path: Pat
     finally:
         for store in stores:
             store.close()
+
+
+def test_a_forget_reaching_an_id_added_apart_later_lets_go_of_the_earlier_words_on_either_engine(
+        fresh_target: Any, engine: str, tmp_path: Path) -> None:
+    """One device adds an id and forgets it; another, not knowing, adds the id later with other words.
+    A third device that holds both adds (the earlier kept as a version) when the forget arrives lets
+    go of the earlier words: not only the kept version, the logged add too, so no value of any store
+    holds them after gc, while the later words keep the id."""
+    folder = tmp_path / "Sync"
+    targets = [fresh_target() for _ in range(3)]
+    with contextlib.ExitStack() as opened:
+        a, b, c = (opened.enter_context(MemoryStore(target, embedder=None)) for target in targets)
+        for store in (a, b, c):
+            store.sync(folder)
+        a.add("the qzearlierwords gate code is 1234", id="gate")
+        a.sync(folder)
+        c.sync(folder)  # holds the earlier words
+        a.forget("gate")
+        time.sleep(0.01)  # b's add is the later
+        b.add("the gate code is in the vault", id="gate")
+        b.sync(folder)
+        c.sync(folder)  # both adds, the earlier kept as a version: no forget yet
+        assert len(list(c.list(include_superseded=True))) == 2
+        for store in (a, c, b, a):
+            store.sync(folder)
+        for store in (a, b, c):
+            assert [(e.id, e.content) for e in store.list(include_superseded=True)] == [
+                ("gate", "the gate code is in the vault")]
+            store.purge()
+            store.gc()
+    for target in targets:
+        assert b"qzearlierwords" not in written(target)
 
 
 @pytest.mark.parametrize("how", ["forget the id", "forget its session", "delete the id", "delete a kept version"])

@@ -45,7 +45,7 @@ from ..storage import (
     index_texts_of,
     settle_conflicts,
 )
-from ..sync.clock import Stamp
+from ..sync.clock import Stamp, stamps_by_id
 from ..sync.operations import Operation, related_id
 from ..vectors import other_model
 from . import postgres_rekey, postgres_rewrite
@@ -1128,11 +1128,9 @@ class PostgresStorage(Storage):
             (namespace, list(entry_ids), namespace, list(entry_ids)))]
 
     def added_stamps(self, namespace: str, entry_ids: Sequence[str], *, latest: bool = False) -> dict[str, Stamp]:
-        order = "hlc_wall DESC, hlc_tick DESC" if latest else "hlc_wall, hlc_tick"
-        return {entry_id: Stamp(wall, tick) for entry_id, wall, tick in self.query(
-            "SELECT DISTINCT ON (entry_id) entry_id, hlc_wall, hlc_tick FROM sync_ops"
-            f" WHERE namespace = %s AND entry_id = ANY(%s) AND op = 'add' ORDER BY entry_id, {order}",
-            (namespace, list(entry_ids)))}
+        return stamps_by_id(self.query(
+            "SELECT entry_id, hlc_wall, hlc_tick FROM sync_ops WHERE namespace = %s AND entry_id = ANY(%s)"
+            " AND op = 'add'", (namespace, list(entry_ids))), max if latest else min)
 
     def empty_adds_before(self, namespace: str, entry_id: str, stamp: Stamp) -> None:
         self._run("UPDATE sync_ops SET operation = NULL WHERE namespace = %s AND entry_id = %s AND op = 'add'"
@@ -1140,10 +1138,9 @@ class PostgresStorage(Storage):
                   (namespace, entry_id, stamp.wall, stamp.tick))
 
     def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
-        return {entry_id: Stamp(wall, tick) for entry_id, wall, tick in self.query(
-            "SELECT DISTINCT ON (entry_id) entry_id, hlc_wall, hlc_tick FROM sync_forgotten"
-            " WHERE namespace = %s AND entry_id = ANY(%s) ORDER BY entry_id, hlc_wall DESC, hlc_tick DESC",
-            (namespace, list(entry_ids)))}
+        return stamps_by_id(self.query(
+            "SELECT entry_id, hlc_wall, hlc_tick FROM sync_forgotten WHERE namespace = %s AND entry_id = ANY(%s)",
+            (namespace, list(entry_ids))))
 
     def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:
         return [text for (text,) in self.query(
