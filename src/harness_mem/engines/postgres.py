@@ -1127,20 +1127,19 @@ class PostgresStorage(Storage):
             " UNION SELECT operation FROM sync_ops WHERE namespace = %s AND related_id = ANY(%s)",
             (namespace, list(entry_ids), namespace, list(entry_ids)))]
 
-    def added_stamps(self, namespace: str, entry_ids: Sequence[str], *, latest: bool = False) -> dict[str, Stamp]:
+    def logged_stamps(self, namespace: str, entry_ids: Sequence[str], op: str) -> dict[str, list[Stamp]]:
+        if op == "forget":  # a forget of several ids is logged once: its ids are noted apart
+            return stamps_by_id(self.query(
+                "SELECT entry_id, hlc_wall, hlc_tick FROM sync_forgotten WHERE namespace = %s AND entry_id = ANY(%s)"
+                " ORDER BY hlc_wall, hlc_tick", (namespace, list(entry_ids))))
         return stamps_by_id(self.query(
-            "SELECT entry_id, hlc_wall, hlc_tick FROM sync_ops WHERE namespace = %s AND entry_id = ANY(%s)"
-            " AND op = 'add'", (namespace, list(entry_ids))), max if latest else min)
+            "SELECT entry_id, hlc_wall, hlc_tick FROM sync_ops WHERE namespace = %s AND entry_id = ANY(%s) AND op = %s"
+            " ORDER BY hlc_wall, hlc_tick", (namespace, list(entry_ids), op)))
 
     def empty_adds_before(self, namespace: str, entry_id: str, stamp: Stamp) -> None:
         self._run("UPDATE sync_ops SET operation = NULL WHERE namespace = %s AND entry_id = %s AND op = 'add'"
                   " AND operation IS NOT NULL AND (hlc_wall, hlc_tick) < (%s, %s)",
                   (namespace, entry_id, stamp.wall, stamp.tick))
-
-    def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
-        return stamps_by_id(self.query(
-            "SELECT entry_id, hlc_wall, hlc_tick FROM sync_forgotten WHERE namespace = %s AND entry_id = ANY(%s)",
-            (namespace, list(entry_ids))))
 
     def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:
         return [text for (text,) in self.query(
@@ -1277,7 +1276,7 @@ class PostgresStorage(Storage):
             (list(pks),),
         )
 
-    def mark_superseded(self, pk: int, by: str, when: int) -> None:
+    def mark_superseded(self, pk: int, by: str | None, when: int | None) -> None:
         self._run("UPDATE entries SET superseded_by = %s, superseded_at = %s WHERE pk = %s", (by, when, pk))
 
     def rename(self, pk: int, entry_id: str) -> None:

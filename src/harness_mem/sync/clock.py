@@ -8,7 +8,7 @@ another device's or steps back, so an operation made after seeing another is ord
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import NamedTuple
 
 
@@ -27,11 +27,9 @@ def next_stamp(last: Stamp | None, now_ms: int | None = None) -> Stamp:
     return Stamp(last.wall, last.tick + 1)
 
 
-def stamps_by_id(rows: Iterable[tuple[str, int, int]],
-                 pick: Callable[[Stamp, Stamp], Stamp] = max) -> dict[str, Stamp]:
-    """Each id's latest stamp (``pick=min``: its earliest) among ``(id, wall, tick)`` rows of the log."""
-    found: dict[str, Stamp] = {}
+def stamps_by_id(rows: Iterable[tuple[str, int, int]]) -> dict[str, list[Stamp]]:
+    """The stamps of each id among ``(id, wall, tick)`` rows of the log, in the rows' order."""
+    found: dict[str, list[Stamp]] = {}
     for entry_id, wall, tick in rows:
-        stamp = Stamp(wall, tick)
-        found[entry_id] = pick(found.get(entry_id, stamp), stamp)
+        found.setdefault(entry_id, []).append(Stamp(wall, tick))
     return found
