@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -20,15 +21,11 @@ from click.testing import CliRunner
 from engine_rows import written
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sync_steps import everything
 
 from harness_mem.cli import cli
 from harness_mem.errors import DuplicateIdError, NotFoundError
 from harness_mem.store import MemoryStore
-
-
-def everything(store: MemoryStore) -> list[dict[str, Any]]:
-    """Every version a device holds, history included, in a form two devices can be compared by."""
-    return sorted((entry.to_dict() for entry in store.list(include_superseded=True)), key=lambda e: str(e["id"]))
 
 
 @pytest.fixture
@@ -199,6 +196,102 @@ def test_an_id_corrected_then_replaced_is_a_new_entry_on_every_device(two: tuple
     assert {e.id: e.content for e in b.list()} == {e.id: e.content for e in a.list()} == {
         "lunch-2": "lunch is at one", "lunch-3": "lunch is in the garden at one"}
     assert everything(a) == everything(b)
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
+def test_each_device_correcting_its_own_version_of_an_id_added_apart_ends_on_one_history(
+        order: tuple[int, ...], tmp_path: Path) -> None:
+    """Three devices add one id with words of their own and each corrects its own version; whatever
+    order they sync in, every device ends with the same history: the latest words hold the id, the
+    latest correction is current, the other corrections superseded by it."""
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        for n, store in enumerate(stores):
+            store.add(f"the release train leaves on day {n}", id="train")
+            time.sleep(0.005)
+        for n, store in reversed(list(enumerate(stores))):  # the corrections in the other order than the adds
+            store.supersede("train", f"the release train leaves on day {n + 10}", id=f"train-{n}")
+            time.sleep(0.005)
+        for n in (*order, 0, 1, 2, 0, 1, 2):
+            stores[n].sync(folder)
+        held = [everything(store) for store in stores]
+        assert held[0] == held[1] == held[2]
+        versions = {e["id"]: e["superseded_by"] for e in held[0]}
+        assert versions.pop("train") == "train-0"  # d2's words hold the id; d0's correction is the latest
+        assert {versions.pop(f"train-{n}") for n in range(3)} == {None, "train-0"}
+        assert list(versions.values()) == ["train", "train"]  # d0's and d1's words, kept under train~fork-…
+        assert stores[0].conflicts() == stores[1].conflicts() == stores[2].conflicts()
+    finally:
+        for store in stores:
+            store.close()
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
+def test_corrections_of_an_id_between_replaces_of_it_stay_current_everywhere(order: tuple[int, ...],
+                                                                              tmp_path: Path) -> None:
+    """One device corrects an id, replaces it, corrects the new entry, and replaces it again: each
+    correction was of the words of its time, which are gone, so both stay current on every device,
+    whatever order the others read the steps in (found by the property test)."""
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        writer = stores[order[0]]
+        writer.add("the standup is at nine", id="standup")
+        writer.supersede("standup", "the standup is at ten", id="standup-2")
+        writer.sync(folder)
+        stores[order[1]].sync(folder)  # holds the first words and their correction
+        writer.add("the standup is on Mondays", id="standup", on_conflict="replace")
+        writer.supersede("standup", "the standup is on Tuesdays", id="standup-3")
+        writer.sync(folder)
+        stores[order[2]].sync(folder)
+        writer.add("there is no standup", id="standup", on_conflict="replace")
+        for n in (*order, *order):
+            stores[n].sync(folder)
+        for store in stores:
+            assert {e.id: e.content for e in store.list()} == {
+                "standup": "there is no standup", "standup-2": "the standup is at ten",
+                "standup-3": "the standup is on Tuesdays"}
+        assert everything(stores[0]) == everything(stores[1]) == everything(stores[2])
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_forget_arriving_late_parts_corrections_it_stands_between(tmp_path: Path) -> None:
+    """One device corrects an id; another forgets it; a third, not knowing, adds the id anew and
+    corrects that. A device that reads both corrections before the forget first settles them as
+    rivals; once the forget arrives they are corrections of two entries, and it ends as the others do."""
+    folder = tmp_path / "Sync"
+    a, forgetter, newcomer, reader = stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(4)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        a.add("the backup runs at midnight", id="backup")
+        a.supersede("backup", "the backup runs at one", id="backup-a")
+        a.sync(folder)
+        forgetter.sync(folder)
+        forgetter.forget("backup")
+        time.sleep(0.01)  # the newcomer's add and correction are later than the forget
+        newcomer.add("the backup runs hourly", id="backup")
+        newcomer.supersede("backup", "the backup runs every two hours", id="backup-n")
+        newcomer.sync(folder)
+        reader.sync(folder)  # both corrections, no forget yet: rivals, the newcomer's the later
+        assert reader.get("backup-a").superseded_by == "backup-n"
+        forgetter.sync(folder)
+        for store in (*stores, *stores):
+            store.sync(folder)
+        for store in stores:
+            assert {e.id: e.content for e in store.list()} == {"backup-a": "the backup runs at one",
+                                                              "backup-n": "the backup runs every two hours"}
+        assert everything(stores[0]) == everything(stores[1]) == everything(stores[2]) == everything(stores[3])
+    finally:
+        for store in stores:
+            store.close()
 
 
 def test_a_correction_never_reaches_an_add_of_its_id_made_after_it(tmp_path: Path) -> None:
