@@ -251,6 +251,8 @@ def _settle(storage: Storage, namespace: str, entry_ids: Sequence[str]) -> None:
     is superseded only by corrections made after an add of it in the stretch it lives in.
     """
     olds = sorted({str(parse_operation(json.loads(text)).id) for text in storage.logged_supersedes(namespace, entry_ids)})
+    if not olds:
+        return
     by_old: dict[str, list[Operation]] = {}
     for text in storage.logged_supersedes(namespace, olds):  # every correction of each, not only those found
         if (op := parse_operation(json.loads(text))).id in olds:
