@@ -458,18 +458,24 @@ class Storage(ABC):
         a new version."""
 
     @abstractmethod
+    def logged_stamps(self, namespace: str, entry_ids: Sequence[str], op: str) -> dict[str, list[Stamp]]:
+        """The stamps of the logged ``op`` operations about each of these entries, oldest first (those
+        with none left out); for ``forget``, of every forget that named the entry."""
+
     def added_stamps(self, namespace: str, entry_ids: Sequence[str], *, latest: bool = False) -> dict[str, Stamp]:
         """The earliest (``latest``: the latest) stamp of an ``add`` logged for each of these entries
         (those with none left out)."""
+        return {entry_id: stamps[-1 if latest else 0]
+                for entry_id, stamps in self.logged_stamps(namespace, entry_ids, "add").items()}
 
     @abstractmethod
     def empty_adds_before(self, namespace: str, entry_id: str, stamp: Stamp) -> None:
         """Let go of the words of the ``add`` operations of an id stamped before ``stamp`` (their hashes
         stay, so a replay is recognised): a forget reached them, not the add holding the id now."""
 
-    @abstractmethod
     def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
         """The latest stamp of a forget that named each of these entries (those none named left out)."""
+        return {entry_id: stamps[-1] for entry_id, stamps in self.logged_stamps(namespace, entry_ids, "forget").items()}
 
     @abstractmethod
     def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:
@@ -543,8 +549,8 @@ class Storage(ABC):
         again from the turns that remain (inside the forgetting transaction)."""
 
     @abstractmethod
-    def mark_superseded(self, pk: int, by: str, when: int) -> None:
-        """Mark an entry as replaced by the entry ``by`` (inside a transaction)."""
+    def mark_superseded(self, pk: int, by: str | None, when: int | None) -> None:
+        """Mark an entry as replaced by the entry ``by`` (inside a transaction; None: as current)."""
 
     @abstractmethod
     def rename(self, pk: int, entry_id: str) -> None:

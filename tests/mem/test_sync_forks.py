@@ -1,14 +1,15 @@
 """Forks: one id added with other words on two devices, or one entry corrected on both, settles on the
 same current version everywhere, keeps the other as history, and shows it (`get`, `conflicts`).
 
-Real SQLite stores syncing through a real folder; the property test runs random adds of shared ids,
-corrections, forgets and syncs on three devices in random orders.
+Real stores syncing through a real folder (SQLite; both engines where the log's own rows matter).
+The random steps are test_sync_convergence.py's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -17,17 +18,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from engine_rows import written
+from sync_steps import everything
 
 from harness_mem.cli import cli
-from harness_mem.errors import DuplicateIdError, NotFoundError
+from harness_mem.errors import NotFoundError
 from harness_mem.store import MemoryStore
-
-
-def everything(store: MemoryStore) -> list[dict[str, Any]]:
-    """Every version a device holds, history included, in a form two devices can be compared by."""
-    return sorted((entry.to_dict() for entry in store.list(include_superseded=True)), key=lambda e: str(e["id"]))
 
 
 @pytest.fixture
@@ -200,6 +196,107 @@ def test_an_id_corrected_then_replaced_is_a_new_entry_on_every_device(two: tuple
     assert everything(a) == everything(b)
 
 
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
+def test_each_device_correcting_its_own_version_of_an_id_added_apart_ends_on_one_history(
+        order: tuple[int, ...], tmp_path: Path) -> None:
+    """Three devices add one id with words of their own and each corrects its own version (one of them
+    corrects its correction again); whatever order they sync in, every device ends with the same
+    history: the latest words hold the id and the latest correction is current, the other first
+    corrections superseded by it, the one corrected again by its own successor (found by the property
+    test: an entry's corrections were settled from those its id brought up, the correction corrected
+    again brought up only its own)."""
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        for n, store in enumerate(stores):
+            store.add(f"the release train leaves on day {n}", id="train")
+            time.sleep(0.005)
+        for n, store in reversed(list(enumerate(stores))):  # the corrections in the other order than the adds
+            store.supersede("train", f"the release train leaves on day {n + 10}", id=f"train-{n}")
+            time.sleep(0.005)
+        stores[1].supersede("train-1", "the release train leaves on day 21", id="train-1b")
+        for n in (*order, 0, 1, 2, 0, 1, 2):
+            stores[n].sync(folder)
+        held = [everything(store) for store in stores]
+        assert held[0] == held[1] == held[2]
+        versions = {e["id"]: e["superseded_by"] for e in held[0] if "~fork-" not in e["id"]}
+        # d2's words hold the id; d0's correction is the latest
+        assert versions == {"train": "train-0", "train-0": None, "train-1": "train-1b", "train-1b": None,
+                            "train-2": "train-0"}
+        assert [e["superseded_by"] for e in held[0] if "~fork-" in e["id"]] == ["train", "train"]  # d0's, d1's words
+        assert stores[0].conflicts() == stores[1].conflicts() == stores[2].conflicts()
+    finally:
+        for store in stores:
+            store.close()
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
+def test_corrections_of_an_id_between_replaces_of_it_stay_current_everywhere(order: tuple[int, ...],
+                                                                              tmp_path: Path) -> None:
+    """One device corrects an id, replaces it, corrects the new entry, and replaces it again: each
+    correction was of the words of its time, which are gone, so both stay current on every device,
+    whatever order the others read the steps in (found by the property test)."""
+    folder = tmp_path / "Sync"
+    stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(3)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        writer = stores[order[0]]
+        writer.add("the standup is at nine", id="standup")
+        writer.supersede("standup", "the standup is at ten", id="standup-2")
+        writer.sync(folder)
+        stores[order[1]].sync(folder)  # holds the first words and their correction
+        writer.add("the standup is on Mondays", id="standup", on_conflict="replace")
+        writer.supersede("standup", "the standup is on Tuesdays", id="standup-3")
+        writer.sync(folder)
+        stores[order[2]].sync(folder)
+        writer.add("there is no standup", id="standup", on_conflict="replace")
+        for n in (*order, *order):
+            stores[n].sync(folder)
+        for store in stores:
+            assert {e.id: e.content for e in store.list()} == {
+                "standup": "there is no standup", "standup-2": "the standup is at ten",
+                "standup-3": "the standup is on Tuesdays"}
+        assert everything(stores[0]) == everything(stores[1]) == everything(stores[2])
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_forget_arriving_late_parts_corrections_it_stands_between(tmp_path: Path) -> None:
+    """One device corrects an id; another forgets it; a third, not knowing, adds the id anew and
+    corrects that. A device that reads both corrections before the forget first settles them as
+    rivals; once the forget arrives they are corrections of two entries, and it ends as the others do."""
+    folder = tmp_path / "Sync"
+    a, forgetter, newcomer, reader = stores = [MemoryStore(tmp_path / f"d{n}.db", embedder=None) for n in range(4)]
+    try:
+        for store in stores:
+            store.sync(folder)
+        a.add("the backup runs at midnight", id="backup")
+        a.supersede("backup", "the backup runs at one", id="backup-a")
+        a.sync(folder)
+        forgetter.sync(folder)
+        forgetter.forget("backup")
+        time.sleep(0.01)  # the newcomer's add and correction are later than the forget
+        newcomer.add("the backup runs hourly", id="backup")
+        newcomer.supersede("backup", "the backup runs every two hours", id="backup-n")
+        newcomer.sync(folder)
+        reader.sync(folder)  # both corrections, no forget yet: rivals, the newcomer's the later
+        assert reader.get("backup-a").superseded_by == "backup-n"
+        forgetter.sync(folder)
+        for store in (*stores, *stores):
+            store.sync(folder)
+        for store in stores:
+            assert {e.id: e.content for e in store.list()} == {"backup-a": "the backup runs at one",
+                                                              "backup-n": "the backup runs every two hours"}
+        assert everything(stores[0]) == everything(stores[1]) == everything(stores[2]) == everything(stores[3])
+    finally:
+        for store in stores:
+            store.close()
+
+
 def test_a_correction_never_reaches_an_add_of_its_id_made_after_it(tmp_path: Path) -> None:
     """One device corrects an id and forgets both versions; another, not knowing, adds the id later: the
     correction was of words that are gone, so the new entry is current on every device, whichever
@@ -220,6 +317,38 @@ def test_a_correction_never_reaches_an_add_of_its_id_made_after_it(tmp_path: Pat
     finally:
         for store in stores:
             store.close()
+
+
+def test_a_forget_reaching_an_id_added_apart_later_lets_go_of_the_earlier_words_on_either_engine(
+        fresh_target: Any, engine: str, tmp_path: Path) -> None:
+    """One device adds an id and forgets it; another, not knowing, adds the id later with other words.
+    A third device that holds both adds (the earlier kept as a version) when the forget arrives lets
+    go of the earlier words: not only the kept version, the logged add too, so no value of any store
+    holds them after gc, while the later words keep the id."""
+    folder = tmp_path / "Sync"
+    targets = [fresh_target() for _ in range(3)]
+    with contextlib.ExitStack() as opened:
+        a, b, c = (opened.enter_context(MemoryStore(target, embedder=None)) for target in targets)
+        for store in (a, b, c):
+            store.sync(folder)
+        a.add("the qzearlierwords gate code is 1234", id="gate")
+        a.sync(folder)
+        c.sync(folder)  # holds the earlier words
+        a.forget("gate")
+        time.sleep(0.01)  # b's add is the later
+        b.add("the gate code is in the vault", id="gate")
+        b.sync(folder)
+        c.sync(folder)  # both adds, the earlier kept as a version: no forget yet
+        assert len(list(c.list(include_superseded=True))) == 2
+        for store in (a, c, b, a):
+            store.sync(folder)
+        for store in (a, b, c):
+            assert [(e.id, e.content) for e in store.list(include_superseded=True)] == [
+                ("gate", "the gate code is in the vault")]
+            store.purge()
+            store.gc()
+    for target in targets:
+        assert b"qzearlierwords" not in written(target)
 
 
 @pytest.mark.parametrize("how", ["forget the id", "forget its session", "delete the id", "delete a kept version"])
@@ -287,61 +416,3 @@ def test_get_shows_the_forks_an_entry_is_part_of(tmp_path: Path) -> None:
     listed = runner.invoke(cli, ["--db", a, "conflicts"]).stdout.splitlines()
     assert sorted(listed) == ["lunch: corrected apart as lunch-b, lunch-a — lunch-b is current",
                               f"office: {line[len('fork: '):]}"]
-
-
-# ---- convergence, property-based ----------------------------------------------------------------
-
-# One step: (device, action, a number choosing what it acts on).
-STEPS = st.lists(st.tuples(st.integers(0, 2),
-                           st.sampled_from(["add-shared", "add-shared", "add", "correct", "forget", "forget-session",
-                                            "replace-shared", "same-words-shared", "delete", "sync"]),
-                           st.integers(0, 50)), min_size=1, max_size=25)
-
-
-# Derandomized: the same examples every run, so a red run names a change, not a draw (a known
-# divergence, each device correcting its own version of a forked id, is left for #39).
-@settings(max_examples=12, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(steps=STEPS)
-def test_devices_that_added_the_same_ids_apart_hold_the_same_memory(steps: list[tuple[int, str, int]],
-                                                                    tmp_path_factory: pytest.TempPathFactory) -> None:
-    root = tmp_path_factory.mktemp("devices")
-    folder = root / "Sync"
-    stores = [MemoryStore(root / f"d{n}.db", embedder=None) for n in range(3)]
-    try:
-        for store in stores:
-            store.sync(folder)
-        for n, (device, action, pick) in enumerate(steps):
-            store = stores[device]
-            live = sorted(e.id for e in store.list())
-            if action == "add-shared":  # two ids every device writes, each in a session of its own
-                shared = pick % 2
-                with contextlib.suppress(DuplicateIdError):  # held here already, or forgotten and not purged
-                    store.add(f"shared words {n} from d{device}", id=f"shared{shared}", session=f"s{shared}")
-            elif action == "replace-shared":
-                store.add(f"replacing words {n} from d{device}", id=f"shared{pick % 2}", session=f"s{pick % 2}",
-                          on_conflict="replace")
-            elif action == "same-words-shared":  # the same words every device may write, tagged by who wrote them
-                with contextlib.suppress(DuplicateIdError):
-                    store.add("words every device writes", id="same", tags=[f"d{device}"], metadata={"step": n})
-            elif action == "delete" and live:
-                store.delete(live[pick % len(live)])
-            elif action == "add":
-                store.add(f"word{n} in session {pick % 3}", id=f"d{device}-{n}", session=f"s{pick % 3}")
-            elif action == "correct" and live:
-                store.supersede(live[pick % len(live)], f"corrected word{n}", id=f"d{device}-{n}")
-            elif action == "forget" and live:
-                store.forget(live[pick % len(live)])
-            elif action == "forget-session":
-                store.forget(session=f"s{pick % 3}")
-            elif action == "sync":
-                store.sync(folder)
-        for _ in range(2):  # every device reads every other's last chunk
-            for store in stores:
-                store.sync(folder)
-        held = [everything(store) for store in stores]
-        assert held[0] == held[1] == held[2]
-        assert stores[0].conflicts() == stores[1].conflicts() == stores[2].conflicts()
-    finally:
-        for store in stores:
-            store.close()

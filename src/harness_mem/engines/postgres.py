@@ -45,7 +45,7 @@ from ..storage import (
     index_texts_of,
     settle_conflicts,
 )
-from ..sync.clock import Stamp
+from ..sync.clock import Stamp, stamps_by_id
 from ..sync.operations import Operation, related_id
 from ..vectors import other_model
 from . import postgres_rekey, postgres_rewrite
@@ -1128,23 +1128,19 @@ class PostgresStorage(Storage):
             " UNION SELECT operation FROM sync_ops WHERE namespace = %s AND related_id = ANY(%s)",
             (namespace, list(entry_ids), namespace, list(entry_ids)))]
 
-    def added_stamps(self, namespace: str, entry_ids: Sequence[str], *, latest: bool = False) -> dict[str, Stamp]:
-        order = "hlc_wall DESC, hlc_tick DESC" if latest else "hlc_wall, hlc_tick"
-        return {entry_id: Stamp(wall, tick) for entry_id, wall, tick in self.query(
-            "SELECT DISTINCT ON (entry_id) entry_id, hlc_wall, hlc_tick FROM sync_ops"
-            f" WHERE namespace = %s AND entry_id = ANY(%s) AND op = 'add' ORDER BY entry_id, {order}",
-            (namespace, list(entry_ids)))}
+    def logged_stamps(self, namespace: str, entry_ids: Sequence[str], op: str) -> dict[str, list[Stamp]]:
+        if op == "forget":  # a forget of several ids is logged once: its ids are noted apart
+            return stamps_by_id(self.query(
+                "SELECT entry_id, hlc_wall, hlc_tick FROM sync_forgotten WHERE namespace = %s AND entry_id = ANY(%s)"
+                " ORDER BY hlc_wall, hlc_tick", (namespace, list(entry_ids))))
+        return stamps_by_id(self.query(
+            "SELECT entry_id, hlc_wall, hlc_tick FROM sync_ops WHERE namespace = %s AND entry_id = ANY(%s) AND op = %s"
+            " ORDER BY hlc_wall, hlc_tick", (namespace, list(entry_ids), op)))
 
     def empty_adds_before(self, namespace: str, entry_id: str, stamp: Stamp) -> None:
         self._run("UPDATE sync_ops SET operation = NULL WHERE namespace = %s AND entry_id = %s AND op = 'add'"
                   " AND operation IS NOT NULL AND (hlc_wall, hlc_tick) < (%s, %s)",
                   (namespace, entry_id, stamp.wall, stamp.tick))
-
-    def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
-        return {entry_id: Stamp(wall, tick) for entry_id, wall, tick in self.query(
-            "SELECT DISTINCT ON (entry_id) entry_id, hlc_wall, hlc_tick FROM sync_forgotten"
-            " WHERE namespace = %s AND entry_id = ANY(%s) ORDER BY entry_id, hlc_wall DESC, hlc_tick DESC",
-            (namespace, list(entry_ids)))}
 
     def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:
         return [text for (text,) in self.query(
@@ -1281,7 +1277,7 @@ class PostgresStorage(Storage):
             (list(pks),),
         )
 
-    def mark_superseded(self, pk: int, by: str, when: int) -> None:
+    def mark_superseded(self, pk: int, by: str | None, when: int | None) -> None:
         self._run("UPDATE entries SET superseded_by = %s, superseded_at = %s WHERE pk = %s", (by, when, pk))
 
     def rename(self, pk: int, entry_id: str) -> None:

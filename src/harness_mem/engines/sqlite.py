@@ -54,7 +54,7 @@ from ..storage import (
     index_texts_of,
     settle_conflicts,
 )
-from ..sync.clock import Stamp
+from ..sync.clock import Stamp, stamps_by_id
 from ..sync.operations import Operation, related_id
 from ..vectors import (
     MAX_KNN,
@@ -537,29 +537,21 @@ class SQLiteStorage(Storage):
             " WHERE namespace = ? AND related_id IN (SELECT value FROM json_each(?)) AND related_id IS NOT NULL",
             (namespace, ids, namespace, ids))]
 
-    def added_stamps(self, namespace: str, entry_ids: Sequence[str], *, latest: bool = False) -> dict[str, Stamp]:
-        pick = max if latest else min
-        found: dict[str, Stamp] = {}
-        for entry_id, wall, tick in self.conn.execute(
-                "SELECT entry_id, hlc_wall, hlc_tick FROM sync_ops WHERE namespace = ?"
-                " AND entry_id IN (SELECT value FROM json_each(?)) AND op = 'add'",
-                (namespace, json.dumps(list(entry_ids)))):
-            found[entry_id] = pick(found.get(entry_id, Stamp(wall, tick)), Stamp(wall, tick))
-        return found
+    def logged_stamps(self, namespace: str, entry_ids: Sequence[str], op: str) -> dict[str, list[Stamp]]:
+        ids = json.dumps(list(entry_ids))
+        if op == "forget":  # a forget of several ids is logged once: its ids are noted apart
+            return stamps_by_id(self.conn.execute(
+                "SELECT entry_id, hlc_wall, hlc_tick FROM sync_forgotten WHERE namespace = ?"
+                " AND entry_id IN (SELECT value FROM json_each(?)) ORDER BY hlc_wall, hlc_tick", (namespace, ids)))
+        return stamps_by_id(self.conn.execute(
+            "SELECT entry_id, hlc_wall, hlc_tick FROM sync_ops WHERE namespace = ?"
+            " AND entry_id IN (SELECT value FROM json_each(?)) AND op = ? ORDER BY hlc_wall, hlc_tick",
+            (namespace, ids, op)))
 
     def empty_adds_before(self, namespace: str, entry_id: str, stamp: Stamp) -> None:
         self.conn.execute("UPDATE sync_ops SET operation = NULL WHERE namespace = ? AND entry_id = ? AND op = 'add'"
                           " AND operation IS NOT NULL AND (hlc_wall < ? OR (hlc_wall = ? AND hlc_tick < ?))",
                           (namespace, entry_id, stamp.wall, stamp.wall, stamp.tick))
-
-    def forgotten_stamps(self, namespace: str, entry_ids: Sequence[str]) -> dict[str, Stamp]:
-        latest: dict[str, Stamp] = {}
-        for entry_id, wall, tick in self.conn.execute(
-                "SELECT entry_id, hlc_wall, hlc_tick FROM sync_forgotten"
-                " WHERE namespace = ? AND entry_id IN (SELECT value FROM json_each(?))",
-                (namespace, json.dumps(list(entry_ids)))):
-            latest[entry_id] = max(latest.get(entry_id, Stamp(wall, tick)), Stamp(wall, tick))
-        return latest
 
     def selector_forgets(self, namespace: str, after: Stamp) -> list[str]:
         return [text for (text,) in self.conn.execute(
@@ -711,7 +703,7 @@ class SQLiteStorage(Storage):
             (json.dumps(list(pks)),),
         )
 
-    def mark_superseded(self, pk: int, by: str, when: int) -> None:
+    def mark_superseded(self, pk: int, by: str | None, when: int | None) -> None:
         self.conn.execute("UPDATE entries SET superseded_by = ?, superseded_at = ? WHERE pk = ?", (by, when, pk))
 
     def rename(self, pk: int, entry_id: str) -> None:

@@ -22,6 +22,7 @@ Incoming text passes this store's redactor too: a device that stores raw text ca
 from __future__ import annotations
 
 import base64
+import bisect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -94,7 +95,9 @@ def apply_chunk(storage: Storage, operations: Sequence[Operation], *, device: st
                 _expiry(storage, op)
             storage.log_operations([op], chunk=chunk)
             if op.op == "supersede":
-                _settle(storage, op.ns, storage.logged_supersedes(op.ns, [str(op.id)]))
+                _settle(storage, op.ns, [str(op.id)])
+            elif isinstance(op.body, ForgetBody):  # a forget ends a stretch: corrections either side are no rivals
+                _settle(storage, op.ns, op.body.ids)
             elif op.op == "tag":
                 _retag(storage, op.ns, [str(op.id)])
             counts.applied += 1
@@ -131,7 +134,7 @@ def _add_all(storage: Storage, adds: Sequence[Operation], chunk: str, rows: dict
             counts.forks += _settle_adds(storage, namespace, entry_id, redactor)  # the id was here: added apart?
         # A retag, a correction of, or by, an entry may have come before the entry did.
         _retag(storage, namespace, [row.id for row in batch])
-        _settle(storage, namespace, storage.logged_supersedes(namespace, [row.id for row in batch]))
+        _settle(storage, namespace, [row.id for row in batch])
         counts.applied += len(mine)
 
 
@@ -237,33 +240,65 @@ def _retag(storage: Storage, namespace: str, entry_ids: Sequence[str]) -> None:
             storage.set_tags(pk, dumps(op.body.tags))
 
 
-def _settle(storage: Storage, namespace: str, supersedes: Sequence[str]) -> None:
-    """Make each corrected entry's latest successor current, and every other successor superseded by
-    it, from every supersede logged (so the order they and the entries arrived in does not matter).
-    A successor that was itself corrected keeps its own successor."""
+def _settle(storage: Storage, namespace: str, entry_ids: Sequence[str]) -> None:
+    """Settle the corrections of these entries, and of those they are corrections of: each corrected
+    entry's latest successor current, every other successor superseded by it, from every supersede,
+    add and forget logged (so the order they and the entries arrived in does not matter). A successor
+    that was itself corrected keeps its own successor.
+
+    A correction reaches the version it was made of: corrections of an id made between two forgets
+    of it (a replace is one) are rivals, those of another stretch are not; the entry under the id now
+    is superseded only by corrections made after an add of it in the stretch it lives in.
+    """
+    olds = sorted({str(parse_operation(json.loads(text)).id) for text in storage.logged_supersedes(namespace, entry_ids)})
+    if not olds:
+        return
     by_old: dict[str, list[Operation]] = {}
-    for text in supersedes:
-        op = parse_operation(json.loads(text))
-        by_old.setdefault(str(op.id), []).append(op)
-    ended = storage.forgotten_stamps(namespace, list(by_old))
-    added = storage.added_stamps(namespace, list(by_old))
+    for text in storage.logged_supersedes(namespace, olds):  # every correction of each, not only those found
+        if (op := parse_operation(json.loads(text))).id in olds:
+            by_old.setdefault(str(op.id), []).append(op)
+    forgets = storage.logged_stamps(namespace, list(by_old), "forget")
+    adds = storage.logged_stamps(namespace, list(by_old), "add")
     for old_id, successors in by_old.items():
-        if old_id in ended and any(s.stamp > ended[old_id] for s in successors):
-            # Those made before the forget corrected the entry that went, not the one under its id now.
-            successors = [s for s in successors if s.stamp > ended[old_id]]
-        winner = max(successors, key=correction_precedence)
-        assert isinstance(winner.body, SupersedeBody)
-        losers = [s.body.new_id for s in successors
-                  if isinstance(s.body, SupersedeBody) and s.body.new_id != winner.body.new_id]
-        corrected = {parse_operation(json.loads(text)).id for text in storage.logged_supersedes(namespace, losers)
-                     } if losers else set()
-        # A correction reaches the entry it was made of: not an add of its id stamped after it, nor one
-        # after a forget of the id that came after the corrections (a replace): that is a new entry.
-        latest = max(s.stamp for s in successors)
-        still = (old_id in added and added[old_id] < latest) and (old_id not in ended or latest > ended[old_id])
-        for entry_id in dict.fromkeys([*([old_id] if still else []), *(loser for loser in losers if loser not in corrected)]):
-            if (pk := storage.pk_of(namespace, entry_id)) is not None:
-                storage.mark_superseded(pk, winner.body.new_id, winner.body.valid_from)
+        ended = forgets.get(old_id, [])
+        stretches: dict[int, list[Operation]] = {}  # how many forgets of the id came before → what was made then
+        for successor in successors:
+            stretches.setdefault(bisect.bisect(ended, successor.stamp), []).append(successor)
+        now = len(ended)
+        held = [stamp for stamp in adds.get(old_id, []) if bisect.bisect(ended, stamp) == now]
+        every = [s.body.new_id for s in successors if isinstance(s.body, SupersedeBody)]
+        reaching = None  # the correction the entry under the id now is superseded by
+        for stretch, made in stretches.items():
+            winner = _settle_rivals(storage, namespace, made, every)
+            if stretch == now and any(stamp < max(s.stamp for s in made) for stamp in held):
+                reaching = winner
+        if (pk := storage.pk_of(namespace, old_id)) is not None:
+            _mark(storage, pk, reaching, every)
+
+
+def _settle_rivals(storage: Storage, namespace: str, made: Sequence[Operation], every: Sequence[str]) -> Operation:
+    """Of the corrections made of one version, make the latest current and each other superseded by
+    it (one corrected since keeps its own successor); the latest. ``every``: the ids of all the
+    corrections of the entry, of every stretch."""
+    winner = max(made, key=correction_precedence)
+    assert isinstance(winner.body, SupersedeBody)
+    rivals = list(dict.fromkeys(s.body.new_id for s in made if isinstance(s.body, SupersedeBody)))
+    corrected = {str(op.id) for op in map(parse_operation, map(json.loads, storage.logged_supersedes(namespace, rivals)))
+                 if op.id in rivals}
+    for entry_id in rivals:
+        if entry_id not in corrected and (pk := storage.pk_of(namespace, entry_id)) is not None:
+            _mark(storage, pk, None if entry_id == winner.body.new_id else winner, every)
+    return winner
+
+
+def _mark(storage: Storage, pk: int, by: Operation | None, every: Sequence[str]) -> None:
+    """Mark an entry superseded by a correction (None: by none of ``every``, the corrections of the
+    entry it is one of: a mark one of them left before a forget or an add split them goes)."""
+    if by is not None:
+        assert isinstance(by.body, SupersedeBody)
+        storage.mark_superseded(pk, by.body.new_id, by.body.valid_from)
+    elif storage.rows([pk])[pk].superseded_by in every:
+        storage.mark_superseded(pk, None, None)
 
 
 def _forget(storage: Storage, op: Operation) -> int:

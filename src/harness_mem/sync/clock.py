@@ -8,6 +8,7 @@ another device's or steps back, so an operation made after seeing another is ord
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import NamedTuple
 
 
@@ -24,3 +25,11 @@ def next_stamp(last: Stamp | None, now_ms: int | None = None) -> Stamp:
     if last is None or wall > last.wall:
         return Stamp(wall, 0)
     return Stamp(last.wall, last.tick + 1)
+
+
+def stamps_by_id(rows: Iterable[tuple[str, int, int]]) -> dict[str, list[Stamp]]:
+    """The stamps of each id among ``(id, wall, tick)`` rows of the log, in the rows' order."""
+    found: dict[str, list[Stamp]] = {}
+    for entry_id, wall, tick in rows:
+        found.setdefault(entry_id, []).append(Stamp(wall, tick))
+    return found
