@@ -82,7 +82,8 @@ def remember(
         if supersedes is not None:
             when = now_ms()
             storage.mark_superseded(old_pk, row.id, when)
-            outbox.log_superseded(storage, scope.namespace, old.id, row.id, when)
+            if not is_derived(row):  # every device derives its own, and corrects it there
+                outbox.log_superseded(storage, scope.namespace, old.id, row.id, when)
     return Remembered(id=row.id, deduped=False, redactions=redactions, supersedes=supersedes)
 
 
@@ -102,10 +103,14 @@ def _duplicate(storage: Storage, row: Row) -> str | None:
 def supersede(storage: Storage, scope: Scope, old_id: str, new_content: str, **changes: Any) -> Remembered:
     """Correct an entry: a new entry with ``new_content`` replaces ``old_id``, which is kept and marked.
 
-    The new entry keeps the old one's kind, role, session and tags unless ``changes`` gives others.
+    The new entry is a version of the old one: it keeps its kind, role, session, tags, source and
+    metadata unless ``changes`` gives others. So a correction of what consolidation derived still
+    cites the turns it came from (``metadata.source_turns``), and is forgotten with them like the
+    version it replaced: the corrected words restate what those turns said.
     """
     old = _get(storage, scope, old_id)
-    defaults = {"kind": old.kind, "role": old.role, "session": old.session, "tags": old.tags}
+    defaults = {"kind": old.kind, "role": old.role, "session": old.session, "tags": old.tags,
+                "source": old.source, "metadata": old.metadata or None}
     return remember(storage, scope, new_content, supersedes=old_id, **{**defaults, **changes})
 
 

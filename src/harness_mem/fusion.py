@@ -41,10 +41,11 @@ on four conversations and tested on the fifth):
   only fires when a question names one. In a chat store (roles ``user`` and ``assistant``) the
   question's pronouns name one (:func:`pronoun_role`): "what did *I* buy?" is asked by the user about
   what the user said, so the user's turns get the prior, and "what did *you* recommend?" the
-  assistant's. An assistant's long reply on the question's topic otherwise outranked the user's
-  passing mention of the fact (LongMemEval dev, both roles, R@5 / MRR .728 / .674 → .831 / .749,
-  keyword .728 / .672; above keyword on each half of the questions: +.068 / +.047 and +.133 / +.103).
-  No constant was chosen for it: the prior is the named speaker's.
+  assistant's ("when can *I* ship?" asks what holds for the user, and names no one). An
+  assistant's long reply on the question's topic otherwise outranked the user's passing mention of
+  the fact (LongMemEval dev, both roles, R@5 / MRR .728 / .674 → .831 / .749, keyword .728 / .672;
+  above keyword on each half of the questions: +.068 / +.047 and +.133 / +.103). No constant was
+  chosen for it: the prior is the named speaker's.
 - **Session prior** (+0.5 × the best score in the candidate's session): evidence clusters in the
   session where the question's topic came up. Not for a question that gathers (:func:`gathers`:
   how many, how much, in total, between): its evidence is spread over sessions, and lifting one
@@ -176,11 +177,17 @@ _FIRST_PERSON = re.compile(r"\b(?:i|me|my|mine|myself)\b", re.IGNORECASE)
 _SECOND_PERSON = re.compile(r"\b(?:you|your|yours|yourself|yourselves)\b", re.IGNORECASE)
 
 
+# "can I", "should I": a question of what holds for the user, which anyone may have said.
+_MODAL_I = re.compile(r"\b(?:can|could|should|shall|may|might|must|would|will)\s+i\b", re.IGNORECASE)
+
+
 def pronoun_role(query: str) -> str | None:
     """The chat role a question names by its pronouns: ``"user"`` when it speaks in the first person
-    alone (the user asks about what they said), ``"assistant"`` in the second person alone, else
-    None ("can you remind me what you said…" names both, so neither)."""
-    first, second = _FIRST_PERSON.search(query) is not None, _SECOND_PERSON.search(query) is not None
+    alone (the user asks about what they said: "what did I buy?", "where is my passport?"),
+    ``"assistant"`` in the second person alone, else None. "Can you remind me what you said…"
+    names both, so neither; "when can I ship?" asks what holds for the user, not what they said."""
+    first = _FIRST_PERSON.search(_MODAL_I.sub(" ", query)) is not None
+    second = _SECOND_PERSON.search(query) is not None
     if first == second:
         return None
     return "user" if first else "assistant"

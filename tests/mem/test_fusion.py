@@ -202,6 +202,8 @@ def test_a_questions_pronouns_name_the_chat_role_it_asks_about() -> None:
     assert fusion.pronoun_role("Can you remind me what you said about bikes?") is None  # both: neither
     assert fusion.pronoun_role("Where did Caroline travel in May?") is None
     assert fusion.pronoun_role("iPhone battery tips") is None  # a word, not the pronoun
+    assert fusion.pronoun_role("When can I ship to production?") is None  # what holds, not what was said
+    assert fusion.pronoun_role("What should I cook with my tomatoes?") == "user"  # but "my" is theirs
 
 
 def test_in_a_chat_a_first_person_question_finds_what_the_user_said(hashed_store: MemoryStore) -> None:
