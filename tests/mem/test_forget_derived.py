@@ -226,3 +226,23 @@ def as_released_before(target: str) -> None:
         conn.execute("UPDATE entries SET metadata = json_remove(metadata, '$.source_turns') WHERE kind = 'episode'")
         conn.execute("DELETE FROM _migrations WHERE name LIKE '%episode_provenance'")
     conn.close()
+
+
+def test_a_correction_of_a_derived_entry_is_forgotten_with_the_turns_it_restates(engine_target: str) -> None:
+    # The user corrects what consolidation wrote; the corrected words still say what the turn said,
+    # so forgetting the turn takes the correction too, and no byte of it stays after purge and gc.
+    with MemoryStore(engine_target, embedder=None) as store:
+        store.add_many([{**RUN[0], "content": RUN[0]["text"]}])
+        store.add_many([{"content": f"The user asked for a fix in {MARKER}.", "kind": "summary", "session": "run1",
+                         "source": "consolidation", "metadata": {"source_turns": ["t1"]}, "id": "run1:summary"}])
+    run(engine_target, "supersede", "run1:summary", f"The user asked for a fix of the failing test in {MARKER}.")
+    with MemoryStore(engine_target, embedder=None) as store:
+        corrected = store.recall(MARKER, 5, kind="summary")[0].entry
+        assert "failing test" in corrected.content and corrected.metadata["source_turns"] == ["t1"]
+    forget_purge_gc(engine_target, ["t1"])
+    assert MARKER not in run(engine_target, "recall", MARKER, "--kind", "summary")
+    if engine_target.startswith("postgresql"):
+        assert marked_rows(engine_target)["entries"] == 0
+    else:
+        assert not [p for p in Path(engine_target).parent.glob(Path(engine_target).name + "*")
+                    if MARKER.encode() in p.read_bytes()]
