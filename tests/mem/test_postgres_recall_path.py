@@ -45,10 +45,12 @@ def store(postgres_server: Any) -> Iterator[MemoryStore]:
 
 class Sent:
     """Every statement the store's connection sends, with its parameters, and the round trips:
-    one a statement, or one for statements sent together."""
+    one a statement, or one for statements sent together; how many rows came back for those sent
+    together."""
 
     def __init__(self, store: MemoryStore) -> None:
         self.statements: list[tuple[str, Any]] = []
+        self.answered: dict[str, int] = {}
         self.trips = 0
         connection = store.storage.conn
         execute, together = connection.execute, connection.fetch_together
@@ -61,7 +63,9 @@ class Sent:
         def counted_together(statements: Any) -> Any:
             self.statements.extend((str(sql), params) for sql, params in statements)
             self.trips += 1
-            return together(statements)
+            found = together(statements)
+            self.answered.update((str(sql), len(rows)) for (sql, _), rows in zip(statements, found, strict=True))
+            return found
 
         connection.execute = counted  # type: ignore[method-assign]
         connection.fetch_together = counted_together  # type: ignore[method-assign]
@@ -97,6 +101,30 @@ def test_a_semantic_recall_walks_the_hnsw_graph_in_few_round_trips(store: Memory
     # One vector search, the graph walked at the connection's own ef_search (no SET around it).
     assert sum("<=>" in sql for sql, _ in sent.statements) == 1
     assert not [sql for sql, _ in sent.statements if sql.startswith(("SET", "SAVEPOINT"))]
+
+
+def _rows_of(node: dict[str, Any], name: str) -> int | None:
+    """The rows the part of a plan (as it ran) named ``name`` (a CTE's) gave, if it is there."""
+    if node.get("Subplan Name") == name:
+        return int(node["Actual Rows"])
+    return next((rows for child in node.get("Plans", ()) if (rows := _rows_of(child, name)) is not None), None)
+
+
+def test_a_semantic_search_reads_no_more_of_the_walk_than_its_hits(store: MemoryStore) -> None:
+    store.recall("warm up the connection", mode="semantic")
+    sent = Sent(store)
+    assert len(store.recall("pottery painting", k=5, mode="semantic")) == 5
+    search, params = next((sql, params) for sql, params in sent.statements if "<=>" in sql)
+    # Each vector's distance is computed once: the query vector is one parameter of the search,
+    # the distance ordered by its name (twice, the server computed it twice a vector scanned).
+    assert sum(param == params[1] for param in params) == 1
+    # No entry of this store has later windows: only the k nearest come back, not k + 200 of which
+    # the 200 could not rise (only a later window lifts an entry past the k-th), and the walk is
+    # read no further than those k (a count of it, read to its end, is asked only when too few passed).
+    assert sent.answered[search] == 5
+    plan = store.storage.query("EXPLAIN (ANALYZE, FORMAT JSON) " + search, params)[0][0][0]["Plan"]
+    # Read by a sort in groups of 32 rows at least: not the walk's 600 (HNSW_EF_SEARCH), nor 205.
+    assert _rows_of(plan, "CTE nearest") <= 64, plan
 
 
 def test_a_hybrid_recall_reads_each_candidates_vector_and_windows_once(store: MemoryStore) -> None:

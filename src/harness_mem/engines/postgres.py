@@ -1509,30 +1509,47 @@ class PostgresStorage(Storage):
         # ``walked``. Joined to the entries in one scan, the planner chose to compare every vector:
         # the filters' columns keep no statistics (migration 0011), so it took them for selective
         # (220 ms at 20,000 entries against 25 ms for the graph). relaxed_order: the scan may give
-        # rows slightly out of order; the outer query sorts them. The first row counts the walk.
-        # Each one's later windows come along (recall reads them next), where the store keeps any.
-        windows = _WINDOWS.format("x") if self._has_passage_table() else "NULL::json"
+        # rows slightly out of order; the outer query sorts them. The first row says whether the walk
+        # found enough. Each one's later windows come along (recall reads them next), where the store
+        # keeps any.
+        passages = self._has_passage_table()
+        windows = _WINDOWS.format("x") if passages else "NULL::json"
         along = k if k <= ROWS_ALONG and self.read_view is not None else 0
         counters = [*self.keywords.counters, *self.derived_keywords.counters]
         search = (
-            "WITH nearest AS MATERIALIZED (SELECT pk, embedding <=> %s::halfvec AS distance FROM entry_vectors"
-            " ORDER BY embedding <=> %s::halfvec LIMIT %s),"
+            # Past the k nearest, only an entry with later windows can rise into the top k (by one of
+            # them): the ``extra`` are looked for only where the store keeps any windows. Without,
+            # the walk is read no further than the raw query's (10 rows, not 210).
+            "WITH extra AS (SELECT " + ("CASE WHEN EXISTS (SELECT 1 FROM entry_passages) THEN %s ELSE 0 END"
+                                        if passages else "0 * %s") + " AS n),"
+            # The distance is computed once a vector: ordered by its name, not by the expression
+            # again with its own parameter (which the server computed a second time: 41 ms against
+            # the raw query's 20 ms for the 20,000 vectors of a scan).
+            " nearest AS MATERIALIZED (SELECT pk, embedding <=> %s::halfvec AS distance FROM entry_vectors"
+            " ORDER BY distance LIMIT %s),"
             # Each candidate looked up by its pk (LIMIT 1 keeps it a lookup: as a join the
             # planner merged it with every entry, 45 ms at 20,000), its speaker read there.
-            " passing AS MATERIALIZED (SELECT n.pk, n.distance, ok.role, ok.session FROM nearest n"
+            " passing AS MATERIALIZED (SELECT n.pk, n.distance, ok.role, ok.session,"
+            " row_number() OVER (ORDER BY n.distance, n.pk) AS place FROM nearest n"
             f" CROSS JOIN LATERAL (SELECT e.role, e.session FROM entries e WHERE e.pk = n.pk AND {clause} LIMIT 1) ok"
-            " ORDER BY n.distance, n.pk LIMIT %s),"
+            " ORDER BY n.distance, n.pk LIMIT %s + (SELECT n FROM extra)),"
             # The nearest ``along`` read whole, apart: a condition on each row's place, put in a
             # LATERAL read, was checked after it (every candidate read, 17-32 ms at 200,000).
             f" shown AS MATERIALIZED (SELECT {_TEXT_PARTS}, {_COLUMNS_E} FROM"
             f" (SELECT pk FROM passing ORDER BY distance, pk LIMIT %s) s JOIN entries e ON e.pk = s.pk {_TURN_BEFORE})"
-            # How many the walk found; the keyword lanes' counts (the hits' coverage weighs them).
-            " SELECT x.pk, x.distance, x.role, x.session, (SELECT count(*) FROM nearest),"
+            # Whether enough passed the filters, or the walk saw every vector (counted only then: a
+            # count reads the walk to its end, 13 ms more at 200,000); the keyword lanes' counts
+            # (the hits' coverage weighs them).
+            " SELECT x.pk, x.distance, x.role, x.session,"
+            " CASE WHEN (SELECT count(*) FROM passing) >= %s + (SELECT n FROM extra) THEN true"
+            " ELSE (SELECT count(*) FROM nearest) < %s END,"
             " (SELECT ARRAY[" + ", ".join(["coalesce(sum(value) FILTER (WHERE key = %s), 0)"] * 4) + "]"
             " FROM namespace_state WHERE key = ANY(%s)),"
-            f" {windows}, r.*"
-            " FROM passing x LEFT JOIN shown r ON r.pk = x.pk ORDER BY x.distance, x.pk",
-            [query, query, walked, *params, wanted, along, *counters, counters])
+            " w.windows, r.*"
+            f" FROM passing x CROSS JOIN LATERAL (SELECT {windows} AS windows) w LEFT JOIN shown r ON r.pk = x.pk"
+            " WHERE x.place <= %s OR w.windows IS NOT NULL"
+            " ORDER BY x.distance, x.pk",
+            [extra, query, walked, *params, k, along, k, walked, *counters, counters, k])
         # The best k of each keyword ranking of this view (a hybrid recall's other candidates):
         # their cosines, windows and speakers, answered in the same round trip.
         ranked = list(dict.fromkeys(pk for ranking in self._once_in_view("keyword rankings", list)
@@ -1541,19 +1558,18 @@ class PostgresStorage(Storage):
             found, *beside = self.query_together(search, *([self._cosines_statement(query, ranked)] if ranked else []))
             if beside:
                 self._saw_cosines(query, beside[0])
-            if len(found) >= wanted or (found and found[0][4] < walked):
+            if found and found[0][4]:
                 self._once_in_view("speakers", dict).update((pk, (role, session)) for pk, _, role, session, *_ in found)
                 self._saw_passages((read[0], read[6]) for read in found)
                 self.saw_rows(read[7:] for read in found)
-                if found:
-                    self._saw_counts(found[0][5])
+                self._saw_counts(found[0][5])
             else:
                 # The filters left fewer than wanted of those: the graph is walked on under them.
                 found = self.query(
                     "WITH nearest AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
                     f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause}"
-                    " ORDER BY v.embedding <=> %s::halfvec LIMIT %s) SELECT pk, distance FROM nearest ORDER BY distance, pk",
-                    [query, *params, query, wanted])
+                    " ORDER BY distance LIMIT %s) SELECT pk, distance FROM nearest ORDER BY distance, pk",
+                    [query, *params, wanted])
         return [(int(pk), 1.0 - float(distance)) for pk, distance, *_ in found]
 
     def _saw_counts(self, counts: Sequence[Any]) -> None:
