@@ -365,6 +365,13 @@ class Storage(ABC):
     def data_version(self) -> tuple[int, int]:
         """A token that changes whenever the store's content changes, in this process or another."""
 
+    def recall_reads(self, namespaces: Sequence[str], words: Sequence[str]) -> AbstractContextManager[None]:
+        """Around one recall of ``namespaces``: an engine that pays a round trip a statement may read
+        at once what the recall asks before its snapshot (:meth:`has_derived` of each,
+        :meth:`data_version`, :meth:`roles_named` of ``words``), and answer those from it until the
+        block ends or something is written."""
+        return nullcontext()
+
     def bulk(self) -> AbstractContextManager[None]:
         """Many write transactions in a row (an import): the engine may put off its housekeeping
         between them until the block ends."""

@@ -76,10 +76,10 @@ def test_a_keyword_recall_ranks_and_reads_its_hits_in_one_statement(store: Memor
     sent = Sent(store)
     hits = store.recall("camping by the lake", k=5, mode="keyword")
     assert hits and all({"camping", "lake"} & set(h.entry.content.split()) for h in hits)
-    # Whether anything derived is there (asked by the store, then inside the snapshot), the BM25
-    # statement (its snapshot's BEGIN sent with it, the hits' rows and index texts read in it); the
-    # COMMIT sent without waiting for its answer.
-    assert sent.trips <= 3, [s for s, _ in sent.statements]
+    # What the recall asks before its snapshot, in one statement (whether anything derived is
+    # there, the data version, the speakers named), the BM25 statement (its snapshot's BEGIN sent
+    # with it, the hits' rows and index texts read in it); the COMMIT sent without waiting for its answer.
+    assert sent.trips == 2, [s for s, _ in sent.statements]
     assert sum("ts_rank_cd" in sql for sql, _ in sent.statements) == 1
     assert "ts_rank_cd" in sent.statements[-1][0]  # nothing read after the ranking
 
@@ -89,14 +89,15 @@ def test_a_semantic_recall_walks_the_hnsw_graph_in_few_round_trips(store: Memory
     sent = Sent(store)
     hits = store.recall("pottery painting", k=5, mode="semantic")
     assert len(hits) == 5
-    # Whether anything derived is there, the store's version, the speakers named, the search (its
-    # snapshot's BEGIN sent with it; the candidates' passages, the hits' rows and index texts and
-    # the keyword counts their coverage weighs read in it), the frequencies of words not seen
-    # before (kept for the next recalls); the COMMIT sent without waiting for its answer.
-    assert sent.trips <= 5, [s for s, _ in sent.statements]
+    # What the recall asks before its snapshot, in one statement (whether anything derived is there,
+    # the store's version, the speakers named), the search (its snapshot's BEGIN sent with it; the
+    # candidates' passages, the hits' rows and index texts and the keyword counts their coverage
+    # weighs read in it), the frequencies of words not seen before (kept for the next recalls); the
+    # COMMIT sent without waiting for its answer.
+    assert sent.trips == 3, [s for s, _ in sent.statements]
     sent = Sent(store)
     assert len(store.recall("painting pottery", k=5, mode="semantic")) == 5
-    assert sent.trips <= 4, [s for s, _ in sent.statements]
+    assert sent.trips == 2, [s for s, _ in sent.statements]
     assert "<=>" in sent.statements[-1][0]  # nothing read after the search
     # One vector search, the graph walked at the connection's own ef_search (no SET around it).
     assert sum("<=>" in sql for sql, _ in sent.statements) == 1
@@ -134,7 +135,7 @@ def test_a_hybrid_recall_reads_each_candidates_vector_and_windows_once(store: Me
     # As semantic, with the keyword ranking (its counts reused by coverage), the cosines of the
     # keyword candidates (their windows and speakers along) in the search's round trip, and the
     # fused hits' rows.
-    assert sent.trips <= 7, [s for s, _ in sent.statements]
+    assert sent.trips == 4, [s for s, _ in sent.statements]
     assert not [sql for sql, _ in sent.statements if "FROM entry_passages WHERE" in sql]
     assert not [sql for sql, _ in sent.statements if sql.startswith("SELECT pk, role, session")]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,9 +107,24 @@ _LIVE = "namespace = %s AND (expires_at IS NULL OR expires_at > %s)"
 _COLUMNS_E = ", ".join(f"e.{c.strip()}" for c in COLUMNS.split(","))
 # What a write gives each new row: every column but pk (the database numbers it), and its tokens.
 _WRITTEN = (*COLUMN_NAMES[1:], "tokens", "token_count")
+# The store's data version: the owner's writes, and every namespace's this role can see (each only grows).
+_DATA_VERSION = ("coalesce((SELECT value::bigint FROM settings WHERE key = 'data.version'), 0)"
+                 " + coalesce((SELECT sum(value) FROM namespace_state WHERE key = 'data.version'), 0)")
 #: What gc cannot take out: the server's write-ahead log is its own (and its archives' and replicas').
 LOG_REMAINS = ("purged text stays in the server's WAL segments until checkpoints recycle them"
                " (past wal_keep_size and replication slots), and in WAL archives, replicas and backups")
+
+
+@dataclass(frozen=True)
+class RecallReads:
+    """What a recall asks before its snapshot, read in one statement (see
+    :meth:`PostgresStorage.recall_reads`): the data version, the namespaces holding derived entries,
+    each namespace's roles named by ``words``."""
+
+    version: int
+    derived: frozenset[str]
+    roles: dict[str, list[str]]
+    words: tuple[str, ...]
 
 
 def safe_location(dsn: str) -> str:
@@ -600,6 +616,8 @@ class PostgresStorage(Storage):
         #: The read-only snapshot open now (a new object each), if one is (see :meth:`snapshot`).
         self.read_view: object | None = None
         self._seen_in_view: tuple[object | None, dict[Any, Any]] = (None, {})
+        # What recall_reads read for the recall under way (None: none is).
+        self._recall_reads: RecallReads | None = None
         # Inside bulk(): [vectors the store held at its start (None: not known yet), vectors written
         # since, whether the HNSW index is put off until its end].
         self._bulk: list[Any] | None = None
@@ -856,6 +874,7 @@ class PostgresStorage(Storage):
         if self.read_only:
             raise StorageError(f"{self.path} is open read-only — nothing was written")
         self._in_transaction = True
+        self._recall_reads = None  # what a recall read before this write may change
         try:
             with self.conn.transaction():
                 self._run("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
@@ -880,10 +899,30 @@ class PostgresStorage(Storage):
             self.conn.close_opened("COMMIT")
 
     def data_version(self) -> tuple[int, int]:
-        # The owner's writes, and every namespace's this role can see: each only grows.
-        found = self.query("SELECT coalesce((SELECT value::bigint FROM settings WHERE key = 'data.version'), 0)"
-                           " + coalesce((SELECT sum(value) FROM namespace_state WHERE key = 'data.version'), 0)")
-        return 0, int(found[0][0])
+        if self._recall_reads is not None:
+            return 0, self._recall_reads.version
+        return 0, int(self.query(f"SELECT {_DATA_VERSION}")[0][0])
+
+    @contextmanager
+    def recall_reads(self, namespaces: Sequence[str], words: Sequence[str]) -> Iterator[None]:
+        if self._recall_reads is not None or self.conn.in_transaction:
+            yield  # one recall inside another's block, or inside a transaction: asked as they come
+            return
+        found = self.query(
+            f"SELECT {_DATA_VERSION},"
+            " ARRAY(SELECT n FROM unnest(%s::text[]) n WHERE EXISTS"
+            f" (SELECT 1 FROM entries WHERE namespace = n AND source = '{DERIVED_SOURCE}')),"
+            " (SELECT json_agg(json_build_array(namespace, role)) FROM"
+            "  (SELECT DISTINCT namespace, role FROM entries WHERE namespace = ANY(%s) AND lower(role) = ANY(%s)) r)",
+            (list(namespaces), list(namespaces), list(words)))[0]
+        roles: dict[str, list[str]] = {namespace: [] for namespace in namespaces}
+        for namespace, role in found[2] or ():
+            roles[namespace].append(role)
+        self._recall_reads = RecallReads(int(found[0]), frozenset(found[1]), roles, tuple(words))
+        try:
+            yield
+        finally:
+            self._recall_reads = None
 
     @contextmanager
     def without_waiting(self) -> Iterator[None]:
@@ -1244,8 +1283,11 @@ class PostgresStorage(Storage):
                     self._reindex_turn_after(namespace, row.session, row.created_at, pk)
 
     def has_derived(self, namespace: str) -> bool:
+        asked = self._recall_reads
+        if asked is not None and namespace in asked.roles:
+            return namespace in asked.derived
         return bool(self._once_in_view(("has_derived", namespace), lambda: self.query(
-            "SELECT 1 FROM entries WHERE namespace = %s AND source = %s LIMIT 1", (namespace, DERIVED_SOURCE))))
+            f"SELECT 1 FROM entries WHERE namespace = %s AND source = '{DERIVED_SOURCE}' LIMIT 1", (namespace,))))
 
     def derived_from(self, pks: Sequence[int]) -> list[int]:
         if not pks:
@@ -1487,6 +1529,9 @@ class PostgresStorage(Storage):
             self._once_in_view("keyword rankings", list).append([pk for pk, _ in ranked])
 
     def roles_named(self, namespace: str, words: Sequence[str]) -> list[str]:
+        asked = self._recall_reads
+        if asked is not None and namespace in asked.roles and tuple(words) == asked.words:
+            return list(asked.roles[namespace])
         return [r[0] for r in self.query(
             "SELECT DISTINCT role FROM entries WHERE namespace = %s AND lower(role) = ANY(%s)", (namespace, list(words)))]
 
