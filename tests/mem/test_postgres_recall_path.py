@@ -186,3 +186,16 @@ def test_an_import_stopped_midway_leaves_the_index_to_the_next_writer(postgres_s
         opened.add("a second note, about pottery")
         assert opened.storage.query("SELECT to_regclass('entry_vectors_hnsw') IS NOT NULL")[0][0]
         assert opened.recall("pottery", k=1, mode="semantic")[0].entry.content == "a second note, about pottery"
+
+
+def test_what_a_recall_read_before_its_snapshot_is_read_again_once_it_writes(store: MemoryStore) -> None:
+    storage = store.storage
+    with storage.recall_reads(store.namespaces, ["assistant"]):
+        version = storage.data_version()
+        assert storage.roles_named(store.namespaces[0], ["assistant"]) == ["assistant"]
+        sent = Sent(store)
+        assert storage.data_version() == version and not storage.has_derived(store.namespaces[0])
+        assert sent.trips == 0  # answered from what the block read
+        store.add("a note written while a recall is under way", role="assistant")
+        assert storage.data_version() > version  # asked again: the write may have changed it
+    assert sent.trips > 1
