@@ -380,14 +380,17 @@ def bm25_statement(words: int, clause: str, lane: str) -> str:
     read once, as the raw engine's own ``ts_rank_cd`` query reads it; the filters (``clause``) pick
     those scored, the frequencies count them all. A word's frequency in an entry is
     ``ts_rank_cd`` of that word alone with every weight 1: one cover per position, each weighing 1
-    (unnesting the tsvector cost 0.1 ms an entry). An entry holding a word more often than a lexeme
+    (unnesting the tsvector cost 0.1 ms an entry), computed only where the entry holds the word (the
+    test costs a fraction of the ranking, and most entries hold one word of several). An entry holding a word more often than a lexeme
     keeps positions, or longer than its positions reach, is returned too, to be counted again. Each
     one's row and what its index text is made of come along where the last parameter is true.
 
     Parameters: the lane's two counters, k1, b, the words' tsqueries, the clause's, the OR of the
     words, the two limits, how many, whether the rows come along."""
     terms = range(words)
-    frequencies = ", ".join(f"ts_rank_cd('{{1,1,1,1}}', e.tokens, %s::tsquery)::int AS tf{i}" for i in terms)
+    frequencies = ", ".join(f"CASE WHEN e.tokens @@ w.q{i} THEN ts_rank_cd('{{1,1,1,1}}', e.tokens, w.q{i})::int"
+                            f" ELSE 0 END AS tf{i}" for i in terms)
+    queries = ", ".join(f"%s::tsquery AS q{i}" for i in terms)
     counts = ", ".join(f"count(*) FILTER (WHERE tf{i} > 0) AS df{i}" for i in terms)
     weights = ", ".join(f"CASE WHEN (s.n - c.df{i} + 0.5) / (c.df{i} + 0.5) > 1"
                         f" THEN ln((s.n - c.df{i} + 0.5) / (c.df{i} + 0.5)) ELSE 1e-6 END AS idf{i}" for i in terms)
@@ -399,9 +402,10 @@ WITH stats AS (
            coalesce(sum(value) FILTER (WHERE key = %s), 0)::float8 AS tokens FROM namespace_state),
 shape AS (SELECT n, CASE WHEN n > 0 THEN tokens / n ELSE 0 END AS average, %s::float8 AS k1, %s::float8 AS b
           FROM stats),
+words AS MATERIALIZED (SELECT {queries}),
 held AS MATERIALIZED (
     SELECT e.pk, coalesce(e.token_count, 0) AS length, {frequencies}, ({clause}) AS passes
-    FROM entries e WHERE e.tokens @@ %s::tsquery AND e.{lane}),
+    FROM words w, entries e WHERE e.tokens @@ %s::tsquery AND e.{lane}),
 counted AS (SELECT {counts} FROM held),
 weighed AS (SELECT {weights} FROM counted c, shape s),
 scored AS (
