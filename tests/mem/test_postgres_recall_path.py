@@ -13,6 +13,7 @@ the vector search depends on the table's size: bench/bench_postgres.py shows it 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -199,3 +200,30 @@ def test_what_a_recall_read_before_its_snapshot_is_read_again_once_it_writes(sto
         store.add("a note written while a recall is under way", role="assistant")
         assert storage.data_version() > version  # asked again: the write may have changed it
     assert sent.trips > 1
+
+
+def test_threads_recall_on_connections_of_their_own_and_reuse_them(store: MemoryStore) -> None:
+    # Each thread's snapshot and write on a connection of its own (one connection, shared, would run
+    # one thread's statements inside another's transaction); a pool of 4 threads makes 4 at most,
+    # and threads started one after another reuse the one an ended thread left.
+    from concurrent.futures import ThreadPoolExecutor
+
+    expected = {mode: [h.entry.id for h in store.recall("camping by the lake", k=5, mode=mode)]
+                for mode in ("keyword", "semantic", "hybrid")}
+
+    def recall_and_write(i: int) -> tuple[str, list[str]]:
+        mode = ("keyword", "semantic", "hybrid")[i % 3]
+        if i % 5 == 0:
+            store.add(f"a note {i} written from a thread, about pottery")
+        return mode, [h.entry.id for h in store.recall("camping by the lake", k=5, mode=mode)]
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(recall_and_write, range(60)))
+    assert all(ids == expected[mode] for mode, ids in answers)
+    assert 2 <= store.storage.pool.count() <= 5  # the opening thread's, and one a worker at most
+    for i in range(6):  # one short-lived thread after another
+        worker = threading.Thread(target=recall_and_write, args=(i,))
+        worker.start()
+        worker.join()
+    assert store.storage.pool.count() <= 5
+    assert store.count() == 3000 + 12 + 2  # every write stored

@@ -51,6 +51,7 @@ from ..sync.operations import Operation, related_id
 from ..vectors import other_model
 from . import postgres_rekey, postgres_rewrite
 from .postgres_connection import Connection
+from .postgres_pool import ConnectionPool, PerThread
 
 if TYPE_CHECKING:
     import psycopg
@@ -610,21 +611,28 @@ class PostgresStorage(Storage):
         self.dsn = dsn
         self.path = safe_location(dsn)
         self.read_only = read_only
-        self.conn = Connection(dsn, self.path, self._prepare)
+        self.pool = ConnectionPool(lambda: Connection(dsn, self.path, self._prepare))
         self.embedder: Embedder | None = None
         self.keywords = PostgresKeywords(self)
         self.derived_keywords = PostgresKeywords(self, derived=True)
-        self._in_transaction = False
         self._bound: bool = False
         self._passage_table: bool | None = None
-        #: The read-only snapshot open now (a new object each), if one is (see :meth:`snapshot`).
-        self.read_view: object | None = None
-        self._seen_in_view: tuple[object | None, dict[Any, Any]] = (None, {})
-        # What recall_reads read for the recall under way (None: none is).
-        self._recall_reads: RecallReads | None = None
         # Inside bulk(): [vectors the store held at its start (None: not known yet), vectors written
         # since, whether the HNSW index is put off until its end].
         self._bulk: list[Any] | None = None
+
+    # Each thread's own (it has a connection of its own: postgres_pool): whether it is inside a write
+    # transaction; the read-only snapshot it has open (a new object each), if one is (see
+    # :meth:`snapshot`), and what it read in it; what recall_reads read for its recall under way.
+    _in_transaction: PerThread[bool] = PerThread(lambda: False)
+    read_view: PerThread[object | None] = PerThread(lambda: None)
+    _seen_in_view: PerThread[tuple[object | None, dict[Any, Any]]] = PerThread(lambda: (None, {}))
+    _recall_reads: PerThread[RecallReads | None] = PerThread(lambda: None)
+
+    @property
+    def conn(self) -> Connection:
+        """The calling thread's connection (see :mod:`.postgres_pool`)."""
+        return self.pool.current()
 
     def _once_in_view(self, key: Any, read: Callable[[], Any]) -> Any:
         """``read()``, asked once per read-only snapshot: inside one, the answer cannot change."""
@@ -715,7 +723,7 @@ class PostgresStorage(Storage):
         return {int(n) for (n,) in self.query("SELECT number FROM _migrations")}
 
     def close(self) -> None:
-        self.conn.close()
+        self.pool.close()
 
     def _granted(self) -> tuple[frozenset[str] | None, frozenset[str] | None]:
         """The namespaces the database lets this role read, and write (None: it does not confine it)."""
