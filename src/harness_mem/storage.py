@@ -674,7 +674,8 @@ class Storage(ABC):
         """(pk, cosine) of the ``k`` entries nearest ``vector`` that pass ``selection``, best first.
         ``exact_order=False``: the near neighbours must be in, their order need not be exact.
         ``extra``: then up to that many more, of those the search compared anyway (its candidates
-        past the top k, in order): for a caller that scores them again, at no wider search."""
+        past the top k, in order): for a caller that scores them again, at no wider search (by their
+        later windows: an engine may leave out those that have none, which nothing can lift)."""
 
     @abstractmethod
     def cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, float]:
