@@ -365,6 +365,13 @@ class Storage(ABC):
     def data_version(self) -> tuple[int, int]:
         """A token that changes whenever the store's content changes, in this process or another."""
 
+    def recall_reads(self, namespaces: Sequence[str], words: Sequence[str]) -> AbstractContextManager[None]:
+        """Around one recall of ``namespaces``: an engine that pays a round trip a statement may read
+        at once what the recall asks before its snapshot (:meth:`has_derived` of each,
+        :meth:`data_version`, :meth:`roles_named` of ``words``), and answer those from it until the
+        block ends or something is written."""
+        return nullcontext()
+
     def bulk(self) -> AbstractContextManager[None]:
         """Many write transactions in a row (an import): the engine may put off its housekeeping
         between them until the block ends."""
@@ -673,7 +680,8 @@ class Storage(ABC):
         """(pk, cosine) of the ``k`` entries nearest ``vector`` that pass ``selection``, best first.
         ``exact_order=False``: the near neighbours must be in, their order need not be exact.
         ``extra``: then up to that many more, of those the search compared anyway (its candidates
-        past the top k, in order): for a caller that scores them again, at no wider search."""
+        past the top k, in order): for a caller that scores them again, at no wider search (by their
+        later windows: an engine may leave out those that have none, which nothing can lift)."""
 
     @abstractmethod
     def cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, float]:

@@ -13,6 +13,7 @@ the vector search depends on the table's size: bench/bench_postgres.py shows it 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,10 +46,12 @@ def store(postgres_server: Any) -> Iterator[MemoryStore]:
 
 class Sent:
     """Every statement the store's connection sends, with its parameters, and the round trips:
-    one a statement, or one for statements sent together."""
+    one a statement, or one for statements sent together; how many rows came back for those sent
+    together."""
 
     def __init__(self, store: MemoryStore) -> None:
         self.statements: list[tuple[str, Any]] = []
+        self.answered: dict[str, int] = {}
         self.trips = 0
         connection = store.storage.conn
         execute, together = connection.execute, connection.fetch_together
@@ -61,7 +64,9 @@ class Sent:
         def counted_together(statements: Any) -> Any:
             self.statements.extend((str(sql), params) for sql, params in statements)
             self.trips += 1
-            return together(statements)
+            found = together(statements)
+            self.answered.update((str(sql), len(rows)) for (sql, _), rows in zip(statements, found, strict=True))
+            return found
 
         connection.execute = counted  # type: ignore[method-assign]
         connection.fetch_together = counted_together  # type: ignore[method-assign]
@@ -72,10 +77,10 @@ def test_a_keyword_recall_ranks_and_reads_its_hits_in_one_statement(store: Memor
     sent = Sent(store)
     hits = store.recall("camping by the lake", k=5, mode="keyword")
     assert hits and all({"camping", "lake"} & set(h.entry.content.split()) for h in hits)
-    # Whether anything derived is there (asked by the store, then inside the snapshot), the BM25
-    # statement (its snapshot's BEGIN sent with it, the hits' rows and index texts read in it); the
-    # COMMIT sent without waiting for its answer.
-    assert sent.trips <= 3, [s for s, _ in sent.statements]
+    # What the recall asks before its snapshot, in one statement (whether anything derived is
+    # there, the data version, the speakers named), the BM25 statement (its snapshot's BEGIN sent
+    # with it, the hits' rows and index texts read in it); the COMMIT sent without waiting for its answer.
+    assert sent.trips == 2, [s for s, _ in sent.statements]
     assert sum("ts_rank_cd" in sql for sql, _ in sent.statements) == 1
     assert "ts_rank_cd" in sent.statements[-1][0]  # nothing read after the ranking
 
@@ -85,18 +90,43 @@ def test_a_semantic_recall_walks_the_hnsw_graph_in_few_round_trips(store: Memory
     sent = Sent(store)
     hits = store.recall("pottery painting", k=5, mode="semantic")
     assert len(hits) == 5
-    # Whether anything derived is there, the store's version, the speakers named, the search (its
-    # snapshot's BEGIN sent with it; the candidates' passages, the hits' rows and index texts and
-    # the keyword counts their coverage weighs read in it), the frequencies of words not seen
-    # before (kept for the next recalls); the COMMIT sent without waiting for its answer.
-    assert sent.trips <= 5, [s for s, _ in sent.statements]
+    # What the recall asks before its snapshot, in one statement (whether anything derived is there,
+    # the store's version, the speakers named), the search (its snapshot's BEGIN sent with it; the
+    # candidates' passages, the hits' rows and index texts and the keyword counts their coverage
+    # weighs read in it), the frequencies of words not seen before (kept for the next recalls); the
+    # COMMIT sent without waiting for its answer.
+    assert sent.trips == 3, [s for s, _ in sent.statements]
     sent = Sent(store)
     assert len(store.recall("painting pottery", k=5, mode="semantic")) == 5
-    assert sent.trips <= 4, [s for s, _ in sent.statements]
+    assert sent.trips == 2, [s for s, _ in sent.statements]
     assert "<=>" in sent.statements[-1][0]  # nothing read after the search
     # One vector search, the graph walked at the connection's own ef_search (no SET around it).
     assert sum("<=>" in sql for sql, _ in sent.statements) == 1
     assert not [sql for sql, _ in sent.statements if sql.startswith(("SET", "SAVEPOINT"))]
+
+
+def _rows_of(node: dict[str, Any], name: str) -> int | None:
+    """The rows the part of a plan (as it ran) named ``name`` (a CTE's) gave, if it is there."""
+    if node.get("Subplan Name") == name:
+        return int(node["Actual Rows"])
+    return next((rows for child in node.get("Plans", ()) if (rows := _rows_of(child, name)) is not None), None)
+
+
+def test_a_semantic_search_reads_no_more_of_the_walk_than_its_hits(store: MemoryStore) -> None:
+    store.recall("warm up the connection", mode="semantic")
+    sent = Sent(store)
+    assert len(store.recall("pottery painting", k=5, mode="semantic")) == 5
+    search, params = next((sql, params) for sql, params in sent.statements if "<=>" in sql)
+    # Each vector's distance is computed once: the query vector is one parameter of the search,
+    # the distance ordered by its name (twice, the server computed it twice a vector scanned).
+    assert sum(param == params[1] for param in params) == 1
+    # No entry of this store has later windows: only the k nearest come back, not k + 200 of which
+    # the 200 could not rise (only a later window lifts an entry past the k-th), and the walk is
+    # read no further than those k (a count of it, read to its end, is asked only when too few passed).
+    assert sent.answered[search] == 5
+    plan = store.storage.query("EXPLAIN (ANALYZE, FORMAT JSON) " + search, params)[0][0][0]["Plan"]
+    # Read by a sort in groups of 32 rows at least: not the walk's 600 (HNSW_EF_SEARCH), nor 205.
+    assert _rows_of(plan, "CTE nearest") <= 64, plan
 
 
 def test_a_hybrid_recall_reads_each_candidates_vector_and_windows_once(store: MemoryStore) -> None:
@@ -106,7 +136,7 @@ def test_a_hybrid_recall_reads_each_candidates_vector_and_windows_once(store: Me
     # As semantic, with the keyword ranking (its counts reused by coverage), the cosines of the
     # keyword candidates (their windows and speakers along) in the search's round trip, and the
     # fused hits' rows.
-    assert sent.trips <= 7, [s for s, _ in sent.statements]
+    assert sent.trips == 4, [s for s, _ in sent.statements]
     assert not [sql for sql, _ in sent.statements if "FROM entry_passages WHERE" in sql]
     assert not [sql for sql, _ in sent.statements if sql.startswith("SELECT pk, role, session")]
 
@@ -157,3 +187,43 @@ def test_an_import_stopped_midway_leaves_the_index_to_the_next_writer(postgres_s
         opened.add("a second note, about pottery")
         assert opened.storage.query("SELECT to_regclass('entry_vectors_hnsw') IS NOT NULL")[0][0]
         assert opened.recall("pottery", k=1, mode="semantic")[0].entry.content == "a second note, about pottery"
+
+
+def test_what_a_recall_read_before_its_snapshot_is_read_again_once_it_writes(store: MemoryStore) -> None:
+    storage = store.storage
+    with storage.recall_reads(store.namespaces, ["assistant"]):
+        version = storage.data_version()
+        assert storage.roles_named(store.namespaces[0], ["assistant"]) == ["assistant"]
+        sent = Sent(store)
+        assert storage.data_version() == version and not storage.has_derived(store.namespaces[0])
+        assert sent.trips == 0  # answered from what the block read
+        store.add("a note written while a recall is under way", role="assistant")
+        assert storage.data_version() > version  # asked again: the write may have changed it
+    assert sent.trips > 1
+
+
+def test_threads_recall_on_connections_of_their_own_and_reuse_them(store: MemoryStore) -> None:
+    # Each thread's snapshot and write on a connection of its own (one connection, shared, would run
+    # one thread's statements inside another's transaction); a pool of 4 threads makes 4 at most,
+    # and threads started one after another reuse the one an ended thread left.
+    from concurrent.futures import ThreadPoolExecutor
+
+    expected = {mode: [h.entry.id for h in store.recall("camping by the lake", k=5, mode=mode)]
+                for mode in ("keyword", "semantic", "hybrid")}
+
+    def recall_and_write(i: int) -> tuple[str, list[str]]:
+        mode = ("keyword", "semantic", "hybrid")[i % 3]
+        if i % 5 == 0:
+            store.add(f"a note {i} written from a thread, about pottery")
+        return mode, [h.entry.id for h in store.recall("camping by the lake", k=5, mode=mode)]
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(recall_and_write, range(60)))
+    assert all(ids == expected[mode] for mode, ids in answers)
+    assert 2 <= store.storage.pool.count() <= 5  # the opening thread's, and one a worker at most
+    for i in range(6):  # one short-lived thread after another
+        worker = threading.Thread(target=recall_and_write, args=(i,))
+        worker.start()
+        worker.join()
+    assert store.storage.pool.count() <= 5
+    assert store.count() == 3000 + 12 + 2  # every write stored

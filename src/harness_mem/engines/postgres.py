@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,7 @@ from ..sync.operations import Operation, related_id
 from ..vectors import other_model
 from . import postgres_rekey, postgres_rewrite
 from .postgres_connection import Connection
+from .postgres_pool import ConnectionPool, PerThread
 
 if TYPE_CHECKING:
     import psycopg
@@ -106,9 +108,24 @@ _LIVE = "namespace = %s AND (expires_at IS NULL OR expires_at > %s)"
 _COLUMNS_E = ", ".join(f"e.{c.strip()}" for c in COLUMNS.split(","))
 # What a write gives each new row: every column but pk (the database numbers it), and its tokens.
 _WRITTEN = (*COLUMN_NAMES[1:], "tokens", "token_count")
+# The store's data version: the owner's writes, and every namespace's this role can see (each only grows).
+_DATA_VERSION = ("coalesce((SELECT value::bigint FROM settings WHERE key = 'data.version'), 0)"
+                 " + coalesce((SELECT sum(value) FROM namespace_state WHERE key = 'data.version'), 0)")
 #: What gc cannot take out: the server's write-ahead log is its own (and its archives' and replicas').
 LOG_REMAINS = ("purged text stays in the server's WAL segments until checkpoints recycle them"
                " (past wal_keep_size and replication slots), and in WAL archives, replicas and backups")
+
+
+@dataclass(frozen=True)
+class RecallReads:
+    """What a recall asks before its snapshot, read in one statement (see
+    :meth:`PostgresStorage.recall_reads`): the data version, the namespaces holding derived entries,
+    each namespace's roles named by ``words``."""
+
+    version: int
+    derived: frozenset[str]
+    roles: dict[str, list[str]]
+    words: tuple[str, ...]
 
 
 def safe_location(dsn: str) -> str:
@@ -364,14 +381,17 @@ def bm25_statement(words: int, clause: str, lane: str) -> str:
     read once, as the raw engine's own ``ts_rank_cd`` query reads it; the filters (``clause``) pick
     those scored, the frequencies count them all. A word's frequency in an entry is
     ``ts_rank_cd`` of that word alone with every weight 1: one cover per position, each weighing 1
-    (unnesting the tsvector cost 0.1 ms an entry). An entry holding a word more often than a lexeme
+    (unnesting the tsvector cost 0.1 ms an entry), computed only where the entry holds the word (the
+    test costs a fraction of the ranking, and most entries hold one word of several). An entry holding a word more often than a lexeme
     keeps positions, or longer than its positions reach, is returned too, to be counted again. Each
     one's row and what its index text is made of come along where the last parameter is true.
 
     Parameters: the lane's two counters, k1, b, the words' tsqueries, the clause's, the OR of the
     words, the two limits, how many, whether the rows come along."""
     terms = range(words)
-    frequencies = ", ".join(f"ts_rank_cd('{{1,1,1,1}}', e.tokens, %s::tsquery)::int AS tf{i}" for i in terms)
+    frequencies = ", ".join(f"CASE WHEN e.tokens @@ w.q{i} THEN ts_rank_cd('{{1,1,1,1}}', e.tokens, w.q{i})::int"
+                            f" ELSE 0 END AS tf{i}" for i in terms)
+    queries = ", ".join(f"%s::tsquery AS q{i}" for i in terms)
     counts = ", ".join(f"count(*) FILTER (WHERE tf{i} > 0) AS df{i}" for i in terms)
     weights = ", ".join(f"CASE WHEN (s.n - c.df{i} + 0.5) / (c.df{i} + 0.5) > 1"
                         f" THEN ln((s.n - c.df{i} + 0.5) / (c.df{i} + 0.5)) ELSE 1e-6 END AS idf{i}" for i in terms)
@@ -383,9 +403,10 @@ WITH stats AS (
            coalesce(sum(value) FILTER (WHERE key = %s), 0)::float8 AS tokens FROM namespace_state),
 shape AS (SELECT n, CASE WHEN n > 0 THEN tokens / n ELSE 0 END AS average, %s::float8 AS k1, %s::float8 AS b
           FROM stats),
+words AS MATERIALIZED (SELECT {queries}),
 held AS MATERIALIZED (
     SELECT e.pk, coalesce(e.token_count, 0) AS length, {frequencies}, ({clause}) AS passes
-    FROM entries e WHERE e.tokens @@ %s::tsquery AND e.{lane}),
+    FROM words w, entries e WHERE e.tokens @@ %s::tsquery AND e.{lane}),
 counted AS (SELECT {counts} FROM held),
 weighed AS (SELECT {weights} FROM counted c, shape s),
 scored AS (
@@ -590,19 +611,28 @@ class PostgresStorage(Storage):
         self.dsn = dsn
         self.path = safe_location(dsn)
         self.read_only = read_only
-        self.conn = Connection(dsn, self.path, self._prepare)
+        self.pool = ConnectionPool(lambda: Connection(dsn, self.path, self._prepare))
         self.embedder: Embedder | None = None
         self.keywords = PostgresKeywords(self)
         self.derived_keywords = PostgresKeywords(self, derived=True)
-        self._in_transaction = False
         self._bound: bool = False
         self._passage_table: bool | None = None
-        #: The read-only snapshot open now (a new object each), if one is (see :meth:`snapshot`).
-        self.read_view: object | None = None
-        self._seen_in_view: tuple[object | None, dict[Any, Any]] = (None, {})
         # Inside bulk(): [vectors the store held at its start (None: not known yet), vectors written
         # since, whether the HNSW index is put off until its end].
         self._bulk: list[Any] | None = None
+
+    # Each thread's own (it has a connection of its own: postgres_pool): whether it is inside a write
+    # transaction; the read-only snapshot it has open (a new object each), if one is (see
+    # :meth:`snapshot`), and what it read in it; what recall_reads read for its recall under way.
+    _in_transaction: PerThread[bool] = PerThread(lambda: False)
+    read_view: PerThread[object | None] = PerThread(lambda: None)
+    _seen_in_view: PerThread[tuple[object | None, dict[Any, Any]]] = PerThread(lambda: (None, {}))
+    _recall_reads: PerThread[RecallReads | None] = PerThread(lambda: None)
+
+    @property
+    def conn(self) -> Connection:
+        """The calling thread's connection (see :mod:`.postgres_pool`)."""
+        return self.pool.current()
 
     def _once_in_view(self, key: Any, read: Callable[[], Any]) -> Any:
         """``read()``, asked once per read-only snapshot: inside one, the answer cannot change."""
@@ -693,7 +723,7 @@ class PostgresStorage(Storage):
         return {int(n) for (n,) in self.query("SELECT number FROM _migrations")}
 
     def close(self) -> None:
-        self.conn.close()
+        self.pool.close()
 
     def _granted(self) -> tuple[frozenset[str] | None, frozenset[str] | None]:
         """The namespaces the database lets this role read, and write (None: it does not confine it)."""
@@ -856,6 +886,7 @@ class PostgresStorage(Storage):
         if self.read_only:
             raise StorageError(f"{self.path} is open read-only — nothing was written")
         self._in_transaction = True
+        self._recall_reads = None  # what a recall read before this write may change
         try:
             with self.conn.transaction():
                 self._run("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
@@ -880,10 +911,30 @@ class PostgresStorage(Storage):
             self.conn.close_opened("COMMIT")
 
     def data_version(self) -> tuple[int, int]:
-        # The owner's writes, and every namespace's this role can see: each only grows.
-        found = self.query("SELECT coalesce((SELECT value::bigint FROM settings WHERE key = 'data.version'), 0)"
-                           " + coalesce((SELECT sum(value) FROM namespace_state WHERE key = 'data.version'), 0)")
-        return 0, int(found[0][0])
+        if self._recall_reads is not None:
+            return 0, self._recall_reads.version
+        return 0, int(self.query(f"SELECT {_DATA_VERSION}")[0][0])
+
+    @contextmanager
+    def recall_reads(self, namespaces: Sequence[str], words: Sequence[str]) -> Iterator[None]:
+        if self._recall_reads is not None or self.conn.in_transaction:
+            yield  # one recall inside another's block, or inside a transaction: asked as they come
+            return
+        found = self.query(
+            f"SELECT {_DATA_VERSION},"
+            " ARRAY(SELECT n FROM unnest(%s::text[]) n WHERE EXISTS"
+            f" (SELECT 1 FROM entries WHERE namespace = n AND source = '{DERIVED_SOURCE}')),"
+            " (SELECT json_agg(json_build_array(namespace, role)) FROM"
+            "  (SELECT DISTINCT namespace, role FROM entries WHERE namespace = ANY(%s) AND lower(role) = ANY(%s)) r)",
+            (list(namespaces), list(namespaces), list(words)))[0]
+        roles: dict[str, list[str]] = {namespace: [] for namespace in namespaces}
+        for namespace, role in found[2] or ():
+            roles[namespace].append(role)
+        self._recall_reads = RecallReads(int(found[0]), frozenset(found[1]), roles, tuple(words))
+        try:
+            yield
+        finally:
+            self._recall_reads = None
 
     @contextmanager
     def without_waiting(self) -> Iterator[None]:
@@ -1241,8 +1292,11 @@ class PostgresStorage(Storage):
                     self._reindex_turn_after(namespace, row.session, row.created_at, pk)
 
     def has_derived(self, namespace: str) -> bool:
+        asked = self._recall_reads
+        if asked is not None and namespace in asked.roles:
+            return namespace in asked.derived
         return bool(self._once_in_view(("has_derived", namespace), lambda: self.query(
-            "SELECT 1 FROM entries WHERE namespace = %s AND source = %s LIMIT 1", (namespace, DERIVED_SOURCE))))
+            f"SELECT 1 FROM entries WHERE namespace = %s AND source = '{DERIVED_SOURCE}' LIMIT 1", (namespace,))))
 
     def derived_from(self, pks: Sequence[int]) -> list[int]:
         if not pks:
@@ -1484,6 +1538,9 @@ class PostgresStorage(Storage):
             self._once_in_view("keyword rankings", list).append([pk for pk, _ in ranked])
 
     def roles_named(self, namespace: str, words: Sequence[str]) -> list[str]:
+        asked = self._recall_reads
+        if asked is not None and namespace in asked.roles and tuple(words) == asked.words:
+            return list(asked.roles[namespace])
         return [r[0] for r in self.query(
             "SELECT DISTINCT role FROM entries WHERE namespace = %s AND lower(role) = ANY(%s)", (namespace, list(words)))]
 
@@ -1506,30 +1563,47 @@ class PostgresStorage(Storage):
         # ``walked``. Joined to the entries in one scan, the planner chose to compare every vector:
         # the filters' columns keep no statistics (migration 0011), so it took them for selective
         # (220 ms at 20,000 entries against 25 ms for the graph). relaxed_order: the scan may give
-        # rows slightly out of order; the outer query sorts them. The first row counts the walk.
-        # Each one's later windows come along (recall reads them next), where the store keeps any.
-        windows = _WINDOWS.format("x") if self._has_passage_table() else "NULL::json"
+        # rows slightly out of order; the outer query sorts them. The first row says whether the walk
+        # found enough. Each one's later windows come along (recall reads them next), where the store
+        # keeps any.
+        passages = self._has_passage_table()
+        windows = _WINDOWS.format("x") if passages else "NULL::json"
         along = k if k <= ROWS_ALONG and self.read_view is not None else 0
         counters = [*self.keywords.counters, *self.derived_keywords.counters]
         search = (
-            "WITH nearest AS MATERIALIZED (SELECT pk, embedding <=> %s::halfvec AS distance FROM entry_vectors"
-            " ORDER BY embedding <=> %s::halfvec LIMIT %s),"
+            # Past the k nearest, only an entry with later windows can rise into the top k (by one of
+            # them): the ``extra`` are looked for only where the store keeps any windows. Without,
+            # the walk is read no further than the raw query's (10 rows, not 210).
+            "WITH extra AS (SELECT " + ("CASE WHEN EXISTS (SELECT 1 FROM entry_passages) THEN %s ELSE 0 END"
+                                        if passages else "0 * %s") + " AS n),"
+            # The distance is computed once a vector: ordered by its name, not by the expression
+            # again with its own parameter (which the server computed a second time: 41 ms against
+            # the raw query's 20 ms for the 20,000 vectors of a scan).
+            " nearest AS MATERIALIZED (SELECT pk, embedding <=> %s::halfvec AS distance FROM entry_vectors"
+            " ORDER BY distance LIMIT %s),"
             # Each candidate looked up by its pk (LIMIT 1 keeps it a lookup: as a join the
             # planner merged it with every entry, 45 ms at 20,000), its speaker read there.
-            " passing AS MATERIALIZED (SELECT n.pk, n.distance, ok.role, ok.session FROM nearest n"
+            " passing AS MATERIALIZED (SELECT n.pk, n.distance, ok.role, ok.session,"
+            " row_number() OVER (ORDER BY n.distance, n.pk) AS place FROM nearest n"
             f" CROSS JOIN LATERAL (SELECT e.role, e.session FROM entries e WHERE e.pk = n.pk AND {clause} LIMIT 1) ok"
-            " ORDER BY n.distance, n.pk LIMIT %s),"
+            " ORDER BY n.distance, n.pk LIMIT %s + (SELECT n FROM extra)),"
             # The nearest ``along`` read whole, apart: a condition on each row's place, put in a
             # LATERAL read, was checked after it (every candidate read, 17-32 ms at 200,000).
             f" shown AS MATERIALIZED (SELECT {_TEXT_PARTS}, {_COLUMNS_E} FROM"
             f" (SELECT pk FROM passing ORDER BY distance, pk LIMIT %s) s JOIN entries e ON e.pk = s.pk {_TURN_BEFORE})"
-            # How many the walk found; the keyword lanes' counts (the hits' coverage weighs them).
-            " SELECT x.pk, x.distance, x.role, x.session, (SELECT count(*) FROM nearest),"
+            # Whether enough passed the filters, or the walk saw every vector (counted only then: a
+            # count reads the walk to its end, 13 ms more at 200,000); the keyword lanes' counts
+            # (the hits' coverage weighs them).
+            " SELECT x.pk, x.distance, x.role, x.session,"
+            " CASE WHEN (SELECT count(*) FROM passing) >= %s + (SELECT n FROM extra) THEN true"
+            " ELSE (SELECT count(*) FROM nearest) < %s END,"
             " (SELECT ARRAY[" + ", ".join(["coalesce(sum(value) FILTER (WHERE key = %s), 0)"] * 4) + "]"
             " FROM namespace_state WHERE key = ANY(%s)),"
-            f" {windows}, r.*"
-            " FROM passing x LEFT JOIN shown r ON r.pk = x.pk ORDER BY x.distance, x.pk",
-            [query, query, walked, *params, wanted, along, *counters, counters])
+            " w.windows, r.*"
+            f" FROM passing x CROSS JOIN LATERAL (SELECT {windows} AS windows) w LEFT JOIN shown r ON r.pk = x.pk"
+            " WHERE x.place <= %s OR w.windows IS NOT NULL"
+            " ORDER BY x.distance, x.pk",
+            [extra, query, walked, *params, k, along, k, walked, *counters, counters, k])
         # The best k of each keyword ranking of this view (a hybrid recall's other candidates):
         # their cosines, windows and speakers, answered in the same round trip.
         ranked = list(dict.fromkeys(pk for ranking in self._once_in_view("keyword rankings", list)
@@ -1538,19 +1612,18 @@ class PostgresStorage(Storage):
             found, *beside = self.query_together(search, *([self._cosines_statement(query, ranked)] if ranked else []))
             if beside:
                 self._saw_cosines(query, beside[0])
-            if len(found) >= wanted or (found and found[0][4] < walked):
+            if found and found[0][4]:
                 self._once_in_view("speakers", dict).update((pk, (role, session)) for pk, _, role, session, *_ in found)
                 self._saw_passages((read[0], read[6]) for read in found)
                 self.saw_rows(read[7:] for read in found)
-                if found:
-                    self._saw_counts(found[0][5])
+                self._saw_counts(found[0][5])
             else:
                 # The filters left fewer than wanted of those: the graph is walked on under them.
                 found = self.query(
                     "WITH nearest AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
                     f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause}"
-                    " ORDER BY v.embedding <=> %s::halfvec LIMIT %s) SELECT pk, distance FROM nearest ORDER BY distance, pk",
-                    [query, *params, query, wanted])
+                    " ORDER BY distance LIMIT %s) SELECT pk, distance FROM nearest ORDER BY distance, pk",
+                    [query, *params, wanted])
         return [(int(pk), 1.0 - float(distance)) for pk, distance, *_ in found]
 
     def _saw_counts(self, counts: Sequence[Any]) -> None:
