@@ -37,7 +37,7 @@ from .errors import (
     StorageError,
 )
 from .filters import Selection, make_filters
-from .fusion import query_words
+from .fusion import role_words
 from .identities import Identities, IdentityKey, SealedIdentity, choose_key, key_file
 from .keyfiles import describe_key
 from .models import Entry, FileSizes, Hit, Remembered, SessionHit, SessionSummary, from_ms, now_ms
@@ -840,7 +840,7 @@ class MemoryStore:
         tags, any_tags = self.scope.tags(tags), self.scope.tags(any_tags)
         left_out = self.scope.filters({"exclude_sessions": exclude_sessions, "exclude_tags": exclude_tags,
                                        "metadata": metadata})
-        with self.storage.recall_reads(self.namespaces, query_words(query) if isinstance(query, str) else ()):
+        with self.storage.recall_reads(self.namespaces, role_words(query) if isinstance(query, str) else ()):
             hits = self._recall(
                 query, fetch, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
                 any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,
