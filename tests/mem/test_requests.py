@@ -6,7 +6,7 @@ often all a user says of themselves there; a later "any ideas for my evenings?" 
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -76,7 +76,7 @@ def test_questions_between_people_are_still_left_out() -> None:
 
 
 def test_recall_of_derived_entries_finds_the_session_a_request_was_made_in(tmp_path: Path) -> None:
-    start = datetime(2023, 5, 30, 20, 0, tzinfo=timezone.utc)
+    start = datetime(2023, 5, 30, 20, 0, tzinfo=UTC)
     sessions = {
         "evening": [("user", "Can you suggest some meditation apps that I can use to help me relax before bed?"),
                     ("assistant", "Here are a few: Headspace has sleep casts, Calm has stories read aloud, and"
