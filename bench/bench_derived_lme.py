@@ -148,17 +148,23 @@ def main() -> None:
     if args.json:
         json.dump({**result, "rows": rows}, sys.stdout, indent=1)
         print()
+        print(table(result), file=sys.stderr)  # for the reader of the log
         return
-    print(f"LongMemEval dev, {result['questions']} questions about the user, {turns:,} turns,"
-          f" {derived_count:,} derived entries ({result['mode']})\n")
-    print("| question type | n | derived top 5 holds the answer | MRR | from an evidence session |"
-          " … ranked by their own words alone | MRR | from an evidence session |"
-          " raw turns top 5 holds it | MRR | from an evidence session |")
-    print("|---|---:|" + "---:|" * 3 * len(LANES))
-    for kind, s in result["by_type"].items():
-        print(f"| {kind} | {s['n']} | " + " | ".join(
-            f"{s[f'{lane}_at_5']:.3f} | {s[f'{lane}_mrr']:.3f} | {s[f'{lane}_session']:.3f}" for lane in LANES) + " |")
+    print(table(result))
 
+
+def table(result: dict[str, Any]) -> str:
+    """The figures as a Markdown table, a row per question type (and per half)."""
+    lines = [f"LongMemEval dev, {result['questions']} questions about the user, {result['turns']:,} turns,"
+             f" {result['derived_entries']:,} derived entries ({result['mode']})\n",
+             "| question type | n | derived top 5 holds the answer | MRR | from an evidence session |"
+             " … ranked by their own words alone | MRR | from an evidence session |"
+             " raw turns top 5 holds it | MRR | from an evidence session |",
+             "|---|---:|" + "---:|" * 3 * len(LANES)]
+    for kind, s in result["by_type"].items():
+        lines.append(f"| {kind} | {s['n']} | " + " | ".join(
+            f"{s[f'{lane}_at_5']:.3f} | {s[f'{lane}_mrr']:.3f} | {s[f'{lane}_session']:.3f}" for lane in LANES) + " |")
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()
