@@ -5,6 +5,7 @@ Run from the repository root::
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_derived_lme.py             # keyword-only files (~2 min)
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_derived_lme.py --hybrid    # with the model (cached vectors)
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_derived_lme.py --half a    # one half of the questions
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_derived_lme.py --show single-session-preference  # read them
 
 ``--hybrid`` embeds with the built-in model (int8 MiniLM, as ``bench_recall.py`` does, so the turn
 vectors it cached are read back, not recomputed) and caches every vector it computes, the derived
@@ -37,6 +38,7 @@ value's rank).
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import hashlib
 import json
@@ -93,6 +95,8 @@ def main() -> None:
     parser.add_argument("--embedder", choices=["minilm-int8", "minilm"], default="minilm-int8",
                         help="the model for --hybrid (default: %(default)s, the built-in one)")
     parser.add_argument("--half", choices=HALVES, help="only the questions of this half")
+    parser.add_argument("--show", choices=TYPES, help="print, for each question of this type, what consolidation"
+                        " kept of the sessions the answer was said in and what ranks top 5 instead (stderr)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = parser.parse_args()
     with gzip.open(args.data / "longmemeval-dev" / "longmemeval_s_dev.json.gz", "rt", encoding="utf-8") as f:
@@ -123,6 +127,8 @@ def main() -> None:
             with own_words_only():
                 own = store.recall(r["question"], K, derived=True, session_prefix=prefix)
             plain = store.recall(r["question"], K, session_prefix=prefix)
+            if args.show == r["question_type"]:
+                show(store, r, evidence, derived, plain)
             rows.append({"type": r["question_type"], "half": half_of(r["question_id"]), "answer": r["answer"], "question": r["question"],
                          **{lane: first_answering([h.entry.content for h in hits], wanted)
                             for lane, hits in (("derived", derived), ("own", own), ("turns", plain))},
@@ -151,6 +157,24 @@ def main() -> None:
         print(table(result), file=sys.stderr)  # for the reader of the log
         return
     print(table(result))
+
+
+def show(store: MemoryStore, record: dict[str, Any], evidence: set[str], derived: list[Any], plain: list[Any]) -> None:
+    """What an agent would read: the derived entries of the evidence sessions, then both top 5s
+    (``*``: from an evidence session)."""
+    say = functools.partial(print, file=sys.stderr)
+    say(f"\n=== {record['question_id']} (half {half_of(record['question_id'])}): {record['question']}")
+    say(f"    answer: {str(record['answer'])[:300]}")
+    for session in sorted(evidence):
+        say(f"  kept of {session}:")
+        for entry in store.list(session=session, derived=True):
+            say(f"    [{entry.kind}] {entry.content[:300]}")
+    for lane, hits in (("derived top 5", derived), ("raw turns top 5", plain)):
+        say(f"  {lane}:")
+        for h in hits:
+            mark = "*" if h.entry.session in evidence else " "
+            say(f"   {mark} {h.score:.3f} [{h.entry.kind if h.entry.kind != 'turn' else h.entry.role}]"
+                f" {h.entry.content[:200]!r}")
 
 
 def table(result: dict[str, Any]) -> str:
