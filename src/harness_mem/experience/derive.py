@@ -6,7 +6,8 @@ returns
 * **segments** — the session cut where its subject changes (:mod:`.segments`), each written as a
   summary that reads on its own and is much shorter than its turns: its day, then what was said of
   substance (the facts first, then the statements worth most), in the third person with dates
-  resolved (:mod:`.statements`) — no questions, no small talk;
+  resolved (:mod:`.statements`) — no questions (what a user asked an assistant for is reported:
+  :mod:`.requests`), no small talk;
 * **facts** — the statements of a durable kind (:mod:`.facts`: where someone lives or works, diet,
   health, family, plans, preferences, a project's decisions and conventions …), else a turn's best
   event, from the people in the conversation (not an assistant's replies), each citing its turn
@@ -47,8 +48,8 @@ SUMMARY_MAX_WORDS = 400
 #: A first clause with this many content words says enough on its own (see :func:`condensed`).
 CLAUSE_WORDS = 3
 # An assistant's replies are advice and steps, not facts about anyone: they are kept in the segments …
-ASSISTANT_ROLE = "assistant"
-_NOT_FACT_SOURCES = frozenset({ASSISTANT_ROLE, "system", "tool"})
+_ASSISTANT_ROLE = "assistant"
+_NOT_FACT_SOURCES = frozenset({_ASSISTANT_ROLE, "system", "tool"})
 # … except what it states about the project it works on — a decision, a convention, the setup —
 # when it speaks for the team ("we switched to argon2id") or answers a question about it ("How do
 # deploys work here?" — "Deploys go out on Tuesdays …"); not the log of its own work ("The site is
@@ -227,9 +228,9 @@ def _requests(turn: SpokenTurn, people: Sequence[str],
               said: Sequence[tuple[Statement, str | None]]) -> list[tuple[Statement, str | None]]:
     """What a person asked an assistant for in this turn, reported (:mod:`.requests`): a summary's
     note of it. Questions between people, and an assistant's own, are not reported."""
-    if turn.role in _NOT_FACT_SOURCES or ASSISTANT_ROLE not in people:
+    if turn.role in _NOT_FACT_SOURCES or _ASSISTANT_ROLE not in people:
         return []
-    listener = display_name(ASSISTANT_ROLE)
+    listener = display_name(_ASSISTANT_ROLE)
     found = (request(s.said, turn_id=turn.id, speaker=s.speaker, listener=listener, said_on=turn.day) for s, _ in said)
     return [(r, None) for r in found if r is not None]
 
