@@ -4,6 +4,15 @@ Run from the repository root::
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_derived_lme.py             # keyword-only files (~2 min)
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_derived_lme.py --hybrid    # with the model (cached vectors)
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_derived_lme.py --half a    # one half of the questions
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_derived_lme.py --show single-session-preference  # read them
+
+``--hybrid`` embeds with the built-in model (int8 MiniLM, as ``bench_recall.py`` does, so the turn
+vectors it cached are read back, not recomputed) and caches every vector it computes, the derived
+entries' and their sentences' too, under ``--cache``: a second run embeds nothing new but what
+changed. Progress goes to stderr. The questions split in two halves by a hash of their id
+(``--half a`` / ``--half b``): a change is chosen on one and reported on the other and on all; a run
+over all prints both halves' rows.
 
 The questions of LongMemEval_S dev (read at run time from ``--data``, never copied) whose answer is
 something the user said about themselves: ``single-session-user``, ``single-session-preference`` and
@@ -29,7 +38,9 @@ value's rank).
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
+import hashlib
 import json
 import re
 import sys
@@ -52,6 +63,12 @@ LANES = ("derived", "own", "turns")
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TYPES = ("single-session-user", "single-session-preference", "knowledge-update")
 K = 5
+HALVES = ("a", "b")
+
+
+def half_of(question_id: str) -> str:
+    """Which half a question is in: fixed by its id, independent of the answers."""
+    return HALVES[hashlib.sha1(question_id.encode()).digest()[0] % 2]
 
 
 def answer_words(answer: str) -> list[str]:
@@ -75,11 +92,17 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the folder of longmemeval-dev")
     parser.add_argument("--hybrid", action="store_true", help="store vectors (all-MiniLM-L6-v2, cached) and recall hybrid")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="vector cache for --hybrid")
+    parser.add_argument("--embedder", choices=["minilm-int8", "minilm"], default="minilm-int8",
+                        help="the model for --hybrid (default: %(default)s, the built-in one)")
+    parser.add_argument("--half", choices=HALVES, help="only the questions of this half")
+    parser.add_argument("--show", choices=TYPES, help="print, for each question of this type, what consolidation"
+                        " kept of the sessions the answer was said in and what ranks top 5 instead (stderr)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = parser.parse_args()
     with gzip.open(args.data / "longmemeval-dev" / "longmemeval_s_dev.json.gz", "rt", encoding="utf-8") as f:
-        records = [r for r in json.load(f) if r["question_type"] in TYPES and not r["question_id"].endswith("_abs")]
-    embedder = CachedEmbedder(args.cache, threads=2) if args.hybrid else None
+        records = [r for r in json.load(f) if r["question_type"] in TYPES and not r["question_id"].endswith("_abs")
+                   and args.half in (None, half_of(r["question_id"]))]
+    embedder = CachedEmbedder(args.cache, threads=2, quantized=args.embedder == "minilm-int8") if args.hybrid else None
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-derived-lme-") as scratch, \
             MemoryStore(Path(scratch) / "lme.db", embedder=embedder, redactor=None) as store:  # type: ignore[arg-type]
@@ -92,7 +115,8 @@ def main() -> None:
         print(f"stored {len(items):,} turns of {len(records)} haystacks in {time.perf_counter() - started:.0f} s",
               file=sys.stderr)
         started = time.perf_counter()
-        report = consolidate(store)
+        report = consolidate(store, progress=lambda done, total, _: done % 200 == 0 and print(
+            f"  consolidated {done:,}/{total:,} sessions ({time.perf_counter() - started:.0f} s)", file=sys.stderr))
         print(f"consolidated in {time.perf_counter() - started:.0f} s: {report.summary()}", file=sys.stderr)
         turns = len(items)
         for r in records:
@@ -103,17 +127,24 @@ def main() -> None:
             with own_words_only():
                 own = store.recall(r["question"], K, derived=True, session_prefix=prefix)
             plain = store.recall(r["question"], K, session_prefix=prefix)
-            rows.append({"type": r["question_type"], "answer": r["answer"], "question": r["question"],
+            if args.show == r["question_type"]:
+                show(store, r, evidence, derived, plain)
+            rows.append({"type": r["question_type"], "half": half_of(r["question_id"]), "answer": r["answer"], "question": r["question"],
                          **{lane: first_answering([h.entry.content for h in hits], wanted)
                             for lane, hits in (("derived", derived), ("own", own), ("turns", plain))},
                          **{f"{lane}_session": any(h.entry.session in evidence for h in hits)
                             for lane, hits in (("derived", derived), ("own", own), ("turns", plain))},
                          "derived_top": [h.entry.content for h in derived[:1]]})
         derived_count = store.count(kind="fact", derived=True) + store.count(kind="summary", derived=True)
+    if embedder is not None:
+        embedder.flush()
+        print(f"embedded {embedder.embedded:,} texts not cached before in {embedder.seconds:.0f} s", file=sys.stderr)
     result: dict[str, Any] = {"questions": len(rows), "turns": turns, "derived_entries": derived_count,
                               "mode": "hybrid" if args.hybrid else "keyword", "by_type": {}}
-    for kind in (*TYPES, "all"):
-        picked = [row for row in rows if kind in ("all", row["type"])]
+    groups = {kind: [row for row in rows if kind in ("all", row["type"])] for kind in (*TYPES, "all")}
+    if args.half is None:
+        groups |= {f"all, half {half}": [row for row in rows if row["half"] == half] for half in HALVES}
+    for kind, picked in groups.items():
         result["by_type"][kind] = {
             "n": len(picked),
             **{f"{lane}_at_5": sum(row[lane] is not None for row in picked) / len(picked) for lane in LANES},
@@ -123,17 +154,41 @@ def main() -> None:
     if args.json:
         json.dump({**result, "rows": rows}, sys.stdout, indent=1)
         print()
+        print(table(result), file=sys.stderr)  # for the reader of the log
         return
-    print(f"LongMemEval dev, {result['questions']} questions about the user, {turns:,} turns,"
-          f" {derived_count:,} derived entries ({result['mode']})\n")
-    print("| question type | n | derived top 5 holds the answer | MRR | from an evidence session |"
-          " … ranked by their own words alone | MRR | from an evidence session |"
-          " raw turns top 5 holds it | MRR | from an evidence session |")
-    print("|---|---:|" + "---:|" * 3 * len(LANES))
-    for kind, s in result["by_type"].items():
-        print(f"| {kind} | {s['n']} | " + " | ".join(
-            f"{s[f'{lane}_at_5']:.3f} | {s[f'{lane}_mrr']:.3f} | {s[f'{lane}_session']:.3f}" for lane in LANES) + " |")
+    print(table(result))
 
+
+def show(store: MemoryStore, record: dict[str, Any], evidence: set[str], derived: list[Any], plain: list[Any]) -> None:
+    """What an agent would read: the derived entries of the evidence sessions, then both top 5s
+    (``*``: from an evidence session)."""
+    say = functools.partial(print, file=sys.stderr)
+    say(f"\n=== {record['question_id']} (half {half_of(record['question_id'])}): {record['question']}")
+    say(f"    answer: {str(record['answer'])[:300]}")
+    for session in sorted(evidence):
+        say(f"  kept of {session}:")
+        for entry in store.list(session=session, derived=True):
+            say(f"    [{entry.kind}] {entry.content[:300]}")
+    for lane, hits in (("derived top 5", derived), ("raw turns top 5", plain)):
+        say(f"  {lane}:")
+        for h in hits:
+            mark = "*" if h.entry.session in evidence else " "
+            say(f"   {mark} {h.score:.3f} [{h.entry.kind if h.entry.kind != 'turn' else h.entry.role}]"
+                f" {h.entry.content[:200]!r}")
+
+
+def table(result: dict[str, Any]) -> str:
+    """The figures as a Markdown table, a row per question type (and per half)."""
+    lines = [f"LongMemEval dev, {result['questions']} questions about the user, {result['turns']:,} turns,"
+             f" {result['derived_entries']:,} derived entries ({result['mode']})\n",
+             "| question type | n | derived top 5 holds the answer | MRR | from an evidence session |"
+             " … ranked by their own words alone | MRR | from an evidence session |"
+             " raw turns top 5 holds it | MRR | from an evidence session |",
+             "|---|---:|" + "---:|" * 3 * len(LANES)]
+    for kind, s in result["by_type"].items():
+        lines.append(f"| {kind} | {s['n']} | " + " | ".join(
+            f"{s[f'{lane}_at_5']:.3f} | {s[f'{lane}_mrr']:.3f} | {s[f'{lane}_session']:.3f}" for lane in LANES) + " |")
+    return "\n".join(lines)
 
 if __name__ == "__main__":
     main()

@@ -35,6 +35,7 @@ so fusion recipes can be compared offline on exactly what the store fuses (bench
 from __future__ import annotations
 
 import argparse
+import atexit
 import gzip
 import hashlib
 import json
@@ -93,6 +94,9 @@ class CachedEmbedder:
             vectors = np.load(keys_file.with_name(keys_file.name.replace("keys-", "vectors-")))
             self.rows.update(zip((bytes(k) for k in keys), vectors, strict=True))
         self.pending: dict[bytes, npt.NDArray[np.float32]] = {}
+        # Written 1,024 at a time and at exit: a consolidation embeds a few texts per session, and a
+        # file pair per call would leave thousands for the next run to read.
+        atexit.register(self.flush)
         self.embedded, self.seconds = 0, 0.0
 
     def passages(self, text: str) -> list[tuple[int, int]]:
@@ -126,7 +130,6 @@ class CachedEmbedder:
                     self.flush()
             self.embedded += len(todo)
             self.seconds += time.perf_counter() - started
-            self.flush()
         if not keys:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([self.rows[k] for k in keys]).astype(np.float32)

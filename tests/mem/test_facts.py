@@ -61,6 +61,11 @@ def test_a_durable_statement_is_a_fact_however_short(said: str, kind: str) -> No
         "Check out my painting for the art show!",    # a request of the moment
         "Creating a family for those kids is so lovely.",   # a gerund subject: said of no one
         "Bob lives in Oslo.",                     # the listener, named: said about them, not by them
+        "I'll definitely take those tips into consideration.",   # what one makes of the advice just given
+        "I love these ideas!",
+        "As for activities, I'm open to suggestions.",
+        "I like the suggested schedule.",
+        "That's a great idea, especially since I work remotely.",
     ],
 )
 def test_questions_hypotheticals_figures_reactions_and_talk_about_the_listener_are_not(said: str) -> None:

@@ -6,7 +6,8 @@ returns
 * **segments** — the session cut where its subject changes (:mod:`.segments`), each written as a
   summary that reads on its own and is much shorter than its turns: its day, then what was said of
   substance (the facts first, then the statements worth most), in the third person with dates
-  resolved (:mod:`.statements`) — no questions, no small talk;
+  resolved (:mod:`.statements`) — no questions (what a user asked an assistant for is reported:
+  :mod:`.requests`), no small talk;
 * **facts** — the statements of a durable kind (:mod:`.facts`: where someone lives or works, diet,
   health, family, plans, preferences, a project's decisions and conventions …), else a turn's best
   event, from the people in the conversation (not an assistant's replies), each citing its turn
@@ -27,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .facts import chatter, correction, fact_about, fact_kind, open_thread, revises
+from .requests import request
 from .segments import segment
 from .statements import Statement, as_the_team, content_words, display_name, sentences, statements
 from .timephrases import format_day
@@ -46,7 +48,8 @@ SUMMARY_MAX_WORDS = 400
 #: A first clause with this many content words says enough on its own (see :func:`condensed`).
 CLAUSE_WORDS = 3
 # An assistant's replies are advice and steps, not facts about anyone: they are kept in the segments …
-_NOT_FACT_SOURCES = frozenset({"assistant", "system", "tool"})
+_ASSISTANT_ROLE = "assistant"
+_NOT_FACT_SOURCES = frozenset({_ASSISTANT_ROLE, "system", "tool"})
 # … except what it states about the project it works on — a decision, a convention, the setup —
 # when it speaks for the team ("we switched to argon2id") or answers a question about it ("How do
 # deploys work here?" — "Deploys go out on Tuesdays …"); not the log of its own work ("The site is
@@ -204,10 +207,11 @@ def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None 
     asked = [i > 0 and turns[i - 1].role != turn.role and _asks(turns[i - 1].content) for i, turn in enumerate(turns)]
     said = [[_for_the_team(s, _kind(turn.role, s, people, answers=asked[i]), turn.day) for s in _statements(turn, people)]
             for i, turn in enumerate(turns)]
+    asked_for = [_requests(turn, people, said[i]) for i, turn in enumerate(turns)]
     segments = []
     parts = segment([t.content for t in turns], vectors)
     for part in parts:
-        kept = [pair for i in part for pair in said[i] if _of_substance(*pair)]
+        kept = [pair for i in part for pair in (*(p for p in said[i] if _of_substance(*p)), *asked_for[i])]
         if not kept:
             continue  # greetings and questions only: nothing to keep
         segments.append(DerivedSegment(_account([turns[i] for i in part], kept), tuple(turns[i].id for i in part)))
@@ -218,6 +222,17 @@ def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None 
         sources = (turns[i - 1].id, turns[i].id) if asked[i] else (turns[i].id,)
         facts += _facts(found, sources, personal=turns[i].role not in _NOT_FACT_SOURCES)
     return Derivation(segments, facts, parts)
+
+
+def _requests(turn: SpokenTurn, people: Sequence[str],
+              said: Sequence[tuple[Statement, str | None]]) -> list[tuple[Statement, str | None]]:
+    """What a person asked an assistant for in this turn, reported (:mod:`.requests`): a summary's
+    note of it. Questions between people, and an assistant's own, are not reported."""
+    if turn.role in _NOT_FACT_SOURCES or _ASSISTANT_ROLE not in people:
+        return []
+    listener = display_name(_ASSISTANT_ROLE)
+    found = (request(s.said, turn_id=turn.id, speaker=s.speaker, listener=listener, said_on=turn.day) for s, _ in said)
+    return [(r, None) for r in found if r is not None]
 
 
 def _for_the_team(statement: Statement, kind: str | None, day: date | None) -> tuple[Statement, str | None]:

@@ -93,6 +93,20 @@ _LETS_FOR_NOW = re.compile(
     re.IGNORECASE,
 )
 
+# What someone makes of the advice they were just given ("I'll definitely try those tips", "I love
+# these ideas!", "I'm open to other suggestions", "That's a great idea"): the conversation's business.
+# Kept as facts, these say nothing of the speaker and share every word of the next "any tips?" or
+# "can you suggest …": they outrank what was said of substance. "I like the idea of a hat" is a
+# preference (the idea *of* something), and "I'm looking for some ideas" a request.
+_ABOUT_THE_ADVICE = re.compile(
+    r"\b(?:those|these|your|the|that|this|other|more|any|such|all the) (?:\w+ )?(?:tips|suggestions?|ideas|"
+    r"recommendations?|advice|pointers|options|steps|resources)\b(?! (?:of|for|on|about)\b)|"
+    r"\bopen to (?:\w+ )?(?:suggestions|ideas|recommendations|advice)\b|"
+    r"\b(?:the|your|those|these|that) (?:suggested|recommended|proposed) \w+|"
+    r"^(?:that|this|it)(?:'s| is| was| sounds| seems) (?:\w+ )?(?:a )?(?:\w+ )?(?:idea|suggestion|tip|plan|option)\b",
+    re.IGNORECASE,
+)
+
 # The kinds of durable statement, each a pattern over the sentence as said; the first that matches
 # names the kind. The personal ones need the speaker (or a named person) as their subject.
 _PERSONAL: list[tuple[str, str]] = [
@@ -197,8 +211,9 @@ _HOW_OFTEN = frozenset("always never usually often sometimes rarely really just 
 
 
 def chatter(s: str, listener: str | None) -> bool:
-    """True for a question, a hypothetical or wish, a figure of speech, a reaction, or what is said
-    to or about the listener: part of a conversation, never what a note of it keeps."""
+    """True for a question, a hypothetical or wish, a figure of speech, a reaction (to the advice
+    just given too), or what is said to or about the listener: part of a conversation, never what a
+    note of it keeps."""
     s = normalised(s)
     if s.rstrip().endswith("?") or _QUESTION_START.match(s):
         return True
@@ -210,7 +225,7 @@ def chatter(s: str, listener: str | None) -> bool:
         return True
     if _TASK.match(s) and not _FROM_NOW_ON.search(s):
         return True
-    return bool(_NEVER.match(s) or _LETS_FOR_NOW.search(s) or _REQUEST.match(s))
+    return bool(_NEVER.match(s) or _LETS_FOR_NOW.search(s) or _REQUEST.match(s) or _ABOUT_THE_ADVICE.search(s))
 
 
 # Something left for later: a reminder, a to-do, a next step, what still has to happen, what someone

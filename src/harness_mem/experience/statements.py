@@ -19,7 +19,8 @@ from datetime import date
 
 from .timephrases import resolve_dates
 
-__all__ = ["MAX_STATEMENT_CHARS", "Statement", "display_name", "normalised", "statements", "subjectless", "worth"]
+__all__ = ["MAX_STATEMENT_CHARS", "Statement", "display_name", "normalised", "rewrite", "statements", "subjectless",
+           "worth"]
 
 #: A sentence longer than this is not a statement: a pasted log, a file or a run-on stream of text
 #: has no one thing to say, and rewritten as a "fact" it would be as long as the turn.
