@@ -141,6 +141,14 @@ def test_a_hybrid_recall_reads_each_candidates_vector_and_windows_once(store: Me
     assert not [sql for sql, _ in sent.statements if sql.startswith("SELECT pk, role, session")]
 
 
+def test_a_question_naming_a_speaker_by_its_pronouns_costs_no_round_trip_more(store: MemoryStore) -> None:
+    store.recall("warm up the connection", mode="hybrid")
+    sent = Sent(store)
+    hits = store.recall("when did I go camping by the lake", k=5, mode="hybrid", explain=True)
+    assert sent.trips == 4, [s for s, _ in sent.statements]  # the user's role read with the rest
+    assert hits[0].entry.role == "user" and hits[0].components["speaker"]["score"] > 0  # type: ignore[index]
+
+
 @pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
 def test_a_recall_leaves_no_transaction_open(store: MemoryStore, mode: str) -> None:
     # Its snapshot's COMMIT is sent without waiting for the answer: read before the next statement,
