@@ -153,3 +153,18 @@ def test_a_file_made_with_the_dynamic_int8_model_reopens_with_it(tmp_path: Path)
     with MemoryStore(tmp_path / "new.db", embedder="auto") as store:
         store.add("a new file")
         assert store.embedder is not None and store.embedder.name == "all-MiniLM-L6-v2-int8s"
+
+
+def test_a_forward_pass_is_not_padded_past_its_word_piece_budget() -> None:
+    # A call of mixed lengths used to go as one pass padded to its longest text: a consolidation's
+    # calls of a few dozen segments ran 4.9 times slower so. Sorted, a pass now ends at PASS_TOKENS.
+    model = MiniLMEmbedder(runtime="onnx")
+    model.embed(["makes the export if it is missing"])
+    encoder = light.OnnxEncoder(light.export_path(model.fingerprint), model.model_path)
+    texts = [("word " * n).strip() for n in (1, 300, 12, 40, 7, 150, 3, 90, 25, 60) * 3]
+    seen: list[int] = []
+    for chosen, ids, mask in encoder.batches(texts, 64):
+        assert len(chosen) == 1 or ids.size <= light.PASS_TOKENS, (len(chosen), ids.shape)
+        assert ids.shape == mask.shape and int(mask.sum()) == sum(min(len(t.split()), 254) + 2 for t in (texts[i] for i in chosen))
+        seen.extend(int(i) for i in chosen)
+    assert sorted(seen) == list(range(len(texts)))

@@ -228,7 +228,7 @@ class OnnxEncoder:
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> npt.NDArray[np.float32]:
         out = np.empty((len(texts), 0), dtype=np.float32)
-        for chosen, ids, mask in self._batches(texts, batch_size):
+        for chosen, ids, mask in self.batches(texts, batch_size):
             vectors = self.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0]
             if out.shape[1] == 0:
                 out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
@@ -238,14 +238,14 @@ class OnnxEncoder:
     def token_vectors(self, texts: Sequence[str], batch_size: int = 64) -> list[npt.NDArray[np.float32]]:
         """Each text's word pieces as unit vectors (one row each), its two markers left out."""
         out: list[npt.NDArray[np.float32]] = [np.zeros((0, 0), dtype=np.float32)] * len(texts)
-        for chosen, ids, mask in self._batches(texts, batch_size):
+        for chosen, ids, mask in self.batches(texts, batch_size):
             states = self.session.run(["tokens"], {"input_ids": ids, "attention_mask": mask})[0]
             for row, i in enumerate(chosen):
                 n = int(mask[row].sum())
                 out[i] = np.ascontiguousarray(states[row, 1:n - 1], dtype=np.float32)  # [CLS] … [SEP]
         return out
 
-    def _batches(self, texts: Sequence[str], batch_size: int) -> Iterator[tuple[npt.NDArray[np.intp], npt.NDArray[np.int64],
+    def batches(self, texts: Sequence[str], batch_size: int) -> Iterator[tuple[npt.NDArray[np.intp], npt.NDArray[np.int64],
                                                                            npt.NDArray[np.int64]]]:
         """(positions in ``texts``, input ids, attention mask) per batch, the texts sorted by length.
 
