@@ -1029,7 +1029,7 @@ def reindex(ctx: click.Context, quiet: bool, keyword_only: bool) -> None:
     \b
     Example:
         harness-mem reindex
-        harness-mem --embedder minilm-int8s reindex
+        harness-mem --embedder minilm-int8 reindex
     """
     with open_store(ctx) as store:
         missing = 0 if keyword_only else store.count_missing_vectors()

@@ -281,14 +281,15 @@ def default_embedder_available() -> bool:
     return importlib.util.find_spec("sentence_transformers") is not None or runtime_available()
 
 
-#: The int8 recipe a new file gets (:mod:`.int8`): static, whose vectors do not depend on their
-#: batch mates, so it embeds in batches.
-DEFAULT_QUANTIZATION: Quantization = "static"
+#: The int8 recipe a new file gets (:mod:`.int8`). Still the dynamic one: the static recipe embeds
+#: in batches, but measured no faster end to end (docs/measured.md, "Embedding against the runtime's
+#: own speed"), so ``minilm-int8s`` is a model to choose by name.
+DEFAULT_QUANTIZATION: Quantization = "dynamic"
 
 
 def default_embedder() -> MiniLMEmbedder | None:
     """The built-in embedder, or None when its packages are not installed: all-MiniLM-L6-v2's int8
-    model of :data:`DEFAULT_QUANTIZATION` (it ties the float model on recall and embeds in batches)
+    model of :data:`DEFAULT_QUANTIZATION` (it ties the float model on recall and embeds faster)
     where the light runtime runs and that model is cached or can be made, else the float model
     (which falls back to sentence-transformers). A file keeps the model it was made with
     (:data:`RECORDED_NAMES`)."""
