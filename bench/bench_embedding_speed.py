@@ -4,10 +4,10 @@
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_embedding_speed.py --rounds 5 --short 1000 --long 200
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_embedding_speed.py --big 50000     # + the 50,000-turn import
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_embedding_speed.py --json
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_embedding_speed.py --model minilm-int8   # the dynamic int8 model
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_embedding_speed.py --model minilm-int8s --against-shipped 5000
 
 **Raw**: an onnxruntime ``InferenceSession`` on the light runtime's int8 model (``--model``: the
-static ``minilm-int8s`` by default, or ``minilm-int8``), fed by the same
+dynamic ``minilm-int8`` by default, or the static ``minilm-int8s``), fed by the same
 tokenizer (truncated to the model's 256 word pieces) and asked for the pooled output only: no store,
 no redaction, no passages. A grid first, on a sample (128 short texts, 16 long ones): batch sizes 1/8/16/32/64/128, one or two
 intra-op threads (two with and without onnxruntime's spin-waiting), length-sorted batches or not.
@@ -283,6 +283,21 @@ def big_import(scratch: Path, n: int) -> dict[str, float]:
     return out
 
 
+def against_shipped(scratch: Path, n: int, rounds: int) -> dict[str, list[float]]:
+    """Turns/s importing ``n`` short turns end to end with the benchmarked model and with the shipped
+    one, taking turns round by round."""
+    rng = random.Random(51)
+    lines = turn_lines([words(rng, 10, 20) for _ in range(n)], "ab")
+    out: dict[str, list[float]] = {}
+    for i in range(rounds):
+        for name in dict.fromkeys((MODEL, "minilm-int8")):
+            print(f"importing {n:,} turns with {name}, round {i + 1}, load {load()}", file=sys.stderr, flush=True)
+            with MemoryStore(scratch / f"ab-{name}-{i}.db", embedder=named_embedder(name)) as store:
+                store.embedder.embed(["warm up"])  # type: ignore[union-attr]
+                out.setdefault(f"{name} turns/s", []).append(n / timed(lambda store=store: import_jsonl(store, lines)))  # type: ignore[misc]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--short", type=int, default=600, help="short turns (~15 words)")
@@ -292,7 +307,9 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=0, help="also import this many turns end to end")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--model", choices=["minilm-int8s", "minilm-int8"], default="minilm-int8s")
+    parser.add_argument("--model", choices=["minilm-int8", "minilm-int8s"], default="minilm-int8")
+    parser.add_argument("--against-shipped", type=int, default=0, metavar="N",
+                        help="also import N short turns end to end with --model and with minilm-int8, interleaved")
     args = parser.parse_args()
     global MODEL
     MODEL = args.model
@@ -323,6 +340,8 @@ def main() -> None:
             for name, entry in measured.items()}
         if args.big:
             result["big import"] = big_import(scratch, args.big)
+        if args.against_shipped:
+            result["against shipped"] = against_shipped(scratch, args.against_shipped, args.rounds)
     result["load_after"] = load()
     result["best"] = {kind: str(c) for kind, c in best.items()}
     result["best batch 1"] = {kind: str(c) for kind, c in best_single.items()}
@@ -341,6 +360,9 @@ def main() -> None:
         for key in ("keyword-only turns/s", "turns/s with vectors", "turns/s keyword-only"):
             if key in entry:
                 print(f"    {key}: {entry[key]:,.1f}")
+    if "against shipped" in result:
+        print(f"\nimport of {args.against_shipped:,} short turns, interleaved:",
+              "; ".join(f"{k} {[round(v, 1) for v in vs]}" for k, vs in result["against shipped"].items()))
     if "big import" in result:
         print("\n50,000-turn import:" if args.big == 50000 else f"\n{args.big:,}-turn import:",
               ", ".join(f"{k} {v:,.1f}" for k, v in result["big import"].items()))
