@@ -4,8 +4,10 @@
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_embedding_speed.py --rounds 5 --short 1000 --long 200
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_embedding_speed.py --big 50000     # + the 50,000-turn import
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_embedding_speed.py --json
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_embedding_speed.py --model minilm-int8s --against-shipped 5000
 
-**Raw**: an onnxruntime ``InferenceSession`` on the light runtime's int8 export, fed by the same
+**Raw**: an onnxruntime ``InferenceSession`` on the light runtime's int8 model (``--model``: the
+dynamic ``minilm-int8`` by default, or the static ``minilm-int8s``), fed by the same
 tokenizer (truncated to the model's 256 word pieces) and asked for the pooled output only: no store,
 no redaction, no passages. A grid first, on a sample (128 short texts, 16 long ones): batch sizes 1/8/16/32/64/128, one or two
 intra-op threads (two with and without onnxruntime's spin-waiting), length-sorted batches or not.
@@ -14,9 +16,9 @@ intra-op threads (two with and without onnxruntime's spin-waiting), length-sorte
 configurations on exactly the texts that path gave the model (recorded by a wrapper around the
 store's embedder), so a ratio compares like with like on a machine whose load moves:
 
-- ``embed``: ``MiniLMEmbedder(quantized=True).embed`` alone;
+- ``embed``: the model's ``MiniLMEmbedder.embed`` alone;
 - ``import``: :func:`harness_mem.jsonl.import_jsonl` into a new file, with vectors and keyword-only;
-- ``reindex``: ``--embedder minilm-int8 reindex`` of a keyword-only copy of that file;
+- ``reindex``: ``--embedder <model> reindex`` of a keyword-only copy of that file;
 - ``consolidate``: :func:`harness_mem.experience.consolidate` on LoCoMo-replayed sessions (see
   ``bench_consolidate.py``), with vectors and keyword-only (turns/s end to end); its embedding rate
   is the texts it embedded (segments, facts, and a summary's sentences as passages) over the time
@@ -24,9 +26,11 @@ store's embedder), so a ratio compares like with like on a machine whose load mo
 
 Short texts are ~15-word chat turns, long ones ~200-word replies. Each ratio is a path's texts/s over
 the raw session's on the same texts; ``raw best`` is the fastest configuration of the grid, ``raw
-batch 1`` the fastest that embeds one text per pass, which is what the int8 model must do to keep a
-vector a function of its text alone (dynamic quantisation scales a batch by its whole range: see
-``MiniLMEmbedder._light``). The load average is printed with every round.
+batch 1`` the fastest that embeds one text per pass, which is what the dynamic int8 model must do to
+keep a vector a function of its text alone (it scales a batch by its whole range: see
+:mod:`harness_mem.providers.int8`), and ``shipped b1`` the dynamic model's raw session one text a pass
+on the same texts (what a batched model must beat to be worth shipping). The load average is printed
+with every round.
 """
 
 from __future__ import annotations
@@ -55,9 +59,10 @@ from harness_mem import MemoryStore  # noqa: E402
 from harness_mem.experience import consolidate  # noqa: E402
 from harness_mem.jsonl import import_jsonl  # noqa: E402
 from harness_mem.providers import light  # noqa: E402
-from harness_mem.providers.embeddings import MiniLMEmbedder  # noqa: E402
+from harness_mem.providers.embeddings import MiniLMEmbedder, named_embedder  # noqa: E402
 
 BATCH_SIZES = (1, 8, 16, 32, 64, 128)
+MODEL = "minilm-int8s"
 
 
 @dataclass(frozen=True)
@@ -78,13 +83,13 @@ class Config:
 class RawSession:
     """The int8 export on bare onnxruntime, tokenised as the light runtime tokenises."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
         import onnxruntime  # type: ignore[import-untyped]
         from tokenizers import Tokenizer
 
-        model = MiniLMEmbedder(quantized=True)
+        model = named_embedder(name)
         model.embed(["warm up"])  # makes the export when it is missing
-        self.file = light.export_path(model.fingerprint.split(":int8")[0], quantized=True)
+        self.file = light.export_path(model.fingerprint.rsplit(":", 1)[0], model.recipe)
         self.tokenizer = Tokenizer.from_file(str(model.model_path / "tokenizer.json"))
         self.tokenizer.enable_truncation(256)
         self.tokenizer.no_padding()
@@ -121,11 +126,11 @@ class RawSession:
 
 
 class Recording(MiniLMEmbedder):
-    """The int8 embedder, keeping every text it is given (what the path asked the model for) and
-    the time it spent on them."""
+    """The benchmarked int8 embedder, keeping every text it is given (what the path asked the model
+    for) and the time it spent on them."""
 
     def __init__(self) -> None:
-        super().__init__(quantized=True)
+        super().__init__(quantization=named_embedder(MODEL).recipe.kind)  # type: ignore[union-attr]
         self.texts: list[str] = []
         self.seconds = 0.0
 
@@ -232,16 +237,18 @@ class Paths:
         return seconds, model.texts if model is not None else [], model.seconds if model is not None else 0.0
 
 
-def rounds(raw: RawSession, paths: Paths, best: dict[str, Config], best_single: dict[str, Config],
-           n: int) -> dict[str, dict[str, list[float]]]:
+def rounds(raw: RawSession, shipped: RawSession, paths: Paths, best: dict[str, Config],
+           best_single: dict[str, Config], n: int) -> dict[str, dict[str, list[float]]]:
     """Per path: its texts/s, and the raw session's on the same texts (best and batch-1 configurations)."""
     found: dict[str, dict[str, list[float]]] = {}
 
     def note(path: str, seconds: float, texts: list[str], kind: str) -> None:
-        entry = found.setdefault(path, {"path": [], "raw best": [], "raw batch 1": [], "texts": []})
+        entry = found.setdefault(path, {"path": [], "raw best": [], "raw batch 1": [], "shipped b1": [],
+                                        "texts": []})
         entry["path"].append(len(texts) / seconds)
         entry["raw best"].append(len(texts) / raw.seconds(texts, best[kind]))
         entry["raw batch 1"].append(len(texts) / raw.seconds(texts, best_single[kind]))
+        entry["shipped b1"].append(len(texts) / shipped.seconds(texts, best_single[kind]))
         entry["texts"].append(len(texts))
 
     for i in range(n):
@@ -267,12 +274,27 @@ def big_import(scratch: Path, n: int) -> dict[str, float]:
     rng = random.Random(50)
     lines = turn_lines([words(rng, 10, 20) for _ in range(n)], "big")
     out: dict[str, float] = {}
-    for label, embedder in (("keyword-only", None), ("with vectors", MiniLMEmbedder(quantized=True))):
+    for label, embedder in (("keyword-only", None), ("with vectors", named_embedder(MODEL))):
         target = scratch / f"big-{label}.db"
         print(f"importing {n:,} turns {label}, load {load()}", file=sys.stderr, flush=True)
         with MemoryStore(target, embedder=embedder) as store:
             out[f"{label} turns/s"] = n / timed(lambda store=store: import_jsonl(store, lines))  # type: ignore[misc]
     out["load after"] = float(load())
+    return out
+
+
+def against_shipped(scratch: Path, n: int, rounds: int) -> dict[str, list[float]]:
+    """Turns/s importing ``n`` short turns end to end with the benchmarked model and with the shipped
+    one, taking turns round by round."""
+    rng = random.Random(51)
+    lines = turn_lines([words(rng, 10, 20) for _ in range(n)], "ab")
+    out: dict[str, list[float]] = {}
+    for i in range(rounds):
+        for name in dict.fromkeys((MODEL, "minilm-int8")):
+            print(f"importing {n:,} turns with {name}, round {i + 1}, load {load()}", file=sys.stderr, flush=True)
+            with MemoryStore(scratch / f"ab-{name}-{i}.db", embedder=named_embedder(name)) as store:
+                store.embedder.embed(["warm up"])  # type: ignore[union-attr]
+                out.setdefault(f"{name} turns/s", []).append(n / timed(lambda store=store: import_jsonl(store, lines)))  # type: ignore[misc]
     return out
 
 
@@ -285,12 +307,17 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=0, help="also import this many turns end to end")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--model", choices=["minilm-int8", "minilm-int8s"], default="minilm-int8")
+    parser.add_argument("--against-shipped", type=int, default=0, metavar="N",
+                        help="also import N short turns end to end with --model and with minilm-int8, interleaved")
     args = parser.parse_args()
+    global MODEL
+    MODEL = args.model
 
     rng = random.Random(37)
     texts = {"short": [words(rng, 10, 20) for _ in range(args.short)],
              "long": [words(rng, 150, 250) for _ in range(args.long)]}
-    raw = RawSession()
+    raw, shipped = RawSession(args.model), RawSession("minilm-int8")
     result: dict[str, Any] = {"load_before": load()}
     grids = {}
     for kind, sample in texts.items():
@@ -304,7 +331,7 @@ def main() -> None:
         scratch = Path(folder)
         print(f"preparing the stores, load {load()}", file=sys.stderr, flush=True)
         paths = Paths(scratch, texts["short"], texts["long"], synthetic_lines(args.data, args.sessions))
-        measured = rounds(raw, paths, best, best_single, args.rounds)
+        measured = rounds(raw, shipped, paths, best, best_single, args.rounds)
         result["paths"] = {
             name: {key: round(statistics.median(values), 1) for key, values in entry.items()}
             | {"ratio to raw best": [round(p / r, 2) for p, r in zip(entry["path"], entry["raw best"], strict=True)],
@@ -313,6 +340,8 @@ def main() -> None:
             for name, entry in measured.items()}
         if args.big:
             result["big import"] = big_import(scratch, args.big)
+        if args.against_shipped:
+            result["against shipped"] = against_shipped(scratch, args.against_shipped, args.rounds)
     result["load_after"] = load()
     result["best"] = {kind: str(c) for kind, c in best.items()}
     result["best batch 1"] = {kind: str(c) for kind, c in best_single.items()}
@@ -324,13 +353,16 @@ def main() -> None:
         for config, rate in g.items():
             print(f"  {rate:8.1f}  {config}")
     print(f"\nload {result['load_before']} before, {result['load_after']} after; ratios per round")
-    print(f"{'path':34} {'texts/s':>8} {'raw best':>9} {'raw b1':>8}  ratio (best)        ratio (batch 1)")
+    print(f"{'path':34} {'texts/s':>8} {'raw best':>9} {'raw b1':>8} {'shipped b1':>10}  ratio (best)        ratio (batch 1)")
     for name, entry in result["paths"].items():
-        print(f"{name:34} {entry['path']:8.1f} {entry['raw best']:9.1f} {entry['raw batch 1']:8.1f}"
+        print(f"{name:34} {entry['path']:8.1f} {entry['raw best']:9.1f} {entry['raw batch 1']:8.1f} {entry['shipped b1']:10.1f}"
               f"  {str(entry['ratio to raw best']):18}  {entry['ratio to raw batch 1']}")
         for key in ("keyword-only turns/s", "turns/s with vectors", "turns/s keyword-only"):
             if key in entry:
                 print(f"    {key}: {entry[key]:,.1f}")
+    if "against shipped" in result:
+        print(f"\nimport of {args.against_shipped:,} short turns, interleaved:",
+              "; ".join(f"{k} {[round(v, 1) for v in vs]}" for k, vs in result["against shipped"].items()))
     if "big import" in result:
         print("\n50,000-turn import:" if args.big == 50000 else f"\n{args.big:,}-turn import:",
               ", ".join(f"{k} {v:,.1f}" for k, v in result["big import"].items()))

@@ -58,7 +58,7 @@ from harness_mem.db import driver
 from harness_mem.jsonl import import_jsonl
 from harness_mem.models import has_visible_text
 from harness_mem.passages import embedding_text
-from harness_mem.providers.embeddings import MiniLMEmbedder
+from harness_mem.providers.embeddings import FLAG_NAMES, MiniLMEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
@@ -82,8 +82,9 @@ class CachedEmbedder:
     before, in any run, are read from the cache instead.
     """
 
-    def __init__(self, cache: Path, threads: int, *, quantized: bool = False) -> None:
-        self.model = MiniLMEmbedder(threads=threads, batch_size=16, quantized=quantized)
+    def __init__(self, cache: Path, threads: int, name: str = "minilm") -> None:
+        quantization = {flag: recipe for recipe, flag in FLAG_NAMES.items()}[name]
+        self.model = MiniLMEmbedder(threads=threads, batch_size=16, quantization=quantization)
         self.name, self.dim = self.model.name, self.model.dim
         self.fingerprint = self.model.fingerprint
         self.folder = cache / f"minilm-{hashlib.sha1(self.fingerprint.encode()).hexdigest()[:12]}"  # the int8 model has its own
@@ -491,7 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the folder of locomo-dev and longmemeval-dev")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="vector cache (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=2, help="embedding threads (default: 2)")
-    parser.add_argument("--embedder", choices=["minilm", "minilm-int8"], default="minilm-int8",
+    parser.add_argument("--embedder", choices=["minilm", "minilm-int8", "minilm-int8s"], default="minilm-int8",
                         help="the model every corpus is embedded with (default: %(default)s, the built-in one)")
     parser.add_argument("--questions", type=int, help="LongMemEval: only the first N questions")
     parser.add_argument("--stride", type=int, default=1,
@@ -503,7 +504,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     started = time.perf_counter()
-    embedder = CachedEmbedder(args.cache, args.threads, quantized=args.embedder == "minilm-int8")
+    embedder = CachedEmbedder(args.cache, args.threads, args.embedder)
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         for name in args.corpus or CORPORA:

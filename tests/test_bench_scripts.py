@@ -51,6 +51,7 @@ SLOW = {
     "bench_facts.py": [],  # every case of bench/data: no smaller input
     "bench_embedder.py": ["--n", "200", "--rounds", "1", "--texts", "20", "--cache", "{tmp}"],
     "bench_hook_lock.py": ["--hooks", "1"],
+    "bench_int8_recipes.py": ["--data", "{locomo}", "--conversations", "1"],
     "bench_hooks.py": ["--n", "30", "--runs", "2"],
     "bench_long_texts.py": ["--data", "{data}", "--questions", "2", "--models", "minilm-int8"],
     "bench_mcp.py": ["--n", "200", "--rounds", "1", "--queries", "3", "--cache", "{tmp}"],

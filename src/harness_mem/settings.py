@@ -6,7 +6,8 @@
                            ``~/.local/share/harness-mem``)
 ``HARNESS_MEM_NAMESPACE``  the tenant the CLI reads and writes (default: ``default``)
 ``HARNESS_MEM_EMBEDDER``   ``auto`` (a file's own model, else the built-in one when installed),
-                           ``none`` (keyword only) or a model's name (``minilm``, ``minilm-int8``)
+                           ``none`` (keyword only) or a model's name (``minilm``, ``minilm-int8``,
+                           ``minilm-int8s``)
 ``HARNESS_MEM_EMBED_RUNTIME`` ``auto`` (light when it can run, else the reference), ``onnx`` or ``torch``
 ``HARNESS_MEM_CACHE_DIR``  where the light runtime's model export is kept (default:
                            ``$XDG_CACHE_HOME/harness-mem``, else ``~/.cache/harness-mem``)
@@ -49,7 +50,7 @@ class Settings(Record):
                            description="the database: a file's path, or a postgresql:// URL")
     home: Path | None = Field(None, alias="HARNESS_MEM_HOME", description="the home directory")
     namespace: str = Field("default", alias="HARNESS_MEM_NAMESPACE", description="the tenant the CLI uses")
-    embedder: Literal["auto", "none", "minilm", "minilm-int8"] = Field(
+    embedder: Literal["auto", "none", "minilm", "minilm-int8", "minilm-int8s"] = Field(
         "auto", alias="HARNESS_MEM_EMBEDDER",
         description="auto: a file's own model, else the built-in one; none: keyword only; or a model's name",
     )

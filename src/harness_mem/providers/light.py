@@ -8,10 +8,8 @@ checked against the reference on probe texts, and cached under the user cache di
 the model's fingerprint: a different model, or changed weights, never reuses it.
 
 The vectors are the reference's to within float rounding (cosine ≥ 0.9999, tested), so a store's
-recorded fingerprint stays valid whichever runtime wrote them. The int8 variant is another model:
-dynamic quantisation of the export, with a fingerprint of its own. Its weights are quantised per
-output channel: one scale for a whole matrix (the quantiser's default) moves a short text's vector
-to cosine 0.87 of the reference, per channel keeps it above 0.97.
+recorded fingerprint stays valid whichever runtime wrote them. An int8 variant is another model,
+made from the export by one of the recipes of :mod:`.int8`, with a fingerprint of its own.
 """
 
 from __future__ import annotations
@@ -30,12 +28,11 @@ import numpy.typing as npt
 
 from ..errors import EmbedderError
 from ..settings import Settings
+from .int8 import Recipe, quantize
 
 #: Bump when the export's graph changes: old exports are then made again, not reused.
 #: (2: the graph also gives each word piece's unit vector, for late-interaction reranking.)
 EXPORT_VERSION = 2
-#: Bump when the int8 recipe changes: the int8 file is then made again from the export.
-QUANTIZE_VERSION = 2
 #: Texts the export is checked on against the reference before it is trusted.
 PROBE_TEXTS = (
     "We chose argon2id for password hashing.",
@@ -44,6 +41,9 @@ PROBE_TEXTS = (
     "the deploy failed again " * 40,
 )
 MIN_PROBE_COSINE = 0.9999
+#: Word pieces (padding included) one forward pass takes at most: bench_embedding_speed's grid ran
+#: short texts fastest 8-32 to a pass (~160-640 pieces), long ones one or two to a pass.
+PASS_TOKENS = 512
 
 
 def cache_dir() -> Path:
@@ -51,9 +51,10 @@ def cache_dir() -> Path:
     return Settings.from_env().cache_path()
 
 
-def export_path(fingerprint: str, *, quantized: bool = False) -> Path:
+def export_path(fingerprint: str, recipe: Recipe | None = None) -> Path:
+    """Where the float export of the weights ``fingerprint`` names is cached, or its int8 model by ``recipe``."""
     digest = fingerprint.removeprefix("sha256:")
-    name = f"model-int8-q{QUANTIZE_VERSION}.onnx" if quantized else "model.onnx"
+    name = f"model-{recipe.tag}.onnx" if recipe is not None else "model.onnx"
     return cache_dir() / "onnx" / f"{digest}-v{EXPORT_VERSION}" / name
 
 
@@ -64,14 +65,14 @@ def runtime_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "tokenizers"))
 
 
-def int8_export_ready() -> bool:
-    """True when an int8 export of the current recipe is cached, or one could be made here: the
-    exporter's packages are installed and the cache folder can be written (checked without importing
-    them or writing anything)."""
+def int8_export_ready(recipe: Recipe) -> bool:
+    """True when an int8 model of ``recipe`` is cached, or one could be made here: the exporter's
+    packages are installed and the cache folder can be written (checked without importing them or
+    writing anything)."""
     import importlib.util
 
     folder = cache_dir()
-    if any((folder / "onnx").glob(f"*-v{EXPORT_VERSION}/model-int8-q{QUANTIZE_VERSION}.onnx")):
+    if any((folder / "onnx").glob(f"*-v{EXPORT_VERSION}/model-{recipe.tag}.onnx")):
         return True
     if not all(importlib.util.find_spec(name) is not None for name in ("onnx", "torch", "transformers")):
         return False
@@ -82,16 +83,18 @@ def int8_export_ready() -> bool:
     return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
 
 
-def ensure_export(model_dir: Path, fingerprint: str, *, quantized: bool = False,
+def ensure_export(model_dir: Path, fingerprint: str, recipe: Recipe | None = None, *,
                   starting: Callable[[], None] | None = None) -> Path:
-    """The cached ONNX file for this model, made (once, then reused) when it is missing;
-    ``starting()`` is called when making it begins (the cache folder is writable by then)."""
-    target = export_path(fingerprint, quantized=quantized)
+    """The cached ONNX file for this model (int8 by ``recipe``, else float), made (once, then reused)
+    when it is missing; ``starting()`` is called when making it begins (the cache folder is writable by then)."""
+    target = export_path(fingerprint, recipe)
     if target.is_file():
         return target
-    if quantized:
+    if recipe is not None:
         source = ensure_export(model_dir, fingerprint, starting=starting)
-        _write_atomically(target, lambda tmp: _quantize(source, tmp), starting)
+        tokenizer = _tokenizer(model_dir)
+        _write_atomically(target, lambda tmp: quantize(recipe, source, tmp, lambda text: tokenizer.encode(text).ids),
+                          starting)
     else:
         _write_atomically(target, lambda tmp: _export(model_dir, tmp), starting)
     return target
@@ -168,22 +171,6 @@ def _check_against_reference(model_dir: Path, onnx_file: Path) -> None:
         raise EmbedderError(f"the ONNX export disagrees with the reference model (cosine {worst:.6f})")
 
 
-def _quantize(source: Path, target: Path) -> None:
-    try:
-        from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
-    except ImportError as exc:
-        raise EmbedderError(f"cannot quantise the model: {exc.name} is not installed") from None
-    import logging
-
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # the quantiser logs advice about pre-processing on the root logger
-    try:
-        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True)
-    finally:
-        root.setLevel(level)
-
-
 def _max_tokens(model_dir: Path) -> int:
     """The reference's truncation length (sentence-transformers keeps it beside the weights)."""
     config = model_dir / "sentence_bert_config.json"
@@ -191,6 +178,18 @@ def _max_tokens(model_dir: Path) -> int:
         return int(json.loads(config.read_text())["max_seq_length"])
     except (OSError, ValueError, KeyError, TypeError):
         return 256
+
+
+def _tokenizer(model_dir: Path) -> Any:
+    """The model's tokenizer as the runtime feeds it: truncated to what the model reads, unpadded."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as exc:
+        raise EmbedderError(f"the light runtime needs {exc.name}") from None
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tokenizer.enable_truncation(_max_tokens(model_dir))
+    tokenizer.no_padding()
+    return tokenizer
 
 
 _sessions: dict[tuple[str, int | None], Any] = {}
@@ -208,7 +207,6 @@ class OnnxEncoder:
     def __init__(self, onnx_file: Path, model_dir: Path, *, threads: int | None = None) -> None:
         try:
             import onnxruntime  # type: ignore[import-untyped]
-            from tokenizers import Tokenizer
         except ImportError as exc:
             raise EmbedderError(f"the light runtime needs {exc.name}") from None
         with _sessions_lock:
@@ -226,13 +224,11 @@ class OnnxEncoder:
                 _sessions[key] = onnxruntime.InferenceSession(str(onnx_file), options,
                                                               providers=["CPUExecutionProvider"])
             self.session = _sessions[key]
-        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-        self.tokenizer.enable_truncation(_max_tokens(model_dir))
-        self.tokenizer.no_padding()
+        self.tokenizer = _tokenizer(model_dir)
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> npt.NDArray[np.float32]:
         out = np.empty((len(texts), 0), dtype=np.float32)
-        for chosen, ids, mask in self._batches(texts, batch_size):
+        for chosen, ids, mask in self.batches(texts, batch_size):
             vectors = self.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0]
             if out.shape[1] == 0:
                 out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
@@ -242,21 +238,29 @@ class OnnxEncoder:
     def token_vectors(self, texts: Sequence[str], batch_size: int = 64) -> list[npt.NDArray[np.float32]]:
         """Each text's word pieces as unit vectors (one row each), its two markers left out."""
         out: list[npt.NDArray[np.float32]] = [np.zeros((0, 0), dtype=np.float32)] * len(texts)
-        for chosen, ids, mask in self._batches(texts, batch_size):
+        for chosen, ids, mask in self.batches(texts, batch_size):
             states = self.session.run(["tokens"], {"input_ids": ids, "attention_mask": mask})[0]
             for row, i in enumerate(chosen):
                 n = int(mask[row].sum())
                 out[i] = np.ascontiguousarray(states[row, 1:n - 1], dtype=np.float32)  # [CLS] … [SEP]
         return out
 
-    def _batches(self, texts: Sequence[str], batch_size: int) -> Iterator[tuple[npt.NDArray[np.intp], npt.NDArray[np.int64],
+    def batches(self, texts: Sequence[str], batch_size: int) -> Iterator[tuple[npt.NDArray[np.intp], npt.NDArray[np.int64],
                                                                            npt.NDArray[np.int64]]]:
-        """(positions in ``texts``, input ids, attention mask) per batch, the texts sorted by length."""
+        """(positions in ``texts``, input ids, attention mask) per batch, the texts sorted by length.
+
+        A batch also ends before it pads past PASS_TOKENS word pieces: a pass of a few hundred pieces
+        is as fast per piece as a larger one, and a call of mixed lengths no longer pads them all to
+        its longest (a consolidation's embedder calls, a few dozen segments each: 15.6 s as one pass
+        a call, 3.2 s so)."""
         encodings = self.tokenizer.encode_batch(list(texts))
         order = np.argsort([-len(e.ids) for e in encodings], kind="stable")
-        for start in range(0, len(order), batch_size):
-            chosen = order[start:start + batch_size]
-            width = max(len(encodings[i].ids) for i in chosen)
+        start = 0
+        while start < len(order):
+            width = len(encodings[order[start]].ids)  # the longest of its batch: sorted longest first
+            size = max(1, min(batch_size, PASS_TOKENS // max(width, 1)))
+            chosen = order[start:start + size]
+            start += size
             ids = np.zeros((len(chosen), width), dtype=np.int64)
             mask = np.zeros((len(chosen), width), dtype=np.int64)
             for row, i in enumerate(chosen):
