@@ -145,6 +145,8 @@ def main() -> None:
     if args.half is None:
         groups |= {f"all, half {half}": [row for row in rows if row["half"] == half] for half in HALVES}
     for kind, picked in groups.items():
+        if not picked:  # a small run may hold no question of a type, or none in a half
+            continue
         result["by_type"][kind] = {
             "n": len(picked),
             **{f"{lane}_at_5": sum(row[lane] is not None for row in picked) / len(picked) for lane in LANES},

@@ -73,8 +73,14 @@ def test_the_recalls_filters_hold_for_an_entry_found_through_its_turn(engine_has
     assert store.recall("greyhound Biscuit", 5, mode="hybrid", derived=True, session="s2") == []
     assert store.recall("greyhound Biscuit", 5, mode="hybrid", derived=True, exclude_tags=["consolidated"]) == []
     store.supersede(ids["summary"], "Ada and Bo on 8 May 2023: Ada adopted a dog.")   # the old one is replaced
-    assert all(h.entry.id != ids["summary"] for h in store.recall("greyhound Biscuit", 5, mode="hybrid", derived=True))
+    found = store.recall("greyhound Biscuit", 5, mode="hybrid", derived=True)
+    assert all(h.entry.id != ids["summary"] for h in found)
+    # The correction is a version of the summary: it cites the same turn, and is found through it.
+    assert "Ada and Bo on 8 May 2023: Ada adopted a dog." in [h.entry.content for h in found]
     store.forget(ids["fact"])
+    assert [h.entry.content for h in store.recall("greyhound Biscuit", 5, mode="hybrid", derived=True)] == [
+        "Ada and Bo on 8 May 2023: Ada adopted a dog."]
+    store.forget("t1")  # forgetting the turn it restates takes it too
     assert store.recall("greyhound Biscuit", 5, mode="hybrid", derived=True) == []
 
 

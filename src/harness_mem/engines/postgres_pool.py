@@ -28,7 +28,7 @@ class ConnectionPool:
     that cannot connect fails as it opens)."""
 
     def __init__(self, make: Callable[[], Connection]) -> None:
-        self._make = make
+        self._new_connection = make
         self._lock = threading.Lock()
         self._held: dict[threading.Thread, Connection] = {}
         self._idle: list[Connection] = []
@@ -47,7 +47,7 @@ class ConnectionPool:
             for other in [t for t in self._held if not t.is_alive()]:
                 self._idle.append(self._held.pop(other))
             reused = self._idle.pop() if self._idle else None
-        conn = reused if reused is not None else self._make()  # made outside the lock: a connect takes time
+        conn = reused if reused is not None else self._new_connection()  # made outside the lock: a connect takes time
         with self._lock:
             self._held[thread] = conn
         return conn
