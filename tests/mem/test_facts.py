@@ -109,6 +109,7 @@ def test_corrections_by_value_and_by_restating() -> None:
     assert correction("It's not that simple.") is None
     assert revises("From now on deploys go out on Thursdays.") and not revises("Deploys go out on Thursdays.")
     assert restates("The user's deploys go out on Tuesdays.", "From now on deploys go out on Thursdays.", "the user")
+    assert restates("The team's deploys go out on Tuesdays.", "From now on deploys go out on Thursdays.", "the team")
     assert not restates("Ada loves hiking in the Alps.", "Ada adopted a dog from the shelter now.", "Ada")
 
 
@@ -142,6 +143,25 @@ def test_plain_statements_become_facts_and_corrections_in_any_phrasing_supersede
     then = {h.entry.content for h in store.recall("Ada", 10, kind="fact", as_of="2026-02-01")}
     assert {"Ada lives in Lisbon.", "Ada is vegetarian.", "Ada's birthday is on 4 March."} <= then
     assert not then & set(current(store))     # what holds now was not true then
+
+
+def test_what_a_speaker_said_with_we_is_corrected_later_in_any_phrasing(engine_store: MemoryStore) -> None:
+    # A project's "we"/"let's" is the team's fact; a later change of it by the same speaker, said
+    # without "we", must still replace it. "We live in Munich" is a home, not a service's setup.
+    store = engine_store
+    say(store, "2026-01-05", "user", "Let's keep the retry count at three.")
+    say(store, "2026-01-06", "user", "Our deploys go out on Tuesdays.")
+    say(store, "2026-01-07", "Priya", "We live in Munich.")
+    consolidate(store)
+    assert set(current(store)) == {"The team decided to keep the retry count at three.",
+                                   "The team's deploys go out on Tuesdays.", "Priya and others live in Munich."}
+    say(store, "2026-03-15", "user", "Actually, make the retry count five, not three.")
+    say(store, "2026-03-16", "user", "From now on deploys go out on Thursdays.")
+    say(store, "2026-04-02", "Priya", "We relocated to Berlin last month.")
+    consolidate(store)
+    assert set(current(store)) == {"The team decided to keep the retry count at five.",
+                                   "From now on deploys go out on Thursdays.",
+                                   "Priya and others relocated to Berlin in March 2026."}
 
 
 def test_a_value_that_changes_back_and_forth_keeps_consolidating(engine_store: MemoryStore) -> None:

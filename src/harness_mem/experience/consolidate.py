@@ -76,6 +76,7 @@ from .model_consolidation import (
     parse_digest,
 )
 from .outcomes import Outcome, infer_outcome
+from .statements import TEAM
 from .store import EXPERIENCE_SOURCE, ExperienceStore, episode_tags
 from .transcript import DEFAULT_MAX_CHARS, RESULT_TAGS, truncate_turn
 
@@ -654,7 +655,7 @@ class _Job:
                      "tags": list(old.tags)}
             return self._correct(old.id, fixed), True
         old = next((e for e in self._speakers_facts(fact.speaker, frame_words(item["content"], fact.speaker))
-                    if restates(e.content, item["content"], fact.speaker)), None)
+                    if any(restates(e.content, item["content"], subject) for subject in (fact.speaker, TEAM))), None)
         if old is None:
             return next(iter(self.store.add_many([item], on_conflict="ignore")), None), False
         if old.id == item["id"]:
@@ -662,9 +663,11 @@ class _Job:
         return self._correct(old.id, item), True
 
     def _speakers_facts(self, speaker: str, words: str) -> list[Entry]:
-        """The current facts that name ``speaker`` and share words with ``words``, best first."""
+        """The current facts that name ``speaker``, or the team a speaker decides for ("Let's keep the
+        retry count at three" is the team's; "make it five, not three" changes it), and share words
+        with ``words``, best first."""
         hits = self.store.recall(words, 10, mode="keyword", kind="fact", any_tags=self.projects)
-        name = re.compile(rf"(?<!\w){re.escape(speaker)}(?!\w)", re.IGNORECASE)
+        name = re.compile(rf"(?<!\w)(?:{re.escape(speaker)}|{re.escape(TEAM)})(?!\w)", re.IGNORECASE)
         return [h.entry for h in hits if name.search(h.entry.content)]
 
     def _set_fact(self, item: dict[str, Any]) -> tuple[Entry | None, bool]:

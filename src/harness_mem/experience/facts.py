@@ -191,6 +191,8 @@ _SETUP = re.compile(
 )
 _TECHNICAL = re.compile(r"\d|(?<!^)\b\w*[A-Z]|\w[/._]\w|\b(?:is|are) (?:called|named)\b|\bmust\b|\b(?:should|has to|have to|"
                         r"needs? to) (?:always |never )?(?:be|stay|run|use)\b|\buses?\b")
+# "We live in Munich" is where people live, not where a service does ("The config lives in /etc").
+_WE_LIVE = re.compile(r"^(?:we|we all|we both|we've|we have) (?:still |now )?(?:live|lived|been living)\b", re.IGNORECASE)
 _SETUP_OWNED = re.compile(r"\b(?:owned|maintained|managed|hosted|deployed|stored|configured|kept|served) (?:by|on|in|at)\b")
 # "Don't touch the legacy billing module", "Please don't add dependencies without asking."
 _PROHIBITION = re.compile(r"^(?:please )?(?:don't|do not|never) (?!worry|mind|be\b|panic|forget\b|hesitate)\w+ \w+",
@@ -293,7 +295,8 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
     named = _NAMED.match(s)
     if named and s.split(" ", 1)[0] not in _NAMED_NOT:
         return "home" if re.search(r"\b(?:lives|moved|based|grew up)\b", named.group(0)) else "work"
-    if _SETUP.match(s) and not re.match(r"I\b", s) and (_TECHNICAL.search(s) or _SETUP_OWNED.search(s)):
+    if _SETUP.match(s) and not re.match(r"I\b", s) and not _WE_LIVE.match(s) \
+            and (_TECHNICAL.search(s) or _SETUP_OWNED.search(s)):
         return "setup"
     if _SPEAKER_SUBJECT.match(s) or subjectless(s):
         for kind, pattern in _PERSONAL_COMPILED:
