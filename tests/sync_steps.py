@@ -9,6 +9,7 @@ and syncs at random points.
 from __future__ import annotations
 
 import contextlib
+import gzip
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -65,3 +66,15 @@ def play(steps: Sequence[tuple[int, str, int]], stores: Sequence[MemoryStore], f
         for store in stores:
             store.sync(folder)
     return forgotten
+
+
+def leftovers(stores: Sequence[MemoryStore], root: Path, marker: bytes) -> list[Path]:
+    """Each store synced, purged and collected once more; then the files under ``root`` that still
+    hold ``marker`` (a chunk read unzipped)."""
+    for store in stores:
+        store.sync(root / "Sync")
+        store.purge()
+        store.gc()
+    files = [p for p in root.rglob("*") if p.is_file()]
+    assert files
+    return [p for p in files if marker in (gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes())]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from engine_rows import written
-from sync_steps import everything
+from sync_steps import everything, leftovers
 
 from harness_mem.cli import cli
 from harness_mem.errors import NotFoundError
@@ -131,17 +131,10 @@ def test_an_id_replaced_on_one_device_holds_only_the_new_words_everywhere(order:
         assert everything(stores[0]) == everything(stores[1]) == everything(stores[2])
         assert [len(list(store.list(include_superseded=True))) for store in stores] == [1, 1, 1]
         assert [store.conflicts() for store in stores] == [[], [], []]
-        for store in stores:
-            store.sync(folder)
-            store.purge()
-            store.gc()
+        assert leftovers(stores, tmp_path, b"qzreplacedmarker") == []
     finally:
         for store in stores:
             store.close()
-    files = [p for p in tmp_path.rglob("*") if p.is_file()]
-    leaks = [p for p in files if b"qzreplacedmarker" in (gzip.decompress(p.read_bytes()) if p.suffix == ".gz"
-                                                          else p.read_bytes())]
-    assert files and not leaks
 
 
 def test_a_forget_that_arrives_after_a_later_replace_leaves_the_new_words(tmp_path: Path) -> None:
@@ -163,16 +156,10 @@ def test_a_forget_that_arrives_after_a_later_replace_leaves_the_new_words(tmp_pa
             stores[n].sync(folder)
         assert [store.get("wifi").content for store in stores] == ["the wifi password is in the vault"] * 3
         assert everything(stores[0]) == everything(stores[1]) == everything(stores[2])
-        for store in stores:
-            store.sync(folder)
-            store.purge()
-            store.gc()
+        assert leftovers(stores, tmp_path, b"qzoldwords") == []
     finally:
         for store in stores:
             store.close()
-    files = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert not [p for p in files if b"qzoldwords" in (gzip.decompress(p.read_bytes()) if p.suffix == ".gz"
-                                                       else p.read_bytes())]
 
 
 def test_an_id_corrected_then_replaced_is_a_new_entry_on_every_device(two: tuple[MemoryStore, MemoryStore, Path]) -> None:
