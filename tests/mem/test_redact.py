@@ -723,6 +723,16 @@ def test_a_cut_moves_back_to_the_start_of_a_value_it_would_go_through(red: Redac
     assert red.cut_point("see TCK-123456 now", 8) == 4  # a redactor's own detectors count too
 
 
+def test_a_cut_anywhere_past_a_value_known_by_what_closes_it_leaves_none_of_it(red: Redactor) -> None:
+    """A tagged password is a password only with its closing tag: a cut through the tag, after the
+    value itself, must drop the value too (a hypothesis run once found the cut at "…gG<" kept it)."""
+    text = "note note <password>0aA1bB2cC3dD4eE5fF6gG</password> then"
+    start, closed = text.index("<password>"), text.index(" then")
+    for limit in range(start, closed + 1):
+        kept = text[:red.cut_point(text, limit)]
+        assert "0aA1" not in red.scrub(kept).text, limit
+
+
 def test_a_cut_at_the_end_of_a_value_known_by_what_follows_drops_it(red: Redactor) -> None:
     text = "clone https://ada:0aA1bB2cC3dD@git.example.com/repo please"
     end_of_password = text.index("@")

@@ -317,22 +317,29 @@ class Redactor:
 
         For a cut made before the text is redacted (a tool error quoting its arguments, a server's
         error message, an episode's task): a card, an address or a key cut in half leaves a head
-        that no detector recognises afterwards ("4111 1111 1111", "ada.lovelace@"), so the
-        redaction that runs when the text is written could not take it. Moved to the value's start,
-        the cut keeps a value whole or drops it whole. Only the text up to ``limit`` and
+        that no detector recognises afterwards ("4111 1111 1111", "ada.lovelace@"), and a value cut
+        off from what marks it ("<password>s3cret</pass", a URL's password without its "@") is no
+        longer one, so the redaction that runs when the text is written could not take it. Moved to
+        the value's start, the cut keeps a value whole and recognisable or drops it whole. Only the text up to ``limit`` and
         :data:`CUT_LOOKAHEAD` characters after it is read.
         """
         if limit >= len(text):
             return len(text)
         cut = max(limit, 0)
-        for start, neg_end, _priority, _index, action in self._accepted(text[: cut + CUT_LOOKAHEAD]):
-            if action is Action.KEEP or not start < cut <= -neg_end:
-                continue
-            # A cut right at a value's end keeps it whole, unless the value is known by what
-            # follows it (a URL's password by its "@"), which the cut drops: then it goes too.
-            if cut == -neg_end and any(s == start and -e == cut for s, e, *_ in self._accepted(text[:cut])):
-                continue
-            return start  # spans are disjoint: at most one straddles the cut
+        values = [(start, -neg_end) for start, neg_end, *_, action in self._accepted(text[: cut + CUT_LOOKAHEAD])
+                  if action is not Action.KEEP and start < cut]
+        while values:
+            # The kept text must still show each value whole and as a value: one cut through, or cut
+            # off from what marks it (a tag's close, a URL's "@"), would be missed by the redaction
+            # that runs on the kept text. The cut moves to the first such value's start, and the
+            # values before it are checked again against the shorter text.
+            kept = {(start, -neg_end) for start, neg_end, *_, action in self._accepted(text[:cut])
+                    if action is not Action.KEEP}
+            lost = [start for start, end in values if (start, end) not in kept]
+            if not lost:
+                return cut
+            cut = min(lost)
+            values = [(start, end) for start, end in values if start < cut]
         return cut
 
     def _steps(self) -> tuple[_Step, ...]:
