@@ -6,6 +6,7 @@ Run from the repository root::
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_derived_lme.py --hybrid    # with the model (cached vectors)
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_derived_lme.py --half a    # one half of the questions
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_derived_lme.py --show single-session-preference  # read them
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_derived_lme.py --type single-session-preference  # one type (~2 min)
 
 ``--hybrid`` embeds with the built-in model (int8 MiniLM, as ``bench_recall.py`` does, so the turn
 vectors it cached are read back, not recomputed) and caches every vector it computes, the derived
@@ -95,14 +96,17 @@ def main() -> None:
     parser.add_argument("--embedder", choices=["minilm-int8", "minilm"], default="minilm-int8",
                         help="the model for --hybrid (default: %(default)s, the built-in one)")
     parser.add_argument("--half", choices=HALVES, help="only the questions of this half")
+    parser.add_argument("--type", choices=TYPES, action="append", dest="types",
+                        help="only the questions of this type (repeatable; default: all three)")
     parser.add_argument("--show", choices=TYPES, help="print, for each question of this type, what consolidation"
                         " kept of the sessions the answer was said in and what ranks top 5 instead (stderr)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = parser.parse_args()
     with gzip.open(args.data / "longmemeval-dev" / "longmemeval_s_dev.json.gz", "rt", encoding="utf-8") as f:
-        records = [r for r in json.load(f) if r["question_type"] in TYPES and not r["question_id"].endswith("_abs")
+        records = [r for r in json.load(f) if r["question_type"] in (args.types or TYPES)
+                   and not r["question_id"].endswith("_abs")
                    and args.half in (None, half_of(r["question_id"]))]
-    embedder = CachedEmbedder(args.cache, threads=2, quantized=args.embedder == "minilm-int8") if args.hybrid else None
+    embedder = CachedEmbedder(args.cache, 2, args.embedder) if args.hybrid else None
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-derived-lme-") as scratch, \
             MemoryStore(Path(scratch) / "lme.db", embedder=embedder, redactor=None) as store:  # type: ignore[arg-type]

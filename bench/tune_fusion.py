@@ -20,6 +20,10 @@ keyword's share for a question that gathers too) is scored on the tuning half by
 measure (R@5, R@10, MRR@10), so the setting chosen is the one least below keyword anywhere, not the
 one best on average; the held-out half is reported beside the keyword lane and the shipped constants.
 
+``--losses CORPUS`` lists the questions of that corpus where hybrid ranks the first right entry lower
+than its keyword lane: the question, both ranks, the weights and the cosine's noise floor, and every
+entry hybrid put above the right one with its BM25 and cosine (``*``: evidence).
+
 ``--ceiling`` asks the opposite question: the best each corpus reaches over a wider grid (the
 speaker prior too) when the constants are chosen *on the very questions they are scored on*, per
 corpus and per measure. No honest recipe of these two signals does better, so a goal above it
@@ -173,16 +177,48 @@ def against_keyword(corpora: dict[str, list[dict[str, Any]]]) -> None:
             print(f"| {held} | {label}: {text} | " + " | ".join(cells) + f" | {worst:+.3f} |", flush=True)
 
 
+def first_right(ranked: list[str], evidence: set[str]) -> int | None:
+    return next((rank for rank, entry in enumerate(ranked, start=1) if entry in evidence), None)
+
+
+def losses(rows: list[dict[str, Any]]) -> None:
+    """Each question hybrid ranks below its keyword lane (the rank of the first right entry), and
+    what it put above that entry."""
+    for row in rows:
+        lane, hybrid, evidence = keyword_lane(row), fused(row), set(row["evidence"])
+        by_lane, by_hybrid = first_right(lane, evidence), first_right(hybrid, evidence)
+        if (by_hybrid or len(hybrid) + 1) <= (by_lane or len(lane) + 1):
+            continue
+        candidates = {row["pk_to_id"][c.pk]: c for c in row["fusable"]}
+        keyword_weight, _ = fusion.weights(row["fusable"], gathering=row["gathering"])
+        floor = fusion.noise_floor([c.cosine for c in row["fusable"]])
+        print(f"\n[half {row['half']}] {row['category']}: {row['question']}\n  keyword rank {by_lane},"
+              f" hybrid rank {by_hybrid}; keyword weight {keyword_weight:.2f}, cosine floor {floor or 0:.3f}"
+              f"{', gathers' if row['gathering'] else ''}")
+        for rank, entry in enumerate(hybrid[:by_hybrid or len(hybrid)], start=1):
+            c = candidates[entry]
+            print(f"  {'*' if entry in evidence else ' '} {rank:2d}. keyword rank"
+                  f" {lane.index(entry) + 1 if entry in lane else '-':>2} bm25 {c.keyword:6.2f}"
+                  f" cosine {c.cosine:.3f} session {c.session} {entry}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dump", type=Path, help="the folder bench_recall.py --dump wrote")
     parser.add_argument("--ceiling", action="store_true", help="the best any setting reaches, chosen on the test questions")
     parser.add_argument("--against-keyword", action="store_true",
                         help="choose the setting least below the keyword lane anywhere (on one half; the other reported)")
+    parser.add_argument("--losses", metavar="CORPUS",
+                        help="list the questions of this corpus where hybrid ranks the right entry below keyword")
     args = parser.parse_args(argv)
     corpora = load(args.dump)
     if not corpora:
         parser.error(f"no *.pkl in {args.dump}")
+    if args.losses:
+        if args.losses not in corpora:
+            parser.error(f"no {args.losses}.pkl in {args.dump} (there: {', '.join(corpora)})")
+        losses(corpora[args.losses])
+        return 0
     if args.ceiling:
         ceiling(corpora)
         return 0
