@@ -64,6 +64,11 @@ def test_a_new_year_is_crossed_both_ways() -> None:
         ("Painting is relaxing for me", "Painting is relaxing for Caroline."),   # a gerund subject stays
         ("Creating a family for those kids is so lovely", "Creating a family for those kids is so lovely."),
         ("Something else came up", "Something else came up."),
+        ("I need a break", "Caroline needs a break."),                   # a plain verb ending in "ed"
+        ("He suggested novels I haven't read yet", "He suggested novels Caroline hasn't read yet."),
+        ("I wasn't there and I didn't go", "Caroline wasn't there and Caroline didn't go."),
+        ("Speaking of which, I met Alex at a festival", "Caroline met Alex at a festival."),
+        ("Speaking of Berlin, I've got a friend there", "Speaking of Berlin, Caroline has got a friend there."),
     ],
 )
 def test_first_and_second_person_become_names(sentence: str, standalone: str) -> None:

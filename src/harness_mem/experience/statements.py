@@ -78,6 +78,12 @@ _ADVERBS = frozenset(
 )
 _SELF = "\0SELF\0"  # the speaker, until their name goes in (a name may hold "I")
 _IRREGULAR = {"have": "has", "do": "does", "go": "goes", "be": "is"}
+# Negated forms after "I": the ones that change in the third person; the rest (didn't, can't,
+# wasn't, won't…) read the same after a name.
+_NEGATED = {"don't": "doesn't", "haven't": "hasn't", "am't": "isn't", "ain't": "isn't"}
+# Verbs whose plain form ends in "ed", read as past tense otherwise ("I need" is not "I needed").
+_PLAIN_IN_ED = frozenset("need feed bleed breed speed seed heed proceed succeed exceed embed shed shred wed weed "
+                         "bed sled".split())
 
 
 @dataclass(frozen=True)
@@ -135,7 +141,10 @@ def _conjugate_after_i(match: re.Match[str]) -> str:
     for i, word in enumerate(words):
         if word.lower() in _ADVERBS:
             continue
-        if word.isalpha() and word.islower() and word not in _KEEP_AFTER_I and not word.endswith("ed"):
+        if "'" in word:
+            words[i] = _NEGATED.get(word.lower(), word)
+        elif word.isalpha() and word.islower() and word not in _KEEP_AFTER_I \
+                and (not word.endswith("ed") or word in _PLAIN_IN_ED):
             words[i] = _third_person(word)
         break
     return _SELF + " " + " ".join(words)
@@ -151,7 +160,9 @@ _SUBJECTLESS = [
     # kids is so lovely" (a gerund as the subject, its verb further on) and "Something else" are not.
     (re.compile(r"^(?=(?!(?:Some|No|Any|Every)thing\b|Morning\b|Evening\b|Spring\b|Wedding\b|Building\b)"
                 r"[A-Z][a-z]+ing\b(?!'s)(?![^.!?,;]*? (?:is|isn't|was|wasn't|are|were|has been|can be|makes?|helps?|"
-                r"gives?|keeps?|feels?|sounds?|seems?|looks?|brings?|means?)\b)(?! (?:really|always|never)\b))"), "is"),
+                r"gives?|keeps?|feels?|sounds?|seems?|looks?|brings?|means?)\b)(?! (?:really|always|never)\b)"
+                # "Speaking of Berlin, I …", "Walking home, we …": the subject comes after the phrase
+                r"(?![^.!?,;]*, (?:(?:I|I'm|I've|I'd|I'll|we|we're|we've|my|our)\b|" + _SELF + ")))"), "is"),
 ]
 
 
@@ -160,7 +171,7 @@ _OPENERS = re.compile(
     r"^(?:(?:ok(?:ay)?|so|well|oh|anyway|anyways|and|but|plus|also|honestly|actually|btw|by the way|fyi|"
     r"for context|for the record|for reference|just so you know|to be clear|heads up|in fact|"
     r"sorry|correction|update|big news|news|good news|fun fact|change of plans?|quick update|(?:it )?turns out|remember(?: that)?|note(?: that)?|keep in mind(?: that)?|"
-    r"just a reminder(?: that)?|reminder)\b[,:!]?\s+)+",
+    r"just a reminder(?: that)?|reminder)\b[,:!]?\s+|speaking of (?:which|that|this),\s+)+",
     re.IGNORECASE,
 )
 _HEADER = re.compile(r"^[A-Za-z][\w ']{0,24}:\s+(?=\S)")  # "Big news: …", "Update: …"
@@ -211,7 +222,7 @@ def rewrite(sentence: str, speaker: str, listener: str | None) -> str:
     s = re.sub(r"\bI've\b|\bI have\b", _SELF + " has", s)
     s = re.sub(r"\bI'd\b", _SELF + " would", s)
     s = re.sub(r"\bI'll\b|\bI will\b", _SELF + " will", s)
-    s = re.sub(r"\bI (?P<rest>(?:[A-Za-z]+ ){0,1}[A-Za-z]+)", _conjugate_after_i, s)
+    s = re.sub(r"\bI (?P<rest>(?:[A-Za-z]+ ){0,1}[A-Za-z]+(?:'[a-z]+)?)", _conjugate_after_i, s)
     s = re.sub(r"\b(?:[Mm]yself|[Oo]urselves)\b", "themselves", s)
     if speaker in (ASSISTANT, TEAM):  # an assistant's "we" is the team it works for: "we switched to argon2id"
         s = re.sub(r"\b(?:[Oo]ur|[Oo]urs)\b", f"{TEAM}'s", s)
