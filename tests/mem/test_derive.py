@@ -86,6 +86,10 @@ def test_statements_keep_durable_things_and_drop_small_talk() -> None:
     # A question is part of the conversation's account, never a fact.
     assert [(s.text, s.score) for s in said if s.score == 0] == [("Did Melanie finish the mural?", 0.0)]
     assert statements("Thanks! Wow.", turn_id="t", speaker="A", listener="B", said_on=None) == []
+    # A list's heading says nothing without its items ("Options:." was once a summary's sentence).
+    listed = statements("Here are a few options to consider:\nSpa Day for One: a massage and a facial.",
+                        turn_id="t", speaker="the assistant", listener="the user", said_on=None)
+    assert [s.text for s in listed] == ["A massage and a facial."]
 
 
 def test_a_sentence_that_opens_in_the_first_person_counts_as_the_speakers_own() -> None:

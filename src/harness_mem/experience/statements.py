@@ -298,8 +298,8 @@ def statements(text: str, *, turn_id: str, speaker: str, listener: str | None, s
     """
     found = []
     for sentence in sentences(text):
-        if len(sentence) > MAX_STATEMENT_CHARS:
-            continue
+        if len(sentence) > MAX_STATEMENT_CHARS or sentence.endswith(":"):
+            continue  # ":" ends a list's heading ("Here are a few options:"), which says nothing alone
         said = normalised(sentence)
         score = worth(said)
         words = len(content_words(said))
