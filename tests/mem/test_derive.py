@@ -69,6 +69,8 @@ def test_a_new_year_is_crossed_both_ways() -> None:
         ("I wasn't there and I didn't go", "Caroline wasn't there and Caroline didn't go."),
         ("Speaking of which, I met Alex at a festival", "Caroline met Alex at a festival."),
         ("Speaking of Berlin, I've got a friend there", "Speaking of Berlin, Caroline has got a friend there."),
+        ("I just kind of went for it", "Caroline just kind of went for it."),        # not "kinds ofs"
+        ("Like, on my last trip I brought 7 shirts", "On Caroline's last trip Caroline brought 7 shirts."),
     ],
 )
 def test_first_and_second_person_become_names(sentence: str, standalone: str) -> None:
@@ -187,6 +189,19 @@ def test_an_assistant_states_the_projects_facts_when_asked_or_speaking_for_the_t
         "Deploys go out on Tuesdays and Thursdays after 2 pm via the deploy-bot.": ("q", "a1"),  # answers a question
         "The team switched the session store to Postgres the week before 8 May 2023.": ("a2",),  # "we": the team
     }  # the log of its own work is no fact, nor is a task given for now
+
+
+def test_an_assistants_general_advice_is_no_ones_convention_but_its_answers_in_a_project_are_facts() -> None:
+    asked = SpokenTurn("q", "user", "Any tips for a moist chocolate cake? I'm baking one for my sister.", MONDAY)
+    advice = SpokenTurn("a", "assistant", "Make sure to not overmix the batter. Store it in the freezer for up to "
+                        "2 months. Patagonia uses organic cotton in their products.", MONDAY)
+    assert [(f.text, f.source_turns) for f in derive([asked, advice]).facts] == [
+        ("The user is baking one for their sister.", ("q",))]  # only what the user said of themselves
+    port = [SpokenTurn("q", "user", "What port does staging listen on?", MONDAY),
+            SpokenTurn("a", "assistant", "The staging server listens on port 5433.", MONDAY)]
+    assert derive(port).facts == []  # a question in passing, not known to be about a project of the user's
+    assert [(f.text, f.source_turns) for f in derive(port, in_project=True).facts] == [
+        ("The staging server listens on port 5433.", ("q", "a"))]  # a coding agent's session: the project's setup
 
 
 @pytest.mark.parametrize("said", ["Write that down somewhere, people keep asking.", "Pin the clock in that test.",

@@ -57,6 +57,11 @@ _NOT_FACT_SOURCES = frozenset({_ASSISTANT_ROLE, "system", "tool"})
 _PROJECT_KINDS = frozenset({"decision", "convention", "setup"})
 _FOR_THE_TEAM = re.compile(r"^(?:we|we've|we're|our)\b", re.IGNORECASE)
 _TEAM_SPEAKS = re.compile(r"^(?:we|our|let's|let us)\b", re.IGNORECASE)  # "We'll …", "Let's go with …"
+# A question about the asker's own project ("How do deploys work here?", "what does our CI run?"):
+# what an assistant answers to it is the project's. Asked for advice in general ("any tips for a
+# moist cake?"), its answer ("Make sure not to overmix the batter") is no one's convention.
+_ABOUT_THE_PROJECT = re.compile(r"\b(?:here|we|we're|we've|our|us|this (?:repo|repository|project|codebase|service|"
+                                r"app|team|company)|the (?:repo|repository|project|codebase|team))\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -201,11 +206,17 @@ def _names(people: Sequence[str]) -> str:
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
 
-def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None = None) -> Derivation:
-    """The segments and facts of a session's turns (in order; ``vectors`` row for row, or None)."""
+def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None = None, *,
+           in_project: bool = False) -> Derivation:
+    """The segments and facts of a session's turns (in order; ``vectors`` row for row, or None).
+    ``in_project``: the session was held in a project (a coding agent's, tagged with its
+    repository), so an assistant's answer to any question there may state the project's facts."""
     people = _speakers(turns)
     asked = [i > 0 and turns[i - 1].role != turn.role and _asks(turns[i - 1].content) for i, turn in enumerate(turns)]
-    said = [[_for_the_team(s, _kind(turn.role, s, people, answers=asked[i]), turn.day) for s in _statements(turn, people)]
+    of_the_project = [asked[i] and (in_project or _ABOUT_THE_PROJECT.search(turns[i - 1].content) is not None)
+                      for i in range(len(turns))]
+    said = [[_for_the_team(s, _kind(turn.role, s, people, answers=of_the_project[i]), turn.day)
+             for s in _statements(turn, people)]
             for i, turn in enumerate(turns)]
     asked_for = [_requests(turn, people, said[i]) for i, turn in enumerate(turns)]
     segments = []
@@ -252,7 +263,7 @@ def _asks(text: str) -> bool:
 def _kind(role: str, statement: Statement, people: Sequence[str], *, answers: bool) -> str | None:
     """The kind of fact a statement is (:func:`.facts.fact_kind`), or None: what an assistant says
     counts only when it states the project's decisions, conventions or setup for the team or in
-    answer to a question (``answers``)."""
+    answer to a question about the project (``answers``)."""
     if role in ("system", "tool"):
         return None
     kind = fact_kind(statement.said, listener=_listener(role, people))

@@ -139,8 +139,8 @@ def _conjugate_after_i(match: re.Match[str]) -> str:
     """``I love`` → ``{name} loves``: the verb after a first-person subject, in the third person."""
     words = match.group("rest").split(" ")
     for i, word in enumerate(words):
-        if word.lower() in _ADVERBS:
-            continue
+        if word.lower() in _ADVERBS or (word in ("kind", "sort", "of") and "of" in words[i:i + 2]):
+            continue  # "I just kind of went": the verb comes after "kind of"
         if "'" in word:
             words[i] = _NEGATED.get(word.lower(), word)
         elif word.isalpha() and word.islower() and word not in _KEEP_AFTER_I \
@@ -171,7 +171,7 @@ _OPENERS = re.compile(
     r"^(?:(?:ok(?:ay)?|so|well|oh|anyway|anyways|and|but|plus|also|honestly|actually|btw|by the way|fyi|"
     r"for context|for the record|for reference|just so you know|to be clear|heads up|in fact|"
     r"sorry|correction|update|big news|news|good news|fun fact|change of plans?|quick update|(?:it )?turns out|remember(?: that)?|note(?: that)?|keep in mind(?: that)?|"
-    r"just a reminder(?: that)?|reminder)\b[,:!]?\s+|speaking of (?:which|that|this),\s+)+",
+    r"just a reminder(?: that)?|reminder)\b[,:!]?\s+|speaking of (?:which|that|this),\s+|like,\s+)+",
     re.IGNORECASE,
 )
 _HEADER = re.compile(r"^[A-Za-z][\w ']{0,24}:\s+(?=\S)")  # "Big news: …", "Update: …"
@@ -222,7 +222,7 @@ def rewrite(sentence: str, speaker: str, listener: str | None) -> str:
     s = re.sub(r"\bI've\b|\bI have\b", _SELF + " has", s)
     s = re.sub(r"\bI'd\b", _SELF + " would", s)
     s = re.sub(r"\bI'll\b|\bI will\b", _SELF + " will", s)
-    s = re.sub(r"\bI (?P<rest>(?:[A-Za-z]+ ){0,1}[A-Za-z]+(?:'[a-z]+)?)", _conjugate_after_i, s)
+    s = re.sub(r"\bI (?P<rest>(?:(?!I\b)[A-Za-z]+ ){0,3}(?!I\b)[A-Za-z]+(?:'[a-z]+)?)", _conjugate_after_i, s)
     s = re.sub(r"\b(?:[Mm]yself|[Oo]urselves)\b", "themselves", s)
     if speaker in (ASSISTANT, TEAM):  # an assistant's "we" is the team it works for: "we switched to argon2id"
         s = re.sub(r"\b(?:[Oo]ur|[Oo]urs)\b", f"{TEAM}'s", s)
