@@ -70,6 +70,10 @@ def test_a_new_year_is_crossed_both_ways() -> None:
         ("Speaking of which, I met Alex at a festival", "Caroline met Alex at a festival."),
         ("Speaking of Berlin, I've got a friend there", "Speaking of Berlin, Caroline has got a friend there."),
         ("I just kind of went for it", "Caroline just kind of went for it."),        # not "kinds ofs"
+        ("I completely encourage it", "Caroline completely encourages it."),     # not "completelies"
+        ("I first watched it in 2019", "Caroline first watched it in 2019."),
+        ("I apply for grants", "Caroline applies for grants."),
+        ("Taking a step back can help", "Taking a step back can help."),          # a gerund subject, a modal verb
         ("Like, on my last trip I brought 7 shirts", "On Caroline's last trip Caroline brought 7 shirts."),
     ],
 )

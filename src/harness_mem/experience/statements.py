@@ -74,8 +74,10 @@ _KEEP_AFTER_I = frozenset(
 )
 _ADVERBS = frozenset(
     "also just really still never always often usually sometimes actually totally definitely finally recently "
-    "even only already kinda sorta truly absolutely seriously".split()
+    "even only already kinda sorta truly absolutely seriously first once then ever almost".split()
 )
+# Words in "-ly" that are verbs; any other ("completely", "honestly") says how, and the verb follows.
+_VERBS_IN_LY = frozenset("apply reply rely supply fly comply imply multiply ally bully tally rally".split())
 _SELF = "\0SELF\0"  # the speaker, until their name goes in (a name may hold "I")
 _IRREGULAR = {"have": "has", "do": "does", "go": "goes", "be": "is"}
 # Negated forms after "I": the ones that change in the third person; the rest (didn't, can't,
@@ -139,7 +141,8 @@ def _conjugate_after_i(match: re.Match[str]) -> str:
     """``I love`` → ``{name} loves``: the verb after a first-person subject, in the third person."""
     words = match.group("rest").split(" ")
     for i, word in enumerate(words):
-        if word.lower() in _ADVERBS or (word in ("kind", "sort", "of") and "of" in words[i:i + 2]):
+        if word.lower() in _ADVERBS or (word.endswith("ly") and word.lower() not in _VERBS_IN_LY) \
+                or (word in ("kind", "sort", "of") and "of" in words[i:i + 2]):
             continue  # "I just kind of went": the verb comes after "kind of"
         if "'" in word:
             words[i] = _NEGATED.get(word.lower(), word)
@@ -160,7 +163,7 @@ _SUBJECTLESS = [
     # kids is so lovely" (a gerund as the subject, its verb further on) and "Something else" are not.
     (re.compile(r"^(?=(?!(?:Some|No|Any|Every)thing\b|Morning\b|Evening\b|Spring\b|Wedding\b|Building\b)"
                 r"[A-Z][a-z]+ing\b(?!'s)(?![^.!?,;]*? (?:is|isn't|was|wasn't|are|were|has been|can be|makes?|helps?|"
-                r"gives?|keeps?|feels?|sounds?|seems?|looks?|brings?|means?)\b)(?! (?:really|always|never)\b)"
+                r"gives?|keeps?|feels?|sounds?|seems?|looks?|brings?|means?|can|could|will|would|should|might|may|must)\b)(?! (?:really|always|never)\b)"
                 # "Speaking of Berlin, I …", "Walking home, we …": the subject comes after the phrase
                 r"(?![^.!?,;]*, (?:(?:I|I'm|I've|I'd|I'll|we|we're|we've|my|our)\b|" + _SELF + ")))"), "is"),
 ]
