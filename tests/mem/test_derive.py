@@ -73,6 +73,8 @@ def test_a_new_year_is_crossed_both_ways() -> None:
         ("I completely encourage it", "Caroline completely encourages it."),     # not "completelies"
         ("I first watched it in 2019", "Caroline first watched it in 2019."),
         ("I apply for grants", "Caroline applies for grants."),
+        ("I wore it and I wanna wear it again", "Caroline wore it and Caroline wants to wear it again."),
+        ("I and my wife learnt a lot", "Caroline and their wife learnt a lot."),      # "I and" is no verb
         ("Taking a step back can help", "Taking a step back can help."),          # a gerund subject, a modal verb
         ("Like, on my last trip I brought 7 shirts", "On Caroline's last trip Caroline brought 7 shirts."),
     ],

@@ -70,8 +70,15 @@ _KEEP_AFTER_I = frozenset(
     "often usually sometimes actually totally definitely finally recently even only already kinda sorta "
     "went got made took saw felt thought found came ran bought brought taught left met won lost began gave "
     "wrote put kept knew told said sold spent heard became built drove ate sang swam chose read let set "
-    "cut hit quit sent lent meant slept paid led fed held stood understood".split()
+    "cut hit quit sent lent meant slept paid led fed held stood understood "
+    "wore forgot learnt spoke broke drank drew fell flew froze grew hid hung lit rode rang rose shook shot shut "
+    "sat sank slid spun stole stuck struck swore threw tore woke won dealt dreamt burnt spelt spilt bent caught "
+    "fought sought thought bled fled "
+    # not a verb: "I and my wife", "I too", "I myself"
+    "and or but nor to of in at on with for from as so if too myself alone".split()
 )
+# Chat's contractions of a verb with "to" ("I wanna go", "I gotta run").
+_WITH_TO = {"wanna": "wants to", "gonna": "is going to", "gotta": "has to"}
 _ADVERBS = frozenset(
     "also just really still never always often usually sometimes actually totally definitely finally recently "
     "even only already kinda sorta truly absolutely seriously first once then ever almost".split()
@@ -146,6 +153,8 @@ def _conjugate_after_i(match: re.Match[str]) -> str:
             continue  # "I just kind of went": the verb comes after "kind of"
         if "'" in word:
             words[i] = _NEGATED.get(word.lower(), word)
+        elif word.lower() in _WITH_TO:
+            words[i] = _WITH_TO[word.lower()]
         elif word.isalpha() and word.islower() and word not in _KEEP_AFTER_I \
                 and (not word.endswith("ed") or word in _PLAIN_IN_ED):
             words[i] = _third_person(word)
