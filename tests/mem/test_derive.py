@@ -197,6 +197,23 @@ def test_an_assistant_states_the_projects_facts_when_asked_or_speaking_for_the_t
     }  # the log of its own work is no fact, nor is a task given for now
 
 
+def test_a_summary_of_a_chat_with_an_assistant_is_what_the_user_said_and_a_little_of_the_advice() -> None:
+    advice = "\n".join(f"**Spa {n}**: a lovely day spa in town with massages, facials and a quiet garden for"
+                      f" {n} hours of rest." for n in range(2, 32))
+    turns = [SpokenTurn("u", "user", "My sister loves pampering herself. I got her a spa gift card last year and"
+                        " she loved it. Can you recommend spas around $100?", MONDAY),
+             SpokenTurn("a", "assistant", "Here are some options:\n" + advice, MONDAY),
+             SpokenTurn("u2", "user", "I'll go with a gift set of oils, since my sister likes to try new scents.",
+                        MONDAY)]
+    (summary,) = derive(turns).segments
+    said = summary.text.split(": ", 1)[1]
+    assert "The user got her a spa gift card in 2022" in said and "The user will go with a gift set of oils" in said
+    assert "options:" not in said                           # a list's heading is no statement
+    advised = [sentence for sentence in said.split(". ") if "spa in town" in sentence]
+    assert 1 <= len(advised) <= 4                           # some of the advice, not the whole list
+    assert len(said.split()) < 0.35 * sum(len(t.content.split()) for t in turns)
+
+
 def test_an_assistants_general_advice_is_no_ones_convention_but_its_answers_in_a_project_are_facts() -> None:
     asked = SpokenTurn("q", "user", "Any tips for a moist chocolate cake? I'm baking one for my sister.", MONDAY)
     advice = SpokenTurn("a", "assistant", "Make sure to not overmix the batter. Store it in the freezer for up to "

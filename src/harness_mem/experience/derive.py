@@ -45,6 +45,9 @@ SUMMARY_SHARE = 0.35
 SUMMARY_MIN_WORDS = 12
 #: … and a long segment no more than a reader takes in at once.
 SUMMARY_MAX_WORDS = 400
+#: … of which an assistant's advice takes at most this many words: a summary is for what people
+#: said of themselves and asked for; the advice itself is in the turns it cites.
+ADVICE_MAX_WORDS = 60
 #: A first clause with this many content words says enough on its own (see :func:`condensed`).
 CLAUSE_WORDS = 3
 # An assistant's replies are advice and steps, not facts about anyone: they are kept in the segments …
@@ -172,9 +175,10 @@ def _account(turns: Sequence[SpokenTurn], said: Sequence[tuple[Statement, str | 
     kinds): who and when, then what was said, in the order said, within :data:`SUMMARY_SHARE` of
     its turns' words — each turn's best statement first (a fact before the rest, people before an
     assistant), then each one's second …, each cut to its first clause (:func:`condensed`)."""
-    budget = min(max(SUMMARY_SHARE * sum(_words(t.content) for t in turns), SUMMARY_MIN_WORDS), SUMMARY_MAX_WORDS)
     candidates = range(len(said))
     advisers = {t.id for t in turns if t.role in _NOT_FACT_SOURCES}
+    whole = min(max(SUMMARY_SHARE * sum(_words(t.content) for t in turns), SUMMARY_MIN_WORDS), SUMMARY_MAX_WORDS)
+    budget = {False: whole, True: min(whole, ADVICE_MAX_WORDS)}  # people's words; the advice's, within the whole
 
     def worth(i: int) -> tuple[bool, bool, float]:  # what people said of themselves before an assistant's advice
         return said[i][0].turn_id in advisers, said[i][1] is None, -said[i][0].score
@@ -187,13 +191,13 @@ def _account(turns: Sequence[SpokenTurn], said: Sequence[tuple[Statement, str | 
     ranked = sorted(candidates, key=lambda i: (nth[i], *worth(i)))
     noted = {i: condensed(said[i][0].text) for i in candidates}
     chosen: list[int] = []
-    size = 0
+    size = {False: 0.0, True: 0.0}  # people's words, the advice's
     for i in ranked:
-        words = _words(noted[i])
-        if chosen and size + words > budget:
+        words, advised = _words(noted[i]), said[i][0].turn_id in advisers
+        if chosen and (size[advised] + words > budget[advised] or size[False] + size[True] + words > whole):
             continue
         chosen.append(i)
-        size += words
+        size[advised] += words
     text = " ".join(noted[i] for i in sorted(chosen))
     who = _names(_speakers(turns))
     day = next((t.day for t in turns if t.day is not None), None)

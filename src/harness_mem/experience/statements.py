@@ -310,7 +310,7 @@ def statements(text: str, *, turn_id: str, speaker: str, listener: str | None, s
     """
     found = []
     for sentence in sentences(text):
-        if len(sentence) > MAX_STATEMENT_CHARS or sentence.endswith(":"):
+        if len(sentence) > MAX_STATEMENT_CHARS or sentence.rstrip("*_# ").endswith(":"):
             continue  # ":" ends a list's heading ("Here are a few options:"), which says nothing alone
         said = normalised(sentence)
         score = worth(said)
