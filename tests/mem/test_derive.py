@@ -214,6 +214,14 @@ def test_a_summary_of_a_chat_with_an_assistant_is_what_the_user_said_and_a_littl
     assert len(said.split()) < 0.35 * sum(len(t.content.split()) for t in turns)
 
 
+def test_friends_meeting_up_is_their_plan_not_a_teams_decision() -> None:
+    turns = [SpokenTurn("b", "Bo", "Let's meet when I visit in June. We'll use Postgres for billing.", MONDAY),
+             SpokenTurn("a", "Ada", "Sounds great!", MONDAY)]
+    facts = [f.text for f in derive(turns).facts]
+    assert "The team will use Postgres for billing." in facts                   # a decision, the team's
+    assert not any("team" in fact and "meet" in fact for fact in facts)          # was "The team decided to meet …"
+
+
 def test_an_assistants_general_advice_is_no_ones_convention_but_its_answers_in_a_project_are_facts() -> None:
     asked = SpokenTurn("q", "user", "Any tips for a moist chocolate cake? I'm baking one for my sister.", MONDAY)
     advice = SpokenTurn("a", "assistant", "Make sure to not overmix the batter. Store it in the freezer for up to "

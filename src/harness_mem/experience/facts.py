@@ -166,7 +166,10 @@ _NAMED_NOT = frozenset("It This That There Here He She They Everyone Someone Nob
 # A decision or convention of a project: "we'll use …", "let's go with …", "from now on …",
 # "never push to main", "use pytest, not unittest", "keep secrets in Vault".
 _DECISION = re.compile(
-    r"^(?:we(?:'ll| will| are going to|'re going to| shall)|let(?:'s| us)|we(?:'ve)? (?:decided|agreed|chose|picked|"
+    # … but "Let's meet when I visit", "we'll catch up soon": what friends will do together, no decision
+    r"^(?:(?:we(?:'ll| will| are going to|'re going to| shall)|let(?:'s| us))(?! (?:\w+ )?(?:meet|see|catch up|"
+    r"hang out|talk|chat|grab|get together|go out|keep in touch|stay in touch|celebrate|visit|hope|plan|do (?:it|this|"
+    r"that) again)\b)|we(?:'ve)? (?:decided|agreed|chose|picked|"
     r"settled on|switched|standardi[sz]ed)|I(?:'ve)? decided|we're (?:going with|switching|migrating|moving|using|"
     r"standardi[sz]ing|dropping|deprecating)|(?:we )?(?:go|going) with|switch(?:ing)? to|decision)\b",
     re.IGNORECASE,
