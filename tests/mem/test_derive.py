@@ -64,6 +64,19 @@ def test_a_new_year_is_crossed_both_ways() -> None:
         ("Painting is relaxing for me", "Painting is relaxing for Caroline."),   # a gerund subject stays
         ("Creating a family for those kids is so lovely", "Creating a family for those kids is so lovely."),
         ("Something else came up", "Something else came up."),
+        ("I need a break", "Caroline needs a break."),                   # a plain verb ending in "ed"
+        ("He suggested novels I haven't read yet", "He suggested novels Caroline hasn't read yet."),
+        ("I wasn't there and I didn't go", "Caroline wasn't there and Caroline didn't go."),
+        ("Speaking of which, I met Alex at a festival", "Caroline met Alex at a festival."),
+        ("Speaking of Berlin, I've got a friend there", "Speaking of Berlin, Caroline has got a friend there."),
+        ("I just kind of went for it", "Caroline just kind of went for it."),        # not "kinds ofs"
+        ("I completely encourage it", "Caroline completely encourages it."),     # not "completelies"
+        ("I first watched it in 2019", "Caroline first watched it in 2019."),
+        ("I apply for grants", "Caroline applies for grants."),
+        ("I wore it and I wanna wear it again", "Caroline wore it and Caroline wants to wear it again."),
+        ("I and my wife learnt a lot", "Caroline and their wife learnt a lot."),      # "I and" is no verb
+        ("Taking a step back can help", "Taking a step back can help."),          # a gerund subject, a modal verb
+        ("Like, on my last trip I brought 7 shirts", "On Caroline's last trip Caroline brought 7 shirts."),
     ],
 )
 def test_first_and_second_person_become_names(sentence: str, standalone: str) -> None:
@@ -81,6 +94,10 @@ def test_statements_keep_durable_things_and_drop_small_talk() -> None:
     # A question is part of the conversation's account, never a fact.
     assert [(s.text, s.score) for s in said if s.score == 0] == [("Did Melanie finish the mural?", 0.0)]
     assert statements("Thanks! Wow.", turn_id="t", speaker="A", listener="B", said_on=None) == []
+    # A list's heading says nothing without its items ("Options:." was once a summary's sentence).
+    listed = statements("Here are a few options to consider:\nSpa Day for One: a massage and a facial.",
+                        turn_id="t", speaker="the assistant", listener="the user", said_on=None)
+    assert [s.text for s in listed] == ["A massage and a facial."]
 
 
 def test_a_sentence_that_opens_in_the_first_person_counts_as_the_speakers_own() -> None:
@@ -178,6 +195,44 @@ def test_an_assistant_states_the_projects_facts_when_asked_or_speaking_for_the_t
         "Deploys go out on Tuesdays and Thursdays after 2 pm via the deploy-bot.": ("q", "a1"),  # answers a question
         "The team switched the session store to Postgres the week before 8 May 2023.": ("a2",),  # "we": the team
     }  # the log of its own work is no fact, nor is a task given for now
+
+
+def test_a_summary_of_a_chat_with_an_assistant_is_what_the_user_said_and_a_little_of_the_advice() -> None:
+    advice = "\n".join(f"**Spa {n}**: a lovely day spa in town with massages, facials and a quiet garden for"
+                      f" {n} hours of rest." for n in range(2, 32))
+    turns = [SpokenTurn("u", "user", "My sister loves pampering herself. I got her a spa gift card last year and"
+                        " she loved it. Can you recommend spas around $100?", MONDAY),
+             SpokenTurn("a", "assistant", "Here are some options:\n" + advice, MONDAY),
+             SpokenTurn("u2", "user", "I'll go with a gift set of oils, since my sister likes to try new scents.",
+                        MONDAY)]
+    (summary,) = derive(turns).segments
+    said = summary.text.split(": ", 1)[1]
+    assert "The user got her a spa gift card in 2022" in said and "The user will go with a gift set of oils" in said
+    assert "options:" not in said                           # a list's heading is no statement
+    advised = [sentence for sentence in said.split(". ") if "spa in town" in sentence]
+    assert 1 <= len(advised) <= 4                           # some of the advice, not the whole list
+    assert len(said.split()) < 0.35 * sum(len(t.content.split()) for t in turns)
+
+
+def test_friends_meeting_up_is_their_plan_not_a_teams_decision() -> None:
+    turns = [SpokenTurn("b", "Bo", "Let's meet when I visit in June. We'll use Postgres for billing.", MONDAY),
+             SpokenTurn("a", "Ada", "Sounds great!", MONDAY)]
+    facts = [f.text for f in derive(turns).facts]
+    assert "The team will use Postgres for billing." in facts                   # a decision, the team's
+    assert not any("team" in fact and "meet" in fact for fact in facts)          # was "The team decided to meet …"
+
+
+def test_an_assistants_general_advice_is_no_ones_convention_but_its_answers_in_a_project_are_facts() -> None:
+    asked = SpokenTurn("q", "user", "Any tips for a moist chocolate cake? I'm baking one for my sister.", MONDAY)
+    advice = SpokenTurn("a", "assistant", "Make sure to not overmix the batter. Store it in the freezer for up to "
+                        "2 months. Patagonia uses organic cotton in their products.", MONDAY)
+    assert [(f.text, f.source_turns) for f in derive([asked, advice]).facts] == [
+        ("The user is baking one for their sister.", ("q",))]  # only what the user said of themselves
+    port = [SpokenTurn("q", "user", "What port does staging listen on?", MONDAY),
+            SpokenTurn("a", "assistant", "The staging server listens on port 5433.", MONDAY)]
+    assert derive(port).facts == []  # a question in passing, not known to be about a project of the user's
+    assert [(f.text, f.source_turns) for f in derive(port, in_project=True).facts] == [
+        ("The staging server listens on port 5433.", ("q", "a"))]  # a coding agent's session: the project's setup
 
 
 @pytest.mark.parametrize("said", ["Write that down somewhere, people keep asking.", "Pin the clock in that test.",

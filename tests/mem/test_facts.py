@@ -66,6 +66,8 @@ def test_a_durable_statement_is_a_fact_however_short(said: str, kind: str) -> No
         "As for activities, I'm open to suggestions.",
         "I like the suggested schedule.",
         "That's a great idea, especially since I work remotely.",
+        "I'm loving this list!",                  # the list just given, not a job ("l-ist")
+        "It's always exciting to meet like-minded people and make new friends.",   # a remark: no one's rule
     ],
 )
 def test_questions_hypotheticals_figures_reactions_and_talk_about_the_listener_are_not(said: str) -> None:

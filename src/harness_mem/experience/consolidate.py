@@ -485,7 +485,7 @@ class _Job:
         # each turn with its repository): recall for that project finds it, another project's does
         # not, and it revises only that project's facts ("MySQL for billing" elsewhere is no correction).
         self.projects = sorted({tag for t in turns for tag in t.tags if tag.startswith(PROJECT_TAG_PREFIX)})
-        derivation = derive(spoken, self._vectors(turns))
+        derivation = derive(spoken, self._vectors(turns), in_project=bool(self.projects))
         when = {t.id: from_ms(t.created_ms) for t in turns}
         segments = [self._item(c.session, "summary", part.text, part.source_turns, segment_id(part.source_turns[0]), when)
                     for part in derivation.segments]

@@ -45,6 +45,9 @@ SUMMARY_SHARE = 0.35
 SUMMARY_MIN_WORDS = 12
 #: … and a long segment no more than a reader takes in at once.
 SUMMARY_MAX_WORDS = 400
+#: … of which an assistant's advice takes at most this many words: a summary is for what people
+#: said of themselves and asked for; the advice itself is in the turns it cites.
+ADVICE_MAX_WORDS = 60
 #: A first clause with this many content words says enough on its own (see :func:`condensed`).
 CLAUSE_WORDS = 3
 # An assistant's replies are advice and steps, not facts about anyone: they are kept in the segments …
@@ -57,6 +60,11 @@ _NOT_FACT_SOURCES = frozenset({_ASSISTANT_ROLE, "system", "tool"})
 _PROJECT_KINDS = frozenset({"decision", "convention", "setup"})
 _FOR_THE_TEAM = re.compile(r"^(?:we|we've|we're|our)\b", re.IGNORECASE)
 _TEAM_SPEAKS = re.compile(r"^(?:we|our|let's|let us)\b", re.IGNORECASE)  # "We'll …", "Let's go with …"
+# A question about the asker's own project ("How do deploys work here?", "what does our CI run?"):
+# what an assistant answers to it is the project's. Asked for advice in general ("any tips for a
+# moist cake?"), its answer ("Make sure not to overmix the batter") is no one's convention.
+_ABOUT_THE_PROJECT = re.compile(r"\b(?:here|we|we're|we've|our|us|this (?:repo|repository|project|codebase|service|"
+                                r"app|team|company)|the (?:repo|repository|project|codebase|team))\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -167,9 +175,10 @@ def _account(turns: Sequence[SpokenTurn], said: Sequence[tuple[Statement, str | 
     kinds): who and when, then what was said, in the order said, within :data:`SUMMARY_SHARE` of
     its turns' words — each turn's best statement first (a fact before the rest, people before an
     assistant), then each one's second …, each cut to its first clause (:func:`condensed`)."""
-    budget = min(max(SUMMARY_SHARE * sum(_words(t.content) for t in turns), SUMMARY_MIN_WORDS), SUMMARY_MAX_WORDS)
     candidates = range(len(said))
     advisers = {t.id for t in turns if t.role in _NOT_FACT_SOURCES}
+    whole = min(max(SUMMARY_SHARE * sum(_words(t.content) for t in turns), SUMMARY_MIN_WORDS), SUMMARY_MAX_WORDS)
+    budget = {False: whole, True: min(whole, ADVICE_MAX_WORDS)}  # people's words; the advice's, within the whole
 
     def worth(i: int) -> tuple[bool, bool, float]:  # what people said of themselves before an assistant's advice
         return said[i][0].turn_id in advisers, said[i][1] is None, -said[i][0].score
@@ -182,13 +191,13 @@ def _account(turns: Sequence[SpokenTurn], said: Sequence[tuple[Statement, str | 
     ranked = sorted(candidates, key=lambda i: (nth[i], *worth(i)))
     noted = {i: condensed(said[i][0].text) for i in candidates}
     chosen: list[int] = []
-    size = 0
+    size = {False: 0.0, True: 0.0}  # people's words, the advice's
     for i in ranked:
-        words = _words(noted[i])
-        if chosen and size + words > budget:
+        words, advised = _words(noted[i]), said[i][0].turn_id in advisers
+        if chosen and (size[advised] + words > budget[advised] or size[False] + size[True] + words > whole):
             continue
         chosen.append(i)
-        size += words
+        size[advised] += words
     text = " ".join(noted[i] for i in sorted(chosen))
     who = _names(_speakers(turns))
     day = next((t.day for t in turns if t.day is not None), None)
@@ -201,11 +210,17 @@ def _names(people: Sequence[str]) -> str:
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
 
-def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None = None) -> Derivation:
-    """The segments and facts of a session's turns (in order; ``vectors`` row for row, or None)."""
+def derive(turns: Sequence[SpokenTurn], vectors: npt.NDArray[np.float32] | None = None, *,
+           in_project: bool = False) -> Derivation:
+    """The segments and facts of a session's turns (in order; ``vectors`` row for row, or None).
+    ``in_project``: the session was held in a project (a coding agent's, tagged with its
+    repository), so an assistant's answer to any question there may state the project's facts."""
     people = _speakers(turns)
     asked = [i > 0 and turns[i - 1].role != turn.role and _asks(turns[i - 1].content) for i, turn in enumerate(turns)]
-    said = [[_for_the_team(s, _kind(turn.role, s, people, answers=asked[i]), turn.day) for s in _statements(turn, people)]
+    of_the_project = [asked[i] and (in_project or _ABOUT_THE_PROJECT.search(turns[i - 1].content) is not None)
+                      for i in range(len(turns))]
+    said = [[_for_the_team(s, _kind(turn.role, s, people, answers=of_the_project[i]), turn.day)
+             for s in _statements(turn, people)]
             for i, turn in enumerate(turns)]
     asked_for = [_requests(turn, people, said[i]) for i, turn in enumerate(turns)]
     segments = []
@@ -252,7 +267,7 @@ def _asks(text: str) -> bool:
 def _kind(role: str, statement: Statement, people: Sequence[str], *, answers: bool) -> str | None:
     """The kind of fact a statement is (:func:`.facts.fact_kind`), or None: what an assistant says
     counts only when it states the project's decisions, conventions or setup for the team or in
-    answer to a question (``answers``)."""
+    answer to a question about the project (``answers``)."""
     if role in ("system", "tool"):
         return None
     kind = fact_kind(statement.said, listener=_listener(role, people))

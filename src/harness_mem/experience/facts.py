@@ -100,7 +100,7 @@ _LETS_FOR_NOW = re.compile(
 # preference (the idea *of* something), and "I'm looking for some ideas" a request.
 _ABOUT_THE_ADVICE = re.compile(
     r"\b(?:those|these|your|the|that|this|other|more|any|such|all the) (?:\w+ )?(?:tips|suggestions?|ideas|"
-    r"recommendations?|advice|pointers|options|steps|resources)\b(?! (?:of|for|on|about)\b)|"
+    r"recommendations?|advice|pointers|options|steps|resources|list)\b(?! (?:of|for|on|about)\b)|"
     r"\bopen to (?:\w+ )?(?:suggestions|ideas|recommendations|advice)\b|"
     r"\b(?:the|your|those|these|that) (?:suggested|recommended|proposed) \w+|"
     r"^(?:that|this|it)(?:'s| is| was| sounds| seems) (?:\w+ )?(?:a )?(?:\w+ )?(?:idea|suggestion|tip|plan|option)\b",
@@ -126,7 +126,7 @@ _PERSONAL: list[tuple[str, str]] = [
     ("work", r"\b(?:work|works|working|worked)\b(?! out)|\b(?:job|career|employer|boss|manager|colleagues?|coworkers?|"
              r"office|shift|promot\w+|hired|fired|laid off|retir\w+|intern\w*|salary|startup|company|business|store|shop|"
              r"bakery|studio|clinic|practice|client|freelanc\w*|self-employed)\b|"
-             r"\b(?:I'?m|I am|be|been|become|became|as) (?:an? |the )?(?:[\w-]+ ){0,2}(?:[\w-]+(?:er|or|ist|ian|ant|ent)|nurse|chef|"
+             r"\b(?:I'?m|I am|be|been|become|became|as) (?:an? |the )?(?:[\w-]+ ){0,2}(?:[\w-]{3,}(?:er|or|ist|ian|ant|ent)|nurse|chef|"
              r"pilot|doctor|student|teacher|lawyer|engineer|designer|developer|scientist|writer|artist|manager|"
              r"counsell?or|coach|banker|analyst)\b(?! (?:of|about))|\bI (?:teach|own|run|manage|founded|co-?founded)\b|"
              r"\bI'?m at [A-Z]"),
@@ -166,7 +166,10 @@ _NAMED_NOT = frozenset("It This That There Here He She They Everyone Someone Nob
 # A decision or convention of a project: "we'll use …", "let's go with …", "from now on …",
 # "never push to main", "use pytest, not unittest", "keep secrets in Vault".
 _DECISION = re.compile(
-    r"^(?:we(?:'ll| will| are going to|'re going to| shall)|let(?:'s| us)|we(?:'ve)? (?:decided|agreed|chose|picked|"
+    # … but "Let's meet when I visit", "we'll catch up soon": what friends will do together, no decision
+    r"^(?:(?:we(?:'ll| will| are going to|'re going to| shall)|let(?:'s| us))(?! (?:\w+ )?(?:meet|see|catch up|"
+    r"hang out|talk|chat|grab|get together|go out|keep in touch|stay in touch|celebrate|visit|hope|plan|do (?:it|this|"
+    r"that) again)\b)|we(?:'ve)? (?:decided|agreed|chose|picked|"
     r"settled on|switched|standardi[sz]ed)|I(?:'ve)? decided|we're (?:going with|switching|migrating|moving|using|"
     r"standardi[sz]ing|dropping|deprecating)|(?:we )?(?:go|going) with|switch(?:ing)? to|decision)\b",
     re.IGNORECASE,
@@ -181,6 +184,10 @@ _CONVENTION = re.compile(
 # A statement about the project's setup: "The staging database is on port 5433.", "The CI runs on
 # GitHub Actions.", "Tests live under tests/unit.", "The auth service is owned by the platform team."
 # Its subject is a thing, not a pronoun, and it names something technical or says who owns what.
+# A sentence whose subject is no one ("It's always exciting to …", "There's never enough time"): a
+# remark, not a rule anyone keeps.
+_IMPERSONAL = re.compile(r"^(?:it|that|this|there|life|everything|nothing)(?:'s| is| was| can be| will be)\b",
+                         re.IGNORECASE)
 _SETUP = re.compile(
     r"^(?!(?:it|this|that|these|those|there|here|he|she|they|what|which|who|everyone|everything|nothing|life|"
     r"time|i|my|me|you|your|his|her|their)\b)(?:(?:the|our|all|every|each|max|min|default) )?"
@@ -288,7 +295,8 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
     if _TASK.match(s):  # not chatter, so it holds from now on: "Run the linter before every commit."
         return "convention"
     convention = _CONVENTION.search(s)
-    if convention and len(content_words(s[convention.end():])) >= 2:  # "we always squash merge", not "I always forget"
+    # "we always squash merge", not "I always forget" nor "It's always nice to meet new people"
+    if convention and len(content_words(s[convention.end():])) >= 2 and not _IMPERSONAL.match(s):
         return "convention"
     if _PROHIBITION.match(s):
         return "convention"

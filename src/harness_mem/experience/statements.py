@@ -70,14 +70,29 @@ _KEEP_AFTER_I = frozenset(
     "often usually sometimes actually totally definitely finally recently even only already kinda sorta "
     "went got made took saw felt thought found came ran bought brought taught left met won lost began gave "
     "wrote put kept knew told said sold spent heard became built drove ate sang swam chose read let set "
-    "cut hit quit sent lent meant slept paid led fed held stood understood".split()
+    "cut hit quit sent lent meant slept paid led fed held stood understood "
+    "wore forgot learnt spoke broke drank drew fell flew froze grew hid hung lit rode rang rose shook shot shut "
+    "sat sank slid spun stole stuck struck swore threw tore woke won dealt dreamt burnt spelt spilt bent caught "
+    "fought sought thought bled fled "
+    # not a verb: "I and my wife", "I too", "I myself"
+    "and or but nor to of in at on with for from as so if too myself alone".split()
 )
+# Chat's contractions of a verb with "to" ("I wanna go", "I gotta run").
+_WITH_TO = {"wanna": "wants to", "gonna": "is going to", "gotta": "has to"}
 _ADVERBS = frozenset(
     "also just really still never always often usually sometimes actually totally definitely finally recently "
-    "even only already kinda sorta truly absolutely seriously".split()
+    "even only already kinda sorta truly absolutely seriously first once then ever almost".split()
 )
+# Words in "-ly" that are verbs; any other ("completely", "honestly") says how, and the verb follows.
+_VERBS_IN_LY = frozenset("apply reply rely supply fly comply imply multiply ally bully tally rally".split())
 _SELF = "\0SELF\0"  # the speaker, until their name goes in (a name may hold "I")
 _IRREGULAR = {"have": "has", "do": "does", "go": "goes", "be": "is"}
+# Negated forms after "I": the ones that change in the third person; the rest (didn't, can't,
+# wasn't, won't…) read the same after a name.
+_NEGATED = {"don't": "doesn't", "haven't": "hasn't", "am't": "isn't", "ain't": "isn't"}
+# Verbs whose plain form ends in "ed", read as past tense otherwise ("I need" is not "I needed").
+_PLAIN_IN_ED = frozenset("need feed bleed breed speed seed heed proceed succeed exceed embed shed shred wed weed "
+                         "bed sled".split())
 
 
 @dataclass(frozen=True)
@@ -133,9 +148,15 @@ def _conjugate_after_i(match: re.Match[str]) -> str:
     """``I love`` → ``{name} loves``: the verb after a first-person subject, in the third person."""
     words = match.group("rest").split(" ")
     for i, word in enumerate(words):
-        if word.lower() in _ADVERBS:
-            continue
-        if word.isalpha() and word.islower() and word not in _KEEP_AFTER_I and not word.endswith("ed"):
+        if word.lower() in _ADVERBS or (word.endswith("ly") and word.lower() not in _VERBS_IN_LY) \
+                or (word in ("kind", "sort", "of") and "of" in words[i:i + 2]):
+            continue  # "I just kind of went": the verb comes after "kind of"
+        if "'" in word:
+            words[i] = _NEGATED.get(word.lower(), word)
+        elif word.lower() in _WITH_TO:
+            words[i] = _WITH_TO[word.lower()]
+        elif word.isalpha() and word.islower() and word not in _KEEP_AFTER_I \
+                and (not word.endswith("ed") or word in _PLAIN_IN_ED):
             words[i] = _third_person(word)
         break
     return _SELF + " " + " ".join(words)
@@ -151,7 +172,9 @@ _SUBJECTLESS = [
     # kids is so lovely" (a gerund as the subject, its verb further on) and "Something else" are not.
     (re.compile(r"^(?=(?!(?:Some|No|Any|Every)thing\b|Morning\b|Evening\b|Spring\b|Wedding\b|Building\b)"
                 r"[A-Z][a-z]+ing\b(?!'s)(?![^.!?,;]*? (?:is|isn't|was|wasn't|are|were|has been|can be|makes?|helps?|"
-                r"gives?|keeps?|feels?|sounds?|seems?|looks?|brings?|means?)\b)(?! (?:really|always|never)\b))"), "is"),
+                r"gives?|keeps?|feels?|sounds?|seems?|looks?|brings?|means?|can|could|will|would|should|might|may|must)\b)(?! (?:really|always|never)\b)"
+                # "Speaking of Berlin, I …", "Walking home, we …": the subject comes after the phrase
+                r"(?![^.!?,;]*, (?:(?:I|I'm|I've|I'd|I'll|we|we're|we've|my|our)\b|" + _SELF + ")))"), "is"),
 ]
 
 
@@ -160,7 +183,7 @@ _OPENERS = re.compile(
     r"^(?:(?:ok(?:ay)?|so|well|oh|anyway|anyways|and|but|plus|also|honestly|actually|btw|by the way|fyi|"
     r"for context|for the record|for reference|just so you know|to be clear|heads up|in fact|"
     r"sorry|correction|update|big news|news|good news|fun fact|change of plans?|quick update|(?:it )?turns out|remember(?: that)?|note(?: that)?|keep in mind(?: that)?|"
-    r"just a reminder(?: that)?|reminder)\b[,:!]?\s+)+",
+    r"just a reminder(?: that)?|reminder)\b[,:!]?\s+|speaking of (?:which|that|this),\s+|like,\s+)+",
     re.IGNORECASE,
 )
 _HEADER = re.compile(r"^[A-Za-z][\w ']{0,24}:\s+(?=\S)")  # "Big news: …", "Update: …"
@@ -211,7 +234,7 @@ def rewrite(sentence: str, speaker: str, listener: str | None) -> str:
     s = re.sub(r"\bI've\b|\bI have\b", _SELF + " has", s)
     s = re.sub(r"\bI'd\b", _SELF + " would", s)
     s = re.sub(r"\bI'll\b|\bI will\b", _SELF + " will", s)
-    s = re.sub(r"\bI (?P<rest>(?:[A-Za-z]+ ){0,1}[A-Za-z]+)", _conjugate_after_i, s)
+    s = re.sub(r"\bI (?P<rest>(?:(?!I\b)[A-Za-z]+ ){0,3}(?!I\b)[A-Za-z]+(?:'[a-z]+)?)", _conjugate_after_i, s)
     s = re.sub(r"\b(?:[Mm]yself|[Oo]urselves)\b", "themselves", s)
     if speaker in (ASSISTANT, TEAM):  # an assistant's "we" is the team it works for: "we switched to argon2id"
         s = re.sub(r"\b(?:[Oo]ur|[Oo]urs)\b", f"{TEAM}'s", s)
@@ -287,8 +310,8 @@ def statements(text: str, *, turn_id: str, speaker: str, listener: str | None, s
     """
     found = []
     for sentence in sentences(text):
-        if len(sentence) > MAX_STATEMENT_CHARS:
-            continue
+        if len(sentence) > MAX_STATEMENT_CHARS or sentence.rstrip("*_# ").endswith(":"):
+            continue  # ":" ends a list's heading ("Here are a few options:"), which says nothing alone
         said = normalised(sentence)
         score = worth(said)
         words = len(content_words(said))
