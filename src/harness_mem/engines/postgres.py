@@ -52,6 +52,7 @@ from ..vectors import other_model
 from . import postgres_rekey, postgres_rewrite
 from .postgres_connection import Connection
 from .postgres_pool import ConnectionPool, PerThread
+from .postgres_tokens import TokenWorkers
 
 if TYPE_CHECKING:
     import psycopg
@@ -622,8 +623,9 @@ class PostgresStorage(Storage):
         self._bound: bool = False
         self._passage_table: bool | None = None
         # Inside bulk(): [vectors the store held at its start (None: not known yet), vectors written
-        # since, whether the HNSW index is put off until its end].
+        # since, whether the HNSW index is put off until its end], and the worker making its tokens.
         self._bulk: list[Any] | None = None
+        self._token_workers: TokenWorkers | None = None
 
     # Each thread's own (it has a connection of its own: postgres_pool): whether it is inside a write
     # transaction; the read-only snapshot it has open (a new object each), if one is (see
@@ -1044,9 +1046,12 @@ class PostgresStorage(Storage):
             yield
             return
         self._bulk = [None, 0, False]
+        self._token_workers = TokenWorkers()
         try:
             yield
         finally:
+            self._token_workers.close()
+            self._token_workers = None
             deferred, self._bulk = self._bulk[2], None
             if deferred:
                 with self.transaction():
@@ -1076,6 +1081,8 @@ class PostgresStorage(Storage):
         return self.embedder is not None and recorded is not None and recorded != self._identity()
 
     def embed_new(self, rows: Sequence[Row], on_conflict: OnConflict) -> Vectors:
+        if self._token_workers is not None:  # an import's batch: its tokens are made meanwhile
+            self._token_workers.start(rows)
         if not self.vectors_bound():
             return {}
         todo = list(rows)
@@ -1098,12 +1105,15 @@ class PostgresStorage(Storage):
         bound = self.vectors_bound()
         if vectors is None:
             vectors = self.embed_new(rows, on_conflict) if bound else {}
+        if self._token_workers is not None:
+            self._token_workers.start(rows)  # unless embed_new did
         with self.transaction():
             batch = self._resolve_conflicts(list(rows), on_conflict)
             if not batch:
                 return []
             texts = self._index_texts(batch)
-            tokens = [tsvector_literal(text) for text in texts]
+            made = self._token_workers.literals(rows, texts) if self._token_workers is not None else None
+            tokens = made if made is not None else [tsvector_literal(text) for text in texts]
             # One statement for the whole batch (the rows as JSON, typed by the table's own row
             # type): the trigger counting the keyword rows then runs once, not once a row.
             written = json.dumps([dict(zip(_WRITTEN, [*row[1:], literal, count], strict=True))
