@@ -261,8 +261,10 @@ def _measure(n: int, server: PostgresServer, sqlite_db: Path, embedder: object, 
                         for sql, params in own[what]:
                             raw.execute(sql, params).fetchall()
                         wall.setdefault((f"raw {what}", mode), []).append((time.perf_counter() - began) * 1000)
-                if mode not in plans and q.question.strip():
-                    plans[mode] = _plans(raw, counted.sent)
+                if mode not in plans and i >= 10 and q.question.strip():  # prepared by then
+                    found = _plans(store, counted.sent)
+                    if found:  # (a question of phrases is ranked by another statement: the next one)
+                        plans[mode] = found
                 theirs = {h.entry.id for h in lite.recall(q.question, k=10, mode=mode, query_vector=vector)}  # type: ignore[arg-type]
                 if theirs:
                     overlap.setdefault(mode, []).append(len({h.entry.id for h in hits} & theirs) / len(theirs))
@@ -293,22 +295,27 @@ def _measure(n: int, server: PostgresServer, sqlite_db: Path, embedder: object, 
             print(f"\n{mode}: a statement of its recall, as the server ran it\n{plan}")
 
 
-def _plans(conn: object, sent: list[tuple[str, object]]) -> list[str]:
-    """EXPLAIN ANALYZE of the ranking and search statements among those a recall sent, on the plan
-    the store runs them on: made once for any parameters (a recall's snapshot forces generic plans)."""
-    chosen = [(sql, params) for sql, params in sent if "ts_rank_cd" in sql or "<=>" in sql]
+def _plans(store: MemoryStore, sent: list[tuple[str, object]]) -> list[str]:
+    """EXPLAIN ANALYZE of the ranking and search statements among those a recall sent, run as the
+    recall runs them: the statement psycopg prepared, on the generic plan a recall's snapshot uses."""
+    from psycopg import sql
+
+    storage = store.storage
     found = []
-    conn.execute("SET plan_cache_mode = force_generic_plan")  # type: ignore[attr-defined]
-    for sql, params in chosen:
-        pieces = sql.split("%s")  # each placeholder numbered, as the server takes them
-        conn.execute("PREPARE shown AS " + "".join(f"{piece}${i}" for i, piece in enumerate(pieces[:-1], 1))  # type: ignore[attr-defined]
-                     + pieces[-1])
-        values = ", ".join(["%s"] * len(params))  # type: ignore[arg-type]
-        rows = conn.execute(f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE shown({values})", params).fetchall()  # type: ignore[attr-defined]
-        conn.execute("DEALLOCATE shown")  # type: ignore[attr-defined]
-        found.append(" ".join(sql.split())[:200] + "\n" + "\n".join("    " + row[0][:160] for row in rows))
-    conn.execute("RESET plan_cache_mode")  # type: ignore[attr-defined]
-    return found or ["(none)"]
+    for text, params in [(text, params) for text, params in sent if "ts_rank_cd" in text or "<=>" in text]:
+        pieces = text.split("%s")  # as psycopg sends it: each placeholder numbered
+        sent_as = "".join(f"{piece}${i}" for i, piece in enumerate(pieces[:-1], 1)) + pieces[-1]
+        with storage.snapshot():  # type: ignore[attr-defined]
+            named = storage.query("SELECT name FROM pg_prepared_statements WHERE statement = %s",  # type: ignore[attr-defined]
+                                  (sent_as,))
+            if not named:
+                continue
+            # The values written in (the server types an EXECUTE's parameters by the statement's).
+            execute = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE {}({})").format(
+                sql.Identifier(named[0][0]), sql.SQL(", ").join(map(sql.Literal, params)))  # type: ignore[call-overload]
+            rows = storage.query(execute)  # type: ignore[attr-defined]
+        found.append(" ".join(text.split())[:200] + "\n" + "\n".join("    " + row[0][:160] for row in rows))
+    return found
 
 
 if __name__ == "__main__":
