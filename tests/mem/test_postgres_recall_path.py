@@ -278,10 +278,9 @@ def test_an_import_with_workers_stores_what_one_process_stores(postgres_server: 
                          "role": "user", "session": f"s{pick.randrange(12)}",
                          "timestamp": f"2024-02-01T10:{i // 60 % 60:02d}:{i % 60:02d}Z"}) for i in range(600)]
     first, second = lines[:250], [*lines[250:310], lines[249], *lines[310:]]
+    monkeypatch.setattr(postgres_tokens, "PARALLEL_TOKEN_ROWS", 40)  # with workers, a batch's tokens made there
     targets = {}
     for workers in (0, 1):
-        # Without workers nothing is tokenized elsewhere; with them a batch of 40 already is.
-        monkeypatch.setattr(postgres_tokens, "PARALLEL_TOKEN_ROWS", 40 if workers else 10**9)
         targets[workers] = fresh_schema(postgres_server)
         with MemoryStore(targets[workers], embedder=HashedEmbedder()) as opened:
             for part in (first, second):

@@ -1037,21 +1037,24 @@ class PostgresStorage(Storage):
             self._run(_HNSW_INDEX)
 
     @contextmanager
-    def bulk(self) -> Iterator[None]:
+    def bulk(self, *, workers: int = 0) -> Iterator[None]:
         """An import: once it has written more vectors than the store held (and
         :data:`DEFERRED_INDEX_ROWS`), the HNSW index is dropped and built again whole at the end.
         Meanwhile semantic recall compares every vector (right, slower); an import stopped midway
-        leaves the index to the next handle that writes (:meth:`_mend_vector_index`)."""
+        leaves the index to the next handle that writes (:meth:`_mend_vector_index`). Given
+        ``workers``, its large batches' keyword tokens are made in a worker process
+        (:mod:`.postgres_tokens`)."""
         if self._bulk is not None or self.read_only or self.confined_to is not None:
             yield
             return
         self._bulk = [None, 0, False]
-        self._token_workers = TokenWorkers()
+        self._token_workers = TokenWorkers() if workers else None
         try:
             yield
         finally:
-            self._token_workers.close()
-            self._token_workers = None
+            if self._token_workers is not None:
+                self._token_workers.close()
+                self._token_workers = None
             deferred, self._bulk = self._bulk[2], None
             if deferred:
                 with self.transaction():
