@@ -22,9 +22,10 @@ and the questions), imported into both engines through the store, then:
   (the first reads into the server's buffers the pages both need): p50/p95, this process's CPU, the time spent
   inside the store's statements less the CPU spent there (the server's time and the wire's),
   round trips per recall, and the top-10 overlap with SQLite's answer;
-- the plan the server ran for each ranking and vector-search statement of a recall (EXPLAIN ANALYZE);
+- the plan the server ran for each ranking and vector-search statement of a recall (EXPLAIN ANALYZE
+  of the generic plan its snapshot runs them on);
 - import rows/s on both, against a bare ``COPY`` of the same rows into a bare table (its GIN and
-  HNSW indexes built after).
+  HNSW indexes built after), timed before and after the imports (the mean of the two).
 
 ``--keep DIR``: the SQLite file and the PostgreSQL server's data directory are built once in
 DIR/scale-N and reused by the next run with the same DIR, which measures recall alone (the import
@@ -149,25 +150,33 @@ def _built(folder: Path, n: int, lines: list[str], embedder: object, server: Pos
     if record.exists():
         return dict(json.loads(record.read_text(encoding="utf-8")))
     sqlite_db.unlink(missing_ok=True)
+    # A bare COPY of the same rows (text and vector), their GIN and HNSW indexes built after: once
+    # before the imports and once after, its rate the mean of both (the load of a shared machine
+    # drifts over the minutes an import takes).
+    texts = [json.loads(line) for line in lines]
+    embedded = embedder.embed([embedding_text(t["text"], t.get("role")) for t in texts])  # type: ignore[attr-defined]
+
+    def bare_copy() -> float:
+        with server.connect() as raw:
+            raw.execute(f"CREATE TABLE raw_copy (id text, content text, embedding halfvec({embedded.shape[1]}))")
+            began = time.perf_counter()
+            with raw.cursor().copy("COPY raw_copy (id, content, embedding) FROM STDIN") as copy:
+                for t, v in zip(texts, embedded, strict=True):
+                    copy.write_row((t["id"], t["text"], vector_literal(v)))
+            raw.execute("CREATE INDEX ON raw_copy USING gin (to_tsvector('simple', content))")
+            raw.execute("CREATE INDEX ON raw_copy USING hnsw (embedding halfvec_cosine_ops)")
+            took = time.perf_counter() - began
+            raw.execute("DROP TABLE raw_copy")
+        return took
+
+    copied = bare_copy()
     rates: dict[str, float] = {}
     for engine, target in {"sqlite": str(sqlite_db), "postgresql": server.dsn}.items():
         with MemoryStore(target, embedder=embedder) as store:  # type: ignore[arg-type]
             started = time.perf_counter()
             report = import_jsonl(store, lines)  # workers as the CLI chooses them
             rates[engine] = report.added / (time.perf_counter() - started)
-    # A bare COPY of the same rows (text and vector), their GIN and HNSW indexes built after.
-    texts = [json.loads(line) for line in lines]
-    embedded = embedder.embed([embedding_text(t["text"], t.get("role")) for t in texts])  # type: ignore[attr-defined]
-    with server.connect() as raw:
-        raw.execute(f"CREATE TABLE raw_copy (id text, content text, embedding halfvec({embedded.shape[1]}))")
-        began = time.perf_counter()
-        with raw.cursor().copy("COPY raw_copy (id, content, embedding) FROM STDIN") as copy:
-            for t, v in zip(texts, embedded, strict=True):
-                copy.write_row((t["id"], t["text"], vector_literal(v)))
-        raw.execute("CREATE INDEX ON raw_copy USING gin (to_tsvector('simple', content))")
-        raw.execute("CREATE INDEX ON raw_copy USING hnsw (embedding halfvec_cosine_ops)")
-        rates["raw COPY"] = len(texts) / (time.perf_counter() - began)
-        raw.execute("DROP TABLE raw_copy")
+    rates["raw COPY"] = 2 * len(texts) / (copied + bare_copy())
     record.write_text(json.dumps(rates), encoding="utf-8")
     return rates
 
@@ -252,8 +261,10 @@ def _measure(n: int, server: PostgresServer, sqlite_db: Path, embedder: object, 
                         for sql, params in own[what]:
                             raw.execute(sql, params).fetchall()
                         wall.setdefault((f"raw {what}", mode), []).append((time.perf_counter() - began) * 1000)
-                if mode not in plans and q.question.strip():
-                    plans[mode] = _plans(raw, counted.sent)
+                if mode not in plans and i >= 10 and q.question.strip():  # prepared by then
+                    found = _plans(store, counted.sent)
+                    if found:  # (a question of phrases is ranked by another statement: the next one)
+                        plans[mode] = found
                 theirs = {h.entry.id for h in lite.recall(q.question, k=10, mode=mode, query_vector=vector)}  # type: ignore[arg-type]
                 if theirs:
                     overlap.setdefault(mode, []).append(len({h.entry.id for h in hits} & theirs) / len(theirs))
@@ -284,14 +295,27 @@ def _measure(n: int, server: PostgresServer, sqlite_db: Path, embedder: object, 
             print(f"\n{mode}: a statement of its recall, as the server ran it\n{plan}")
 
 
-def _plans(conn: object, sent: list[tuple[str, object]]) -> list[str]:
-    """EXPLAIN ANALYZE of the ranking and search statements among those a recall sent."""
-    chosen = [(sql, params) for sql, params in sent if "ts_rank_cd" in sql or "<=>" in sql]
+def _plans(store: MemoryStore, sent: list[tuple[str, object]]) -> list[str]:
+    """EXPLAIN ANALYZE of the ranking and search statements among those a recall sent, run as the
+    recall runs them: the statement psycopg prepared, on the generic plan a recall's snapshot uses."""
+    from psycopg import sql
+
+    storage = store.storage
     found = []
-    for sql, params in chosen:
-        rows = conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + sql, params).fetchall()  # type: ignore[attr-defined]
-        found.append(" ".join(sql.split())[:200] + "\n" + "\n".join("    " + row[0][:160] for row in rows))
-    return found or ["(none)"]
+    for text, params in [(text, params) for text, params in sent if "ts_rank_cd" in text or "<=>" in text]:
+        pieces = text.split("%s")  # as psycopg sends it: each placeholder numbered
+        sent_as = "".join(f"{piece}${i}" for i, piece in enumerate(pieces[:-1], 1)) + pieces[-1]
+        with storage.snapshot():  # type: ignore[attr-defined]
+            named = storage.query("SELECT name FROM pg_prepared_statements WHERE statement = %s",  # type: ignore[attr-defined]
+                                  (sent_as,))
+            if not named:
+                continue
+            # The values written in (the server types an EXECUTE's parameters by the statement's).
+            execute = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE {}({})").format(
+                sql.Identifier(named[0][0]), sql.SQL(", ").join(map(sql.Literal, params)))  # type: ignore[call-overload]
+            rows = storage.query(execute)  # type: ignore[attr-defined]
+        found.append(" ".join(text.split())[:200] + "\n" + "\n".join("    " + row[0][:160] for row in rows))
+    return found
 
 
 if __name__ == "__main__":

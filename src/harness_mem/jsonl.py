@@ -182,8 +182,9 @@ def import_jsonl(
     ``lines`` may be a file, read with :func:`read_lines`.
 
     Parsing, checking and redacting cost about as much as writing, so a large import does them in
-    ``workers`` other processes while this one writes. ``None`` chooses: one worker when the input
-    reaches :data:`PARALLEL_MIN_LINES` lines and the machine has a second core, else none.
+    ``workers`` other processes while this one writes (the engine may start one of its own too: see
+    :meth:`Storage.bulk <harness_mem.storage.Storage.bulk>`). ``None`` chooses: one worker when the
+    input reaches :data:`PARALLEL_MIN_LINES` lines and the machine has a second core, else none.
     """
     from .store import check_on_conflict  # here: the worker process loads this module without the store
 
@@ -203,7 +204,7 @@ def import_jsonl(
     else:
         prepared = _prepared_here(chunks, store.namespace, store.redactor, store.scope.sealer)
     try:
-        with store.storage.bulk():
+        with store.storage.bulk(workers=workers):
             for rows, errors, sealed in prepared:
                 added = store.add_prepared(rows, on_conflict=on_conflict, identities=sealed)
                 report.added += added

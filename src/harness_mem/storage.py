@@ -372,9 +372,10 @@ class Storage(ABC):
         block ends or something is written."""
         return nullcontext()
 
-    def bulk(self) -> AbstractContextManager[None]:
+    def bulk(self, *, workers: int = 0) -> AbstractContextManager[None]:
         """Many write transactions in a row (an import): the engine may put off its housekeeping
-        between them until the block ends."""
+        between them until the block ends, and take a share of its work to ``workers`` processes
+        of its own (0: it stays in this one)."""
         return nullcontext()
 
     def stepwise(self) -> AbstractContextManager[None]:

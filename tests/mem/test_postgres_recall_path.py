@@ -235,3 +235,72 @@ def test_threads_recall_on_connections_of_their_own_and_reuse_them(store: Memory
         worker.join()
     assert store.storage.pool.count() <= 5
     assert store.count() == 3000 + 12 + 2  # every write stored
+
+
+def test_a_recall_plans_its_ranking_and_search_once(store: MemoryStore) -> None:
+    # Planned again at each call, the ranking's and the search's statements cost 1-5 ms of a recall;
+    # inside its snapshot they run on the plan made once (psycopg prepares a statement sent five times).
+    for i in range(8):
+        for mode in ("keyword", "semantic"):
+            store.recall(f"camping by the lake {i}", k=5, mode=mode)
+    plans = dict(store.storage.query(
+        "SELECT CASE WHEN statement LIKE '%%ts_rank_cd%%' THEN 'ranking' ELSE 'search' END, max(generic_plans)"
+        " FROM pg_prepared_statements WHERE statement LIKE '%%ts_rank_cd%%' OR statement LIKE '%%nearest AS%%'"
+        " GROUP BY 1"))
+    assert plans.get("ranking", 0) > 0 and plans.get("search", 0) > 0, plans
+    # Outside a recall the connection plans as it did (a write's statements see their values).
+    assert store.storage.query("SHOW plan_cache_mode") == [("auto",)]
+
+
+def _stored(target: str) -> list[tuple[Any, ...]]:
+    """Every entry as stored (but when it was written), with its keyword row and vector, in order."""
+    from harness_mem.rows import COLUMN_NAMES
+
+    columns = ", ".join(f"e.{name}" for name in COLUMN_NAMES if name != "updated_at")
+    with MemoryStore(target, embedder=HashedEmbedder()) as opened:
+        return opened.storage.query(
+            f"SELECT {columns}, e.tokens::text, e.token_count, v.embedding::text FROM entries e"
+            " LEFT JOIN entry_vectors v ON v.pk = e.pk ORDER BY e.pk")
+
+
+def test_an_import_with_workers_stores_what_one_process_stores(postgres_server: Any,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # Twelve sessions interleaved, across batches and two imports (a session's first turn of a
+    # batch, anywhere in it, has a stored turn before it), a line already stored in the middle of a
+    # batch (dropped: the turn after it has another turn before it), personal data redacted before
+    # anything leaves this process.
+    import random
+
+    from harness_mem.engines import postgres_tokens
+
+    pick = random.Random(7)
+    lines = [json.dumps({"id": f"t{i}", "text": f"turn {i} about {WORDS[i % 9]}, mail ann{i % 4}@example.com",
+                         "role": "user", "session": f"s{pick.randrange(12)}",
+                         "timestamp": f"2024-02-01T10:{i // 60 % 60:02d}:{i % 60:02d}Z"}) for i in range(600)]
+    first, second = lines[:250], [*lines[250:310], lines[249], *lines[310:]]
+    monkeypatch.setattr(postgres_tokens, "PARALLEL_TOKEN_ROWS", 40)  # with workers, a batch's tokens made there
+    targets = {}
+    for workers in (0, 1):
+        targets[workers] = fresh_schema(postgres_server)
+        with MemoryStore(targets[workers], embedder=HashedEmbedder()) as opened:
+            for part in (first, second):
+                report = import_jsonl(opened, part, workers=workers, batch_size=100)
+                assert report.ok
+    alone, together = _stored(targets[0]), _stored(targets[1])
+    assert len(alone) == 600 and alone == together
+    assert not [row for row in together if "@example.com" in repr(row)]  # redacted, tokens and all
+
+
+def test_an_import_writes_a_batchs_vectors_and_previous_turns_in_a_statement_each(postgres_server: Any) -> None:
+    with MemoryStore(fresh_schema(postgres_server), embedder=HashedEmbedder()) as opened:
+        import_jsonl(opened, _lines(200), workers=0, batch_size=100)  # a table not analysed yet
+        sent = Sent(opened)
+        import_jsonl(opened, _lines(600)[200:], workers=0, batch_size=100)
+        vectors = [sql for sql, _ in sent.statements if sql.startswith("INSERT INTO entry_vectors")]
+        assert len(vectors) == 4  # a batch's in one statement: the trigger counting them runs once a batch
+        looked_up = [(sql, params) for sql, params in sent.statements if "unnest(%s::text[], %s::text[]" in sql]
+        assert len(looked_up) == 4  # a batch's sessions' turns before it, together
+        sql, params = looked_up[-1]
+        plan = "\n".join(row[0] for row in opened.storage.query("EXPLAIN " + sql, params))
+        # One walk back along each session's index, not along every turn of the namespace.
+        assert "entries_by_session" in plan and "entries_by_kind" not in plan, plan

@@ -52,6 +52,7 @@ from ..vectors import other_model
 from . import postgres_rekey, postgres_rewrite
 from .postgres_connection import Connection
 from .postgres_pool import ConnectionPool, PerThread
+from .postgres_tokens import TokenWorkers
 
 if TYPE_CHECKING:
     import psycopg
@@ -81,7 +82,9 @@ _TURN_BEFORE = ("LEFT JOIN LATERAL (SELECT q.content, q.role FROM entries q WHER
                 " AND (q.created_at, q.pk) < (e.created_at, e.pk)"
                 " ORDER BY q.created_at DESC, q.pk DESC LIMIT 1) p ON true")
 # A ranking at most this deep reads its entries' rows along (what a recall shows next); a deeper
-# one is a list of fusion's candidates, of which only the winners are read.
+# one is a list of fusion's candidates, of which only the winners are read: reading along the rows
+# of a hybrid's candidates that the winners come from (the best 50 of each list) made it 1.13x
+# slower than the round trip it saves (bench_postgres.py --scale 20000).
 ROWS_ALONG = 30
 #: Entries a keyword-index rebuild re-indexes per transaction.
 KEYWORD_BATCH = 1000
@@ -220,8 +223,10 @@ def tsvector_literal(text: str) -> tuple[str, int]:
     positions, count = index_positions(text)
     parts = []
     for token, where in positions.items():
-        quoted = token.replace("\\", "\\\\").replace("'", "''")
-        kept = sorted({min(at, _MAX_POSITION) for at in where[:_MAX_POSITIONS]})
+        quoted = token.replace("\\", "\\\\").replace("'", "''") if "\\" in token or "'" in token else token
+        kept = where[:_MAX_POSITIONS]  # ascending, each once
+        if kept[-1] > _MAX_POSITION:  # those past the limit all become it, once
+            kept = sorted({min(at, _MAX_POSITION) for at in kept})
         parts.append(f"'{quoted}':{','.join(map(str, kept))}")
     return " ".join(parts), count
 
@@ -500,7 +505,7 @@ class PostgresKeywords:
         found = self.storage.query(
             bm25_statement(len(words), clause, self.lane),
             [*self.counters, K1, B, *(tsquery_of(((term,),)) for term in terms), *params, tsquery_of((tuple(terms),)),
-             _MAX_POSITIONS, _MAX_POSITION, k, k <= ROWS_ALONG and self.storage.read_view is not None])
+             _MAX_POSITIONS, _MAX_POSITION, k, self.storage.rows_along(k) > 0])
         if not found:
             return []
         rows, average, dfs = int(found[0][4]), float(found[0][5]), found[0][6]
@@ -618,8 +623,9 @@ class PostgresStorage(Storage):
         self._bound: bool = False
         self._passage_table: bool | None = None
         # Inside bulk(): [vectors the store held at its start (None: not known yet), vectors written
-        # since, whether the HNSW index is put off until its end].
+        # since, whether the HNSW index is put off until its end], and the worker making its tokens.
         self._bulk: list[Any] | None = None
+        self._token_workers: TokenWorkers | None = None
 
     # Each thread's own (it has a connection of its own: postgres_pool): whether it is inside a write
     # transaction; the read-only snapshot it has open (a new object each), if one is (see
@@ -901,8 +907,12 @@ class PostgresStorage(Storage):
         if self.conn.in_transaction:  # inside one already: one view
             yield
             return
-        # Sent with the snapshot's first query: no round trip of its own.
-        self.conn.open_with_next("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        # Sent with the snapshot's first query: no round trip of its own. Inside it the server plans
+        # a statement once (psycopg prepares those sent five times): planned again each call, the
+        # ranking's and the search's plans cost 1-5 ms a recall, and their parameters (a tsquery, a
+        # vector, over columns kept out of the statistics) could not change them.
+        self.conn.open_with_next("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+                                 "SET LOCAL plan_cache_mode = force_generic_plan")
         self.read_view = object()  # what is counted inside it may be reused until it ends
         try:
             yield
@@ -1027,18 +1037,24 @@ class PostgresStorage(Storage):
             self._run(_HNSW_INDEX)
 
     @contextmanager
-    def bulk(self) -> Iterator[None]:
+    def bulk(self, *, workers: int = 0) -> Iterator[None]:
         """An import: once it has written more vectors than the store held (and
         :data:`DEFERRED_INDEX_ROWS`), the HNSW index is dropped and built again whole at the end.
         Meanwhile semantic recall compares every vector (right, slower); an import stopped midway
-        leaves the index to the next handle that writes (:meth:`_mend_vector_index`)."""
+        leaves the index to the next handle that writes (:meth:`_mend_vector_index`). Given
+        ``workers``, its large batches' keyword tokens are made in a worker process
+        (:mod:`.postgres_tokens`)."""
         if self._bulk is not None or self.read_only or self.confined_to is not None:
             yield
             return
         self._bulk = [None, 0, False]
+        self._token_workers = TokenWorkers() if workers else None
         try:
             yield
         finally:
+            if self._token_workers is not None:
+                self._token_workers.close()
+                self._token_workers = None
             deferred, self._bulk = self._bulk[2], None
             if deferred:
                 with self.transaction():
@@ -1068,6 +1084,8 @@ class PostgresStorage(Storage):
         return self.embedder is not None and recorded is not None and recorded != self._identity()
 
     def embed_new(self, rows: Sequence[Row], on_conflict: OnConflict) -> Vectors:
+        if self._token_workers is not None:  # an import's batch: its tokens are made meanwhile
+            self._token_workers.start(rows)
         if not self.vectors_bound():
             return {}
         todo = list(rows)
@@ -1090,12 +1108,15 @@ class PostgresStorage(Storage):
         bound = self.vectors_bound()
         if vectors is None:
             vectors = self.embed_new(rows, on_conflict) if bound else {}
+        if self._token_workers is not None:
+            self._token_workers.start(rows)  # unless embed_new did
         with self.transaction():
             batch = self._resolve_conflicts(list(rows), on_conflict)
             if not batch:
                 return []
             texts = self._index_texts(batch)
-            tokens = [tsvector_literal(text) for text in texts]
+            made = self._token_workers.literals(rows, texts) if self._token_workers is not None else None
+            tokens = made if made is not None else [tsvector_literal(text) for text in texts]
             # One statement for the whole batch (the rows as JSON, typed by the table's own row
             # type): the trigger counting the keyword rows then runs once, not once a row.
             written = json.dumps([dict(zip(_WRITTEN, [*row[1:], literal, count], strict=True))
@@ -1115,14 +1136,18 @@ class PostgresStorage(Storage):
         return batch
 
     def _insert_vectors(self, pks: Sequence[int], embeddings: Sequence[Embedding]) -> None:
-        with self.conn.cursor() as cursor:
-            cursor.executemany("INSERT INTO entry_vectors (pk, embedding) VALUES (%s, %s::halfvec)",
-                               [(pk, vector_literal(e.vector)) for pk, e in zip(pks, embeddings, strict=True)])
-            later = [(pk, p.start, p.stop, vector_literal(p.vector))
-                     for pk, e in zip(pks, embeddings, strict=True) for p in e.passages]
-            if later and self._has_passage_table():
-                cursor.executemany("INSERT INTO entry_passages (pk, start, stop, embedding) VALUES (%s, %s, %s, %s::halfvec)",
-                                   later)
+        # One statement a table, the vectors as arrays: a statement a row fired the trigger counting
+        # them (0015) once a row, a quarter of an import's time (COPY would be one too, but is
+        # refused under row-level security, which a confined role writes through).
+        self._run("INSERT INTO entry_vectors (pk, embedding) SELECT pk, embedding::halfvec"
+                  " FROM unnest(%s::bigint[], %s::text[]) AS v(pk, embedding)",
+                  (list(pks), [vector_literal(e.vector) for e in embeddings]))
+        later = [(pk, p) for pk, e in zip(pks, embeddings, strict=True) for p in e.passages]
+        if later and self._has_passage_table():
+            self._run("INSERT INTO entry_passages (pk, start, stop, embedding) SELECT pk, start, stop, embedding::halfvec"
+                      " FROM unnest(%s::bigint[], %s::int[], %s::int[], %s::text[]) AS p(pk, start, stop, embedding)",
+                      ([pk for pk, _ in later], [p.start for _, p in later], [p.stop for _, p in later],
+                       [vector_literal(p.vector) for _, p in later]))
 
     def _resolve_conflicts(self, batch: list[Row], on_conflict: OnConflict) -> list[Row]:
         def stored(namespace: str, ids: list[str]) -> list[tuple[str, int]]:
@@ -1376,19 +1401,32 @@ class PostgresStorage(Storage):
 
     # ---- keyword-index texts --------------------------------------------------------------------------
 
-    def _index_texts(self, rows: Sequence[Row], *, before_pk: int | None = None, lookup: bool = True) -> list[str]:
-        """Each row's keyword-index text; a session's first turn here looks up the stored turn
-        before it (below ``before_pk`` when given)."""
-        return index_texts_of(rows, (lambda row: self._previous_turn(row, before_pk)) if lookup else None)
+    def _index_texts(self, rows: Sequence[Row], *, before_pk: int | None = None) -> list[str]:
+        """Each row's keyword-index text; a session's first turn here has the stored turn before it
+        (below ``before_pk`` when given), every session's looked up in one statement (one each was a
+        round trip per session of an import's batch)."""
+        firsts: dict[tuple[str, str], Row] = {}
+        for row in rows:
+            if row.kind == "turn" and row.session:
+                firsts.setdefault((row.namespace, row.session), row)
+        found = self._previous_turns(list(firsts.values()), before_pk) if firsts else {}
+        return index_texts_of(rows, lambda row: found.get((row.namespace, row.session or "")))
 
-    def _previous_turn(self, row: Row, before_pk: int | None) -> tuple[str, str | None] | None:
+    def _previous_turns(self, rows: Sequence[Row], before_pk: int | None) -> dict[tuple[str, str], tuple[str, str | None]]:
+        """The stored turn before each of ``rows`` (turns of distinct sessions), by (namespace, session).
+        Each is one walk back along its session's index: ``kind`` is tested so that no index can
+        answer it (on a table not analysed yet, the planner walked every turn of the namespace
+        back along entries_by_kind, 10 ms a session of an import)."""
         found = self.query(
-            "SELECT content, role FROM entries WHERE namespace = %s AND session = %s AND kind = 'turn'"
-            " AND forgotten_at IS NULL AND (created_at < %s OR (created_at = %s AND pk < %s))"
-            " ORDER BY created_at DESC, pk DESC LIMIT 1",
-            (row.namespace, row.session, row.created_at, row.created_at, before_pk if before_pk is not None else 2**62),
-        )
-        return (found[0][0], found[0][1]) if found else None
+            "SELECT w.namespace, w.session, t.content, t.role"
+            " FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS w(namespace, session, created_at)"
+            " CROSS JOIN LATERAL (SELECT content, role FROM entries WHERE namespace = w.namespace"
+            " AND session = w.session AND (kind = 'turn') IS TRUE AND forgotten_at IS NULL"
+            " AND (created_at < w.created_at OR (created_at = w.created_at AND pk < %s))"
+            " ORDER BY created_at DESC, pk DESC LIMIT 1) t",
+            ([row.namespace for row in rows], [row.session for row in rows], [row.created_at for row in rows],
+             before_pk if before_pk is not None else 2**62))
+        return {(namespace, session): (content, role) for namespace, session, content, role in found}
 
     def _reindex_turn_after(self, namespace: str, session: str, created_ms: int, pk: int) -> None:
         following = self.query(
@@ -1416,6 +1454,12 @@ class PostgresStorage(Storage):
         found = self.query(f"SELECT {_TEXT_PARTS}, {columns} FROM entries e {_TURN_BEFORE} WHERE e.pk = ANY(%s)",
                            (list(pks),))
         return {int(r[_TEXT_PART_COUNT]): (tuple(r[_TEXT_PART_COUNT:]), index_text(r[:_TEXT_PART_COUNT])) for r in found}
+
+    def rows_along(self, ranked: int) -> int:
+        """How many of a ranking's ``ranked`` best read their rows along: inside a recall's
+        snapshot, all of a ranking at most :data:`ROWS_ALONG` deep (what the recall shows next);
+        else none."""
+        return ranked if ranked <= ROWS_ALONG and self.read_view is not None else 0
 
     def saw_rows(self, found: Iterable[Sequence[Any]]) -> None:
         """Keep, for :meth:`rows` and :meth:`index_texts` in this read view, whole rows read along
@@ -1568,7 +1612,7 @@ class PostgresStorage(Storage):
         # keeps any.
         passages = self._has_passage_table()
         windows = _WINDOWS.format("x") if passages else "NULL::json"
-        along = k if k <= ROWS_ALONG and self.read_view is not None else 0
+        along = self.rows_along(k)
         counters = [*self.keywords.counters, *self.derived_keywords.counters]
         search = (
             # Past the k nearest, only an entry with later windows can rise into the top k (by one of
@@ -1579,8 +1623,10 @@ class PostgresStorage(Storage):
             # The distance is computed once a vector: ordered by its name, not by the expression
             # again with its own parameter (which the server computed a second time: 41 ms against
             # the raw query's 20 ms for the 20,000 vectors of a scan).
+            # How far the walk goes is written into the statement, not a parameter: planned once
+            # (see snapshot), the plan picks the graph or a scan of every vector by it.
             " nearest AS MATERIALIZED (SELECT pk, embedding <=> %s::halfvec AS distance FROM entry_vectors"
-            " ORDER BY distance LIMIT %s),"
+            f" ORDER BY distance LIMIT {int(walked)}),"
             # Each candidate looked up by its pk (LIMIT 1 keeps it a lookup: as a join the
             # planner merged it with every entry, 45 ms at 20,000), its speaker read there.
             " passing AS MATERIALIZED (SELECT n.pk, n.distance, ok.role, ok.session,"
@@ -1596,14 +1642,14 @@ class PostgresStorage(Storage):
             # (the hits' coverage weighs them).
             " SELECT x.pk, x.distance, x.role, x.session,"
             " CASE WHEN (SELECT count(*) FROM passing) >= %s + (SELECT n FROM extra) THEN true"
-            " ELSE (SELECT count(*) FROM nearest) < %s END,"
+            f" ELSE (SELECT count(*) FROM nearest) < {int(walked)} END,"
             " (SELECT ARRAY[" + ", ".join(["coalesce(sum(value) FILTER (WHERE key = %s), 0)"] * 4) + "]"
             " FROM namespace_state WHERE key = ANY(%s)),"
             " w.windows, r.*"
             f" FROM passing x CROSS JOIN LATERAL (SELECT {windows} AS windows) w LEFT JOIN shown r ON r.pk = x.pk"
             " WHERE x.place <= %s OR w.windows IS NOT NULL"
             " ORDER BY x.distance, x.pk",
-            [extra, query, walked, *params, k, along, k, walked, *counters, counters, k])
+            [extra, query, *params, k, along, k, *counters, counters, k])
         # The best k of each keyword ranking of this view (a hybrid recall's other candidates):
         # their cosines, windows and speakers, answered in the same round trip.
         ranked = list(dict.fromkeys(pk for ranking in self._once_in_view("keyword rankings", list)

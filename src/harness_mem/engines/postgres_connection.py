@@ -53,7 +53,7 @@ class Connection:
         self._prepare = prepare
         self._closed = False
         self._depth = 0  # transactions open through this object: never reconnected under one
-        self._opening: str | None = None  # a BEGIN sent with the next statement (see open_with_next)
+        self._opening: tuple[str, ...] | None = None  # a BEGIN (and settings) sent with the next statement
         self._ending = False  # a read's COMMIT sent, its answer not read yet (see close_opened)
         self._raw = self._connect(first=True)
 
@@ -143,7 +143,8 @@ class Connection:
             if opening is None:
                 return raw.execute(sql, params)
             with raw.pipeline():  # the BEGIN and this statement in one round trip
-                raw.execute(opening)
+                for statement in opening:
+                    raw.execute(statement)
                 cursor = raw.execute(sql, params)
             return cursor
 
@@ -156,16 +157,17 @@ class Connection:
         opening, self._opening = self._opening, None
         with self._translated():
             with raw.pipeline():
-                if opening is not None:
-                    raw.execute(opening)
+                for statement in opening or ():
+                    raw.execute(statement)
                 cursors = [raw.execute(sql, params) for sql, params in statements]
             return [list(cursor.fetchall()) for cursor in cursors]
 
-    def open_with_next(self, begin: str) -> None:
-        """Send ``begin`` (a BEGIN statement) together with the next statement, not on its own:
-        a read's transaction costs no round trip of its own (where libpq pipelines statements)."""
+    def open_with_next(self, begin: str, *settings: str) -> None:
+        """Send ``begin`` (a BEGIN statement), then ``settings`` (``SET LOCAL`` statements), together
+        with the next statement, not on their own: a read's transaction costs no round trip of its
+        own (where libpq pipelines statements)."""
         self._live()  # a dropped connection is replaced now, not under the transaction
-        self._opening = begin
+        self._opening = (begin, *settings)
         if not self._psycopg.Pipeline.is_supported():
             self._begin_now()
 
@@ -175,7 +177,8 @@ class Connection:
         opening, self._opening = self._opening, None
         if opening is not None:
             with self._translated():
-                self._live().execute(opening)
+                for statement in opening:
+                    self._live().execute(statement)
 
     def close_opened(self, end: str) -> None:
         """End what :meth:`open_with_next` began: nothing to send if no statement followed it, and

@@ -335,7 +335,7 @@ class SQLiteStorage(Storage):
         return self.conn.total_changes, int(self.conn.execute("PRAGMA data_version").fetchone()[0])
 
     @contextmanager
-    def bulk(self) -> Iterator[None]:
+    def bulk(self, *, workers: int = 0) -> Iterator[None]:
         # Each commit copies the log into the file once it passes wal_autocheckpoint pages (1,000 by
         # default). An import's commits of a few thousand rows each touch pages all over the indexes,
         # which were copied again at nearly every commit: 100k rows spent a quarter of their write
