@@ -33,6 +33,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import EmbedderError
+from .rewrites import fuse_int8_bias
 
 Quantization = Literal["dynamic", "static"]
 CALIBRATION_TEXTS = Path(__file__).with_name("calibration_texts.jsonl")
@@ -113,6 +114,9 @@ def _quantize_static(quantization: Any, source: Path, target: Path, tokenize: Ca
             activation_type=quantization.QuantType.QUInt8, weight_type=quantization.QuantType.QInt8,
             calibrate_method=quantization.CalibrationMethod.MinMax,
             extra_options={"OpTypesToExcludeOutputQuantization": ["MatMul"]})
+    model = onnx.load(str(target))
+    fuse_int8_bias(model)
+    onnx.save(model, str(target))
 
 
 def _feeds(tokenize: Callable[[str], list[int]]) -> Iterator[dict[str, Any]]:
