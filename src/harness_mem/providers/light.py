@@ -43,9 +43,12 @@ PROBE_TEXTS = (
     "the deploy failed again " * 40,
 )
 MIN_PROBE_COSINE = 0.9999
-#: Word pieces (padding included) one forward pass takes at most: bench_embedding_speed's grid ran
-#: short texts fastest 8-32 to a pass (~160-640 pieces), long ones one or two to a pass.
-PASS_TOKENS = 512
+#: Word pieces (padding included) one forward pass takes at most: one text as long as the model
+#: reads, or about a dozen chat turns. Larger passes leave the CPU's caches (a layer's attention
+#: scores are heads x pieces x pieces floats): with the static int8 model on two cores, 256 embedded
+#: ~15-word turns about 1.2x as fast as 512 did, ~200-word replies 1.1x (bench_embedding_speed.py's
+#: ``--budgets`` grid).
+PASS_TOKENS = 256
 
 
 def cache_dir() -> Path:
@@ -254,8 +257,8 @@ class OnnxEncoder:
                                                                            npt.NDArray[np.int64]]]:
         """(positions in ``texts``, input ids, attention mask) per batch, the texts sorted by length.
 
-        A batch also ends before it pads past PASS_TOKENS word pieces: a pass of a few hundred pieces
-        is as fast per piece as a larger one, and a call of mixed lengths no longer pads them all to
+        A batch also ends before it pads past PASS_TOKENS word pieces: a pass that size is faster per
+        piece than a larger one, and a call of mixed lengths no longer pads them all to
         its longest (a consolidation's embedder calls, a few dozen segments each: 15.6 s as one pass
         a call, 3.2 s so)."""
         encodings = self.tokenizer.encode_batch(list(texts))
