@@ -334,7 +334,7 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=0, help="also import this many turns end to end")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--model", choices=["minilm-int8", "minilm-int8s"], default=MODEL)
+    parser.add_argument("--model", choices=["minilm-int8", "minilm-int8s"], default=FLAG_NAMES[DEFAULT_QUANTIZATION])
     parser.add_argument("--against-dynamic", type=int, default=0, metavar="N",
                         help="also import N short turns end to end with --model and with minilm-int8, interleaved")
     parser.add_argument("--budgets", default="", help="word pieces a pass to time the encoder at, e.g. 128,256,512")
