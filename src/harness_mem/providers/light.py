@@ -46,8 +46,8 @@ MIN_PROBE_COSINE = 0.9999
 #: Word pieces (padding included) one forward pass takes at most: one text as long as the model
 #: reads, or about a dozen chat turns. Larger passes leave the CPU's caches (a layer's attention
 #: scores are heads x pieces x pieces floats): with the static int8 model on two cores, 256 embedded
-#: ~15-word turns about 1.2x as fast as 512 did, ~200-word replies 1.1x (bench_embedding_speed.py's
-#: ``--budgets`` grid).
+#: ~15-word turns 1.1x and ~200-word replies 1.2x as fast as 512 did (bench_embedding_speed.py
+#: ``--budgets 128,256,512``, medians of 5 rounds at load ~8; 128 was slower on both).
 PASS_TOKENS = 256
 
 
