@@ -45,9 +45,9 @@ PROBE_TEXTS = (
 MIN_PROBE_COSINE = 0.9999
 #: Word pieces (padding included) one forward pass takes at most: one text as long as the model
 #: reads, or about a dozen chat turns. Larger passes leave the CPU's caches (a layer's attention
-#: scores are heads x pieces x pieces floats): with the static int8 model on two cores, 256 embedded
-#: ~15-word turns 1.1x and ~200-word replies 1.2x as fast as 512 did (bench_embedding_speed.py
-#: ``--budgets 128,256,512``, medians of 5 rounds at load ~8; 128 was slower on both).
+#: scores are heads x pieces x pieces floats): on two cores the raw session ran ~200-word replies
+#: fastest one a pass and ~15-word turns 8-16 a pass (bench_embedding_speed.py's grid; its
+#: ``--budgets`` compares caps, 256 against 512 within the noise of a loaded machine).
 PASS_TOKENS = 256
 
 
