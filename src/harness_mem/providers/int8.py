@@ -8,9 +8,9 @@ differ in how a layer's input is quantised:
 - **dynamic** (recipe 2, ``minilm-int8``): by the range of the whole forward pass, measured as it
   runs. A text's vector then depends on what else is in the pass, padding included, so this model
   embeds one text a pass.
-- **static** (recipe 4, ``minilm-int8s``, a new file's default): by a fixed range per layer, calibrated once on the texts
-  of ``calibration_texts.jsonl`` (chat turns, replies, code and logs, other scripts; each embedded
-  alone, so padding never widens a range). Nothing depends on a text's batch mates (padding is
+- **static** (recipe 4, ``minilm-int8s``, a new file's default): by a fixed range per layer,
+  calibrated once on the texts of ``calibration_texts.jsonl`` (chat turns, replies, code and logs,
+  other scripts; each embedded alone, so padding never widens a range). Nothing depends on a text's batch mates (padding is
   masked), so this model embeds in length-sorted batches, where onnxruntime is fastest. Only the
   products with a weight matrix are quantised, and their outputs stay float: quantising the
   attention products between two activations, or re-quantising outputs, took the median cosine
