@@ -58,6 +58,7 @@ from harness_mem import MemoryStore  # noqa: E402
 from harness_mem.experience import consolidate  # noqa: E402
 from harness_mem.experience.statements import content_words  # noqa: E402
 from harness_mem.models import has_visible_text  # noqa: E402
+from harness_mem.providers.embeddings import DEFAULT_QUANTIZATION, FLAG_NAMES  # noqa: E402
 
 # Derived entries as recall ranks them (a summary with its sources), by their own words alone, raw turns.
 LANES = ("derived", "own", "turns")
@@ -93,7 +94,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the folder of longmemeval-dev")
     parser.add_argument("--hybrid", action="store_true", help="store vectors (all-MiniLM-L6-v2, cached) and recall hybrid")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="vector cache for --hybrid")
-    parser.add_argument("--embedder", choices=["minilm-int8", "minilm"], default="minilm-int8",
+    parser.add_argument("--embedder", choices=["minilm-int8s", "minilm-int8", "minilm"], default=FLAG_NAMES[DEFAULT_QUANTIZATION],
                         help="the model for --hybrid (default: %(default)s, the built-in one)")
     parser.add_argument("--half", choices=HALVES, help="only the questions of this half")
     parser.add_argument("--type", choices=TYPES, action="append", dest="types",
@@ -106,7 +107,7 @@ def main() -> None:
         records = [r for r in json.load(f) if r["question_type"] in (args.types or TYPES)
                    and not r["question_id"].endswith("_abs")
                    and args.half in (None, half_of(r["question_id"]))]
-    embedder = CachedEmbedder(args.cache, 2, args.embedder) if args.hybrid else None
+    embedder = CachedEmbedder(args.cache, threads=2, name=args.embedder) if args.hybrid else None
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-derived-lme-") as scratch, \
             MemoryStore(Path(scratch) / "lme.db", embedder=embedder, redactor=None) as store:  # type: ignore[arg-type]

@@ -58,7 +58,7 @@ from harness_mem.db import driver
 from harness_mem.jsonl import import_jsonl
 from harness_mem.models import has_visible_text
 from harness_mem.passages import embedding_text
-from harness_mem.providers.embeddings import FLAG_NAMES, MiniLMEmbedder
+from harness_mem.providers.embeddings import DEFAULT_QUANTIZATION, FLAG_NAMES, MiniLMEmbedder
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data"
@@ -492,7 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the folder of locomo-dev and longmemeval-dev")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="vector cache (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=2, help="embedding threads (default: 2)")
-    parser.add_argument("--embedder", choices=["minilm", "minilm-int8", "minilm-int8s"], default="minilm-int8",
+    parser.add_argument("--embedder", choices=["minilm", "minilm-int8", "minilm-int8s"], default=FLAG_NAMES[DEFAULT_QUANTIZATION],
                         help="the model every corpus is embedded with (default: %(default)s, the built-in one)")
     parser.add_argument("--questions", type=int, help="LongMemEval: only the first N questions")
     parser.add_argument("--stride", type=int, default=1,

@@ -62,7 +62,8 @@ class CachedEmbedder:
 
 
 def embed_corpus(model: MiniLMEmbedder, texts: list[str], cache: Path) -> npt.NDArray[np.float32]:
-    path = cache / f"vectors-{len(texts)}-{model.fingerprint.split(':')[1][:12]}.npy"
+    tag = f"-{model.recipe.tag}" if model.recipe is not None else ""  # an int8 model's vectors are its own
+    path = cache / f"vectors-{len(texts)}-{model.fingerprint.split(':')[1][:12]}{tag}.npy"
     if path.exists():
         return np.load(path)
     cache.mkdir(parents=True, exist_ok=True)

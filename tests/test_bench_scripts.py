@@ -25,7 +25,6 @@ HELPERS = {"embedders.py", "synthetic_embedder.py"}
 #: ``{tmp}`` a scratch folder (for the caches the scripts keep in bench/results by default).
 QUICK = {
     "bench_backfill.py": ["--sessions", "2", "--records", "5"],
-    "bench_derived_lme.py": ["--data", "{data}"],
     "bench_distill.py": ["--skills", "5", "--number", "5", "--repeat", "1"],
     "bench_distill_from_transcripts.py": ["--runs", "3"],
     "bench_experience.py": ["--turns", "50", "--sessions", "3", "--turns-per-session", "5"],
@@ -46,6 +45,7 @@ QUICK = {
 }
 #: The real model, many processes or a large file, even on a tiny input.
 SLOW = {
+    "bench_derived_lme.py": ["--data", "{data}", "--hybrid", "--cache", "{tmp}"],  # the built-in model, cached in tmp
     "bench_coding_memory.py": [],
     "bench_consolidate.py": ["--data", "{locomo}", "--sessions", "5"],
     "bench_facts.py": [],  # every case of bench/data: no smaller input
@@ -58,7 +58,8 @@ SLOW = {
     "bench_mcp_http.py": ["--n", "50", "--recalls", "3", "--rounds", "1"],
     "bench_pg_gc.py": ["--mb", "1", "--forget", "5"],
     "bench_pg_spaces.py": ["--notes", "60", "--rounds", "1"],
-    "bench_embedding_speed.py": ["--short", "8", "--long", "2", "--sessions", "1", "--rounds", "1", "--data", "{locomo}"],
+    "bench_embedding_speed.py": ["--short", "8", "--long", "2", "--sessions", "1", "--rounds", "1", "--data", "{locomo}",
+                                 "--budgets", "128,256"],
     "bench_sessions.py": ["--data", "{locomo}", "--n", "300", "--queries", "3", "--cache", "{tmp}"],
     "bench_soak.py": ["--seconds", "5", "--writers", "1", "--readers", "1", "--mcp", "1"],
     "bench_vectors.py": ["--n", "200", "--queries", "5", "--throughput-texts", "20", "--no-chroma", "--cache", "{tmp}"],

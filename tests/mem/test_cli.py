@@ -55,7 +55,7 @@ def test_the_readme_demo_recalls_what_it_shows(db_path: Path) -> None:
     assert ranked("when can I ship to production", 3) == [
         "proj:2026-03-23:4", "proj:2026-03-23:2", "proj:2026-03-04:2"]  # the deploy windows
     assert ranked("回答偏好", 1) == ["proj:2026-03-23:7"]
-    assert "model: all-MiniLM-L6-v2-int8, 384 dimensions, every entry embedded" in run(db_path, "doctor").stdout
+    assert "model: all-MiniLM-L6-v2-int8s, 384 dimensions, every entry embedded" in run(db_path, "doctor").stdout
 
 
 def test_readable_recall_shows_rank_score_and_snippet(engine_target: str) -> None:

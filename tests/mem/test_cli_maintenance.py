@@ -127,11 +127,11 @@ def test_reindex_embeds_a_keyword_only_store_with_progress_on_stderr(keyword_onl
     refused = run(*db, "recall", "cats", "--mode", "semantic")
     assert refused.exit_code == 1
     assert refused.stderr == ("Error: semantic recall needs vectors, and this store is keyword-only — give it"
-                              " vectors with `harness-mem --embedder minilm-int8 reindex`, or use --mode keyword\n")
+                              " vectors with `harness-mem --embedder minilm-int8s reindex`, or use --mode keyword\n")
     kept = run(*db, "reindex")  # a plain reindex honours the file's choice, and says how to switch
     assert kept.stderr.splitlines() == [
         reindexed(n=5, written=0, dropped=0),
-        "This store is keyword-only; `harness-mem --embedder minilm-int8 reindex` gives it vectors.",
+        "This store is keyword-only; `harness-mem --embedder minilm-int8s reindex` gives it vectors.",
     ]
     result = run(*db, "--embedder", "minilm", "reindex")
     assert result.exit_code == 0 and result.stdout == ""

@@ -116,7 +116,7 @@ def test_a_new_file_gets_the_int8_model_where_its_export_can_be_had(tmp_path: Pa
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARNESS_MEM_CACHE_DIR", str(tmp_path / "new" / "cache"))  # not made yet, but makeable
     chosen = default_embedder()
-    assert chosen is not None and chosen.recipe == DYNAMIC and chosen.name == "all-MiniLM-L6-v2-int8"
+    assert chosen is not None and chosen.recipe == STATIC and chosen.name == "all-MiniLM-L6-v2-int8s"
     # Where the export cannot be written, or torch is asked for, the float model (which can fall back).
     blocker = tmp_path / "a-file"
     blocker.write_text("a regular file where the cache folder would go")
@@ -125,7 +125,7 @@ def test_a_new_file_gets_the_int8_model_where_its_export_can_be_had(tmp_path: Pa
     assert chosen is not None and not chosen.quantized and chosen.name == "all-MiniLM-L6-v2"
     assert giving_vectors() == "`harness-mem --embedder minilm reindex`"  # a hint names what would work here
     monkeypatch.setenv("HARNESS_MEM_CACHE_DIR", str(tmp_path / "new" / "cache"))
-    assert giving_vectors() == "`harness-mem --embedder minilm-int8 reindex`"
+    assert giving_vectors() == "`harness-mem --embedder minilm-int8s reindex`"
     monkeypatch.setenv("HARNESS_MEM_EMBED_RUNTIME", "torch")
     chosen = default_embedder()
     assert chosen is not None and not chosen.quantized
@@ -142,17 +142,20 @@ def test_a_file_made_with_the_float_model_reopens_with_it(tmp_path: Path) -> Non
         assert store.recall("password hashing", k=1)[0].entry.content.startswith("We chose argon2id")
 
 
-def test_a_file_made_with_the_static_int8_model_reopens_with_it(tmp_path: Path) -> None:
+def test_a_file_made_with_the_dynamic_int8_model_keeps_it_when_the_default_is_static(tmp_path: Path) -> None:
+    # The default for a new file moved from the dynamic recipe to the static one: a file made before
+    # reopens with the model its vectors came from, and a query is embedded one text a pass, as they were.
     from harness_mem import MemoryStore
 
-    with MemoryStore(tmp_path / "m.db", embedder="minilm-int8s") as store:
+    with MemoryStore(tmp_path / "m.db", embedder="minilm-int8") as store:
         store.add("We chose argon2id for password hashing.")
     with MemoryStore(tmp_path / "m.db") as store:  # "auto": the file's own model, not the default
-        assert store.embedder is not None and store.embedder.name == "all-MiniLM-L6-v2-int8s"
+        assert store.embedder is not None and store.embedder.name == "all-MiniLM-L6-v2-int8"
+        assert not store.embedder.batch_invariant  # type: ignore[attr-defined]
         assert store.recall("password hashing", k=1)[0].entry.content.startswith("We chose argon2id")
     with MemoryStore(tmp_path / "new.db", embedder="auto") as store:
         store.add("a new file")
-        assert store.embedder is not None and store.embedder.name == "all-MiniLM-L6-v2-int8"
+        assert store.embedder is not None and store.embedder.name == "all-MiniLM-L6-v2-int8s"
 
 
 def test_a_forward_pass_is_not_padded_past_its_word_piece_budget() -> None:

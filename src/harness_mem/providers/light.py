@@ -29,10 +29,12 @@ import numpy.typing as npt
 from ..errors import EmbedderError
 from ..settings import Settings
 from .int8 import Recipe, quantize
+from .rewrites import drop_nan_guards
 
 #: Bump when the export's graph changes: old exports are then made again, not reused.
-#: (2: the graph also gives each word piece's unit vector, for late-interaction reranking.)
-EXPORT_VERSION = 2
+#: (2: the graph also gives each word piece's unit vector, for late-interaction reranking;
+#: 3: without the attention's NaN guards, :func:`.rewrites.drop_nan_guards`: the same vectors, faster.)
+EXPORT_VERSION = 3
 #: Texts the export is checked on against the reference before it is trusted.
 PROBE_TEXTS = (
     "We chose argon2id for password hashing.",
@@ -41,9 +43,12 @@ PROBE_TEXTS = (
     "the deploy failed again " * 40,
 )
 MIN_PROBE_COSINE = 0.9999
-#: Word pieces (padding included) one forward pass takes at most: bench_embedding_speed's grid ran
-#: short texts fastest 8-32 to a pass (~160-640 pieces), long ones one or two to a pass.
-PASS_TOKENS = 512
+#: Word pieces (padding included) one forward pass takes at most: one text as long as the model
+#: reads, or about a dozen chat turns. Larger passes leave the CPU's caches (a layer's attention
+#: scores are heads x pieces x pieces floats): on two cores the raw session ran ~200-word replies
+#: fastest one a pass and ~15-word turns 8-16 a pass (bench_embedding_speed.py's grid; its
+#: ``--budgets`` compares caps, 256 against 512 within the noise of a loaded machine).
+PASS_TOKENS = 256
 
 
 def cache_dir() -> Path:
@@ -123,7 +128,7 @@ def _export(model_dir: Path, target: Path) -> None:
     piece's unit vector, for :mod:`harness_mem.rerank`); a caller asks onnxruntime for the one it needs.
     """
     try:
-        import onnx  # noqa: F401  (the exporter needs it; fail here with a clear reason)
+        import onnx
         import torch
         from transformers import AutoModel
     except ImportError as exc:
@@ -158,6 +163,9 @@ def _export(model_dir: Path, target: Path) -> None:
                           "embedding": {0: "batch"}, "tokens": {0: "batch", 1: "tokens"}},
             opset_version=17, dynamo=False,
         )
+    graph = onnx.load(str(target))
+    drop_nan_guards(graph)
+    onnx.save(graph, str(target))
     _check_against_reference(model_dir, target)
 
 
@@ -249,8 +257,8 @@ class OnnxEncoder:
                                                                            npt.NDArray[np.int64]]]:
         """(positions in ``texts``, input ids, attention mask) per batch, the texts sorted by length.
 
-        A batch also ends before it pads past PASS_TOKENS word pieces: a pass of a few hundred pieces
-        is as fast per piece as a larger one, and a call of mixed lengths no longer pads them all to
+        A batch also ends before it pads past PASS_TOKENS word pieces: a pass that size is faster per
+        piece than a larger one, and a call of mixed lengths no longer pads them all to
         its longest (a consolidation's embedder calls, a few dozen segments each: 15.6 s as one pass
         a call, 3.2 s so)."""
         encodings = self.tokenizer.encode_batch(list(texts))
