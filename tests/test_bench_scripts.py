@@ -72,6 +72,7 @@ ON_RECALL_DUMP = {
     "calibrate_scores.py": ["{dump}"],
     "tune_fusion.py": ["{dump}"],
     "bench_passages.py": ["--dump", "{dump}", "--data", "{data}", "--cache", "{tmp}"],
+    "sentence_cosines.py": ["{dump}", "--data", "{data}", "--cache", "{tmp}"],
 }
 #: Its own test below: it rewrites a file of the repository.
 MAKES_CASES = "make_redaction_cases.py"

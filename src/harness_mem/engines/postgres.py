@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import keyword
-from ..bm25 import K1, B, Match, idf, index_tokens, share, term_tokens
+from ..bm25 import K1, B, Match, idf, share
 from ..errors import ExtensionError, MigrationError, SchemaTooNewError, StorageError
 from ..filters import MetadataCondition, Selection
 from ..identities import SealedIdentity, identity_values_in_use
@@ -51,6 +51,13 @@ from ..sync.operations import Operation, related_id
 from ..vectors import other_model
 from . import postgres_rekey, postgres_rewrite
 from .postgres_connection import Connection
+from .postgres_lexemes import (
+    MAX_POSITION,
+    MAX_POSITIONS,
+    index_positions,
+    query_tokens,
+    tsvector_literal,
+)
 from .postgres_pool import ConnectionPool, PerThread
 from .postgres_tokens import TokenWorkers
 
@@ -90,14 +97,6 @@ ROWS_ALONG = 30
 KEYWORD_BATCH = 1000
 # Every write transaction takes this advisory lock first (an arbitrary, fixed key).
 _WRITE_LOCK = 7_310_421_993
-# A lexeme keeps at most this many positions, each at most this large (PostgreSQL's limits).
-_MAX_POSITIONS = 255
-_MAX_POSITION = 16383
-# A lexeme is at most 2046 bytes; FTS5 keeps a token of any length. A longer token is stored as its
-# first _LONG_HEAD bytes, "#" and a hash of the whole token (tokens are letters and digits: no real
-# token has a "#"), so it is still held, found and counted as itself.
-_MAX_LEXEME = 2046
-_LONG_HEAD = _MAX_LEXEME - 17
 _CURRENT = "e.forgotten_at IS NULL AND e.superseded_by IS NULL"
 _KEPT = "e.forgotten_at IS NULL"
 # A session's transcript: its entries, less what was derived from them or recorded about the run.
@@ -176,59 +175,6 @@ def index_text(parts: Sequence[Any]) -> str:
     content, role, kind, session, created_at, previous, previous_role = parts
     return keyword.entry_index_text(content, role, kind, session, created_at,
                                     (previous, previous_role) if previous is not None else None)
-
-
-def _head(token: str, size: int) -> str:
-    """The longest start of ``token`` that fits in ``size`` bytes of UTF-8."""
-    return token.encode()[:size].decode(errors="ignore")
-
-
-def stored_token(token: str) -> str:
-    """``token`` as the index stores it: itself, or for one too long for a lexeme its stand-in."""
-    if len(token) * 4 <= _MAX_LEXEME or len(token.encode()) <= _MAX_LEXEME:
-        return token
-    from hashlib import blake2b
-
-    return f"{_head(token, _LONG_HEAD)}#{blake2b(token.encode(), digest_size=8).hexdigest()}"
-
-
-def stored_prefix(prefix: str) -> str:
-    """A prefix query's token as it must start a stored one. One longer than a stand-in's head is
-    cut to it, the one case where the engines may differ: it then matches every token that starts
-    with those 2,029 bytes."""
-    return prefix if len(prefix.encode()) <= _LONG_HEAD else _head(prefix, _LONG_HEAD)
-
-
-def query_tokens(term: str) -> tuple[tuple[str, ...], bool]:
-    """:func:`~harness_mem.bm25.term_tokens`, each token as the index stores it."""
-    tokens, prefix = term_tokens(term)
-    if not tokens:
-        return tokens, prefix
-    last = stored_prefix(tokens[-1]) if prefix else stored_token(tokens[-1])
-    return (*map(stored_token, tokens[:-1]), last), prefix
-
-
-def index_positions(text: str) -> tuple[dict[str, list[int]], int]:
-    """Every position (from 1) of each stored token of ``text``'s keyword-index tokens, and how many
-    tokens there are: what FTS5 keeps, without the limits of a ``tsvector``."""
-    tokens = index_tokens(text)
-    positions: dict[str, list[int]] = {}
-    for at, token in enumerate(tokens, start=1):
-        positions.setdefault(stored_token(token), []).append(at)
-    return positions, len(tokens)
-
-
-def tsvector_literal(text: str) -> tuple[str, int]:
-    """The keyword index's tokens of ``text`` as a ``tsvector`` literal, and how many there are."""
-    positions, count = index_positions(text)
-    parts = []
-    for token, where in positions.items():
-        quoted = token.replace("\\", "\\\\").replace("'", "''") if "\\" in token or "'" in token else token
-        kept = where[:_MAX_POSITIONS]  # ascending, each once
-        if kept[-1] > _MAX_POSITION:  # those past the limit all become it, once
-            kept = sorted({min(at, _MAX_POSITION) for at in kept})
-        parts.append(f"'{quoted}':{','.join(map(str, kept))}")
-    return " ".join(parts), count
 
 
 def _lexeme(token: str) -> str:
@@ -505,7 +451,7 @@ class PostgresKeywords:
         found = self.storage.query(
             bm25_statement(len(words), clause, self.lane),
             [*self.counters, K1, B, *(tsquery_of(((term,),)) for term in terms), *params, tsquery_of((tuple(terms),)),
-             _MAX_POSITIONS, _MAX_POSITION, k, self.storage.rows_along(k) > 0])
+             MAX_POSITIONS, MAX_POSITION, k, self.storage.rows_along(k) > 0])
         if not found:
             return []
         rows, average, dfs = int(found[0][4]), float(found[0][5]), found[0][6]
@@ -547,7 +493,7 @@ class PostgresKeywords:
         for pk, length, lexeme, positions in found:
             kept = list(positions or ())
             held.setdefault(int(pk), (int(length or 0), {}))[1][lexeme] = kept
-            if len(kept) >= _MAX_POSITIONS or (kept and kept[-1] >= _MAX_POSITION):
+            if len(kept) >= MAX_POSITIONS or (kept and kept[-1] >= MAX_POSITION):
                 clipped.add(int(pk))
         # A lexeme keeps at most 255 positions, none past 16383: a term of an entry longer than that
         # (or repeated more often) is counted in the entry's index text, as FTS5 counts it.

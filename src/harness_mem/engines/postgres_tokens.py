@@ -20,6 +20,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from ..rows import Row
 from ..storage import index_texts_of
 from ..workers import exit_with_parent
+from .postgres_lexemes import tsvector_literal
 
 __all__ = ["PARALLEL_TOKEN_ROWS", "TokenWorkers"]
 
@@ -32,8 +33,6 @@ Literal = tuple[str, int]  # a tsvector literal and how many tokens it holds
 
 def _literals(texts: list[str]) -> list[Literal]:
     """Each text's tsvector literal (run in a worker)."""
-    from .postgres import tsvector_literal  # the worker's own import: this module is loaded by it
-
     return [tsvector_literal(text) for text in texts]
 
 
@@ -64,7 +63,6 @@ class TokenWorkers:
         ahead, self._ahead = self._ahead, None
         if ahead is None or ahead[0] is not rows:
             return None
-        from .postgres import tsvector_literal
 
         made = dict(zip(ahead[1], ahead[2].result(), strict=True))
         return [made[text] if text in made else tsvector_literal(text) for text in texts]
