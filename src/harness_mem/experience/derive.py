@@ -173,8 +173,9 @@ def _of_substance(statement: Statement, kind: str | None) -> bool:
 def _account(turns: Sequence[SpokenTurn], said: Sequence[tuple[Statement, str | None]]) -> str:
     """A segment as a reader would note it (``said``: its statements of substance, with their
     kinds): who and when, then what was said, in the order said, within :data:`SUMMARY_SHARE` of
-    its turns' words — each turn's best statement first (a fact before the rest, people before an
-    assistant), then each one's second …, each cut to its first clause (:func:`condensed`)."""
+    its turns' words, an assistant's advice within :data:`ADVICE_MAX_WORDS` of them — each turn's
+    best statement first (a fact before the rest, people before an assistant), then each one's
+    second …, each cut to its first clause (:func:`condensed`)."""
     candidates = range(len(said))
     advisers = {t.id for t in turns if t.role in _NOT_FACT_SOURCES}
     whole = min(max(SUMMARY_SHARE * sum(_words(t.content) for t in turns), SUMMARY_MIN_WORDS), SUMMARY_MAX_WORDS)
