@@ -51,6 +51,13 @@ on four conversations and tested on the fifth):
   how many, how much, in total, between): its evidence is spread over sessions, and lifting one
   session's turns pushes the others out (LongMemEval dev user turns, hybrid R@5 .847 → .871, its
   multi-session and temporal-reasoning questions; LoCoMo unchanged: R@5 / R@10 .727 / .807).
+- **Decision prior** (+0.2, the speaker prior's: no constant chosen): a question that asks what was
+  decided (:func:`asks_decision`: "what did we decide about the auth refactor?") wants the turn or
+  fact that decides ("Let's keep server-side sessions…", "Decision noted: …", a fact of kind
+  ``decision``), not the turn that raised the topic, which shares the question's words; "decide" and
+  "decision" are different stems, so the keyword lane alone never finds "Decision noted". The dev
+  corpora hardly ask so (7 of LoCoMo's 760 questions, 1 of LongMemEval's): LoCoMo turns MRR .611 →
+  .612, every other figure of bench/bench_recall.py unchanged.
 
 Measured on LoCoMo (recall@10, `harness-mem eval`): keyword .710 (with the context index of
 keyword.index_text), semantic .634, this hybrid .80; the other corpora are in bench/bench_recall.py.
@@ -67,6 +74,7 @@ KEYWORD_WEIGHT = 0.3   # the cosine gets the rest
 #: The keyword's share for a question that gathers (:func:`gathers`): its evidence is said in passing.
 GATHERING_KEYWORD_WEIGHT = 0.5
 SPEAKER_PRIOR = 0.2
+DECISION_PRIOR = SPEAKER_PRIOR  # the question names what the entry is, as it can name who said it
 SESSION_PRIOR = 0.5
 CANDIDATES = 50        # from each ranking; deeper changes recall@10 by < .002
 KEYWORD_DEPTH = 200    # BM25 scores looked up for the semantic candidates too
@@ -92,6 +100,7 @@ class Candidate:
     cosine: float
     named: bool          # the entry's role is named in the query
     session: str | None
+    decides: bool = False  # the entry records a decision, and the query asks for one
 
 
 def informativeness(scores: Sequence[float], scale: float) -> float:
@@ -141,6 +150,17 @@ def gathers(query: str) -> bool:
     return _GATHERING.search(query) is not None
 
 
+#: A question about what was decided, agreed or settled ("what did we decide about …", "what was the
+#: decision on …", "what did we settle on for …", "which queue did we go with?").
+_DECISION_QUESTION = re.compile(r"\b(?:decid(?:e|ed|es|ing)|decisions?|agreed|settled|go(?:ing)? with|went with)\b",
+                                re.IGNORECASE)
+
+
+def asks_decision(query: str) -> bool:
+    """True for a question about what was decided (see :data:`DECISION_PRIOR`)."""
+    return _DECISION_QUESTION.search(query) is not None
+
+
 def fuse(candidates: Sequence[Candidate], k: int, *, gathering: bool = False) -> list[tuple[int, float]]:
     """The top ``k`` (pk, score) of the candidates, best first (``gathering``: see :func:`gathers`)."""
     if not candidates:
@@ -152,6 +172,7 @@ def fuse(candidates: Sequence[Candidate], k: int, *, gathering: bool = False) ->
         c.pk: keyword_weight * (c.keyword / best_keyword if best_keyword > 0 else 0.0)
         + cosine_weight * (c.cosine if floor is None else max(0.0, c.cosine - floor))
         + (SPEAKER_PRIOR if c.named else 0.0)
+        + (DECISION_PRIOR if c.decides else 0.0)
         for c in candidates
     }
     session_best: dict[str, float] = {}

@@ -15,6 +15,7 @@ query's embedding is cached per store: agents ask the same thing repeatedly.
 
 from __future__ import annotations
 
+import json
 import threading
 import warnings
 from collections import OrderedDict
@@ -208,6 +209,8 @@ class Recall:
                     components["keyword"]["score"] = features[pk].keyword
                     components["semantic"]["score"] = features[pk].cosine
                     components["speaker"] = {"rank": None, "score": fusion.SPEAKER_PRIOR if features[pk].named else 0.0}
+                    if features[pk].decides:
+                        components["decision"] = {"rank": None, "score": fusion.DECISION_PRIOR}
                     components["hybrid"] = {"rank": position, "score": order_score}
                 if pk in interactions:
                     components["rerank"] = {"rank": position, "score": interactions[pk]}
@@ -385,17 +388,25 @@ class Recall:
         if uncosined and vector is not None:
             # The semantic list is best-of already; the keyword candidates it missed are matched here.
             cosines.update(self._best_of(vector, self.storage.cosines(vector, uncosined), matched))
-        candidates = self._candidates(pks, keyword_scores, cosines, named)
+        candidates = self._candidates(query, pks, keyword_scores, cosines, named)
         return fusion.fuse(candidates, k, gathering=fusion.gathers(query)), {c.pk: c for c in candidates}
 
-    def _candidates(self, pks: list[int], keyword_scores: Mapping[int, float], similarities: Mapping[int, float],
-                    named: list[str]) -> list[fusion.Candidate]:
+    def _candidates(self, query: str, pks: list[int], keyword_scores: Mapping[int, float],
+                    similarities: Mapping[int, float], named: list[str]) -> list[fusion.Candidate]:
         """The pks as fusion candidates: their keyword and semantic scores (0 where missing), whether
-        the query names their speaker, and their session."""
+        the query names their speaker, their session, and whether they decide what the query asks."""
         lowered = {name.lower() for name in named}
+        deciding = self._deciding(pks) if fusion.asks_decision(query) else set()
         return [fusion.Candidate(pk, keyword_scores.get(pk, 0.0), similarities.get(pk, 0.0),
-                                 role is not None and role.lower() in lowered, session)
+                                 role is not None and role.lower() in lowered, session, pk in deciding)
                 for pk, role, session in self.storage.speakers(pks)]
+
+    def _deciding(self, pks: list[int]) -> set[int]:
+        """The pks that record a decision: a fact consolidation filed as one, or a text that says one."""
+        from .experience.facts import states_decision  # the fact rules: only a question about a decision pays
+
+        return {pk for pk, row in self.storage.rows(pks).items()
+                if json.loads(row.metadata or "{}").get("fact_kind") == "decision" or states_decision(row.content)}
 
     def _reranked(self, query: str, ranked: list[tuple[int, float]], keyword_scores: Mapping[int, float],
                   named: list[str], matched: Mapping[int, Passage], interactions: dict[int, float],
@@ -414,7 +425,7 @@ class Recall:
         assert isinstance(self.storage.embedder, TokenEmbedder)
         asked, *pieces = self.pieces.pieces(self.storage.embedder, [fusion.strip_names(query, named), *texts])
         interactions.update((pk, maxsim(asked, found)) for pk, found in zip(top, pieces, strict=True))
-        candidates = self._candidates(top, keyword_scores, interactions, named)
+        candidates = self._candidates(query, top, keyword_scores, interactions, named)
         return fusion.fuse(candidates, len(top), gathering=fusion.gathers(query)) + ranked[RERANK_DEPTH:]
 
     def _check_rerank(self) -> None:

@@ -251,3 +251,17 @@ def test_a_confined_role_sees_its_namespaces_experience_alone(postgres_server: P
         assert isinstance(refused.value.__cause__, psycopg.errors.InsufficientPrivilege)
     with MemoryStore(owner, namespace="team-b", embedder=None) as admin:
         assert ExperienceStore(admin).get_skill("deploy-site").version == 1
+
+
+def test_a_promoted_episode_is_listed_in_the_namespace_it_went_to_and_no_longer_in_its_own(
+        engine_target: str) -> None:
+    with MemoryStore(engine_target, namespace="ada", embedder=None) as ada:
+        kept = ExperienceStore(ada).record(Episode("deploy the site", "deployed", tools=["shell"], success=True))
+        ExperienceStore(ada).record(Episode("read the logs", "found it", tools=["read_file"]), id="stays")
+        assert ada.promote(kept, to="team") == [kept]
+        assert [e.id for e in ExperienceStore(ada).list()] == ["stays"]
+    with MemoryStore(engine_target, namespace="team", embedder=None) as team:
+        shared = ExperienceStore(team)
+        assert [e.id for e in shared.list()] == [kept]
+        assert shared.get(kept).episode.situation == "deploy the site"
+        assert [e.id for e in shared.list(tool="shell")] == [kept]

@@ -27,6 +27,8 @@ from harness_mem.experience.statements import statements
         ("Last Saturday I ran a charity race for mental health.", "activity"),
         ("We'll use Postgres for billing.", "decision"),
         ("Let's go with Redis for the session cache.", "decision"),
+        ("Decision noted: server-side sessions stay, stored in Postgres.", "decision"),   # labelled so
+        ("Agreed: releases are cut on Mondays.", "decision"),
         ("Never push directly to main.", "convention"),
         ("Don't touch the legacy billing module, it's frozen until Q3.", "convention"),
         ("The staging database is on port 5433.", "setup"),
@@ -55,6 +57,7 @@ def test_a_durable_statement_is_a_fact_however_short(said: str, kind: str) -> No
         "I know exactly how that feels.",
         "Thanks so much!",
         "Let's see what happens.",                # the moment's business
+        "Agreed. That sounds like a plan!",       # agreement, no decision said
         "I'll be back in five minutes.",
         "Run the auth tests again.",
         "It works on my machine.",                # not the speaker's subject
@@ -216,3 +219,12 @@ def test_an_open_thread_leaves_something_named_for_later(said: str, left_for_lat
     from harness_mem.experience.facts import open_thread
 
     assert open_thread(said) is left_for_later
+
+
+def test_a_text_states_a_decision_when_one_of_its_sentences_does() -> None:
+    from harness_mem.experience.facts import states_decision
+
+    assert states_decision("I don't want JWTs in the browser. Let's keep server-side sessions, but move them.")
+    assert states_decision("Decision noted: server-side sessions stay, stored in Postgres.")
+    assert not states_decision("Morning. We need to plan the auth refactor this week; the tokens are a mess.")
+    assert not states_decision("Options: signed JWTs, or keep server-side sessions and add rotation.")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from harness_mem import fusion
@@ -16,7 +18,10 @@ from harness_mem.fusion import (
     strip_names,
     weights,
 )
+from harness_mem.jsonl import import_jsonl
 from harness_mem.store import MemoryStore
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample_conversation.jsonl"
 
 
 def test_strip_names_removes_names_and_possessives() -> None:
@@ -219,3 +224,29 @@ def test_in_a_chat_a_first_person_question_finds_what_the_user_said(hashed_store
     assert mine[0].entry.role == "user"
     yours = hashed_store.recall("What did you say about the market on Sunday?", k=2, mode="hybrid")
     assert yours[0].entry.role == "assistant"
+
+
+def test_a_question_about_a_decision_is_told_from_one_that_mentions_a_word() -> None:
+    assert fusion.asks_decision("what did we decide about the auth refactor")
+    assert fusion.asks_decision("What was the decision on the queue?")
+    assert fusion.asks_decision("which limiter did we go with?")
+    assert fusion.asks_decision("what have we settled on for billing")
+    assert not fusion.asks_decision("when can I ship to production")
+    assert not fusion.asks_decision("password hashing")
+    assert not fusion.asks_decision("what did Ada go to see in Lisbon?")  # "go to", not "go with"
+
+
+def test_a_question_about_a_decision_puts_the_turns_that_decide_above_the_one_that_raised_it(
+        semantic_store: MemoryStore) -> None:
+    """The sample conversation: "we need to plan the auth refactor" shares the question's words, the
+    options reply its topic; the decision ("Let's keep server-side sessions…", "Decision noted: …")
+    shares neither ("decide" and "decision" are different stems)."""
+    import_jsonl(semantic_store, SAMPLE.read_bytes().splitlines())
+    deciding = {"proj:2026-03-02:3", "proj:2026-03-02:4"}
+    hits = semantic_store.recall("what did we decide about the auth refactor", k=3, mode="hybrid", explain=True)
+    assert deciding & {hit.entry.id for hit in hits}
+    decided = next(hit for hit in hits if hit.entry.id in deciding)
+    assert decided.components is not None and decided.components["decision"]["score"] == fusion.DECISION_PRIOR
+    # A question that asks no decision ranks as before: the prior is not there.
+    plain = semantic_store.recall("the auth refactor", k=3, mode="hybrid", explain=True)
+    assert all(hit.components is not None and "decision" not in hit.components for hit in plain)

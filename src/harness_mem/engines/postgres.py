@@ -1252,10 +1252,17 @@ class PostgresStorage(Storage):
         # Vectors and passages follow the pk; the keyword counters follow the namespace (triggers).
         with self.transaction():
             before = self.rows(pks)
+            episodes = [(namespace, row.namespace, row.id) for row in before.values() if row.kind == "episode"]
+            if episodes:  # an episode's row follows its entry (below): their link is checked at commit
+                self._run("SET CONSTRAINTS episodes_namespace_entry_id_fkey DEFERRED")
             # Row-level security passes over the rows of a namespace the role may only read: refused whole.
             if self._run("UPDATE entries SET namespace = %s WHERE pk = ANY(%s)", (namespace, list(pks))) < len(before):
                 raise StorageError(f"{self.path}: this database role may not write the namespace these entries are in"
                                    " (it was granted it read-only) — nothing was moved")
+            # An episode's row (the experience store's) goes with its entry, or its old namespace would
+            # keep listing it and the new one never would.
+            for moved in episodes:
+                self._run("UPDATE episodes SET namespace = %s WHERE namespace = %s AND entry_id = %s", moved)
             for pk, row in sorted(before.items(), key=lambda item: (item[1].created_at, item[0])):
                 if row.kind == "turn" and row.session:
                     self._write_tokens(pk, self.index_texts([pk])[pk])

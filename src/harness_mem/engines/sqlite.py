@@ -648,6 +648,9 @@ class SQLiteStorage(Storage):
     def move(self, pks: Sequence[int], namespace: str) -> None:
         with self.transaction():
             before = self.rows(pks)
+            episodes = [(namespace, row.namespace, row.id) for row in before.values() if row.kind == "episode"]
+            if episodes:  # an episode's row follows its entry (below): their link is checked at commit
+                self.conn.execute("PRAGMA defer_foreign_keys = ON")
             self.conn.execute("UPDATE entries SET namespace = ? WHERE pk IN (SELECT value FROM json_each(?))",
                               (namespace, json.dumps(list(pks))))
             if self._vectors is not None:
@@ -655,6 +658,9 @@ class SQLiteStorage(Storage):
             else:  # vectors made by another process's embedder: moved all the same
                 move_vectors(self.conn, pks, namespace)
             self._vectors_touched = True
+            # An episode's row (the experience store's) goes with its entry, or its old namespace would
+            # keep listing it and the new one never would.
+            self.conn.executemany("UPDATE episodes SET namespace = ? WHERE namespace = ? AND entry_id = ?", episodes)
             after = self.rows(pks)  # as they are now, in the namespace they went to
             for pk, row in sorted(before.items(), key=lambda item: (item[1].created_at, item[0])):
                 if row.kind == "turn" and row.session:

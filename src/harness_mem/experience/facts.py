@@ -28,10 +28,10 @@ import functools
 import re
 from dataclasses import dataclass
 
-from .statements import content_words, normalised, subjectless, worth
+from .statements import content_words, normalised, sentences, subjectless, worth
 
 __all__ = ["FACT_SCORE", "chatter", "correction", "fact_about", "fact_kind", "frame_words", "open_thread", "restates",
-           "revises"]
+           "revises", "states_decision"]
 
 #: A statement of no recognised kind becomes a fact from this score up (an event with content).
 FACT_SCORE = 2.6
@@ -174,6 +174,10 @@ _DECISION = re.compile(
     r"standardi[sz]ing|dropping|deprecating)|(?:we )?(?:go|going) with|switch(?:ing)? to|decision)\b",
     re.IGNORECASE,
 )
+# A sentence labelled as a decision: "Decision noted: sessions stay in Postgres.", "Agreed: …" (the
+# label is dropped from the statement as a heading, so it is read before).
+_DECISION_LABEL = re.compile(r"^(?:decision(?: noted| made| taken)?|decided|agreed|resolved|resolution)\s*[:—–]\s*\S",
+                             re.IGNORECASE)
 _CONVENTION = re.compile(
     r"\b(?:from now on|going forward|henceforth|by default|as a rule|every time|whenever|always|never|"
     r"don't ever|do not ever|make sure (?:to|that)|must always|must never)\b|"
@@ -290,7 +294,7 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
     s = normalised(sentence)
     if len(content_words(s)) < 1 or chatter(s, listener):
         return None
-    if _DECISION.match(s):
+    if _DECISION.match(s) or _DECISION_LABEL.match(sentence.strip()):
         return "decision"
     if _TASK.match(s):  # not chatter, so it holds from now on: "Run the linter before every commit."
         return "convention"
@@ -311,6 +315,12 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
             if pattern.search(s) and (kind in _SHORT_KINDS or len(_said_of(s)) >= 2):
                 return kind
     return "event" if worth(s) >= FACT_SCORE else None
+
+
+def states_decision(text: str) -> bool:
+    """True when a sentence of ``text`` (a turn, a note) records a decision: "Let's keep server-side
+    sessions.", "Decision noted: …", "We'll use Postgres for billing." """
+    return any(fact_kind(sentence) == "decision" for sentence in sentences(text))
 
 
 def _said_of(s: str) -> list[str]:
