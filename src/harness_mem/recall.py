@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from . import fusion, keyword, passages, scores, sourced
 from .bm25 import KeywordIndex
+from .decisions import states_decision
 from .errors import EmbedderError, InvalidInputError, MissingVectorsWarning
 from .filters import Filters, Selection, make_filters
 from .models import Entry, Hit, counted, now_ms
@@ -403,8 +404,6 @@ class Recall:
 
     def _deciding(self, pks: list[int]) -> set[int]:
         """The pks that record a decision: a fact consolidation filed as one, or a text that says one."""
-        from .experience.facts import states_decision  # the fact rules: only a question about a decision pays
-
         return {pk for pk, row in self.storage.rows(pks).items()
                 if json.loads(row.metadata or "{}").get("fact_kind") == "decision" or states_decision(row.content)}
 

@@ -222,9 +222,10 @@ def test_an_open_thread_leaves_something_named_for_later(said: str, left_for_lat
 
 
 def test_a_text_states_a_decision_when_one_of_its_sentences_does() -> None:
-    from harness_mem.experience.facts import states_decision
+    from harness_mem.decisions import states_decision
 
     assert states_decision("I don't want JWTs in the browser. Let's keep server-side sessions, but move them.")
     assert states_decision("Decision noted: server-side sessions stay, stored in Postgres.")
     assert not states_decision("Morning. We need to plan the auth refactor this week; the tokens are a mess.")
     assert not states_decision("Options: signed JWTs, or keep server-side sessions and add rotation.")
+    assert not states_decision("Should we go with Redis? Going with Redis means another server?")

@@ -28,10 +28,11 @@ import functools
 import re
 from dataclasses import dataclass
 
-from .statements import content_words, normalised, sentences, subjectless, worth
+from ..decisions import opens_with_decision
+from .statements import content_words, normalised, subjectless, worth
 
 __all__ = ["FACT_SCORE", "chatter", "correction", "fact_about", "fact_kind", "frame_words", "open_thread", "restates",
-           "revises", "states_decision"]
+           "revises"]
 
 #: A statement of no recognised kind becomes a fact from this score up (an event with content).
 FACT_SCORE = 2.6
@@ -163,21 +164,8 @@ _PERSONAL_COMPILED = [(kind, re.compile(pattern, re.IGNORECASE)) for kind, patte
 _NAMED = re.compile(r"^(?:[A-Z][a-z]+)(?: [A-Z][a-z]+)? (?:now )?(?:lives|moved|works|is working|is based|grew up)\b")
 _NAMED_NOT = frozenset("It This That There Here He She They Everyone Someone Nobody Everybody What".split())
 
-# A decision or convention of a project: "we'll use …", "let's go with …", "from now on …",
-# "never push to main", "use pytest, not unittest", "keep secrets in Vault".
-_DECISION = re.compile(
-    # … but "Let's meet when I visit", "we'll catch up soon": what friends will do together, no decision
-    r"^(?:(?:we(?:'ll| will| are going to|'re going to| shall)|let(?:'s| us))(?! (?:\w+ )?(?:meet|see|catch up|"
-    r"hang out|talk|chat|grab|get together|go out|keep in touch|stay in touch|celebrate|visit|hope|plan|do (?:it|this|"
-    r"that) again)\b)|we(?:'ve)? (?:decided|agreed|chose|picked|"
-    r"settled on|switched|standardi[sz]ed)|I(?:'ve)? decided|we're (?:going with|switching|migrating|moving|using|"
-    r"standardi[sz]ing|dropping|deprecating)|(?:we )?(?:go|going) with|switch(?:ing)? to|decision)\b",
-    re.IGNORECASE,
-)
-# A sentence labelled as a decision: "Decision noted: sessions stay in Postgres.", "Agreed: …" (the
-# label is dropped from the statement as a heading, so it is read before).
-_DECISION_LABEL = re.compile(r"^(?:decision(?: noted| made| taken)?|decided|agreed|resolved|resolution)\s*[:—–]\s*\S",
-                             re.IGNORECASE)
+# A convention of a project: "from now on …", "never push to main", "use pytest, not unittest",
+# "keep secrets in Vault" (a decision is read by harness_mem.decisions).
 _CONVENTION = re.compile(
     r"\b(?:from now on|going forward|henceforth|by default|as a rule|every time|whenever|always|never|"
     r"don't ever|do not ever|make sure (?:to|that)|must always|must never)\b|"
@@ -294,7 +282,7 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
     s = normalised(sentence)
     if len(content_words(s)) < 1 or chatter(s, listener):
         return None
-    if _DECISION.match(s) or _DECISION_LABEL.match(sentence.strip()):
+    if opens_with_decision(s) or opens_with_decision(sentence):  # the label is dropped as a heading
         return "decision"
     if _TASK.match(s):  # not chatter, so it holds from now on: "Run the linter before every commit."
         return "convention"
@@ -315,12 +303,6 @@ def fact_kind(sentence: str, *, listener: str | None = None) -> str | None:
             if pattern.search(s) and (kind in _SHORT_KINDS or len(_said_of(s)) >= 2):
                 return kind
     return "event" if worth(s) >= FACT_SCORE else None
-
-
-def states_decision(text: str) -> bool:
-    """True when a sentence of ``text`` (a turn, a note) records a decision: "Let's keep server-side
-    sessions.", "Decision noted: …", "We'll use Postgres for billing." """
-    return any(fact_kind(sentence) == "decision" for sentence in sentences(text))
 
 
 def _said_of(s: str) -> list[str]:
