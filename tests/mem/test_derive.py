@@ -270,3 +270,15 @@ def test_a_huge_turn_gives_facts_of_a_sentence_and_a_bounded_summary(content: st
     assert all(len(f.text) <= 1000 for f in derivation.facts)
     assert all(len(s.text.split()) <= 420 for s in derivation.segments)
     assert all(len(s.text) <= 8000 for s in derivation.segments)
+
+
+def test_a_heading_before_a_statement_goes_but_a_list_items_name_stays() -> None:
+    from harness_mem.experience.statements import normalised
+
+    assert normalised("Quick question: where is the staging database?") == "Where is the staging database?"
+    assert normalised("Side Note: I'm vegan.") == "I'm vegan."
+    assert normalised("Big news: I moved to Porto.") == "I moved to Porto."
+    # The name is what the rest is said of: without it, "Dreamy psychedelic rock …" says nothing.
+    assert normalised("Tame Impala: dreamy psychedelic rock with lush synths.").startswith("Tame Impala:")
+    assert normalised("Spa 10: a quiet day spa in town.").startswith("Spa 10:")
+    assert normalised("Option A: keep server-side sessions.").startswith("Option A:")

@@ -182,11 +182,13 @@ _SUBJECTLESS = [
 _OPENERS = re.compile(
     r"^(?:(?:ok(?:ay)?|so|well|oh|anyway|anyways|and|but|plus|also|honestly|actually|btw|by the way|fyi|"
     r"for context|for the record|for reference|just so you know|to be clear|heads up|in fact|"
-    r"sorry|correction|update|big news|news|good news|fun fact|change of plans?|quick update|(?:it )?turns out|remember(?: that)?|note(?: that)?|keep in mind(?: that)?|"
+    r"sorry|correction|update|big news|side note|news|good news|fun fact|change of plans?|quick update|(?:it )?turns out|remember(?: that)?|note(?: that)?|keep in mind(?: that)?|"
     r"just a reminder(?: that)?|reminder)\b[,:!]?\s+|speaking of (?:which|that|this),\s+|like,\s+)+",
     re.IGNORECASE,
 )
-_HEADER = re.compile(r"^[A-Za-z][\w ']{0,24}:\s+(?=\S)")  # "Big news: …", "Update: …"
+# "Quick question: …", "Edit: …"; not a list item's name, which is its subject ("Tame Impala: dreamy
+# psychedelic rock", "Spa 10: …", "Option A: …"): words all capitalised, or a number.
+_HEADER = re.compile(r"^(?![A-Z][\w']*(?: [A-Z0-9][\w']*)+:|[^:]{0,25}\d[^:]{0,25}:)[A-Za-z][\w ']{0,24}:\s+(?=\S)")
 # "Hey Joanna, …", "Wow, …", "Thanks, Maria, …": a greeting or reaction before what is said.
 _GREETING = re.compile(r"^(?:hey|hi|hello|wow|whoa|cool|aw+|oh|ooh|yeah|yes|yep|haha|lol|great|nice|awesome|amazing|"
                        r"thanks|thank you|congrats)(?: [A-Z][a-z]+)?[,!.]\s+(?=\S)", re.IGNORECASE)
