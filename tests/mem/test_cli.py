@@ -51,7 +51,7 @@ def test_the_readme_demo_recalls_what_it_shows(db_path: Path) -> None:
         return [json.loads(line)["id"] for line in result.stdout.splitlines()]
 
     assert ranked("what did we decide about the auth refactor", 3) == [
-        "proj:2026-03-02:1", "proj:2026-03-02:2", "proj:2026-03-02:5"]
+        "proj:2026-03-02:1", "proj:2026-03-02:2", "proj:2026-03-02:4"]  # the decision, third
     assert ranked("when can I ship to production", 3) == [
         "proj:2026-03-23:4", "proj:2026-03-23:2", "proj:2026-03-04:2"]  # the deploy windows
     assert ranked("回答偏好", 1) == ["proj:2026-03-23:7"]
