@@ -345,3 +345,37 @@ def test_an_import_writes_a_batchs_vectors_and_previous_turns_in_a_statement_eac
         plan = "\n".join(row[0] for row in opened.storage.query("EXPLAIN " + sql, params))
         # One walk back along each session's index, not along every turn of the namespace.
         assert "entries_by_session" in plan and "entries_by_kind" not in plan, plan
+
+
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+def test_a_narrow_time_windows_vector_search_compares_its_rows_in_one_statement(store: MemoryStore, mode: str) -> None:
+    # One day of the store's three (every row of it compared, exactly): the search counts the rows
+    # that pass and compares them in one statement, and reads along what the graph's search reads
+    # (windows, speakers, the hits' rows, the keyword counts). Asked apart, 7 round trips, not 3-4.
+    window = {"since": "2024-01-02T00:00:00Z", "until": "2024-01-02T23:59:59Z"}
+    store.recall("painting pottery", mode=mode, **window)  # the words' frequencies, kept
+    sent = Sent(store)
+    hits = store.recall("pottery painting", k=5, mode=mode, **window)
+    assert len(hits) == 5 and all(h.entry.created_at.day == 2 for h in hits)
+    assert sent.trips == (2 if mode == "semantic" else 4), [s for s, _ in sent.statements]
+    assert sum("<=>" in sql for sql, _ in sent.statements) == (1 if mode == "semantic" else 2)
+    # The same as comparing every row of the window by hand.
+    exact = store.storage.query(
+        "SELECT e.id FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE e.created_at BETWEEN %s AND %s"
+        " ORDER BY v.embedding <=> %s::halfvec, e.pk LIMIT 5",
+        (1704153600000, 1704239999000, postgres.vector_literal(store.embed_queries(["pottery painting"])[0])))
+    if mode == "semantic":
+        assert [h.entry.id for h in hits] == [row[0] for row in exact]
+
+
+def test_a_time_window_no_entry_passes_finds_nothing_and_a_wide_one_walks_the_graph(store: MemoryStore) -> None:
+    assert store.recall("pottery painting", k=5, mode="semantic", since="2030-01-01T00:00:00Z") == []
+    wide = store.recall("pottery painting", k=5, mode="semantic", since="2023-01-01T00:00:00Z")
+    assert len(wide) == 5
+    # Above EXACT_ROWS rows pass: the graph is walked (a smaller limit here makes this store large).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(postgres, "EXACT_ROWS", 100)
+        sent = Sent(store)
+        assert [h.entry.id for h in store.recall("pottery painting", k=5, mode="semantic",
+                                                  since="2023-01-01T00:00:00Z")] == [h.entry.id for h in wide]
+        assert any("nearest AS MATERIALIZED" in sql for sql, _ in sent.statements)

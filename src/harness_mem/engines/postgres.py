@@ -1544,33 +1544,45 @@ class PostgresStorage(Storage):
         self.vectors_bound()
         clause, params = where(selection)
         query = vector_literal(vector)
-        if not selection.filters.is_empty and self.keywords.count(selection, EXACT_ROWS + 1) <= EXACT_ROWS:
+        passages = self._has_passage_table()
+        # The best k of each keyword ranking of this view (a hybrid recall's other candidates):
+        # their cosines, windows and speakers, answered in the search's round trip.
+        ranked = list(dict.fromkeys(pk for ranking in self._once_in_view("keyword rankings", list)
+                                    for pk in ranking[:k]))
+        # Past the k nearest, only an entry with later windows can rise into the top k (by one of
+        # them): the ``extra`` are looked for only where the store keeps any windows. Without, the
+        # search is read no further than the raw query's (10 rows, not 210).
+        wanted_extra = ("WITH extra AS (SELECT " + ("CASE WHEN EXISTS (SELECT 1 FROM entry_passages) THEN %s ELSE 0 END"
+                                                    if passages else "0 * %s") + " AS n),")
+        if not selection.filters.is_empty:
             # Few rows pass the filters: every one is compared (the HNSW graph, walked under a
-            # filter, misses some near neighbours; LoCoMo dev R@10 .624 against .635 exact).
-            found = self.query(
-                "WITH passing AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
-                f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause})"
-                " SELECT pk, distance FROM passing ORDER BY distance, pk LIMIT %s", [query, *params, k + extra])
-            return [(int(pk), 1.0 - float(distance)) for pk, distance in found]
-        wanted, walked = k + extra, max(HNSW_EF_SEARCH, min(1000, 4 * k), k + extra)
+            # filter, misses some near neighbours; LoCoMo dev R@10 .624 against .635 exact), in the
+            # statement that counts them, with what the graph's search reads along (asked apart,
+            # a narrow time window's recall made 7 round trips, not 3).
+            exact = (
+                wanted_extra +
+                f" few AS (SELECT count(*) <= {EXACT_ROWS} AS ok FROM"
+                f" (SELECT 1 FROM entries e WHERE {clause} LIMIT {EXACT_ROWS + 1}) t),"
+                " passing AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance, e.role, e.session"
+                f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause} AND (SELECT ok FROM few)),"
+                " placed AS MATERIALIZED ((SELECT *, row_number() OVER (ORDER BY distance, pk) AS place FROM passing"
+                " ORDER BY distance, pk LIMIT %s + (SELECT n FROM extra))"
+                # Too many passed: one row without an entry says so (none at all: none passed).
+                " UNION ALL SELECT NULL, NULL, NULL, NULL, 0 WHERE NOT (SELECT ok FROM few)),"
+                " enough AS (SELECT ok FROM few)")
+            found = self._search(exact, [extra, *params, query, *params, k], query, k, passages, empty_is_answer=True,
+                                 cosines_of=ranked)
+            if found is not None:
+                return found
+        walked = max(HNSW_EF_SEARCH, min(1000, 4 * k), k + extra)
         # The graph is walked in a statement of its own (the vectors' table alone, ordered by distance,
         # which the planner answers by the HNSW index), and the filters then meet its nearest
         # ``walked``. Joined to the entries in one scan, the planner chose to compare every vector:
         # the filters' columns keep no statistics (migration 0011), so it took them for selective
         # (220 ms at 20,000 entries against 25 ms for the graph). relaxed_order: the scan may give
-        # rows slightly out of order; the outer query sorts them. The first row says whether the walk
-        # found enough. Each one's later windows come along (recall reads them next), where the store
-        # keeps any.
-        passages = self._has_passage_table()
-        windows = _WINDOWS.format("x") if passages else "NULL::json"
-        along = self.rows_along(k)
-        counters = [*self.keywords.counters, *self.derived_keywords.counters]
-        search = (
-            # Past the k nearest, only an entry with later windows can rise into the top k (by one of
-            # them): the ``extra`` are looked for only where the store keeps any windows. Without,
-            # the walk is read no further than the raw query's (10 rows, not 210).
-            "WITH extra AS (SELECT " + ("CASE WHEN EXISTS (SELECT 1 FROM entry_passages) THEN %s ELSE 0 END"
-                                        if passages else "0 * %s") + " AS n),"
+        # rows slightly out of order; the outer query sorts them.
+        walk = (
+            wanted_extra +
             # The distance is computed once a vector: ordered by its name, not by the expression
             # again with its own parameter (which the server computed a second time: 41 ms against
             # the raw query's 20 ms for the 20,000 vectors of a scan).
@@ -1580,47 +1592,66 @@ class PostgresStorage(Storage):
             f" ORDER BY distance LIMIT {int(walked)}),"
             # Each candidate looked up by its pk (LIMIT 1 keeps it a lookup: as a join the
             # planner merged it with every entry, 45 ms at 20,000), its speaker read there.
-            " passing AS MATERIALIZED (SELECT n.pk, n.distance, ok.role, ok.session,"
+            " placed AS MATERIALIZED (SELECT n.pk, n.distance, ok.role, ok.session,"
             " row_number() OVER (ORDER BY n.distance, n.pk) AS place FROM nearest n"
             f" CROSS JOIN LATERAL (SELECT e.role, e.session FROM entries e WHERE e.pk = n.pk AND {clause} LIMIT 1) ok"
             " ORDER BY n.distance, n.pk LIMIT %s + (SELECT n FROM extra)),"
+            # Whether enough passed the filters, or the walk saw every vector (counted only then: a
+            # count reads the walk to its end, 13 ms more at 200,000).
+            " enough AS (SELECT CASE WHEN (SELECT count(*) FROM placed) >= %s + (SELECT n FROM extra) THEN true"
+            f" ELSE (SELECT count(*) FROM nearest) < {int(walked)} END AS ok)")
+        with self._graph_walk(walked):
+            known = self._once_in_view(("cosines", query), dict)  # read with a comparison the filters cut short
+            found = self._search(walk, [extra, query, *params, k, k], query, k, passages, empty_is_answer=False,
+                                 cosines_of=[pk for pk in ranked if pk not in known])
+        if found is not None:
+            return found
+        # The filters left fewer than wanted of those: the graph is walked on under them.
+        rows = self.query(
+            "WITH nearest AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
+            f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause}"
+            " ORDER BY distance LIMIT %s) SELECT pk, distance FROM nearest ORDER BY distance, pk",
+            [query, *params, k + extra])
+        return [(int(pk), 1.0 - float(distance)) for pk, distance in rows]
+
+    def _search(self, ranked_by: str, params: list[Any], query: str, k: int, passages: bool, *,
+                empty_is_answer: bool, cosines_of: Sequence[int] = ()) -> list[tuple[int, float]] | None:
+        """A vector search (for ``query``) whose CTEs (``ranked_by``, taking ``params``) give
+        ``placed`` (pk, distance, role, session, place: the nearest that pass the filters, in order)
+        and ``enough`` (ok: whether they are the answer), with what a recall reads next along: each
+        one's later windows (where the store keeps any), the rows of the nearest
+        :meth:`rows_along`, the keyword lanes' counts (the hits' coverage weighs them); and the
+        cosines of ``cosines_of`` in the same round trip. None when the search is not the answer
+        (nor, unless ``empty_is_answer``, when it found nothing)."""
+        windows = _WINDOWS.format("x") if passages else "NULL::json"
+        along = self.rows_along(k)
+        counters = [*self.keywords.counters, *self.derived_keywords.counters]
+        search = (
+            ranked_by +
             # The nearest ``along`` read whole, apart: a condition on each row's place, put in a
             # LATERAL read, was checked after it (every candidate read, 17-32 ms at 200,000).
-            f" shown AS MATERIALIZED (SELECT {_TEXT_PARTS}, {_COLUMNS_E} FROM"
-            f" (SELECT pk FROM passing ORDER BY distance, pk LIMIT %s) s JOIN entries e ON e.pk = s.pk {_TURN_BEFORE})"
-            # Whether enough passed the filters, or the walk saw every vector (counted only then: a
-            # count reads the walk to its end, 13 ms more at 200,000); the keyword lanes' counts
-            # (the hits' coverage weighs them).
-            " SELECT x.pk, x.distance, x.role, x.session,"
-            " CASE WHEN (SELECT count(*) FROM passing) >= %s + (SELECT n FROM extra) THEN true"
-            f" ELSE (SELECT count(*) FROM nearest) < {int(walked)} END,"
+            f", shown AS MATERIALIZED (SELECT {_TEXT_PARTS}, {_COLUMNS_E} FROM"
+            f" (SELECT pk FROM placed ORDER BY distance, pk LIMIT %s) s JOIN entries e ON e.pk = s.pk {_TURN_BEFORE})"
+            " SELECT x.pk, x.distance, x.role, x.session, (SELECT ok FROM enough),"
             " (SELECT ARRAY[" + ", ".join(["coalesce(sum(value) FILTER (WHERE key = %s), 0)"] * 4) + "]"
             " FROM namespace_state WHERE key = ANY(%s)),"
             " w.windows, r.*"
-            f" FROM passing x CROSS JOIN LATERAL (SELECT {windows} AS windows) w LEFT JOIN shown r ON r.pk = x.pk"
+            f" FROM placed x CROSS JOIN LATERAL (SELECT {windows} AS windows) w LEFT JOIN shown r ON r.pk = x.pk"
             " WHERE x.place <= %s OR w.windows IS NOT NULL"
             " ORDER BY x.distance, x.pk",
-            [extra, query, *params, k, along, k, *counters, counters, k])
-        # The best k of each keyword ranking of this view (a hybrid recall's other candidates):
-        # their cosines, windows and speakers, answered in the same round trip.
-        ranked = list(dict.fromkeys(pk for ranking in self._once_in_view("keyword rankings", list)
-                                    for pk in ranking[:k]))
-        with self._graph_walk(walked):
-            found, *beside = self.query_together(search, *([self._cosines_statement(query, ranked)] if ranked else []))
-            if beside:
-                self._saw_cosines(query, beside[0])
-            if found and found[0][4]:
-                self._once_in_view("speakers", dict).update((pk, (role, session)) for pk, _, role, session, *_ in found)
-                self._saw_passages((read[0], read[6]) for read in found)
-                self.saw_rows(read[7:] for read in found)
-                self._saw_counts(found[0][5])
-            else:
-                # The filters left fewer than wanted of those: the graph is walked on under them.
-                found = self.query(
-                    "WITH nearest AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
-                    f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause}"
-                    " ORDER BY distance LIMIT %s) SELECT pk, distance FROM nearest ORDER BY distance, pk",
-                    [query, *params, wanted])
+            [*params, along, *counters, counters, k])
+        found, *beside = self.query_together(
+            search, *([self._cosines_statement(query, cosines_of)] if cosines_of else []))
+        if beside:
+            self._saw_cosines(query, beside[0])
+        if not found:
+            return [] if empty_is_answer else None
+        if not found[0][4]:
+            return None
+        self._once_in_view("speakers", dict).update((pk, (role, session)) for pk, _, role, session, *_ in found)
+        self._saw_passages((read[0], read[6]) for read in found)
+        self.saw_rows(read[7:] for read in found)
+        self._saw_counts(found[0][5])
         return [(int(pk), 1.0 - float(distance)) for pk, distance, *_ in found]
 
     def _saw_counts(self, counts: Sequence[Any]) -> None:
