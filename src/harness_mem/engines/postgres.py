@@ -113,6 +113,16 @@ _WRITTEN = (*COLUMN_NAMES[1:], "tokens", "token_count")
 # The store's data version: the owner's writes, and every namespace's this role can see (each only grows).
 _DATA_VERSION = ("coalesce((SELECT value::bigint FROM settings WHERE key = 'data.version'), 0)"
                  " + coalesce((SELECT sum(value) FROM namespace_state WHERE key = 'data.version'), 0)")
+# Each (namespace, spelling) of the roles whose lower-case form is one of the words, for the namespaces
+# and words given (two text arrays): a walk of entries_by_role (0017) from one spelling to the next,
+# an index probe each, not a read of every turn the role said.
+_ROLE_SPELLINGS = (
+    "WITH RECURSIVE spelled AS ("
+    " SELECT n, w, (SELECT role FROM entries WHERE namespace = n AND lower(role) = w ORDER BY role LIMIT 1) AS role"
+    " FROM unnest(%s::text[]) n CROSS JOIN unnest(%s::text[]) w"
+    " UNION ALL SELECT s.n, s.w, (SELECT role FROM entries WHERE namespace = s.n AND lower(role) = s.w AND role > s.role"
+    " ORDER BY role LIMIT 1) FROM spelled s WHERE s.role IS NOT NULL)"
+    " SELECT n, role FROM spelled WHERE role IS NOT NULL")
 #: What gc cannot take out: the server's write-ahead log is its own (and its archives' and replicas').
 LOG_REMAINS = ("purged text stays in the server's WAL segments until checkpoints recycle them"
                " (past wal_keep_size and replication slots), and in WAL archives, replicas and backups")
@@ -885,9 +895,8 @@ class PostgresStorage(Storage):
             f"SELECT {_DATA_VERSION},"
             " ARRAY(SELECT n FROM unnest(%s::text[]) n WHERE EXISTS"
             f" (SELECT 1 FROM entries WHERE namespace = n AND source = '{DERIVED_SOURCE}')),"
-            " (SELECT json_agg(json_build_array(namespace, role)) FROM"
-            "  (SELECT DISTINCT namespace, role FROM entries WHERE namespace = ANY(%s) AND lower(role) = ANY(%s)) r)",
-            (list(namespaces), list(namespaces), list(words)))[0]
+            f" (SELECT json_agg(json_build_array(n, role)) FROM ({_ROLE_SPELLINGS}) r)",
+            (list(namespaces), list(namespaces), sorted(set(words))))[0]
         roles: dict[str, list[str]] = {namespace: [] for namespace in namespaces}
         for namespace, role in found[2] or ():
             roles[namespace].append(role)
@@ -1536,8 +1545,7 @@ class PostgresStorage(Storage):
         asked = self._recall_reads
         if asked is not None and namespace in asked.roles and tuple(words) == asked.words:
             return list(asked.roles[namespace])
-        return [r[0] for r in self.query(
-            "SELECT DISTINCT role FROM entries WHERE namespace = %s AND lower(role) = ANY(%s)", (namespace, list(words)))]
+        return [role for _, role in self.query(_ROLE_SPELLINGS, ([namespace], sorted(set(words))))]
 
     def nearest(self, vector: npt.NDArray[np.float32], k: int, selection: Selection, *,
                 exact_order: bool = True, extra: int = 0) -> list[tuple[int, float]]:
