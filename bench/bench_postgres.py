@@ -349,8 +349,8 @@ def _windowed(server: PostgresServer, sqlite_db: Path, embedder: object, questio
                                             since=since, until=until)
                         counted.keep = False
                         trips[mode] = trips.get(mode, 0) + counted.trips
-                        if mode not in plans and i >= 10:
-                            plans[mode] = _plans(store, counted.sent)
+                        if mode not in plans and i >= 10 and (found := _plans(store, counted.sent)):
+                            plans[mode] = found  # (once psycopg prepared it: a later question's)
                     else:
                         for sql, params in own[mode]:
                             raw.execute(sql, params).fetchall()
