@@ -16,9 +16,11 @@ figures should agree to within what their vector storage changes (int8 in vec0, 
 its partly synthetic vectors (bench/synthetic_embedder.py: real MiniLM vectors for the planted turns
 and the questions), imported into both engines through the store, then:
 
-- recall per mode on PostgreSQL, each question interleaved with the raw engine's own query over
-  the same rows (a bare ``tsvector`` OR query ranked by ``ts_rank_cd``; a bare HNSW top 10 at the
-  same ``hnsw.ef_search``; for hybrid, both of them), each of the two first every other question
+- recall per mode on PostgreSQL (each mode on a store of its own: the words' frequencies that
+  one mode's recalls keep would spare the next its statements), each question interleaved with the
+  raw engine's own query over the same rows (a bare ``tsvector`` OR query ranked by ``ts_rank_cd``;
+  a bare HNSW top 10 at the same ``hnsw.ef_search``; for hybrid, both of them), each of the two
+  first every other question
   (the first reads into the server's buffers the pages both need): p50/p95, this process's CPU, the time spent
   inside the store's statements less the CPU spent there (the server's time and the wire's),
   round trips per recall, and the top-10 overlap with SQLite's answer;
@@ -43,6 +45,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -237,12 +240,15 @@ def _measure(n: int, server: PostgresServer, sqlite_db: Path, embedder: object, 
     trips: dict[str, int] = {}
     overlap: dict[str, list[float]] = {}
     plans: dict[str, list[str]] = {}
-    with MemoryStore(server.dsn, embedder=embedder) as store, \
+    with ExitStack() as stores, \
             MemoryStore(str(sqlite_db), embedder=embedder, read_only=True) as lite, server.connect() as raw:
         raw.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")  # as the store walks the graph
         raw.execute("SET hnsw.iterative_scan = relaxed_order")
-        counted = _Counted(store)
         for mode in modes:
+            # A store of its own for each mode: the words' frequencies that one mode's recalls
+            # counted (kept for coverage) would spare the next mode's recalls their statement.
+            store = stores.enter_context(MemoryStore(server.dsn, embedder=embedder))
+            counted = _Counted(store)
             store.recall("warm up", k=10, mode=mode, query_vector=vectors[0])  # type: ignore[arg-type,index]
             for i, (q, vector) in enumerate(zip(questions, vectors, strict=True)):  # type: ignore[call-overload]
                 keyword_query = tsquery_of((tuple(keyword.query_terms(q.question)),))
