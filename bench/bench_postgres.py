@@ -16,9 +16,11 @@ figures should agree to within what their vector storage changes (int8 in vec0, 
 its partly synthetic vectors (bench/synthetic_embedder.py: real MiniLM vectors for the planted turns
 and the questions), imported into both engines through the store, then:
 
-- recall per mode on PostgreSQL, each question interleaved with the raw engine's own query over
-  the same rows (a bare ``tsvector`` OR query ranked by ``ts_rank_cd``; a bare HNSW top 10 at the
-  same ``hnsw.ef_search``; for hybrid, both of them), each of the two first every other question
+- recall per mode on PostgreSQL (each mode on a store of its own: the words' frequencies that
+  one mode's recalls keep would spare the next its statements), each question interleaved with the
+  raw engine's own query over the same rows (a bare ``tsvector`` OR query ranked by ``ts_rank_cd``;
+  a bare HNSW top 10 at the same ``hnsw.ef_search``; for hybrid, both of them), each of the two
+  first every other question
   (the first reads into the server's buffers the pages both need): p50/p95, this process's CPU, the time spent
   inside the store's statements less the CPU spent there (the server's time and the wire's),
   round trips per recall, and the top-10 overlap with SQLite's answer;
@@ -26,6 +28,10 @@ and the questions), imported into both engines through the store, then:
   of the generic plan its snapshot runs them on);
 - import rows/s on both, against a bare ``COPY`` of the same rows into a bare table (its GIN and
   HNSW indexes built after), timed before and after the imports (the mean of the two).
+
+``--window SHARE``: instead, each question's recall filtered by a time window (since/until) holding
+SHARE of the entries, against the raw engine's own query filtered the same way (p50/p95, round
+trips, the plans, top-10 overlap with SQLite's filtered answer).
 
 ``--keep DIR``: the SQLite file and the PostgreSQL server's data directory are built once in
 DIR/scale-N and reused by the next run with the same DIR, which measures recall alone (the import
@@ -39,6 +45,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,11 +66,13 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=300, help="with --scale: how many planted questions to ask")
     parser.add_argument("--work", type=Path, help="with --scale: where the SQLite file and the model's vectors of the"
                         " planted turns and questions are kept, reused by the next run (default: a scratch folder)")
+    parser.add_argument("--window", type=float, default=0.0, help="with --scale: the same questions again, each recall"
+                        " filtered by a time window (since/until) holding this share of the entries (see above)")
     parser.add_argument("--keep", type=Path, help="with --scale: both stores built once and kept in KEEP/scale-N"
                         " (the PostgreSQL server's data too), measured again by the next run without importing")
     args = parser.parse_args()
     if args.scale:
-        scale(args.scale, args.data, args.questions, args.work, args.keep)
+        scale(args.scale, args.data, args.questions, args.work, args.keep, args.window)
         return
     turns = (args.data / "locomo_turns.jsonl").read_bytes().splitlines()
     queries = parse_queries((args.data / "locomo_queries.jsonl").read_bytes().splitlines())
@@ -181,7 +190,8 @@ def _built(folder: Path, n: int, lines: list[str], embedder: object, server: Pos
     return rates
 
 
-def scale(n: int, data: Path, asked: int, work: Path | None = None, keep: Path | None = None) -> None:
+def scale(n: int, data: Path, asked: int, work: Path | None = None, keep: Path | None = None,
+          window: float = 0.0) -> None:
     import json
 
     from bench_scale import (
@@ -208,7 +218,10 @@ def scale(n: int, data: Path, asked: int, work: Path | None = None, keep: Path |
             reused = (folder / "built.json").exists()
             rates = _built(folder, n, lines, embedder, server, sqlite_db)
             vectors = question_vectors(sqlite_db, questions)
-            _measure(n, server, sqlite_db, embedder, questions, vectors, modes, rates, reused)
+            if window:
+                _windowed(server, sqlite_db, embedder, questions, vectors, modes, window)
+            else:
+                _measure(n, server, sqlite_db, embedder, questions, vectors, modes, rates, reused)
 
 
 def _measure(n: int, server: PostgresServer, sqlite_db: Path, embedder: object, questions: list, vectors: object,
@@ -227,12 +240,15 @@ def _measure(n: int, server: PostgresServer, sqlite_db: Path, embedder: object, 
     trips: dict[str, int] = {}
     overlap: dict[str, list[float]] = {}
     plans: dict[str, list[str]] = {}
-    with MemoryStore(server.dsn, embedder=embedder) as store, \
+    with ExitStack() as stores, \
             MemoryStore(str(sqlite_db), embedder=embedder, read_only=True) as lite, server.connect() as raw:
         raw.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")  # as the store walks the graph
         raw.execute("SET hnsw.iterative_scan = relaxed_order")
-        counted = _Counted(store)
         for mode in modes:
+            # A store of its own for each mode: the words' frequencies that one mode's recalls
+            # counted (kept for coverage) would spare the next mode's recalls their statement.
+            store = stores.enter_context(MemoryStore(server.dsn, embedder=embedder))
+            counted = _Counted(store)
             store.recall("warm up", k=10, mode=mode, query_vector=vectors[0])  # type: ignore[arg-type,index]
             for i, (q, vector) in enumerate(zip(questions, vectors, strict=True)):  # type: ignore[call-overload]
                 keyword_query = tsquery_of((tuple(keyword.query_terms(q.question)),))
@@ -293,6 +309,73 @@ def _measure(n: int, server: PostgresServer, sqlite_db: Path, embedder: object, 
     for mode, found in plans.items():
         for plan in found:
             print(f"\n{mode}: a statement of its recall, as the server ran it\n{plan}")
+
+
+def _windowed(server: PostgresServer, sqlite_db: Path, embedder: object, questions: list, vectors: object,
+              modes: tuple[str, ...], share: float) -> None:
+    """Each question's recall filtered to a time window holding ``share`` of the entries (from the
+    median entry on), interleaved with the raw engine's own query filtered the same way (its
+    planner's choice: over the time index or the GIN index or the graph); the top-10 overlap with
+    SQLite's answer to the same filtered recall."""
+    from datetime import UTC, datetime
+
+    from harness_mem import keyword
+    from harness_mem.engines.postgres import tsquery_of, vector_literal
+
+    wall: dict[tuple[str, str], list[float]] = {}
+    trips: dict[str, int] = {}
+    overlap: dict[str, list[float]] = {}
+    plans: dict[str, list[str]] = {}
+    with MemoryStore(server.dsn, embedder=embedder) as store, \
+            MemoryStore(str(sqlite_db), embedder=embedder, read_only=True) as lite, server.connect() as raw:
+        raw.execute("SET hnsw.iterative_scan = relaxed_order")
+        low, high = raw.execute("SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY created_at),"
+                                " percentile_disc(%s) WITHIN GROUP (ORDER BY created_at) FROM entries",
+                                (min(1.0, 0.5 + share),)).fetchone()
+        inside, total = raw.execute("SELECT count(*) FILTER (WHERE created_at BETWEEN %s AND %s), count(*)"
+                                    " FROM entries", (low, high)).fetchone()
+        since, until = (datetime.fromtimestamp(ms / 1000, UTC).isoformat() for ms in (low, high))
+        counted = _Counted(store)
+        for mode in modes:
+            for i, (q, vector) in enumerate(zip(questions, vectors, strict=True)):  # type: ignore[call-overload]
+                if not q.question.strip():
+                    continue
+                terms = tsquery_of((tuple(keyword.query_terms(q.question)),))
+                own = {"keyword": [("SELECT pk FROM entries WHERE tokens @@ %s::tsquery AND created_at BETWEEN %s AND %s"
+                                    " ORDER BY ts_rank_cd(tokens, %s::tsquery) DESC LIMIT 10", (terms, low, high, terms))],
+                       "semantic": [("SELECT v.pk FROM entry_vectors v JOIN entries e ON e.pk = v.pk"
+                                     " WHERE e.created_at BETWEEN %s AND %s ORDER BY v.embedding <=> %s::halfvec LIMIT 10",
+                                     (low, high, vector_literal(vector)))]}
+                own["hybrid"] = own["keyword"] + own["semantic"]
+                for turn in ("raw", "store") if i % 2 else ("store", "raw"):
+                    began = time.perf_counter()
+                    if turn == "store":
+                        counted.start()
+                        hits = store.recall(q.question, k=10, mode=mode, query_vector=vector,  # type: ignore[arg-type]
+                                            since=since, until=until)
+                        counted.keep = False
+                        trips[mode] = trips.get(mode, 0) + counted.trips
+                        if mode not in plans and i >= 10 and (found := _plans(store, counted.sent)):
+                            plans[mode] = found  # (once psycopg prepared it: a later question's)
+                    else:
+                        for sql, params in own[mode]:
+                            raw.execute(sql, params).fetchall()
+                    wall.setdefault((turn, mode), []).append((time.perf_counter() - began) * 1000)
+                theirs = {h.entry.id for h in lite.recall(q.question, k=10, mode=mode, query_vector=vector,  # type: ignore[arg-type]
+                                                          since=since, until=until)}
+                if theirs:
+                    overlap.setdefault(mode, []).append(len({h.entry.id for h in hits} & theirs) / len(theirs))
+    print(f"recall filtered by a time window of {inside:,} entries of {total:,} ({since} to {until}), each mode"
+          " interleaved with the raw engine's own query filtered the same way\n")
+    print("| mode | store p50 / p95 ms | raw p50 / p95 ms | store / raw (p50) | round trips | top-10 overlap with SQLite |")
+    print("|---|---|---|---|---|---|")
+    for mode in modes:
+        ours, theirs_ms = wall["store", mode], wall["raw", mode]
+        print(f"| {mode} | {_percentiles(ours)} | {_percentiles(theirs_ms)} | {_median(ours) / _median(theirs_ms):.2f}x"
+              f" | {trips[mode] / len(ours):.1f} | {sum(overlap[mode]) / max(1, len(overlap[mode])):.3f} |")
+    for mode, found in plans.items():
+        for plan in found:
+            print(f"\n{mode}, windowed: a statement of its recall, as the server ran it\n{plan}")
 
 
 def _plans(store: MemoryStore, sent: list[tuple[str, object]]) -> list[str]:

@@ -113,6 +113,16 @@ _WRITTEN = (*COLUMN_NAMES[1:], "tokens", "token_count")
 # The store's data version: the owner's writes, and every namespace's this role can see (each only grows).
 _DATA_VERSION = ("coalesce((SELECT value::bigint FROM settings WHERE key = 'data.version'), 0)"
                  " + coalesce((SELECT sum(value) FROM namespace_state WHERE key = 'data.version'), 0)")
+# Each (namespace, spelling) of the roles whose lower-case form is one of the words, for the namespaces
+# and words given (two text arrays): a walk of entries_by_role (0017) from one spelling to the next,
+# an index probe each, not a read of every turn the role said.
+_ROLE_SPELLINGS = (
+    "WITH RECURSIVE spelled AS ("
+    " SELECT n, w, (SELECT role FROM entries WHERE namespace = n AND lower(role) = w ORDER BY role LIMIT 1) AS role"
+    " FROM unnest(%s::text[]) n CROSS JOIN unnest(%s::text[]) w"
+    " UNION ALL SELECT s.n, s.w, (SELECT role FROM entries WHERE namespace = s.n AND lower(role) = s.w AND role > s.role"
+    " ORDER BY role LIMIT 1) FROM spelled s WHERE s.role IS NOT NULL)"
+    " SELECT n, role FROM spelled WHERE role IS NOT NULL")
 #: What gc cannot take out: the server's write-ahead log is its own (and its archives' and replicas').
 LOG_REMAINS = ("purged text stays in the server's WAL segments until checkpoints recycle them"
                " (past wal_keep_size and replication slots), and in WAL archives, replicas and backups")
@@ -325,7 +335,7 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
     return " AND ".join(clauses), params
 
 
-def bm25_statement(words: int, clause: str, lane: str) -> str:
+def bm25_statement(words: int, clause: str, lane: str, *, rows: bool) -> str:
     """BM25 of a query of ``words`` single words over the entries holding any, in one statement: the
     lane's counts (namespace_state), each word's document frequency and each entry's score, FTS5's
     formula (bm25.idf, bm25.share) term for term and in the same order. Every entry holding a word is
@@ -334,11 +344,13 @@ def bm25_statement(words: int, clause: str, lane: str) -> str:
     ``ts_rank_cd`` of that word alone with every weight 1: one cover per position, each weighing 1
     (unnesting the tsvector cost 0.1 ms an entry), computed only where the entry holds the word (the
     test costs a fraction of the ranking, and most entries hold one word of several). An entry holding a word more often than a lexeme
-    keeps positions, or longer than its positions reach, is returned too, to be counted again. Each
-    one's row and what its index text is made of come along where the last parameter is true.
+    keeps positions, or longer than its positions reach, is returned too, to be counted again. With
+    ``rows``, each one's row and what its index text is made of come along: a statement of its own
+    (a generic plan cannot prune a join by a parameter: given as one, the rows of a fusion's 200
+    candidates were read and dropped, 2.5 ms of a 4.4 ms statement at 20,000 entries).
 
     Parameters: the lane's two counters, k1, b, the words' tsqueries, the clause's, the OR of the
-    words, the two limits, how many, whether the rows come along."""
+    words, the two limits, how many."""
     terms = range(words)
     frequencies = ", ".join(f"CASE WHEN e.tokens @@ w.q{i} THEN ts_rank_cd('{{1,1,1,1}}', e.tokens, w.q{i})::int"
                             f" ELSE 0 END AS tf{i}" for i in terms)
@@ -348,6 +360,8 @@ def bm25_statement(words: int, clause: str, lane: str) -> str:
                         f" THEN ln((s.n - c.df{i} + 0.5) / (c.df{i} + 0.5)) ELSE 1e-6 END AS idf{i}" for i in terms)
     shares = " + ".join(f"CASE WHEN h.tf{i} > 0 THEN w.idf{i} * ((h.tf{i} * (s.k1 + 1))"
                         f" / (h.tf{i} + s.k1 * (1 - s.b + s.b * h.ratio))) ELSE 0 END" for i in terms)
+    along, joined = (", r.*", f"\nLEFT JOIN LATERAL (SELECT {_TEXT_PARTS}, {_COLUMNS_E} FROM entries e {_TURN_BEFORE}"
+                     " WHERE e.pk = b.pk) r ON true") if rows else ("", "")
     return f"""
 WITH stats AS (
     SELECT coalesce(sum(value) FILTER (WHERE key = %s), 0)::float8 AS n,
@@ -366,9 +380,8 @@ scored AS (
     FROM (SELECT held.*, CASE WHEN average > 0 THEN length / average ELSE 1.0 END AS ratio FROM held, shape
           WHERE passes) h, weighed w, shape s),
 best AS (SELECT * FROM scored ORDER BY score DESC, pk LIMIT %s)
-SELECT b.pk, b.score, b.clipped, b.length, s.n, s.average, ARRAY[{", ".join(f"c.df{i}" for i in terms)}], r.*
-FROM (SELECT * FROM best UNION SELECT * FROM scored WHERE clipped) b CROSS JOIN shape s CROSS JOIN counted c
-LEFT JOIN LATERAL (SELECT {_TEXT_PARTS}, {_COLUMNS_E} FROM entries e {_TURN_BEFORE} WHERE e.pk = b.pk AND %s) r ON true
+SELECT b.pk, b.score, b.clipped, b.length, s.n, s.average, ARRAY[{", ".join(f"c.df{i}" for i in terms)}]{along}
+FROM (SELECT * FROM best UNION SELECT * FROM scored WHERE clipped) b CROSS JOIN shape s CROSS JOIN counted c{joined}
 """
 
 
@@ -423,15 +436,15 @@ class PostgresKeywords:
         return self.document_frequencies([term], rows)[0]
 
     def document_frequencies(self, terms: Sequence[str], rows: int) -> list[int]:
-        """How many entries hold each term, counted in one pass over the entries holding any (or
-        as the ranking in this read view counted them)."""
+        """How many entries hold each term, each counted along the GIN index on its own (or as the
+        ranking in this read view counted them): one pass over the entries holding any, matching
+        each one's tokens against every term again, took 25 ms where these take 11 (five words of a
+        question, 200,000 entries; what a semantic recall's coverage asks of words it has not seen)."""
         recalled = self.recalled()
         if recalled is not None and all(term in recalled[2] for term in terms):
             return [recalled[2][term] for term in terms]
-        queries = [tsquery_of(((term,),)) for term in terms]
-        counts = ", ".join("count(*) FILTER (WHERE tokens @@ %s::tsquery)" for _ in queries)
-        found = self.storage.query(f"SELECT {counts} FROM entries WHERE tokens @@ %s::tsquery AND {self.lane}",
-                                   [*queries, tsquery_of((tuple(terms),))])
+        counts = ", ".join(f"(SELECT count(*) FROM entries WHERE tokens @@ %s::tsquery AND {self.lane})" for _ in terms)
+        found = self.storage.query(f"SELECT {counts}", [tsquery_of(((term,),)) for term in terms])
         return [int(n) for n in found[0]]
 
     def ranked(self, terms: Sequence[str], k: int, selection: Selection) -> list[tuple[int, float]]:
@@ -448,15 +461,17 @@ class PostgresKeywords:
         """BM25 of a query of single words, scored by the server in one statement
         (:func:`bm25_statement`)."""
         clause, params = where(selection)
+        along = self.storage.rows_along(k) > 0
         found = self.storage.query(
-            bm25_statement(len(words), clause, self.lane),
+            bm25_statement(len(words), clause, self.lane, rows=along),
             [*self.counters, K1, B, *(tsquery_of(((term,),)) for term in terms), *params, tsquery_of((tuple(terms),)),
-             MAX_POSITIONS, MAX_POSITION, k, self.storage.rows_along(k) > 0])
+             MAX_POSITIONS, MAX_POSITION, k])
         if not found:
             return []
         rows, average, dfs = int(found[0][4]), float(found[0][5]), found[0][6]
         self.remember(rows, average, dict(zip(terms, dfs, strict=True)))
-        self.storage.saw_rows(read[7:] for read in found)
+        if along:
+            self.storage.saw_rows(read[7:] for read in found)
         scored = {int(read[0]): float(read[1]) for read in found}
         clipped = {int(read[0]): int(read[3] or 0) for read in found if read[2]}
         # A lexeme keeps at most 255 positions, none past 16383: an entry holding a word more often
@@ -880,9 +895,8 @@ class PostgresStorage(Storage):
             f"SELECT {_DATA_VERSION},"
             " ARRAY(SELECT n FROM unnest(%s::text[]) n WHERE EXISTS"
             f" (SELECT 1 FROM entries WHERE namespace = n AND source = '{DERIVED_SOURCE}')),"
-            " (SELECT json_agg(json_build_array(namespace, role)) FROM"
-            "  (SELECT DISTINCT namespace, role FROM entries WHERE namespace = ANY(%s) AND lower(role) = ANY(%s)) r)",
-            (list(namespaces), list(namespaces), list(words)))[0]
+            f" (SELECT json_agg(json_build_array(n, role)) FROM ({_ROLE_SPELLINGS}) r)",
+            (list(namespaces), list(namespaces), sorted(set(words))))[0]
         roles: dict[str, list[str]] = {namespace: [] for namespace in namespaces}
         for namespace, role in found[2] or ():
             roles[namespace].append(role)
@@ -1538,41 +1552,52 @@ class PostgresStorage(Storage):
         asked = self._recall_reads
         if asked is not None and namespace in asked.roles and tuple(words) == asked.words:
             return list(asked.roles[namespace])
-        return [r[0] for r in self.query(
-            "SELECT DISTINCT role FROM entries WHERE namespace = %s AND lower(role) = ANY(%s)", (namespace, list(words)))]
+        return [role for _, role in self.query(_ROLE_SPELLINGS, ([namespace], sorted(set(words))))]
 
     def nearest(self, vector: npt.NDArray[np.float32], k: int, selection: Selection, *,
                 exact_order: bool = True, extra: int = 0) -> list[tuple[int, float]]:
         self.vectors_bound()
         clause, params = where(selection)
         query = vector_literal(vector)
-        if not selection.filters.is_empty and self.keywords.count(selection, EXACT_ROWS + 1) <= EXACT_ROWS:
+        passages = self._has_passage_table()
+        # The best k of each keyword ranking of this view (a hybrid recall's other candidates):
+        # their cosines, windows and speakers, answered in the search's round trip.
+        ranked = list(dict.fromkeys(pk for ranking in self._once_in_view("keyword rankings", list)
+                                    for pk in ranking[:k]))
+        # Past the k nearest, only an entry with later windows can rise into the top k (by one of
+        # them): the ``extra`` are looked for only where the store keeps any windows. Without, the
+        # search is read no further than the raw query's (10 rows, not 210).
+        wanted_extra = ("WITH extra AS (SELECT " + ("CASE WHEN EXISTS (SELECT 1 FROM entry_passages) THEN %s ELSE 0 END"
+                                                    if passages else "0 * %s") + " AS n),")
+        if not selection.filters.is_empty:
             # Few rows pass the filters: every one is compared (the HNSW graph, walked under a
-            # filter, misses some near neighbours; LoCoMo dev R@10 .624 against .635 exact).
-            found = self.query(
-                "WITH passing AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
-                f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause})"
-                " SELECT pk, distance FROM passing ORDER BY distance, pk LIMIT %s", [query, *params, k + extra])
-            return [(int(pk), 1.0 - float(distance)) for pk, distance in found]
-        wanted, walked = k + extra, max(HNSW_EF_SEARCH, min(1000, 4 * k), k + extra)
+            # filter, misses some near neighbours; LoCoMo dev R@10 .624 against .635 exact), in the
+            # statement that counts them, with what the graph's search reads along (asked apart,
+            # a narrow time window's recall made 7 round trips, not 3).
+            exact = (
+                wanted_extra +
+                f" few AS (SELECT count(*) <= {EXACT_ROWS} AS ok FROM"
+                f" (SELECT 1 FROM entries e WHERE {clause} LIMIT {EXACT_ROWS + 1}) t),"
+                " passing AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance, e.role, e.session"
+                f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause} AND (SELECT ok FROM few)),"
+                " placed AS MATERIALIZED ((SELECT *, row_number() OVER (ORDER BY distance, pk) AS place FROM passing"
+                " ORDER BY distance, pk LIMIT %s + (SELECT n FROM extra))"
+                # Too many passed: one row without an entry says so (none at all: none passed).
+                " UNION ALL SELECT NULL, NULL, NULL, NULL, 0 WHERE NOT (SELECT ok FROM few)),"
+                " enough AS (SELECT ok FROM few)")
+            found = self._search(exact, [extra, *params, query, *params, k], query, k, passages, empty_is_answer=True,
+                                 cosines_of=ranked)
+            if found is not None:
+                return found
+        walked = max(HNSW_EF_SEARCH, min(1000, 4 * k), k + extra)
         # The graph is walked in a statement of its own (the vectors' table alone, ordered by distance,
         # which the planner answers by the HNSW index), and the filters then meet its nearest
         # ``walked``. Joined to the entries in one scan, the planner chose to compare every vector:
         # the filters' columns keep no statistics (migration 0011), so it took them for selective
         # (220 ms at 20,000 entries against 25 ms for the graph). relaxed_order: the scan may give
-        # rows slightly out of order; the outer query sorts them. The first row says whether the walk
-        # found enough. Each one's later windows come along (recall reads them next), where the store
-        # keeps any.
-        passages = self._has_passage_table()
-        windows = _WINDOWS.format("x") if passages else "NULL::json"
-        along = self.rows_along(k)
-        counters = [*self.keywords.counters, *self.derived_keywords.counters]
-        search = (
-            # Past the k nearest, only an entry with later windows can rise into the top k (by one of
-            # them): the ``extra`` are looked for only where the store keeps any windows. Without,
-            # the walk is read no further than the raw query's (10 rows, not 210).
-            "WITH extra AS (SELECT " + ("CASE WHEN EXISTS (SELECT 1 FROM entry_passages) THEN %s ELSE 0 END"
-                                        if passages else "0 * %s") + " AS n),"
+        # rows slightly out of order; the outer query sorts them.
+        walk = (
+            wanted_extra +
             # The distance is computed once a vector: ordered by its name, not by the expression
             # again with its own parameter (which the server computed a second time: 41 ms against
             # the raw query's 20 ms for the 20,000 vectors of a scan).
@@ -1582,47 +1607,66 @@ class PostgresStorage(Storage):
             f" ORDER BY distance LIMIT {int(walked)}),"
             # Each candidate looked up by its pk (LIMIT 1 keeps it a lookup: as a join the
             # planner merged it with every entry, 45 ms at 20,000), its speaker read there.
-            " passing AS MATERIALIZED (SELECT n.pk, n.distance, ok.role, ok.session,"
+            " placed AS MATERIALIZED (SELECT n.pk, n.distance, ok.role, ok.session,"
             " row_number() OVER (ORDER BY n.distance, n.pk) AS place FROM nearest n"
             f" CROSS JOIN LATERAL (SELECT e.role, e.session FROM entries e WHERE e.pk = n.pk AND {clause} LIMIT 1) ok"
             " ORDER BY n.distance, n.pk LIMIT %s + (SELECT n FROM extra)),"
+            # Whether enough passed the filters, or the walk saw every vector (counted only then: a
+            # count reads the walk to its end, 13 ms more at 200,000).
+            " enough AS (SELECT CASE WHEN (SELECT count(*) FROM placed) >= %s + (SELECT n FROM extra) THEN true"
+            f" ELSE (SELECT count(*) FROM nearest) < {int(walked)} END AS ok)")
+        with self._graph_walk(walked):
+            known = self._once_in_view(("cosines", query), dict)  # read with a comparison the filters cut short
+            found = self._search(walk, [extra, query, *params, k, k], query, k, passages, empty_is_answer=False,
+                                 cosines_of=[pk for pk in ranked if pk not in known])
+        if found is not None:
+            return found
+        # The filters left fewer than wanted of those: the graph is walked on under them.
+        rows = self.query(
+            "WITH nearest AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
+            f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause}"
+            " ORDER BY distance LIMIT %s) SELECT pk, distance FROM nearest ORDER BY distance, pk",
+            [query, *params, k + extra])
+        return [(int(pk), 1.0 - float(distance)) for pk, distance in rows]
+
+    def _search(self, ranked_by: str, params: list[Any], query: str, k: int, passages: bool, *,
+                empty_is_answer: bool, cosines_of: Sequence[int] = ()) -> list[tuple[int, float]] | None:
+        """A vector search (for ``query``) whose CTEs (``ranked_by``, taking ``params``) give
+        ``placed`` (pk, distance, role, session, place: the nearest that pass the filters, in order)
+        and ``enough`` (ok: whether they are the answer), with what a recall reads next along: each
+        one's later windows (where the store keeps any), the rows of the nearest
+        :meth:`rows_along`, the keyword lanes' counts (the hits' coverage weighs them); and the
+        cosines of ``cosines_of`` in the same round trip. None when the search is not the answer
+        (nor, unless ``empty_is_answer``, when it found nothing)."""
+        windows = _WINDOWS.format("x") if passages else "NULL::json"
+        along = self.rows_along(k)
+        counters = [*self.keywords.counters, *self.derived_keywords.counters]
+        search = (
+            ranked_by +
             # The nearest ``along`` read whole, apart: a condition on each row's place, put in a
             # LATERAL read, was checked after it (every candidate read, 17-32 ms at 200,000).
-            f" shown AS MATERIALIZED (SELECT {_TEXT_PARTS}, {_COLUMNS_E} FROM"
-            f" (SELECT pk FROM passing ORDER BY distance, pk LIMIT %s) s JOIN entries e ON e.pk = s.pk {_TURN_BEFORE})"
-            # Whether enough passed the filters, or the walk saw every vector (counted only then: a
-            # count reads the walk to its end, 13 ms more at 200,000); the keyword lanes' counts
-            # (the hits' coverage weighs them).
-            " SELECT x.pk, x.distance, x.role, x.session,"
-            " CASE WHEN (SELECT count(*) FROM passing) >= %s + (SELECT n FROM extra) THEN true"
-            f" ELSE (SELECT count(*) FROM nearest) < {int(walked)} END,"
+            f", shown AS MATERIALIZED (SELECT {_TEXT_PARTS}, {_COLUMNS_E} FROM"
+            f" (SELECT pk FROM placed ORDER BY distance, pk LIMIT %s) s JOIN entries e ON e.pk = s.pk {_TURN_BEFORE})"
+            " SELECT x.pk, x.distance, x.role, x.session, (SELECT ok FROM enough),"
             " (SELECT ARRAY[" + ", ".join(["coalesce(sum(value) FILTER (WHERE key = %s), 0)"] * 4) + "]"
             " FROM namespace_state WHERE key = ANY(%s)),"
             " w.windows, r.*"
-            f" FROM passing x CROSS JOIN LATERAL (SELECT {windows} AS windows) w LEFT JOIN shown r ON r.pk = x.pk"
+            f" FROM placed x CROSS JOIN LATERAL (SELECT {windows} AS windows) w LEFT JOIN shown r ON r.pk = x.pk"
             " WHERE x.place <= %s OR w.windows IS NOT NULL"
             " ORDER BY x.distance, x.pk",
-            [extra, query, *params, k, along, k, *counters, counters, k])
-        # The best k of each keyword ranking of this view (a hybrid recall's other candidates):
-        # their cosines, windows and speakers, answered in the same round trip.
-        ranked = list(dict.fromkeys(pk for ranking in self._once_in_view("keyword rankings", list)
-                                    for pk in ranking[:k]))
-        with self._graph_walk(walked):
-            found, *beside = self.query_together(search, *([self._cosines_statement(query, ranked)] if ranked else []))
-            if beside:
-                self._saw_cosines(query, beside[0])
-            if found and found[0][4]:
-                self._once_in_view("speakers", dict).update((pk, (role, session)) for pk, _, role, session, *_ in found)
-                self._saw_passages((read[0], read[6]) for read in found)
-                self.saw_rows(read[7:] for read in found)
-                self._saw_counts(found[0][5])
-            else:
-                # The filters left fewer than wanted of those: the graph is walked on under them.
-                found = self.query(
-                    "WITH nearest AS MATERIALIZED (SELECT v.pk, v.embedding <=> %s::halfvec AS distance"
-                    f" FROM entry_vectors v JOIN entries e ON e.pk = v.pk WHERE {clause}"
-                    " ORDER BY distance LIMIT %s) SELECT pk, distance FROM nearest ORDER BY distance, pk",
-                    [query, *params, wanted])
+            [*params, along, *counters, counters, k])
+        found, *beside = self.query_together(
+            search, *([self._cosines_statement(query, cosines_of)] if cosines_of else []))
+        if beside:
+            self._saw_cosines(query, beside[0])
+        if not found:
+            return [] if empty_is_answer else None
+        if not found[0][4]:
+            return None
+        self._once_in_view("speakers", dict).update((pk, (role, session)) for pk, _, role, session, *_ in found)
+        self._saw_passages((read[0], read[6]) for read in found)
+        self.saw_rows(read[7:] for read in found)
+        self._saw_counts(found[0][5])
         return [(int(pk), 1.0 - float(distance)) for pk, distance, *_ in found]
 
     def _saw_counts(self, counts: Sequence[Any]) -> None:
