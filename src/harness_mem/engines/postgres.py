@@ -75,8 +75,8 @@ EXACT_ROWS = 20_000
 # rebuilding what was there before costs at most what the import already spent.
 DEFERRED_INDEX_ROWS = 2000
 _HNSW_INDEX = "CREATE INDEX IF NOT EXISTS entry_vectors_hnsw ON entry_vectors USING hnsw (embedding halfvec_cosine_ops)"
-# An entry's later windows as one JSON value (None: it has none), for the entry aliased as given.
-_WINDOWS = ("(SELECT json_agg(json_build_array(p.start, p.stop, p.embedding::text) ORDER BY p.start)"
+# An entry's later windows (and sentences) as one JSON value (None: it has none), for the entry aliased as given.
+_WINDOWS = ("(SELECT json_agg(json_build_array(p.start, p.stop, p.embedding::text, p.sentence) ORDER BY p.start)"
             " FROM entry_passages p WHERE p.pk = {}.pk)")
 # What an entry's keyword-index text is made of (keyword.entry_index_text), for the entry ``e``
 # joined to _TURN_BEFORE: LATERAL, the turn before it is one walk back along its session's index
@@ -164,10 +164,10 @@ def _literal_format(dim: int) -> str:
     return "[" + ",".join(["%.7g"] * dim) + "]"
 
 
-def _passage(start: int, stop: int, vector_text: str) -> Passage:
-    """A later window as stored (its vector as pgvector prints it), its vector of unit length."""
+def _passage(start: int, stop: int, vector_text: str, sentence: bool) -> Passage:
+    """A later window (or sentence) as stored (its vector as pgvector prints it), its vector of unit length."""
     vector = np.asarray(json.loads(vector_text), dtype=np.float32)
-    return Passage(int(start), int(stop), vector / max(float(np.linalg.norm(vector)), 1e-9))
+    return Passage(int(start), int(stop), vector / max(float(np.linalg.norm(vector)), 1e-9), bool(sentence))
 
 
 def index_text(parts: Sequence[Any]) -> str:
@@ -954,10 +954,12 @@ class PostgresStorage(Storage):
                 self._run("ALTER TABLE entry_vectors ENABLE ROW LEVEL SECURITY")
                 self._follow_entry_policies("entry_vectors")
                 self._run("SELECT keep_vector_counts()")  # embedding coverage kept as they change (0015)
-                # A long entry's later windows (harness_mem.passages), under the same rule.
+                # A long entry's later windows and a turn's sentences (harness_mem.passages), under
+                # the same rule (a table made before the sentences gets their column in 0016).
                 self._run(f"CREATE TABLE IF NOT EXISTS entry_passages (pk BIGINT NOT NULL REFERENCES entries (pk)"
                           f" ON DELETE CASCADE, start INTEGER NOT NULL, stop INTEGER NOT NULL,"
-                          f" embedding halfvec({dim}) NOT NULL, PRIMARY KEY (pk, start))")
+                          f" embedding halfvec({dim}) NOT NULL, sentence BOOLEAN NOT NULL DEFAULT false,"
+                          f" PRIMARY KEY (pk, start))")
                 self._run("ALTER TABLE entry_passages ENABLE ROW LEVEL SECURITY")
                 self._follow_entry_policies("entry_passages")
         self._bound = True
@@ -1090,10 +1092,11 @@ class PostgresStorage(Storage):
                   (list(pks), [vector_literal(e.vector) for e in embeddings]))
         later = [(pk, p) for pk, e in zip(pks, embeddings, strict=True) for p in e.passages]
         if later and self._has_passage_table():
-            self._run("INSERT INTO entry_passages (pk, start, stop, embedding) SELECT pk, start, stop, embedding::halfvec"
-                      " FROM unnest(%s::bigint[], %s::int[], %s::int[], %s::text[]) AS p(pk, start, stop, embedding)",
+            self._run("INSERT INTO entry_passages (pk, start, stop, embedding, sentence)"
+                      " SELECT pk, start, stop, embedding::halfvec, sentence FROM unnest(%s::bigint[], %s::int[],"
+                      " %s::int[], %s::text[], %s::boolean[]) AS p(pk, start, stop, embedding, sentence)",
                       ([pk for pk, _ in later], [p.start for _, p in later], [p.stop for _, p in later],
-                       [vector_literal(p.vector) for _, p in later]))
+                       [vector_literal(p.vector) for _, p in later], [p.sentence for _, p in later]))
 
     def _resolve_conflicts(self, batch: list[Row], on_conflict: OnConflict) -> list[Row]:
         def stored(namespace: str, ids: list[str]) -> list[tuple[str, int]]:
@@ -1670,7 +1673,7 @@ class PostgresStorage(Storage):
         """Keep, for :meth:`passages` in this read view, the windows read along (JSON, or None)."""
         known = self._once_in_view("passages", dict)
         for pk, stored in found:
-            known[int(pk)] = [_passage(start, stop, text) for start, stop, text in stored or ()]
+            known[int(pk)] = [_passage(*window) for window in stored or ()]
 
     def passages(self, pks: Sequence[int]) -> dict[int, list[Passage]]:
         found: dict[int, list[Passage]] = {}
@@ -1679,10 +1682,9 @@ class PostgresStorage(Storage):
         known = self._once_in_view("passages", dict)  # those nearest() read in this view
         if all(pk in known for pk in pks):
             return {pk: known[pk] for pk in pks if known[pk]}
-        for pk, start, stop, text in self.query(
-            "SELECT pk, start, stop, embedding::text FROM entry_passages WHERE pk = ANY(%s) ORDER BY pk, start", (list(pks),)
-        ):
-            found.setdefault(int(pk), []).append(_passage(start, stop, text))
+        for pk, *window in self.query("SELECT pk, start, stop, embedding::text, sentence FROM entry_passages"
+                                      " WHERE pk = ANY(%s) ORDER BY pk, start", (list(pks),)):
+            found.setdefault(int(pk), []).append(_passage(*window))
         return found
 
     def vector_counts(self) -> VectorCounts:
