@@ -153,7 +153,7 @@ def embed_entries(embedder: Embedder, entries: Sequence[tuple[str, str | None, s
             passages.setdefault(max(0, start - shift), Passage(max(0, start - shift), max(0, stop - shift),
                                                                matrix[at + n], sentence))
         at += len(found)
-        embeddings.append(Embedding(matrix[i], tuple(passages.values())))
+        embeddings.append(Embedding(matrix[i], tuple(sorted(passages.values(), key=lambda p: p.start))))  # as stored
     return embeddings
 
 
