@@ -14,6 +14,7 @@ The connection string's password is never shown: :attr:`PostgresStorage.location
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -75,8 +76,11 @@ EXACT_ROWS = 20_000
 # rebuilding what was there before costs at most what the import already spent.
 DEFERRED_INDEX_ROWS = 2000
 _HNSW_INDEX = "CREATE INDEX IF NOT EXISTS entry_vectors_hnsw ON entry_vectors USING hnsw (embedding halfvec_cosine_ops)"
-# An entry's later windows (and sentences) as one JSON value (None: it has none), for the entry aliased as given.
-_WINDOWS = ("(SELECT json_agg(json_build_array(p.start, p.stop, p.embedding::text, p.sentence) ORDER BY p.start)"
+# An entry's later windows (and sentences) as one JSON value (None: it has none), for the entry aliased as given;
+# each vector in pgvector's binary form, base64: a person's turn has a few sentences, and parsing
+# their printed floats cost 8 times as much (a hybrid recall of LongMemEval's user turns: 200 ms).
+_WINDOWS = ("(SELECT json_agg(json_build_array(p.start, p.stop, encode(halfvec_send(p.embedding), 'base64'),"
+            " p.sentence) ORDER BY p.start)"
             " FROM entry_passages p WHERE p.pk = {}.pk)")
 # What an entry's keyword-index text is made of (keyword.entry_index_text), for the entry ``e``
 # joined to _TURN_BEFORE: LATERAL, the turn before it is one walk back along its session's index
@@ -164,9 +168,11 @@ def _literal_format(dim: int) -> str:
     return "[" + ",".join(["%.7g"] * dim) + "]"
 
 
-def _passage(start: int, stop: int, vector_text: str, sentence: bool) -> Passage:
-    """A later window (or sentence) as stored (its vector as pgvector prints it), its vector of unit length."""
-    vector = np.asarray(json.loads(vector_text), dtype=np.float32)
+def _passage(start: int, stop: int, sent: bytes | str, sentence: bool) -> Passage:
+    """A later window (or sentence) as stored, its vector of unit length: ``sent`` is halfvec_send's
+    bytes (base64 inside JSON): a dimension count, two unused bytes, then big-endian halves."""
+    raw = base64.b64decode(sent) if isinstance(sent, str) else bytes(sent)
+    vector = np.frombuffer(raw, dtype=">f2", offset=4).astype(np.float32)
     return Passage(int(start), int(stop), vector / max(float(np.linalg.norm(vector)), 1e-9), bool(sentence))
 
 
@@ -1682,7 +1688,7 @@ class PostgresStorage(Storage):
         known = self._once_in_view("passages", dict)  # those nearest() read in this view
         if all(pk in known for pk in pks):
             return {pk: known[pk] for pk in pks if known[pk]}
-        for pk, *window in self.query("SELECT pk, start, stop, embedding::text, sentence FROM entry_passages"
+        for pk, *window in self.query("SELECT pk, start, stop, halfvec_send(embedding), sentence FROM entry_passages"
                                       " WHERE pk = ANY(%s) ORDER BY pk, start", (list(pks),)):
             found.setdefault(int(pk), []).append(_passage(*window))
         return found
