@@ -21,6 +21,8 @@ from harness_mem import MemoryStore
 from harness_mem.passages import (
     PASSAGE_MARGIN,
     SENTENCE_MARGIN,
+    SENTENCE_WORDS,
+    TURN_SENTENCES,
     Passage,
     best_of,
     embed_entries,
@@ -32,7 +34,7 @@ MENTION = ("Can you recommend some online courses on data analysis? I want somet
            " and a certificate at the end. By the way, my sister just adopted a rescue greyhound called Biscuit."
            " I have about five hours a week to study, mostly in the evenings.")
 TOPICAL = ["What is the best way to train a puppy to walk on a leash? I need tips for walking dogs.",
-           "Which dog breeds are good for apartments? I am thinking about dogs in general.",
+           "Is it expensive to insure a dog? I want to budget for pet costs this year.",
            "I went to a concert last night and the band played for three hours.",
            "My car needs new tyres before the winter, where should I buy them?"]
 QUESTION = "what kind of dog did my sister adopt?"
@@ -96,9 +98,22 @@ def test_a_long_turn_keeps_its_windows_beside_its_sentences(engine_target: str) 
     windows = [(a - prefix, b - prefix) for a, b in StartReader().passages(f"user: {LONG}")]
     assert [(a, b) for _, a, b, sentence in rows if not sentence] == windows
     sentences = [(a, b) for _, a, b, sentence in rows if sentence]
+    assert sentences and set(sentences) <= set(sentence_spans(LONG))
     # one passage a start: a sentence that starts where a window does is left to the window
-    assert sentences == [(a, b) for a, b in sentence_spans(LONG) if a not in {w[0] for w in windows}]
+    assert not {a for a, _ in sentences} & {a for a, _ in windows}
     assert len({a for _, a, _, _ in rows}) == len(rows)
+
+
+def test_a_turns_first_sentences_of_some_words_are_its_passages(engine_target: str) -> None:
+    said = ["Hi there!", "Thanks a lot.", "My sister adopted a greyhound called Biscuit last May.",
+            "We walk him along the river every single morning.", "He loves the cold weather of the north.",
+            "The vet says he is the healthiest dog she has seen."]
+    text = " ".join(said)
+    with MemoryStore(engine_target, embedder=HashedEmbedder()) as store:
+        store.add(text, id="turn", role="user")
+        stored = [text[a:b] for _, a, b, _ in sentence_rows(store)]
+    # "Hi there!" and "Thanks a lot." have too few words; the fifth sentence on is past the cap
+    assert stored == [s for s in said[:TURN_SENTENCES] if len(s.split()) >= SENTENCE_WORDS] == said[2:4]
 
 
 def test_both_engines_store_the_passages_embed_entries_gives(engine_target: str) -> None:
