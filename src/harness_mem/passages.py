@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -50,7 +50,7 @@ from .protocols import Embedder
 
 __all__ = ["AGENT_ROLES", "MAX_SENTENCES", "PASSAGE_CANDIDATES", "PASSAGE_MARGIN", "SENTENCE_KINDS", "SENTENCE_MARGIN",
            "SENTENCE_WORDS", "TURN_SENTENCES", "Embedding", "Passage", "Splitter", "best_of", "embed_entries",
-           "embedding_text", "sentence_spans"]
+           "embedding_text", "read_back", "sentence_spans"]
 
 #: What a later window's cosine must beat the first window's by before it counts (see above).
 PASSAGE_MARGIN = 0.06
@@ -165,18 +165,28 @@ def embed_entries(embedder: Embedder, entries: Sequence[tuple[str, str | None, s
     return embeddings
 
 
+def read_back(spans: Sequence[tuple[int, int, bool]], vectors: npt.NDArray[Any]) -> list[Passage]:
+    """Passages as an engine stored them: (start, stop, sentence) and a vector a row, at any scale
+    (int8, halves), made unit length in one pass: a recall reads hundreds of them."""
+    matrix = np.asarray(vectors, dtype=np.float32)
+    matrix = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-9)
+    return [Passage(int(start), int(stop), matrix[i], bool(sentence)) for i, (start, stop, sentence) in enumerate(spans)]
+
+
 def best_of(query: npt.NDArray[np.float32], cosines: Mapping[int, float],
             passages: Mapping[int, Sequence[Passage]]) -> dict[int, tuple[float, Passage | None]]:
     """Each pk's similarity to ``query``, best-of its first window (``cosines``) and its passages,
     with the passage that won (None: the first window)."""
-    matched: dict[int, tuple[float, Passage | None]] = {}
-    for pk, first in cosines.items():
-        best: tuple[float, Passage | None] = (first, None)
-        found = passages.get(pk, ())
-        if found:
-            scores = np.stack([p.vector for p in found]) @ query - np.array([p.margin for p in found], dtype=np.float32)
-            top = int(np.argmax(scores))
-            if float(scores[top]) > first:
-                best = (float(scores[top]), found[top])
-        matched[pk] = best
+    matched: dict[int, tuple[float, Passage | None]] = {pk: (first, None) for pk, first in cosines.items()}
+    having = [pk for pk in cosines if passages.get(pk)]
+    if not having:
+        return matched
+    # Every passage scored in one product; each entry's best found in its own slice.
+    found = [p for pk in having for p in passages[pk]]
+    scores = np.stack([p.vector for p in found]) @ query - np.array([p.margin for p in found], dtype=np.float32)
+    starts = np.cumsum([0] + [len(passages[pk]) for pk in having[:-1]])
+    for pk, start, top in zip(having, starts, np.maximum.reduceat(scores, starts), strict=True):
+        if float(top) > cosines[pk]:
+            stop = int(start) + len(passages[pk])
+            matched[pk] = (float(top), found[int(start) + int(np.argmax(scores[int(start):stop]))])
     return matched

@@ -49,7 +49,7 @@ import numpy.typing as npt
 
 from .db import Connection, database
 from .errors import EmbedderError
-from .passages import Passage
+from .passages import Passage, read_back
 from .protocols import Embedder
 
 TABLE = "entries_vec"
@@ -191,13 +191,15 @@ def stored_passages(conn: Connection, pks: Sequence[int]) -> dict[int, list[Pass
         return found
     # A file written before turns' sentences has no such column until its next writer adds it.
     sentence = "p.sentence" if "sentence" in table.columns_dict else "0"
-    for pk, start, stop, blob, is_sentence in conn.execute(
+    rows = conn.execute(
         f"SELECT p.pk, p.start, p.stop, p.embedding, {sentence} FROM json_each(?) AS j CROSS JOIN {PASSAGES} p"
         " ON p.pk = j.value ORDER BY p.pk, p.start", (json.dumps(list(pks)),)
-    ):
-        vector = np.frombuffer(blob, dtype=np.int8).astype(np.float32)
-        found.setdefault(int(pk), []).append(Passage(int(start), int(stop), vector / max(float(np.linalg.norm(vector)), 1e-9),
-                                                     bool(is_sentence)))
+    ).fetchall()
+    if rows:
+        vectors = np.frombuffer(b"".join(row[3] for row in rows), dtype=np.int8).reshape(len(rows), -1)
+        for (pk, *_), passage in zip(rows, read_back([(start, stop, s) for _, start, stop, _, s in rows], vectors),
+                                     strict=True):
+            found.setdefault(int(pk), []).append(passage)
     return found
 
 

@@ -32,7 +32,7 @@ from ..errors import ExtensionError, MigrationError, SchemaTooNewError, StorageE
 from ..filters import MetadataCondition, Selection
 from ..identities import SealedIdentity, identity_values_in_use
 from ..models import MigrationStatus, counted, to_ms
-from ..passages import Embedding, Passage, embed_entries
+from ..passages import Embedding, Passage, embed_entries, read_back
 from ..protocols import Embedder
 from ..rows import COLUMN_NAMES, COLUMNS, Row
 from ..storage import (
@@ -168,12 +168,15 @@ def _literal_format(dim: int) -> str:
     return "[" + ",".join(["%.7g"] * dim) + "]"
 
 
-def _passage(start: int, stop: int, sent: bytes | str, sentence: bool) -> Passage:
-    """A later window (or sentence) as stored, its vector of unit length: ``sent`` is halfvec_send's
-    bytes (base64 inside JSON): a dimension count, two unused bytes, then big-endian halves."""
-    raw = base64.b64decode(sent) if isinstance(sent, str) else bytes(sent)
-    vector = np.frombuffer(raw, dtype=">f2", offset=4).astype(np.float32)
-    return Passage(int(start), int(stop), vector / max(float(np.linalg.norm(vector)), 1e-9), bool(sentence))
+def _passages(stored: Sequence[Sequence[Any]]) -> list[Passage]:
+    """Later windows (or sentences) as stored, (start, stop, vector, sentence) each, the vector
+    halfvec_send's bytes (base64 inside JSON): a dimension count, two unused bytes, then big-endian
+    halves."""
+    if not stored:
+        return []
+    raw = [base64.b64decode(sent) if isinstance(sent, str) else bytes(sent) for _, _, sent, _ in stored]
+    halves = np.frombuffer(b"".join(r[4:] for r in raw), dtype=">f2").reshape(len(raw), -1)
+    return read_back([(start, stop, sentence) for start, stop, _, sentence in stored], halves)
 
 
 def index_text(parts: Sequence[Any]) -> str:
@@ -1678,8 +1681,12 @@ class PostgresStorage(Storage):
     def _saw_passages(self, found: Iterable[tuple[int, Any]]) -> None:
         """Keep, for :meth:`passages` in this read view, the windows read along (JSON, or None)."""
         known = self._once_in_view("passages", dict)
-        for pk, stored in found:
-            known[int(pk)] = [_passage(*window) for window in stored or ()]
+        read = [(int(pk), stored or ()) for pk, stored in found]
+        decoded = _passages([window for _, stored in read for window in stored])  # all at once
+        at = 0
+        for pk, stored in read:
+            known[pk] = decoded[at:at + len(stored)]
+            at += len(stored)
 
     def passages(self, pks: Sequence[int]) -> dict[int, list[Passage]]:
         found: dict[int, list[Passage]] = {}
@@ -1688,9 +1695,10 @@ class PostgresStorage(Storage):
         known = self._once_in_view("passages", dict)  # those nearest() read in this view
         if all(pk in known for pk in pks):
             return {pk: known[pk] for pk in pks if known[pk]}
-        for pk, *window in self.query("SELECT pk, start, stop, halfvec_send(embedding), sentence FROM entry_passages"
-                                      " WHERE pk = ANY(%s) ORDER BY pk, start", (list(pks),)):
-            found.setdefault(int(pk), []).append(_passage(*window))
+        rows = self.query("SELECT pk, start, stop, halfvec_send(embedding), sentence FROM entry_passages"
+                          " WHERE pk = ANY(%s) ORDER BY pk, start", (list(pks),))
+        for (pk, *_), passage in zip(rows, _passages([row[1:] for row in rows]), strict=True):
+            found.setdefault(int(pk), []).append(passage)
         return found
 
     def vector_counts(self) -> VectorCounts:
