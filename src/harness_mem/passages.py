@@ -34,7 +34,9 @@ long, their windows already give them chances, and with both roles a sentence ea
 R@5. A file written before keeps its
 passages as they were and recalls as it did; ``harness-mem reindex --keyword-only`` then
 ``harness-mem --embedder NAME reindex`` embeds it again with its turns' sentences. Measured through
-the store, with the commands, in docs/measured.md ("What is left below keyword on user turns").
+the store, with the commands, in docs/measured.md ("What is left below keyword on user turns"):
+hybrid at or above its keyword lane on either half of every corpus (user turns' half-0 MRR was
+.020 below), for about three quarters more model work at import and 1.9 more vectors a turn.
 """
 
 from __future__ import annotations
