@@ -31,9 +31,9 @@ the request. A turn's sentence counts at :data:`SENTENCE_MARGIN` (a passage says
 many chances. Only its first :data:`TURN_SENTENCES` count, of :data:`SENTENCE_WORDS` words or
 more ("Thanks!" says nothing a question asks about). An assistant's replies get none: they are
 long, their windows already give them chances, and with both roles a sentence each cost half 0's
-R@5. A file written before keeps its
-passages as they were and recalls as it did; ``harness-mem reindex --keyword-only`` then
-``harness-mem --embedder NAME reindex`` embeds it again with its turns' sentences. Measured through
+R@5. A file written before keeps its passages as they were and recalls as it did;
+``harness-mem reindex --keyword-only`` then ``harness-mem --embedder NAME reindex`` embeds it again
+with its turns' sentences. Measured through
 the store, with the commands, in docs/measured.md ("What is left below keyword on user turns"):
 hybrid at or above its keyword lane on either half of every corpus (user turns' half-0 MRR was
 .020 below), for about three quarters more model work at import and 1.9 more vectors a turn.

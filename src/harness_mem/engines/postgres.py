@@ -78,7 +78,7 @@ DEFERRED_INDEX_ROWS = 2000
 _HNSW_INDEX = "CREATE INDEX IF NOT EXISTS entry_vectors_hnsw ON entry_vectors USING hnsw (embedding halfvec_cosine_ops)"
 # An entry's later windows (and sentences) as one JSON value (None: it has none), for the entry aliased as given;
 # each vector in pgvector's binary form, base64: a person's turn has a few sentences, and parsing
-# their printed floats cost 8 times as much (a hybrid recall of LongMemEval's user turns: 200 ms).
+# their printed floats cost 8 times as much (~200 ms a hybrid recall on LongMemEval's user turns).
 _WINDOWS = ("(SELECT json_agg(json_build_array(p.start, p.stop, encode(halfvec_send(p.embedding), 'base64'),"
             " p.sentence) ORDER BY p.start)"
             " FROM entry_passages p WHERE p.pk = {}.pk)")
