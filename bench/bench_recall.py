@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from harness_mem import MemoryStore, fusion, keyword
+from harness_mem import MemoryStore, fusion, keyword, passages
 from harness_mem.db import driver
 from harness_mem.jsonl import import_jsonl
 from harness_mem.models import has_visible_text
@@ -65,6 +65,17 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data"
 DEFAULT_CACHE = Path("/tmp/recall-cache")
 CORPORA = ("locomo-turns", "locomo-facts", "lme-user", "lme-all")
 MODES = ("plain-fts5", "keyword", "semantic", "hybrid", "hybrid+rerank")
+
+
+class _Anyone(frozenset[str]):
+    """Every speaker: as if every turn were the agent's (no turn gets sentence passages)."""
+
+    def __contains__(self, role: object) -> bool:
+        return True
+
+
+#: --turn-sentences: the speakers whose turns get no sentence passages (passages.AGENT_ROLES).
+TURN_SENTENCES = {"people": passages.AGENT_ROLES, "everyone": frozenset(), "none": _Anyone()}
 PLAIN_FTS = "CREATE VIRTUAL TABLE plain USING fts5(text, tokenize = 'porter unicode61 remove_diacritics 2')"
 
 
@@ -501,7 +512,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a mode to measure (repeatable; default: all)")
     parser.add_argument("--json", type=Path, help="also write every figure and ranking as JSON here")
     parser.add_argument("--dump", type=Path, help="write each corpus's hybrid fusion candidates here")
+    parser.add_argument("--turn-sentences", choices=TURN_SENTENCES, default="people",
+                        help="whose turns get sentence passages (default: %(default)s, as the store does)")
     args = parser.parse_args(argv)
+    passages.AGENT_ROLES = TURN_SENTENCES[args.turn_sentences]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     started = time.perf_counter()
     embedder = CachedEmbedder(args.cache, args.threads, args.embedder)

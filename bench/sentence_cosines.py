@@ -1,6 +1,6 @@
 """What hybrid would rank if a turn's cosine were the best of its sentences' (a simulation, issue #35).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_recall.py --mode keyword --mode hybrid --dump /tmp/dump
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_recall.py --mode keyword --mode hybrid --turn-sentences none --dump /tmp/dump
     HF_HUB_OFFLINE=1 .venv/bin/python bench/sentence_cosines.py /tmp/dump --corpus lme-user --cache /work/cache/lme-vec
 
 A whole turn's vector measures its topic; a user who states a fact in passing, inside a request about
@@ -8,9 +8,11 @@ something else, reads far from a question about that fact. This embeds every sen
 fusion candidate the dump holds (``passages.sentence_spans`` of the text the store embeds, the
 speaker first; vectors cached by text under ``--cache``), gives each candidate the better of its
 own cosine and its best sentence's less a margin, and replays ``fusion.fuse`` on that, as
-``tune_fusion.py`` does. The store is not changed: shipping it would mean a stored vector per
-sentence of every turn. Printed: R@5 / R@10 / MRR@10 on each half of the questions (split as
-``tune_fusion.py`` splits them) and on all, beside the keyword lane's.
+``tune_fusion.py`` does. It chose the margin the store now uses (``passages.SENTENCE_MARGIN``, on
+half 0) before the store stored a person's turns' sentences; replay it on a dump of a store without
+them (``--turn-sentences none``), since the store's own cosines already are the best of them.
+Printed: R@5 / R@10 / MRR@10 on each half of the questions (split as ``tune_fusion.py`` splits them)
+and on all, beside the keyword lane's.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import tune_fusion  # noqa: E402
 from bench_recall import DEFAULT_CACHE, DEFAULT_DATA, CachedEmbedder  # noqa: E402
 
 from harness_mem import fusion  # noqa: E402
-from harness_mem.passages import embedding_text, sentence_spans  # noqa: E402
+from harness_mem.passages import AGENT_ROLES, MAX_SENTENCES, embedding_text, sentence_spans  # noqa: E402
 
 CORPORA = ("lme-user", "lme-all", "locomo-turns")
 MARGINS = (0.0, 0.06, 0.15)
@@ -51,11 +53,21 @@ def texts(corpus: str, data: Path) -> tuple[dict[str, str], set[str]]:
     return found, {"user", "assistant"}
 
 
+def sentences_of(text: str, *, people_only: bool, cap: int, min_words: int) -> list[str]:
+    """The sentences of an embedded text (speaker first) that a variant embeds: none of an agent's
+    turn when ``people_only``, the first ``cap``, each of at least ``min_words`` words."""
+    if people_only and any(text.startswith(f"{role}: ") for role in AGENT_ROLES):
+        return []
+    found = [text[a:b] for a, b in sentence_spans(text)][:cap]
+    return [sentence for sentence in found if len(sentence.split()) >= min_words]
+
+
 def sentence_cosines(rows: list[dict[str, Any]], embedded: dict[str, str], roles: set[str],
-                     embedder: CachedEmbedder) -> dict[str, dict[str, float]]:
+                     embedder: CachedEmbedder, *, people_only: bool = False, cap: int = MAX_SENTENCES,
+                     min_words: int = 0) -> dict[str, dict[str, float]]:
     """Per question, each candidate's best sentence cosine (candidates of one sentence left out)."""
     ids = {row["pk_to_id"][c.pk] for row in rows for c in row["fusable"]}
-    sentences = {i: [embedded[i][a:b] for a, b in sentence_spans(embedded[i])] for i in ids}
+    sentences = {i: sentences_of(embedded[i], people_only=people_only, cap=cap, min_words=min_words) for i in ids}
     embedder.embed(sorted({s for found in sentences.values() for s in found}))  # one sorted pass, cached
     # The question as recall embeds it: without the speakers it names.
     asked = [fusion.strip_names(row["question"], [r for r in roles if r.lower() in fusion.role_words(row["question"])])
@@ -100,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the folder of locomo-dev and longmemeval-dev")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="vector cache (default: %(default)s)")
     parser.add_argument("--margin", type=float, action="append", help=f"repeatable (default: {MARGINS})")
+    parser.add_argument("--people-only", action="store_true", help="no sentences for an agent's turns (as the store)")
+    parser.add_argument("--cap", type=int, default=MAX_SENTENCES, help="sentences a turn at most (default: %(default)s)")
+    parser.add_argument("--min-words", type=int, default=0, help="sentences of fewer words left out (default: none)")
     args = parser.parse_args(argv)
     corpora = tune_fusion.load(args.dump)
     embedder = CachedEmbedder(args.cache, 2, "minilm-int8")
@@ -108,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"no {corpus}.pkl in {args.dump}")
         rows = corpora[corpus]
         embedded, roles = texts(corpus, args.data)
-        best = sentence_cosines(rows, embedded, roles, embedder)
+        best = sentence_cosines(rows, embedded, roles, embedder, people_only=args.people_only, cap=args.cap,
+                                min_words=args.min_words)
         print(f"\n{corpus}: R@5 / R@10 / MRR@10 (against the keyword lane)\n")
         print("| turn cosine | half 0 | half 1 | all |\n|---|---|---|---|")
         for margin in (None, *(args.margin or MARGINS)):

@@ -84,6 +84,23 @@ class HashedEmbedder:
         return matrix / norms
 
 
+
+#: Characters :class:`StartReader` reads of a text, and its windows' overlap.
+READ = 120
+OVERLAP = 20
+
+
+class StartReader(HashedEmbedder):
+    """Embeds the first READ characters of a text, as MiniLM reads a bounded start; its windows
+    after the first are passages (harness_mem.passages.Splitter)."""
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return super().embed([text[:READ] for text in texts])
+
+    def passages(self, text: str) -> list[tuple[int, int]]:
+        return [(start, min(len(text), start + READ)) for start in range(READ - OVERLAP, len(text) - OVERLAP, READ - OVERLAP)]
+
+
 def hashed_by_name(name: str) -> HashedEmbedder:
     """A model chosen by name (``--embedder minilm``) is the HashedEmbedder too; unknown names still fail."""
     from harness_mem.errors import EmbedderError

@@ -61,6 +61,7 @@ SLOW = {
     "bench_embedding_speed.py": ["--short", "8", "--long", "2", "--sessions", "1", "--rounds", "1", "--data", "{locomo}",
                                  "--budgets", "128,256"],
     "bench_sessions.py": ["--data", "{locomo}", "--n", "300", "--queries", "3", "--cache", "{tmp}"],
+    "bench_turn_sentences.py": ["--data", "{data}", "--questions", "1", "--rounds", "1"],
     "bench_soak.py": ["--seconds", "5", "--writers", "1", "--readers", "1", "--mcp", "1"],
     "bench_vectors.py": ["--n", "200", "--queries", "5", "--throughput-texts", "20", "--no-chroma", "--cache", "{tmp}"],
     "bench_workers.py": ["--jobs", "10", "--workers", "2"],
@@ -122,6 +123,12 @@ def test_a_slow_script_runs_on_a_tiny_input(script: str, data: Path, tmp_path: P
 def test_bench_scale_measures_vectors_on_a_tiny_input(data: Path, tmp_path: Path) -> None:
     args = ["--n", "300", "--questions", "5", "--vectors", "--data", "{locomo}", "--db", "{tmp}/scale.db"]
     run_script("bench_scale.py", filled(args, data, tmp_path), tmp_path)
+
+
+@pytest.mark.slow
+def test_bench_turn_sentences_measures_postgresql_on_a_tiny_input(data: Path, tmp_path: Path) -> None:
+    args = ["--data", "{data}", "--corpus", "lme-user", "--questions", "1", "--rounds", "1", "--engine", "postgresql"]
+    run_script("bench_turn_sentences.py", filled(args, data, tmp_path), tmp_path)
 
 
 @pytest.mark.slow

@@ -49,14 +49,16 @@ import numpy.typing as npt
 
 from .db import Connection, database
 from .errors import EmbedderError
-from .passages import Passage
+from .passages import Passage, read_back
 from .protocols import Embedder
 
 TABLE = "entries_vec"
-#: A long entry's later windows (see :mod:`harness_mem.passages`), int8 like the index's vectors.
+#: A long entry's later windows and a turn's sentences (see :mod:`harness_mem.passages`), int8
+#: like the index's vectors; ``sentence`` says which (1: a turn's sentence).
 PASSAGES = "entries_passages"
 PASSAGES_SQL = (f"CREATE TABLE IF NOT EXISTS {PASSAGES} (pk INTEGER NOT NULL, start INTEGER NOT NULL,"
-                " stop INTEGER NOT NULL, embedding BLOB NOT NULL, PRIMARY KEY (pk, start)) WITHOUT ROWID")
+                " stop INTEGER NOT NULL, embedding BLOB NOT NULL, sentence INTEGER NOT NULL DEFAULT 0,"
+                " PRIMARY KEY (pk, start)) WITHOUT ROWID")
 # Shortlist = max(SHORTLIST_MIN, SHORTLIST_PER_HIT × k, rows / ROWS_PER_SHORTLISTED), chosen in
 # bench/bench_scale.py --vectors for ≥ 0.95 top-10 agreement with vec0's exact KNN on MiniLM questions
 # at 100k and 1M entries (0.98 and 0.99).
@@ -182,17 +184,31 @@ def move_vectors(conn: Connection, pks: Sequence[int], namespace: str) -> list[t
 
 
 def stored_passages(conn: Connection, pks: Sequence[int]) -> dict[int, list[Passage]]:
-    """The later windows of the given entries (those that have any), in order."""
+    """The later windows (and sentences) of the given entries (those that have any), in order."""
     found: dict[int, list[Passage]] = {}
-    if not pks or not database(conn)[PASSAGES].exists():
+    table = database(conn)[PASSAGES]
+    if not pks or not table.exists():
         return found
-    for pk, start, stop, blob in conn.execute(
-        f"SELECT p.pk, p.start, p.stop, p.embedding FROM json_each(?) AS j CROSS JOIN {PASSAGES} p ON p.pk = j.value"
-        " ORDER BY p.pk, p.start", (json.dumps(list(pks)),)
-    ):
-        vector = np.frombuffer(blob, dtype=np.int8).astype(np.float32)
-        found.setdefault(int(pk), []).append(Passage(int(start), int(stop), vector / max(float(np.linalg.norm(vector)), 1e-9)))
+    # A file written before turns' sentences has no such column until its next writer adds it.
+    sentence = "p.sentence" if "sentence" in table.columns_dict else "0"
+    rows = conn.execute(
+        f"SELECT p.pk, p.start, p.stop, p.embedding, {sentence} FROM json_each(?) AS j CROSS JOIN {PASSAGES} p"
+        " ON p.pk = j.value ORDER BY p.pk, p.start", (json.dumps(list(pks)),)
+    ).fetchall()
+    if rows:
+        vectors = np.frombuffer(b"".join(row[3] for row in rows), dtype=np.int8).reshape(len(rows), -1)
+        for (pk, *_), passage in zip(rows, read_back([(start, stop, s) for _, start, stop, _, s in rows], vectors),
+                                     strict=True):
+            found.setdefault(int(pk), []).append(passage)
     return found
+
+
+def _make_passage_table(conn: Connection) -> None:
+    """Create the passages' table, or give an older one its ``sentence`` column (inside a write
+    transaction): its rows are windows (and summaries' sentences), as the default says."""
+    conn.execute(PASSAGES_SQL)
+    if "sentence" not in database(conn)[PASSAGES].columns_dict:
+        conn.execute(f"ALTER TABLE {PASSAGES} ADD COLUMN sentence INTEGER NOT NULL DEFAULT 0")
 
 
 def is_keyword_only(conn: Connection) -> bool:
@@ -510,10 +526,11 @@ class VectorIndex:
         signs = self._insert(rows, vectors)
         later = [(row.pk, p) for row, found in zip(rows, passages, strict=True) for p in found] if passages else []
         if later:
-            self.conn.execute(PASSAGES_SQL)  # made with the first long entry (older files have none)
+            _make_passage_table(self.conn)  # with the first long entry (older files have none)
             scaled = quantize(np.stack([p.vector for _, p in later]))
-            self.conn.executemany(f"INSERT INTO {PASSAGES} (pk, start, stop, embedding) VALUES (?, ?, ?, ?)",
-                                  [(pk, p.start, p.stop, scaled[i].tobytes()) for i, (pk, p) in enumerate(later)])
+            self.conn.executemany(f"INSERT INTO {PASSAGES} (pk, start, stop, embedding, sentence) VALUES (?, ?, ?, ?, ?)",
+                                  [(pk, p.start, p.stop, scaled[i].tobytes(), int(p.sentence))
+                                   for i, (pk, p) in enumerate(later)])
         for namespace in {row.namespace for row in rows}:
             chosen = [i for i, row in enumerate(rows) if row.namespace == namespace]
             self._pending.added.append((

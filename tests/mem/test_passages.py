@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from engine_rows import is_postgres, sql
-from fake_embedder import HashedEmbedder
+from fake_embedder import READ, HashedEmbedder, StartReader
 from tokenizers import Tokenizer
 
 from harness_mem import MemoryStore
@@ -26,19 +26,6 @@ from harness_mem.passages import (
     sentence_spans,
 )
 from harness_mem.providers.embeddings import MAX_PASSAGES, PASSAGE_OVERLAP, PASSAGE_TOKENS, MiniLMEmbedder
-
-READ = 120  # characters StartReader reads of a text
-OVERLAP = 20
-
-
-class StartReader(HashedEmbedder):
-    """Embeds the first READ characters of a text; its windows after the first are passages."""
-
-    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        return super().embed([text[:READ] for text in texts])
-
-    def passages(self, text: str) -> list[tuple[int, int]]:
-        return [(start, min(len(text), start + READ)) for start in range(READ - OVERLAP, len(text) - OVERLAP, READ - OVERLAP)]
 
 
 class StartOnly(HashedEmbedder):

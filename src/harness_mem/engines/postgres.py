@@ -14,6 +14,7 @@ The connection string's password is never shown: :attr:`PostgresStorage.location
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -31,7 +32,7 @@ from ..errors import ExtensionError, MigrationError, SchemaTooNewError, StorageE
 from ..filters import MetadataCondition, Selection
 from ..identities import SealedIdentity, identity_values_in_use
 from ..models import MigrationStatus, counted, to_ms
-from ..passages import Embedding, Passage, embed_entries
+from ..passages import Embedding, Passage, embed_entries, read_back
 from ..protocols import Embedder
 from ..rows import COLUMN_NAMES, COLUMNS, Row
 from ..storage import (
@@ -75,8 +76,11 @@ EXACT_ROWS = 20_000
 # rebuilding what was there before costs at most what the import already spent.
 DEFERRED_INDEX_ROWS = 2000
 _HNSW_INDEX = "CREATE INDEX IF NOT EXISTS entry_vectors_hnsw ON entry_vectors USING hnsw (embedding halfvec_cosine_ops)"
-# An entry's later windows as one JSON value (None: it has none), for the entry aliased as given.
-_WINDOWS = ("(SELECT json_agg(json_build_array(p.start, p.stop, p.embedding::text) ORDER BY p.start)"
+# An entry's later windows (and sentences) as one JSON value (None: it has none), for the entry aliased as given;
+# each vector in pgvector's binary form, base64: a person's turn has a few sentences, and parsing
+# their printed floats cost 8 times as much (~200 ms a hybrid recall on LongMemEval's user turns).
+_WINDOWS = ("(SELECT json_agg(json_build_array(p.start, p.stop, encode(halfvec_send(p.embedding), 'base64'),"
+            " p.sentence) ORDER BY p.start)"
             " FROM entry_passages p WHERE p.pk = {}.pk)")
 # What an entry's keyword-index text is made of (keyword.entry_index_text), for the entry ``e``
 # joined to _TURN_BEFORE: LATERAL, the turn before it is one walk back along its session's index
@@ -174,10 +178,15 @@ def _literal_format(dim: int) -> str:
     return "[" + ",".join(["%.7g"] * dim) + "]"
 
 
-def _passage(start: int, stop: int, vector_text: str) -> Passage:
-    """A later window as stored (its vector as pgvector prints it), its vector of unit length."""
-    vector = np.asarray(json.loads(vector_text), dtype=np.float32)
-    return Passage(int(start), int(stop), vector / max(float(np.linalg.norm(vector)), 1e-9))
+def _passages(stored: Sequence[Sequence[Any]]) -> list[Passage]:
+    """Later windows (or sentences) as stored, (start, stop, vector, sentence) each, the vector
+    halfvec_send's bytes (base64 inside JSON): a dimension count, two unused bytes, then big-endian
+    halves."""
+    if not stored:
+        return []
+    raw = [base64.b64decode(sent) if isinstance(sent, str) else bytes(sent) for _, _, sent, _ in stored]
+    halves = np.frombuffer(b"".join(r[4:] for r in raw), dtype=">f2").reshape(len(raw), -1)
+    return read_back([(start, stop, sentence) for start, stop, _, sentence in stored], halves)
 
 
 def index_text(parts: Sequence[Any]) -> str:
@@ -968,10 +977,12 @@ class PostgresStorage(Storage):
                 self._run("ALTER TABLE entry_vectors ENABLE ROW LEVEL SECURITY")
                 self._follow_entry_policies("entry_vectors")
                 self._run("SELECT keep_vector_counts()")  # embedding coverage kept as they change (0015)
-                # A long entry's later windows (harness_mem.passages), under the same rule.
+                # A long entry's later windows and a turn's sentences (harness_mem.passages), under
+                # the same rule (a table made before the sentences gets their column in 0016).
                 self._run(f"CREATE TABLE IF NOT EXISTS entry_passages (pk BIGINT NOT NULL REFERENCES entries (pk)"
                           f" ON DELETE CASCADE, start INTEGER NOT NULL, stop INTEGER NOT NULL,"
-                          f" embedding halfvec({dim}) NOT NULL, PRIMARY KEY (pk, start))")
+                          f" embedding halfvec({dim}) NOT NULL, sentence BOOLEAN NOT NULL DEFAULT false,"
+                          f" PRIMARY KEY (pk, start))")
                 self._run("ALTER TABLE entry_passages ENABLE ROW LEVEL SECURITY")
                 self._follow_entry_policies("entry_passages")
         self._bound = True
@@ -1104,10 +1115,11 @@ class PostgresStorage(Storage):
                   (list(pks), [vector_literal(e.vector) for e in embeddings]))
         later = [(pk, p) for pk, e in zip(pks, embeddings, strict=True) for p in e.passages]
         if later and self._has_passage_table():
-            self._run("INSERT INTO entry_passages (pk, start, stop, embedding) SELECT pk, start, stop, embedding::halfvec"
-                      " FROM unnest(%s::bigint[], %s::int[], %s::int[], %s::text[]) AS p(pk, start, stop, embedding)",
+            self._run("INSERT INTO entry_passages (pk, start, stop, embedding, sentence)"
+                      " SELECT pk, start, stop, embedding::halfvec, sentence FROM unnest(%s::bigint[], %s::int[],"
+                      " %s::int[], %s::text[], %s::boolean[]) AS p(pk, start, stop, embedding, sentence)",
                       ([pk for pk, _ in later], [p.start for _, p in later], [p.stop for _, p in later],
-                       [vector_literal(p.vector) for _, p in later]))
+                       [vector_literal(p.vector) for _, p in later], [p.sentence for _, p in later]))
 
     def _resolve_conflicts(self, batch: list[Row], on_conflict: OnConflict) -> list[Row]:
         def stored(namespace: str, ids: list[str]) -> list[tuple[str, int]]:
@@ -1720,8 +1732,12 @@ class PostgresStorage(Storage):
     def _saw_passages(self, found: Iterable[tuple[int, Any]]) -> None:
         """Keep, for :meth:`passages` in this read view, the windows read along (JSON, or None)."""
         known = self._once_in_view("passages", dict)
-        for pk, stored in found:
-            known[int(pk)] = [_passage(start, stop, text) for start, stop, text in stored or ()]
+        read = [(int(pk), stored or ()) for pk, stored in found]
+        decoded = _passages([window for _, stored in read for window in stored])  # all at once
+        at = 0
+        for pk, stored in read:
+            known[pk] = decoded[at:at + len(stored)]
+            at += len(stored)
 
     def passages(self, pks: Sequence[int]) -> dict[int, list[Passage]]:
         found: dict[int, list[Passage]] = {}
@@ -1730,10 +1746,10 @@ class PostgresStorage(Storage):
         known = self._once_in_view("passages", dict)  # those nearest() read in this view
         if all(pk in known for pk in pks):
             return {pk: known[pk] for pk in pks if known[pk]}
-        for pk, start, stop, text in self.query(
-            "SELECT pk, start, stop, embedding::text FROM entry_passages WHERE pk = ANY(%s) ORDER BY pk, start", (list(pks),)
-        ):
-            found.setdefault(int(pk), []).append(_passage(start, stop, text))
+        rows = self.query("SELECT pk, start, stop, halfvec_send(embedding), sentence FROM entry_passages"
+                          " WHERE pk = ANY(%s) ORDER BY pk, start", (list(pks),))
+        for (pk, *_), passage in zip(rows, _passages([row[1:] for row in rows]), strict=True):
+            found.setdefault(int(pk), []).append(passage)
         return found
 
     def vector_counts(self) -> VectorCounts:
