@@ -978,7 +978,7 @@ class PostgresStorage(Storage):
                 self._follow_entry_policies("entry_vectors")
                 self._run("SELECT keep_vector_counts()")  # embedding coverage kept as they change (0015)
                 # A long entry's later windows and a turn's sentences (harness_mem.passages), under
-                # the same rule (a table made before the sentences gets their column in 0016).
+                # the same rule (a table made before the sentences gets their column in 0018).
                 self._run(f"CREATE TABLE IF NOT EXISTS entry_passages (pk BIGINT NOT NULL REFERENCES entries (pk)"
                           f" ON DELETE CASCADE, start INTEGER NOT NULL, stop INTEGER NOT NULL,"
                           f" embedding halfvec({dim}) NOT NULL, sentence BOOLEAN NOT NULL DEFAULT false,"
