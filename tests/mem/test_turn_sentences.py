@@ -144,7 +144,7 @@ def as_written_before(target: str) -> None:
     if is_postgres(target):
         with psycopg.connect(target) as pg:
             pg.execute("ALTER TABLE entry_passages DROP COLUMN sentence")
-            pg.execute("DELETE FROM _migrations WHERE number = 16")
+            pg.execute("DELETE FROM _migrations WHERE name LIKE '%_passage_sentences'")
         return
     with sqlite_file(Path(target)) as conn:
         conn.execute("CREATE TABLE old_passages (pk INTEGER NOT NULL, start INTEGER NOT NULL, stop INTEGER NOT NULL,"
