@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from .passages import sentence_bounds
+
 __all__ = ["opens_with_decision", "states_decision"]
 
 # A sentence that opens by deciding. "Let's meet when I visit", "we'll catch up soon": what friends
@@ -24,7 +26,6 @@ _DECIDES = re.compile(
 # A sentence labelled as a decision: "Decision noted: sessions stay in Postgres.", "Agreed: …".
 _LABELLED = re.compile(r"^(?:decision(?: noted| made| taken)?|decided|agreed|resolved|resolution)\s*[:—–]\s*\S",
                        re.IGNORECASE)
-_SENTENCE = re.compile(r"[^.!?…\n]+[.!?…]*")
 
 
 def opens_with_decision(sentence: str) -> bool:
@@ -36,5 +37,5 @@ def opens_with_decision(sentence: str) -> bool:
 def states_decision(text: str) -> bool:
     """True when a sentence of ``text`` (a turn, a note) records a decision and asks nothing: "I don't
     want JWTs. Let's keep server-side sessions.", "Decision noted: …"; not "Should we go with Redis?"."""
-    return any(opens_with_decision(found) and not found.rstrip().endswith("?")
-               for found in _SENTENCE.findall(text))
+    return any(opens_with_decision(said) and not said.rstrip().endswith("?")
+               for said in (text[start:stop] for start, stop in sentence_bounds(text)))

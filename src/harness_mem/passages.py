@@ -52,7 +52,7 @@ from .protocols import Embedder
 
 __all__ = ["AGENT_ROLES", "MAX_SENTENCES", "PASSAGE_CANDIDATES", "PASSAGE_MARGIN", "SENTENCE_KINDS", "SENTENCE_MARGIN",
            "SENTENCE_WORDS", "TURN_SENTENCES", "Embedding", "Passage", "Splitter", "best_of", "embed_entries",
-           "embedding_text", "read_back", "sentence_spans"]
+           "embedding_text", "read_back", "sentence_bounds", "sentence_spans"]
 
 #: What a later window's cosine must beat the first window's by before it counts (see above).
 PASSAGE_MARGIN = 0.06
@@ -115,9 +115,8 @@ def embedding_text(content: str, role: str | None) -> str:
     return f"{role}: {content}" if role else content
 
 
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """``(start, stop)`` of each sentence of ``text`` (its spaces trimmed), at most MAX_SENTENCES;
-    ``[]`` for a text of one sentence, which its vector already is."""
+def sentence_bounds(text: str) -> list[tuple[int, int]]:
+    """``(start, stop)`` of every sentence of ``text``, its leading spaces trimmed."""
     spans = []
     for found in _SENTENCE.finditer(text):
         start, stop = found.span()
@@ -125,6 +124,13 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
             start += 1
         if start < stop:
             spans.append((start, stop))
+    return spans
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """``(start, stop)`` of each sentence of ``text`` (its spaces trimmed), at most MAX_SENTENCES;
+    ``[]`` for a text of one sentence, which its vector already is."""
+    spans = sentence_bounds(text)
     return spans[:MAX_SENTENCES] if len(spans) > 1 else []
 
 
