@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +41,7 @@ from .sync.clock import Stamp
 from .sync.operations import Operation
 
 OnConflict = Literal["error", "ignore", "replace"]
+T = TypeVar("T")
 
 #: The source of the entries consolidation derives from transcripts (segments, facts): they cite
 #: their turns in ``metadata.source_turns`` (as its episodes do), are forgotten with them, and are
@@ -365,12 +366,13 @@ class Storage(ABC):
     def data_version(self) -> tuple[int, int]:
         """A token that changes whenever the store's content changes, in this process or another."""
 
-    def recall_reads(self, namespaces: Sequence[str], words: Sequence[str]) -> AbstractContextManager[None]:
-        """Around one recall of ``namespaces``: an engine that pays a round trip a statement may read
-        at once what the recall asks before its snapshot (:meth:`has_derived` of each,
-        :meth:`data_version`, :meth:`roles_named` of ``words``), and answer those from it until the
-        block ends or something is written."""
-        return nullcontext()
+    def recalling(self, namespaces: Sequence[str], recall: Callable[[], T]) -> T:
+        """``recall()``, one recall of ``namespaces``. An engine that pays a round trip a statement
+        may answer what the recall asks before its snapshot (:meth:`has_derived` of each,
+        :meth:`data_version`, :meth:`vector_counts`, :meth:`roles_named`) from one read, until the
+        recall ends or something is written; or from the last recall's, checked in the snapshot's
+        first round trip, and run ``recall`` again where they were not so."""
+        return recall()
 
     def bulk(self, *, workers: int = 0) -> AbstractContextManager[None]:
         """Many write transactions in a row (an import): the engine may put off its housekeeping

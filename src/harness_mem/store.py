@@ -37,7 +37,6 @@ from .errors import (
     StorageError,
 )
 from .filters import Selection, make_filters
-from .fusion import role_words
 from .identities import Identities, IdentityKey, SealedIdentity, choose_key, key_file
 from .keyfiles import describe_key
 from .models import Entry, FileSizes, Hit, Remembered, SessionHit, SessionSummary, from_ms, now_ms
@@ -840,14 +839,13 @@ class MemoryStore:
         tags, any_tags = self.scope.tags(tags), self.scope.tags(any_tags)
         left_out = self.scope.filters({"exclude_sessions": exclude_sessions, "exclude_tags": exclude_tags,
                                        "metadata": metadata})
-        with self.storage.recall_reads(self.namespaces, role_words(query) if isinstance(query, str) else ()):
-            hits = self._recall(
-                query, fetch, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
-                any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,
-                strict=strict, include_superseded=include_superseded, exact=exact,
-                derived=self._lane(kind) if derived is None else None if derived == "both" else derived, as_of=as_of,
-                exclude_kinds=exclude_kinds, rerank=rerank, **left_out,
-            )
+        hits = self.storage.recalling(self.namespaces, lambda: self._recall(
+            query, fetch, mode, kind=kind, role=role, session=session, session_prefix=session_prefix, tags=tags,
+            any_tags=any_tags, since=since, until=until, explain=explain, query_vector=query_vector,
+            strict=strict, include_superseded=include_superseded, exact=exact,
+            derived=self._lane(kind) if derived is None else None if derived == "both" else derived, as_of=as_of,
+            exclude_kinds=exclude_kinds, rerank=rerank, **left_out,
+        ))
         if sources:
             hits = sessions.with_sources(self.storage, self.scope, hits)
         hits = hits[offset:k + offset]

@@ -18,10 +18,9 @@ import base64
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -60,12 +59,15 @@ from .postgres_lexemes import (
     tsvector_literal,
 )
 from .postgres_pool import ConnectionPool, PerThread
+from .postgres_reads import DATA_VERSION, RECALL_READS, Guess, RecallReads
 from .postgres_tokens import TokenWorkers
 
 if TYPE_CHECKING:
     import psycopg
 
 __all__ = ["PostgresStorage", "safe_location", "tsquery_of", "vector_literal"]
+
+T = TypeVar("T")
 
 # How many candidates an HNSW search keeps while it walks the graph, at least.
 HNSW_EF_SEARCH = 600
@@ -97,6 +99,8 @@ _TURN_BEFORE = ("LEFT JOIN LATERAL (SELECT q.content, q.role FROM entries q WHER
 # of a hybrid's candidates that the winners come from (the best 50 of each list) made it 1.13x
 # slower than the round trip it saves (bench_postgres.py --scale 20000).
 ROWS_ALONG = 30
+# The sets of namespaces whose last recall's reads are kept (a server recalling for many users).
+_LAST_READS_KEPT = 256
 #: Entries a keyword-index rebuild re-indexes per transaction.
 KEYWORD_BATCH = 1000
 # Every write transaction takes this advisory lock first (an arbitrary, fixed key).
@@ -115,8 +119,6 @@ _COLUMNS_E = ", ".join(f"e.{c.strip()}" for c in COLUMNS.split(","))
 # What a write gives each new row: every column but pk (the database numbers it), and its tokens.
 _WRITTEN = (*COLUMN_NAMES[1:], "tokens", "token_count")
 # The store's data version: the owner's writes, and every namespace's this role can see (each only grows).
-_DATA_VERSION = ("coalesce((SELECT value::bigint FROM settings WHERE key = 'data.version'), 0)"
-                 " + coalesce((SELECT sum(value) FROM namespace_state WHERE key = 'data.version'), 0)")
 # Each (namespace, spelling) of the roles whose lower-case form is one of the words, for the namespaces
 # and words given (two text arrays): a walk of entries_by_role (0017) from one spelling to the next,
 # an index probe each, not a read of every turn the role said.
@@ -130,18 +132,6 @@ _ROLE_SPELLINGS = (
 #: What gc cannot take out: the server's write-ahead log is its own (and its archives' and replicas').
 LOG_REMAINS = ("purged text stays in the server's WAL segments until checkpoints recycle them"
                " (past wal_keep_size and replication slots), and in WAL archives, replicas and backups")
-
-
-@dataclass(frozen=True)
-class RecallReads:
-    """What a recall asks before its snapshot, read in one statement (see
-    :meth:`PostgresStorage.recall_reads`): the data version, the namespaces holding derived entries,
-    each namespace's roles named by ``words``."""
-
-    version: int
-    derived: frozenset[str]
-    roles: dict[str, list[str]]
-    words: tuple[str, ...]
 
 
 def safe_location(dsn: str) -> str:
@@ -590,6 +580,9 @@ class PostgresStorage(Storage):
         self.embedder: Embedder | None = None
         self.keywords = PostgresKeywords(self)
         self.derived_keywords = PostgresKeywords(self, derived=True)
+        # What the last recall of each set of namespaces read before ranking: the next one is told
+        # it (postgres_reads). Any thread's: it is checked before it is relied on.
+        self._last_reads: dict[tuple[str, ...], RecallReads] = {}
         self._bound: bool = False
         self._passage_table: bool | None = None
         # Inside bulk(): [vectors the store held at its start (None: not known yet), vectors written
@@ -599,11 +592,13 @@ class PostgresStorage(Storage):
 
     # Each thread's own (it has a connection of its own: postgres_pool): whether it is inside a write
     # transaction; the read-only snapshot it has open (a new object each), if one is (see
-    # :meth:`snapshot`), and what it read in it; what recall_reads read for its recall under way.
+    # :meth:`snapshot`), and what it read in it; what the recall under way was told before its
+    # snapshot (see :meth:`recalling`), and whether that is a guess to check.
     _in_transaction: PerThread[bool] = PerThread(lambda: False)
     read_view: PerThread[object | None] = PerThread(lambda: None)
     _seen_in_view: PerThread[tuple[object | None, dict[Any, Any]]] = PerThread(lambda: (None, {}))
     _recall_reads: PerThread[RecallReads | None] = PerThread(lambda: None)
+    _guess: PerThread[Guess | None] = PerThread(lambda: None)
 
     @property
     def conn(self) -> Connection:
@@ -862,7 +857,7 @@ class PostgresStorage(Storage):
         if self.read_only:
             raise StorageError(f"{self.path} is open read-only — nothing was written")
         self._in_transaction = True
-        self._recall_reads = None  # what a recall read before this write may change
+        self._recall_reads = self._guess = None  # what a recall read before this write may change
         try:
             with self.conn.transaction():
                 self._run("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
@@ -881,39 +876,58 @@ class PostgresStorage(Storage):
         # a statement once (psycopg prepares those sent five times): planned again each call, the
         # ranking's and the search's plans cost 1-5 ms a recall, and their parameters (a tsquery, a
         # vector, over columns kept out of the statistics) could not change them.
+        # A recall told what the last one read before its snapshot checks it here (postgres_reads).
+        guess = self._guess
+        checking = guess is not None and guess.truth is None and self._recall_reads is guess.reads
         self.conn.open_with_next("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-                                 "SET LOCAL plan_cache_mode = force_generic_plan")
+                                 "SET LOCAL plan_cache_mode = force_generic_plan",
+                                 asking=(RECALL_READS, RecallReads.params(guess.reads.namespaces))
+                                 if guess is not None and checking else None)
         self.read_view = object()  # what is counted inside it may be reused until it ends
         try:
             yield
         finally:
             self.read_view = None
+            if guess is not None and checking and (answer := self.conn.answer()):
+                guess.truth = RecallReads.parse(guess.reads.namespaces, answer[0])
             self.conn.close_opened("COMMIT")
 
     def data_version(self) -> tuple[int, int]:
         if self._recall_reads is not None:
-            return 0, self._recall_reads.version
-        return 0, int(self.query(f"SELECT {_DATA_VERSION}")[0][0])
+            return 0, int(self._told("data_version"))
+        return 0, int(self.query(f"SELECT {DATA_VERSION}")[0][0])
 
-    @contextmanager
-    def recall_reads(self, namespaces: Sequence[str], words: Sequence[str]) -> Iterator[None]:
+    def recalling(self, namespaces: Sequence[str], recall: Callable[[], T]) -> T:
         if self._recall_reads is not None or self.conn.in_transaction:
-            yield  # one recall inside another's block, or inside a transaction: asked as they come
-            return
-        found = self.query(
-            f"SELECT {_DATA_VERSION},"
-            " ARRAY(SELECT n FROM unnest(%s::text[]) n WHERE EXISTS"
-            f" (SELECT 1 FROM entries WHERE namespace = n AND source = '{DERIVED_SOURCE}')),"
-            f" (SELECT json_agg(json_build_array(n, role)) FROM ({_ROLE_SPELLINGS}) r)",
-            (list(namespaces), list(namespaces), sorted(set(words))))[0]
-        roles: dict[str, list[str]] = {namespace: [] for namespace in namespaces}
-        for namespace, role in found[2] or ():
-            roles[namespace].append(role)
-        self._recall_reads = RecallReads(int(found[0]), frozenset(found[1]), roles, tuple(words))
+            return recall()  # one recall inside another's, or inside a transaction: asked as they come
+        key = tuple(namespaces)
+        known = self._last_reads.get(key)
+        if known is not None:  # told what the last recall read, checked in its snapshot's first round trip
+            guess = Guess(known)
+            self._recall_reads, self._guess = known, guess
+            try:
+                found = recall()
+            finally:
+                self._recall_reads = self._guess = None
+            if guess.truth is not None:
+                self._last_reads[key] = guess.truth
+            if guess.held():
+                return found
+        reads = RecallReads.parse(namespaces, self.query(RECALL_READS, RecallReads.params(namespaces))[0])
+        if len(self._last_reads) >= _LAST_READS_KEPT:
+            self._last_reads.clear()
+        self._last_reads[key] = self._recall_reads = reads
         try:
-            yield
+            return recall()
         finally:
             self._recall_reads = None
+
+    def _told(self, name: str, *args: Any) -> Any:
+        """What the reads of the recall under way answer to ``name(*args)``, noted if they are a guess."""
+        assert self._recall_reads is not None
+        if self._guess is not None:
+            self._guess.asked.append((name, args))
+        return getattr(self._recall_reads, name)(*args)
 
     @contextmanager
     def without_waiting(self) -> Iterator[None]:
@@ -1296,9 +1310,8 @@ class PostgresStorage(Storage):
                     self._reindex_turn_after(namespace, row.session, row.created_at, pk)
 
     def has_derived(self, namespace: str) -> bool:
-        asked = self._recall_reads
-        if asked is not None and namespace in asked.roles:
-            return namespace in asked.derived
+        if self._recall_reads is not None and namespace in self._recall_reads.namespaces:
+            return bool(self._told("has_derived", namespace))
         return bool(self._once_in_view(("has_derived", namespace), lambda: self.query(
             f"SELECT 1 FROM entries WHERE namespace = %s AND source = '{DERIVED_SOURCE}' LIMIT 1", (namespace,))))
 
@@ -1561,9 +1574,8 @@ class PostgresStorage(Storage):
             self._once_in_view("keyword rankings", list).append([pk for pk, _ in ranked])
 
     def roles_named(self, namespace: str, words: Sequence[str]) -> list[str]:
-        asked = self._recall_reads
-        if asked is not None and namespace in asked.roles and tuple(words) == asked.words:
-            return list(asked.roles[namespace])
+        if self._recall_reads is not None and namespace in self._recall_reads.namespaces:
+            return list(self._told("roles_named", namespace, tuple(words)))
         return [role for _, role in self.query(_ROLE_SPELLINGS, ([namespace], sorted(set(words))))]
 
     def nearest(self, vector: npt.NDArray[np.float32], k: int, selection: Selection, *,
@@ -1754,7 +1766,7 @@ class PostgresStorage(Storage):
 
     def vector_counts(self) -> VectorCounts:
         bound = self.vectors_bound(writing=False)
-        total, vectors = self._live_and_embedded()
+        total, vectors = self._told("counts") if self._recall_reads is not None else self._live_and_embedded()
         return VectorCounts(bound, total, total - vectors if bound else total)
 
     def missing_vectors(self) -> int:

@@ -54,6 +54,8 @@ class Connection:
         self._closed = False
         self._depth = 0  # transactions open through this object: never reconnected under one
         self._opening: tuple[str, ...] | None = None  # a BEGIN (and settings) sent with the next statement
+        self._asking: tuple[str, Sequence[Any]] | None = None  # a statement sent with them, its answer kept
+        self._answered: list[tuple[Any, ...]] | None = None
         self._ending = False  # a read's COMMIT sent, its answer not read yet (see close_opened)
         self._raw = self._connect(first=True)
 
@@ -143,9 +145,9 @@ class Connection:
             if opening is None:
                 return raw.execute(sql, params)
             with raw.pipeline():  # the BEGIN and this statement in one round trip
-                for statement in opening:
-                    raw.execute(statement)
+                asked = self._open(raw, opening)
                 cursor = raw.execute(sql, params)
+            self._keep_answer(asked)
             return cursor
 
     def fetch_together(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
@@ -157,19 +159,37 @@ class Connection:
         opening, self._opening = self._opening, None
         with self._translated():
             with raw.pipeline():
-                for statement in opening or ():
-                    raw.execute(statement)
+                asked = self._open(raw, opening) if opening is not None else None
                 cursors = [raw.execute(sql, params) for sql, params in statements]
+            self._keep_answer(asked)
             return [list(cursor.fetchall()) for cursor in cursors]
 
-    def open_with_next(self, begin: str, *settings: str) -> None:
+    def open_with_next(self, begin: str, *settings: str, asking: tuple[str, Sequence[Any]] | None = None) -> None:
         """Send ``begin`` (a BEGIN statement), then ``settings`` (``SET LOCAL`` statements), together
         with the next statement, not on their own: a read's transaction costs no round trip of its
-        own (where libpq pipelines statements)."""
+        own (where libpq pipelines statements). ``asking`` (a statement and its parameters) goes
+        with them, first inside the transaction: its rows are kept for :meth:`answer`."""
         self._live()  # a dropped connection is replaced now, not under the transaction
-        self._opening = (begin, *settings)
+        self._opening, self._asking, self._answered = (begin, *settings), asking, None
         if not self._psycopg.Pipeline.is_supported():
             self._begin_now()
+
+    def answer(self) -> list[tuple[Any, ...]] | None:
+        """The rows of the statement :meth:`open_with_next` was asked to send (None: the
+        transaction it opened never began, no statement having followed)."""
+        return self._answered
+
+    def _open(self, raw: psycopg.Connection[Any], opening: Sequence[str]) -> psycopg.Cursor[Any] | None:
+        """Send what :meth:`open_with_next` put off (inside a pipeline, or not); the cursor of what
+        it was asked, if anything."""
+        for statement in opening:
+            raw.execute(statement)
+        asking, self._asking = self._asking, None
+        return raw.execute(*asking) if asking is not None else None
+
+    def _keep_answer(self, asked: psycopg.Cursor[Any] | None) -> None:
+        if asked is not None:
+            self._answered = list(asked.fetchall())
 
     def _begin_now(self) -> None:
         """Send a BEGIN put off by :meth:`open_with_next` alone (a cursor's or a nested
@@ -177,15 +197,14 @@ class Connection:
         opening, self._opening = self._opening, None
         if opening is not None:
             with self._translated():
-                for statement in opening:
-                    self._live().execute(statement)
+                self._keep_answer(self._open(self._live(), opening))
 
     def close_opened(self, end: str) -> None:
         """End what :meth:`open_with_next` began: nothing to send if no statement followed it, and
         no wait for the answer (a read-only transaction's end cannot fail in a way that loses
         anything): it is read before the next statement, a round trip saved."""
         if self._opening is not None:
-            self._opening = None
+            self._opening = self._asking = None
             return
         raw = self._live()
         if raw.broken or raw.closed or self._depth:
