@@ -99,6 +99,12 @@ class KeywordSource(Protocol):
         """:meth:`document_frequency` of each term (an engine across a network counts them at once)."""
         ...
 
+    def will_count(self, terms: Sequence[str]) -> None:
+        """The terms whose :meth:`document_frequencies` will be asked once the statement this read
+        sends next has answered (a semantic recall's coverage, after its search): an engine across a
+        network may count them in that statement's round trip."""
+        ...
+
     def ranked(self, terms: Sequence[str], k: int, selection: Selection) -> list[tuple[int, float]]:
         """The ``k`` best entries holding any of ``terms`` that pass ``selection``, by BM25 over
         every term (:data:`K1`, :data:`B`, FTS5's idf), best first: (pk, score)."""
@@ -276,6 +282,13 @@ class KeywordIndex:
         for term, df in counted.items():
             self._keep(term, df, rows)
         return [counted[t] if t in counted else self._df[t][0] for t in terms]
+
+    def will_weigh(self, source: KeywordSource, terms: Sequence[str]) -> None:
+        """The terms :meth:`document_frequencies` will be asked next, after another statement: those
+        not remembered are counted by ``source`` along with it, where it can."""
+        unknown = [t for t in dict.fromkeys(terms) if t not in self._df]
+        if unknown:
+            source.will_count(unknown)
 
     def _keep(self, term: str, df: int, rows: int) -> None:
         if len(self._df) >= _CACHED_TERMS:

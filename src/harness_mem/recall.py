@@ -246,6 +246,9 @@ class Recall:
         if pending is not None:
             query_vector = pending.result()
         matched: dict[int, Passage] = {}  # the passage that won an entry's cosine, for its snippet
+        if mode == "semantic" and query.strip():  # its hits' coverage weighs the words (hybrid's ranking counts them)
+            index, source = self._keyword_lane(derived=bool(filters.derived))
+            index.will_weigh(source, keyword.query_terms(query))
         if mode in ("semantic", "hybrid"):
             # Hybrid takes the semantic list as fusion candidates, each scored by its exact cosine:
             # it needs the near neighbours in, not their exact order (see VectorIndex.search). Both

@@ -99,6 +99,10 @@ _TURN_BEFORE = ("LEFT JOIN LATERAL (SELECT q.content, q.role FROM entries q WHER
 # of a hybrid's candidates that the winners come from (the best 50 of each list) made it 1.13x
 # slower than the round trip it saves (bench_postgres.py --scale 20000).
 ROWS_ALONG = 30
+# Of a deeper ranking, its best this many are read along where the search for the other list's
+# candidates goes anyway (a hybrid's hits mostly come from the top of either list), the rest only if
+# they win: a hybrid recall's third round trip, for its hits' rows, is left for the few that do.
+FUSED_ROWS_ALONG = 10
 # The sets of namespaces whose last recall's reads are kept (a server recalling for many users).
 _LAST_READS_KEPT = 256
 #: Entries a keyword-index rebuild re-indexes per transaction.
@@ -384,6 +388,11 @@ FROM (SELECT * FROM best UNION SELECT * FROM scored WHERE clipped) b CROSS JOIN 
 """
 
 
+def _rows_statement(pks: Sequence[int], columns: str = _COLUMNS_E) -> tuple[str, list[Any]]:
+    """What each entry's keyword-index text is made of (:data:`_TEXT_PARTS`), then its ``columns``."""
+    return f"SELECT {_TEXT_PARTS}, {columns} FROM entries e {_TURN_BEFORE} WHERE e.pk = ANY(%s)", [list(pks)]
+
+
 def keyword_counters(derived: bool) -> tuple[str, str]:
     """The keys (in ``namespace_state``, one row a namespace, kept by triggers as the entries'
     keyword rows change) that count a keyword lane's rows and tokens (BM25's statistics): what was
@@ -442,9 +451,22 @@ class PostgresKeywords:
         recalled = self.recalled()
         if recalled is not None and all(term in recalled[2] for term in terms):
             return [recalled[2][term] for term in terms]
+        return [int(n) for n in self.storage.query(*self.frequencies_statement(terms))[0]]
+
+    def frequencies_statement(self, terms: Sequence[str]) -> tuple[str, list[Any]]:
+        """A statement counting, in one row, the entries of this lane holding each term."""
         counts = ", ".join(f"(SELECT count(*) FROM entries WHERE tokens @@ %s::tsquery AND {self.lane})" for _ in terms)
-        found = self.storage.query(f"SELECT {counts}", [tsquery_of(((term,),)) for term in terms])
-        return [int(n) for n in found[0]]
+        return f"SELECT {counts}", [tsquery_of(((term,),)) for term in terms]
+
+    def will_count(self, terms: Sequence[str]) -> None:
+        if self.storage.read_view is not None:  # counted with the view's next search (PostgresStorage.nearest)
+            self.storage.counting_along().append((self, list(terms)))
+
+    def saw_frequencies(self, terms: Sequence[str], counts: Sequence[Any]) -> None:
+        """Keep, in this read view, the counts :meth:`frequencies_statement` read along."""
+        counted = self._counted
+        if counted is not None and counted[0] is self.storage.read_view:
+            counted[3].update(zip(terms, map(int, counts), strict=True))
 
     def ranked(self, terms: Sequence[str], k: int, selection: Selection) -> list[tuple[int, float]]:
         """BM25 over every term, as FTS5's bm25() scores it, of the entries holding any term."""
@@ -460,7 +482,7 @@ class PostgresKeywords:
         """BM25 of a query of single words, scored by the server in one statement
         (:func:`bm25_statement`)."""
         clause, params = where(selection)
-        along = self.storage.rows_along(k) > 0
+        along = self.storage.rows_along(k) >= k  # all of them, or none: the statement reads every one it returns
         found = self.storage.query(
             bm25_statement(len(words), clause, self.lane, rows=along),
             [*self.counters, K1, B, *(tsquery_of(((term,),)) for term in terms), *params, tsquery_of((tuple(terms),)),
@@ -1443,15 +1465,16 @@ class PostgresStorage(Storage):
 
     def _rows_with_texts(self, pks: Sequence[int], columns: str) -> dict[int, tuple[tuple[Any, ...], str]]:
         """``columns`` of each entry (the first its pk) with its keyword-index text, in one query."""
-        found = self.query(f"SELECT {_TEXT_PARTS}, {columns} FROM entries e {_TURN_BEFORE} WHERE e.pk = ANY(%s)",
-                           (list(pks),))
+        found = self.query(*_rows_statement(pks, columns))
         return {int(r[_TEXT_PART_COUNT]): (tuple(r[_TEXT_PART_COUNT:]), index_text(r[:_TEXT_PART_COUNT])) for r in found}
 
     def rows_along(self, ranked: int) -> int:
         """How many of a ranking's ``ranked`` best read their rows along: inside a recall's
-        snapshot, all of a ranking at most :data:`ROWS_ALONG` deep (what the recall shows next);
-        else none."""
-        return ranked if ranked <= ROWS_ALONG and self.read_view is not None else 0
+        snapshot, all of a ranking at most :data:`ROWS_ALONG` deep (what the recall shows next),
+        the best :data:`FUSED_ROWS_ALONG` of a deeper one (fusion's candidates); else none."""
+        if self.read_view is None:
+            return 0
+        return ranked if ranked <= ROWS_ALONG else FUSED_ROWS_ALONG
 
     def saw_rows(self, found: Iterable[Sequence[Any]]) -> None:
         """Keep, for :meth:`rows` and :meth:`index_texts` in this read view, whole rows read along
@@ -1586,8 +1609,12 @@ class PostgresStorage(Storage):
         passages = self._has_passage_table()
         # The best k of each keyword ranking of this view (a hybrid recall's other candidates):
         # their cosines, windows and speakers, answered in the search's round trip.
-        ranked = list(dict.fromkeys(pk for ranking in self._once_in_view("keyword rankings", list)
-                                    for pk in ranking[:k]))
+        rankings = self._once_in_view("keyword rankings", list)
+        ranked = list(dict.fromkeys(pk for ranking in rankings for pk in ranking[:k]))
+        # And the rows of their best, as of the nearest (rows_along), where a ranking left them unread.
+        shown = self._once_in_view("rows", dict)
+        rows_of = [pk for pk in dict.fromkeys(pk for ranking in rankings for pk in ranking[:self.rows_along(k)])
+                   if pk not in shown]
         # Past the k nearest, only an entry with later windows can rise into the top k (by one of
         # them): the ``extra`` are looked for only where the store keeps any windows. Without, the
         # search is read no further than the raw query's (10 rows, not 210).
@@ -1610,7 +1637,7 @@ class PostgresStorage(Storage):
                 " UNION ALL SELECT NULL, NULL, NULL, NULL, 0 WHERE NOT (SELECT ok FROM few)),"
                 " enough AS (SELECT ok FROM few)")
             found = self._search(exact, [extra, *params, query, *params, k], query, k, passages, empty_is_answer=True,
-                                 cosines_of=ranked)
+                                 cosines_of=ranked, rows_of=rows_of)
             if found is not None:
                 return found
         walked = max(HNSW_EF_SEARCH, min(1000, 4 * k), k + extra)
@@ -1642,7 +1669,7 @@ class PostgresStorage(Storage):
         with self._graph_walk(walked):
             known = self._once_in_view(("cosines", query), dict)  # read with a comparison the filters cut short
             found = self._search(walk, [extra, query, *params, k, k], query, k, passages, empty_is_answer=False,
-                                 cosines_of=[pk for pk in ranked if pk not in known])
+                                 cosines_of=[pk for pk in ranked if pk not in known], rows_of=rows_of)
         if found is not None:
             return found
         # The filters left fewer than wanted of those: the graph is walked on under them.
@@ -1654,13 +1681,14 @@ class PostgresStorage(Storage):
         return [(int(pk), 1.0 - float(distance)) for pk, distance in rows]
 
     def _search(self, ranked_by: str, params: list[Any], query: str, k: int, passages: bool, *,
-                empty_is_answer: bool, cosines_of: Sequence[int] = ()) -> list[tuple[int, float]] | None:
+                empty_is_answer: bool, cosines_of: Sequence[int] = (),
+                rows_of: Sequence[int] = ()) -> list[tuple[int, float]] | None:
         """A vector search (for ``query``) whose CTEs (``ranked_by``, taking ``params``) give
         ``placed`` (pk, distance, role, session, place: the nearest that pass the filters, in order)
         and ``enough`` (ok: whether they are the answer), with what a recall reads next along: each
         one's later windows (where the store keeps any), the rows of the nearest
         :meth:`rows_along`, the keyword lanes' counts (the hits' coverage weighs them); and the
-        cosines of ``cosines_of`` in the same round trip. None when the search is not the answer
+        cosines of ``cosines_of`` and the rows of ``rows_of`` in the same round trip. None when the search is not the answer
         (nor, unless ``empty_is_answer``, when it found nothing)."""
         windows = _WINDOWS.format("x") if passages else "NULL::json"
         along = self.rows_along(k)
@@ -1679,10 +1707,16 @@ class PostgresStorage(Storage):
             " WHERE x.place <= %s OR w.windows IS NOT NULL"
             " ORDER BY x.distance, x.pk",
             [*params, along, *counters, counters, k])
+        counting = list(self.counting_along())
+        self.counting_along().clear()
         found, *beside = self.query_together(
-            search, *([self._cosines_statement(query, cosines_of)] if cosines_of else []))
-        if beside:
-            self._saw_cosines(query, beside[0])
+            search, *([self._cosines_statement(query, cosines_of)] if cosines_of else []),
+            *([_rows_statement(rows_of)] if rows_of else []),
+            *(lane.frequencies_statement(terms) for lane, terms in counting))
+        if cosines_of:
+            self._saw_cosines(query, beside.pop(0))
+        if rows_of:
+            self.saw_rows(beside.pop(0))
         if not found:
             return [] if empty_is_answer else None
         if not found[0][4]:
@@ -1691,7 +1725,14 @@ class PostgresStorage(Storage):
         self._saw_passages((read[0], read[6]) for read in found)
         self.saw_rows(read[7:] for read in found)
         self._saw_counts(found[0][5])
+        for (lane, terms), counts in zip(counting, beside, strict=True):
+            lane.saw_frequencies(terms, counts[0])
         return [(int(pk), 1.0 - float(distance)) for pk, distance, *_ in found]
+
+    def counting_along(self) -> list[tuple[PostgresKeywords, list[str]]]:
+        """The terms whose frequencies the keyword lanes will ask in this read view, to be counted
+        with its next search (see :meth:`PostgresKeywords.will_count`)."""
+        return self._once_in_view("frequencies along", list)  # type: ignore[no-any-return]
 
     def _saw_counts(self, counts: Sequence[Any]) -> None:
         """Keep, for the keyword lanes in this read view, their counts a vector search read along

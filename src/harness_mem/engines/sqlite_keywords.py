@@ -161,6 +161,9 @@ class FTS5Keywords:
     def document_frequencies(self, terms: Sequence[str], rows: int) -> list[int]:
         return [self.document_frequency(term, rows) for term in terms]  # no round trips to save
 
+    def will_count(self, terms: Sequence[str]) -> None:
+        return None  # counted when asked: nothing to save
+
     def document_frequency(self, term: str, rows: int) -> int:
         """Counted by FTS5 itself (its own tokenizer) up to :data:`COUNTED`; a term held by more is
         counted in four slices of the rowid range and scaled up, so the cost stays bounded however
