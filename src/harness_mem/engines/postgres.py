@@ -99,10 +99,6 @@ _TURN_BEFORE = ("LEFT JOIN LATERAL (SELECT q.content, q.role FROM entries q WHER
 # of a hybrid's candidates that the winners come from (the best 50 of each list) made it 1.13x
 # slower than the round trip it saves (bench_postgres.py --scale 20000).
 ROWS_ALONG = 30
-# Of a deeper ranking, its best this many are read along where the search for the other list's
-# candidates goes anyway (a hybrid's hits mostly come from the top of either list), the rest only if
-# they win: a hybrid recall's third round trip, for its hits' rows, is left for the few that do.
-FUSED_ROWS_ALONG = 10
 # The sets of namespaces whose last recall's reads are kept (a server recalling for many users).
 _LAST_READS_KEPT = 256
 #: Entries a keyword-index rebuild re-indexes per transaction.
@@ -388,11 +384,6 @@ FROM (SELECT * FROM best UNION SELECT * FROM scored WHERE clipped) b CROSS JOIN 
 """
 
 
-def _rows_statement(pks: Sequence[int], columns: str = _COLUMNS_E) -> tuple[str, list[Any]]:
-    """What each entry's keyword-index text is made of (:data:`_TEXT_PARTS`), then its ``columns``."""
-    return f"SELECT {_TEXT_PARTS}, {columns} FROM entries e {_TURN_BEFORE} WHERE e.pk = ANY(%s)", [list(pks)]
-
-
 def keyword_counters(derived: bool) -> tuple[str, str]:
     """The keys (in ``namespace_state``, one row a namespace, kept by triggers as the entries'
     keyword rows change) that count a keyword lane's rows and tokens (BM25's statistics): what was
@@ -482,7 +473,7 @@ class PostgresKeywords:
         """BM25 of a query of single words, scored by the server in one statement
         (:func:`bm25_statement`)."""
         clause, params = where(selection)
-        along = self.storage.rows_along(k) >= k  # all of them, or none: the statement reads every one it returns
+        along = self.storage.rows_along(k) > 0
         found = self.storage.query(
             bm25_statement(len(words), clause, self.lane, rows=along),
             [*self.counters, K1, B, *(tsquery_of(((term,),)) for term in terms), *params, tsquery_of((tuple(terms),)),
@@ -1465,16 +1456,15 @@ class PostgresStorage(Storage):
 
     def _rows_with_texts(self, pks: Sequence[int], columns: str) -> dict[int, tuple[tuple[Any, ...], str]]:
         """``columns`` of each entry (the first its pk) with its keyword-index text, in one query."""
-        found = self.query(*_rows_statement(pks, columns))
+        found = self.query(f"SELECT {_TEXT_PARTS}, {columns} FROM entries e {_TURN_BEFORE} WHERE e.pk = ANY(%s)",
+                           (list(pks),))
         return {int(r[_TEXT_PART_COUNT]): (tuple(r[_TEXT_PART_COUNT:]), index_text(r[:_TEXT_PART_COUNT])) for r in found}
 
     def rows_along(self, ranked: int) -> int:
         """How many of a ranking's ``ranked`` best read their rows along: inside a recall's
-        snapshot, all of a ranking at most :data:`ROWS_ALONG` deep (what the recall shows next),
-        the best :data:`FUSED_ROWS_ALONG` of a deeper one (fusion's candidates); else none."""
-        if self.read_view is None:
-            return 0
-        return ranked if ranked <= ROWS_ALONG else FUSED_ROWS_ALONG
+        snapshot, all of a ranking at most :data:`ROWS_ALONG` deep (what the recall shows next);
+        else none."""
+        return ranked if ranked <= ROWS_ALONG and self.read_view is not None else 0
 
     def saw_rows(self, found: Iterable[Sequence[Any]]) -> None:
         """Keep, for :meth:`rows` and :meth:`index_texts` in this read view, whole rows read along
@@ -1609,12 +1599,8 @@ class PostgresStorage(Storage):
         passages = self._has_passage_table()
         # The best k of each keyword ranking of this view (a hybrid recall's other candidates):
         # their cosines, windows and speakers, answered in the search's round trip.
-        rankings = self._once_in_view("keyword rankings", list)
-        ranked = list(dict.fromkeys(pk for ranking in rankings for pk in ranking[:k]))
-        # And the rows of their best, as of the nearest (rows_along), where a ranking left them unread.
-        shown = self._once_in_view("rows", dict)
-        rows_of = [pk for pk in dict.fromkeys(pk for ranking in rankings for pk in ranking[:self.rows_along(k)])
-                   if pk not in shown]
+        ranked = list(dict.fromkeys(pk for ranking in self._once_in_view("keyword rankings", list)
+                                    for pk in ranking[:k]))
         # Past the k nearest, only an entry with later windows can rise into the top k (by one of
         # them): the ``extra`` are looked for only where the store keeps any windows. Without, the
         # search is read no further than the raw query's (10 rows, not 210).
@@ -1637,7 +1623,7 @@ class PostgresStorage(Storage):
                 " UNION ALL SELECT NULL, NULL, NULL, NULL, 0 WHERE NOT (SELECT ok FROM few)),"
                 " enough AS (SELECT ok FROM few)")
             found = self._search(exact, [extra, *params, query, *params, k], query, k, passages, empty_is_answer=True,
-                                 cosines_of=ranked, rows_of=rows_of)
+                                 cosines_of=ranked)
             if found is not None:
                 return found
         walked = max(HNSW_EF_SEARCH, min(1000, 4 * k), k + extra)
@@ -1669,7 +1655,7 @@ class PostgresStorage(Storage):
         with self._graph_walk(walked):
             known = self._once_in_view(("cosines", query), dict)  # read with a comparison the filters cut short
             found = self._search(walk, [extra, query, *params, k, k], query, k, passages, empty_is_answer=False,
-                                 cosines_of=[pk for pk in ranked if pk not in known], rows_of=rows_of)
+                                 cosines_of=[pk for pk in ranked if pk not in known])
         if found is not None:
             return found
         # The filters left fewer than wanted of those: the graph is walked on under them.
@@ -1681,14 +1667,14 @@ class PostgresStorage(Storage):
         return [(int(pk), 1.0 - float(distance)) for pk, distance in rows]
 
     def _search(self, ranked_by: str, params: list[Any], query: str, k: int, passages: bool, *,
-                empty_is_answer: bool, cosines_of: Sequence[int] = (),
-                rows_of: Sequence[int] = ()) -> list[tuple[int, float]] | None:
+                empty_is_answer: bool, cosines_of: Sequence[int] = ()) -> list[tuple[int, float]] | None:
         """A vector search (for ``query``) whose CTEs (``ranked_by``, taking ``params``) give
         ``placed`` (pk, distance, role, session, place: the nearest that pass the filters, in order)
         and ``enough`` (ok: whether they are the answer), with what a recall reads next along: each
         one's later windows (where the store keeps any), the rows of the nearest
         :meth:`rows_along`, the keyword lanes' counts (the hits' coverage weighs them); and the
-        cosines of ``cosines_of`` and the rows of ``rows_of`` in the same round trip. None when the search is not the answer
+        cosines of ``cosines_of`` and the frequencies a keyword lane will ask (:meth:`counting_along`)
+        in the same round trip. None when the search is not the answer
         (nor, unless ``empty_is_answer``, when it found nothing)."""
         windows = _WINDOWS.format("x") if passages else "NULL::json"
         along = self.rows_along(k)
@@ -1711,12 +1697,9 @@ class PostgresStorage(Storage):
         self.counting_along().clear()
         found, *beside = self.query_together(
             search, *([self._cosines_statement(query, cosines_of)] if cosines_of else []),
-            *([_rows_statement(rows_of)] if rows_of else []),
             *(lane.frequencies_statement(terms) for lane, terms in counting))
         if cosines_of:
             self._saw_cosines(query, beside.pop(0))
-        if rows_of:
-            self.saw_rows(beside.pop(0))
         if not found:
             return [] if empty_is_answer else None
         if not found[0][4]:
