@@ -27,6 +27,7 @@ from harness_mem.errors import MissingVectorsWarning
 from harness_mem.storage import DERIVED_SOURCE
 from harness_mem.engines import postgres
 from harness_mem.engines.postgres_lexemes import index_positions, query_tokens
+from harness_mem.engines.postgres_reads import RECALL_READS, RecallReads
 from harness_mem.jsonl import import_jsonl
 
 pytestmark = pytest.mark.slow
@@ -223,8 +224,8 @@ def test_the_speakers_a_question_names_are_read_from_the_counters_not_the_turns(
     hits = store.recall("what did I say about the lake", k=5, mode="hybrid", explain=True)
     assert hits and any(h.components["speaker"]["score"] > 0 for h in hits)  # type: ignore[index]
     assert store.storage.roles_named(store.namespaces[0], ["user", "lake"]) == ["USER", "user"]
-    params = postgres.RecallReads.params(store.namespaces)
-    plan = store.storage.query("EXPLAIN (ANALYZE, FORMAT JSON) " + postgres.RECALL_READS, params)[0][0][0]["Plan"]
+    params = RecallReads.params(store.namespaces)
+    plan = store.storage.query("EXPLAIN (ANALYZE, FORMAT JSON) " + RECALL_READS, params)[0][0][0]["Plan"]
     assert _rows_read(plan, "entries") < 100, plan
 
 
