@@ -23,12 +23,12 @@ from fake_embedder import HashedEmbedder
 from psycopg import sql as pgsql
 
 from harness_mem import MemoryStore
-from harness_mem.errors import MissingVectorsWarning
-from harness_mem.storage import DERIVED_SOURCE
 from harness_mem.engines import postgres
 from harness_mem.engines.postgres_lexemes import index_positions, query_tokens
 from harness_mem.engines.postgres_reads import RECALL_READS, RecallReads
+from harness_mem.errors import MissingVectorsWarning
 from harness_mem.jsonl import import_jsonl
+from harness_mem.storage import DERIVED_SOURCE
 
 pytestmark = pytest.mark.slow
 
