@@ -330,6 +330,16 @@ def test_a_recall_told_what_the_last_one_read_sees_what_another_handle_derived(s
     assert [h.entry.content for h in hits] == ["a summary: the lake trip was cancelled by the storm"]
 
 
+def test_a_recall_told_what_the_last_one_read_runs_once_while_another_handle_writes(store: MemoryStore) -> None:
+    store.recall("warm up the connection", mode="semantic")
+    with _another_handle(store, embedder=HashedEmbedder()) as other:
+        for i in range(3):  # each write a new data version and a new count of entries, all with vectors
+            other.add(f"note {i} written by another handle, about the lake")
+            sent = Sent(store)
+            assert store.recall("camping by the lake", k=3, mode="semantic")
+            assert sent.trips == 1, [s for s, _ in sent.statements]  # not run again, nothing asked apart
+
+
 def test_a_recall_told_what_the_last_one_read_warns_of_entries_written_since_without_a_vector(store: MemoryStore) -> None:
     store.recall("warm up the connection", mode="hybrid")
     with _another_handle(store, embedder=None) as other:
