@@ -1,0 +1,237 @@
+"""Which of each question's exact ten nearest neighbours the engines miss, and by how much.
+
+    python bench/bench_exact_neighbours.py --keep /work/cache/exact --scale 200000 --questions 100
+    python bench/bench_exact_neighbours.py --keep /work/cache/exact --scale 200000 --ef-search 600,1000
+    python bench/bench_exact_neighbours.py --keep /work/cache/exact --scale 200000 --index m=16,ef_construction=128
+
+Reads the stores ``bench_postgres.py --scale N --keep DIR`` built (DIR/scale-N: the SQLite file and the
+PostgreSQL data directory) and the corpus's float32 vectors (the bench's synthetic embedder again, over
+the same generated turns; cached beside the store as ``.float32.npy``), then for each question:
+
+- the exact float32 top 10 (numpy, cosine), and the exact top 10 over each engine's stored precision
+  (int8 scaled per vector for SQLite, halfvec for PostgreSQL): a miss that the stored precision's
+  own exact top 10 also makes is a near-tie, not a search miss;
+- SQLite's vector search (the sign-bit shortlist rescored in int8, with the rows near the cut and
+  without: ``RESCORE_REACH`` 1, interleaved, timed) and PostgreSQL's bare HNSW query
+  at each ``--ef-search`` (as the store sets it: iterative scan, relaxed order);
+- for every exact neighbour a search missed: how far its cosine is above the 11th exact neighbour's
+  (a gap below the storage's error, ~1e-3 halfvec, ~6e-4 int8, is a tie the storage cannot order);
+- how crowded the cut is: rows within 0.01 / 0.02 of the 10th neighbour's cosine, on the whole
+  corpus and, at equal size, on real MiniLM vectors alone (anchors and planted turns) against as
+  many synthetic filler vectors.
+
+``--index m=M,ef_construction=E`` rebuilds the kept server's HNSW index with those parameters first
+(timed; copy the kept folder before: the index stays rebuilt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the server helper the tests use
+
+from postgres_server import PostgresServer  # noqa: E402
+
+from harness_mem import MemoryStore  # noqa: E402
+
+Floats = npt.NDArray[np.float32]
+
+
+def corpus_vectors(folder: Path, n: int, data: Path) -> tuple[list[str], Floats, Floats]:
+    """The corpus's entry ids, float32 vectors (as the store embedded them) and the real MiniLM
+    vectors the synthetic ones were drawn around plus the planted turns' (cached beside the store)."""
+    from bench_scale import DEFAULT_SEED, generate, planted_turns, vector_embedder
+
+    from harness_mem.passages import embedding_text
+
+    db = folder / f"scale-{n}.db"
+    cache, ids_cache = Path(f"{db}.float32.npy"), Path(f"{db}.ids.json")
+    embedder = vector_embedder(db, DEFAULT_SEED, data)
+    real = np.concatenate([embedder.centred + embedder.mean, np.stack(list(embedder.real.values()))])
+    if cache.exists() and ids_cache.exists():
+        return json.loads(ids_cache.read_text(encoding="utf-8")), np.load(cache), real
+    turns = list(generate(n, DEFAULT_SEED, planted=planted_turns(data)))
+    vectors = embedder.embed([embedding_text(t["text"], t.get("role")) for t in turns])
+    ids = [t["id"] for t in turns]
+    np.save(cache, vectors)
+    ids_cache.write_text(json.dumps(ids), encoding="utf-8")
+    return ids, vectors, real
+
+
+def unit(vectors: npt.NDArray[np.floating]) -> Floats:
+    as_float = vectors.astype(np.float32)
+    return as_float / np.linalg.norm(as_float, axis=1, keepdims=True)  # type: ignore[no-any-return]
+
+
+def top(cosines: Floats, k: int) -> npt.NDArray[np.intp]:
+    """Rows of the k largest cosines, best first."""
+    part = np.argpartition(-cosines, k)[:k]
+    return part[np.argsort(-cosines[part], kind="stable")]  # type: ignore[no-any-return]
+
+
+def crowding(queries: Floats, corpus: Floats, k: int = 10) -> tuple[float, float, float]:
+    """Median, over the queries, of the 10th neighbour's cosine and of the rows within 0.01 and 0.02 of it."""
+    tenth, near1, near2 = [], [], []
+    for q in queries:
+        c = corpus @ q
+        cut = float(np.partition(-c, k - 1)[k - 1]) * -1
+        tenth.append(cut)
+        near1.append(int(((c >= cut - 0.01) & (c < cut)).sum()))
+        near2.append(int(((c >= cut - 0.02) & (c < cut)).sum()))
+    return float(np.median(tenth)), float(np.median(near1)), float(np.median(near2))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keep", type=Path, required=True, help="the folder bench_postgres.py --keep built")
+    parser.add_argument("--scale", type=int, default=200_000)
+    parser.add_argument("--questions", type=int, default=100)
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "locomo-dev")
+    parser.add_argument("--ef-search", default="600", help="comma-separated hnsw.ef_search values to walk at")
+    parser.add_argument("--index", help="rebuild the HNSW index first: m=M,ef_construction=E")
+    parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
+    parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    args = parser.parse_args()
+
+    from bench_scale import planted_questions, question_vectors
+
+    from harness_mem import vectors as vectors_module
+    from harness_mem.vectors import VectorIndex, quantize
+
+    reach = vectors_module.RESCORE_REACH
+
+    folder = args.keep / f"scale-{args.scale}"
+    db = folder / f"scale-{args.scale}.db"
+    ids, vectors, real = corpus_vectors(folder, args.scale, args.data)
+    questions = planted_questions(args.data)[: args.questions]
+    queries = unit(question_vectors(db, questions))
+    exact32 = unit(vectors)
+    stored = {"int8": unit(quantize(vectors)), "halfvec": unit(vectors.astype(np.float16))}
+    row_of = {entry: i for i, entry in enumerate(ids)}
+
+    truth, eleventh, cosines = [], [], []
+    stored_truth: dict[str, list[set[int]]] = {name: [] for name in stored}
+    for q in queries:
+        c = exact32 @ q
+        best = top(c, 11)
+        truth.append(set(best[:10].tolist()))
+        eleventh.append(float(c[best[10]]))
+        cosines.append(c)
+        for name, corpus in stored.items():
+            stored_truth[name].append(set(top(corpus @ q, 10).tolist()))
+
+    found: dict[str, list[set[int]]] = {}
+    if not args.no_sqlite:
+        embedder = _embedder(db, args.data)
+        with MemoryStore(str(db), read_only=True, embedder=embedder) as lite:  # type: ignore[arg-type]
+            index = VectorIndex(lite.storage.conn, embedder)  # type: ignore[attr-defined,arg-type]
+            pk_row = {int(pk): row_of[entry] for pk, entry in lite.storage.conn.execute(  # type: ignore[attr-defined]
+                "SELECT pk, id FROM entries")}
+            index.search(queries[0], 10, "default")  # the sign bits' copy read
+            # Each question searched with the rows near the cut rescored and without (the shortlist
+            # alone, as before), the two interleaved, in turn first.
+            ms: dict[str, list[float]] = {"sqlite": [], "sqlite, shortlist alone": []}
+            for i, q in enumerate(queries):
+                for name in sorted(ms, reverse=bool(i % 2)):
+                    vectors_module.RESCORE_REACH = reach if name == "sqlite" else 1
+                    began = time.perf_counter()
+                    hits = index.search(q, 10, "default")
+                    ms[name].append((time.perf_counter() - began) * 1000)
+                    found.setdefault(name, []).append({pk_row[pk] for pk, _ in hits})
+            vectors_module.RESCORE_REACH = reach
+            for name, taken in ms.items():
+                print(f"{name} search: p50 {sorted(taken)[len(taken) // 2]:.1f} ms,"
+                      f" p95 {sorted(taken)[int(len(taken) * 0.95)]:.1f} ms")
+
+    if not args.no_postgres:
+        found.update(postgres_searches(folder, args.index, args.ef_search, queries, row_of))
+    report(args.scale, queries, truth, eleventh, cosines, stored_truth, found)
+    rng = np.random.default_rng(0)
+    filler = exact32[rng.choice(len(exact32), size=len(real), replace=False)]
+    print("\ncrowding at the cut (median over questions: 10th neighbour's cosine; rows within 0.01, 0.02 below it)")
+    for name, corpus in (("whole corpus", exact32), (f"{len(real):,} real MiniLM vectors", unit(real)),
+                         (f"{len(real):,} corpus vectors drawn at random", filler)):
+        tenth, near1, near2 = crowding(queries, corpus)
+        print(f"  {name}: {tenth:.3f}; {near1:.0f}; {near2:.0f}")
+    planted = np.mean([sum(1 for row in want if ids[row].startswith("conv-")) / 10 for want in truth])
+    print(f"  share of the exact top 10 that is planted (real) turns: {planted:.2f}")
+
+
+def postgres_searches(folder: Path, index: str | None, ef_search: str, queries: Floats,
+                      row_of: dict[str, int]) -> dict[str, list[set[int]]]:
+    """The bare HNSW query's answers at each ``ef_search`` (rows of the corpus), the index rebuilt first if asked."""
+    from harness_mem.engines.postgres import vector_literal
+
+    found: dict[str, list[set[int]]] = {}
+    with PostgresServer(kept=folder / "postgres") as server, server.connect() as raw:
+        if index:
+            options = dict(part.split("=") for part in index.split(","))
+            with_clause = ", ".join(f"{key} = {int(value)}" for key, value in options.items())
+            memory = raw.execute("SHOW maintenance_work_mem").fetchone()[0]  # the server's, as a migration has it
+            began = time.perf_counter()
+            raw.execute("DROP INDEX IF EXISTS entry_vectors_hnsw")
+            raw.execute("CREATE INDEX entry_vectors_hnsw ON entry_vectors USING hnsw"
+                        f" (embedding halfvec_cosine_ops) WITH ({with_clause})")
+            raw.commit()
+            print(f"HNSW index rebuilt WITH ({with_clause}): {time.perf_counter() - began:.0f} s"
+                  f" (maintenance_work_mem {memory})")
+        definition = raw.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'entry_vectors_hnsw'").fetchone()
+        print(f"PostgreSQL index: {definition[0] if definition else None}")
+        pk_row = {int(pk): row_of[entry] for pk, entry in raw.execute("SELECT pk, id FROM entries")}
+        raw.execute("SET hnsw.iterative_scan = relaxed_order")
+        for ef in (int(v) for v in ef_search.split(",")):
+            raw.execute(f"SET hnsw.ef_search = {ef}")
+            rows, ms = [], []
+            for q in queries:
+                began = time.perf_counter()
+                got = raw.execute("SELECT pk FROM entry_vectors ORDER BY embedding <=> %s::halfvec LIMIT 10",
+                                  (vector_literal(q),)).fetchall()
+                ms.append((time.perf_counter() - began) * 1000)
+                rows.append({pk_row[int(pk)] for (pk,) in got})
+            found[f"postgresql ef_search {ef}"] = rows
+            print(f"postgresql ef_search {ef}: p50 {sorted(ms)[len(ms) // 2]:.1f} ms")
+    return found
+
+
+def report(scale: int, queries: Floats, truth: list[set[int]], eleventh: list[float], cosines: list[Floats],
+           stored_truth: dict[str, list[set[int]]], found: dict[str, list[set[int]]]) -> None:
+    print(f"\n{scale:,} entries, {len(queries)} questions; top-10 overlap with the exact float32 top 10\n")
+    for name, sets in stored_truth.items():
+        print(f"exact over {name}: {np.mean([len(s & t) / 10 for s, t in zip(sets, truth, strict=True)]):.3f}")
+    for engine, sets in found.items():
+        precision = "int8" if engine.startswith("sqlite") else "halfvec"
+        print(f"\n{engine}: {np.mean([len(s & t) / 10 for s, t in zip(sets, truth, strict=True)]):.3f}"
+              f" (against exact {precision}: "
+              f"{np.mean([len(s & t) / 10 for s, t in zip(sets, stored_truth[precision], strict=True)]):.3f})")
+        gaps, ties, search_misses = [], 0, 0
+        for i, (got, want) in enumerate(zip(sets, truth, strict=True)):
+            for row in want - got:
+                gaps.append(float(cosines[i][row]) - eleventh[i])
+                if row not in stored_truth[precision][i]:
+                    ties += 1  # its own precision's exact top 10 leaves it out too
+                else:
+                    search_misses += 1
+        if gaps:
+            g = np.array(gaps)
+            print(f"  {len(g)} misses: {ties} left out by the exact {precision} order too (ties), {search_misses} by the"
+                  f" search; cosine above the 11th exact neighbour: median {np.median(g):.4f},"
+                  f" < 1e-3: {(g < 1e-3).sum()}, < 0.005: {(g < 0.005).sum()}, < 0.01: {(g < 0.01).sum()},"
+                  f" max {g.max():.4f}")
+
+
+def _embedder(db: Path, data: Path) -> object:
+    from bench_scale import DEFAULT_SEED, vector_embedder
+
+    return vector_embedder(db, DEFAULT_SEED, data)
+
+
+if __name__ == "__main__":
+    main()
