@@ -714,7 +714,8 @@ class VectorIndex:
 
         ``candidates`` restricts the search to those pks (the rows that passed the filters); ``where``
         restricts it with the filters vec0 evaluates itself. ``exact_order=False`` keeps the
-        shortlist at its size for ``k`` however many rows there are: for candidates that are scored
+        shortlist at its size for ``k`` however many rows there are, and rescores no rows near the
+        cut after it: for candidates that are scored
         again by their exact cosine (hybrid's fusion), which need the near neighbours in but not the
         exact top ``k`` that a longer shortlist buys. Each row rescored costs 10-30 µs (vec0 reads
         both its vectors by pk), so at 1M entries this rescores 500 rows instead of 1,000: a hybrid
@@ -736,6 +737,14 @@ class VectorIndex:
         else:
             at = None
         shortlist = shortlist_for(len(cache.pks) if at is None else len(at))
+        if not exact_order:  # nor rows near the cut: hybrid's top 10 came out the same in .997 (200,000 entries)
+            return self.rescore(query, cache.pks[cache_shortlist(cache, query, shortlist, at).positions].tolist(),
+                                k + extra)
+        return self._near_exact(query, k, extra, cache, shortlist, at)
+
+    def _near_exact(self, query: npt.NDArray[np.float32], k: int, extra: int, cache: _NamespaceBits, shortlist: int,
+                    at: npt.NDArray[np.intp] | None) -> list[tuple[int, float]]:
+        """The shortlist rescored, then the rows after it near the cut (see the module docstring)."""
         ranked = cache_shortlist(cache, query, RESCORE_REACH * shortlist, at)
         first = cache.pks[ranked.positions[:shortlist]].tolist()
         scored = self.rescore(query, first, len(first))
