@@ -159,6 +159,7 @@ def main() -> None:
     if not args.no_postgres:
         found.update(postgres_searches(folder, args.index, args.build_memory, args.ef_search, queries, row_of))
     report(args.scale, queries, truth, eleventh, cosines, stored_truth, found)
+    between_engines(found)
     rng = np.random.default_rng(0)
     filler = exact32[rng.choice(len(exact32), size=len(real), replace=False)]
     print("\ncrowding at the cut (median over questions: 10th neighbour's cosine; rows within 0.01, 0.02 below it)")
@@ -235,6 +236,14 @@ def report(scale: int, queries: Floats, truth: list[set[int]], eleventh: list[fl
                   f" search; cosine above the 11th exact neighbour: median {np.median(g):.4f},"
                   f" < 1e-3: {(g < 1e-3).sum()}, < 0.005: {(g < 0.005).sum()}, < 0.01: {(g < 0.01).sum()},"
                   f" max {g.max():.4f}")
+
+
+def between_engines(found: dict[str, list[set[int]]]) -> None:
+    """The two engines' top 10 against each other (what bench_postgres.py's overlap measures, for the bare searches)."""
+    for name, theirs in found.items():
+        if name.startswith("postgresql") and "sqlite" in found:
+            print(f"top-10 overlap sqlite / {name}:"
+                  f" {np.mean([len(a & b) / 10 for a, b in zip(found['sqlite'], theirs, strict=True)]):.3f}")
 
 
 def _embedder(db: Path, data: Path) -> object:
