@@ -3,6 +3,7 @@
     python bench/bench_exact_neighbours.py --keep /work/cache/exact --scale 200000 --questions 100
     python bench/bench_exact_neighbours.py --keep /work/cache/exact --scale 200000 --ef-search 600,1000
     python bench/bench_exact_neighbours.py --keep /work/cache/exact --scale 200000 --index m=16,ef_construction=128
+    python bench/bench_exact_neighbours.py --keep /work/cache/exact --scale 200000 --simulate 1000000
 
 Reads the stores ``bench_postgres.py --scale N --keep DIR`` built (DIR/scale-N: the SQLite file and the
 PostgreSQL data directory) and the corpus's float32 vectors (the bench's synthetic embedder again, over
@@ -19,6 +20,10 @@ the same generated turns; cached beside the store as ``.float32.npy``), then for
 - how crowded the cut is: rows within 0.01 / 0.02 of the 10th neighbour's cosine, on the whole
   corpus and, at equal size, on real MiniLM vectors alone (anchors and planted turns) against as
   many synthetic filler vectors.
+
+``--simulate N`` builds no store: SQLite's search over N entries of the same corpus, its sign bits'
+cache in memory, shortlist and rows near the cut chosen by the store's own functions, rescored in
+numpy (for a scale too large to build here; the kept folder gives the cached question vectors).
 
 ``--index m=M,ef_construction=E`` rebuilds the kept server's HNSW index with those parameters first
 (timed, with the server's maintenance_work_mem or ``--build-memory``; copy the kept folder before:
@@ -104,7 +109,11 @@ def main() -> None:
                         " server's, as a migration builds it)")
     parser.add_argument("--no-sqlite", action="store_true", help="PostgreSQL only")
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    parser.add_argument("--simulate", type=int, help="no store: SQLite's search over N generated entries, simulated")
     args = parser.parse_args()
+    if args.simulate:
+        simulate(args.simulate, args.keep / f"scale-{args.scale}", args.data, args.questions)
+        return
 
     from bench_scale import planted_questions, question_vectors
 
@@ -236,6 +245,68 @@ def report(scale: int, queries: Floats, truth: list[set[int]], eleventh: list[fl
                   f" search; cosine above the 11th exact neighbour: median {np.median(g):.4f},"
                   f" < 1e-3: {(g < 1e-3).sum()}, < 0.005: {(g < 0.005).sum()}, < 0.01: {(g < 0.01).sum()},"
                   f" max {g.max():.4f}")
+
+
+def simulate(n: int, folder: Path, data: Path, asked: int) -> None:
+    """SQLite's search over ``n`` entries of the same corpus without building the store: the sign bits'
+    cache built in memory, the shortlist and the rows near the cut chosen by the store's own code
+    (``cache_shortlist``, ``near_the_cut``), the rescoring done in numpy over the int8 vectors vec0
+    would hold; against the exact int8 top 10, with the rows each question rescores (vec0 rescores a
+    row in about 14 µs at 200,000 entries), and the shortlist alone beside it."""
+    from bench_scale import (
+        DEFAULT_SEED,
+        generate,
+        planted_questions,
+        planted_turns,
+        question_vectors,
+        vector_embedder,
+    )
+
+    from harness_mem import vectors as vectors_module
+    from harness_mem.passages import embedding_text
+
+    db = folder / f"scale-{folder.name.removeprefix('scale-')}.db"  # its cached question and real vectors
+    embedder = vector_embedder(db, DEFAULT_SEED, data)
+    turns = generate(n, DEFAULT_SEED, planted=planted_turns(data))
+    parts = []
+    while batch := [embedding_text(t["text"], t.get("role")) for _, t in zip(range(100_000), turns, strict=False)]:
+        parts.append(embedder.embed(batch))
+    vectors = np.concatenate(parts)
+    del parts
+    queries = question_vectors(db, planted_questions(data)[:asked])
+    cache = vectors_module.NamespaceBits.build(  # the cache the index reads, built here from the bits
+        0, np.arange(1, n + 1, dtype=np.int64), vectors_module.pack_signs(vectors).view(np.uint64).T.copy(),
+        np.zeros(n, np.int64))
+    stored = vectors_module.quantize(vectors)
+    del vectors
+    norms = np.linalg.norm(stored.astype(np.float32), axis=1)
+    shortlist = vectors_module.VectorIndex.shortlist_size(10, n)
+    print(f"{n:,} entries (simulated), {len(queries)} questions, a shortlist of {shortlist}")
+    for reach in (1, vectors_module.RESCORE_REACH):
+        agreement, rows, ms = [], [], []
+        for q in queries:
+            query = vectors_module.quantize(q[None, :])[0].astype(np.float32)
+            query /= np.linalg.norm(query)
+            began = time.perf_counter()
+            ranked = vectors_module.cache_shortlist(cache, q, reach * shortlist)
+            ms.append((time.perf_counter() - began) * 1000)
+            cosines = stored[ranked.positions].astype(np.float32) @ query / norms[ranked.positions]
+            chosen = np.arange(min(shortlist, len(cosines)))
+            if reach > 1:
+                worth = vectors_module.near_the_cut(ranked.distances[:shortlist], cosines[:shortlist].astype(np.float64),
+                                                    ranked.distances[shortlist:], 10)
+                chosen = np.concatenate([chosen, shortlist + np.flatnonzero(worth)])
+            found = set(ranked.positions[chosen[np.argsort(-cosines[chosen], kind="stable")[:10]]].tolist())
+            exact: list[tuple[float, int]] = []
+            for start in range(0, n, 250_000):
+                part = stored[start:start + 250_000].astype(np.float32) @ query / norms[start:start + 250_000]
+                exact += [(float(part[i]), start + int(i)) for i in np.argpartition(-part, 10)[:10]]
+            agreement.append(len(found & {row for _, row in sorted(exact, reverse=True)[:10]}) / 10)
+            rows.append(len(chosen))
+        name = "shortlist alone" if reach == 1 else f"rows near the cut (reach {reach}, {vectors_module.NEAR_CUT_SPREADS} spreads)"
+        print(f"  {name}: top 10 against the exact int8 one {np.mean(agreement):.3f}; rows rescored mean"
+              f" {np.mean(rows):.0f}, p50 {np.median(rows):.0f}, p95 {np.percentile(rows, 95):.0f};"
+              f" the shortlist's numpy passes p50 {np.median(ms):.1f} ms")
 
 
 def between_engines(found: dict[str, list[set[int]]]) -> None:

@@ -309,7 +309,7 @@ def _has_current_layout(conn: Connection) -> bool:
 
 
 @dataclass
-class _NamespaceBits:
+class NamespaceBits:
     """A namespace's sign bits, pks ascending; stored a column of 64-bit words per 64 dimensions,
     which makes the Hamming distance a few passes over contiguous memory (8× faster than by row)."""
 
@@ -322,7 +322,7 @@ class _NamespaceBits:
     def build(
         cls, generation: int, pks: npt.NDArray[np.int64], columns: npt.NDArray[np.uint64],
         sessions: npt.NDArray[np.int64],
-    ) -> _NamespaceBits:
+    ) -> NamespaceBits:
         """The cache of rows in any order (``columns``: (dim / 64, n)); rows read in pk order, as
         vec0 fills its chunks, are kept as they are (no sort, no copy)."""
         if len(pks) > 1 and not bool(np.all(pks[1:] > pks[:-1])):
@@ -338,7 +338,7 @@ class _NamespaceBits:
             self.columns = np.concatenate([self.columns, added[:, order]], axis=1)
             self.sessions = np.concatenate([self.sessions, sessions[order]])
             return
-        merged = _NamespaceBits.build(
+        merged = NamespaceBits.build(
             self.generation, np.concatenate([self.pks, pks]), np.concatenate([self.columns, added], axis=1),
             np.concatenate([self.sessions, sessions]),
         )
@@ -436,7 +436,7 @@ class Shortlist(NamedTuple):
 
 
 def cache_shortlist(
-    cache: _NamespaceBits, query: npt.NDArray[np.float32], count: int, at: npt.NDArray[np.intp] | None = None
+    cache: NamespaceBits, query: npt.NDArray[np.float32], count: int, at: npt.NDArray[np.intp] | None = None
 ) -> Shortlist:
     """The ``count`` rows (among ``at``, or all) nearest to ``query``: the nearest by Hamming distance,
     ranked again by the weighted distance (see the module docstring)."""
@@ -484,7 +484,7 @@ class VectorIndex:
         self.dim = int(embedder.dim)
         if self.dim % 64:
             raise EmbedderError(f"embedding dimension {self.dim} is not a multiple of 64 — unsupported")
-        self._bits: dict[str, _NamespaceBits] = {}
+        self._bits: dict[str, NamespaceBits] = {}
         self._pending = _Pending()
 
     # ---- model identity ------------------------------------------------------------------------
@@ -627,11 +627,11 @@ class VectorIndex:
         row = self.conn.execute("SELECT value FROM settings WHERE key = ?", (GENERATION_KEY,)).fetchone()
         return int(row[0]) if row else 0
 
-    def _namespace_bits(self, namespace: str) -> _NamespaceBits:
+    def _namespace_bits(self, namespace: str) -> NamespaceBits:
         generation = self._generation()
         cache = self._bits.get(namespace)
         if cache is None or cache.generation != generation:
-            cache = _NamespaceBits.build(generation, *self._read_bits(namespace))
+            cache = NamespaceBits.build(generation, *self._read_bits(namespace))
             self._bits[namespace] = cache
         return cache
 
@@ -742,7 +742,7 @@ class VectorIndex:
                                 k + extra)
         return self._near_exact(query, k, extra, cache, shortlist, at)
 
-    def _near_exact(self, query: npt.NDArray[np.float32], k: int, extra: int, cache: _NamespaceBits, shortlist: int,
+    def _near_exact(self, query: npt.NDArray[np.float32], k: int, extra: int, cache: NamespaceBits, shortlist: int,
                     at: npt.NDArray[np.intp] | None) -> list[tuple[int, float]]:
         """The shortlist rescored, then the rows after it near the cut (see the module docstring)."""
         ranked = cache_shortlist(cache, query, RESCORE_REACH * shortlist, at)
