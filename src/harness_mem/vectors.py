@@ -80,9 +80,10 @@ PREFILTER_PER_SHORTLIST = 16
 WEIGHT_BITS = 3
 # The rows after the shortlist that may be rescored near the cut (see the module docstring), as a
 # multiple of the shortlist, and how many spreads of the estimate's error a row may fall short of the
-# k-th cosine by and still be rescored: on 200,000 entries (bench/bench_exact_neighbours.py) 3.5
-# spreads within four shortlists held .992 of the int8 exact top 10, rescoring 182 rows more on
-# average (a median of 41); a fixed shortlist of 960 held .994 for 720 more every time.
+# k-th cosine by and still be rescored: on 200,000 entries (bench/bench_exact_neighbours.py) four
+# spreads within four shortlists held .991 of the int8 exact top 10 (the shortlist alone .969),
+# rescoring 302 rows more on average (a median of 258); 3.5 spreads .989 for 182 more; a fixed
+# shortlist of 960 held .994 (simulated) for 720 more every time.
 RESCORE_REACH = 4
 NEAR_CUT_SPREADS = 4.0
 # A filtered vec0 KNN ranks by plain Hamming distance: it needs the longer shortlist of old.
