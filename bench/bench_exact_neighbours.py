@@ -13,7 +13,7 @@ the same generated turns; cached beside the store as ``.float32.npy``), then for
   (int8 scaled per vector for SQLite, halfvec for PostgreSQL): a miss that the stored precision's
   own exact top 10 also makes is a near-tie, not a search miss;
 - SQLite's vector search (the sign-bit shortlist rescored in int8, with the rows near the cut and
-  without: ``RESCORE_REACH`` 1, interleaved, timed) and PostgreSQL's bare HNSW query
+  without: ``NEAR_CUT_ROWS`` 0, interleaved, timed) and PostgreSQL's bare HNSW query
   at each ``--ef-search`` (as the store sets it: iterative scan, relaxed order);
 - for every exact neighbour a search missed: how far its cosine is above the 11th exact neighbour's
   (a gap below the storage's error, ~1e-3 halfvec, ~6e-4 int8, is a tie the storage cannot order);
@@ -120,7 +120,7 @@ def main() -> None:
     from harness_mem import vectors as vectors_module
     from harness_mem.vectors import VectorIndex, quantize
 
-    reach = vectors_module.RESCORE_REACH
+    reach = vectors_module.NEAR_CUT_ROWS
 
     folder = args.keep / f"scale-{args.scale}"
     db = folder / f"scale-{args.scale}.db"
@@ -155,12 +155,12 @@ def main() -> None:
             ms: dict[str, list[float]] = {"sqlite": [], "sqlite, shortlist alone": []}
             for i, q in enumerate(queries):
                 for name in sorted(ms, reverse=bool(i % 2)):
-                    vectors_module.RESCORE_REACH = reach if name == "sqlite" else 1
+                    vectors_module.NEAR_CUT_ROWS = reach if name == "sqlite" else 0
                     began = time.perf_counter()
                     hits = index.search(q, 10, "default")
                     ms[name].append((time.perf_counter() - began) * 1000)
                     found.setdefault(name, []).append({pk_row[pk] for pk, _ in hits})
-            vectors_module.RESCORE_REACH = reach
+            vectors_module.NEAR_CUT_ROWS = reach
             for name, taken in ms.items():
                 print(f"{name} search: p50 {sorted(taken)[len(taken) // 2]:.1f} ms,"
                       f" p95 {sorted(taken)[int(len(taken) * 0.95)]:.1f} ms")
@@ -282,17 +282,17 @@ def simulate(n: int, folder: Path, data: Path, asked: int) -> None:
     norms = np.linalg.norm(stored.astype(np.float32), axis=1)
     shortlist = vectors_module.VectorIndex.shortlist_size(10, n)
     print(f"{n:,} entries (simulated), {len(queries)} questions, a shortlist of {shortlist}")
-    for reach in (1, vectors_module.RESCORE_REACH):
+    for reach in (0, vectors_module.NEAR_CUT_ROWS):
         agreement, rows, ms = [], [], []
         for q in queries:
             query = vectors_module.quantize(q[None, :])[0].astype(np.float32)
             query /= np.linalg.norm(query)
             began = time.perf_counter()
-            ranked = vectors_module.cache_shortlist(cache, q, reach * shortlist)
+            ranked = vectors_module.cache_shortlist(cache, q, shortlist + reach)
             ms.append((time.perf_counter() - began) * 1000)
             cosines = stored[ranked.positions].astype(np.float32) @ query / norms[ranked.positions]
             chosen = np.arange(min(shortlist, len(cosines)))
-            if reach > 1:
+            if reach:
                 worth = vectors_module.near_the_cut(ranked.distances[:shortlist], cosines[:shortlist].astype(np.float64),
                                                     ranked.distances[shortlist:], 10)
                 chosen = np.concatenate([chosen, shortlist + np.flatnonzero(worth)])
@@ -303,7 +303,7 @@ def simulate(n: int, folder: Path, data: Path, asked: int) -> None:
                 exact += [(float(part[i]), start + int(i)) for i in np.argpartition(-part, 10)[:10]]
             agreement.append(len(found & {row for _, row in sorted(exact, reverse=True)[:10]}) / 10)
             rows.append(len(chosen))
-        name = "shortlist alone" if reach == 1 else f"rows near the cut (reach {reach}, {vectors_module.NEAR_CUT_SPREADS} spreads)"
+        name = "shortlist alone" if not reach else f"rows near the cut (up to {reach}, {vectors_module.NEAR_CUT_SPREADS} spreads)"
         print(f"  {name}: top 10 against the exact int8 one {np.mean(agreement):.3f}; rows rescored mean"
               f" {np.mean(rows):.0f}, p50 {np.median(rows):.0f}, p95 {np.percentile(rows, 95):.0f};"
               f" the shortlist's numpy passes p50 {np.median(ms):.1f} ms")

@@ -36,7 +36,7 @@ A query is answered in two steps, both by vec0:
    held .97 of the int8 exact top 10, and a fixed one long enough for .99 rescored four times the
    rows for every query. Instead the shortlist's own cosines against their weighted distances (a
    line through them) tell how far the estimate strays for this query; the rows ranked after the
-   shortlist, up to RESCORE_REACH times its length, are rescored too where the line, raised by
+   shortlist, up to NEAR_CUT_ROWS of them, are rescored too where the line, raised by
    NEAR_CUT_SPREADS times its errors' spread, reaches the k-th cosine. A query whose neighbours
    stand clear rescores few or none; one at a crowded cut rescores more.
 
@@ -78,13 +78,13 @@ PREFILTER_PER_SHORTLIST = 16
 # The query's magnitudes are weighed in 2^WEIGHT_BITS - 1 levels: three bits rank as well as float
 # weights do, and keep the distance a small integer (a histogram finds the cut).
 WEIGHT_BITS = 3
-# The rows after the shortlist that may be rescored near the cut (see the module docstring), as a
-# multiple of the shortlist, and how many spreads of the estimate's error a row may fall short of the
-# k-th cosine by and still be rescored: on 200,000 entries (bench/bench_exact_neighbours.py) four
-# spreads within four shortlists held .991 of the int8 exact top 10 (the shortlist alone .969),
-# rescoring 302 rows more on average (a median of 258); 3.5 spreads .989 for 182 more; a fixed
-# shortlist of 960 held .994 (simulated) for 720 more every time.
-RESCORE_REACH = 4
+# How many rows after the shortlist may be rescored near the cut (see the module docstring), and
+# how many spreads of the estimate's error a row may fall short of the k-th cosine by and still be:
+# on 200,000 entries (bench/bench_exact_neighbours.py) four spreads within 720 rows held .991 of the
+# int8 exact top 10 (the shortlist of 240 alone .969), rescoring 302 rows more on average (a median
+# of 258); 3.5 spreads .989 for 182 more. At 1M (simulated) .987 against .978, 317 more on average;
+# within 3,000 rows .996, but 837 more on average and 3,000 at p95 (vec0 rescores a row in ~14 µs).
+NEAR_CUT_ROWS = 720
 NEAR_CUT_SPREADS = 4.0
 # A filtered vec0 KNN ranks by plain Hamming distance: it needs the longer shortlist of old.
 HAMMING_SHORTLIST_PER_HIT = 24
@@ -746,7 +746,7 @@ class VectorIndex:
     def _near_exact(self, query: npt.NDArray[np.float32], k: int, extra: int, cache: NamespaceBits, shortlist: int,
                     at: npt.NDArray[np.intp] | None) -> list[tuple[int, float]]:
         """The shortlist rescored, then the rows after it near the cut (see the module docstring)."""
-        ranked = cache_shortlist(cache, query, RESCORE_REACH * shortlist, at)
+        ranked = cache_shortlist(cache, query, shortlist + NEAR_CUT_ROWS, at)
         first = cache.pks[ranked.positions[:shortlist]].tolist()
         scored = self.rescore(query, first, len(first))
         later = ranked.positions[shortlist:]

@@ -480,7 +480,7 @@ def test_rows_near_the_cut_are_rescored_so_neighbours_the_shortlist_ranked_low_a
             exact = {pk for pk, _ in index.exact_knn(query, 10, store.namespace)}
             found.append(len(exact & {pk for pk, _ in index.search(query, 10, store.namespace)}))
             with monkeypatch.context() as patch:
-                patch.setattr(vectors, "RESCORE_REACH", 1)  # the shortlist alone, as before
+                patch.setattr(vectors, "NEAR_CUT_ROWS", 0)  # the shortlist alone, as before
                 shortlist_alone.append(len(exact & {pk for pk, _ in index.search(query, 10, store.namespace)}))
         missed_before = [i for i, held in enumerate(shortlist_alone) if held < 10]
         assert len(missed_before) >= 5  # the shortlist alone loses exact neighbours here ...
