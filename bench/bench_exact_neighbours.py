@@ -17,9 +17,9 @@ the same generated turns; cached beside the store as ``.float32.npy``), then for
   at each ``--ef-search`` (as the store sets it: iterative scan, relaxed order);
 - for every exact neighbour a search missed: how far its cosine is above the 11th exact neighbour's
   (a gap below the storage's error, ~1e-3 halfvec, ~6e-4 int8, is a tie the storage cannot order);
-- how crowded the cut is: rows within 0.01 / 0.02 of the 10th neighbour's cosine, on the whole
-  corpus and, at equal size, on real MiniLM vectors alone (anchors and planted turns) against as
-  many synthetic filler vectors.
+- how crowded the cut is: rows within 0.01 / 0.02 of the 10th neighbour's cosine; and whether the
+  synthetic filler is unrealistically dense: the real MiniLM vectors of filler texts it is drawn
+  around against as many synthetic filler vectors, how near the questions and each other.
 
 ``--simulate N`` builds no store: SQLite's search over N entries of the same corpus, its sign bits'
 cache in memory, shortlist and rows near the cut chosen by the store's own functions, rescored in
@@ -54,8 +54,8 @@ TIE = 1e-3
 
 
 def corpus_vectors(folder: Path, n: int, data: Path) -> tuple[list[str], Floats, Floats]:
-    """The corpus's entry ids, float32 vectors (as the store embedded them) and the real MiniLM
-    vectors the synthetic ones were drawn around plus the planted turns' (cached beside the store)."""
+    """The corpus's entry ids, float32 vectors (as the store embedded them; cached beside the store)
+    and the real MiniLM vectors of filler texts the synthetic ones were drawn around."""
     from bench_scale import DEFAULT_SEED, generate, planted_turns, vector_embedder
 
     from harness_mem.passages import embedding_text
@@ -63,7 +63,7 @@ def corpus_vectors(folder: Path, n: int, data: Path) -> tuple[list[str], Floats,
     db = folder / f"scale-{n}.db"
     cache, ids_cache = Path(f"{db}.float32.npy"), Path(f"{db}.ids.json")
     embedder = vector_embedder(db, DEFAULT_SEED, data)
-    real = np.concatenate([embedder.centred + embedder.mean, np.stack(list(embedder.real.values()))])
+    real = unit(embedder.centred + embedder.mean)  # the anchors: real MiniLM vectors of filler texts
     if cache.exists() and ids_cache.exists():
         return json.loads(ids_cache.read_text(encoding="utf-8")), np.load(cache), real
     turns = list(generate(n, DEFAULT_SEED, planted=planted_turns(data)))
@@ -169,13 +169,19 @@ def main() -> None:
         found.update(postgres_searches(folder, args.index, args.build_memory, args.ef_search, queries, row_of))
     report(args.scale, queries, truth, eleventh, cosines, stored_truth, found)
     between_engines(found)
-    rng = np.random.default_rng(0)
-    filler = exact32[rng.choice(len(exact32), size=len(real), replace=False)]
     print("\ncrowding at the cut (median over questions: 10th neighbour's cosine; rows within 0.01, 0.02 below it)")
-    for name, corpus in (("whole corpus", exact32), (f"{len(real):,} real MiniLM vectors", unit(real)),
-                         (f"{len(real):,} corpus vectors drawn at random", filler)):
-        tenth, near1, near2 = crowding(queries, corpus)
-        print(f"  {name}: {tenth:.3f}; {near1:.0f}; {near2:.0f}")
+    tenth, near1, near2 = crowding(queries, exact32)
+    print(f"  whole corpus: {tenth:.3f}; {near1:.0f}; {near2:.0f}")
+    # Filler alone, real against synthetic at the same count: how near the questions, how near each other.
+    synthetic = exact32[[i for i, entry in enumerate(ids) if not entry.startswith("conv-")]]
+    synthetic = synthetic[np.random.default_rng(0).choice(len(synthetic), size=len(real), replace=False)]
+    for name, corpus in ((f"{len(real):,} real filler texts (the anchors)", real),
+                         (f"{len(real):,} synthetic filler vectors", synthetic)):
+        by_question = np.sort(corpus @ queries.T, axis=0)[::-1]
+        among = corpus[:2000] @ corpus.T
+        among[np.arange(2000), np.arange(2000)] = -1
+        print(f"  {name}: nearest to a question {np.median(by_question[0]):.3f}, its 10th {np.median(by_question[9]):.3f};"
+              f" a vector's nearest other {np.median(among.max(axis=1)):.3f}")
     planted = np.mean([sum(1 for row in want if ids[row].startswith("conv-")) / 10 for want in truth])
     print(f"  share of the exact top 10 that is planted (real) turns: {planted:.2f}")
 
