@@ -27,7 +27,8 @@ and the questions), imported into both engines through the store, then:
 - the plan the server ran for each ranking and vector-search statement of a recall (EXPLAIN ANALYZE
   of the generic plan its snapshot runs them on);
 - import rows/s on both, against a bare ``COPY`` of the same rows into a bare table (its GIN and
-  HNSW indexes built after), timed before and after the imports (the mean of the two).
+  HNSW indexes built after, the graph with the store's ``HNSW_OPTIONS``), timed before and after the
+  imports (the mean of the two).
 
 ``--window SHARE``: instead, each question's recall filtered by a time window (since/until) holding
 SHARE of the entries, against the raw engine's own query filtered the same way (p50/p95, round
@@ -152,14 +153,15 @@ def _built(folder: Path, n: int, lines: list[str], embedder: object, server: Pos
     built, kept beside them (``built.json``) and read back by a later run over the same kept stores."""
     import json
 
-    from harness_mem.engines.postgres import vector_literal
+    from harness_mem.engines.postgres import HNSW_OPTIONS, vector_literal
     from harness_mem.passages import embedding_text
 
     record = folder / "built.json"
     if record.exists():
         return dict(json.loads(record.read_text(encoding="utf-8")))
     sqlite_db.unlink(missing_ok=True)
-    # A bare COPY of the same rows (text and vector), their GIN and HNSW indexes built after: once
+    # A bare COPY of the same rows (text and vector), their GIN and HNSW indexes built after (the
+    # graph as dense as the store's, so both build the same): once
     # before the imports and once after, its rate the mean of both (the load of a shared machine
     # drifts over the minutes an import takes).
     texts = [json.loads(line) for line in lines]
@@ -173,7 +175,7 @@ def _built(folder: Path, n: int, lines: list[str], embedder: object, server: Pos
                 for t, v in zip(texts, embedded, strict=True):
                     copy.write_row((t["id"], t["text"], vector_literal(v)))
             raw.execute("CREATE INDEX ON raw_copy USING gin (to_tsvector('simple', content))")
-            raw.execute("CREATE INDEX ON raw_copy USING hnsw (embedding halfvec_cosine_ops)")
+            raw.execute(f"CREATE INDEX ON raw_copy USING hnsw (embedding halfvec_cosine_ops) WITH ({HNSW_OPTIONS})")
             took = time.perf_counter() - began
             raw.execute("DROP TABLE raw_copy")
         return took
