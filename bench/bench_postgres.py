@@ -161,9 +161,9 @@ def _built(folder: Path, n: int, lines: list[str], embedder: object, server: Pos
         return dict(json.loads(record.read_text(encoding="utf-8")))
     sqlite_db.unlink(missing_ok=True)
     # A bare COPY of the same rows (text and vector), their GIN and HNSW indexes built after (the
-    # graph as dense as the store's, so both build the same): once
-    # before the imports and once after, its rate the mean of both (the load of a shared machine
-    # drifts over the minutes an import takes).
+    # graph as dense as the store's, so both build the same): once before the imports and once
+    # after, its rate the mean of both (the load of a shared machine drifts over the minutes an
+    # import takes).
     texts = [json.loads(line) for line in lines]
     embedded = embedder.embed([embedding_text(t["text"], t.get("role")) for t in texts])  # type: ignore[attr-defined]
 
