@@ -374,9 +374,11 @@ def test_weighted_distance_counts_the_query_magnitude_of_each_differing_sign(db_
         stored = matrix[cache.pks - cache.pks.min()]  # pks number the rows in insertion order
         expected = ((stored > 0) != (query > 0)) @ levels
         assert np.array_equal(found, expected.astype(np.uint16))
-        # The shortlist is the rows of smallest weighted distance among the Hamming pass's survivors.
+        # The shortlist is the rows of smallest weighted distance among the Hamming pass's survivors, nearest first.
         chosen = cache_shortlist(cache, query, 20)
-        assert len(chosen) == 20 and found[chosen].max() <= np.sort(found)[19] + 0
+        assert len(chosen.positions) == 20 and found[chosen.positions].max() <= np.sort(found)[19]
+        assert np.array_equal(chosen.distances, found[chosen.positions])
+        assert np.all(np.diff(chosen.distances.astype(int)) >= 0)
 
 
 def test_the_shortlist_holds_the_exact_top_10_where_plain_hamming_loses_some(db_path: Path) -> None:
@@ -443,8 +445,62 @@ def test_semantic_recall_grows_its_shortlist_with_the_rows_and_hybrid_keeps_its_
     monkeypatch.setattr(VectorIndex, "rescore", lambda self, query, pks, k: rescored.append(len(pks)) or original(self, query, pks, k))
     monkeypatch.setattr(vectors, "ROWS_PER_SHORTLISTED", 5)  # 3,000 rows: a shortlist of 600
     assert len(sqlite_hashed_store.recall("deploy note", k=10, mode="semantic")) == 10
-    assert rescored == [600]
+    assert rescored[0] == 600  # (then the rows near the cut, if any)
     rescored.clear()
     assert len(sqlite_hashed_store.recall("deploy note", k=10, mode="hybrid")) == 10
     # The semantic candidates: the shortlist for hybrid's depth (50), not for the rows.
     assert rescored[0] == VectorIndex.shortlist_size(50) < 600
+
+
+def anisotropic(rng: np.random.Generator, rows: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float32]]:
+    """Vectors spread unevenly over their dimensions, as a sentence model's are (variance falling
+    with rank, randomly rotated): the shape that draws them, and ``rows`` of them, unit length."""
+    rotation, _ = np.linalg.qr(rng.standard_normal((384, 384)))
+    shape = rotation * np.sqrt(np.arange(1, 385) ** -0.5)
+    matrix = (rng.standard_normal((rows, 384)) @ shape.T).astype(np.float32)
+    return shape, matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+def test_rows_near_the_cut_are_rescored_so_neighbours_the_shortlist_ranked_low_are_found(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The weighted distance misranks some exact neighbours below the shortlist; the rows after it
+    whose estimate comes near the k-th cosine are rescored too, and find them."""
+    from harness_mem import vectors
+
+    rng = np.random.default_rng(5)
+    shape, matrix = anisotropic(rng, 6000)
+    with MemoryStore(db_path, embedder=MatrixEmbedder(matrix)) as store:  # type: ignore[arg-type]
+        store.add_many([{"text": f"row {i}"} for i in range(len(matrix))], batch_size=2000)
+        index = store.storage.vector_index()
+        assert index is not None
+        found, shortlist_alone = [], []
+        for _ in range(30):
+            query = (rng.standard_normal(384) @ shape.T).astype(np.float32)
+            exact = {pk for pk, _ in index.exact_knn(query, 10, store.namespace)}
+            found.append(len(exact & {pk for pk, _ in index.search(query, 10, store.namespace)}))
+            with monkeypatch.context() as patch:
+                patch.setattr(vectors, "NEAR_CUT_ROWS", 0)  # the shortlist alone, as before
+                shortlist_alone.append(len(exact & {pk for pk, _ in index.search(query, 10, store.namespace)}))
+        missed_before = [i for i, held in enumerate(shortlist_alone) if held < 10]
+        assert len(missed_before) >= 5  # the shortlist alone loses exact neighbours here ...
+        assert all(found[i] == 10 for i in missed_before)  # ... which the rows near the cut bring back
+        assert sum(found) >= 0.99 * 10 * len(found)
+
+
+def test_near_the_cut_takes_the_rows_whose_estimate_reaches_the_kth_cosine() -> None:
+    from harness_mem.vectors import NEAR_CUT_SPREADS, near_the_cut
+
+    rng = np.random.default_rng(1)
+    scored = np.arange(100, 340, dtype=np.uint16)  # 240 rows rescored, by weighted distance
+    errors = rng.normal(0, 0.01, len(scored))
+    cosines = 0.9 - 0.002 * scored + errors  # a line the estimate strays from by about 0.01
+    kth = np.sort(cosines)[-10]
+    spread = float(np.std(errors))
+    # Rows whose line value is well short of the k-th cosine are left; those within the margin taken.
+    within = int((0.9 - kth) / 0.002)  # the distance at which the line meets the k-th cosine
+    later = np.array([within + 1, within + int(NEAR_CUT_SPREADS * spread / 0.002 / 2),
+                      within + int(2 * NEAR_CUT_SPREADS * spread / 0.002)], dtype=np.uint16)
+    assert near_the_cut(scored, cosines, later, 10).tolist() == [True, True, False]
+    # Rows all at one distance give no line: every later row is rescored.
+    assert near_the_cut(np.full(240, 7, np.uint16), cosines, later, 10).all()
