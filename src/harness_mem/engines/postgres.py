@@ -118,7 +118,6 @@ _LIVE = "namespace = %s AND (expires_at IS NULL OR expires_at > %s)"
 _COLUMNS_E = ", ".join(f"e.{c.strip()}" for c in COLUMNS.split(","))
 # What a write gives each new row: every column but pk (the database numbers it), and its tokens.
 _WRITTEN = (*COLUMN_NAMES[1:], "tokens", "token_count")
-# The store's data version: the owner's writes, and every namespace's this role can see (each only grows).
 # Each (namespace, spelling) of the roles whose lower-case form is one of the words, for the namespaces
 # and words given (two text arrays): a walk of entries_by_role (0017) from one spelling to the next,
 # an index probe each, not a read of every turn the role said.
@@ -891,17 +890,17 @@ class PostgresStorage(Storage):
         # vector, over columns kept out of the statistics) could not change them.
         # A recall told what the last one read before its snapshot checks it here (postgres_reads).
         guess = self._guess
-        checking = guess is not None and guess.truth is None and self._recall_reads is guess.reads
+        if guess is not None and (guess.truth is not None or self._recall_reads is not guess.reads):
+            guess = None  # checked already, or no longer what the recall is told
         self.conn.open_with_next("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
                                  "SET LOCAL plan_cache_mode = force_generic_plan",
-                                 asking=(RECALL_READS, RecallReads.params(guess.reads.namespaces))
-                                 if guess is not None and checking else None)
+                                 asking=None if guess is None else (RECALL_READS, RecallReads.params(guess.reads.namespaces)))
         self.read_view = object()  # what is counted inside it may be reused until it ends
         try:
             yield
         finally:
             self.read_view = None
-            if guess is not None and checking and (answer := self.conn.answer()):
+            if guess is not None and (answer := self.conn.answer()):
                 guess.truth = RecallReads.parse(guess.reads.namespaces, answer[0])
             self.conn.close_opened("COMMIT")
 
@@ -914,19 +913,21 @@ class PostgresStorage(Storage):
         if self._recall_reads is not None or self.conn.in_transaction:
             return recall()  # one recall inside another's, or inside a transaction: asked as they come
         key = tuple(namespaces)
-        known = self._last_reads.get(key)
-        if known is not None:  # told what the last recall read, checked in its snapshot's first round trip
-            guess = Guess(known)
-            self._recall_reads, self._guess = known, guess
+        reads = self._last_reads.get(key)
+        if reads is not None:  # told what the last recall read, checked in its snapshot's first round trip
+            guess = Guess(reads)
+            self._recall_reads, self._guess = reads, guess
             try:
                 found = recall()
             finally:
                 self._recall_reads = self._guess = None
-            if guess.truth is not None:
-                self._last_reads[key] = guess.truth
             if guess.held():
+                if guess.truth is not None:
+                    self._last_reads[key] = guess.truth
                 return found
-        reads = RecallReads.parse(namespaces, self.query(RECALL_READS, RecallReads.params(namespaces))[0])
+            reads = guess.truth  # run again on what its snapshot saw (as if read before it, as below)
+        if reads is None:
+            reads = RecallReads.parse(namespaces, self.query(RECALL_READS, RecallReads.params(namespaces))[0])
         if len(self._last_reads) >= _LAST_READS_KEPT:
             self._last_reads.clear()
         self._last_reads[key] = self._recall_reads = reads
