@@ -193,15 +193,22 @@ def forms_held(text: str, forms: Sequence[str]) -> set[str]:
     Only words that start like one of the forms are stemmed (a Porter stem is the word with its
     ending changed): a long text costs a regex scan, not a stem per word.
     """
-    starts = sorted({re.escape(form[:3]) for form in forms if form}, key=len, reverse=True)
-    if not starts:
+    pattern, wanted = _forms_pattern(tuple(forms))
+    if pattern is None:
         return set()
     text = text.lower()
     if not text.isascii():
         text = _fold(text)
-    pattern = re.compile(r"(?<![^\W_])(?:" + "|".join(starts) + r")[^\W_]*")
-    wanted = set(forms)
     return {form for form in map(index_form, pattern.findall(text)) if form in wanted}
+
+
+@lru_cache(maxsize=1024)  # a recall asks the same forms of each of its hits
+def _forms_pattern(forms: tuple[str, ...]) -> tuple[re.Pattern[str] | None, frozenset[str]]:
+    """The words that start like one of ``forms`` (none: no form), and the forms."""
+    starts = sorted({re.escape(form[:3]) for form in forms if form}, key=len, reverse=True)
+    if not starts:
+        return None, frozenset()
+    return re.compile(r"(?<![^\W_])(?:" + "|".join(starts) + r")[^\W_]*"), frozenset(forms)
 
 
 @lru_cache(maxsize=8192)
