@@ -174,12 +174,16 @@ def main() -> None:
     print(f"  whole corpus: {tenth:.3f}; {near1:.0f}; {near2:.0f}")
     # Filler alone, real against synthetic at the same count: how near the questions, how near each other.
     synthetic = exact32[[i for i, entry in enumerate(ids) if not entry.startswith("conv-")]]
-    synthetic = synthetic[np.random.default_rng(0).choice(len(synthetic), size=len(real), replace=False)]
-    for name, corpus in ((f"{len(real):,} real filler texts (the anchors)", real),
-                         (f"{len(real):,} synthetic filler vectors", synthetic)):
+    count = min(len(real), len(synthetic))  # (a tiny corpus has fewer synthetic rows than anchors)
+    chosen = np.random.default_rng(0)
+    real = real[chosen.choice(len(real), size=count, replace=False)]
+    synthetic = synthetic[chosen.choice(len(synthetic), size=count, replace=False)]
+    seen = min(2000, count)
+    for name, corpus in ((f"{count:,} real filler texts (the anchors)", real),
+                         (f"{count:,} synthetic filler vectors", synthetic)):
         by_question = np.sort(corpus @ queries.T, axis=0)[::-1]
-        among = corpus[:2000] @ corpus.T
-        among[np.arange(2000), np.arange(2000)] = -1
+        among = corpus[:seen] @ corpus.T
+        among[np.arange(seen), np.arange(seen)] = -1
         print(f"  {name}: nearest to a question {np.median(by_question[0]):.3f}, its 10th {np.median(by_question[9]):.3f};"
               f" a vector's nearest other {np.median(among.max(axis=1)):.3f}")
     planted = np.mean([sum(1 for row in want if ids[row].startswith("conv-")) / 10 for want in truth])

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,8 @@ ON_RECALL_DUMP = {
 }
 #: Its own test below: it rewrites a file of the repository.
 MAKES_CASES = "make_redaction_cases.py"
+#: Its own test below: it reads the stores ``bench_postgres.py --scale N --keep DIR`` built.
+ON_KEPT_STORES = "bench_exact_neighbours.py"
 TIMEOUT_S = 1800  # a failure detector: a tiny run takes seconds, minutes for the slow ones at a load of 10
 
 
@@ -103,7 +106,7 @@ def filled(args: list[str], data: Path, tmp: Path, dump: Path | None = None) -> 
 
 
 def test_every_script_in_bench_has_a_tiny_run() -> None:
-    listed = set(QUICK) | set(SLOW) | set(ON_RECALL_DUMP) | HELPERS | {MAKES_CASES, "bench_recall.py"}
+    listed = set(QUICK) | set(SLOW) | set(ON_RECALL_DUMP) | HELPERS | {MAKES_CASES, ON_KEPT_STORES, "bench_recall.py"}
     assert {p.name for p in BENCH.glob("*.py")} == listed
     assert not set(QUICK) & set(SLOW)
 
@@ -134,6 +137,17 @@ def test_bench_turn_sentences_measures_postgresql_on_a_tiny_input(data: Path, tm
 @pytest.mark.slow
 def test_bench_pg_counts_measures_the_vectors_counter_on_a_tiny_input(data: Path, tmp_path: Path) -> None:
     run_script("bench_pg_counts.py", ["--notes", "50", "--rounds", "1", "--vectors"], tmp_path)
+
+
+@pytest.mark.slow
+def test_bench_exact_neighbours_reads_the_stores_bench_postgres_kept(data: Path, tmp_path: Path) -> None:
+    # The kept server runs as 'nobody': its folder must be one other users can reach (not tmp_path's).
+    with tempfile.TemporaryDirectory() as reachable:
+        os.chmod(reachable, 0o755)
+        kept = ["--scale", "300", "--questions", "3", "--keep", reachable, "--data", "{locomo}"]
+        run_script("bench_postgres.py", filled(kept, data, tmp_path), tmp_path)
+        run_script(ON_KEPT_STORES, filled(kept, data, tmp_path), tmp_path)
+        run_script(ON_KEPT_STORES, filled([*kept, "--simulate", "500"], data, tmp_path), tmp_path)
 
 
 @pytest.fixture(scope="module")

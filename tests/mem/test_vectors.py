@@ -389,10 +389,7 @@ def test_the_shortlist_holds_the_exact_top_10_where_plain_hamming_loses_some(db_
     from harness_mem.vectors import SHORTLIST_MIN
 
     rng = np.random.default_rng(2)
-    rotation, _ = np.linalg.qr(rng.standard_normal((384, 384)))
-    shape = rotation * np.sqrt(np.arange(1, 385) ** -0.5)
-    matrix = (rng.standard_normal((6000, 384)) @ shape.T).astype(np.float32)
-    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    shape, matrix = anisotropic(rng, 6000)
     with MemoryStore(db_path, embedder=MatrixEmbedder(matrix)) as store:  # type: ignore[arg-type]
         store.add_many([{"text": f"row {i}"} for i in range(len(matrix))], batch_size=2000)
         index = store.storage.vector_index()
