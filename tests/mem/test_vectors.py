@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -389,11 +390,7 @@ def test_the_shortlist_holds_the_exact_top_10_where_plain_hamming_loses_some(db_
     from harness_mem.vectors import SHORTLIST_MIN
 
     rng = np.random.default_rng(2)
-    shape, matrix = anisotropic(rng, 6000)
-    with MemoryStore(db_path, embedder=MatrixEmbedder(matrix)) as store:  # type: ignore[arg-type]
-        store.add_many([{"text": f"row {i}"} for i in range(len(matrix))], batch_size=2000)
-        index = store.storage.vector_index()
-        assert index is not None
+    with anisotropic_store(db_path, rng) as (shape, matrix, store, index):
         agreement, hamming_agreement = [], []
         for _ in range(20):
             query = (rng.standard_normal(384) @ shape.T).astype(np.float32)
@@ -458,6 +455,19 @@ def anisotropic(rng: np.random.Generator, rows: int) -> tuple[npt.NDArray[np.flo
     return shape, matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
 
 
+@contextmanager
+def anisotropic_store(db_path: Path, rng: np.random.Generator) -> Iterator[
+        tuple[npt.NDArray[np.float64], npt.NDArray[np.float32], MemoryStore, VectorIndex]]:
+    """A store of 6,000 :func:`anisotropic` rows (their vectors its embedder's): the shape that drew
+    them, the rows, the store, its vector index."""
+    shape, matrix = anisotropic(rng, 6000)
+    with MemoryStore(db_path, embedder=MatrixEmbedder(matrix)) as store:  # type: ignore[arg-type]
+        store.add_many([{"text": f"row {i}"} for i in range(len(matrix))], batch_size=2000)
+        index = store.storage.vector_index()
+        assert index is not None
+        yield shape, matrix, store, index
+
+
 def test_rows_near_the_cut_are_rescored_so_neighbours_the_shortlist_ranked_low_are_found(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -466,11 +476,7 @@ def test_rows_near_the_cut_are_rescored_so_neighbours_the_shortlist_ranked_low_a
     from harness_mem import vectors
 
     rng = np.random.default_rng(5)
-    shape, matrix = anisotropic(rng, 6000)
-    with MemoryStore(db_path, embedder=MatrixEmbedder(matrix)) as store:  # type: ignore[arg-type]
-        store.add_many([{"text": f"row {i}"} for i in range(len(matrix))], batch_size=2000)
-        index = store.storage.vector_index()
-        assert index is not None
+    with anisotropic_store(db_path, rng) as (shape, matrix, store, index):
         found, shortlist_alone = [], []
         for _ in range(30):
             query = (rng.standard_normal(384) @ shape.T).astype(np.float32)
