@@ -59,7 +59,7 @@ from .postgres_lexemes import (
     tsvector_literal,
 )
 from .postgres_pool import ConnectionPool, PerThread
-from .postgres_reads import DATA_VERSION, RECALL_READS, Guess, RecallReads
+from .postgres_reads import DATA_VERSION, LIVE_AND_EMBEDDED, RECALL_READS, Guess, RecallReads
 from .postgres_tokens import TokenWorkers
 
 if TYPE_CHECKING:
@@ -1694,8 +1694,8 @@ class PostgresStorage(Storage):
             " WHERE x.place <= %s OR w.windows IS NOT NULL"
             " ORDER BY x.distance, x.pk",
             [*params, along, *counters, counters, k])
-        counting = list(self.counting_along())
-        self.counting_along().clear()
+        pending = self.counting_along()
+        counting, pending[:] = list(pending), []  # counted here, once
         found, *beside = self.query_together(
             search, *([self._cosines_statement(query, cosines_of)] if cosines_of else []),
             *(lane.frequencies_statement(terms) for lane, terms in counting))
@@ -1802,10 +1802,7 @@ class PostgresStorage(Storage):
         """Entries not forgotten, and those of them with a vector, in the namespaces this role may
         read: from the counters the triggers keep (0014, 0015), no entry read. A vector belongs to a
         live entry (forgetting drops it), so the difference is what ``reindex`` would embed."""
-        live, vectors = self.query(  # an entries counter's key: 'entries:' and [kind, role, redactions, forgotten]
-            "SELECT coalesce(sum(value) FILTER (WHERE CASE WHEN key LIKE 'entries:%%'"
-            " THEN substr(key, 9)::json ->> 3 END = 'false'), 0),"
-            " coalesce(sum(value) FILTER (WHERE key = 'vectors'), 0) FROM namespace_state")[0]
+        live, vectors = self.query(LIVE_AND_EMBEDDED)[0]
         return int(live), int(vectors) if self._has_vector_table() else 0
 
     # ---- sessions ------------------------------------------------------------------------------------------

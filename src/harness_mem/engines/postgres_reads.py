@@ -26,10 +26,16 @@ from ..storage import DERIVED_SOURCE
 DATA_VERSION = ("coalesce((SELECT value::bigint FROM settings WHERE key = 'data.version'), 0)"
                 " + coalesce((SELECT sum(value) FROM namespace_state WHERE key = 'data.version'), 0)")
 
+# The live entries and those of them with a vector, in every namespace this role reads: from the
+# counters the triggers keep (0014, 0015: an entries counter's key is 'entries:' and [kind, role,
+# redactions, forgotten]), no entry read. What reindex would embed is their difference.
+LIVE_AND_EMBEDDED = ("SELECT coalesce(sum(value) FILTER (WHERE CASE WHEN key LIKE 'entries:%%'"
+                     " THEN substr(key, 9)::json ->> 3 END = 'false'), 0),"
+                     " coalesce(sum(value) FILTER (WHERE key = 'vectors'), 0) FROM namespace_state")
+
 # For the namespaces given (a text array, twice): the data version; those holding derived entries;
-# every speaker each has, from the counters kept per (kind, role, ...) (0014: a handful of rows a
-# namespace, no entry read); the live entries and the vectors of every namespace this role reads
-# (what reindex would embed is their difference).
+# every speaker each has, from the counters kept per (kind, role, ...) (a handful of rows a
+# namespace, no entry read); LIVE_AND_EMBEDDED.
 RECALL_READS = (
     f"SELECT {DATA_VERSION},"
     " ARRAY(SELECT n FROM unnest(%s::text[]) n WHERE EXISTS"
@@ -37,9 +43,7 @@ RECALL_READS = (
     " (SELECT json_agg(json_build_array(namespace, role)) FROM (SELECT DISTINCT namespace,"
     " substr(key, 9)::json ->> 1 AS role FROM namespace_state WHERE namespace = ANY(%s)"
     " AND key LIKE 'entries:%%') r WHERE role IS NOT NULL),"
-    " (SELECT coalesce(sum(value) FILTER (WHERE CASE WHEN key LIKE 'entries:%%'"
-    " THEN substr(key, 9)::json ->> 3 END = 'false'), 0) FROM namespace_state),"
-    " (SELECT coalesce(sum(value) FILTER (WHERE key = 'vectors'), 0) FROM namespace_state)")
+    f" counted.* FROM ({LIVE_AND_EMBEDDED}) counted")
 
 
 @dataclass(frozen=True)
