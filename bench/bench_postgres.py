@@ -383,6 +383,8 @@ def _plans(store: MemoryStore, sent: list[tuple[str, object]]) -> list[str]:
     recall runs them: the statement psycopg prepared, on the generic plan a recall's snapshot uses."""
     from psycopg import sql
 
+    from harness_mem.engines.postgres import HalfVector
+
     storage = store.storage
     found = []
     for text, params in [(text, params) for text, params in sent if "ts_rank_cd" in text or "<=>" in text]:
@@ -395,7 +397,8 @@ def _plans(store: MemoryStore, sent: list[tuple[str, object]]) -> list[str]:
                 continue
             # The values written in (the server types an EXECUTE's parameters by the statement's).
             execute = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE {}({})").format(
-                sql.Identifier(named[0][0]), sql.SQL(", ").join(map(sql.Literal, params)))  # type: ignore[call-overload]
+                sql.Identifier(named[0][0]), sql.SQL(", ").join(
+                    sql.Literal(p.literal() if isinstance(p, HalfVector) else p) for p in params))  # type: ignore[call-overload]
             rows = storage.query(execute)  # type: ignore[attr-defined]
         found.append(" ".join(text.split())[:200] + "\n" + "\n".join("    " + row[0][:160] for row in rows))
     return found
