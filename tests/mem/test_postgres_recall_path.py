@@ -13,19 +13,20 @@ the vector search depends on the table's size: bench/bench_postgres.py shows it 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from engine_targets import fresh_schema
-from fake_embedder import HashedEmbedder
+from fake_embedder import HashedEmbedder, StartReader
 from psycopg import sql as pgsql
 
 from harness_mem import MemoryStore
 from harness_mem.engines import postgres
 from harness_mem.engines.postgres_lexemes import index_positions, query_tokens
-from harness_mem.engines.postgres_reads import RECALL_READS, RecallReads
+from harness_mem.engines.postgres_reads import RecallReads, recall_reads
 from harness_mem.errors import MissingVectorsWarning
 from harness_mem.jsonl import import_jsonl
 from harness_mem.storage import DERIVED_SOURCE
@@ -225,7 +226,7 @@ def test_the_speakers_a_question_names_are_read_from_the_counters_not_the_turns(
     assert hits and any(h.components["speaker"]["score"] > 0 for h in hits)  # type: ignore[index]
     assert store.storage.roles_named(store.namespaces[0], ["user", "lake"]) == ["USER", "user"]
     params = RecallReads.params(store.namespaces)
-    plan = store.storage.query("EXPLAIN (ANALYZE, FORMAT JSON) " + RECALL_READS, params)[0][0][0]["Plan"]
+    plan = store.storage.query("EXPLAIN (ANALYZE, FORMAT JSON) " + recall_reads(passages=True), params)[0][0][0]["Plan"]
     assert _rows_read(plan, "entries") < 100, plan
 
 
@@ -476,3 +477,53 @@ def test_a_time_window_no_entry_passes_finds_nothing_and_a_wide_one_walks_the_gr
         assert [h.entry.id for h in store.recall("pottery painting", k=5, mode="semantic",
                                                   since="2023-01-01T00:00:00Z")] == [h.entry.id for h in wide]
         assert any("nearest AS MATERIALIZED" in sql for sql, _ in sent.statements)
+
+
+FILLER = ("The pipeline builds the image, runs the suite and deploys to staging before production. " * 6).strip()
+
+
+def _nearest_read(sent: Sent) -> int:
+    """How many of the walk's nearest the filters met in the search ``sent`` holds (its LIMIT)."""
+    search = next(sql for sql, _ in sent.statements if "nearest AS MATERIALIZED" in sql)
+    found = re.search(r"nearest AS MATERIALIZED \(SELECT pk, embedding <=> %s::halfvec AS distance"
+                      r" FROM entry_vectors ORDER BY distance LIMIT (\d+)\)", search)
+    assert found, search
+    return int(found.group(1))
+
+
+def _hits_reading_the_whole_walk(store: MemoryStore, question: str) -> list[tuple[str, float]]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RecallReads, "nearest_suffice", lambda self: False)
+        return [(h.entry.id, h.score) for h in store.recall(question, k=5, mode="semantic")]
+
+
+def test_a_vector_search_reads_its_4k_nearest_where_they_are_as_a_rule_enough(postgres_server: Any) -> None:
+    # Where the namespaces recalled hold nearly every vector and no entry keeps later windows, the
+    # filters meet the walk's 4k nearest (a scan of every vector sorts fewer than the walk's 600);
+    # the hits are those of the whole walk.
+    dsn = fresh_schema(postgres_server)
+    with MemoryStore(dsn, embedder=StartReader(), namespace="big") as big, \
+            MemoryStore(dsn, embedder=StartReader(), namespace="small") as small:
+        import_jsonl(big, _lines(1000), workers=0)
+        import_jsonl(small, _lines(60), workers=0)
+        for store in (big, small):
+            store.recall("warm up the connection", mode="semantic")
+        sent = Sent(big)
+        hits = [(h.entry.id, h.score) for h in big.recall("pottery painting", k=5, mode="semantic")]
+        assert _nearest_read(sent) == 20 and len(hits) == 5
+        assert hits == _hits_reading_the_whole_walk(big, "pottery painting")
+
+        # The owner's recall of a namespace holding few of the vectors: most of the nearest are
+        # another's, and the filters meet the whole walk; the 4k nearest would have been too few.
+        sent = Sent(small)
+        hits = [(h.entry.id, h.score) for h in small.recall("pottery painting", k=5, mode="semantic")]
+        assert _nearest_read(sent) == postgres.HNSW_EF_SEARCH and sent.trips == 1
+        assert len(hits) == 5 and {h.entry.namespace for h in small.recall("pottery painting", k=5, mode="semantic")} == {"small"}
+
+        # An entry that keeps later windows may rise past the k-th by one of them: the whole walk again.
+        big.add(f"{FILLER} Maria adopted a greyhound called Biscuit. {FILLER}", id="long")
+        assert big.storage.query("SELECT count(*) FROM entry_passages")[0][0] > 0
+        big.recall("warm up the connection", mode="semantic")  # told no entry kept any: run again
+        sent = Sent(big)
+        assert len(big.recall("pottery painting", k=5, mode="semantic")) == 5
+        assert _nearest_read(sent) == postgres.HNSW_EF_SEARCH

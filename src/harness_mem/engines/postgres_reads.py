@@ -33,22 +33,31 @@ LIVE_AND_EMBEDDED = ("SELECT coalesce(sum(value) FILTER (WHERE CASE WHEN key LIK
                      " THEN substr(key, 9)::json ->> 3 END = 'false'), 0),"
                      " coalesce(sum(value) FILTER (WHERE key = 'vectors'), 0) FROM namespace_state")
 
-# For the namespaces given (a text array, twice): the data version; those holding derived entries;
-# every speaker each has, from the counters kept per (kind, role, ...) (a handful of rows a
-# namespace, no entry read); LIVE_AND_EMBEDDED.
-RECALL_READS = (
-    f"SELECT {DATA_VERSION},"
-    " ARRAY(SELECT n FROM unnest(%s::text[]) n WHERE EXISTS"
-    f" (SELECT 1 FROM entries WHERE namespace = n AND source = '{DERIVED_SOURCE}')),"
-    " (SELECT json_agg(json_build_array(namespace, role)) FROM (SELECT DISTINCT namespace,"
-    " substr(key, 9)::json ->> 1 AS role FROM namespace_state WHERE namespace = ANY(%s)"
-    " AND key LIKE 'entries:%%') r WHERE role IS NOT NULL),"
-    f" counted.* FROM ({LIVE_AND_EMBEDDED}) counted")
+
+
+def recall_reads(passages: bool | None) -> str:
+    """For the namespaces given (a text array, three times): the data version; those holding
+    derived entries; every speaker each has, from the counters kept per (kind, role, ...) (a
+    handful of rows a namespace, no entry read); LIVE_AND_EMBEDDED; how many of the vectors are
+    these namespaces'; whether any entry keeps later windows (``passages``: whether the store has
+    their table; None: not known, taken as so)."""
+    kept = {True: "EXISTS (SELECT 1 FROM entry_passages)", False: "false", None: "true"}[passages]
+    return (
+        f"SELECT {DATA_VERSION},"
+        " ARRAY(SELECT n FROM unnest(%s::text[]) n WHERE EXISTS"
+        f" (SELECT 1 FROM entries WHERE namespace = n AND source = '{DERIVED_SOURCE}')),"
+        " (SELECT json_agg(json_build_array(namespace, role)) FROM (SELECT DISTINCT namespace,"
+        " substr(key, 9)::json ->> 1 AS role FROM namespace_state WHERE namespace = ANY(%s)"
+        " AND key LIKE 'entries:%%') r WHERE role IS NOT NULL),"
+        " counted.*, (SELECT coalesce(sum(value), 0) FROM namespace_state WHERE key = 'vectors'"
+        " AND namespace = ANY(%s)),"
+        f" {kept}"
+        f" FROM ({LIVE_AND_EMBEDDED}) counted")
 
 
 @dataclass(frozen=True)
 class RecallReads:
-    """What :data:`RECALL_READS` read for a recall of ``namespaces``."""
+    """What :func:`recall_reads` read for a recall of ``namespaces``."""
 
     namespaces: tuple[str, ...]
     version: int
@@ -56,6 +65,9 @@ class RecallReads:
     speakers: Mapping[str, frozenset[str]]
     live: int
     embedded: int
+    # Read, not told (see Guess): they change how far a vector search reads, not what it finds.
+    embedded_here: int = 0
+    passages: bool = True
 
     @classmethod
     def parse(cls, namespaces: Sequence[str], found: Sequence[Any]) -> RecallReads:
@@ -64,11 +76,11 @@ class RecallReads:
             speakers[namespace].add(role)
         return cls(tuple(namespaces), int(found[0]), frozenset(found[1]),
                    {namespace: frozenset(roles) for namespace, roles in speakers.items()},
-                   int(found[3]), int(found[4]))
+                   int(found[3]), int(found[4]), int(found[5]), bool(found[6]))
 
     @staticmethod
-    def params(namespaces: Sequence[str]) -> tuple[list[str], list[str]]:
-        return list(namespaces), list(namespaces)
+    def params(namespaces: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+        return list(namespaces), list(namespaces), list(namespaces)
 
     def data_version(self) -> int:
         return self.version
@@ -85,6 +97,12 @@ class RecallReads:
     def counts(self) -> tuple[int, int]:
         """Live entries, and those of them with a vector."""
         return self.live, self.embedded
+
+    def nearest_suffice(self) -> bool:
+        """Whether a vector search's nearest few are, as a rule, enough: these namespaces hold
+        nearly every vector (few of the nearest are another's), and no entry keeps later windows
+        (whose entries a search reads on past its k)."""
+        return not self.passages and self.embedded_here * 10 >= self.embedded * 9
 
 
 @dataclass
