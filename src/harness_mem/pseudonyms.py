@@ -62,6 +62,7 @@ IDENTITY_COLUMNS: dict[str, tuple[str, ...]] = {
     "derivations": ("namespace", "session"),
     "namespace_roles": ("namespace",),
     "namespace_state": ("namespace",),
+    "word_counts": ("namespace",),
     "runs": ("id", "namespace", "lease_owner"),
     "jobs": ("run_id", "job_id", "deps", "lease_owner"),
     "run_events": ("run_id", "job_id"),

@@ -25,7 +25,6 @@ from psycopg import sql as pgsql
 
 from harness_mem import MemoryStore
 from harness_mem.engines import postgres
-from harness_mem.engines.postgres_lexemes import index_positions, query_tokens
 from harness_mem.engines.postgres_reads import RecallReads, recall_reads
 from harness_mem.errors import MissingVectorsWarning
 from harness_mem.jsonl import import_jsonl
@@ -101,11 +100,11 @@ def test_a_semantic_recall_walks_the_hnsw_graph_in_few_round_trips(store: Memory
     # coverage weighs read in it), and, in the same round trip, the frequencies of the words it had
     # not seen before (kept for the next recalls); the COMMIT sent without waiting for its answer.
     assert sent.trips == 1, [s for s, _ in sent.statements]
-    assert sum("count(*) FROM entries WHERE tokens @@" in sql for sql, _ in sent.statements) == 1
+    assert sum("FROM word_counts" in sql for sql, _ in sent.statements) == 1
     sent = Sent(store)
     assert len(store.recall("painting pottery", k=5, mode="semantic")) == 5
     assert sent.trips == 1, [s for s, _ in sent.statements]
-    assert not [sql for sql, _ in sent.statements if "count(*) FROM entries WHERE tokens @@" in sql]  # remembered
+    assert not [sql for sql, _ in sent.statements if "FROM word_counts" in sql]  # remembered
     assert "<=>" in sent.statements[-1][0]  # nothing read after the search
     # One vector search, the graph walked at the connection's own ef_search (no SET around it).
     assert sum("<=>" in sql for sql, _ in sent.statements) == 1
@@ -165,23 +164,6 @@ def _scans_of(node: dict[str, Any], table: str) -> int:
     """How many times the plan (as it ran) read ``table``: each scan of it, each time it ran."""
     own = int(node.get("Actual Loops", 0)) if node.get("Relation Name") == table else 0
     return own + sum(_scans_of(child, table) for child in node.get("Plans", ()))
-
-
-def test_the_frequencies_coverage_weighs_are_counted_along_the_index_word_by_word(store: MemoryStore) -> None:
-    # A semantic recall weighs its hits' coverage by the frequencies of words no keyword ranking
-    # counted: each word's holders are counted along the GIN index on its own, not by matching every
-    # entry holding any word against each word again (25 against 11 ms at 200,000 entries).
-    sent = Sent(store)
-    assert store.recall("pottery painting lake", k=5, mode="semantic")
-    counting, params = next((sql, params) for sql, params in sent.statements if "count(*)" in sql and "@@" in sql)
-    plan = store.storage.query("EXPLAIN (ANALYZE, FORMAT JSON) " + counting, params)[0][0][0]["Plan"]
-    assert _scans_of(plan, "entries") == 3, plan  # one scan a word
-    # As many as the entries whose keyword-index text holds the word.
-    texts = store.storage.index_texts([pk for (pk,) in store.storage.query("SELECT pk FROM entries")])
-    held = [index_positions(text)[0] for text in texts.values()]
-    words = ["pottery", "lake", "absent"]
-    assert store.storage.keywords.document_frequencies(words, len(texts)) == [
-        sum(query_tokens(word)[0][0] in tokens for tokens in held) for word in words]
 
 
 def test_a_hybrid_recalls_keyword_candidates_come_without_their_rows(store: MemoryStore) -> None:
