@@ -51,8 +51,8 @@ import numpy.typing as npt
 from .protocols import Embedder
 
 __all__ = ["AGENT_ROLES", "MAX_SENTENCES", "PASSAGE_CANDIDATES", "PASSAGE_MARGIN", "SENTENCE_KINDS", "SENTENCE_MARGIN",
-           "SENTENCE_WORDS", "TURN_SENTENCES", "Embedding", "Passage", "Splitter", "best_of", "embed_entries",
-           "embedding_text", "read_back", "sentence_bounds", "sentence_spans"]
+           "SENTENCE_WORDS", "TURN_SENTENCES", "Embedding", "Passage", "Scored", "Splitter", "best_of", "embed_entries",
+           "embedding_text", "read_back", "scored", "sentence_bounds", "sentence_spans"]
 
 #: What a later window's cosine must beat the first window's by before it counts (see above).
 PASSAGE_MARGIN = 0.06
@@ -181,20 +181,39 @@ def read_back(spans: Sequence[tuple[int, int, bool]], vectors: npt.NDArray[Any])
     return [Passage(int(start), int(stop), matrix[i], bool(sentence)) for i, (start, stop, sentence) in enumerate(spans)]
 
 
-def best_of(query: npt.NDArray[np.float32], cosines: Mapping[int, float],
-            passages: Mapping[int, Sequence[Passage]]) -> dict[int, tuple[float, Passage | None]]:
-    """Each pk's similarity to ``query``, best-of its first window (``cosines``) and its passages,
-    with the passage that won (None: the first window)."""
-    matched: dict[int, tuple[float, Passage | None]] = {pk: (first, None) for pk, first in cosines.items()}
-    having = [pk for pk in cosines if passages.get(pk)]
-    if not having:
-        return matched
-    # Every passage scored in one product; each entry's best found in its own slice.
-    found = [p for pk in having for p in passages[pk]]
-    scores = np.stack([p.vector for p in found]) @ query - np.array([p.margin for p in found], dtype=np.float32)
-    starts = np.cumsum([0] + [len(passages[pk]) for pk in having[:-1]])
-    for pk, start, top in zip(having, starts, np.maximum.reduceat(scores, starts), strict=True):
-        if float(top) > cosines[pk]:
-            stop = int(start) + len(passages[pk])
-            matched[pk] = (float(top), found[int(start) + int(np.argmax(scores[int(start):stop]))])
+class Scored(NamedTuple):
+    """A passage's span and its cosine to a question: what best-of weighs, and a snippet shows."""
+
+    start: int
+    stop: int
+    sentence: bool
+    cosine: float
+
+    @property
+    def margin(self) -> float:
+        return SENTENCE_MARGIN if self.sentence else PASSAGE_MARGIN
+
+
+def scored(query: npt.NDArray[np.float32], passages: Mapping[int, Sequence[Passage]]) -> dict[int, list[Scored]]:
+    """Each entry's passages with their cosine to ``query``, every one in one product."""
+    found = [p for ps in passages.values() for p in ps]
+    if not found:
+        return {}
+    cosines = (np.stack([p.vector for p in found]) @ query).tolist()
+    at, each = 0, {}
+    for pk, ps in passages.items():
+        each[pk] = [Scored(p.start, p.stop, p.sentence, c) for p, c in zip(ps, cosines[at:at + len(ps)], strict=True)]
+        at += len(ps)
+    return each
+
+
+def best_of(cosines: Mapping[int, float],
+            passages: Mapping[int, Sequence[Scored]]) -> dict[int, tuple[float, Scored | None]]:
+    """Each pk's similarity, best-of its first window's cosine (``cosines``) and its passages' less
+    their margin, with the passage that won (None: the first window)."""
+    matched: dict[int, tuple[float, Scored | None]] = {pk: (first, None) for pk, first in cosines.items()}
+    for pk, first in cosines.items():
+        best = max(passages.get(pk, ()), key=lambda p: p.cosine - p.margin, default=None)
+        if best is not None and best.cosine - best.margin > first:
+            matched[pk] = (best.cosine - best.margin, best)
     return matched

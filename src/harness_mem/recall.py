@@ -33,7 +33,7 @@ from .decisions import states_decision
 from .errors import EmbedderError, InvalidInputError, MissingVectorsWarning
 from .filters import Filters, Selection, make_filters
 from .models import Entry, Hit, counted, now_ms
-from .passages import Passage
+from .passages import Scored
 from .providers.embeddings import giving_vectors
 from .providers.reference import INSTALL_HINT
 from .rerank import RERANK_DEPTH, PieceCache, TokenEmbedder, maxsim
@@ -245,7 +245,7 @@ class Recall:
             )
         if pending is not None:
             query_vector = pending.result()
-        matched: dict[int, Passage] = {}  # the passage that won an entry's cosine, for its snippet
+        matched: dict[int, Scored] = {}  # the passage that won an entry's cosine, for its snippet
         if mode == "semantic" and query.strip():  # its hits' coverage weighs the words (hybrid's ranking counts them)
             index, source = self._keyword_lane(derived=bool(filters.derived))
             index.will_weigh(source, keyword.query_terms(query))
@@ -375,7 +375,7 @@ class Recall:
         vector: npt.NDArray[np.float32] | None,
         named: list[str],
         k: int,
-        matched: dict[int, Passage],
+        matched: dict[int, Scored],
     ) -> tuple[list[tuple[int, float]], dict[int, fusion.Candidate]]:
         """Give every candidate of either ranking both features, then score them (see fusion.py).
 
@@ -411,7 +411,7 @@ class Recall:
                 if json.loads(row.metadata or "{}").get("fact_kind") == "decision" or states_decision(row.content)}
 
     def _reranked(self, query: str, ranked: list[tuple[int, float]], keyword_scores: Mapping[int, float],
-                  named: list[str], matched: Mapping[int, Passage], interactions: dict[int, float],
+                  named: list[str], matched: Mapping[int, Scored], interactions: dict[int, float],
                   entries: dict[int, Entry]) -> list[tuple[int, float]]:
         """``ranked`` with its top RERANK_DEPTH fused again, MaxSim in place of the cosine (see rerank.py);
         each reranked pk's MaxSim goes in ``interactions``, and the entries it read in ``entries``."""
@@ -442,9 +442,9 @@ class Recall:
                                 f" {getattr(self.storage.embedder, 'name', 'in use')!r} does not give")
 
     def _best_of(self, vector: npt.NDArray[np.float32], cosines: dict[int, float],
-                 matched: dict[int, Passage]) -> dict[int, float]:
+                 matched: dict[int, Scored]) -> dict[int, float]:
         """``cosines`` (first windows) best-of each entry's passages; the passages that won go in ``matched``."""
-        best = passages.best_of(vector, cosines, self.storage.passages(list(cosines)))
+        best = passages.best_of(cosines, self.storage.passage_cosines(vector, list(cosines)))
         matched.update((pk, passage) for pk, (_, passage) in best.items() if passage is not None)
         return {pk: cosine for pk, (cosine, _) in best.items()}
 
@@ -533,7 +533,7 @@ class _Ranking:
     ranked: list[tuple[int, float]]  # (pk, score), best first
     rankings: dict[str, list[tuple[int, float]]]  # each retriever's own
     features: dict[int, fusion.Candidate]  # hybrid: every candidate's keyword and cosine
-    matched: dict[int, Passage]  # the later passage that won an entry's cosine
+    matched: dict[int, Scored]  # the later passage that won an entry's cosine
     vector: npt.NDArray[np.float32] | None  # the query's embedding, once known
 
     def similarity(self, pk: int, mode: Mode) -> float:
@@ -578,7 +578,7 @@ def merged(rankings: Sequence[tuple[int, float]], k: int) -> list[tuple[int, flo
     return sorted(rankings, key=lambda hit: (-hit[1], hit[0]))[:k]
 
 
-def _snippet(content: str, query: str, passage: Passage | None) -> str:
+def _snippet(content: str, query: str, passage: Scored | None) -> str:
     """The hit's snippet: around a query word, within the passage that matched when a later one did."""
     if passage is None:
         return keyword.snippet(content, query)

@@ -21,8 +21,10 @@ from harness_mem.passages import (
     MAX_SENTENCES,
     PASSAGE_MARGIN,
     Passage,
+    Scored,
     best_of,
     embed_entries,
+    scored,
     sentence_spans,
 )
 from harness_mem.providers.embeddings import MAX_PASSAGES, PASSAGE_OVERLAP, PASSAGE_TOKENS, MiniLMEmbedder
@@ -137,8 +139,8 @@ def test_best_of_needs_a_later_window_to_beat_the_first_by_the_margin() -> None:
     query = np.eye(4, dtype=np.float32)[0]
     near = np.array([0.9, np.sqrt(1 - 0.81), 0, 0], dtype=np.float32)
     passages = {1: [Passage(10, 20, near)], 2: [Passage(5, 9, near)]}
-    best = best_of(query, {1: 0.5, 2: 0.9 - PASSAGE_MARGIN / 2, 3: 0.3}, passages)
-    assert best[1] == (pytest.approx(0.9 - PASSAGE_MARGIN), passages[1][0])
+    best = best_of({1: 0.5, 2: 0.9 - PASSAGE_MARGIN / 2, 3: 0.3}, scored(query, passages))
+    assert best[1] == (pytest.approx(0.9 - PASSAGE_MARGIN), Scored(10, 20, False, pytest.approx(0.9)))
     assert best[2] == (pytest.approx(0.9 - PASSAGE_MARGIN / 2), None)  # the first window still wins
     assert best[3] == (0.3, None)
 

@@ -26,6 +26,7 @@ from harness_mem.passages import (
     Passage,
     best_of,
     embed_entries,
+    scored,
     sentence_spans,
 )
 
@@ -131,9 +132,9 @@ def test_best_of_holds_a_sentence_to_its_wider_margin() -> None:
     query = np.eye(4, dtype=np.float32)[0]
     near = np.array([0.9, np.sqrt(1 - 0.81), 0, 0], dtype=np.float32)
     between = 0.9 - (PASSAGE_MARGIN + SENTENCE_MARGIN) / 2  # a window beats it, a sentence does not
-    best = best_of(query, {1: between, 2: between, 3: 0.1},
-                   {1: [Passage(10, 20, near)], 2: [Passage(10, 20, near, sentence=True)],
-                    3: [Passage(0, 5, near, sentence=True)]})
+    best = best_of({1: between, 2: between, 3: 0.1},
+                   scored(query, {1: [Passage(10, 20, near)], 2: [Passage(10, 20, near, sentence=True)],
+                                  3: [Passage(0, 5, near, sentence=True)]}))
     assert best[1][0] == pytest.approx(0.9 - PASSAGE_MARGIN)
     assert best[2] == (between, None)
     assert best[3][0] == pytest.approx(0.9 - SENTENCE_MARGIN)

@@ -14,7 +14,6 @@ The connection string's password is never shown: :attr:`PostgresStorage.location
 
 from __future__ import annotations
 
-import base64
 import json
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -32,7 +31,7 @@ from ..errors import ExtensionError, MigrationError, SchemaTooNewError, StorageE
 from ..filters import MetadataCondition, Selection
 from ..identities import SealedIdentity, identity_values_in_use
 from ..models import MigrationStatus, counted, to_ms
-from ..passages import Embedding, Passage, embed_entries, read_back
+from ..passages import PASSAGE_MARGIN, SENTENCE_MARGIN, Embedding, Passage, Scored, embed_entries, read_back
 from ..protocols import Embedder
 from ..rows import COLUMN_NAMES, COLUMNS, Row
 from ..storage import (
@@ -79,12 +78,24 @@ EXACT_ROWS = 20_000
 # rebuilding what was there before costs at most what the import already spent.
 DEFERRED_INDEX_ROWS = 2000
 _HNSW_INDEX = "CREATE INDEX IF NOT EXISTS entry_vectors_hnsw ON entry_vectors USING hnsw (embedding halfvec_cosine_ops)"
-# An entry's later windows (and sentences) as one JSON value (None: it has none), for the entry aliased as given;
-# each vector in pgvector's binary form, base64: a person's turn has a few sentences, and parsing
-# their printed floats cost 8 times as much (~200 ms a hybrid recall on LongMemEval's user turns).
-_WINDOWS = ("(SELECT json_agg(json_build_array(p.start, p.stop, encode(halfvec_send(p.embedding), 'base64'),"
-            " p.sentence) ORDER BY p.start)"
-            " FROM entry_passages p WHERE p.pk = {}.pk)")
+
+
+def best_windows(pks: str) -> str:
+    """A query of the entries ``pks`` (a query of their pks) that keep later windows (or
+    sentences): each one's pk, the window best-of would pick (passages.best_of: the highest cosine
+    less its margin, the first of equals) as JSON (its span, its cosine distance to the question,
+    a parameter, and whether it is a sentence), and that distance with its margin added. Sent
+    whole, as vectors, a search's 200 candidates' windows were ~200 vectors to carry and decode, 4
+    of a semantic recall's 6 ms of CPU at 20,000 turns with their sentences; picked a candidate at
+    a time, 1.7 ms of the server's."""
+    return ("SELECT DISTINCT ON (b.pk) b.pk, json_build_array(b.start, b.stop, b.distance, b.sentence) AS windows,"
+            f" b.distance + CASE WHEN b.sentence THEN {SENTENCE_MARGIN} ELSE {PASSAGE_MARGIN} END AS weighed"
+            " FROM (SELECT p.pk, p.start, p.stop, p.sentence, p.embedding <=> %s::halfvec AS distance"
+            f" FROM entry_passages p WHERE p.pk IN ({pks})) b ORDER BY b.pk, weighed, b.start")
+
+
+# best_windows where the store keeps no windows: none.
+_NO_WINDOWS = "SELECT NULL::bigint AS pk, NULL::json AS windows, NULL::float8 AS weighed WHERE false"
 # What an entry's keyword-index text is made of (keyword.entry_index_text), for the entry ``e``
 # joined to _TURN_BEFORE: LATERAL, the turn before it is one walk back along its session's index
 # (a scalar subquery joined on its pk was planned as a hash join over the whole table, the
@@ -201,11 +212,10 @@ def _half_vector_dumper() -> type:
 
 def _passages(stored: Sequence[Sequence[Any]]) -> list[Passage]:
     """Later windows (or sentences) as stored, (start, stop, vector, sentence) each, the vector
-    halfvec_send's bytes (base64 inside JSON): a dimension count, two unused bytes, then big-endian
-    halves."""
+    halfvec_send's bytes: a dimension count, two unused bytes, then big-endian halves."""
     if not stored:
         return []
-    raw = [base64.b64decode(sent) if isinstance(sent, str) else bytes(sent) for _, _, sent, _ in stored]
+    raw = [bytes(sent) for _, _, sent, _ in stored]
     halves = np.frombuffer(b"".join(r[4:] for r in raw), dtype=">f2").reshape(len(raw), -1)
     return read_back([(start, stop, sentence) for start, stop, _, sentence in stored], halves)
 
@@ -1681,12 +1691,14 @@ class PostgresStorage(Storage):
                 return found
         walked = max(HNSW_EF_SEARCH, min(1000, 4 * k), k + extra)
         # How many of the walk's nearest the filters meet: all it holds (the graph's first
-        # ``walked``), or, where the nearest few are enough as a rule, 4k. The fewer, the less a scan
-        # of every vector sorts (at 20,000 entries the plan the planner picks, as for the raw query:
-        # 7.4 ms, 7.8 with 600 kept). Where they are not enough, the statement finds out and the
-        # graph is walked on (below): the same hits either way.
-        reads = self._recall_reads
-        read = max(min(1000, 4 * k), k) if reads is not None and reads.nearest_suffice() else walked
+        # ``walked``), or, where the recall's namespaces hold nearly every vector, twice what it
+        # needs (k, and the ``extra`` where any entry keeps windows), 4k at least. The fewer, the
+        # less a scan of every vector sorts (at 20,000 entries the plan the planner picks, as for
+        # the raw query: 7.4 ms, 7.8 with 600 kept). Where they are not enough, the statement finds
+        # out and the graph is walked on (below): the same hits either way.
+        reads, read = self._recall_reads, walked
+        if reads is not None and reads.hold_the_vectors():
+            read = min(walked, max(min(1000, 4 * k), 2 * (k + (extra if reads.passages else 0))))
         # The graph is walked in a statement of its own (the vectors' table alone, ordered by distance,
         # which the planner answers by the HNSW index), and the filters then meet its nearest
         # ``walked``. Joined to the entries in one scan, the planner chose to compare every vector:
@@ -1736,7 +1748,7 @@ class PostgresStorage(Storage):
         cosines of ``cosines_of`` and the frequencies a keyword lane will ask (:meth:`counting_along`)
         in the same round trip. None when the search is not the answer
         (nor, unless ``empty_is_answer``, when it found nothing)."""
-        windows = _WINDOWS.format("x") if passages else "NULL::json"
+        best = best_windows("SELECT pk FROM placed") if passages else _NO_WINDOWS
         along = self.rows_along(k)
         counters = [*self.keywords.counters, *self.derived_keywords.counters]
         search = (
@@ -1744,15 +1756,18 @@ class PostgresStorage(Storage):
             # The nearest ``along`` read whole, apart: a condition on each row's place, put in a
             # LATERAL read, was checked after it (every candidate read, 17-32 ms at 200,000).
             f", shown AS MATERIALIZED (SELECT {_TEXT_PARTS}, {_COLUMNS_E} FROM"
-            f" (SELECT pk FROM placed ORDER BY distance, pk LIMIT %s) s JOIN entries e ON e.pk = s.pk {_TURN_BEFORE})"
+            f" (SELECT pk FROM placed ORDER BY distance, pk LIMIT %s) s JOIN entries e ON e.pk = s.pk {_TURN_BEFORE}),"
+            f" best AS MATERIALIZED ({best})"
             " SELECT x.pk, x.distance, x.role, x.session, (SELECT ok FROM enough),"
             " (SELECT ARRAY[" + ", ".join(["coalesce(sum(value) FILTER (WHERE key = %s), 0)"] * 4) + "]"
             " FROM namespace_state WHERE key = ANY(%s)),"
             " w.windows, r.*"
-            f" FROM placed x CROSS JOIN LATERAL (SELECT {windows} AS windows) w LEFT JOIN shown r ON r.pk = x.pk"
-            " WHERE x.place <= %s OR w.windows IS NOT NULL"
+            " FROM placed x LEFT JOIN best w ON w.pk = x.pk LEFT JOIN shown r ON r.pk = x.pk"
+            # Past the k-th, an entry whose best window does not reach the k-th's first cannot rise
+            # into the k (each of those scores at least its first): not sent.
+            " WHERE x.place <= %s OR w.weighed <= (SELECT distance FROM placed WHERE place = %s) + 1e-9"
             " ORDER BY x.distance, x.pk",
-            [*params, along, *counters, counters, k])
+            [*params, along, *([query] if passages else []), *counters, counters, k, k])
         pending = self.counting_along()
         counting, pending[:] = list(pending), []  # counted here, once
         found, *beside = self.query_together(
@@ -1765,7 +1780,7 @@ class PostgresStorage(Storage):
         if not found[0][4]:
             return None
         self._once_in_view("speakers", dict).update((pk, (role, session)) for pk, _, role, session, *_ in found)
-        self._saw_passages((read[0], read[6]) for read in found)
+        self._saw_passages(query, ((read[0], read[6]) for read in found))
         self.saw_rows(read[7:] for read in found)
         self._saw_counts(found[0][5])
         for (lane, terms), counts in zip(counting, beside, strict=True):
@@ -1815,33 +1830,45 @@ class PostgresStorage(Storage):
     def _cosines_statement(self, query: HalfVector, pks: Sequence[int]) -> tuple[str, list[Any]]:
         """The cosine distance of each entry to ``query`` (NULL: it has no vector), its later
         windows and its speaker."""
-        windows = _WINDOWS.format("v") if self._has_passage_table() else "NULL::json"
-        return (f"SELECT e.pk, v.embedding <=> %s::halfvec, {windows}, e.role, e.session FROM entries e"
-                " LEFT JOIN entry_vectors v ON v.pk = e.pk WHERE e.pk = ANY(%s)", [query, list(pks)])
+        if not self._has_passage_table():
+            return ("SELECT e.pk, v.embedding <=> %s::halfvec, NULL::json, e.role, e.session FROM entries e"
+                    " LEFT JOIN entry_vectors v ON v.pk = e.pk WHERE e.pk = ANY(%s)", [query, list(pks)])
+        return (f"WITH best AS MATERIALIZED ({best_windows('SELECT unnest(%s::bigint[])')})"
+                " SELECT e.pk, v.embedding <=> %s::halfvec, w.windows, e.role, e.session FROM entries e"
+                " LEFT JOIN entry_vectors v ON v.pk = e.pk LEFT JOIN best w ON w.pk = e.pk WHERE e.pk = ANY(%s)",
+                [query, list(pks), query, list(pks)])
 
     def _saw_cosines(self, query: HalfVector, found: Sequence[tuple[Any, ...]]) -> None:
         """Keep, in this read view, what :meth:`_cosines_statement` read."""
         self._once_in_view(("cosines", query), dict).update((int(pk), d) for pk, d, *_ in found)
         self._once_in_view("speakers", dict).update((int(pk), (role, session)) for pk, _, _, role, session in found)
-        self._saw_passages((pk, stored) for pk, distance, stored, _, _ in found if distance is not None)
+        self._saw_passages(query, ((pk, stored) for pk, distance, stored, _, _ in found if distance is not None))
 
-    def _saw_passages(self, found: Iterable[tuple[int, Any]]) -> None:
-        """Keep, for :meth:`passages` in this read view, the windows read along (JSON, or None)."""
-        known = self._once_in_view("passages", dict)
-        read = [(int(pk), stored or ()) for pk, stored in found]
-        decoded = _passages([window for _, stored in read for window in stored])  # all at once
-        at = 0
-        for pk, stored in read:
-            known[pk] = decoded[at:at + len(stored)]
-            at += len(stored)
+    def _saw_passages(self, query: HalfVector, found: Iterable[tuple[int, Any]]) -> None:
+        """Keep, for :meth:`passage_cosines` in this read view, each entry's best window read along
+        (see :func:`best_windows`: JSON, or None): what best-of makes of all of them."""
+        known = self._once_in_view(("passages", query), dict)
+        for pk, best in found:
+            known[int(pk)] = [] if best is None else [Scored(int(best[0]), int(best[1]), bool(best[3]), 1.0 - float(best[2]))]
+
+    def passage_cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, list[Scored]]:
+        if not pks or not self._has_vector_table() or not self._has_passage_table():
+            return {}
+        query = HalfVector.of(vector)
+        known = self._once_in_view(("passages", query), dict)  # those a search read along in this view
+        missing = [pk for pk in pks if pk not in known]
+        if missing:
+            known.update((pk, []) for pk in missing)
+            for pk, start, stop, distance, sentence in self.query(
+                    "SELECT pk, start, stop, embedding <=> %s::halfvec, sentence FROM entry_passages"
+                    " WHERE pk = ANY(%s) ORDER BY pk, start", (query, missing)):
+                known[int(pk)].append(Scored(int(start), int(stop), bool(sentence), 1.0 - float(distance)))
+        return {pk: known[pk] for pk in pks if known[pk]}
 
     def passages(self, pks: Sequence[int]) -> dict[int, list[Passage]]:
         found: dict[int, list[Passage]] = {}
         if not pks or not self._has_vector_table() or not self._has_passage_table():
             return found
-        known = self._once_in_view("passages", dict)  # those nearest() read in this view
-        if all(pk in known for pk in pks):
-            return {pk: known[pk] for pk in pks if known[pk]}
         rows = self.query("SELECT pk, start, stop, halfvec_send(embedding), sentence FROM entry_passages"
                           " WHERE pk = ANY(%s) ORDER BY pk, start", (list(pks),))
         for (pk, *_), passage in zip(rows, _passages([row[1:] for row in rows]), strict=True):

@@ -98,11 +98,10 @@ class RecallReads:
         """Live entries, and those of them with a vector."""
         return self.live, self.embedded
 
-    def nearest_suffice(self) -> bool:
-        """Whether a vector search's nearest few are, as a rule, enough: these namespaces hold
-        nearly every vector (few of the nearest are another's), and no entry keeps later windows
-        (whose entries a search reads on past its k)."""
-        return not self.passages and self.embedded_here * 10 >= self.embedded * 9
+    def hold_the_vectors(self) -> bool:
+        """Whether these namespaces hold nearly every vector: few of a search's nearest are
+        another's."""
+        return self.embedded_here * 10 >= self.embedded * 9
 
 
 @dataclass
