@@ -153,6 +153,8 @@ class Term:
 
 @lru_cache(maxsize=1)
 def _stemmer() -> Any:
+    """The Porter stemmer: PyStemmer's compiled one, which snowballstemmer hands out when it is
+    installed (a dependency; the same stems as its own pure-Python one, 9 times as fast)."""
     import snowballstemmer  # type: ignore[import-untyped]
 
     return snowballstemmer.stemmer("porter")

@@ -10,6 +10,7 @@ on both engines but the two about FTS5 itself (its tokenizer's stored terms, its
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -177,6 +178,23 @@ def test_the_stemmed_forms_are_the_ones_the_index_stores(tmp_path: Path) -> None
         store.db.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, entries_fts, row)")
         stored = {t for (t,) in store.db.execute("SELECT term FROM temp.v")}
     assert {index_form(w) for w in words} <= stored
+
+
+def test_every_word_of_the_docs_is_stemmed_by_the_compiled_porter_as_fts5_stores_it(tmp_path: Path) -> None:
+    # PyStemmer (a dependency) is the stemmer snowballstemmer hands out: an import stems each new
+    # word in this process (9 times as fast as the pure-Python one). Its forms are FTS5's.
+    import snowballstemmer  # type: ignore[import-untyped]
+
+    assert type(snowballstemmer.stemmer("porter")).__module__ == "Stemmer"
+    root = Path(__file__).resolve().parents[2]
+    text = "".join(path.read_text(encoding="utf-8") for path in [root / "README.md", *(root / "docs").glob("*.md")])
+    words = sorted(set(re.findall(r"[A-Za-z]+", text)))
+    assert len(words) > 1000
+    with MemoryStore(tmp_path / "s.db", embedder=None) as store:
+        store.add(" ".join(words))
+        store.db.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, entries_fts, row)")
+        stored = {t for (t,) in store.db.execute("SELECT term FROM temp.v")}
+    assert [word for word in words if index_form(word) not in stored] == []
 
 
 def test_a_common_terms_count_is_sampled_close_to_the_truth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

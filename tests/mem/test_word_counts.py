@@ -60,9 +60,13 @@ def test_the_words_counts_stay_true_through_every_path_that_changes_entries(post
     store.forget("a")  # its tokens go: "storm" was in no other entry
     assert_true_words(store)
     assert not [key for key in words_kept(store) if key[1] == "storm"]
-    store.purge()
+    files = store.storage.query("SELECT pg_relation_filenode('word_counts')")[0][0]
+    store.purge()  # word_counts goes into new files (with the entries), room on its pages kept
+    assert store.storage.query("SELECT pg_relation_filenode('word_counts')")[0][0] != files
     store.gc()
     assert_true_words(store)
+    assert store.storage.query("SELECT reloptions FROM pg_class WHERE oid = 'word_counts'::regclass")[0][0] == [
+        "fillfactor=50"]
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps({"id": f"i{i}", "content": f"imported lighthouse note {i}", "role": "user",
                                           "session": "s2"}) + "\n" for i in range(5)))

@@ -109,12 +109,16 @@ def _drop_copy(conn: Connection, table: str, copy: str) -> None:
 
 
 def _make_copy(conn: Connection, table: str, copy: str, key: list[str]) -> None:
-    """The empty copy with the table's columns, checks, identity, key indexes and statistics
-    targets (its grants and row-level policies come with the swap), and the trigger that copies
+    """The empty copy with the table's columns, checks, identity, key indexes, storage parameters and
+    statistics targets (its grants and row-level policies come with the swap), and the trigger that copies
     every change made from now on."""
     t, c = _quote(table), _quote(copy)
     conn.execute(f"CREATE TABLE {c} (LIKE {t} INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING CONSTRAINTS"
                  " INCLUDING STORAGE INCLUDING COMPRESSION INCLUDING GENERATED)")
+    # Its storage parameters too (word_counts keeps room on each page for its counts' updates).
+    options = _one(conn, "SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (table,))
+    if options:
+        conn.execute(f"ALTER TABLE {c} SET ({', '.join(options)})")
     # Statistics targets first, before autovacuum can ANALYZE the copy: text stays out of them.
     for column, target in _all(conn, "SELECT attname, attstattarget FROM pg_attribute WHERE attrelid = %s::regclass"
                                      " AND attnum > 0 AND NOT attisdropped AND attstattarget IS NOT NULL", (table,)):
