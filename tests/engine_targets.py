@@ -4,7 +4,11 @@ a module-scoped fixture that needs a store per engine uses them directly."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
+from collections.abc import Sequence
 
 from postgres_server import PostgresServer
 
@@ -17,3 +21,16 @@ def fresh_schema(server: PostgresServer) -> str:
     with server.connect() as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     return f"{server.dsn}?options=-csearch_path%3D{schema},public"
+
+
+def confined_role(server: PostgresServer, owner: str, namespaces: Sequence[str]) -> str:
+    """The DSN of a new role, on the schema of ``owner`` (a :func:`fresh_schema` DSN), that the
+    owner granted ``namespaces`` with ``harness-mem db grant`` (run as a process of its own)."""
+    role = f"r_{uuid.uuid4().hex[:12]}"
+    server.create_role(role)
+    for namespace in namespaces:
+        done = subprocess.run([sys.executable, "-m", "harness_mem", "--db", owner, "--embedder", "none",
+                               "db", "grant", role, namespace], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "HARNESS_MEM_EMBEDDER": "none"})
+        assert done.returncode == 0, done.stderr
+    return server.dsn_for(user=role) + "?" + owner.split("?", 1)[1]

@@ -4,15 +4,13 @@ what counting every entry afresh finds, after each path that changes entries, on
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
+from engine_targets import confined_role, fresh_schema
 from postgres_server import PostgresServer
 
 from harness_mem.cli import cli
@@ -162,22 +160,12 @@ def test_the_migration_counts_the_entries_already_stored(tmp_path: Path) -> None
 
 
 def test_a_confined_role_sees_and_moves_only_its_namespaces_counts(postgres_server: PostgresServer) -> None:
-    tag = uuid.uuid4().hex[:8]
-    with postgres_server.connect() as conn:
-        conn.execute(f"CREATE SCHEMA c_{tag}")
-    options = f"?options=-csearch_path%3Dc_{tag},public"
-    owner = postgres_server.dsn + options
+    owner = fresh_schema(postgres_server)
     for namespace, n in (("ada", 2), ("team", 3), ("bob", 4)):
         with MemoryStore(owner, namespace=namespace, embedder=None) as store:
             store.add_many([{"content": f"{namespace} {i} ada@example.com", "role": namespace} for i in range(n)])
-    role = f"ada_{tag}"
-    postgres_server.create_role(role)
-    for granted in ("ada", "team"):
-        done = subprocess.run([sys.executable, "-m", "harness_mem", "--db", owner, "--embedder", "none",
-                               "db", "grant", role, granted], capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "HARNESS_MEM_EMBEDDER": "none"})
-        assert done.returncode == 0, done.stderr
-    with MemoryStore(postgres_server.dsn_for(user=role) + options, namespace="ada", embedder=None) as ada:
+    confined = confined_role(postgres_server, owner, ["ada", "team"])
+    with MemoryStore(confined, namespace="ada", embedder=None) as ada:
         assert {n: c.entries for n, c in entry_counts(ada.storage, now_ms()).items()} == {"ada": 2, "team": 3}
         ada.add("one more of ada's", role="ada")
         ada.forget(next(iter(ada.list(limit=1))).id)

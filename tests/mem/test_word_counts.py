@@ -6,15 +6,11 @@ namespaces' alone."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
-from engine_targets import fresh_schema
+from engine_targets import confined_role, fresh_schema
 from fake_embedder import HashedEmbedder
 from postgres_server import PostgresServer
 
@@ -140,22 +136,12 @@ def test_a_semantic_recall_reads_its_new_words_counts_and_no_entry_holding_them(
 
 
 def test_a_confined_role_reads_its_namespaces_words_alone(postgres_server: PostgresServer) -> None:
-    tag = uuid.uuid4().hex[:8]
-    with postgres_server.connect() as conn:
-        conn.execute(f"CREATE SCHEMA w_{tag}")
-    options = f"?options=-csearch_path%3Dw_{tag},public"
-    owner = postgres_server.dsn + options
+    owner = fresh_schema(postgres_server)
     for namespace, words in (("ada", "lighthouse keeper"), ("team", "lighthouse ferry"), ("bob", "zanzibar lighthouse")):
         with MemoryStore(owner, namespace=namespace, embedder=None) as store:
             store.add_many([{"content": f"{words} {i}"} for i in range(3)])
-    role = f"ada_{tag}"
-    postgres_server.create_role(role)
-    for granted in ("ada", "team"):
-        done = subprocess.run([sys.executable, "-m", "harness_mem", "--db", owner, "--embedder", "none",
-                               "db", "grant", role, granted], capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "HARNESS_MEM_EMBEDDER": "none"})
-        assert done.returncode == 0, done.stderr
-    with MemoryStore(postgres_server.dsn_for(user=role) + options, namespace="ada", embedder=None) as ada:
+    confined = confined_role(postgres_server, owner, ["ada", "team"])
+    with MemoryStore(confined, namespace="ada", embedder=None) as ada:
         # Bob's word is nowhere the role can read: no row names it, and it counts no entry.
         assert {namespace for _, _, namespace in words_kept(ada)} == {"ada", "team"}
         assert not [key for key in words_kept(ada) if key[1] == "zanzibar"]
