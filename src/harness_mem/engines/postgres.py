@@ -380,10 +380,12 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
 
 def bm25_statement(words: int, clause: str, lane: str, *, rows: bool) -> str:
     """BM25 of a query of ``words`` single words over the entries holding any, in one statement: the
-    lane's counts (namespace_state), each word's document frequency and each entry's score, FTS5's
-    formula (bm25.idf, bm25.share) term for term and in the same order. Every entry holding a word is
-    read once, as the raw engine's own ``ts_rank_cd`` query reads it; the filters (``clause``) pick
-    those scored, the frequencies count them all. A word's frequency in an entry is
+    lane's counts (namespace_state), each word's document frequency (``word_counts``, 0019: what
+    counting every entry of the lane holding it gives) and each entry's score, FTS5's formula
+    (bm25.idf, bm25.share) term for term and in the same order. The entries holding a word that pass
+    the filters (``clause``) are read once, as the raw engine's own ``ts_rank_cd`` query reads them
+    (counted from them, the frequencies read every entry holding a word, in the filters or not: a
+    narrow time window's recall took 14-17 times the raw query's). A word's frequency in an entry is
     ``ts_rank_cd`` of that word alone with every weight 1: one cover per position, each weighing 1
     (unnesting the tsvector cost 0.1 ms an entry), computed only where the entry holds the word (the
     test costs a fraction of the ranking, and most entries hold one word of several). An entry holding a word more often than a lexeme
@@ -392,13 +394,15 @@ def bm25_statement(words: int, clause: str, lane: str, *, rows: bool) -> str:
     (a generic plan cannot prune a join by a parameter: given as one, the rows of a fusion's 200
     candidates were read and dropped, 2.5 ms of a 4.4 ms statement at 20,000 entries).
 
-    Parameters: the lane's two counters, k1, b, the words' tsqueries, the clause's, the OR of the
-    words, the two limits, how many."""
+    Parameters: the lane's two counters, k1, b, the words' tsqueries, the OR of the words, the
+    clause's, the words (as stored) with the lane (whether derived) for each, the two limits, how
+    many."""
     terms = range(words)
     frequencies = ", ".join(f"CASE WHEN e.tokens @@ w.q{i} THEN ts_rank_cd('{{1,1,1,1}}', e.tokens, w.q{i})::int"
                             f" ELSE 0 END AS tf{i}" for i in terms)
     queries = ", ".join(f"%s::tsquery AS q{i}" for i in terms)
-    counts = ", ".join(f"count(*) FILTER (WHERE tf{i} > 0) AS df{i}" for i in terms)
+    counts = ", ".join(f"(SELECT coalesce(sum(entries), 0)::bigint FROM word_counts WHERE derived = %s AND word = %s) AS df{i}"
+                       for i in terms)
     weights = ", ".join(f"CASE WHEN (s.n - c.df{i} + 0.5) / (c.df{i} + 0.5) > 1"
                         f" THEN ln((s.n - c.df{i} + 0.5) / (c.df{i} + 0.5)) ELSE 1e-6 END AS idf{i}" for i in terms)
     shares = " + ".join(f"CASE WHEN h.tf{i} > 0 THEN w.idf{i} * ((h.tf{i} * (s.k1 + 1))"
@@ -413,15 +417,15 @@ shape AS (SELECT n, CASE WHEN n > 0 THEN tokens / n ELSE 0 END AS average, %s::f
           FROM stats),
 words AS MATERIALIZED (SELECT {queries}),
 held AS MATERIALIZED (
-    SELECT e.pk, coalesce(e.token_count, 0) AS length, {frequencies}, ({clause}) AS passes
-    FROM words w, entries e WHERE e.tokens @@ %s::tsquery AND e.{lane}),
-counted AS (SELECT {counts} FROM held),
+    SELECT e.pk, coalesce(e.token_count, 0) AS length, {frequencies}
+    FROM words w, entries e WHERE e.tokens @@ %s::tsquery AND e.{lane} AND ({clause})),
+counted AS (SELECT {counts}),
 weighed AS (SELECT {weights} FROM counted c, shape s),
 scored AS (
     SELECT h.pk, h.length, greatest({", ".join(f"h.tf{i}" for i in terms)}) >= %s OR h.length >= %s AS clipped,
            {shares} AS score
-    FROM (SELECT held.*, CASE WHEN average > 0 THEN length / average ELSE 1.0 END AS ratio FROM held, shape
-          WHERE passes) h, weighed w, shape s),
+    FROM (SELECT held.*, CASE WHEN average > 0 THEN length / average ELSE 1.0 END AS ratio FROM held, shape) h,
+         weighed w, shape s),
 best AS (SELECT * FROM scored ORDER BY score DESC, pk LIMIT %s)
 SELECT b.pk, b.score, b.clipped, b.length, s.n, s.average, ARRAY[{", ".join(f"c.df{i}" for i in terms)}]{along}
 FROM (SELECT * FROM best UNION SELECT * FROM scored WHERE clipped) b CROSS JOIN shape s CROSS JOIN counted c{joined}
@@ -497,7 +501,7 @@ class PostgresKeywords:
         for term in terms:
             tokens, prefix = query_tokens(term)
             if len(tokens) == 1 and not prefix:
-                counts.append("(SELECT coalesce(sum(entries), 0) FROM word_counts WHERE derived = %s AND word = %s)")
+                counts.append("(SELECT coalesce(sum(entries), 0)::bigint FROM word_counts WHERE derived = %s AND word = %s)")
                 params += [self.derived, tokens[0]]
             else:
                 counts.append(f"(SELECT count(*) FROM entries WHERE tokens @@ %s::tsquery AND {self.lane})")
@@ -531,8 +535,8 @@ class PostgresKeywords:
         along = self.storage.rows_along(k) > 0
         found = self.storage.query(
             bm25_statement(len(words), clause, self.lane, rows=along),
-            [*self.counters, K1, B, *(tsquery_of(((term,),)) for term in terms), *params, tsquery_of((tuple(terms),)),
-             MAX_POSITIONS, MAX_POSITION, k])
+            [*self.counters, K1, B, *(tsquery_of(((term,),)) for term in terms), tsquery_of((tuple(terms),)), *params,
+             *(value for word in words for value in (self.derived, word)), MAX_POSITIONS, MAX_POSITION, k])
         if not found:
             return []
         rows, average, dfs = int(found[0][4]), float(found[0][5]), found[0][6]
