@@ -94,6 +94,9 @@ def best_windows(pks: str) -> str:
             f" FROM entry_passages p WHERE p.pk IN ({pks})) b ORDER BY b.pk, weighed, b.start")
 
 
+# How many entries of a lane (whether derived: a parameter) hold a word (as stored, a parameter),
+# in every namespace the role reads: kept by the database (0019), what counting them gives.
+_WORD_COUNT = "(SELECT coalesce(sum(entries), 0)::bigint FROM word_counts WHERE derived = %s AND word = %s)"
 # best_windows where the store keeps no windows: none.
 _NO_WINDOWS = "SELECT NULL::bigint AS pk, NULL::json AS windows, NULL::float8 AS weighed WHERE false"
 # What an entry's keyword-index text is made of (keyword.entry_index_text), for the entry ``e``
@@ -401,8 +404,7 @@ def bm25_statement(words: int, clause: str, lane: str, *, rows: bool) -> str:
     frequencies = ", ".join(f"CASE WHEN e.tokens @@ w.q{i} THEN ts_rank_cd('{{1,1,1,1}}', e.tokens, w.q{i})::int"
                             f" ELSE 0 END AS tf{i}" for i in terms)
     queries = ", ".join(f"%s::tsquery AS q{i}" for i in terms)
-    counts = ", ".join(f"(SELECT coalesce(sum(entries), 0)::bigint FROM word_counts WHERE derived = %s AND word = %s) AS df{i}"
-                       for i in terms)
+    counts = ", ".join(f"{_WORD_COUNT} AS df{i}" for i in terms)
     weights = ", ".join(f"CASE WHEN (s.n - c.df{i} + 0.5) / (c.df{i} + 0.5) > 1"
                         f" THEN ln((s.n - c.df{i} + 0.5) / (c.df{i} + 0.5)) ELSE 1e-6 END AS idf{i}" for i in terms)
     shares = " + ".join(f"CASE WHEN h.tf{i} > 0 THEN w.idf{i} * ((h.tf{i} * (s.k1 + 1))"
@@ -501,7 +503,7 @@ class PostgresKeywords:
         for term in terms:
             tokens, prefix = query_tokens(term)
             if len(tokens) == 1 and not prefix:
-                counts.append("(SELECT coalesce(sum(entries), 0)::bigint FROM word_counts WHERE derived = %s AND word = %s)")
+                counts.append(_WORD_COUNT)
                 params += [self.derived, tokens[0]]
             else:
                 counts.append(f"(SELECT count(*) FROM entries WHERE tokens @@ %s::tsquery AND {self.lane})")

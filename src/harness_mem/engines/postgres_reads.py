@@ -2,7 +2,9 @@
 
 Before it ranks, a recall asks a few things its statements depend on: which of its namespaces hold
 derived entries (a second keyword lane), which speakers the question names, and whether every
-entry has a vector (the data version tells it when to count those again). Read in one statement,
+entry has a vector (the data version tells it when to count those again); with them, how far its
+vector search need read (whether its namespaces hold nearly every vector, whether any entry keeps
+later windows: never checked, as they change no hit, only the work). Read in one statement,
 they still cost a round trip of their own, as much as a tenth of a recall at 20,000 entries.
 
 So a recall is told what the last recall of the same namespaces read, and the same statement goes
@@ -32,7 +34,6 @@ DATA_VERSION = ("coalesce((SELECT value::bigint FROM settings WHERE key = 'data.
 LIVE_AND_EMBEDDED = ("SELECT coalesce(sum(value) FILTER (WHERE CASE WHEN key LIKE 'entries:%%'"
                      " THEN substr(key, 9)::json ->> 3 END = 'false'), 0),"
                      " coalesce(sum(value) FILTER (WHERE key = 'vectors'), 0) FROM namespace_state")
-
 
 
 def recall_reads(passages: bool | None) -> str:
@@ -66,8 +67,8 @@ class RecallReads:
     live: int
     embedded: int
     # Read, not told (see Guess): they change how far a vector search reads, not what it finds.
-    embedded_here: int = 0
-    passages: bool = True
+    embedded_here: int
+    passages: bool
 
     @classmethod
     def parse(cls, namespaces: Sequence[str], found: Sequence[Any]) -> RecallReads:
