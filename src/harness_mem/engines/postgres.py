@@ -422,7 +422,7 @@ held AS MATERIALIZED (
     SELECT e.pk, coalesce(e.token_count, 0) AS length, {frequencies}
     FROM words w, entries e WHERE e.tokens @@ %s::tsquery AND e.{lane} AND ({clause})),
 counted AS (SELECT {counts}),
-weighed AS (SELECT {weights} FROM counted c, shape s),
+weighed AS MATERIALIZED (SELECT {weights} FROM counted c, shape s),  -- once, not once an entry
 scored AS (
     SELECT h.pk, h.length, greatest({", ".join(f"h.tf{i}" for i in terms)}) >= %s OR h.length >= %s AS clipped,
            {shares} AS score
