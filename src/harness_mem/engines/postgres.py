@@ -1120,8 +1120,10 @@ class PostgresStorage(Storage):
             return
         self._bulk = [None, 0, False, 0]
         self._token_workers = TokenWorkers() if workers else None
+        finished = False
         try:
             yield
+            finished = True
         finally:
             if self._token_workers is not None:
                 self._token_workers.close()
@@ -1130,7 +1132,7 @@ class PostgresStorage(Storage):
             if deferred:
                 with self.transaction():
                     self._run(_HNSW_INDEX)
-            if written >= DEFERRED_INDEX_ROWS:
+            if finished and written >= DEFERRED_INDEX_ROWS:  # not on the way out of a failed one
                 self._settle_after_import()
 
     def _settle_after_import(self) -> None:
