@@ -28,7 +28,7 @@ from harness_mem.engines import postgres
 from harness_mem.engines.postgres_reads import RecallReads, recall_reads
 from harness_mem.errors import MissingVectorsWarning
 from harness_mem.jsonl import import_jsonl
-from harness_mem.passages import PASSAGE_CANDIDATES
+from harness_mem.passages import PASSAGE_CANDIDATES, embed_entries
 from harness_mem.storage import DERIVED_SOURCE
 
 pytestmark = pytest.mark.slow
@@ -443,6 +443,28 @@ def test_an_import_writes_a_batchs_vectors_and_previous_turns_in_a_statement_eac
         plan = "\n".join(row[0] for row in opened.storage.query("EXPLAIN " + sql, params))
         # One walk back along each session's index, not along every turn of the namespace.
         assert "entries_by_session" in plan and "entries_by_kind" not in plan, plan
+
+
+def test_an_import_stores_each_vector_and_sentence_as_the_halves_of_what_was_embedded(postgres_server: Any) -> None:
+    """Vectors go to the server as one binary array a batch (HalfVectors): each stored vector, and
+    each sentence's, is its embedding rounded to halves as a search's question is (HalfVector)."""
+    embedder = HashedEmbedder()
+    said = ["I moved to Lisbon last spring for a new job. My sister still lives in Porto with her kids.",
+            "The lake was calm this morning and we went out early. Nobody else was on the water at all."]
+    lines = [json.dumps({"id": f"t{i}", "text": text, "role": "user", "session": "s"}) for i, text in enumerate(said)]
+    with MemoryStore(fresh_schema(postgres_server), embedder=embedder) as opened:
+        import_jsonl(opened, lines, workers=0)
+        embedded = embed_entries(embedder, [(text, "user", "turn") for text in said])
+        stored = dict(opened.storage.query(
+            "SELECT e.id, halfvec_send(v.embedding) FROM entries e JOIN entry_vectors v ON v.pk = e.pk"))
+        sentences = opened.storage.query(
+            "SELECT e.id, p.start, p.stop, halfvec_send(p.embedding) FROM entries e JOIN entry_passages p ON p.pk = e.pk"
+            " ORDER BY e.id, p.start")
+    for i, embedding in enumerate(embedded):
+        assert bytes(stored[f"t{i}"]) == postgres.HalfVector.of(embedding.vector)
+        assert embedding.passages  # each turn says two things: its sentences are passages
+        assert [(start, stop, bytes(sent)) for id_, start, stop, sent in sentences if id_ == f"t{i}"] == [
+            (p.start, p.stop, postgres.HalfVector.of(p.vector)) for p in embedding.passages]
 
 
 @pytest.mark.parametrize("mode", ["semantic", "hybrid"])
