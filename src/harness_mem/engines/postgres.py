@@ -83,14 +83,15 @@ _HNSW_INDEX = "CREATE INDEX IF NOT EXISTS entry_vectors_hnsw ON entry_vectors US
 def best_windows(pks: str) -> str:
     """A query of the entries ``pks`` (an array of their pks, in order) that keep later windows (or
     sentences): each one's pk, the window best-of would pick (passages.best_of: the highest cosine
-    less its margin, the first of equals) as JSON (its span, its cosine distance to the question,
-    a parameter, and whether it is a sentence), and that distance with its margin added. Sent
+    less its margin, the first of equals) in :data:`_WINDOW` (its span, its cosine distance to the
+    question, a parameter, and whether it is a sentence: columns, not JSON, which took a hybrid
+    recall 0.5 ms to decode), and that distance with its margin added. Sent
     whole, as vectors, a search's 200 candidates' windows were ~200 vectors to carry and decode, 4
     of a semantic recall's 6 ms of CPU at 20,000 turns with their sentences; picked a candidate at
     a time, 1.7 ms of the server's. The pks are one array, sorted: the index finds them in one
     descent a leaf page, and the table's pages are read once each (as a join, a descent and a page
     a candidate: 4x the pages read, 1.5x the time)."""
-    return ("SELECT DISTINCT ON (b.pk) b.pk, json_build_array(b.start, b.stop, b.distance, b.sentence) AS windows,"
+    return ("SELECT DISTINCT ON (b.pk) b.pk, b.start, b.stop, b.distance, b.sentence,"
             f" b.distance + CASE WHEN b.sentence THEN {SENTENCE_MARGIN} ELSE {PASSAGE_MARGIN} END AS weighed"
             " FROM (SELECT p.pk, p.start, p.stop, p.sentence, p.embedding <=> %s::halfvec AS distance"
             f" FROM entry_passages p WHERE p.pk = ANY({pks})) b ORDER BY b.pk, weighed, b.start")
@@ -99,8 +100,12 @@ def best_windows(pks: str) -> str:
 # How many entries of a lane (whether derived: a parameter) hold a word (as stored, a parameter),
 # in every namespace the role reads: kept by the database (0019), what counting them gives.
 _WORD_COUNT = "(SELECT coalesce(sum(entries), 0)::bigint FROM word_counts WHERE derived = %s AND word = %s)"
-# best_windows where the store keeps no windows: none.
-_NO_WINDOWS = "SELECT NULL::bigint AS pk, NULL::json AS windows, NULL::float8 AS weighed WHERE false"
+# The columns of best_windows' window read along a search (of ``w``), and where the store keeps
+# no windows, their NULLs and best_windows' query: none.
+_WINDOW = "w.start, w.stop, w.distance, w.sentence"
+_NO_WINDOW = "NULL::int, NULL::int, NULL::float8, NULL::boolean"
+_NO_WINDOWS = ("SELECT NULL::bigint AS pk, NULL::int AS start, NULL::int AS stop, NULL::float8 AS distance,"
+               " NULL::boolean AS sentence, NULL::float8 AS weighed WHERE false")
 # What an entry's keyword-index text is made of (keyword.entry_index_text), for the entry ``e``
 # joined to _TURN_BEFORE: LATERAL, the turn before it is one walk back along its session's index
 # (a scalar subquery joined on its pk was planned as a hash join over the whole table, the
@@ -1814,7 +1819,7 @@ class PostgresStorage(Storage):
             " SELECT x.pk, x.distance, x.role, x.session, (SELECT ok FROM enough),"
             " (SELECT ARRAY[" + ", ".join(["coalesce(sum(value) FILTER (WHERE key = %s), 0)"] * 4) + "]"
             " FROM namespace_state WHERE key = ANY(%s)),"
-            " w.windows, r.*"
+            f" {_WINDOW}, r.*"
             " FROM placed x LEFT JOIN best w ON w.pk = x.pk LEFT JOIN shown r ON r.pk = x.pk"
             # Past the k-th, an entry whose best window does not reach the k-th's first cannot rise
             # into the k (each of those scores at least its first): not sent.
@@ -1833,8 +1838,8 @@ class PostgresStorage(Storage):
         if not found[0][4]:
             return None
         self._once_in_view("speakers", dict).update((pk, (role, session)) for pk, _, role, session, *_ in found)
-        self._saw_passages(query, ((read[0], read[6]) for read in found))
-        self.saw_rows(read[7:] for read in found)
+        self._saw_passages(query, ((read[0], *read[6:10]) for read in found))
+        self.saw_rows(read[10:] for read in found)
         self._saw_counts(found[0][5])
         for (lane, terms), counts in zip(counting, beside, strict=True):
             lane.saw_frequencies(terms, counts[0])
@@ -1884,25 +1889,26 @@ class PostgresStorage(Storage):
         """The cosine distance of each entry to ``query`` (NULL: it has no vector), its later
         windows and its speaker."""
         if not self._has_passage_table():
-            return ("SELECT e.pk, v.embedding <=> %s::halfvec, NULL::json, e.role, e.session FROM entries e"
+            return (f"SELECT e.pk, v.embedding <=> %s::halfvec, {_NO_WINDOW}, e.role, e.session FROM entries e"
                     " LEFT JOIN entry_vectors v ON v.pk = e.pk WHERE e.pk = ANY(%s)", [query, sorted(pks)])
         return (f"WITH best AS MATERIALIZED ({best_windows('%s::bigint[]')})"
-                " SELECT e.pk, v.embedding <=> %s::halfvec, w.windows, e.role, e.session FROM entries e"
+                f" SELECT e.pk, v.embedding <=> %s::halfvec, {_WINDOW}, e.role, e.session FROM entries e"
                 " LEFT JOIN entry_vectors v ON v.pk = e.pk LEFT JOIN best w ON w.pk = e.pk WHERE e.pk = ANY(%s)",
                 [query, sorted(pks), query, sorted(pks)])
 
     def _saw_cosines(self, query: HalfVector, found: Sequence[tuple[Any, ...]]) -> None:
         """Keep, in this read view, what :meth:`_cosines_statement` read."""
         self._once_in_view(("cosines", query), dict).update((int(pk), d) for pk, d, *_ in found)
-        self._once_in_view("speakers", dict).update((int(pk), (role, session)) for pk, _, _, role, session in found)
-        self._saw_passages(query, ((pk, stored) for pk, distance, stored, _, _ in found if distance is not None))
+        self._once_in_view("speakers", dict).update((int(pk), (role, session)) for pk, *_, role, session in found)
+        self._saw_passages(query, ((pk, *window) for pk, distance, *window, _, _ in found if distance is not None))
 
-    def _saw_passages(self, query: HalfVector, found: Iterable[tuple[int, Any]]) -> None:
+    def _saw_passages(self, query: HalfVector, found: Iterable[tuple[Any, ...]]) -> None:
         """Keep, for :meth:`passage_cosines` in this read view, each entry's best window read along
-        (see :func:`best_windows`: JSON, or None): what best-of makes of all of them."""
+        (pk, then :func:`best_windows`' start, stop, distance and sentence, NULL where it has none):
+        what best-of makes of all of them."""
         known = self._once_in_view(("passages", query), dict)
-        for pk, best in found:
-            known[int(pk)] = [] if best is None else [Scored(int(best[0]), int(best[1]), bool(best[3]), 1.0 - float(best[2]))]
+        for pk, start, stop, distance, sentence in found:
+            known[int(pk)] = [] if start is None else [Scored(int(start), int(stop), bool(sentence), 1.0 - float(distance))]
 
     def passage_cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, list[Scored]]:
         if not pks or not self._has_vector_table() or not self._has_passage_table():
