@@ -369,6 +369,9 @@ class Identities:
         for hit in hits:
             context, sources = hit.context or (), hit.sources or ()
             entry, *rest = self.entries([hit.entry, *context, *sources])
+            if entry is hit.entry and all(a is b for a, b in zip(rest, (*context, *sources), strict=True)):
+                out.append(hit)  # nothing of it was sealed: the hit as it is (a copy a hit cost 10 µs)
+                continue
             update: dict[str, Any] = {"entry": entry}
             if hit.context is not None:
                 update["context"] = tuple(rest[:len(context)])

@@ -267,9 +267,9 @@ def entry_from_row(row: Sequence[Any]) -> Entry:
         "namespace": row[2],
         "role": row[5],
         "session": row[6],
-        "tags": tuple(json.loads(row[7])),
+        "tags": tuple(json.loads(row[7])) if row[7] != "[]" else (),  # most rows': no parse
         "source": row[8],
-        "metadata": json.loads(row[9]),
+        "metadata": json.loads(row[9]) if row[9] != "{}" else {},
         "created_at": from_ms(row[10]),
         "expires_at": from_ms(row[11]) if row[11] is not None else None,
         "content_hash": row[12],

@@ -256,6 +256,29 @@ def test_an_import_builds_the_vector_index_whole_at_its_end(postgres_server: Any
         assert not [sql for sql, _ in sent.statements if sql.startswith("DROP INDEX")]
 
 
+def test_the_vector_index_is_built_with_room_for_its_graph(postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past what maintenance_work_mem holds (64 MB by default: ~40,000 vectors' graph) pgvector
+    # builds on disk, several times as long: the build raises it to the graph's size, for itself.
+    monkeypatch.setattr(postgres, "DEFERRED_INDEX_ROWS", 100)
+    monkeypatch.setattr(postgres, "_HNSW_INDEX", postgres._HNSW_INDEX + ";"
+                        " INSERT INTO settings (key, value) SELECT 'seen.memory', current_setting('maintenance_work_mem')"
+                        " ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+    target = fresh_schema(postgres_server)
+    with MemoryStore(target, embedder=HashedEmbedder()) as opened:
+        import_jsonl(opened, _lines(400), workers=0, batch_size=100)
+        assert opened.storage.setting("seen.memory") == "64MB"  # 400 vectors: the server's own is room enough
+        monkeypatch.setattr(postgres, "_GRAPH_BYTES_A_DIMENSION", 100)  # as if each took 38 kB
+        import_jsonl(opened, _lines(2000)[400:], workers=0, batch_size=400)
+        assert opened.storage.setting("seen.memory") == "75000kB"  # 2,000 vectors of 384 dimensions at 100 bytes each
+        monkeypatch.setattr(postgres, "_GRAPH_BYTES_A_DIMENSION", 10**6)
+    with postgres_server.connect() as conn:  # as an import killed after putting the index off leaves it
+        conn.execute(f"DROP INDEX {target.rsplit('search_path%3D', 1)[1].split(',')[0]}.entry_vectors_hnsw")
+    with MemoryStore(target, embedder=HashedEmbedder()) as opened:
+        opened.add("a note that mends the index")
+        assert opened.storage.setting("seen.memory") == "2GB"  # at most
+        assert opened.storage.query("SHOW maintenance_work_mem") == [("64MB",)]  # for the build alone
+
+
 def test_a_large_import_leaves_the_planner_its_counts_and_the_keyword_index_merged(postgres_server: Any,
                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # Right after a large import, the planner knew nothing of the rows and every keyword match read
