@@ -216,7 +216,10 @@ def best_of(cosines: Mapping[int, float],
     their margin, with the passage that won (None: the first window)."""
     matched: dict[int, tuple[float, Scored | None]] = {pk: (first, None) for pk, first in cosines.items()}
     for pk, first in cosines.items():
-        best = max(passages.get(pk, ()), key=lambda p: p.cosine - p.margin, default=None)
-        if best is not None and best.cosine - best.margin > first:
+        found = passages.get(pk)
+        if not found:
+            continue
+        best = found[0] if len(found) == 1 else max(found, key=lambda p: p.cosine - p.margin)
+        if best.cosine - best.margin > first:
             matched[pk] = (best.cosine - best.margin, best)
     return matched
