@@ -402,7 +402,7 @@ class Recall:
         lowered = {name.lower() for name in named}
         deciding = self._deciding(pks) if fusion.asks_decision(query) else set()
         return [fusion.Candidate(pk, keyword_scores.get(pk, 0.0), similarities.get(pk, 0.0),
-                                 role is not None and role.lower() in lowered, session, pk in deciding)
+                                 bool(lowered) and role is not None and role.lower() in lowered, session, pk in deciding)
                 for pk, role, session in self.storage.speakers(pks)]
 
     def _deciding(self, pks: list[int]) -> set[int]:
