@@ -197,7 +197,7 @@ def vector_literal(vector: npt.NDArray[np.float32]) -> str:
 @lru_cache(maxsize=1)
 def _half_texts() -> npt.NDArray[np.object_]:
     """Every half's text, by its bits: looked up, a vector is written 6 times as fast as formatted
-    value by value (an import writes one a passage), for 30 ms once."""
+    value by value (a statement written out whole, a bench's raw query), for 30 ms once."""
     values = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32).tolist()
     return np.array([f"{value:.5g}" for value in values], dtype=object)
 
