@@ -293,6 +293,23 @@ def test_a_large_import_leaves_the_planner_its_counts_and_the_keyword_index_merg
         assert opened.storage.query("SELECT gin_clean_pending_list('entries_tokens'::regclass)")[0][0] == 0
 
 
+def test_a_searchs_candidates_are_looked_up_in_an_index_alone(postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each of a search's ~200 candidates was a random page of the entries' table, most of them cold
+    # in a large store: their filters' columns and speakers are read from entries_candidates (0020).
+    monkeypatch.setattr(postgres, "DEFERRED_INDEX_ROWS", 100)
+    with MemoryStore(fresh_schema(postgres_server), embedder=HashedEmbedder()) as opened:
+        import_jsonl(opened, _lines(600), workers=0, batch_size=200)
+        sent = Sent(opened)
+        hits = opened.recall("camping by the lake", k=5, mode="semantic")
+        sql, params = next((sql, params) for sql, params in sent.statements if "nearest AS" in sql)
+        with opened.storage.snapshot():
+            plan = "\n".join(row[0] for row in opened.storage.query("EXPLAIN (ANALYZE, COSTS OFF) " + sql, params))
+    # (How many heap pages it still reads depends on what the visibility map marks: a transaction
+    # open elsewhere while the import's VACUUM ran, autovacuum's own, keeps its rows unmarked.)
+    assert "Index Only Scan using entries_candidates" in plan, plan
+    assert len(hits) == 5
+
+
 def test_an_import_stopped_midway_leaves_the_index_to_the_next_writer(postgres_server: Any) -> None:
     target = fresh_schema(postgres_server)
     with MemoryStore(target, embedder=HashedEmbedder()) as opened:
