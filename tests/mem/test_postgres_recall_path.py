@@ -310,6 +310,18 @@ def test_a_searchs_candidates_are_looked_up_in_an_index_alone(postgres_server: A
     assert len(hits) == 5
 
 
+def test_a_large_import_inside_a_callers_transaction_settles_too(postgres_server: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # VACUUM cannot run inside a transaction: there the import's end analyzes and merges as before.
+    monkeypatch.setattr(postgres, "DEFERRED_INDEX_ROWS", 100)
+    with MemoryStore(fresh_schema(postgres_server), embedder=HashedEmbedder()) as opened:
+        with opened.transaction():
+            import_jsonl(opened, _lines(400), workers=0, batch_size=100)
+        assert opened.count() == 400
+        assert opened.storage.query("SELECT gin_clean_pending_list('entries_tokens'::regclass)")[0][0] == 0
+        assert opened.recall("note 123 about", k=1, mode="semantic")[0].entry.id == "e123"
+
+
 def test_an_import_stopped_midway_leaves_the_index_to_the_next_writer(postgres_server: Any) -> None:
     target = fresh_schema(postgres_server)
     with MemoryStore(target, embedder=HashedEmbedder()) as opened:

@@ -1208,7 +1208,11 @@ class PostgresStorage(Storage):
         recalls read as every later one does (right after importing 20,000 entries, a keyword
         recall took 3x as long, a semantic one 7x, until autovacuum came by; a search's candidates
         are looked up in ``entries_candidates`` alone only on marked pages, 0020)."""
-        self._run("VACUUM (ANALYZE) entries")  # merges the keyword index's pending list too
+        if self.conn.in_transaction:  # an import inside a caller's transaction: VACUUM cannot run there
+            self.merge_keyword_index()
+            self._run("ANALYZE entries")
+        else:
+            self._run("VACUUM (ANALYZE) entries")  # merges the keyword index's pending list too
         tables = ["word_counts", *(["entry_vectors"] if self._has_vector_table() else []),
                   *(["entry_passages"] if self._has_passage_table() else [])]
         self._run(f"ANALYZE {', '.join(tables)}")
