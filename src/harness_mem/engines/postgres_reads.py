@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from ..storage import DERIVED_SOURCE
@@ -92,18 +91,9 @@ class RecallReads:
 
     def roles_named(self, namespace: str, words: Sequence[str]) -> list[str]:
         """The speakers of ``namespace`` whose lower-case name is one of ``words`` (lower-case)."""
-        by_name = self._by_lower_name.get(namespace, {})
-        return sorted((role for word in set(words) for role in by_name.get(word, ())),
+        wanted = set(words)
+        return sorted((role for role in self.speakers.get(namespace, ()) if role.lower() in wanted),
                       key=lambda role: (role.lower(), role))
-
-    @cached_property
-    def _by_lower_name(self) -> dict[str, dict[str, list[str]]]:
-        """Each namespace's speakers by lower-case name (a recall asks three times, of every speaker)."""
-        found: dict[str, dict[str, list[str]]] = {}
-        for namespace, roles in self.speakers.items():
-            for role in roles:
-                found.setdefault(namespace, {}).setdefault(role.lower(), []).append(role)
-        return found
 
     def counts(self) -> tuple[int, int]:
         """Live entries, and those of them with a vector."""
