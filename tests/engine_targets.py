@@ -23,6 +23,11 @@ def fresh_schema(server: PostgresServer) -> str:
     return f"{server.dsn}?options=-csearch_path%3D{schema},public"
 
 
+def schema_of(dsn: str) -> str:
+    """The schema a :func:`fresh_schema` DSN names."""
+    return dsn.split("search_path%3D", 1)[1].split(",", 1)[0]
+
+
 def confined_role(server: PostgresServer, owner: str, namespaces: Sequence[str]) -> str:
     """The DSN of a new role, on the schema of ``owner`` (a :func:`fresh_schema` DSN), that the
     owner granted ``namespaces`` with ``harness-mem db grant`` (run as a process of its own)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_targets import fresh_schema
+from engine_targets import fresh_schema, schema_of
 from fake_embedder import HashedEmbedder
 from postgres_server import PostgresServer
 
@@ -51,10 +51,6 @@ def files_holding(root: Path, words: list[str]) -> dict[str, int]:
             if held:
                 found[str(path.relative_to(root))] = held
     return found
-
-
-def schema_of(dsn: str) -> str:
-    return dsn.split("search_path%3D", 1)[1].split(",", 1)[0]
 
 
 def test_forgotten_text_leaves_every_file_of_the_database_and_its_statistics(postgres_server: PostgresServer) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from engine_targets import fresh_schema
+from engine_targets import fresh_schema, schema_of
 from fake_embedder import HashedEmbedder, StartReader
 from psycopg import sql as pgsql
 
@@ -241,6 +241,12 @@ def test_cited_turns_are_read_together(store: MemoryStore) -> None:
     assert len(sent.statements) == 1
 
 
+def _without_vector_index(server: Any, target: str) -> None:
+    """What an import killed after putting the HNSW index off leaves in ``target``."""
+    with server.connect() as conn:
+        conn.execute(f"DROP INDEX {schema_of(target)}.entry_vectors_hnsw")
+
+
 def test_an_import_builds_the_vector_index_whole_at_its_end(postgres_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(postgres, "DEFERRED_INDEX_ROWS", 100)
     with MemoryStore(fresh_schema(postgres_server), embedder=HashedEmbedder()) as opened:
@@ -271,8 +277,7 @@ def test_the_vector_index_is_built_with_room_for_its_graph(postgres_server: Any,
         import_jsonl(opened, _lines(2000)[400:], workers=0, batch_size=400)
         assert opened.storage.setting("seen.memory") == "75000kB"  # 2,000 vectors of 384 dimensions at 100 bytes each
         monkeypatch.setattr(postgres, "_GRAPH_BYTES_A_DIMENSION", 10**6)
-    with postgres_server.connect() as conn:  # as an import killed after putting the index off leaves it
-        conn.execute(f"DROP INDEX {target.rsplit('search_path%3D', 1)[1].split(',')[0]}.entry_vectors_hnsw")
+    _without_vector_index(postgres_server, target)
     with MemoryStore(target, embedder=HashedEmbedder()) as opened:
         opened.add("a note that mends the index")
         assert opened.storage.setting("seen.memory") == "2GB"  # at most
@@ -327,9 +332,7 @@ def test_an_import_stopped_midway_leaves_the_index_to_the_next_writer(postgres_s
     with MemoryStore(target, embedder=HashedEmbedder()) as opened:
         opened.add("a first note about the lake")
         opened.storage.query("SELECT 1")  # bound
-    with postgres_server.connect() as conn:  # what an import killed after putting the index off leaves
-        schema = target.rsplit("search_path%3D", 1)[1].split(",")[0]
-        conn.execute(f"DROP INDEX {schema}.entry_vectors_hnsw")
+    _without_vector_index(postgres_server, target)
     with MemoryStore(target, embedder=HashedEmbedder()) as opened:
         opened.add("a second note, about pottery")
         assert opened.storage.query("SELECT to_regclass('entry_vectors_hnsw') IS NOT NULL")[0][0]

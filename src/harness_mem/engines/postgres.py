@@ -233,8 +233,12 @@ class HalfVectors(bytes):
 
 
 class Pks(list[int]):
-    """Entry pks as one ``bigint[]`` parameter, written by a join: psycopg's list dumper adapts
-    item by item (a hybrid recall's 50-200 pks a statement, 6% of its CPU)."""
+    """Entry pks as one ``bigint[]`` parameter, sorted (an index finds them in one descent a leaf
+    page) and written by a join: psycopg's list dumper adapts item by item (a hybrid recall's
+    50-200 pks a statement, 6% of its CPU)."""
+
+    def __init__(self, pks: Iterable[int]) -> None:
+        super().__init__(sorted(pks))
 
 
 @lru_cache(maxsize=1)
@@ -1624,7 +1628,7 @@ class PostgresStorage(Storage):
     def _rows_with_texts(self, pks: Sequence[int], columns: str) -> dict[int, tuple[tuple[Any, ...], str]]:
         """``columns`` of each entry (the first its pk) with its keyword-index text, in one query."""
         found = self.query(f"SELECT {_TEXT_PARTS}, {columns} FROM entries e {_TURN_BEFORE} WHERE e.pk = ANY(%s)",
-                           (Pks(sorted(pks)),))
+                           (Pks(pks),))
         return {int(r[_TEXT_PART_COUNT]): (tuple(r[_TEXT_PART_COUNT:]), index_text(r[:_TEXT_PART_COUNT])) for r in found}
 
     def rows_along(self, ranked: int) -> int:
@@ -1672,7 +1676,7 @@ class PostgresStorage(Storage):
                 known.update((pk, Row._make(columns)) for pk, (columns, _) in found.items())
             return {pk: known[pk] for pk in pks if pk in known}
         return {int(r[0]): Row._make(r) for r in self.query(
-            f"SELECT {_COLUMNS_E} FROM entries e WHERE e.pk = ANY(%s)", (Pks(sorted(pks)),))}
+            f"SELECT {_COLUMNS_E} FROM entries e WHERE e.pk = ANY(%s)", (Pks(pks),))}
 
     def select(self, selection: Selection, *, limit: int | None = None, offset: int = 0,
                newest_first: bool = False, after: str | None = None) -> Iterator[Row]:
@@ -1745,7 +1749,7 @@ class PostgresStorage(Storage):
         if pks and all(pk in known for pk in pks):
             return [(pk, *known[pk]) for pk in pks]
         return [(int(pk), role, session) for pk, role, session in self.query(
-            "SELECT pk, role, session FROM entries WHERE pk = ANY(%s)", (Pks(sorted(pks)),))]
+            "SELECT pk, role, session FROM entries WHERE pk = ANY(%s)", (Pks(pks),))]
 
     def saw_ranking(self, ranked: Sequence[tuple[int, float]]) -> None:
         """Keep a keyword ranking made in this read view: a vector search after it in the view
@@ -1922,7 +1926,7 @@ class PostgresStorage(Storage):
         query = HalfVector.of(vector)
         if self.read_view is None:
             return {int(pk): 1.0 - float(d) for pk, d in self.query(
-                "SELECT pk, embedding <=> %s::halfvec FROM entry_vectors WHERE pk = ANY(%s)", (query, Pks(sorted(pks))))}
+                "SELECT pk, embedding <=> %s::halfvec FROM entry_vectors WHERE pk = ANY(%s)", (query, Pks(pks)))}
         # Inside a recall's snapshot: those a vector search read along are known; the others'
         # later windows and speakers come along (recall reads them next).
         known = self._once_in_view(("cosines", query), dict)
@@ -1936,11 +1940,11 @@ class PostgresStorage(Storage):
         windows and its speaker."""
         if not self._has_passage_table():
             return (f"SELECT e.pk, v.embedding <=> %s::halfvec, {_NO_WINDOW}, e.role, e.session FROM entries e"
-                    " LEFT JOIN entry_vectors v ON v.pk = e.pk WHERE e.pk = ANY(%s)", [query, Pks(sorted(pks))])
+                    " LEFT JOIN entry_vectors v ON v.pk = e.pk WHERE e.pk = ANY(%s)", [query, Pks(pks)])
         return (f"WITH best AS MATERIALIZED ({best_windows('%s::bigint[]')})"
                 f" SELECT e.pk, v.embedding <=> %s::halfvec, {_WINDOW}, e.role, e.session FROM entries e"
                 " LEFT JOIN entry_vectors v ON v.pk = e.pk LEFT JOIN best w ON w.pk = e.pk WHERE e.pk = ANY(%s)",
-                [query, Pks(sorted(pks)), query, Pks(sorted(pks))])
+                [query, Pks(pks), query, Pks(pks)])
 
     def _saw_cosines(self, query: HalfVector, found: Sequence[tuple[Any, ...]]) -> None:
         """Keep, in this read view, what :meth:`_cosines_statement` read."""
@@ -1966,7 +1970,7 @@ class PostgresStorage(Storage):
             known.update((pk, []) for pk in missing)
             for pk, start, stop, distance, sentence in self.query(
                     "SELECT pk, start, stop, embedding <=> %s::halfvec, sentence FROM entry_passages"
-                    " WHERE pk = ANY(%s) ORDER BY pk, start", (query, Pks(sorted(missing)))):
+                    " WHERE pk = ANY(%s) ORDER BY pk, start", (query, Pks(missing))):
                 known[int(pk)].append(Scored(int(start), int(stop), bool(sentence), 1.0 - float(distance)))
         return {pk: known[pk] for pk in pks if known[pk]}
 
