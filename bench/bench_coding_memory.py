@@ -37,6 +37,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from harness_mem.errors import EmbedderError
 from harness_mem.integrations.claude_code import CHARS_PER_TOKEN
 from harness_mem.integrations.projects import find_project
 from harness_mem.settings import Settings
@@ -121,7 +122,10 @@ def found_by_meaning(store: MemoryStore, cwd: Path) -> dict[str, int]:
         warnings.simplefilter("ignore")  # entries still without a vector: what is being measured
         for question, (said, _, _) in zip(BY_MEANING, DECISIONS, strict=True):
             for mode in found:
-                hits = store.recall(question, 3, mode=mode, kind="turn", tags=[project.tag])
+                try:
+                    hits = store.recall(question, 3, mode=mode, kind="turn", tags=[project.tag])
+                except EmbedderError:  # no turn has its vector yet: none found by meaning so far
+                    hits = []
                 found[mode] += any(h.entry.content == said for h in hits)
     return found
 
