@@ -2,7 +2,7 @@
 
     python bench/bench_postgres.py [--data ../shared/data/locomo-dev] [--modes keyword,semantic,hybrid]
     python bench/bench_postgres.py --scale 100000
-    python bench/bench_postgres.py --scale 200000 --questions 100 --keep /work/cache/pg200k
+    python bench/bench_postgres.py --scale 200000 --keep /work/cache/pg200k   # 300 questions; --questions 760: all
 
 
 Imports LoCoMo dev's turns (``locomo_turns.jsonl``, as ``harness-mem import`` reads them) into a
