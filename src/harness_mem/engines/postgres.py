@@ -109,8 +109,8 @@ _WORD_COUNT = "(SELECT coalesce(sum(entries), 0)::bigint FROM word_counts WHERE 
 # no windows, their NULLs and best_windows' query: none.
 _WINDOW = "w.start, w.stop, w.distance, w.sentence"
 _NO_WINDOW = "NULL::int, NULL::int, NULL::float8, NULL::boolean"
-_NO_WINDOWS = ("SELECT NULL::bigint AS pk, NULL::int AS start, NULL::int AS stop, NULL::float8 AS distance,"
-               " NULL::boolean AS sentence, NULL::float8 AS weighed WHERE false")
+_NO_WINDOWS = (f"SELECT NULL::bigint AS pk, w.*, NULL::float8 AS weighed FROM (SELECT {_NO_WINDOW})"
+               " w (start, stop, distance, sentence) WHERE false")
 # What an entry's keyword-index text is made of (keyword.entry_index_text), for the entry ``e``
 # joined to _TURN_BEFORE: LATERAL, the turn before it is one walk back along its session's index
 # (a scalar subquery joined on its pk was planned as a hash join over the whole table, the
@@ -1174,9 +1174,9 @@ class PostgresStorage(Storage):
         (200,000 vectors: 85 s with room, against most of a 490 s import without)."""
         with self.transaction():
             self._run("SELECT set_config('maintenance_work_mem', greatest(pg_size_bytes(current_setting("
-                      "'maintenance_work_mem')) / 1024, least(%s, (SELECT count(*) FROM entry_vectors)"
-                      " * %s / 1024))::text || 'kB', true)", (_INDEX_MEMORY_KB, _GRAPH_BYTES_A_DIMENSION
-                                                              * int(self.setting("embedder.dim") or 384)))
+                      "'maintenance_work_mem')) / 1024, least(%s, (SELECT count(*) FROM entry_vectors) * %s"
+                      " * coalesce((SELECT value::int FROM settings WHERE key = 'embedder.dim'), 384) / 1024))::text"
+                      " || 'kB', true)", (_INDEX_MEMORY_KB, _GRAPH_BYTES_A_DIMENSION))
             self._run(_HNSW_INDEX)
 
     @contextmanager
