@@ -1798,21 +1798,28 @@ class PostgresStorage(Storage):
             if found is not None:
                 return found
         walked = max(HNSW_EF_SEARCH, min(1000, 4 * k), k + extra)
-        # How many of the walk's nearest the filters meet: all it holds (the graph's first
-        # ``walked``), or, where the recall's namespaces hold nearly every vector, twice what it
-        # needs (k, and the ``extra`` where any entry keeps windows), 4k at least. The fewer, the
-        # less a scan of every vector sorts (at 20,000 entries the plan the planner picks, as for
-        # the raw query: 7.4 ms, 7.8 with 600 kept). Where they are not enough, the statement finds
-        # out and the graph is walked on (below): the same hits either way.
+        # How many of the walk's nearest the statement reads: all it holds (the graph's first
+        # ``walked``), or, where the recall's namespaces hold nearly every vector, what it needs (k,
+        # and the ``extra`` where any entry keeps windows) and a quarter more for those the filters
+        # leave out, 4k at least. The fewer, the less a scan of every vector sorts (at 20,000
+        # entries the plan the planner picks, as for the raw query: 420 kept cost 0.45 ms more than
+        # 10). Where they are not enough, the statement finds out and the graph is walked on
+        # (below): the same hits either way.
         reads, read = self._recall_reads, walked
         if reads is not None and reads.hold_the_vectors():
-            read = min(walked, max(min(1000, 4 * k), 2 * (k + (extra if reads.passages else 0))))
+            wanted = k + (extra if reads.passages else 0)
+            read = min(walked, max(min(1000, 4 * k), wanted + max(k, wanted // 4)))
         # The graph is walked in a statement of its own (the vectors' table alone, ordered by distance,
         # which the planner answers by the HNSW index), and the filters then meet its nearest
-        # ``walked``. Joined to the entries in one scan, the planner chose to compare every vector:
+        # ``read``. Joined to the entries in one scan, the planner chose to compare every vector:
         # the filters' columns keep no statistics (migration 0011), so it took them for selective
         # (220 ms at 20,000 entries against 25 ms for the graph). relaxed_order: the scan may give
-        # rows slightly out of order; the outer query sorts them.
+        # rows slightly out of order; the queries after it sort them.
+        # Where the statement reads no more of the walk than it needs, what it reads is sorted again
+        # with the pks, and the filters meet it in that order as far as k pass (not in a sort's
+        # groups of 32); a walk read whole is read in those groups (600 rows read, and their
+        # vectors, against 32).
+        resorted = " ORDER BY distance, pk" if read < walked else ""
         walk = (
             wanted_extra +
             # The distance is computed once a vector: ordered by its name, not by the expression
@@ -1820,22 +1827,37 @@ class PostgresStorage(Storage):
             # the raw query's 20 ms for the 20,000 vectors of a scan).
             # How far the walk goes is written into the statement, not a parameter: planned once
             # (see snapshot), the plan picks the graph or a scan of every vector by it.
-            " nearest AS MATERIALIZED (SELECT pk, embedding <=> %s::halfvec AS distance FROM entry_vectors"
-            f" ORDER BY distance LIMIT {int(read)}),"
-            # Each candidate looked up by its pk (LIMIT 1 keeps it a lookup: as a join the
-            # planner merged it with every entry, 45 ms at 20,000), its speaker read there.
-            " placed AS MATERIALIZED (SELECT n.pk, n.distance, ok.role, ok.session,"
+            " nearest AS MATERIALIZED (SELECT * FROM (SELECT pk, embedding <=> %s::halfvec AS distance FROM entry_vectors"
+            f" ORDER BY distance LIMIT {int(read)}) w{resorted}),"
+            # The first k that pass the filters, each candidate looked up by its pk along the walk
+            # until k passed (LIMIT 1 keeps it a lookup: as a join the planner merged it with every
+            # entry, 45 ms at 20,000), its speaker read there.
+            " first AS MATERIALIZED (SELECT n.pk, n.distance, ok.role, ok.session,"
             " row_number() OVER (ORDER BY n.distance, n.pk) AS place FROM nearest n"
             f" CROSS JOIN LATERAL (SELECT e.role, e.session FROM entries e WHERE e.pk = n.pk AND {clause} LIMIT 1) ok"
-            " ORDER BY n.distance, n.pk LIMIT %s + (SELECT n FROM extra)),"
-            # Whether enough passed the filters, or the walk saw every vector (counted only then: a
-            # count reads the walk to its end, 13 ms more at 200,000).
-            " enough AS (SELECT CASE WHEN (SELECT count(*) FROM placed) >= %s + (SELECT n FROM extra) THEN true"
+            " ORDER BY n.distance, n.pk LIMIT %s),"
+            # The ``extra`` the walk holds next, passing or not: only those whose window rises into
+            # the k are looked up (below). Looking every one up cost 0.4 ms at 20,000 entries, 1.5
+            # at 200,000; the two differ only where the filters leave some of them out.
+            " tail AS MATERIALIZED (SELECT n.pk, n.distance FROM nearest n"
+            " WHERE (n.distance, n.pk) > (SELECT distance, pk FROM first ORDER BY place DESC LIMIT 1)"
+            " ORDER BY n.distance, n.pk LIMIT (SELECT n FROM extra)),"
+            " considered AS (SELECT pk FROM first UNION ALL SELECT pk FROM tail),"
+            # Whether the walk held k that passed and the ``extra`` after them, or saw every vector
+            # (counted only then: a count reads the walk to its end, 13 ms more at 200,000).
+            " enough AS (SELECT CASE WHEN (SELECT count(*) FROM first) >= %s"
+            " AND (SELECT count(*) FROM tail) >= (SELECT n FROM extra) THEN true"
             f" ELSE (SELECT count(*) FROM nearest) < {int(read)} END AS ok)")
+        # Past the k-th, what rose by a window and passes the filters.
+        risen = (
+            " placed AS MATERIALIZED (SELECT * FROM first UNION ALL SELECT t.pk, t.distance, ok.role, ok.session,"
+            " %s + row_number() OVER (ORDER BY t.distance, t.pk) FROM tail t JOIN best w ON w.pk = t.pk"
+            f" CROSS JOIN LATERAL (SELECT e.role, e.session FROM entries e WHERE e.pk = t.pk AND {clause} LIMIT 1) ok"
+            " WHERE w.weighed <= (SELECT distance FROM first WHERE place = %s) + 1e-9)")
         with self._graph_walk(walked):
             known = self._once_in_view(("cosines", query), dict)  # read with a comparison the filters cut short
             found = self._search(walk, [extra, query, *params, k, k], query, k, passages, empty_is_answer=False,
-                                 cosines_of=[pk for pk in ranked if pk not in known])
+                                 cosines_of=[pk for pk in ranked if pk not in known], placed=(risen, [k, *params, k]))
         if found is not None:
             return found
         # The filters left fewer than wanted of those: the graph is walked on under them.
@@ -1847,25 +1869,30 @@ class PostgresStorage(Storage):
         return [(int(pk), 1.0 - float(distance)) for pk, distance in rows]
 
     def _search(self, ranked_by: str, params: list[Any], query: HalfVector, k: int, passages: bool, *,
-                empty_is_answer: bool, cosines_of: Sequence[int] = ()) -> list[tuple[int, float]] | None:
+                empty_is_answer: bool, cosines_of: Sequence[int] = (),
+                placed: tuple[str, list[Any]] | None = None) -> list[tuple[int, float]] | None:
         """A vector search (for ``query``) whose CTEs (``ranked_by``, taking ``params``) give
         ``placed`` (pk, distance, role, session, place: the nearest that pass the filters, in order)
-        and ``enough`` (ok: whether they are the answer), with what a recall reads next along: each
+        and ``enough`` (ok: whether they are the answer), or, where ``placed`` is given (a CTE and
+        its parameters), ``considered`` (the pks whose windows are read) for it to place them by
+        their windows (``best``); with what a recall reads next along: each
         one's later windows (where the store keeps any), the rows of the nearest
         :meth:`rows_along`, the keyword lanes' counts (the hits' coverage weighs them); and the
         cosines of ``cosines_of`` and the frequencies a keyword lane will ask (:meth:`counting_along`)
         in the same round trip. None when the search is not the answer
         (nor, unless ``empty_is_answer``, when it found nothing)."""
-        best = best_windows("ARRAY(SELECT pk FROM placed ORDER BY pk)") if passages else _NO_WINDOWS
+        windowed = "considered" if placed is not None else "placed"
+        best = best_windows(f"ARRAY(SELECT pk FROM {windowed} ORDER BY pk)") if passages else _NO_WINDOWS
         along = self.rows_along(k)
         counters = [*self.keywords.counters, *self.derived_keywords.counters]
+        placing, placing_params = placed if placed is not None else ("", [])
         search = (
             ranked_by +
+            f", best AS MATERIALIZED ({best})" + (f",{placing}" if placing else "") +
             # The nearest ``along`` read whole, apart: a condition on each row's place, put in a
             # LATERAL read, was checked after it (every candidate read, 17-32 ms at 200,000).
             f", shown AS MATERIALIZED (SELECT {_TEXT_PARTS}, {_COLUMNS_E} FROM"
-            f" (SELECT pk FROM placed ORDER BY distance, pk LIMIT %s) s JOIN entries e ON e.pk = s.pk {_TURN_BEFORE}),"
-            f" best AS MATERIALIZED ({best})"
+            f" (SELECT pk FROM placed ORDER BY distance, pk LIMIT %s) s JOIN entries e ON e.pk = s.pk {_TURN_BEFORE})"
             " SELECT x.pk, x.distance, x.role, x.session, (SELECT ok FROM enough),"
             " (SELECT ARRAY[" + ", ".join(["coalesce(sum(value) FILTER (WHERE key = %s), 0)"] * 4) + "]"
             " FROM namespace_state WHERE key = ANY(%s)),"
@@ -1875,7 +1902,7 @@ class PostgresStorage(Storage):
             # into the k (each of those scores at least its first): not sent.
             " WHERE x.place <= %s OR w.weighed <= (SELECT distance FROM placed WHERE place = %s) + 1e-9"
             " ORDER BY x.distance, x.pk",
-            [*params, along, *([query] if passages else []), *counters, counters, k, k])
+            [*params, *([query] if passages else []), *placing_params, along, *counters, counters, k, k])
         pending = self.counting_along()
         counting, pending[:] = list(pending), []  # counted here, once
         found, *beside = self.query_together(
