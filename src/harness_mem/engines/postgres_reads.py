@@ -63,7 +63,9 @@ class RecallReads:
     namespaces: tuple[str, ...]
     version: int
     derived: frozenset[str]
-    speakers: Mapping[str, frozenset[str]]
+    # Each namespace's speakers by their lower-case names (a recall asks three times; a store of
+    # many conversations has hundreds).
+    speakers: Mapping[str, Mapping[str, tuple[str, ...]]]
     live: int
     embedded: int
     # Read, not told (see Guess): they change how far a vector search reads, not what it finds.
@@ -72,11 +74,12 @@ class RecallReads:
 
     @classmethod
     def parse(cls, namespaces: Sequence[str], found: Sequence[Any]) -> RecallReads:
-        speakers: dict[str, set[str]] = {namespace: set() for namespace in namespaces}
+        speakers: dict[str, dict[str, set[str]]] = {namespace: {} for namespace in namespaces}
         for namespace, role in found[2] or ():
-            speakers[namespace].add(role)
+            speakers[namespace].setdefault(role.lower(), set()).add(role)
         return cls(tuple(namespaces), int(found[0]), frozenset(found[1]),
-                   {namespace: frozenset(roles) for namespace, roles in speakers.items()},
+                   {namespace: {name: tuple(sorted(roles)) for name, roles in named.items()}
+                    for namespace, named in speakers.items()},
                    int(found[3]), int(found[4]), int(found[5]), bool(found[6]))
 
     @staticmethod
@@ -91,9 +94,8 @@ class RecallReads:
 
     def roles_named(self, namespace: str, words: Sequence[str]) -> list[str]:
         """The speakers of ``namespace`` whose lower-case name is one of ``words`` (lower-case)."""
-        wanted = set(words)
-        return sorted((role for role in self.speakers.get(namespace, ()) if role.lower() in wanted),
-                      key=lambda role: (role.lower(), role))
+        named = self.speakers.get(namespace, {})
+        return sorted((role for word in set(words) for role in named.get(word, ())), key=lambda role: (role.lower(), role))
 
     def counts(self) -> tuple[int, int]:
         """Live entries, and those of them with a vector."""
