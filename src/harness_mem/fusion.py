@@ -68,7 +68,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 KEYWORD_WEIGHT = 0.3   # the cosine gets the rest
 #: The keyword's share for a question that gathers (:func:`gathers`): its evidence is said in passing.
@@ -93,8 +93,10 @@ def depth(k: int) -> int:
     return max(CANDIDATES, k)
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
+    """An entry fusion scores (a tuple: a hybrid recall makes ~250 of them, 0.5 µs less each than
+    a frozen dataclass)."""
+
     pk: int
     keyword: float       # -bm25 (higher is better); 0 when the entry does not match the query
     cosine: float
