@@ -642,3 +642,24 @@ def test_past_the_k_th_only_an_entry_rising_by_a_window_is_looked_up(postgres_se
     # The first 5 that pass, and the three that rose: not the 205.
     assert _rows_of(plan, "CTE tail") == PASSAGE_CANDIDATES
     assert _lookups(plan) == 5 + 3, plan
+
+
+def test_a_namespace_holding_few_of_the_vectors_weighs_the_windows_of_its_own_next_entries(postgres_server: Any) -> None:
+    # Most of the walk is another namespace's: past the k, the entries weighed by their windows are
+    # the namespace's own next ones (each looked up), not the walk's next 200, of which a quarter
+    # are its own. Its long entry ranks 68th of its own by its first window, ~290th of the walk.
+    long = f"Pottery. {FILLER} Maria adopted a greyhound called Biscuit, her pottery greyhound called Biscuit. {FILLER}"
+    question = "pottery greyhound called Biscuit"
+    found = []
+    for others in (1000, 0):
+        dsn = fresh_schema(postgres_server)
+        with MemoryStore(dsn, embedder=StartReader(), namespace="big") as big, \
+                MemoryStore(dsn, embedder=StartReader(), namespace="small") as small:
+            if others:
+                import_jsonl(big, _lines(others), workers=0)
+            import_jsonl(small, _lines(300), workers=0)
+            small.add(long, id="long")
+            small.recall("warm up the connection", mode="semantic")
+            found.append([h.entry.id for h in small.recall(question, k=5, mode="semantic")])  # (scores: each store's counts)
+    assert found[0][0] == "long"
+    assert found[0] == found[1]

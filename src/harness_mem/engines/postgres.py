@@ -1809,17 +1809,23 @@ class PostgresStorage(Storage):
         if reads is not None and reads.hold_the_vectors():
             wanted = k + (extra if reads.passages else 0)
             read = min(walked, max(min(1000, 4 * k), wanted + max(k, wanted // 4)))
+        # Past the k-th, only an entry with later windows can rise into the k, by one of them. Where
+        # the namespaces hold nearly every vector, the ``extra`` weighed are the ``extra`` the walk
+        # holds next, passing the filters or not, and only one whose window rises is looked up
+        # under them (looking each up cost 0.4 ms at 20,000 entries, 1.5 at 200,000): at most a
+        # tenth of them are another namespace's, or superseded. Elsewhere most of the walk is
+        # another's, and the ``extra`` are the next that pass, each looked up (all of them, "first").
+        lazy = read < walked
+        first_n, tail_n = ("%s", "(SELECT n FROM extra)") if lazy else ("%s + (SELECT n FROM extra)", "0")
         # The graph is walked in a statement of its own (the vectors' table alone, ordered by distance,
         # which the planner answers by the HNSW index), and the filters then meet its nearest
         # ``read``. Joined to the entries in one scan, the planner chose to compare every vector:
         # the filters' columns keep no statistics (migration 0011), so it took them for selective
         # (220 ms at 20,000 entries against 25 ms for the graph). relaxed_order: the scan may give
-        # rows slightly out of order; the queries after it sort them.
-        # Where the statement reads no more of the walk than it needs, what it reads is sorted again
-        # with the pks, and the filters meet it in that order as far as k pass (not in a sort's
-        # groups of 32); a walk read whole is read in those groups (600 rows read, and their
-        # vectors, against 32).
-        resorted = " ORDER BY distance, pk" if read < walked else ""
+        # rows slightly out of order; the queries after it sort them. What is read of it whole (not
+        # as far as the filters need, in a sort's groups of 32: 600 rows and their vectors against
+        # 32 for a walk read whole) is sorted again with the pks, and the filters meet it in that
+        # order as far as k pass.
         walk = (
             wanted_extra +
             # The distance is computed once a vector: ordered by its name, not by the expression
@@ -1828,25 +1834,22 @@ class PostgresStorage(Storage):
             # How far the walk goes is written into the statement, not a parameter: planned once
             # (see snapshot), the plan picks the graph or a scan of every vector by it.
             " nearest AS MATERIALIZED (SELECT * FROM (SELECT pk, embedding <=> %s::halfvec AS distance FROM entry_vectors"
-            f" ORDER BY distance LIMIT {int(read)}) w{resorted}),"
-            # The first k that pass the filters, each candidate looked up by its pk along the walk
-            # until k passed (LIMIT 1 keeps it a lookup: as a join the planner merged it with every
-            # entry, 45 ms at 20,000), its speaker read there.
+            f" ORDER BY distance LIMIT {int(read)}) w{' ORDER BY distance, pk' if lazy else ''}),"
+            # The first that pass the filters, each candidate looked up by its pk along the walk
+            # until enough passed (LIMIT 1 keeps it a lookup: as a join the planner merged it with
+            # every entry, 45 ms at 20,000), its speaker read there.
             " first AS MATERIALIZED (SELECT n.pk, n.distance, ok.role, ok.session,"
             " row_number() OVER (ORDER BY n.distance, n.pk) AS place FROM nearest n"
             f" CROSS JOIN LATERAL (SELECT e.role, e.session FROM entries e WHERE e.pk = n.pk AND {clause} LIMIT 1) ok"
-            " ORDER BY n.distance, n.pk LIMIT %s),"
-            # The ``extra`` the walk holds next, passing or not: only those whose window rises into
-            # the k are looked up (below). Looking every one up cost 0.4 ms at 20,000 entries, 1.5
-            # at 200,000; the two differ only where the filters leave some of them out.
+            f" ORDER BY n.distance, n.pk LIMIT {first_n}),"
             " tail AS MATERIALIZED (SELECT n.pk, n.distance FROM nearest n"
             " WHERE (n.distance, n.pk) > (SELECT distance, pk FROM first ORDER BY place DESC LIMIT 1)"
-            " ORDER BY n.distance, n.pk LIMIT (SELECT n FROM extra)),"
+            f" ORDER BY n.distance, n.pk LIMIT {tail_n}),"
             " considered AS (SELECT pk FROM first UNION ALL SELECT pk FROM tail),"
-            # Whether the walk held k that passed and the ``extra`` after them, or saw every vector
-            # (counted only then: a count reads the walk to its end, 13 ms more at 200,000).
-            " enough AS (SELECT CASE WHEN (SELECT count(*) FROM first) >= %s"
-            " AND (SELECT count(*) FROM tail) >= (SELECT n FROM extra) THEN true"
+            # Whether the walk held what was wanted, or saw every vector (counted only then: a count
+            # reads the walk to its end, 13 ms more at 200,000).
+            f" enough AS (SELECT CASE WHEN (SELECT count(*) FROM first) >= {first_n}"
+            f" AND (SELECT count(*) FROM tail) >= {tail_n} THEN true"
             f" ELSE (SELECT count(*) FROM nearest) < {int(read)} END AS ok)")
         # Past the k-th, what rose by a window and passes the filters.
         risen = (
