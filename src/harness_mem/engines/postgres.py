@@ -1812,9 +1812,10 @@ class PostgresStorage(Storage):
         # Past the k-th, only an entry with later windows can rise into the k, by one of them. Where
         # the namespaces hold nearly every vector, the ``extra`` weighed are the ``extra`` the walk
         # holds next, passing the filters or not, and only one whose window rises is looked up
-        # under them (looking each up cost 0.4 ms at 20,000 entries, 1.5 at 200,000): at most a
-        # tenth of them are another namespace's, or superseded. Elsewhere most of the walk is
-        # another's, and the ``extra`` are the next that pass, each looked up (all of them, "first").
+        # under them (looking each up cost 0.4 ms at 20,000 entries, 1.5 at 200,000): fewer are
+        # weighed only by those the filters leave out (at most a tenth another namespace's, and the
+        # superseded or expired). Elsewhere most of the walk is another's, and the ``extra`` are
+        # the next that pass, each looked up (all in "first", as far as the k and the ``extra``).
         lazy = read < walked
         first_n, tail_n = ("%s", "(SELECT n FROM extra)") if lazy else ("%s + (SELECT n FROM extra)", "0")
         # The graph is walked in a statement of its own (the vectors' table alone, ordered by distance,
