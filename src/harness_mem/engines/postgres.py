@@ -1823,10 +1823,10 @@ class PostgresStorage(Storage):
         # ``read``. Joined to the entries in one scan, the planner chose to compare every vector:
         # the filters' columns keep no statistics (migration 0011), so it took them for selective
         # (220 ms at 20,000 entries against 25 ms for the graph). relaxed_order: the scan may give
-        # rows slightly out of order; the queries after it sort them. What is read of it whole (not
-        # as far as the filters need, in a sort's groups of 32: 600 rows and their vectors against
-        # 32 for a walk read whole) is sorted again with the pks, and the filters meet it in that
-        # order as far as k pass.
+        # rows slightly out of order; the queries after it sort them. Where the statement reads no
+        # more of the walk than it needs, it sorts that again with the pks, and the filters meet it
+        # in order and stop once k pass (a sort of their own read it in groups of 32); the whole
+        # walk is not sorted so (600 rows and their vectors read, where the filters need ~32).
         walk = (
             wanted_extra +
             # The distance is computed once a vector: ordered by its name, not by the expression
