@@ -608,6 +608,12 @@ def test_a_vector_search_reads_a_quarter_more_of_its_nearest_than_it_needs(postg
         assert hits == _hits_reading_the_whole_walk(big, "pottery painting")
 
 
+# A long entry whose first window is nearer the question than most notes (one word of it), and
+# farther than the ~2 in 9 about pottery; a later window of it holds the question.
+LONG = f"Pottery. {FILLER} Maria adopted a greyhound called Biscuit, her pottery greyhound called Biscuit. {FILLER}"
+QUESTION = "pottery greyhound called Biscuit"
+
+
 def _lookups(node: dict[str, Any], inside: bool = False) -> int:
     """How many entries the plan (as it ran) looked up under the filters: its reads of the entries'
     table in the CTEs that place the search's candidates (the hits' rows are read in another)."""
@@ -621,22 +627,18 @@ def test_past_the_k_th_only_an_entry_rising_by_a_window_is_looked_up(postgres_se
     # rises into the k is looked up under the filters: one of another namespace, or superseded,
     # rises as well and is left out; the hits are those of the whole walk's (every one looked up).
     dsn = fresh_schema(postgres_server)
-    # Its first window is nearer the question than most notes (one word of it), farther than the
-    # ~110 about pottery: among the 200 after the k.
-    long = f"Pottery. {FILLER} Maria adopted a greyhound called Biscuit, her pottery greyhound called Biscuit. {FILLER}"
-    question = "pottery greyhound called Biscuit"
     with MemoryStore(dsn, embedder=StartReader(), namespace="big") as big, \
             MemoryStore(dsn, embedder=StartReader(), namespace="small") as small:
         import_jsonl(big, _lines(500), workers=0)
-        big.add(long, id="long")
-        big.add(long, id="old")
+        big.add(LONG, id="long")  # among the 200 after the k: ~110 notes are about pottery
+        big.add(LONG, id="old")
         big.supersede("old", "Mario has no dog.")
-        small.add(long, id="elsewhere")
+        small.add(LONG, id="elsewhere")
         big.recall("warm up the connection", mode="semantic")
         sent = Sent(big)
-        hits = [(h.entry.id, h.score) for h in big.recall(question, k=5, mode="semantic")]
+        hits = [(h.entry.id, h.score) for h in big.recall(QUESTION, k=5, mode="semantic")]
         assert hits[0][0] == "long" and not {"old", "elsewhere"} & {hit for hit, _ in hits}
-        assert hits == _hits_reading_the_whole_walk(big, question)
+        assert hits == _hits_reading_the_whole_walk(big, QUESTION)
         search, params = next((sql, params) for sql, params in sent.statements if "nearest AS" in sql)
         with big.storage.snapshot():
             plan = big.storage.query("EXPLAIN (ANALYZE, FORMAT JSON) " + search, params)[0][0][0]["Plan"]
@@ -649,8 +651,6 @@ def test_a_namespace_holding_few_of_the_vectors_weighs_the_windows_of_its_own_ne
     # Most of the walk is another namespace's: past the k, the entries weighed by their windows are
     # the namespace's own next ones (each looked up), not the walk's next 200, of which a quarter
     # are its own. Its long entry ranks 68th of its own by its first window, ~290th of the walk.
-    long = f"Pottery. {FILLER} Maria adopted a greyhound called Biscuit, her pottery greyhound called Biscuit. {FILLER}"
-    question = "pottery greyhound called Biscuit"
     found = []
     for others in (1000, 0):
         dsn = fresh_schema(postgres_server)
@@ -659,8 +659,8 @@ def test_a_namespace_holding_few_of_the_vectors_weighs_the_windows_of_its_own_ne
             if others:
                 import_jsonl(big, _lines(others), workers=0)
             import_jsonl(small, _lines(300), workers=0)
-            small.add(long, id="long")
+            small.add(LONG, id="long")
             small.recall("warm up the connection", mode="semantic")
-            found.append([h.entry.id for h in small.recall(question, k=5, mode="semantic")])  # (scores: each store's counts)
+            found.append([h.entry.id for h in small.recall(QUESTION, k=5, mode="semantic")])  # (scores: each store's counts)
     assert found[0][0] == "long"
     assert found[0] == found[1]
