@@ -126,6 +126,16 @@ class KeywordSource(Protocol):
         """The keyword-index text of each entry, as its write made it."""
         ...
 
+    def holding(self, pks: Sequence[int], terms: Sequence[str]) -> dict[int, tuple[bool, ...]]:
+        """Which of ``terms`` each entry's keyword-index text holds (:func:`terms_held`), for
+        those of ``pks`` that have one."""
+        ...
+
+    def will_hold(self, terms: Sequence[str]) -> None:
+        """The terms :meth:`holding` will be asked of the entries this read reads next (a recall's
+        coverage): an engine across a network reads that along with them."""
+        ...
+
     def count(self, selection: Selection, limit: int) -> int:
         """How many entries pass ``selection``, counted up to ``limit``."""
         ...
@@ -226,6 +236,23 @@ def term_tokens(term: str) -> tuple[tuple[str, ...], bool]:
     if prefix and raw:
         tokens[-1] = raw[-1]
     return tuple(tokens), prefix
+
+
+def terms_held(terms: Sequence[str], index_text: str) -> tuple[bool, ...]:
+    """Which of ``terms`` (FTS5 query terms) ``index_text`` holds: each of a term's tokens anywhere
+    in it (a phrase's in any order), the last of a prefix term as the start of a word."""
+    split = [term_tokens(term) for term in terms]
+    whole = [tokens[:-1] if prefix else tokens for tokens, prefix in split]
+    held = forms_held(index_text, [t for tokens in whole for t in tokens])
+    words: list[str] | None = None
+    found = []
+    for (tokens, prefix), needed in zip(split, whole, strict=True):
+        holds = bool(tokens) and all(t in held for t in needed)
+        if holds and prefix:
+            words = index_tokens(index_text) if words is None else words
+            holds = any(word.startswith(tokens[-1]) for word in words)
+        found.append(holds)
+    return tuple(found)
 
 
 # Entries and the terms each holds: rowids, and a bit mask over the query's terms for each.

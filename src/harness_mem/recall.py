@@ -161,6 +161,9 @@ class Recall:
         rerank: bool = False,
     ) -> list[Hit]:
         wanted = max(k, RERANK_DEPTH) if rerank else k  # what the ranking hands to the reranker
+        terms = keyword.query_terms(query)
+        if terms:  # the hits' coverage asks which terms each holds: read with their rows, where it can be
+            self._keyword_lane(derived=bool(filters.derived))[1].will_hold(terms)
         sourcing = mode != "keyword" and self._ranks_with_sources(filters)
         ranking = self._ranking(query, mode, filters, named, query_vector, pending, exact,
                                 max(wanted, fusion.CANDIDATES) if sourcing else wanted, whole=sourcing)
@@ -321,7 +324,7 @@ class Recall:
         index, source = self._keyword_lane(derived=bool(filters.derived))
         rows, _ = source.stats()
         weights = [scores.term_weight(rows, df) for df in index.document_frequencies(source, terms, rows)]
-        return {pk: scores.coverage(terms, weights, text) for pk, text in source.texts(pks).items()}
+        return {pk: scores.coverage_of(held, weights) for pk, held in source.holding(pks, terms).items()}
 
     def _keyword_lane(self, *, derived: bool) -> tuple[KeywordIndex, Any]:
         """A keyword lane (its df cache and its source): what consolidation derived, or the rest

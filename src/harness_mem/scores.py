@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from .bm25 import forms_held, index_tokens, term_tokens
+from .bm25 import terms_held
 
-__all__ = ["COEFFICIENTS", "calibrated", "coverage", "in_order", "relevance", "term_weight"]
+__all__ = ["COEFFICIENTS", "calibrated", "coverage", "coverage_of", "in_order", "relevance", "term_weight"]
 
 #: (a, b, c) per mode (b: coverage, c: similarity), fitted by bench/calibrate_scores.py on all the
 #: dev questions (keyword mode has no similarity).
@@ -46,20 +46,15 @@ def term_weight(rows: int, df: int) -> float:
 
 def coverage(terms: Sequence[str], weights: Sequence[float], index_text: str) -> float:
     """The weighted share of ``terms`` (FTS5 query terms) that ``index_text`` holds, in [0, 1]."""
+    return coverage_of(terms_held(terms, index_text), weights)
+
+
+def coverage_of(held: Sequence[bool], weights: Sequence[float]) -> float:
+    """The weighted share of the terms an entry holds (``held``, one flag a term: :func:`terms_held`)."""
     total = sum(weights)
     if total <= 0:
         return 0.0
-    split = [term_tokens(term) for term in terms]
-    whole = [tokens[:-1] if prefix else tokens for tokens, prefix in split]
-    held = forms_held(index_text, [t for tokens in whole for t in tokens])
-    found = 0.0
-    for (tokens, prefix), needed, weight in zip(split, whole, weights, strict=True):
-        if not tokens or not all(t in held for t in needed):
-            continue
-        if prefix and not any(word.startswith(tokens[-1]) for word in index_tokens(index_text)):
-            continue
-        found += weight
-    return found / total
+    return sum(weight for holds, weight in zip(held, weights, strict=True) if holds) / total
 
 
 def relevance(mode: str, covered: float, similarity: float = 0.0) -> float:

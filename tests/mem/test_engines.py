@@ -128,6 +128,35 @@ def test_both_engines_rank_the_same_candidates_the_same_way(tmp_path: Path, post
             store.close()
 
 
+def test_both_engines_say_alike_which_terms_an_entry_holds(tmp_path: Path, postgres_server: object) -> None:
+    # A hit's coverage weighs the query's terms it holds: PostgreSQL tests each against the entry's
+    # stored tokens, SQLite matches its keyword-index text (the turn before it included), and both
+    # must say the same, for stems, folded accents, the turn before, CJK bigrams and a lone character.
+    from engine_targets import fresh_schema
+
+    from harness_mem import keyword
+
+    entries = [
+        ("Caroline", "I went running by the lake; the runners were kind.", "s1"),
+        ("Melanie", "José cooked a naïve café crème for the support group.", "s1"),
+        ("Caroline", "我喜欢喝咖啡，也喜欢茶。", "s2"),
+        ("Melanie", "Deploys happen on Tuesdays after the stand-up.", "s2"),
+    ]
+    queries = ("who runs by the lake", "jose naive cafe", "what did Melanie say after running",
+               "咖啡和茶", "喝", "stand up deploys tuesday", "the")
+    held = []
+    for target in (str(tmp_path / "m.db"), fresh_schema(postgres_server)):
+        with MemoryStore(target, embedder=None) as store:
+            store.add_many([{"content": text, "role": role, "session": session, "id": f"e{i}",
+                             "created_at": f"2024-01-01T10:0{i}:00Z"} for i, (role, text, session) in enumerate(entries)])
+            pks = {store.storage.pk_of(store.namespaces[0], f"e{i}"): f"e{i}" for i in range(len(entries))}
+            held.append({query: {pks[pk]: flags for pk, flags in store.storage.keywords.holding(
+                list(pks), keyword.query_terms(query)).items()} for query in queries})
+    assert held[0] == held[1]
+    flags = [flag for answer in held[0].values() for holding in answer.values() for flag in holding]
+    assert any(flags) and not all(flags)
+
+
 def _keyword_answers(targets: list[str], entries: list[tuple[str, str]], queries: tuple[str, ...]) -> list[list[object]]:
     found = []
     for target in targets:

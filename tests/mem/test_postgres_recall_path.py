@@ -199,7 +199,7 @@ def test_a_question_naming_a_speaker_by_its_pronouns_costs_no_round_trip_more(st
     # statement reads speakers: the ranking, the search, the hits' rows.
     assert not [sql for sql, _ in sent.statements if "spelled" in sql or sql.startswith("SELECT coalesce((SELECT value")]
     assert sent.trips == 3 and "e.pk = ANY(%s)" in sent.statements[-1][0], [s for s, _ in sent.statements]
-    assert set(sent.statements[-1][1][0]) == {store.storage.pk_of(store.namespaces[0], h.entry.id) for h in hits}
+    assert set(sent.statements[-1][1][-1]) == {store.storage.pk_of(store.namespaces[0], h.entry.id) for h in hits}
     assert hits[0].entry.role == "user" and hits[0].components["speaker"]["score"] > 0  # type: ignore[index]
 
 

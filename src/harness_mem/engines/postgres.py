@@ -303,13 +303,30 @@ def tsquery_of_term(term: str) -> str | None:
     return parts[0] if len(parts) == 1 else "(" + " <-> ".join(parts) + ")"
 
 
+# A tsquery no entry's tokens match: a lexeme none holds.
+_NEVER = "'\\u0000never'"
+
+
+def tsquery_held(term: str) -> str:
+    """A ``tsquery`` an entry's tokens match where its keyword-index text holds ``term`` as
+    :func:`~harness_mem.bm25.terms_held` says: each token anywhere, the last of a prefix term as
+    the start of a word."""
+    tokens, prefix = query_tokens(term)
+    if not tokens:
+        return _NEVER
+    parts = [_lexeme(token) for token in tokens]
+    if prefix:
+        parts[-1] += ":*"
+    return " & ".join(parts)
+
+
 def tsquery_of(match: Match) -> str:
     """``match`` (an AND of ORs) as a ``tsquery``; a group with no searchable term matches nothing."""
     groups = []
     for group in match:
         terms = [q for q in (tsquery_of_term(t) for t in group) if q is not None]
         if not terms:
-            return "'\\u0000never'"  # a lexeme no entry holds
+            return _NEVER
         groups.append(terms[0] if len(terms) == 1 else "(" + " | ".join(terms) + ")")
     return " & ".join(groups)
 
@@ -436,7 +453,7 @@ def where(selection: Selection, alias: str = "e") -> tuple[str, list[Any]]:
     return " AND ".join(clauses), params
 
 
-def bm25_statement(words: int, clause: str, lane: str, *, rows: bool) -> str:
+def bm25_statement(words: int, clause: str, lane: str, *, rows: str | None) -> str:
     """BM25 of a query of ``words`` single words over the entries holding any, in one statement: the
     lane's counts (namespace_state), each word's document frequency (``word_counts``, 0019: what
     counting every entry of the lane holding it gives) and each entry's score, FTS5's formula
@@ -448,13 +465,14 @@ def bm25_statement(words: int, clause: str, lane: str, *, rows: bool) -> str:
     (unnesting the tsvector cost 0.1 ms an entry), computed only where the entry holds the word (the
     test costs a fraction of the ranking, and most entries hold one word of several). An entry holding a word more often than a lexeme
     keeps positions, or longer than its positions reach, is returned too, to be counted again. With
-    ``rows``, each one's row and what its index text is made of come along: a statement of its own
+    ``rows`` (the column of :meth:`PostgresStorage.holding_along`), each one's row comes along, after
+    which of the recall's terms it holds: a statement of its own
     (a generic plan cannot prune a join by a parameter: given as one, the rows of a fusion's 200
     candidates were read and dropped, 2.5 ms of a 4.4 ms statement at 20,000 entries).
 
     Parameters: the lane's two counters, k1, b, the words' tsqueries, the OR of the words, the
     clause's, the words (as stored) with the lane (whether derived) for each, the two limits, how
-    many."""
+    many; then ``rows``'."""
     terms = range(words)
     frequencies = ", ".join(f"CASE WHEN e.tokens @@ w.q{i} THEN ts_rank_cd('{{1,1,1,1}}', e.tokens, w.q{i})::int"
                             f" ELSE 0 END AS tf{i}" for i in terms)
@@ -464,7 +482,7 @@ def bm25_statement(words: int, clause: str, lane: str, *, rows: bool) -> str:
                         f" THEN ln((s.n - c.df{i} + 0.5) / (c.df{i} + 0.5)) ELSE 1e-6 END AS idf{i}" for i in terms)
     shares = " + ".join(f"CASE WHEN h.tf{i} > 0 THEN w.idf{i} * ((h.tf{i} * (s.k1 + 1))"
                         f" / (h.tf{i} + s.k1 * (1 - s.b + s.b * h.ratio))) ELSE 0 END" for i in terms)
-    along, joined = (", r.*", f"\nLEFT JOIN LATERAL (SELECT {_TEXT_PARTS}, {_COLUMNS_E} FROM entries e {_TURN_BEFORE}"
+    along, joined = (", r.*", f"\nLEFT JOIN LATERAL (SELECT {rows}, {_COLUMNS_E} FROM entries e"
                      " WHERE e.pk = b.pk) r ON true") if rows else ("", "")
     return f"""
 WITH stats AS (
@@ -590,10 +608,12 @@ class PostgresKeywords:
         (:func:`bm25_statement`)."""
         clause, params = where(selection)
         along = self.storage.rows_along(k) > 0
+        held, held_params = self.storage.holding_along()
         found = self.storage.query(
-            bm25_statement(len(words), clause, self.lane, rows=along),
+            bm25_statement(len(words), clause, self.lane, rows=held if along else None),
             [*self.counters, K1, B, *(tsquery_of(((term,),)) for term in terms), tsquery_of((tuple(terms),)), *params,
-             *(value for word in words for value in (self.derived, word)), MAX_POSITIONS, MAX_POSITION, k])
+             *(value for word in words for value in (self.derived, word)), MAX_POSITIONS, MAX_POSITION, k,
+             *(held_params if along else [])])
         if not found:
             return []
         rows, average, dfs = int(found[0][4]), float(found[0][5]), found[0][6]
@@ -681,6 +701,12 @@ class PostgresKeywords:
 
     def texts(self, pks: Sequence[int]) -> dict[int, str]:
         return self.storage.index_texts(pks)
+
+    def holding(self, pks: Sequence[int], terms: Sequence[str]) -> dict[int, tuple[bool, ...]]:
+        return self.storage.holding(pks, terms)
+
+    def will_hold(self, terms: Sequence[str]) -> None:
+        self.storage.will_hold(terms)
 
     def count(self, selection: Selection, limit: int) -> int:
         clause, params = where(selection)
@@ -1620,16 +1646,35 @@ class PostgresStorage(Storage):
         self._run("UPDATE entries SET tokens = %s::tsvector, token_count = %s WHERE pk = %s", (literal, count, pk))
 
     def index_texts(self, pks: Sequence[int]) -> dict[int, str]:
-        known = self._once_in_view("index texts", dict)  # those rows() read in this view
-        if known and all(pk in known for pk in pks):
-            return {pk: known[pk] for pk in pks}
-        return {pk: text for pk, (_, text) in self._rows_with_texts(pks, columns="e.pk").items()}
+        found = self.query(f"SELECT {_TEXT_PARTS}, e.pk FROM entries e {_TURN_BEFORE} WHERE e.pk = ANY(%s)", (Pks(pks),))
+        return {int(r[_TEXT_PART_COUNT]): index_text(r[:_TEXT_PART_COUNT]) for r in found}
 
-    def _rows_with_texts(self, pks: Sequence[int], columns: str) -> dict[int, tuple[tuple[Any, ...], str]]:
-        """``columns`` of each entry (the first its pk) with its keyword-index text, in one query."""
-        found = self.query(f"SELECT {_TEXT_PARTS}, {columns} FROM entries e {_TURN_BEFORE} WHERE e.pk = ANY(%s)",
-                           (Pks(pks),))
-        return {int(r[_TEXT_PART_COUNT]): (tuple(r[_TEXT_PART_COUNT:]), index_text(r[:_TEXT_PART_COUNT])) for r in found}
+    def will_hold(self, terms: Sequence[str]) -> None:
+        """Read along, with the rows this read view reads next, which of ``terms`` each holds (its
+        recall's coverage asks it next: :meth:`holding`)."""
+        if self.read_view is not None:
+            self._once_in_view("held terms", list)[:] = list(terms)
+
+    def holding_along(self) -> tuple[str, list[Any]]:
+        """The column (an array of booleans, of the entry ``e``) that says which of the terms
+        :meth:`will_hold` was told each entry holds, and its parameters: a test of its tokens each,
+        not its index text (with the turn before it) read and matched here."""
+        terms = self._once_in_view("held terms", list) if self.read_view is not None else []
+        if not terms:
+            return "NULL::boolean[]", []
+        return ("ARRAY[" + ", ".join(["coalesce(e.tokens @@ %s::tsquery, false)"] * len(terms)) + "]",
+                [tsquery_held(term) for term in terms])
+
+    def holding(self, pks: Sequence[int], terms: Sequence[str]) -> dict[int, tuple[bool, ...]]:
+        """:meth:`KeywordSource.holding <harness_mem.bm25.KeywordSource.holding>`: what the rows
+        this read view read came with, the others asked."""
+        known: dict[int, tuple[bool, ...]] = self._once_in_view(("held", tuple(terms)), dict)
+        missing = [pk for pk in pks if pk not in known]
+        if missing and terms:
+            column = "ARRAY[" + ", ".join(["coalesce(e.tokens @@ %s::tsquery, false)"] * len(terms)) + "]"
+            known.update((int(pk), tuple(held)) for pk, held in self.query(
+                f"SELECT e.pk, {column} FROM entries e WHERE e.pk = ANY(%s)", [*map(tsquery_held, terms), Pks(missing)]))
+        return {pk: known[pk] for pk in pks if pk in known}
 
     def rows_along(self, ranked: int) -> int:
         """How many of a ranking's ``ranked`` best read their rows along: inside a recall's
@@ -1638,13 +1683,16 @@ class PostgresStorage(Storage):
         return ranked if ranked <= ROWS_ALONG and self.read_view is not None else 0
 
     def saw_rows(self, found: Iterable[Sequence[Any]]) -> None:
-        """Keep, for :meth:`rows` and :meth:`index_texts` in this read view, whole rows read along
-        with a ranking (each :data:`_TEXT_PARTS` then the columns; all NULL where none came)."""
-        rows, texts = self._once_in_view("rows", dict), self._once_in_view("index texts", dict)
+        """Keep, for :meth:`rows` and :meth:`holding` in this read view, whole rows read along with a
+        ranking (each :meth:`holding_along`'s column then the columns; all NULL where none came)."""
+        rows = self._once_in_view("rows", dict)
+        held = self._once_in_view(("held", tuple(self._once_in_view("held terms", list))), dict)
         for read in found:
-            pk = read[_TEXT_PART_COUNT]
+            pk = read[1]
             if pk is not None:
-                rows[int(pk)], texts[int(pk)] = Row._make(read[_TEXT_PART_COUNT:]), index_text(read[:_TEXT_PART_COUNT])
+                rows[int(pk)] = Row._make(read[1:])
+                if read[0] is not None:
+                    held[int(pk)] = tuple(read[0])
 
     # ---- reads -----------------------------------------------------------------------------------------
 
@@ -1666,14 +1714,14 @@ class PostgresStorage(Storage):
         if not pks:
             return {}
         if self.read_view is not None:
-            # Inside a recall's snapshot: those its ranking read along are known; the others' index
-            # texts come along (its coverage reads them next).
+            # Inside a recall's snapshot: those its ranking read along are known; the others come
+            # with the terms they hold (its coverage asks them next).
             known = self._once_in_view("rows", dict)
             missing = [pk for pk in pks if pk not in known]
             if missing:
-                found = self._rows_with_texts(missing, columns=_COLUMNS_E)
-                self._once_in_view("index texts", dict).update((pk, text) for pk, (_, text) in found.items())
-                known.update((pk, Row._make(columns)) for pk, (columns, _) in found.items())
+                held, params = self.holding_along()
+                self.saw_rows(self.query(f"SELECT {held}, {_COLUMNS_E} FROM entries e WHERE e.pk = ANY(%s)",
+                                         [*params, Pks(missing)]))
             return {pk: known[pk] for pk in pks if pk in known}
         return {int(r[0]): Row._make(r) for r in self.query(
             f"SELECT {_COLUMNS_E} FROM entries e WHERE e.pk = ANY(%s)", (Pks(pks),))}
@@ -1890,13 +1938,14 @@ class PostgresStorage(Storage):
         along = self.rows_along(k)
         counters = [*self.keywords.counters, *self.derived_keywords.counters]
         placing, placing_params = placed if placed is not None else ("", [])
+        held, held_params = self.holding_along()
         search = (
             ranked_by +
             f", best AS MATERIALIZED ({best})" + (f",{placing}" if placing else "") +
             # The nearest ``along`` read whole, apart: a condition on each row's place, put in a
             # LATERAL read, was checked after it (every candidate read, 17-32 ms at 200,000).
-            f", shown AS MATERIALIZED (SELECT {_TEXT_PARTS}, {_COLUMNS_E} FROM"
-            f" (SELECT pk FROM placed ORDER BY distance, pk LIMIT %s) s JOIN entries e ON e.pk = s.pk {_TURN_BEFORE})"
+            f", shown AS MATERIALIZED (SELECT {held}, {_COLUMNS_E} FROM"
+            " (SELECT pk FROM placed ORDER BY distance, pk LIMIT %s) s JOIN entries e ON e.pk = s.pk)"
             " SELECT x.pk, x.distance, x.role, x.session, (SELECT ok FROM enough),"
             " (SELECT ARRAY[" + ", ".join(["coalesce(sum(value) FILTER (WHERE key = %s), 0)"] * 4) + "]"
             " FROM namespace_state WHERE key = ANY(%s)),"
@@ -1906,7 +1955,7 @@ class PostgresStorage(Storage):
             # into the k (each of those scores at least its first): not sent.
             " WHERE x.place <= %s OR w.weighed <= (SELECT distance FROM placed WHERE place = %s) + 1e-9"
             " ORDER BY x.distance, x.pk",
-            [*params, *([query] if passages else []), *placing_params, along, *counters, counters, k, k])
+            [*params, *([query] if passages else []), *placing_params, *held_params, along, *counters, counters, k, k])
         pending = self.counting_along()
         counting, pending[:] = list(pending), []  # counted here, once
         found, *beside = self.query_together(

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..bm25 import Match
+from ..bm25 import Match, terms_held
 from ..db import Connection
 from ..filters import Selection
 from ..storage import DERIVED_SOURCE
@@ -245,6 +245,12 @@ class FTS5Keywords:
 
     def texts(self, pks: Sequence[int]) -> dict[int, str]:
         return self._texts(pks)
+
+    def holding(self, pks: Sequence[int], terms: Sequence[str]) -> dict[int, tuple[bool, ...]]:
+        return {pk: terms_held(terms, text) for pk, text in self._texts(pks).items()}
+
+    def will_hold(self, terms: Sequence[str]) -> None:
+        return None  # read when asked: nothing to save
 
     def count(self, selection: Selection, limit: int) -> int:
         clause, params = where(selection)
