@@ -30,9 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from .bm25 import terms_held
-
-__all__ = ["COEFFICIENTS", "calibrated", "coverage", "coverage_of", "in_order", "relevance", "term_weight"]
+__all__ = ["COEFFICIENTS", "calibrated", "coverage_of", "in_order", "relevance", "term_weight"]
 
 #: (a, b, c) per mode (b: coverage, c: similarity), fitted by bench/calibrate_scores.py on all the
 #: dev questions (keyword mode has no similarity).
@@ -44,13 +42,9 @@ def term_weight(rows: int, df: int) -> float:
     return math.log1p(rows / (df + 0.5))
 
 
-def coverage(terms: Sequence[str], weights: Sequence[float], index_text: str) -> float:
-    """The weighted share of ``terms`` (FTS5 query terms) that ``index_text`` holds, in [0, 1]."""
-    return coverage_of(terms_held(terms, index_text), weights)
-
-
 def coverage_of(held: Sequence[bool], weights: Sequence[float]) -> float:
-    """The weighted share of the terms an entry holds (``held``, one flag a term: :func:`terms_held`)."""
+    """The weighted share of a query's terms an entry holds (``held``, a flag a term:
+    :func:`~harness_mem.bm25.terms_held` of its keyword-index text), in [0, 1]."""
     total = sum(weights)
     if total <= 0:
         return 0.0

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness_mem import MemoryStore
-from harness_mem.scores import coverage, in_order, relevance, term_weight
+from harness_mem.bm25 import terms_held
+from harness_mem.scores import coverage_of, in_order, relevance, term_weight
 
 FACTS = [
     "Ada's home is a flat in Lisbon, in the old Alfama district.",
@@ -68,14 +69,24 @@ def test_a_paraphrase_with_no_shared_word_still_scores_as_an_answer(semantic_sto
     assert top.entry.content.startswith("a cat") and top.score >= 0.5
 
 
+def _coverage(terms: list[str], weights: list[float], text: str) -> float:
+    return coverage_of(terms_held(terms, text), weights)
+
+
 def test_coverage_weighs_a_rare_word_over_a_common_one() -> None:
     terms = ['"ada"', '"cello"']
     weights = [term_weight(1000, 990), term_weight(1000, 3)]
-    assert coverage(terms, weights, "ada likes tea") < 0.15
-    assert coverage(terms, weights, "the cello lessons") > 0.85
-    assert coverage(terms, weights, "Ada's cello") == 1.0
-    assert coverage(['"paint"*'], [1.0], "she was painting") == 1.0  # a prefix term
-    assert coverage([], [], "anything") == 0.0
+    assert _coverage(terms, weights, "ada likes tea") < 0.15
+    assert _coverage(terms, weights, "the cello lessons") > 0.85
+    assert _coverage(terms, weights, "Ada's cello") == 1.0
+    assert _coverage(['"paint"*'], [1.0], "she was painting") == 1.0  # a prefix term
+    assert _coverage([], [], "anything") == 0.0
+
+
+def test_a_term_is_held_by_its_stem_its_folded_form_and_a_phrase_in_any_order() -> None:
+    assert terms_held(['"running"', '"cafe"', '"lake sunrise"'], "Runs to the café at sunrise by the lake") == (
+        True, True, True)
+    assert terms_held(['"paint"*', '"cello"', '"sunrise lake"'], "a painter's lake") == (True, False, False)
 
 
 def test_a_hit_sharing_nothing_scores_low_in_every_mode() -> None:
