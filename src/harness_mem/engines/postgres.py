@@ -292,14 +292,20 @@ def _lexeme(token: str) -> str:
     return "'" + token.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+def _term_lexemes(term: str) -> list[str]:
+    """A query term's tokens as ``tsquery`` lexemes, the last a prefix (``:*``) for a prefix term."""
+    tokens, prefix = query_tokens(term)
+    parts = [_lexeme(token) for token in tokens]
+    if prefix and parts:
+        parts[-1] += ":*"
+    return parts
+
+
 def tsquery_of_term(term: str) -> str | None:
     """One query term as a ``tsquery`` (a word, a phrase of adjacent tokens, or a prefix)."""
-    tokens, prefix = query_tokens(term)
-    if not tokens:
+    parts = _term_lexemes(term)
+    if not parts:
         return None
-    parts = [_lexeme(token) for token in tokens]
-    if prefix:
-        parts[-1] += ":*"
     return parts[0] if len(parts) == 1 else "(" + " <-> ".join(parts) + ")"
 
 
@@ -311,13 +317,7 @@ def tsquery_held(term: str) -> str:
     """A ``tsquery`` an entry's tokens match where its keyword-index text holds ``term`` as
     :func:`~harness_mem.bm25.terms_held` says: each token anywhere, the last of a prefix term as
     the start of a word."""
-    tokens, prefix = query_tokens(term)
-    if not tokens:
-        return _NEVER
-    parts = [_lexeme(token) for token in tokens]
-    if prefix:
-        parts[-1] += ":*"
-    return " & ".join(parts)
+    return " & ".join(_term_lexemes(term)) or _NEVER
 
 
 def tsquery_of(match: Match) -> str:
