@@ -320,6 +320,13 @@ def tsquery_held(term: str) -> str:
     return " & ".join(_term_lexemes(term)) or _NEVER
 
 
+def held_column(terms: Sequence[str]) -> tuple[str, list[str]]:
+    """An array of booleans, one a term, of which ``terms`` the entry ``e`` holds
+    (:func:`tsquery_held` on its tokens; false where it has none), and its parameters."""
+    return ("ARRAY[" + ", ".join(["coalesce(e.tokens @@ %s::tsquery, false)"] * len(terms)) + "]",
+            [tsquery_held(term) for term in terms])
+
+
 def tsquery_of(match: Match) -> str:
     """``match`` (an AND of ORs) as a ``tsquery``; a group with no searchable term matches nothing."""
     groups = []
@@ -472,7 +479,7 @@ def bm25_statement(words: int, clause: str, lane: str, *, rows: str | None) -> s
 
     Parameters: the lane's two counters, k1, b, the words' tsqueries, the OR of the words, the
     clause's, the words (as stored) with the lane (whether derived) for each, the two limits, how
-    many; then ``rows``'."""
+    many; then those of ``rows``."""
     terms = range(words)
     frequencies = ", ".join(f"CASE WHEN e.tokens @@ w.q{i} THEN ts_rank_cd('{{1,1,1,1}}', e.tokens, w.q{i})::int"
                             f" ELSE 0 END AS tf{i}" for i in terms)
@@ -1660,10 +1667,7 @@ class PostgresStorage(Storage):
         :meth:`will_hold` was told each entry holds, and its parameters: a test of its tokens each,
         not its index text (with the turn before it) read and matched here."""
         terms = self._once_in_view("held terms", list) if self.read_view is not None else []
-        if not terms:
-            return "NULL::boolean[]", []
-        return ("ARRAY[" + ", ".join(["coalesce(e.tokens @@ %s::tsquery, false)"] * len(terms)) + "]",
-                [tsquery_held(term) for term in terms])
+        return held_column(terms) if terms else ("NULL::boolean[]", [])
 
     def holding(self, pks: Sequence[int], terms: Sequence[str]) -> dict[int, tuple[bool, ...]]:
         """:meth:`KeywordSource.holding <harness_mem.bm25.KeywordSource.holding>`: what the rows
@@ -1671,9 +1675,9 @@ class PostgresStorage(Storage):
         known: dict[int, tuple[bool, ...]] = self._once_in_view(("held", tuple(terms)), dict)
         missing = [pk for pk in pks if pk not in known]
         if missing and terms:
-            column = "ARRAY[" + ", ".join(["coalesce(e.tokens @@ %s::tsquery, false)"] * len(terms)) + "]"
+            column, params = held_column(terms)
             known.update((int(pk), tuple(held)) for pk, held in self.query(
-                f"SELECT e.pk, {column} FROM entries e WHERE e.pk = ANY(%s)", [*map(tsquery_held, terms), Pks(missing)]))
+                f"SELECT e.pk, {column} FROM entries e WHERE e.pk = ANY(%s)", [*params, Pks(missing)]))
         return {pk: known[pk] for pk in pks if pk in known}
 
     def rows_along(self, ranked: int) -> int:
