@@ -39,6 +39,7 @@ SERVER_USER = "nobody"
 # A port picked free can be taken before the server binds it: that start is tried again.
 START_ATTEMPTS = 3
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_SETTING_VALUE = re.compile(r"[A-Za-z0-9_.]+")
 
 # Only what a running server reads is copied (not include/): a smaller copy, a faster start.
 _COPIED = ("bin", "lib", "share")
@@ -110,11 +111,19 @@ class PostgresServer:
     the ``vector`` extension; ``create_database`` and ``create_role`` make more for a test.
 
     ``kept``: a folder the server lives in and that stopping it leaves, its data there for the next
-    start (a benchmark's large store, built once); by default a fresh temporary one, removed."""
+    start (a benchmark's large store, built once); by default a fresh temporary one, removed.
 
-    def __init__(self, *, start_timeout: float = 60.0, kept: Path | None = None) -> None:
+    ``settings``: server parameters given at each start (``-c name=value``), such as a benchmark's
+    ``shared_buffers``; a kept server's files are not changed by them."""
+
+    def __init__(self, *, start_timeout: float = 60.0, kept: Path | None = None,
+                 settings: dict[str, str] | None = None) -> None:
         self.start_timeout = start_timeout
         self.kept = kept
+        self.settings = dict(settings or {})
+        for name, value in self.settings.items():  # they go on pg_ctl's command line as words
+            if not _NAME.fullmatch(name.replace(".", "_")) or not _SETTING_VALUE.fullmatch(value):
+                raise ValueError(f"not a plain server setting: {name}={value!r}")
         self.root: Path | None = None
         self.port: int | None = None
         self.start_seconds: float | None = None
@@ -201,7 +210,7 @@ class PostgresServer:
         if self.port is None:
             raise PostgresServerError("the server is not started")
         self._run([self._bin("pg_ctl"), "start", "-D", str(self.data_dir), "-l", str(self.log_file),
-                   "-o", f"-p {self.port}", "-w", "-t", str(int(self.start_timeout))], timeout=self.start_timeout + 10)
+                   "-o", self._options(), "-w", "-t", str(int(self.start_timeout))], timeout=self.start_timeout + 10)
 
     def restart(self) -> None:
         self.halt()
@@ -302,12 +311,15 @@ class PostgresServer:
             self.port = free_port()
             try:
                 self._run([self._bin("pg_ctl"), "start", "-D", str(self.data_dir), "-l", str(self.log_file),
-                           "-o", f"-p {self.port}", "-w", "-t", str(int(self.start_timeout))],
+                           "-o", self._options(), "-w", "-t", str(int(self.start_timeout))],
                           timeout=self.start_timeout + 10)
                 return
             except PostgresServerError:
                 if attempt == START_ATTEMPTS or "already in use" not in self._log_tail():
                     raise
+
+    def _options(self) -> str:
+        return " ".join([f"-p {self.port}", *(f"-c {name}={value}" for name, value in self.settings.items())])
 
     def _create_database(self, name: str, *, owner: str = SUPERUSER, vector: bool = True) -> None:
         from psycopg import sql

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def server() -> Iterator[PostgresServer]:
     """A server of this module's own: restarting the session's would cut every other test's store."""
-    with PostgresServer() as started:
+    with PostgresServer(settings={"work_mem": "7MB"}) as started:
         yield started
 
 
@@ -40,6 +40,16 @@ def _one_line(exc: BaseException) -> str:
     text = str(exc)
     assert "\n" not in text and text, text
     return text
+
+
+def test_the_settings_a_server_is_started_with_hold_after_its_restart(server: PostgresServer) -> None:
+    # The benchmarks size the server's buffers so (bench_postgres.py --shared-buffers).
+    for _ in range(2):
+        with server.connect() as conn:
+            assert conn.execute("SHOW work_mem").fetchone() == ("7MB",)
+        server.restart()
+    with pytest.raises(ValueError, match="not a plain server setting"):
+        PostgresServer(settings={"work_mem": "7MB -c fsync=on"})
 
 
 def test_a_store_opened_before_a_restart_reads_and_writes_after_it(server: PostgresServer, target: str) -> None:
