@@ -51,8 +51,8 @@ import numpy.typing as npt
 from .protocols import Embedder
 
 __all__ = ["AGENT_ROLES", "MAX_SENTENCES", "PASSAGE_CANDIDATES", "PASSAGE_MARGIN", "SENTENCE_KINDS", "SENTENCE_MARGIN",
-           "SENTENCE_WORDS", "TURN_SENTENCES", "Embedding", "Passage", "Scored", "Splitter", "best_of", "embed_entries",
-           "embedding_text", "read_back", "scored", "sentence_bounds", "sentence_spans"]
+           "SENTENCE_WORDS", "TURN_SENTENCES", "Embedding", "Passage", "Scored", "Splitter", "best_of", "best_scored",
+           "embed_entries", "embedding_text", "read_back", "scored", "sentence_bounds", "sentence_spans", "unit_rows"]
 
 #: What a later window's cosine must beat the first window's by before it counts (see above).
 PASSAGE_MARGIN = 0.06
@@ -176,11 +176,16 @@ def embed_entries(embedder: Embedder, entries: Sequence[tuple[str, str | None, s
     return embeddings
 
 
-def read_back(spans: Sequence[tuple[int, int, bool]], vectors: npt.NDArray[Any]) -> list[Passage]:
-    """Passages as an engine stored them: (start, stop, sentence) and a vector a row, at any scale
-    (int8, halves), made unit length in one pass: a recall reads hundreds of them."""
+def unit_rows(vectors: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
+    """Stored vectors a row, at any scale (int8, halves), made unit length in one pass."""
     matrix = np.asarray(vectors, dtype=np.float32)
-    matrix = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-9)
+    unit: npt.NDArray[np.float32] = matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-9)
+    return unit
+
+
+def read_back(spans: Sequence[tuple[int, int, bool]], vectors: npt.NDArray[Any]) -> list[Passage]:
+    """Passages as an engine stored them: (start, stop, sentence) and a vector a row (:func:`unit_rows`)."""
+    matrix = unit_rows(vectors)
     return [Passage(int(start), int(stop), matrix[i], bool(sentence)) for i, (start, stop, sentence) in enumerate(spans)]
 
 
@@ -208,6 +213,24 @@ def scored(query: npt.NDArray[np.float32], passages: Mapping[int, Sequence[Passa
         each[pk] = [Scored(p.start, p.stop, p.sentence, c) for p, c in zip(ps, cosines[at:at + len(ps)], strict=True)]
         at += len(ps)
     return each
+
+
+def best_scored(query: npt.NDArray[np.float32], rows: Sequence[tuple[int, int, int, bool]],
+                vectors: npt.NDArray[Any]) -> dict[int, list[Scored]]:
+    """Of stored passages, (pk, start, stop, sentence) and a vector a row (in each pk's order),
+    each pk's one that :func:`best_of` picks, with its cosine to ``query``: every cosine in one
+    product and no passage built (a recall weighs ~200 of them to keep a few)."""
+    if not rows:
+        return {}
+    cosines = (unit_rows(vectors) @ query).tolist()
+    picked: dict[int, tuple[float, int]] = {}  # pk: (cosine less margin, row)
+    for i, ((pk, _, _, sentence), cosine) in enumerate(zip(rows, cosines, strict=True)):
+        weighed = cosine - (SENTENCE_MARGIN if sentence else PASSAGE_MARGIN)
+        held = picked.get(pk)
+        if held is None or weighed > held[0]:  # the first of equals, as max() keeps
+            picked[pk] = (weighed, i)
+    return {pk: [Scored(int(rows[i][1]), int(rows[i][2]), bool(rows[i][3]), cosines[i])]
+            for pk, (_, i) in picked.items()}
 
 
 def best_of(cosines: Mapping[int, float],

@@ -56,7 +56,7 @@ import numpy.typing as npt
 
 from .db import Connection, database
 from .errors import EmbedderError
-from .passages import Passage, read_back
+from .passages import Passage, Scored, best_scored, read_back
 from .protocols import Embedder
 
 TABLE = "entries_vec"
@@ -201,21 +201,36 @@ def move_vectors(conn: Connection, pks: Sequence[int], namespace: str) -> list[t
 def stored_passages(conn: Connection, pks: Sequence[int]) -> dict[int, list[Passage]]:
     """The later windows (and sentences) of the given entries (those that have any), in order."""
     found: dict[int, list[Passage]] = {}
+    rows, vectors = _passage_rows(conn, pks)
+    for (pk, *_), passage in zip(rows, read_back([(start, stop, s) for _, start, stop, s in rows], vectors),
+                                 strict=True):
+        found.setdefault(pk, []).append(passage)
+    return found
+
+
+def stored_passage_cosines(conn: Connection, query: npt.NDArray[np.float32],
+                           pks: Sequence[int]) -> dict[int, list[Scored]]:
+    """Of the given entries' later windows (and sentences), each entry's one a recall's best-of
+    picks for ``query``, with its cosine (:func:`~harness_mem.passages.best_scored`)."""
+    return best_scored(query, *_passage_rows(conn, pks))
+
+
+def _passage_rows(conn: Connection, pks: Sequence[int]) -> tuple[list[tuple[int, int, int, bool]], npt.NDArray[np.int8]]:
+    """The given entries' passages, (pk, start, stop, sentence) a row in order, and their vectors."""
     table = database(conn)[PASSAGES]
+    none = np.empty((0, 0), dtype=np.int8)
     if not pks or not table.exists():
-        return found
+        return [], none
     # A file written before turns' sentences has no such column until its next writer adds it.
     sentence = "p.sentence" if "sentence" in table.columns_dict else "0"
-    rows = conn.execute(
+    found = conn.execute(
         f"SELECT p.pk, p.start, p.stop, p.embedding, {sentence} FROM json_each(?) AS j CROSS JOIN {PASSAGES} p"
         " ON p.pk = j.value ORDER BY p.pk, p.start", (json.dumps(list(pks)),)
     ).fetchall()
-    if rows:
-        vectors = np.frombuffer(b"".join(row[3] for row in rows), dtype=np.int8).reshape(len(rows), -1)
-        for (pk, *_), passage in zip(rows, read_back([(start, stop, s) for _, start, stop, _, s in rows], vectors),
-                                     strict=True):
-            found.setdefault(int(pk), []).append(passage)
-    return found
+    if not found:
+        return [], none
+    vectors = np.frombuffer(b"".join(row[3] for row in found), dtype=np.int8).reshape(len(found), -1)
+    return [(int(pk), int(start), int(stop), bool(s)) for pk, start, stop, _, s in found], vectors
 
 
 def _make_passage_table(conn: Connection) -> None:

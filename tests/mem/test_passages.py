@@ -23,7 +23,9 @@ from harness_mem.passages import (
     Passage,
     Scored,
     best_of,
+    best_scored,
     embed_entries,
+    read_back,
     scored,
     sentence_spans,
 )
@@ -143,6 +145,25 @@ def test_best_of_needs_a_later_window_to_beat_the_first_by_the_margin() -> None:
     assert best[1] == (pytest.approx(0.9 - PASSAGE_MARGIN), Scored(10, 20, False, pytest.approx(0.9)))
     assert best[2] == (pytest.approx(0.9 - PASSAGE_MARGIN / 2), None)  # the first window still wins
     assert best[3] == (0.3, None)
+
+
+def test_best_scored_picks_what_best_of_picks_from_every_scored_passage() -> None:
+    # The SQLite engine weighs stored passages so, without building each (stored_passage_cosines).
+    rng = np.random.default_rng(7)
+    query = rng.normal(size=8).astype(np.float32)
+    query /= np.linalg.norm(query)
+    vectors = rng.integers(-127, 128, size=(9, 8)).astype(np.int8)
+    vectors[4] = vectors[3]  # equals: the first of them is kept
+    rows = [(1, 0, 5, False), (1, 5, 9, True), (1, 9, 12, False), (2, 0, 4, True), (2, 4, 8, True),
+            (3, 0, 3, False), (5, 0, 2, True), (5, 2, 4, False), (5, 4, 6, True)]
+    passages: dict[int, list[Passage]] = {}
+    for (pk, *_), passage in zip(rows, read_back([row[1:] for row in rows], vectors), strict=True):
+        passages.setdefault(pk, []).append(passage)
+    first = {pk: -1.0 for pk in (1, 2, 3, 4, 5)}  # any window beats it: best_of says which
+    picked = best_scored(query, rows, vectors)
+    assert best_of(first, picked) == best_of(first, scored(query, passages))
+    assert picked[2][0].start == 0 and all(len(found) == 1 for found in picked.values())
+    assert best_scored(query, [], np.empty((0, 8), dtype=np.int8)) == {}
 
 
 def test_embed_entries_embeds_every_window_in_one_call() -> None:

@@ -38,7 +38,7 @@ from ..errors import StorageError
 from ..filters import Selection
 from ..identities import SealedIdentity, identity_values_in_use
 from ..models import counted, to_ms
-from ..passages import Passage, embed_entries
+from ..passages import Passage, Scored, embed_entries
 from ..protocols import Embedder
 from ..rows import COLUMN_NAMES, COLUMNS, PLACEHOLDERS, Row
 from ..steps import in_steps, next_step
@@ -72,6 +72,7 @@ from ..vectors import (
     move_vectors,
     set_keyword_only,
     still_without_vectors,
+    stored_passage_cosines,
     stored_passages,
 )
 from . import sqlite_files, sqlite_rekey, sqlite_rewrite
@@ -960,6 +961,9 @@ class SQLiteStorage(Storage):
 
     def passages(self, pks: Sequence[int]) -> dict[int, list[Passage]]:
         return stored_passages(self.conn, pks)
+
+    def passage_cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, list[Scored]]:
+        return stored_passage_cosines(self.conn, vector, pks)
 
     def has_derived(self, namespace: str) -> bool:
         return self.conn.execute(
