@@ -31,7 +31,7 @@ from .filters import Selection
 from .identities import KEY_ID_SETTING, ROTATING_SETTING, SealedIdentity, Sealer
 from .keyword import entry_index_text
 from .models import MigrationStatus, now_ms
-from .passages import Embedding, Passage, Scored, scored
+from .passages import Embedding, Passage, Scored
 from .protocols import Embedder
 from .redaction import Redactor
 from .rows import Row, identity, identity_tags, stored_metadata
@@ -694,10 +694,10 @@ class Storage(ABC):
     def passages(self, pks: Sequence[int]) -> dict[int, list[Passage]]:
         """The later windows of each entry that has any (:mod:`harness_mem.passages`), in order."""
 
+    @abstractmethod
     def passage_cosines(self, vector: npt.NDArray[np.float32], pks: Sequence[int]) -> dict[int, list[Scored]]:
         """The later windows of each entry that has any, in order, each with its cosine to
         ``vector``: what a recall's best-of weighs (an engine may give only the one it picks)."""
-        return scored(vector, self.passages(pks))
 
     @abstractmethod
     def vector_counts(self) -> VectorCounts: ...
